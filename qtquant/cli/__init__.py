@@ -1,0 +1,87 @@
+"""Command line entry point (DESIGN §6).  Each subcommand lives in its own module.
+
+A subcommand module defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and
+``run(args) -> int``.  Common options come from :mod:`qtquant.cli.common`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from ..errors import QtQuantError
+
+__all__ = ["main", "build_parser"]
+
+COMMANDS = ["analyze", "fix", "perf", "screenshot", "demo"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors: one line, exit 2
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"qtquant: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="qtquant", description="Find and fix Concat scale mismatches in INT8 ONNX models. "
+                "Run without a command to open the app.",
+                epilog="subcommands: " + ", ".join(COMMANDS) + ".  'qtquant MODEL.onnx' opens a model in the app.")
+    from .. import __version__
+
+    p.add_argument("--version", action="version", version=f"qtquant {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        mod = _load(name)
+        if mod is None:
+            continue
+        sp = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(sp)
+        sp.set_defaults(_run=mod.run)
+    return p
+
+
+def _load(name):
+    try:
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as e:
+        if e.name == f"{__name__}.{name}":
+            return None  # command not built yet
+        raise
+
+
+def _open_gui(argv) -> int:
+    model = argv[0] if argv else None
+    try:
+        from ..gui.app import run_app
+    except ImportError as e:
+        sys.stderr.write(f"qtquant: error: the desktop app is not available ({e}); "
+                         f"use a subcommand: {', '.join(COMMANDS)}\n")
+        return 2
+    return run_app(model)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in COMMANDS and not argv[0].startswith("-")):
+        if argv and not argv[0].lower().endswith((".onnx", ".qtquant")) and not os.path.exists(argv[0]):
+            build_parser().error(f"unknown command {argv[0]!r} (choose from {', '.join(COMMANDS)}, or give a model file)")
+        return _open_gui(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args._run(args) or 0)
+    except QtQuantError as e:
+        sys.stderr.write(f"qtquant: error: {e}\n")
+        return e.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("qtquant: interrupted\n")
+        return 130
+    except MemoryError:
+        sys.stderr.write("qtquant: error: out of memory\n")
+        return 3

@@ -1,0 +1,54 @@
+"""``qtquant analyze``: the Concat table and summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .common import add_common, open_session
+
+NAME = "analyze"
+HELP = "Concat table: ratio, rescales, bits lost, latency; summary"
+
+
+def add_arguments(p) -> None:
+    add_common(p)
+    p.add_argument("--json", action="store_true", help="print the stable JSON form")
+    p.add_argument("--no-perf", action="store_true", help="skip the perf simulation")
+    p.add_argument("--no-fidelity", action="store_true", help="skip the SQNR check")
+
+
+def _perf(session, args):
+    if args.no_perf:
+        return None
+    try:
+        from ..perf import simulate_session
+    except ImportError:
+        return None
+    return simulate_session(session, march_file=getattr(args, "march_file", None))
+
+
+def _fidelity(session, args):
+    if args.no_fidelity or session.calibration is None or not session.calibration.holdout:
+        return None
+    try:
+        from ..fidelity import measure_session
+    except ImportError:
+        return None
+    return measure_session(session)
+
+
+def run(args) -> int:
+    from ..report import analysis_dict, concat_table_text
+
+    session = open_session(args)
+    perf = _perf(session, args)
+    fid = _fidelity(session, args)
+    if args.json:
+        json.dump(analysis_dict(session, perf=perf, fidelity=fid), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(concat_table_text(session, perf=perf))
+        if fid is not None:
+            print(fid.text())
+    return 0

@@ -1,0 +1,83 @@
+"""Options shared by the subcommands, and turning them into a :class:`~qtquant.session.Session`."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..calib import CalibConfig
+from ..domains import Policy
+from ..errors import BadInputError
+from ..quant import Scheme
+
+__all__ = ["add_common", "options_from_args", "open_session"]
+
+OBSERVERS = ["minmax", "ma-minmax", "percentile", "mse", "kl"]
+MARCHES = ["bernoulli2", "bayes-e", "bayes", "nash-e"]
+
+
+def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
+    if model:
+        p.add_argument("model", metavar="MODEL", help="ONNX model (float or QDQ-quantized)")
+    g = p.add_argument_group("model and calibration")
+    g.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x640x640",
+                   help="fix a dynamic input shape (repeatable)")
+    g.add_argument("--calib", default="synthetic", metavar="PATH|synthetic",
+                   help="calibration data: an image folder, .npy/.npz file or folder, or 'synthetic'")
+    g.add_argument("--calib-count", type=int, default=16, metavar="N", help="calibration samples (default 16)")
+    g.add_argument("--observer", choices=OBSERVERS, default="minmax", help="range observer (default minmax)")
+    g.add_argument("--percentile", type=float, default=99.99, help="percentile for --observer percentile")
+    g.add_argument("--scheme", choices=["sym", "asym"], default="sym",
+                   help="activation scheme: sym = int8 symmetric (Horizon, default), asym = uint8 asymmetric")
+    g.add_argument("--seed", type=int, default=0, help="seed for shuffling and synthetic data")
+    g.add_argument("--jobs", type=int, default=1, metavar="N", help="calibration worker processes")
+    pre = p.add_argument_group("image preprocessing (for --calib IMAGE_FOLDER)")
+    pre.add_argument("--resize", default="stretch", choices=["stretch", "letterbox", "center-crop"],
+                     help="how images are fitted to the input size")
+    pre.add_argument("--color", default="rgb", choices=["rgb", "bgr"])
+    pre.add_argument("--pixel-range", default="0-1", choices=["0-1", "0-255"])
+    pre.add_argument("--mean", default=None, metavar="R,G,B", help="per-channel mean, in the pixel range")
+    pre.add_argument("--std", default=None, metavar="R,G,B", help="per-channel std, in the pixel range")
+    pre.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
+    s = p.add_argument_group("sharing and target")
+    s.add_argument("--march", default="bayes-e", help="BPU march: " + ", ".join(MARCHES))
+    s.add_argument("--march-file", default=None, metavar="PROFILE.json", help="a march profile file of your own")
+    s.add_argument("--plan", default=None, metavar="PLAN.json", help="apply a sharing plan")
+    s.add_argument("--policy", choices=[p.value for p in Policy], default="union",
+                   help="how a shared domain's range is chosen (default union)")
+    s.add_argument("--max-bits-lost", type=float, default=1.0, metavar="BITS",
+                   help="auto-share threshold (default 1.0)")
+
+
+def calib_config_from_args(args) -> CalibConfig:
+    if args.calib_count < 1:
+        raise BadInputError("--calib-count must be at least 1")
+    fields = CalibConfig.__dataclass_fields__
+    kw = dict(source=args.calib, count=args.calib_count, observer=args.observer,
+              percentile=args.percentile, seed=args.seed)
+    extra = dict(jobs=args.jobs, resize=args.resize, color=args.color, pixel_range=args.pixel_range,
+                 mean=args.mean, std=args.std, layout=args.layout,
+                 scheme=args.scheme)
+    kw.update({k: v for k, v in extra.items() if k in fields})
+    return CalibConfig(**kw)
+
+
+def options_from_args(args):
+    from ..session import Options
+
+    return Options(scheme=Scheme.SYMMETRIC_INT8 if args.scheme == "sym" else Scheme.ASYMMETRIC_UINT8,
+                   policy=Policy(args.policy), march=args.march, max_bits_lost=args.max_bits_lost,
+                   calib=calib_config_from_args(args))
+
+
+def open_session(args, *, calibrate: bool = True, progress=None):
+    """Load the model named in ``args``, detect QDQ, calibrate when needed, apply --plan."""
+    from ..loader import open_model
+
+    session = open_model(args.model, args.input_shape, options_from_args(args))
+    if calibrate and not session.quantized_file:
+        session.run_calibration(progress=progress)
+    if getattr(args, "plan", None):
+        from ..plan import apply_plan_file  # provided by the sharing/plan module
+
+        apply_plan_file(session, args.plan)
+    return session

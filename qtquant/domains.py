@@ -1,0 +1,164 @@
+"""Scale domains: the sets of tensors that must carry one scale (DESIGN §3).
+
+Built with union-find from three sources: pass-through ops, the user's groups, and
+target rules.  A domain's range comes from its members under a :class:`Policy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+from networkx.utils import UnionFind
+
+from .ops import passes_through
+from .quant import QParams, Scheme, qparams_for_range
+
+__all__ = ["Policy", "Domain", "DomainMap", "build_domains"]
+
+
+class Policy(Enum):
+    UNION = "union"  # min of mins, max of maxes (NNCF, ModelOpt)
+    OUTPUT = "output"  # the Concat output's own calibrated range (TFLite, ONE, AIMET)
+    MAX_INPUT = "max-input"  # the widest input range (DLA qdq-translator)
+    POOLED = "pooled"  # percentile over the members' merged histograms (ModelOpt entropy)
+
+
+@dataclass
+class Domain:
+    id: int
+    members: tuple[str, ...]
+    lo: float
+    hi: float
+    qparams: QParams | None
+    fixed: bool = False  # range read from a QDQ file, not calibrated
+    user_groups: tuple[int, ...] = ()
+
+    @property
+    def scale(self) -> float | None:
+        return self.qparams.scale if self.qparams else None
+
+    @property
+    def absmax(self) -> float:
+        return max(abs(self.lo), abs(self.hi))
+
+
+@dataclass
+class DomainMap:
+    domains: dict[int, Domain]
+    of: dict[str, int]  # tensor -> domain id
+    natural_of: dict[str, frozenset] = field(default_factory=dict)  # pass-through-only domain members
+    scheme: Scheme = Scheme.SYMMETRIC_INT8
+
+    def domain_of(self, tensor: str) -> Domain | None:
+        i = self.of.get(tensor)
+        return self.domains.get(i) if i is not None else None
+
+    def scale_of(self, tensor: str) -> float | None:
+        d = self.domain_of(tensor)
+        return d.scale if d else None
+
+    def qparams_of(self, tensor: str) -> QParams | None:
+        d = self.domain_of(tensor)
+        return d.qparams if d else None
+
+
+def _natural_sets(graph, fixed: dict | None) -> UnionFind:
+    uf = UnionFind()
+    for t in graph.quantized_tensors:
+        uf[t]
+    for node in graph.nodes.values():
+        if not passes_through(node, graph) or not node.inputs:
+            continue
+        src = node.inputs[0]
+        if not graph.is_quantized(src):
+            continue
+        for o in node.outputs:
+            if o and graph.is_quantized(o):
+                # A QDQ file may re-quantize after a pass-through op; keep its scales apart then.
+                if fixed and o in fixed and src in fixed and fixed[o] != fixed[src]:
+                    continue
+                uf.union(src, o)
+    return uf
+
+
+def _policy_range(policy: Policy, members, natural_sets, ranges, graph, hist_pool, percentile):
+    have = [m for m in members if m in ranges]
+    if not have:
+        return None
+    if policy is Policy.OUTPUT:
+        outs = [m for m in have if (p := graph.producer(m)) is not None and p.op_type == "Concat"]
+        if outs:
+            have_out = [r for o in outs for r in (ranges[o],)]
+            return min(r[0] for r in have_out), max(r[1] for r in have_out)
+    if policy is Policy.MAX_INPUT:
+        # The widest range among the natural sub-domains that feed a Concat (not its output).
+        cands = [m for m in have if not ((p := graph.producer(m)) is not None and p.op_type == "Concat")] or have
+        best = max(cands, key=lambda m: ranges[m][1] - ranges[m][0])
+        return ranges[best]
+    if policy is Policy.POOLED and hist_pool is not None:
+        r = hist_pool(have, percentile)
+        if r is not None:
+            return r
+    return min(ranges[m][0] for m in have), max(ranges[m][1] for m in have)
+
+
+def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
+                  policy: Policy = Policy.UNION, scheme: Scheme = Scheme.SYMMETRIC_INT8,
+                  fixed: dict[str, tuple[float, float]] | None = None,
+                  target_rules=(), hist_pool=None, percentile: float = 99.99) -> DomainMap:
+    """Build the scale domains.
+
+    ``ranges`` maps observed tensors to their calibrated (lo, hi).  ``groups`` is an
+    iterable of tensor-name collections the user tied together.  ``fixed`` gives
+    ranges read from a QDQ file; those keep their file scale unless a group joins them.
+    ``hist_pool(members, pct)`` returns a pooled-percentile range (Policy.POOLED).
+    """
+    uf = _natural_sets(graph, fixed)
+    natural = {}
+    for s in uf.to_sets():
+        fs = frozenset(s)
+        for t in s:
+            natural[t] = fs
+    group_of: dict[str, list[int]] = {}
+    for gi, members in enumerate(groups):
+        members = [m for m in members if m in natural]
+        for m in members:
+            group_of.setdefault(m, []).append(gi)
+        for a, b in zip(members, members[1:]):
+            uf.union(a, b)
+    for members in target_rules:
+        members = [m for m in members if m in natural]
+        for a, b in zip(members, members[1:]):
+            uf.union(a, b)
+
+    # A member's own range is the union over its natural set (pass-through chain).
+    src = dict(ranges)
+    if fixed:
+        src.update(fixed)
+    nat_range: dict[frozenset, tuple[float, float]] = {}
+    for fs in set(natural.values()):
+        rs = [src[t] for t in fs if t in src and np.isfinite(src[t][0]) and np.isfinite(src[t][1])]
+        if rs:
+            nat_range[fs] = (min(r[0] for r in rs), max(r[1] for r in rs))
+    member_range = {t: nat_range[fs] for t, fs in natural.items() if fs in nat_range}
+
+    domains: dict[int, Domain] = {}
+    of: dict[str, int] = {}
+    sets = sorted((sorted(s) for s in uf.to_sets()), key=lambda s: graph.tensors[s[0]].name)
+    order = {n: i for i, n in enumerate(graph.tensors)}
+    sets.sort(key=lambda s: min(order[t] for t in s))
+    for did, members in enumerate(sets):
+        is_fixed = bool(fixed) and all(m in fixed or natural[m] == natural[members[0]] for m in members) \
+            and len({natural[m] for m in members}) == 1
+        r = _policy_range(policy, members, natural, member_range, graph, hist_pool, percentile)
+        q = qparams_for_range(*r, scheme) if r is not None else None
+        gids = sorted({g for m in members for g in group_of.get(m, ())})
+        lo, hi = r if r is not None else (float("nan"), float("nan"))
+        domains[did] = Domain(did, tuple(members), lo, hi, q, fixed=is_fixed, user_groups=tuple(gids))
+        for m in members:
+            of[m] = did
+    dm = DomainMap(domains, of, natural, scheme)
+    dm.member_range = member_range  # per-tensor own range (before sharing)
+    return dm

@@ -1,0 +1,59 @@
+"""One exception hierarchy for every user-facing error.
+
+The CLI turns any :class:`QtQuantError` into a one-line message and exit code 3;
+the GUI turns it into a dialog.  Anything else escaping is a bug.
+"""
+
+__all__ = [
+    "QtQuantError",
+    "BadInputError",
+    "ModelError",
+    "ShapeError",
+    "CalibrationDataError",
+    "PlanError",
+    "ShareRefused",
+    "MarchError",
+    "Cancelled",
+]
+
+
+class QtQuantError(Exception):
+    """Base of every error meant for the user.  ``str(err)`` is one line."""
+
+    exit_code = 3
+
+    def __str__(self) -> str:  # keep messages on one line whatever callers pass
+        msg = super().__str__()
+        return " ".join(msg.split())
+
+
+class BadInputError(QtQuantError):
+    """Something the user handed us cannot be used."""
+
+
+class ModelError(BadInputError):
+    """Missing, unreadable, corrupt or unsupported model."""
+
+
+class ShapeError(BadInputError):
+    """An input shape that does not fit the model, or an unknown input name."""
+
+
+class CalibrationDataError(BadInputError):
+    """Calibration data that cannot be read or does not fit the model."""
+
+
+class PlanError(BadInputError):
+    """A sharing plan or project file that cannot be used."""
+
+
+class ShareRefused(QtQuantError):
+    """A requested share violates the scale-domain constraints (DESIGN §3)."""
+
+
+class MarchError(BadInputError):
+    """Unknown march name or bad march profile file."""
+
+
+class Cancelled(QtQuantError):
+    """A long job was cancelled by the user."""

@@ -1,0 +1,418 @@
+"""The graph model: ONNX in, a shape-resolved graph with topological views out.
+
+The model is loaded *without* its external data; weights are read lazily, so a
+multi-gigabyte model costs no more to open than its structure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .errors import ModelError, ShapeError
+from .ops import Role, handler_for, passes_through
+from .shapes import format_shape, parse_input_shapes
+
+__all__ = ["Node", "Tensor", "Graph", "load_graph", "graph_from_model", "MIN_OPSET", "MAX_OPSET"]
+
+MIN_OPSET = 11
+MAX_OPSET = 23
+FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+               onnx.TensorProto.DOUBLE}
+
+
+@dataclass
+class Node:
+    name: str
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict
+    domain: str = ""
+    index: int = 0  # position in topological order
+
+    @property
+    def handler(self):
+        return handler_for(self.op_type)
+
+
+@dataclass
+class Tensor:
+    name: str
+    shape: tuple | None
+    elem_type: int  # onnx.TensorProto enum, 0 when unknown
+    kind: str  # "input" | "weight" | "activation" | "shape"
+    producer: str | None = None
+    consumers: list[str] = field(default_factory=list)
+
+    @property
+    def is_float(self) -> bool:
+        return self.elem_type in FLOAT_TYPES
+
+    @property
+    def dtype_name(self) -> str:
+        return onnx.TensorProto.DataType.Name(self.elem_type).lower() if self.elem_type else "unknown"
+
+    @property
+    def size(self) -> int:
+        if not self.shape or any(d is None for d in self.shape):
+            return 0 if self.shape is None else 0
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+def _attr_value(a: onnx.AttributeProto):
+    if a.type == onnx.AttributeProto.GRAPH:
+        return "<graph>"
+    if a.type == onnx.AttributeProto.GRAPHS:
+        return "<graphs>"
+    if a.type == onnx.AttributeProto.TENSOR:
+        return numpy_helper.to_array(a.t) if a.t.data_location != onnx.TensorProto.EXTERNAL else "<tensor>"
+    v = onnx.helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, list):
+        return [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+    return v
+
+
+def _dims(type_proto) -> tuple | None:
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in type_proto.tensor_type.shape.dim)
+
+
+class Graph:
+    """A loaded, shape-resolved ONNX graph.  Plain data plus topological views."""
+
+    def __init__(self, model: onnx.ModelProto, path: Path | None, input_shapes: dict, sha256: str):
+        self.model = model
+        self.path = path
+        self.base_dir = path.parent if path else Path.cwd()
+        self.input_shapes = dict(input_shapes)
+        self.sha256 = sha256
+        self.opset = _default_opset(model)
+        self.nodes: dict[str, Node] = {}
+        self.tensors: dict[str, Tensor] = {}
+        self.inputs: list[str] = []
+        self.outputs: list[str] = [o.name for o in model.graph.output]
+        self._init_protos = {t.name: t for t in model.graph.initializer}
+        self._init_cache: dict[str, np.ndarray] = {}
+        self._build()
+
+    # -- construction -------------------------------------------------------------------
+    def _build(self) -> None:
+        g = self.model.graph
+        vi = {v.name: v for v in list(g.value_info) + list(g.output) + list(g.input)}
+        for t in g.initializer:
+            self.tensors[t.name] = Tensor(t.name, tuple(t.dims), t.data_type,
+                                          "weight" if t.data_type in FLOAT_TYPES else "shape")
+        for i in g.input:
+            if i.name in self.tensors:
+                continue  # old-style models list initializers as inputs
+            et = i.type.tensor_type.elem_type
+            self.tensors[i.name] = Tensor(i.name, _dims(i.type), et, "input" if et in FLOAT_TYPES else "shape")
+            self.inputs.append(i.name)
+
+        order = _toposort(g)
+        seen_names: set[str] = set()
+        for idx, pnode in enumerate(order):
+            name = pnode.name
+            if not name or name in seen_names:
+                name = f"{pnode.op_type}_{idx}"
+                while name in seen_names:
+                    name += "_"
+                pnode.name = name
+            seen_names.add(name)
+            node = Node(name, pnode.op_type, list(pnode.input), list(pnode.output),
+                        {a.name: _attr_value(a) for a in pnode.attribute}, pnode.domain, idx)
+            self.nodes[name] = node
+            ins = [self.tensors[i] for i in node.inputs if i]
+            static = all(t.kind in ("weight", "shape") for t in ins)
+            role = handler_for(node.op_type).role
+            for o in node.outputs:
+                if not o:
+                    continue
+                v = vi.get(o)
+                et = v.type.tensor_type.elem_type if v is not None else 0
+                shape = _dims(v.type) if v is not None else None
+                if et and et not in FLOAT_TYPES:
+                    kind = "shape"
+                elif node.op_type == "Constant" or (static and ins) or (not ins and role is Role.NONE):
+                    kind = "weight" if (et in FLOAT_TYPES or not et) else "shape"
+                elif not et and (role is Role.NONE or not any(t.is_float for t in ins)):
+                    kind = "shape"
+                else:
+                    kind = "activation"
+                self.tensors[o] = Tensor(o, shape, et, kind, producer=name)
+            for i in node.inputs:
+                if i:
+                    self.tensors[i].consumers.append(name)
+
+    # -- views ----------------------------------------------------------------------------
+    @property
+    def order(self) -> list[Node]:
+        return list(self.nodes.values())
+
+    def producer(self, tensor: str) -> Node | None:
+        t = self.tensors.get(tensor)
+        return self.nodes[t.producer] if t is not None and t.producer else None
+
+    def consumers(self, tensor: str) -> list[Node]:
+        t = self.tensors.get(tensor)
+        return [self.nodes[c] for c in t.consumers] if t else []
+
+    def is_quantized(self, tensor: str) -> bool:
+        """Activations (and float model inputs) that carry int8 quantization."""
+        t = self.tensors.get(tensor)
+        if t is None or t.kind not in ("input", "activation"):
+            return False
+        if t.producer is None:
+            return True
+        return handler_for(self.nodes[t.producer].op_type).role is not Role.NONE
+
+    @cached_property
+    def quantized_tensors(self) -> list[str]:
+        return [n for n, t in self.tensors.items() if self.is_quantized(n)]
+
+    def observed(self, tensor: str) -> bool:
+        """True when the tensor gets an observer of its own (not inherited through a pass-through op)."""
+        if not self.is_quantized(tensor):
+            return False
+        p = self.producer(tensor)
+        return p is None or not passes_through(p, self)
+
+    @cached_property
+    def observed_tensors(self) -> list[str]:
+        return [n for n in self.quantized_tensors if self.observed(n)]
+
+    def concat_nodes(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.op_type == "Concat"
+                and n.outputs and self.is_quantized(n.outputs[0])]
+
+    def initializer(self, name: str) -> np.ndarray:
+        if name not in self._init_cache:
+            proto = self._init_protos[name]
+            try:
+                arr = numpy_helper.to_array(proto, base_dir=str(self.base_dir))
+            except Exception as e:  # missing or short external data file
+                raise ModelError(f"cannot read weight {name!r}: {e}") from None
+            self._init_cache[name] = arr
+        return self._init_cache[name]
+
+    def constant_value(self, name: str) -> np.ndarray | None:
+        if name in self._init_protos:
+            return self.initializer(name)
+        p = self.producer(name)
+        if p is not None and p.op_type == "Constant" and isinstance(p.attrs.get("value"), np.ndarray):
+            return p.attrs["value"]
+        return None
+
+    @cached_property
+    def nx(self):
+        """Node-level DiGraph (networkx) with the tensor name on each edge."""
+        import networkx as nx
+
+        dg = nx.DiGraph()
+        dg.add_nodes_from(self.nodes)
+        for t in self.tensors.values():
+            if t.producer:
+                for c in t.consumers:
+                    dg.add_edge(t.producer, c, tensor=t.name)
+        return dg
+
+    def describe_tensor(self, name: str) -> str:
+        t = self.tensors[name]
+        return f"{name} [{t.dtype_name} {format_shape(t.shape)}]"
+
+    def __repr__(self) -> str:
+        return f"<Graph {self.path.name if self.path else '?'}: {len(self.nodes)} nodes>"
+
+
+def _default_opset(model) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return o.version
+    return 0
+
+
+def _toposort(g) -> list:
+    """Kahn's algorithm over the node protos; detects cycles and dangling inputs."""
+    available = {t.name for t in g.initializer} | {i.name for i in g.input}
+    producer_of: dict[str, int] = {}
+    for idx, n in enumerate(g.node):
+        for o in n.output:
+            if o:
+                if o in producer_of or o in available:
+                    raise ModelError(f"tensor {o!r} is produced twice (node {n.name or n.op_type!r})")
+                producer_of[o] = idx
+    indeg = [0] * len(g.node)
+    users: dict[int, list[int]] = {}
+    for idx, n in enumerate(g.node):
+        deps = set()
+        for i in n.input:
+            if not i or i in available:
+                continue
+            if i not in producer_of:
+                raise ModelError(f"node {n.name or n.op_type!r} reads {i!r}, which nothing produces")
+            deps.add(producer_of[i])
+        indeg[idx] = len(deps)
+        for d in deps:
+            users.setdefault(d, []).append(idx)
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    ready.reverse()
+    out = []
+    while ready:
+        i = ready.pop()
+        out.append(g.node[i])
+        for u in reversed(users.get(i, ())):
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready.append(u)
+    if len(out) != len(g.node):
+        stuck = next(n for i, n in enumerate(g.node) if indeg[i] > 0)
+        raise ModelError(f"graph has a cycle through node {stuck.name or stuck.op_type!r}")
+    return out
+
+
+def _check_external_data(model, base_dir: Path) -> None:
+    base = base_dir.resolve()
+    for t in model.graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        loc = next((e.value for e in t.external_data if e.key == "location"), "")
+        if not loc or os.path.isabs(loc) or loc.startswith(("/", "\\")):
+            raise ModelError(f"weight {t.name!r} points outside the model folder ({loc!r}); refusing to read it")
+        target = (base / loc).resolve()
+        if base not in target.parents and target != base:
+            raise ModelError(f"weight {t.name!r} points outside the model folder ({loc!r}); refusing to read it")
+        if not target.is_file():
+            raise ModelError(f"external data file {loc!r} for weight {t.name!r} is missing next to the model")
+
+
+def _apply_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    real_inputs = [i for i in g.input if i.name not in inits]
+    names = [i.name for i in real_inputs]
+    unknown = [n for n in shapes if n not in names]
+    if unknown:
+        raise ShapeError(f"unknown input name {unknown[0]!r}; the model's inputs are: {', '.join(names)}")
+    resolved: dict[str, tuple] = {}
+    for i in real_inputs:
+        if not i.type.HasField("tensor_type"):
+            raise ModelError(f"input {i.name!r} is not a tensor; only tensor inputs are supported")
+        dims = i.type.tensor_type.shape.dim
+        want = shapes.get(i.name)
+        if want is not None:
+            if i.type.tensor_type.HasField("shape") and len(dims) != len(want):
+                raise ShapeError(f"input {i.name!r} has rank {len(dims)} but the given shape "
+                                 f"{format_shape(want)} has rank {len(want)}")
+            if not i.type.tensor_type.HasField("shape"):
+                for _ in want:
+                    i.type.tensor_type.shape.dim.add()
+            for d, w in zip(dims, want):
+                if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != w:
+                    have = format_shape(tuple(x.dim_value if x.HasField("dim_value") else None for x in dims))
+                    raise ShapeError(f"input {i.name!r} expects shape {have} but got {format_shape(want)}")
+                d.Clear()
+                d.dim_value = w
+            resolved[i.name] = tuple(want)
+            continue
+        free = []
+        for k, d in enumerate(dims):
+            if not (d.HasField("dim_value") and d.dim_value > 0):
+                if k == 0:  # batch: one frame, the deployment case
+                    d.Clear()
+                    d.dim_value = 1
+                else:
+                    free.append(d.dim_param or "?")
+        if free:
+            example = "x".join(str(d.dim_value) if d.HasField("dim_value") else "N" for d in dims)
+            raise ShapeError(f"input {i.name!r} has dynamic dimensions ({', '.join(free)}); give them with "
+                             f"--input-shape {i.name}={example.replace('N', '640')}")
+        resolved[i.name] = tuple(d.dim_value for d in dims)
+    return resolved
+
+
+def _infer(model) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except onnx.shape_inference.InferenceError as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else "shape inference failed"
+        if "No Op registered" in msg or "not registered" in msg or "Unsupported" in msg:
+            try:
+                return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+            except Exception as e2:  # pragma: no cover - onnx internals
+                raise ModelError(f"shape inference failed: {e2}") from None
+        raise ShapeError(f"the input shapes do not fit the model: {msg}") from None
+    except Exception as e:
+        raise ModelError(f"shape inference failed: {str(e).strip().splitlines()[0] if str(e).strip() else e}") from None
+
+
+def _ort_fill_shapes(graph: "Graph") -> None:
+    """Where onnx shape inference left activation shapes unknown, run onnxruntime once."""
+    missing = [n for n, t in graph.tensors.items()
+               if t.kind == "activation" and (t.shape is None or any(d is None for d in t.shape))]
+    if not missing:
+        return
+    from .runtime import run_with_outputs, zeros_feed
+
+    try:
+        values = run_with_outputs(graph, missing, zeros_feed(graph))
+    except Exception:
+        return  # shapes stay unknown; analysis still works, costs are then estimates
+    for n, v in values.items():
+        t = graph.tensors[n]
+        t.shape = tuple(int(d) for d in v.shape)
+        if not t.elem_type:
+            t.elem_type = onnx.helper.np_dtype_to_tensor_dtype(v.dtype)
+            if t.elem_type not in FLOAT_TYPES:
+                t.kind = "shape"
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
+    """Load an ONNX file, resolve dynamic dims from ``input_shapes`` and infer shapes."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelError(f"model file not found: {p}")
+    if p.is_dir():
+        raise ModelError(f"{p} is a folder, not an ONNX model file")
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+    except Exception:
+        raise ModelError(f"{p.name} is not a readable ONNX model (corrupt or wrong format)") from None
+    if not model.graph.node:
+        raise ModelError(f"{p.name} is not a readable ONNX model (it has no graph nodes)")
+    _check_external_data(model, p.parent)
+    return graph_from_model(model, input_shapes, path=p, sha256=file_sha256(p), ort_fallback=ort_fallback)
+
+
+def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | None = None,
+                     sha256: str = "", ort_fallback: bool = True) -> Graph:
+    opset = _default_opset(model)
+    if not (MIN_OPSET <= opset <= MAX_OPSET):
+        raise ModelError(f"opset {opset} is not supported (qtquant reads opsets {MIN_OPSET} to {MAX_OPSET})")
+    model = onnx.ModelProto.FromString(model.SerializeToString()) if path is None else model
+    shapes = _apply_input_shapes(model, parse_input_shapes(input_shapes.items() if isinstance(input_shapes, dict) else input_shapes))
+    inferred = _infer(model)
+    if not sha256:
+        sha256 = hashlib.sha256(model.SerializeToString()).hexdigest()
+    graph = Graph(inferred, path, shapes, sha256)
+    if ort_fallback:
+        _ort_fill_shapes(graph)
+    return graph

@@ -1,0 +1,114 @@
+"""The op registry: one table that says how each op type treats quantization.
+
+Handlers declare what they need (``PASS`` = "output shares the input's scale"); the
+domain builder and the exporter act on those declarations.  The perf simulator
+registers its cost functions on the same handlers (see :func:`register_cost`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Callable
+
+__all__ = ["Role", "OpHandler", "handler_for", "register_cost", "REGISTRY", "passes_through"]
+
+
+class Role(Enum):
+    COMPUTE = "compute"  # output gets its own observer
+    PASS = "pass"  # output inherits the input's quantization (moves/selects values)
+    CONCAT = "concat"  # own observer on the output; inputs analysed for mismatch
+    NONE = "none"  # never quantized (shape math, casts to int, ...)
+
+
+@dataclass
+class OpHandler:
+    role: Role
+    category: str = "other"  # for colouring in the GUI: conv, activation, eltwise, ...
+    known: bool = True
+    # Inputs that carry weights quantized per output channel: {input index: channel axis}.
+    weight_inputs: dict[int, int] = field(default_factory=dict)
+    # Optional predicate refining PASS for attribute-dependent ops (Resize nearest, Pad 0).
+    pass_if: Callable | None = None
+    # Perf cost function, set by qtquant.perf.costs.
+    cost: Callable | None = None
+
+
+def _resize_nearest(node, graph) -> bool:
+    return node.attrs.get("mode", "nearest") == "nearest"
+
+
+def _pad_zero(node, graph) -> bool:
+    if node.attrs.get("mode", "constant") != "constant":
+        return False
+    if len(node.inputs) > 2 and node.inputs[2]:
+        val = graph.constant_value(node.inputs[2])
+        return val is not None and float(abs(val).max(initial=0.0)) == 0.0
+    return float(node.attrs.get("value", 0.0)) == 0.0
+
+
+def _h(role: Role, category: str, **kw) -> OpHandler:
+    return OpHandler(role=role, category=category, **kw)
+
+
+REGISTRY: dict[str, OpHandler] = {
+    # compute ops with weights
+    "Conv": _h(Role.COMPUTE, "conv", weight_inputs={1: 0}),
+    "ConvTranspose": _h(Role.COMPUTE, "conv", weight_inputs={1: 1}),
+    "MatMul": _h(Role.COMPUTE, "matmul", weight_inputs={1: -1}),
+    "Gemm": _h(Role.COMPUTE, "matmul", weight_inputs={1: 0}),
+    # activations
+    **{op: _h(Role.COMPUTE, "activation") for op in (
+        "Relu", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Clip",
+        "Elu", "Selu", "Gelu", "Softplus", "Softsign", "Mish", "Exp", "Log", "Sqrt", "Erf",
+        "Softmax", "LogSoftmax", "Abs", "Neg", "Reciprocal", "Sin", "Cos", "Floor", "Ceil",
+        "Round", "Sign", "ThresholdedRelu", "Celu")},
+    # elementwise binary / normalisation / reductions
+    **{op: _h(Role.COMPUTE, "eltwise") for op in (
+        "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mean", "Sum", "Where",
+        "BatchNormalization", "InstanceNormalization", "LayerNormalization",
+        "GroupNormalization", "LpNormalization")},
+    **{op: _h(Role.COMPUTE, "reduce") for op in (
+        "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+        "ReduceL1", "ReduceLogSumExp", "ReduceSumSquare", "GlobalAveragePool",
+        "AveragePool", "GlobalMaxPool", "LpPool", "CumSum", "Einsum", "TopK")},
+    "Concat": _h(Role.CONCAT, "concat"),
+    # ops that only move or select values (DESIGN §3)
+    **{op: _h(Role.PASS, "layout") for op in (
+        "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split",
+        "Gather", "Identity", "DepthToSpace", "SpaceToDepth", "Expand", "Tile")},
+    "MaxPool": _h(Role.PASS, "pool"),
+    "Resize": _h(Role.PASS, "resize", pass_if=_resize_nearest),
+    "Upsample": _h(Role.PASS, "resize", pass_if=_resize_nearest),
+    "Pad": _h(Role.PASS, "layout", pass_if=_pad_zero),
+    # never quantized: shape math and friends
+    **{op: _h(Role.NONE, "shape") for op in (
+        "Shape", "Size", "Constant", "ConstantOfShape", "Range", "NonZero", "Cast",
+        "CastLike", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not",
+        "And", "Or", "Xor", "ArgMax", "ArgMin", "NonMaxSuppression", "QuantizeLinear",
+        "DequantizeLinear", "DynamicQuantizeLinear", "EyeLike", "RandomNormal",
+        "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
+        "IsNaN", "IsInf", "OneHot", "ScatterND", "ScatterElements", "GatherND",
+        "GatherElements", "Loop", "If", "Scan", "SequenceConstruct", "Compress")},
+}
+
+# Unknown ops get their own observer (the safe choice: never assume they keep scale)
+# and are reported as unknown in the analysis.
+DEFAULT = OpHandler(role=Role.COMPUTE, category="unknown", known=False)
+
+
+def handler_for(op_type: str) -> OpHandler:
+    return REGISTRY.get(op_type, DEFAULT)
+
+
+def passes_through(node, graph) -> bool:
+    h = handler_for(node.op_type)
+    if h.role is not Role.PASS:
+        return False
+    return h.pass_if is None or bool(h.pass_if(node, graph))
+
+
+def register_cost(op_types, fn: Callable) -> None:
+    """Attach a perf cost function to op types (creating a default handler if unknown)."""
+    for op in ([op_types] if isinstance(op_types, str) else op_types):
+        REGISTRY[op] = replace(handler_for(op), cost=fn)

@@ -1,0 +1,131 @@
+"""The analysis report shared by ``analyze``, ``fix`` and the GUI: a stable JSON form and a text table."""
+
+from __future__ import annotations
+
+import math
+
+from .shapes import format_shape
+
+__all__ = ["SCHEMA_VERSION", "analysis_dict", "concat_table_text", "member_dict"]
+
+SCHEMA_VERSION = 1
+
+
+def _num(x):
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def member_dict(m, graph) -> dict:
+    t = graph.tensors[m.tensor]
+    return {
+        "tensor": m.tensor,
+        "index": m.index,
+        "producer": m.producer,
+        "shape": list(t.shape) if t.shape else None,
+        "scale": _num(m.scale),
+        "zero_point": m.zero_point,
+        "min": _num(m.lo),
+        "max": _num(m.hi),
+        "absmax": _num(m.absmax),
+        "domain": m.domain,
+        "bits_lost": _num(m.bits_lost_now),
+        "bits_lost_if_shared": _num(m.bits_lost_if_shared),
+        "needs_rescale": m.needs_rescale,
+        "constant": m.constant,
+        "other_consumers": m.other_consumers,
+    }
+
+
+def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -> dict:
+    """The stable ``--json`` document (DESIGN §6)."""
+    g = session.graph
+    concats = session.concats() if concats is None else concats
+    rescale_us = perf.rescale_cost_by_concat() if perf is not None else {}
+    items = []
+    for c in concats:
+        items.append({
+            "node": c.node,
+            "axis": c.axis,
+            "inputs": [member_dict(m, g) for m in c.inputs],
+            "output": member_dict(c.output, g),
+            "ratio": _num(c.ratio),
+            "rescales": c.rescales,
+            "rescale_cost_us": _num(rescale_us.get(c.node, 0.0)) if perf is not None else None,
+            "feeds_output": c.feeds_output,
+            "notes": list(c.notes),
+        })
+    summary = {
+        "concats": len(concats),
+        "mismatched_concats": sum(1 for c in concats if c.rescales),
+        "rescales": sum(c.rescales for c in concats),
+        "latency_ms": _num(perf.total_ms) if perf is not None else None,
+        "fps": _num(perf.fps) if perf is not None else None,
+        "ddr_bytes": perf.ddr_bytes if perf is not None else None,
+        "rescale_cost_us": _num(perf.rescale_us) if perf is not None else None,
+        "march": session.options.march if perf is not None else None,
+        "sqnr_db": None,
+    }
+    if fidelity is not None:
+        summary["sqnr_db"] = {k: _num(v) for k, v in fidelity.sqnr_db.items()}
+        summary["cosine"] = {k: _num(v) for k, v in fidelity.cosine.items()}
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "model": str(g.path) if g.path else None,
+        "model_sha256": g.sha256,
+        "input_shapes": {k: list(v) for k, v in g.input_shapes.items()},
+        "quantized_input": session.quantized_file,
+        "scheme": session.options.scheme.value,
+        "policy": session.options.policy.value,
+        "calibration": None if session.calibration is None else {
+            "source": session.calibration.config.source,
+            "observer": session.calibration.config.observer,
+            "samples": session.calibration.batches,
+        },
+        "groups": [list(gr) for gr in session.groups.as_lists()],
+        "concats": items,
+        "summary": summary,
+    }
+    if extra:
+        doc.update(extra)
+    return doc
+
+
+def _fmt_scale(s):
+    return "-" if s is None else f"{s:.4g}"
+
+
+def concat_table_text(session, concats=None, perf=None) -> str:
+    g = session.graph
+    concats = session.concats() if concats is None else concats
+    rescale_us = perf.rescale_cost_by_concat() if perf is not None else {}
+    rows = [("concat", "inputs", "ratio", "rescales", "worst bits if shared", "rescale µs", "scales (in → out)")]
+    for c in sorted(concats, key=lambda c: -c.ratio):
+        scales = ", ".join(_fmt_scale(m.scale) + ("*" if m.needs_rescale else "") for m in c.inputs)
+        worst = max((m.bits_lost_if_shared for m in c.inputs), default=0.0)
+        rows.append((c.node, str(len(c.inputs)), f"{c.ratio:.2f}", str(c.rescales),
+                     f"{worst:.2f}", f"{rescale_us.get(c.node, 0.0):.1f}" if perf is not None else "-",
+                     f"{scales} → {_fmt_scale(c.output.scale)}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for k, r in enumerate(rows):
+        lines.append("  ".join(r[i].ljust(widths[i]) if i == 0 else r[i].rjust(widths[i])
+                               for i in range(len(widths))) + "  " + r[-1])
+        if k == 0:
+            lines.append("-" * min(120, sum(widths) + 2 * len(widths) + 20))
+    n_mis = sum(1 for c in concats if c.rescales)
+    lines.append("")
+    lines.append(f"{len(concats)} Concats, {n_mis} mismatched, {sum(c.rescales for c in concats)} rescales "
+                 f"(* = input needs a rescale)")
+    if perf is not None:
+        lines.append(f"latency {perf.total_ms:.3f} ms ({perf.fps:.1f} FPS) on {session.options.march}, "
+                     f"rescales cost {perf.rescale_us:.1f} µs, DDR {perf.ddr_bytes / 1e6:.2f} MB/frame")
+    shapes = ", ".join(f"{k}={format_shape(v)}" for k, v in g.input_shapes.items())
+    lines.append(f"model {g.path.name if g.path else '?'} ({len(g.nodes)} nodes, {shapes}); "
+                 + ("scales read from the QDQ file" if session.quantized_file else
+                    f"calibrated with {session.calibration.config.observer} on "
+                    f"{session.calibration.batches} samples of {session.calibration.config.source}"
+                    if session.calibration else "not calibrated"))
+    return "\n".join(lines)

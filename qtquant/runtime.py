@@ -1,0 +1,87 @@
+"""onnxruntime sessions over a :class:`~qtquant.graph.Graph`.
+
+All inference in qtquant goes through here: calibration, shape fallback and fidelity.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from .errors import ModelError
+
+__all__ = ["make_session", "run_with_outputs", "zeros_feed", "with_outputs", "input_specs"]
+
+
+def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph also outputs ``names`` (in that order, after the originals)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    vi = {v.name: v for v in m.graph.value_info}
+    for n in names:
+        if n in have:
+            continue
+        if n in vi:
+            m.graph.output.append(vi[n])
+        else:
+            m.graph.output.append(onnx.ValueInfoProto(name=n))
+        have.add(n)
+    return m
+
+
+def _has_external(model) -> bool:
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+
+
+def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, threads: int = 0):
+    """An InferenceSession for an in-memory model whose external data lives in ``base_dir``."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = threads
+    # Extended rather than all: fusions that drop intermediate tensors would hide the
+    # activations we ask for as outputs.
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    try:
+        if _has_external(model) and base_dir is not None:
+            with tempfile.TemporaryDirectory(prefix="qtquant-ort-") as tmp:
+                locs = {next((e.value for e in t.external_data if e.key == "location"), "")
+                        for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+                for loc in locs:
+                    dst = Path(tmp) / loc
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    os.symlink(Path(base_dir).resolve() / loc, dst)
+                mp = Path(tmp) / "model.onnx"
+                onnx.save(model, str(mp))
+                return ort.InferenceSession(str(mp), so, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"onnxruntime cannot run this model: {first[:300]}") from None
+
+
+def input_specs(graph) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    out = {}
+    for name in graph.inputs:
+        t = graph.tensors[name]
+        dt = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type) if t.elem_type else np.dtype(np.float32)
+        out[name] = (tuple(int(d or 1) for d in (t.shape or ())), np.dtype(dt))
+    return out
+
+
+def zeros_feed(graph) -> dict[str, np.ndarray]:
+    return {n: np.zeros(s, dtype=d) for n, (s, d) in input_specs(graph).items()}
+
+
+def run_with_outputs(graph, names, feed) -> dict[str, np.ndarray]:
+    names = list(names)
+    sess = make_session(with_outputs(graph.model, names), graph.base_dir)
+    res = sess.run(names, feed)
+    return dict(zip(names, res))

@@ -1,0 +1,126 @@
+"""A working session: one graph, its calibration, the user's groups and derived analyses.
+
+This is the model object the CLI and the GUI share.  It knows nothing of Qt; the GUI
+subscribes to :attr:`Session.events`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from .calib import CalibConfig, CalibrationResult, calibrate
+from .concat import analyze_concats
+from .domains import DomainMap, Policy, build_domains
+from .groups import GroupSet
+from .quant import Scheme
+
+__all__ = ["Options", "Session", "Events"]
+
+
+@dataclass(frozen=True)
+class Options:
+    scheme: Scheme = Scheme.SYMMETRIC_INT8
+    policy: Policy = Policy.UNION
+    march: str = "bayes-e"
+    max_bits_lost: float = 1.0
+    calib: CalibConfig = field(default_factory=CalibConfig)
+
+
+class Events:
+    """Minimal observer list: ``events.connect(fn)``; fn(kind, **payload)."""
+
+    def __init__(self):
+        self._subs: list[Callable] = []
+
+    def connect(self, fn: Callable) -> None:
+        self._subs.append(fn)
+
+    def disconnect(self, fn: Callable) -> None:
+        if fn in self._subs:
+            self._subs.remove(fn)
+
+    def emit(self, kind: str, **payload) -> None:
+        for fn in list(self._subs):
+            fn(kind, **payload)
+
+
+class Session:
+    def __init__(self, graph, options: Options = Options(), *, qdq=None):
+        self.graph = graph
+        self.options = options
+        self.qdq = qdq  # qtquant.qdq.QdqInfo when the model came quantized
+        self.calibration: CalibrationResult | None = None
+        self.groups = GroupSet()
+        self.events = Events()
+        self._dm: DomainMap | None = None
+        self._baseline_dm: DomainMap | None = None
+        self.revision = 0  # bumps on every edit; background results carry it to detect staleness
+        if qdq is not None:
+            self.options = replace(self.options, scheme=qdq.scheme)
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def quantized_file(self) -> bool:
+        return self.qdq is not None
+
+    @property
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        if self.calibration is not None:
+            return self.calibration.ranges
+        return {}
+
+    @property
+    def ready(self) -> bool:
+        return self.calibration is not None or self.qdq is not None
+
+    def run_calibration(self, progress=None, cancel=None) -> CalibrationResult:
+        res = calibrate(self.graph, self.options.calib, progress=progress, cancel=cancel)
+        self.set_calibration(res)
+        return res
+
+    def set_calibration(self, res: CalibrationResult) -> None:
+        self.calibration = res
+        self._invalidate()
+        self._baseline_dm = None
+        self.events.emit("calibrated")
+
+    def set_options(self, **changes) -> None:
+        self.options = replace(self.options, **changes)
+        self._invalidate()
+        self._baseline_dm = None
+        self.events.emit("options", changes=changes)
+
+    def groups_changed(self) -> None:
+        self._invalidate()
+        self.events.emit("groups")
+
+    def _invalidate(self) -> None:
+        self._dm = None
+        self.revision += 1
+
+    # -- derived --------------------------------------------------------------------------
+    def _build(self, groups) -> DomainMap:
+        hist_pool = None
+        if self.calibration is not None and hasattr(self.calibration, "pooled_range"):
+            hist_pool = self.calibration.pooled_range
+        return build_domains(self.graph, self.ranges, groups, policy=self.options.policy,
+                             scheme=self.options.scheme, fixed=self.qdq.ranges if self.qdq else None,
+                             hist_pool=hist_pool,
+                             percentile=getattr(self.options.calib, "percentile", 99.99))
+
+    @property
+    def domains(self) -> DomainMap:
+        if self._dm is None:
+            self._dm = self._build(self.groups.as_lists())
+        return self._dm
+
+    @property
+    def baseline_domains(self) -> DomainMap:
+        """Domains without any user group: the 'before' of every before/after."""
+        if self._baseline_dm is None:
+            self._baseline_dm = self._build(())
+        return self._baseline_dm
+
+    def concats(self, baseline: bool = False):
+        return analyze_concats(self.graph, self.baseline_domains if baseline else self.domains)
