@@ -1,0 +1,21 @@
+"""Locating the data files under the top-level ``resources/`` folder.
+
+In a source checkout (editable install) they sit next to the package; a wheel ships
+them as ``qtquant/resources`` package data (mapped in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["resource_path"]
+
+_HERE = Path(__file__).resolve().parent
+
+
+def resource_path(*parts: str) -> Path:
+    for base in (_HERE.parent / "resources", _HERE / "_resources"):
+        p = base.joinpath(*parts)
+        if p.exists():
+            return p
+    return (_HERE.parent / "resources").joinpath(*parts)
