@@ -13,7 +13,7 @@ import numpy as np
 from networkx.utils import UnionFind
 
 from .ops import passes_through
-from .quant import QParams, Scheme, qparams_for_range
+from .quant import QParams, Scheme, qparams_for_range, range_width
 
 __all__ = ["Policy", "Domain", "DomainMap", "build_domains"]
 
@@ -83,25 +83,46 @@ def _natural_sets(graph, fixed: dict | None) -> UnionFind:
     return uf
 
 
-def _policy_range(policy: Policy, members, natural_sets, ranges, graph, hist_pool, percentile):
+def _policy_range(policy: Policy, members, natural_sets, ranges, graph, hist_pool, percentile,
+                  scheme: Scheme = Scheme.SYMMETRIC_INT8):
     have = [m for m in members if m in ranges]
     if not have:
         return None
+
+    def from_concat(m) -> bool:  # m's natural set holds a Concat output (directly or via Reshape etc.)
+        return any((p := graph.producer(t)) is not None and p.op_type == "Concat"
+                   for t in natural_sets.get(m, (m,)))
+
     if policy is Policy.OUTPUT:
-        outs = [m for m in have if (p := graph.producer(m)) is not None and p.op_type == "Concat"]
+        outs = [m for m in have if from_concat(m)]
         if outs:
-            have_out = [r for o in outs for r in (ranges[o],)]
-            return min(r[0] for r in have_out), max(r[1] for r in have_out)
+            return min(ranges[o][0] for o in outs), max(ranges[o][1] for o in outs)
     if policy is Policy.MAX_INPUT:
-        # The widest range among the natural sub-domains that feed a Concat (not its output).
-        cands = [m for m in have if not ((p := graph.producer(m)) is not None and p.op_type == "Concat")] or have
-        best = max(cands, key=lambda m: ranges[m][1] - ranges[m][0])
+        # The largest scale among the members that feed a Concat (not its output, nor a
+        # pass-through view of that output, which would just be the union again).
+        cands = [m for m in have if not from_concat(m)] or have
+        best = max(cands, key=lambda m: range_width(*ranges[m], scheme))
         return ranges[best]
     if policy is Policy.POOLED and hist_pool is not None:
         r = hist_pool(have, percentile)
         if r is not None:
             return r
     return min(ranges[m][0] for m in have), max(ranges[m][1] for m in have)
+
+
+def _constant_range(graph, name):
+    """Range of a float constant that a user group pulls into a domain (it is cloned on export)."""
+    t = graph.tensors.get(name)
+    if t is None or t.kind != "weight" or not t.is_float:
+        return None
+    try:
+        v = graph.constant_value(name)
+    except Exception:
+        return None
+    if v is None or not v.size:
+        return None
+    v = np.asarray(v, dtype=np.float64)
+    return float(v.min()), float(v.max())
 
 
 def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
@@ -121,6 +142,13 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
         fs = frozenset(s)
         for t in s:
             natural[t] = fs
+    const_ranges: dict[str, tuple[float, float]] = {}
+    for members in groups:  # constants can join a domain (DESIGN §3)
+        for m in members:
+            if m not in natural and (r := _constant_range(graph, m)) is not None:
+                uf[m]
+                natural[m] = frozenset((m,))
+                const_ranges[m] = r
     group_of: dict[str, list[int]] = {}
     for gi, members in enumerate(groups):
         members = [m for m in members if m in natural]
@@ -135,6 +163,7 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
 
     # A member's own range is the union over its natural set (pass-through chain).
     src = dict(ranges)
+    src.update(const_ranges)
     if fixed:
         src.update(fixed)
     nat_range: dict[frozenset, tuple[float, float]] = {}
@@ -152,7 +181,7 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     for did, members in enumerate(sets):
         is_fixed = bool(fixed) and all(m in fixed or natural[m] == natural[members[0]] for m in members) \
             and len({natural[m] for m in members}) == 1
-        r = _policy_range(policy, members, natural, member_range, graph, hist_pool, percentile)
+        r = _policy_range(policy, members, natural, member_range, graph, hist_pool, percentile, scheme)
         q = qparams_for_range(*r, scheme) if r is not None else None
         gids = sorted({g for m in members for g in group_of.get(m, ())})
         lo, hi = r if r is not None else (float("nan"), float("nan"))
