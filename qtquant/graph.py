@@ -120,7 +120,7 @@ class Graph:
             self.tensors[i.name] = Tensor(i.name, _dims(i.type), et, "input" if et in FLOAT_TYPES else "shape")
             self.inputs.append(i.name)
 
-        order = _toposort(g)
+        order = list(g.node)  # already sorted by graph_from_model
         seen_names: set[str] = set()
         for idx, pnode in enumerate(order):
             name = pnode.name
@@ -377,6 +377,22 @@ def _ort_fill_shapes(graph: "Graph") -> None:
                 t.kind = "shape"
 
 
+def _check_channels(graph: "Graph") -> None:
+    """Shape inference does not compare Conv input channels with the weights; do it here."""
+    for node in graph.nodes.values():
+        if node.op_type != "Conv" or len(node.inputs) < 2:
+            continue
+        x, w = graph.tensors.get(node.inputs[0]), graph.tensors.get(node.inputs[1])
+        if not x or not w or not x.shape or not w.shape or len(x.shape) < 2 or x.shape[1] is None:
+            continue
+        want = w.shape[1] * int(node.attrs.get("group", 1))
+        if want and x.shape[1] != want:
+            src = next((n for n in graph.inputs), "?")
+            raise ShapeError(f"the input shapes do not fit the model: Conv {node.name!r} expects {want} input "
+                             f"channels but gets {x.shape[1]} (from input {src!r} "
+                             f"{format_shape(graph.tensors[src].shape) if src in graph.tensors else ''})")
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -408,11 +424,15 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     if not (MIN_OPSET <= opset <= MAX_OPSET):
         raise ModelError(f"opset {opset} is not supported (qtquant reads opsets {MIN_OPSET} to {MAX_OPSET})")
     model = onnx.ModelProto.FromString(model.SerializeToString()) if path is None else model
+    order = _toposort(model.graph)  # shape inference needs topological order, and cycles fail here
+    del model.graph.node[:]
+    model.graph.node.extend(order)
     shapes = _apply_input_shapes(model, parse_input_shapes(input_shapes.items() if isinstance(input_shapes, dict) else input_shapes))
     inferred = _infer(model)
     if not sha256:
         sha256 = hashlib.sha256(model.SerializeToString()).hexdigest()
     graph = Graph(inferred, path, shapes, sha256)
+    _check_channels(graph)
     if ort_fallback:
         _ort_fill_shapes(graph)
     return graph

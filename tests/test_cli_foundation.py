@@ -1,0 +1,135 @@
+"""Issue 2: the CLI contract for analyze and demo, exit codes, JSON schema, and no Qt in the core."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from builders import branchy_concat_model, save
+from qtquant.cli import main
+
+
+def _run(capsys, *argv):
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_analyze_json_schema(tmp_path, capsys):
+    p = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx")
+    rc, out, err = _run(capsys, "analyze", p, "--json", "--calib", "synthetic", "--calib-count", "4")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["schema_version"] == 1
+    (c,) = doc["concats"]
+    assert c["node"] == "cat"
+    for key in ("ratio", "rescales", "rescale_cost_us", "inputs", "output"):
+        assert key in c
+    for m in c["inputs"] + [c["output"]]:
+        for key in ("tensor", "scale", "absmax", "domain", "bits_lost", "bits_lost_if_shared"):
+            assert key in m
+        assert m["scale"] > 0
+    s = doc["summary"]
+    for key in ("concats", "mismatched_concats", "rescales", "latency_ms", "fps", "sqnr_db"):
+        assert key in s
+    assert s["concats"] == 1 and s["mismatched_concats"] == 1 and s["rescales"] == c["rescales"] >= 1
+    assert c["ratio"] > 1.5
+
+
+def test_analyze_text(tmp_path, capsys):
+    p = save(branchy_concat_model(), tmp_path / "m.onnx")
+    rc, out, _ = _run(capsys, "analyze", p, "--calib-count", "2")
+    assert rc == 0
+    assert "cat" in out and "Concats" in out and "rescales" in out
+
+
+@pytest.mark.parametrize("case", ["missing", "corrupt", "text", "shape", "name", "nan"])
+def test_bad_input_exits_3_with_one_line(tmp_path, capsys, case):
+    p = save(branchy_concat_model(dynamic=True), tmp_path / "m.onnx")
+    args = ["analyze", p, "--input-shape", "x=1x3x16x16"]
+    if case == "missing":
+        args[1] = str(tmp_path / "nope.onnx")
+    elif case == "corrupt":
+        (tmp_path / "c.onnx").write_bytes(Path(p).read_bytes()[:100])
+        args[1] = str(tmp_path / "c.onnx")
+    elif case == "text":
+        (tmp_path / "t.onnx").write_text("hello, I am not a model\n")
+        args[1] = str(tmp_path / "t.onnx")
+    elif case == "shape":
+        args[3] = "x=1x3x16"
+    elif case == "name":
+        args[3] = "images=1x3x16x16"
+    elif case == "nan":
+        a = np.random.default_rng(0).random((1, 3, 16, 16)).astype(np.float32)
+        a[0, 0, 0, 0] = np.nan
+        np.save(tmp_path / "bad.npy", a)
+        args += ["--calib", str(tmp_path / "bad.npy")]
+    rc, out, err = _run(capsys, *args)
+    assert rc == 3
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("qtquant: error:"), err
+    assert "Traceback" not in err
+
+
+def test_usage_error_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["analyze", "--no-such-flag"])
+    assert e.value.code == 2
+
+
+def test_help_names_subcommands():
+    r = subprocess.run([sys.executable, "-m", "qtquant", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0
+    for cmd in ("analyze", "fix", "perf", "screenshot", "demo"):
+        assert cmd in r.stdout
+
+
+def test_demo_writes_models_and_data(tmp_path, capsys):
+    rc, out, _ = _run(capsys, "demo", str(tmp_path / "d"), "--count", "3")
+    assert rc == 0
+    att = tmp_path / "d" / "multiscale_attention.onnx"
+    assert att.exists() and (tmp_path / "d" / "yolo_neck.onnx").exists()
+    assert len(list((tmp_path / "d" / "multiscale_attention_calib").glob("*.npz"))) == 3
+    from qtquant.loader import open_model
+
+    s = open_model(att)
+    s.run_calibration()
+    cats = {c.node: c for c in s.concats()}
+    assert set(cats) == {"attn/k_cat", "attn/v_cat"}
+    for c in cats.values():
+        assert c.rescales == 2 and 1.2 < c.ratio < 12
+
+
+CORE_IMPORT_CHECK = r"""
+import importlib, pkgutil, sys
+import qtquant
+for m in pkgutil.walk_packages(qtquant.__path__, "qtquant."):
+    if m.name.startswith(("qtquant.gui", "qtquant.torch")) or m.name.endswith("__main__"):
+        continue
+    importlib.import_module(m.name)
+bad = [k for k in sys.modules if k.split(".")[0] in ("PySide6", "PyQt5", "PyQt6", "shiboken6", "torch")]
+print("LOADED:" + ",".join(bad))
+"""
+
+
+def test_core_imports_without_qt():
+    r = subprocess.run([sys.executable, "-c", CORE_IMPORT_CHECK], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "LOADED:", r.stdout
+
+
+def test_no_qt_import_statements_in_core():
+    root = Path(__file__).resolve().parents[1] / "qtquant"
+    offenders = []
+    for f in root.rglob("*.py"):
+        rel = f.relative_to(root)
+        if rel.parts[0] in ("gui",):
+            continue
+        for line in f.read_text().splitlines():
+            s = line.strip()
+            if s.startswith(("import PySide6", "from PySide6", "import PyQt", "from PyQt", "import shiboken")):
+                offenders.append(str(rel))
+    assert offenders == []

@@ -1,0 +1,186 @@
+"""Issue 2: graph model, op registry, scale domains, Concat analysis."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from builders import branchy_concat_model, save
+from qtquant.calib.engine import CalibConfig, CalibrationResult, TensorStats
+from qtquant.domains import build_domains
+from qtquant.errors import ModelError, QtQuantError, ShapeError
+from qtquant.graph import graph_from_model, load_graph
+from qtquant.ops import Role, handler_for
+from qtquant.runtime import run_with_outputs
+from qtquant.session import Session
+
+
+def _minmax(graph, n=4, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = graph.input_shapes["x"]
+    mins, maxs = {}, {}
+    for _ in range(n):
+        v = run_with_outputs(graph, graph.observed_tensors, {"x": rng.random(shape, dtype=np.float32)})
+        for k, a in v.items():
+            mins[k] = min(mins.get(k, np.inf), float(a.min()))
+            maxs[k] = max(maxs.get(k, -np.inf), float(a.max()))
+    return {k: (mins[k], maxs[k]) for k in mins}
+
+
+def test_pass_through_chain_shares_domain():
+    g = graph_from_model(branchy_concat_model(chain=True))
+    ranges = _minmax(g)
+    dm = build_domains(g, ranges)
+    # Relu computes (own observer); MaxPool passes its input's quantization on.
+    assert dm.of["relu0_out"] == dm.of["pool0_out"]
+    assert dm.of["conv0_out"] != dm.of["relu0_out"]
+    assert g.observed("relu0_out") and not g.observed("pool0_out")
+    assert "pool0_out" not in g.observed_tensors
+
+
+def test_concat_analysis_counts_rescales_and_bits():
+    g = graph_from_model(branchy_concat_model(gains=(1.0, 3.0, 8.0)))
+    ranges = {"x": (0.0, 1.0), "conv0_out": (-1.0, 1.0), "conv1_out": (-3.0, 2.0),
+              "conv2_out": (-2.0, 8.0), "cat_out": (-3.0, 8.0), "y": (0.0, 8.0)}
+    s = Session(g)
+    s.set_calibration(CalibrationResult({k: TensorStats(*v) for k, v in ranges.items()}, ranges, CalibConfig()))
+    (c,) = s.concats()
+    assert c.node == "cat"
+    assert c.ratio == pytest.approx(8.0)
+    # conv2 has the output's absmax (8) and so the output's scale: no rescale there.
+    assert [m.needs_rescale for m in c.inputs] == [True, True, False]
+    assert c.rescales == 2
+    assert c.inputs[0].bits_lost_if_shared == pytest.approx(3.0)
+    assert c.inputs[1].bits_lost_if_shared == pytest.approx(np.log2(8 / 3))
+    # Sharing all of them removes every rescale.
+    s.groups.groups.append(type("G", (), {"members": ("conv0_out", "conv1_out", "conv2_out", "cat_out")})())
+    s.groups_changed()
+    (c2,) = s.concats()
+    assert c2.rescales == 0 and c2.ratio == pytest.approx(1.0)
+    assert c2.inputs[0].bits_lost_now == pytest.approx(3.0)
+
+
+def test_registry_roles_and_default():
+    assert handler_for("MaxPool").role is Role.PASS
+    assert handler_for("Conv").role is Role.COMPUTE
+    assert handler_for("Shape").role is Role.NONE
+    unk = handler_for("MyFancyOp")
+    assert unk.role is Role.COMPUTE and not unk.known
+
+
+def test_shape_subgraph_is_not_activation():
+    # y = Reshape(x, Concat(Shape(x)[0:1], [-1])): the Shape/Gather/Concat chain is shape math.
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "zero"], ["n"], name="gather", axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="unsq"),
+        helper.make_node("Concat", ["n1", "minus1"], ["newshape"], name="shape_cat", axis=0),
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "newshape"], ["y"], name="reshape"),
+    ]
+    inits = [onnx.numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             onnx.numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             onnx.numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    gr = helper.make_graph(nodes, "s", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17)])
+    g = graph_from_model(m)
+    assert g.tensors["newshape"].kind == "shape"
+    assert g.tensors["n"].kind == "shape"
+    assert g.concat_nodes() == []  # the shape Concat is not analysed
+    assert set(g.observed_tensors) == {"x", "r"}
+    assert g.tensors["y"].shape == (2, 12)
+
+
+def test_dynamic_shapes(tmp_path):
+    p = save(branchy_concat_model(dynamic=True), tmp_path / "dyn.onnx")
+    with pytest.raises(ShapeError, match="dynamic dimensions"):
+        load_graph(p)
+    g = load_graph(p, ["x=1x3x20x24"])
+    assert g.tensors["cat_out"].shape == (1, 12, 20, 24)
+    assert g.input_shapes == {"x": (1, 3, 20, 24)}
+
+
+@pytest.mark.parametrize("spec,match", [
+    (["x=1x4x16x16"], "expects shape"),
+    (["y=1x3x16x16"], "unknown input name 'y'"),
+    (["x=1x3x16"], "rank"),
+    (["x=1xAx16x16"], "integers"),
+])
+def test_bad_shapes(tmp_path, spec, match):
+    p = save(branchy_concat_model(), tmp_path / "m.onnx")
+    with pytest.raises(ShapeError, match=match):
+        load_graph(p, spec)
+
+
+def test_shape_that_does_not_fit_the_weights(tmp_path):
+    p = save(branchy_concat_model(dynamic=True), tmp_path / "m.onnx")
+    # 3 channels are fixed by the model; a channel count that conflicts with the conv weights must fail.
+    m = branchy_concat_model(dynamic=True)
+    m.graph.input[0].type.tensor_type.shape.dim[1].Clear()
+    m.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "C"
+    p = save(m, tmp_path / "m2.onnx")
+    with pytest.raises(QtQuantError):
+        load_graph(p, ["x=1x5x16x16"])
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ModelError, match="not found"):
+        load_graph(tmp_path / "missing.onnx")
+    (tmp_path / "junk.onnx").write_bytes(b"\x00\xffnot a protobuf at all" * 10)
+    with pytest.raises(ModelError, match="not a readable ONNX model"):
+        load_graph(tmp_path / "junk.onnx")
+    good = (tmp_path / "good.onnx")
+    save(branchy_concat_model(), good)
+    data = good.read_bytes()
+    (tmp_path / "trunc.onnx").write_bytes(data[: len(data) // 3])
+    with pytest.raises(ModelError):
+        load_graph(tmp_path / "trunc.onnx")
+    with pytest.raises(ModelError, match="folder"):
+        load_graph(tmp_path)
+
+
+def test_unsupported_opset(tmp_path):
+    m = branchy_concat_model(opset=9)
+    with pytest.raises(ModelError, match="opset 9"):
+        load_graph(save(m, tmp_path / "old.onnx"))
+
+
+def test_cycle_and_dangling(tmp_path):
+    nodes = [helper.make_node("Relu", ["b"], ["a"], name="r1"), helper.make_node("Relu", ["a"], ["b"], name="r2"),
+             helper.make_node("Add", ["x", "b"], ["y"], name="add")]
+    gr = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelError, match="cycle"):
+        load_graph(save(m, tmp_path / "cyc.onnx"))
+    nodes = [helper.make_node("Add", ["x", "ghost"], ["y"], name="add")]
+    gr = helper.make_graph(nodes, "d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelError, match="ghost"):
+        load_graph(save(m, tmp_path / "dangling.onnx"))
+
+
+def test_external_data_loads_lazily_and_refuses_escape(tmp_path):
+    m = branchy_concat_model()
+    expected = onnx.numpy_helper.to_array(next(t for t in m.graph.initializer if t.name == "conv1.w"))
+    d = tmp_path / "ext"
+    d.mkdir()
+    onnx.save(m, str(d / "m.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="m.data", size_threshold=0)
+    g = load_graph(d / "m.onnx")
+    w = g.initializer("conv1.w")
+    np.testing.assert_array_equal(w, expected)
+    # A weight whose location escapes the model folder is refused before anything is read.
+    m2 = onnx.load(str(d / "m.onnx"), load_external_data=False)
+    for t in m2.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = "../../etc/passwd"
+    onnx.save(m2, str(d / "evil.onnx"))
+    with pytest.raises(ModelError, match="outside the model folder"):
+        load_graph(d / "evil.onnx")
+    (d / "m.data").unlink()
+    with pytest.raises(ModelError, match="missing"):
+        load_graph(d / "m.onnx")
