@@ -1,0 +1,87 @@
+"""Time to load and analyze a model, against the floor of onnx.load + onnx.shape_inference alone.
+
+usage: python benchmarks/analyze_speed.py [--models-dir ../shared/models]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synthetic import synthetic_model  # noqa: E402
+
+from qtquant.concat import analyze_concats  # noqa: E402
+from qtquant.domains import build_domains  # noqa: E402
+from qtquant.graph import load_graph  # noqa: E402
+
+
+def best(fn, reps=3):
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+def floor(path):
+    m = onnx.load(str(path), load_external_data=False)
+    onnx.shape_inference.infer_shapes(m, data_prop=True)
+
+
+def ours(path, shapes):
+    g = load_graph(path, shapes)
+    # Deterministic stand-in ranges: analysis cost does not depend on the values.
+    ranges = {t: (-1.0 - (k % 7), 1.0 + (k % 5)) for k, t in enumerate(g.observed_tensors)}
+    dm = build_domains(g, ranges)
+    return analyze_concats(g, dm)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    root = Path(__file__).resolve().parents[1]
+    ap.add_argument("--models-dir", default=str(root.parent / "shared" / "models"))
+    args = ap.parse_args()
+    cases = []
+    yolo = Path(args.models_dir) / "yolov8n_320.onnx"
+    if yolo.exists():
+        # The floor gets the same fixed input shape so both sides do the same inference work.
+        with tempfile.TemporaryDirectory() as d:
+            m = onnx.load(str(yolo))
+            for dim, v in zip(m.graph.input[0].type.tensor_type.shape.dim, (1, 3, 320, 320)):
+                dim.Clear()
+                dim.dim_value = v
+            fixed = Path(d) / "yolo_fixed.onnx"
+            onnx.save(m, str(fixed))
+            cases.append(("yolov8n_320", yolo, ["images=1x3x320x320"], fixed))
+            syn = Path(d) / "synthetic.onnx"
+            onnx.save(synthetic_model(10_000), str(syn))
+            cases.append(("synthetic 10k nodes", syn, [], syn))
+            run(cases)
+    else:
+        print(f"({yolo} not found; only the synthetic graph)")
+        with tempfile.TemporaryDirectory() as d:
+            syn = Path(d) / "synthetic.onnx"
+            onnx.save(synthetic_model(10_000), str(syn))
+            run([("synthetic 10k nodes", syn, [], syn)])
+
+
+def run(cases):
+    print(f"{'model':22s} {'nodes':>6s} {'concats':>7s} {'floor s':>8s} {'qtquant s':>9s} {'ratio':>6s}")
+    for name, path, shapes, floor_path in cases:
+        t_floor = best(lambda: floor(floor_path))
+        cats = ours(path, shapes)
+        t_ours = best(lambda: ours(path, shapes))
+        n = len(onnx.load(str(path), load_external_data=False).graph.node)
+        print(f"{name:22s} {n:6d} {len(cats):7d} {t_floor:8.3f} {t_ours:9.3f} {t_ours / t_floor:6.2f}x")
+    print("floor = onnx.load + onnx.shape_inference.infer_shapes(data_prop=True); target ratio <= 2x")
+
+
+if __name__ == "__main__":
+    main()
