@@ -175,9 +175,12 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
 
     domains: dict[int, Domain] = {}
     of: dict[str, int] = {}
-    sets = sorted((sorted(s) for s in uf.to_sets()), key=lambda s: graph.tensors[s[0]].name)
-    order = {n: i for i, n in enumerate(graph.tensors)}
-    sets.sort(key=lambda s: min(order[t] for t in s))
+    # Domain ids follow the first member in graph order, so they are stable across runs.
+    by_root: dict[str, list[str]] = {}
+    for t in graph.tensors:
+        if t in natural:
+            by_root.setdefault(uf[t], []).append(t)
+    sets = list(by_root.values())
     for did, members in enumerate(sets):
         is_fixed = bool(fixed) and all(m in fixed or natural[m] == natural[members[0]] for m in members) \
             and len({natural[m] for m in members}) == 1

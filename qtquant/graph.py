@@ -28,19 +28,33 @@ FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProt
                onnx.TensorProto.DOUBLE}
 
 
-@dataclass
 class Node:
-    name: str
-    op_type: str
-    inputs: list[str]
-    outputs: list[str]
-    attrs: dict
-    domain: str = ""
-    index: int = 0  # position in topological order
+    """One op.  Attributes are decoded on first access: most analyses never look at them."""
+
+    __slots__ = ("name", "op_type", "inputs", "outputs", "domain", "index", "_attrs", "_attr_protos")
+
+    def __init__(self, name, op_type, inputs, outputs, attrs=None, domain="", index=0, attr_protos=()):
+        self.name = name
+        self.op_type = op_type
+        self.inputs = inputs
+        self.outputs = outputs
+        self.domain = domain
+        self.index = index  # position in topological order
+        self._attrs = attrs
+        self._attr_protos = attr_protos
+
+    @property
+    def attrs(self) -> dict:
+        if self._attrs is None:
+            self._attrs = {a.name: _attr_value(a) for a in self._attr_protos}
+        return self._attrs
 
     @property
     def handler(self):
         return handler_for(self.op_type)
+
+    def __repr__(self) -> str:
+        return f"Node({self.name!r}, {self.op_type})"
 
 
 @dataclass
@@ -82,10 +96,18 @@ def _attr_value(a: onnx.AttributeProto):
     return v
 
 
+def _dim(d):
+    v = d.dim_value
+    if v:
+        return v
+    return 0 if d.HasField("dim_value") else None  # a literal zero-sized dim vs an unknown one
+
+
 def _dims(type_proto) -> tuple | None:
-    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+    tt = type_proto.tensor_type
+    if not tt.HasField("shape"):
         return None
-    return tuple(d.dim_value if d.HasField("dim_value") else None for d in type_proto.tensor_type.shape.dim)
+    return tuple(map(_dim, tt.shape.dim))
 
 
 class Graph:
@@ -120,6 +142,8 @@ class Graph:
             self.tensors[i.name] = Tensor(i.name, _dims(i.type), et, "input" if et in FLOAT_TYPES else "shape")
             self.inputs.append(i.name)
 
+        tensors = self.tensors
+        self._quantized = {n for n, t in tensors.items() if t.kind == "input"}
         order = list(g.node)  # already sorted by graph_from_model
         seen_names: set[str] = set()
         for idx, pnode in enumerate(order):
@@ -130,12 +154,14 @@ class Graph:
                     name += "_"
                 pnode.name = name
             seen_names.add(name)
-            node = Node(name, pnode.op_type, list(pnode.input), list(pnode.output),
-                        {a.name: _attr_value(a) for a in pnode.attribute}, pnode.domain, idx)
+            op = pnode.op_type
+            node = Node(name, op, list(pnode.input), list(pnode.output), None, pnode.domain, idx,
+                        pnode.attribute)
             self.nodes[name] = node
-            ins = [self.tensors[i] for i in node.inputs if i]
+            ins = [tensors[i] for i in node.inputs if i]
             static = all(t.kind in ("weight", "shape") for t in ins)
-            role = handler_for(node.op_type).role
+            role = handler_for(op).role
+            quant_out = role is not Role.NONE
             for o in node.outputs:
                 if not o:
                     continue
@@ -144,16 +170,17 @@ class Graph:
                 shape = _dims(v.type) if v is not None else None
                 if et and et not in FLOAT_TYPES:
                     kind = "shape"
-                elif node.op_type == "Constant" or (static and ins) or (not ins and role is Role.NONE):
+                elif op == "Constant" or (static and ins) or (not ins and role is Role.NONE):
                     kind = "weight" if (et in FLOAT_TYPES or not et) else "shape"
                 elif not et and (role is Role.NONE or not any(t.is_float for t in ins)):
                     kind = "shape"
                 else:
                     kind = "activation"
-                self.tensors[o] = Tensor(o, shape, et, kind, producer=name)
-            for i in node.inputs:
-                if i:
-                    self.tensors[i].consumers.append(name)
+                tensors[o] = Tensor(o, shape, et, kind, producer=name)
+                if kind == "activation" and quant_out:
+                    self._quantized.add(o)
+            for t in ins:
+                t.consumers.append(name)
 
     # -- views ----------------------------------------------------------------------------
     @property
@@ -170,16 +197,11 @@ class Graph:
 
     def is_quantized(self, tensor: str) -> bool:
         """Activations (and float model inputs) that carry int8 quantization."""
-        t = self.tensors.get(tensor)
-        if t is None or t.kind not in ("input", "activation"):
-            return False
-        if t.producer is None:
-            return True
-        return handler_for(self.nodes[t.producer].op_type).role is not Role.NONE
+        return tensor in self._quantized
 
     @cached_property
     def quantized_tensors(self) -> list[str]:
-        return [n for n, t in self.tensors.items() if self.is_quantized(n)]
+        return [n for n in self.tensors if n in self._quantized]
 
     def observed(self, tensor: str) -> bool:
         """True when the tensor gets an observer of its own (not inherited through a pass-through op)."""
@@ -245,18 +267,32 @@ def _default_opset(model) -> int:
 def _toposort(g) -> list:
     """Kahn's algorithm over the node protos; detects cycles and dangling inputs."""
     available = {t.name for t in g.initializer} | {i.name for i in g.input}
+    nodes = list(g.node)
+    ins = [list(n.input) for n in nodes]
+    outs = [list(n.output) for n in nodes]
+    # Fast path: most files are already in topological order.
+    seen = set(available)
+    seen.add("")
+    ok = True
+    for i_list, o_list in zip(ins, outs):
+        if not seen.issuperset(i_list) or seen.intersection(o_list):
+            ok = False
+            break
+        seen.update(o_list)
+    if ok:
+        return nodes
     producer_of: dict[str, int] = {}
-    for idx, n in enumerate(g.node):
-        for o in n.output:
+    for idx, n in enumerate(nodes):
+        for o in outs[idx]:
             if o:
                 if o in producer_of or o in available:
                     raise ModelError(f"tensor {o!r} is produced twice (node {n.name or n.op_type!r})")
                 producer_of[o] = idx
-    indeg = [0] * len(g.node)
+    indeg = [0] * len(nodes)
     users: dict[int, list[int]] = {}
-    for idx, n in enumerate(g.node):
+    for idx, n in enumerate(nodes):
         deps = set()
-        for i in n.input:
+        for i in ins[idx]:
             if not i or i in available:
                 continue
             if i not in producer_of:
@@ -270,13 +306,13 @@ def _toposort(g) -> list:
     out = []
     while ready:
         i = ready.pop()
-        out.append(g.node[i])
+        out.append(nodes[i])
         for u in reversed(users.get(i, ())):
             indeg[u] -= 1
             if indeg[u] == 0:
                 ready.append(u)
-    if len(out) != len(g.node):
-        stuck = next(n for i, n in enumerate(g.node) if indeg[i] > 0)
+    if len(out) != len(nodes):
+        stuck = next(n for i, n in enumerate(nodes) if indeg[i] > 0)
         raise ModelError(f"graph has a cycle through node {stuck.name or stuck.op_type!r}")
     return out
 
@@ -375,6 +411,7 @@ def _ort_fill_shapes(graph: "Graph") -> None:
             t.elem_type = onnx.helper.np_dtype_to_tensor_dtype(v.dtype)
             if t.elem_type not in FLOAT_TYPES:
                 t.kind = "shape"
+                graph._quantized.discard(n)
 
 
 def _check_channels(graph: "Graph") -> None:
