@@ -1,0 +1,75 @@
+"""Projects: round trip, atomic save, changed models, bad files."""
+
+import json
+
+import onnx
+import pytest
+
+from builders import branchy_concat_model, save
+from qtquant.errors import PlanError
+from qtquant.loader import open_model
+from qtquant.project import load_project, open_project, save_project
+
+
+@pytest.fixture
+def session(tmp_path):
+    p = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx")
+    s = open_model(p, {"x": (1, 3, 16, 16)})
+    s.run_calibration()
+    s.groups.share(s, ["conv0_out", "conv1_out"], name="pair")
+    s.groups_changed()
+    return s
+
+
+def test_round_trip(session, tmp_path):
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    doc = json.loads(pp.read_text())
+    assert doc["format"] == "qtquant-project" and doc["model"] == "m.onnx"  # relative to the project
+    s2, rep = open_project(pp)
+    assert not rep.model_changed
+    assert s2.groups.as_lists() == session.groups.as_lists()
+    assert s2.graph.input_shapes == session.graph.input_shapes
+    assert s2.options == session.options
+
+
+def test_changed_model_remaps_groups_by_name(session, tmp_path):
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    m = branchy_concat_model(gains=(1.0, 3.0))  # conv2 is gone, conv0/conv1 remain
+    save(m, tmp_path / "m.onnx")
+    s2, rep = open_project(pp)
+    assert rep.model_changed and "changed" in rep.message()
+    assert s2.groups.as_lists() == [("conv0_out", "conv1_out")]
+    s3, rep3 = open_project(pp, remap=False)
+    assert len(s3.groups) == 0 and rep3.dropped_groups == 1
+
+
+@pytest.mark.parametrize("text,match", [
+    ("{not json", "not a readable"),
+    ("[]", "JSON object"),
+    ('{"format": "other"}', "format"),
+    ('{"format": "qtquant-project", "version": 99, "model": "m.onnx"}', "newer qtquant"),
+    ('{"format": "qtquant-project", "version": 1, "model": "m.onnx", "groups": [{"members": [1]}]}', "groups"),
+    ('{"format": "qtquant-project", "version": 1, "model": "m.onnx", "input_shapes": {"x": [0]}}', "input_shapes"),
+])
+def test_bad_project_files(tmp_path, text, match):
+    p = tmp_path / "bad.qtquant"
+    p.write_text(text)
+    with pytest.raises(PlanError, match=match):
+        load_project(p)
+
+
+def test_save_is_atomic_and_keeps_old_on_failure(session, tmp_path, monkeypatch):
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    before = pp.read_text()
+    import qtquant.export.atomic as atomic
+
+    def boom(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic, "commit", boom)
+    from qtquant.errors import QtQuantError
+
+    with pytest.raises(QtQuantError, match="No space"):
+        save_project(session, pp)
+    assert pp.read_text() == before
+    assert [f.name for f in tmp_path.iterdir() if f.name.startswith(".qtquant-")] == []
