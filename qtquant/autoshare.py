@@ -1,0 +1,239 @@
+"""Auto-share: tie each Concat's inputs and output to one observer when it is cheap.
+
+For every Concat (in topological order) the candidate domain is the union of the
+domains its members are in now, including what earlier Concats merged, so nested
+Concats merge transitively.  The candidate's range comes from the session's policy,
+and every tensor in it is charged ``bits_lost(own range, candidate range)``.  The
+Concat is shared when no tensor would lose more than ``max_bits_lost`` bits;
+otherwise it is left alone with a reason that names the widest and the narrowest
+member, e.g. "'boxes' (Mul, absmax 320) next to 'scores' (Sigmoid, absmax 1): 8.3 bits".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from networkx.utils import UnionFind
+
+from .domains import _policy_range
+from .errors import ShareRefused
+from .quant import bits_lost, range_width, scales_differ
+
+__all__ = ["AutoShareDecision", "AutoShareReport", "auto_share", "plan_auto_share"]
+
+
+@dataclass
+class AutoShareDecision:
+    concat: str
+    action: str  # "grouped" | "skipped" | "already"
+    worst_bits: float
+    members: tuple[str, ...] = ()
+    widest: str | None = None
+    narrowest: str | None = None
+    reason: str = ""
+    suggestion: str = ""  # for skipped Concats: "keep rescale" or "split: ..."
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class AutoShareReport:
+    max_bits_lost: float
+    decisions: list[AutoShareDecision] = field(default_factory=list)
+    groups: list = field(default_factory=list)  # the resulting groups.Group objects
+
+    @property
+    def grouped(self) -> list[str]:
+        return [d.concat for d in self.decisions if d.action == "grouped"]
+
+    @property
+    def skipped(self) -> list[tuple[str, str]]:
+        return [(d.concat, d.reason) for d in self.decisions if d.action == "skipped"]
+
+    @property
+    def already(self) -> list[str]:
+        return [d.concat for d in self.decisions if d.action == "already"]
+
+    @property
+    def notes(self) -> list[tuple[str, str]]:
+        return [(d.concat, n) for d in self.decisions for n in d.notes]
+
+    def text(self) -> str:
+        lines = [f"auto-share (max {self.max_bits_lost:g} bits lost): {len(self.grouped)} Concats shared "
+                 f"into {len(self.groups)} groups, {len(self.skipped)} left alone, "
+                 f"{len(self.already)} already matched"]
+        for d in self.decisions:
+            if d.action == "grouped":
+                lines.append(f"  shared   {d.concat}: worst member loses {d.worst_bits:.2f} bits")
+            elif d.action == "skipped":
+                lines.append(f"  FLAGGED  {d.concat}: {d.reason}" + (f" -> {d.suggestion}" if d.suggestion else ""))
+            for n in d.notes:
+                lines.append(f"           note: {n}")
+        return "\n".join(lines)
+
+
+def _label(graph, t, rng, scheme) -> str:
+    p = graph.producer(t)
+    op = p.op_type if p is not None else ("input" if t in graph.inputs else "constant")
+    return f"{t!r} ({op}, absmax {range_width(*rng, scheme):.3g})"
+
+
+def _concat_members(graph, dm, node) -> tuple[list[str], list[str]]:
+    """(shareable tensors, notes): quantized, non-constant inputs plus the output."""
+    members, notes = [], []
+    for i, t in enumerate(node.inputs):
+        if not t or t not in graph.tensors:
+            continue
+        if graph.tensors[t].kind == "weight":
+            continue  # requantized offline to the output scale: no runtime op, no observer
+        if t not in dm.of:
+            notes.append(f"input {i} ({t}) is not quantized and stays out of the group")
+            continue
+        members.append(t)
+    out = node.outputs[0]
+    if out in dm.of:
+        members.append(out)
+    return list(dict.fromkeys(members)), notes
+
+
+class _Planner:
+    """Union-find over the session's current domains, so trial merges are cheap."""
+
+    def __init__(self, session):
+        self.session = session
+        self.graph = session.graph
+        self.dm = session.domains
+        self.scheme = self.dm.scheme
+        self.policy = session.options.policy
+        cal = session.calibration
+        self.hist_pool = getattr(cal, "pooled_range", None) if cal is not None else None
+        self.pct = getattr(session.options.calib, "percentile", 99.99)
+        self.order = {n: i for i, n in enumerate(self.graph.tensors)}
+        self.uf = UnionFind()
+        self.tensors: dict[int, list[str]] = {}
+        for did, d in self.dm.domains.items():
+            self.uf[did]
+            self.tensors[did] = list(d.members)
+
+    def merged(self, dids) -> list[str]:
+        roots = {self.uf[d] for d in dids}
+        out = []
+        for d, ts in self.tensors.items():
+            if self.uf[d] in roots:
+                out.extend(ts)
+        return out
+
+    def evaluate(self, tensors):
+        """(range, worst bits, widest tensor, narrowest tensor) of one candidate domain."""
+        mr = self.dm.member_range
+        rng = _policy_range(self.policy, tensors, self.dm.natural_of, mr, self.graph, self.hist_pool,
+                            self.pct, self.scheme)
+        if rng is None:
+            return None, 0.0, None, None
+        # One representative per pass-through chain: the tensor that owns the observer.
+        have = list(dict.fromkeys(self.root(t) for t in tensors if t in mr))
+        worst, narrow, wide = 0.0, None, None
+        for t in have:
+            b = bits_lost(mr[t], rng, self.scheme)
+            if narrow is None or b > worst:
+                worst, narrow = b, t
+            if wide is None or range_width(*mr[t], self.scheme) > range_width(*mr[wide], self.scheme):
+                wide = t
+        return rng, worst, wide, narrow
+
+    def root(self, t: str) -> str:
+        nat = self.dm.natural_of.get(t)
+        if not nat or len(nat) == 1:
+            return t
+        obs = [x for x in nat if self.graph.observed(x)] or list(nat)
+        return min(obs, key=lambda x: (self.order.get(x, 0), x))
+
+    def union(self, dids) -> None:
+        dids = list(dids)
+        for d in dids[1:]:
+            self.uf.union(dids[0], d)
+
+
+def _suggest(pl: _Planner, members, out, limit) -> str:
+    """For a flagged Concat: which inputs could still share with the output cheaply."""
+    dm = pl.dm
+    out_scale = dm.scale_of(out)
+    ok = []
+    for t in members:
+        if t == out or dm.of[t] == dm.of[out] or not scales_differ(dm.scale_of(t) or 0.0, out_scale or 0.0):
+            continue  # already at the output's scale: no rescale to save
+        _, worst, _, _ = pl.evaluate(pl.merged({dm.of[t], dm.of[out]}))
+        if worst <= limit:
+            ok.append(t)
+    rest = [t for t in members if t != out and t not in ok and dm.of[t] != dm.of[out]
+            and scales_differ(dm.scale_of(t) or 0.0, out_scale or 0.0)]
+    if ok and rest:
+        return (f"split: {len(ok)} input(s) could share the output's scale within {limit:g} bits; "
+                f"keep a rescale on {', '.join(repr(t) for t in rest[:3])}{' ...' if len(rest) > 3 else ''}")
+    return "keep rescale"
+
+
+def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoShareReport, list[list[str]]]:
+    """Decide without changing the session: (report, groups of tensors to share)."""
+    limit = session.options.max_bits_lost if max_bits_lost is None else float(max_bits_lost)
+    pl = _Planner(session)
+    graph, dm = pl.graph, pl.dm
+    report = AutoShareReport(limit)
+    outputs = set(graph.outputs)
+    accepted: dict[str, list[str]] = {}
+    for node in graph.concat_nodes():
+        members, notes = _concat_members(graph, dm, node)
+        out = node.outputs[0]
+        feeds = out in outputs or any(o in outputs for c in graph.consumers(out) for o in c.outputs)
+        if feeds:
+            notes.append("feeds a model output directly: its scale is the output's resolution")
+        if len(members) < 2:
+            continue
+        dids = {dm.of[t] for t in members}
+        if len({pl.uf[d] for d in dids}) == 1:
+            report.decisions.append(AutoShareDecision(node.name, "already", 0.0, tuple(members), notes=tuple(notes)))
+            continue
+        tensors = pl.merged(dids)
+        rng, worst, wide, narrow = pl.evaluate(tensors)
+        if rng is None:
+            report.decisions.append(AutoShareDecision(
+                node.name, "skipped", 0.0, tuple(members), reason="no calibrated range for its members",
+                notes=tuple(notes)))
+            continue
+        if worst > limit:
+            mr = dm.member_range
+            why = (f"{_label(graph, wide, mr[wide], pl.scheme)} next to {_label(graph, narrow, mr[narrow], pl.scheme)}: "
+                   f"{worst:.1f} bits > {limit:g}")
+            report.decisions.append(AutoShareDecision(
+                node.name, "skipped", worst, tuple(members), wide, narrow, why,
+                _suggest(pl, members, out, limit), tuple(notes)))
+            continue
+        pl.union(dids)
+        accepted[node.name] = members
+        report.decisions.append(AutoShareDecision(node.name, "grouped", worst, tuple(members), wide, narrow,
+                                                  notes=tuple(notes)))
+    # One group per merged domain: nested Concats end up in a single group.
+    by_root: dict = {}
+    for name, members in accepted.items():
+        by_root.setdefault(pl.uf[dm.of[members[0]]], []).extend(members)
+    groups = [list(dict.fromkeys(ms)) for ms in by_root.values()]
+    return report, groups
+
+
+def auto_share(session, max_bits_lost: float | None = None) -> AutoShareReport:
+    """Share every Concat whose sharing costs at most ``max_bits_lost`` bits (default: the session's)."""
+    report, groups = plan_auto_share(session, max_bits_lost)
+    before = session.groups.snapshot()
+    made = []
+    try:
+        for members in groups:
+            names = [d.concat for d in report.decisions if d.action == "grouped" and set(d.members) & set(members)]
+            made.append(session.groups.share(session.graph, members, name="auto: " + ", ".join(names[:3])
+                                             + (" ..." if len(names) > 3 else "")))
+    except ShareRefused:
+        session.groups.restore(before)
+        raise
+    # A later share may have merged an earlier one: keep the final version of each.
+    final = {g.id: g for g in session.groups.groups}
+    report.groups = [final[g.id] for g in {g.id: g for g in made}.values() if g.id in final]
+    session.groups_changed()
+    return report

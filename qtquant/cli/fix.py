@@ -1,0 +1,131 @@
+"""``qtquant fix``: share scales (auto-share, a --plan, or both) and export the QDQ model."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from .common import add_common, open_session
+
+NAME = "fix"
+HELP = "share scales (auto-share, a --plan, or both) and export QDQ ONNX"
+
+
+def add_arguments(p) -> None:
+    add_common(p)
+    o = p.add_argument_group("fix")
+    o.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the QDQ model")
+    o.add_argument("--auto-share", action="store_true",
+                   help="share every Concat whose sharing costs at most --max-bits-lost bits")
+    o.add_argument("--plan-out", default=None, metavar="PLAN.json", help="also write the sharing plan")
+    o.add_argument("--overrides-out", default=None, metavar="OVERRIDES.json",
+                   help="also write onnxruntime TensorQuantOverrides with the same scales")
+    o.add_argument("--no-fidelity", action="store_true", help="skip the SQNR check")
+    o.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
+
+
+def _counts(concats):
+    return sum(c.rescales for c in concats), sum(1 for c in concats if c.rescales)
+
+
+def _fmt(x, nd=2):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    return f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def before_after_rows(session, fid=None) -> list[tuple[str, str, str, str]]:
+    """(what, before, after, change) rows: the table ``fix`` prints."""
+    before, after = session.concats(baseline=True), session.concats()
+    rb, mb = _counts(before)
+    ra, ma = _counts(after)
+    rows = [("rescales", str(rb), str(ra), f"{ra - rb:+d}"),
+            ("mismatched Concats", str(mb), str(ma), f"{ma - mb:+d}")]
+    if fid is not None:
+        for o in fid.outputs:
+            d = fid.sqnr_db[o] - fid.before_sqnr_db[o]
+            rows.append((f"SQNR {o} (dB)", _fmt(fid.before_sqnr_db[o]), _fmt(fid.sqnr_db[o]),
+                         "-" if math.isnan(d) else f"{d:+.2f}"))
+            rows.append((f"cosine {o}", _fmt(fid.before_cosine[o], 5), _fmt(fid.cosine[o], 5), ""))
+    return rows
+
+
+def table_text(rows) -> str:
+    head = ("", "before", "after", "change")
+    w = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+    lines = ["  ".join([head[0].ljust(w[0])] + [head[i].rjust(w[i]) for i in range(1, 4)])]
+    lines.append("-" * (sum(w) + 6))
+    for r in rows:
+        lines.append("  ".join([r[0].ljust(w[0])] + [r[i].rjust(w[i]) for i in range(1, 4)]))
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from ..export.atomic import check_output_path
+    from ..export.overrides import write_overrides
+    from ..export.qdq import export_qdq
+    from ..plan import save_plan
+
+    # Refuse bad output paths before the slow part.
+    check_output_path(args.output, inputs=[args.model], what="output model")
+    for extra, what in ((args.plan_out, "plan file"), (args.overrides_out, "overrides file")):
+        if extra:
+            check_output_path(extra, inputs=[args.model, args.output], what=what)
+    session = open_session(args)
+    log = [] if args.json else None
+
+    def say(text):
+        if log is None:
+            print(text)
+        else:
+            log.append(text)
+
+    if args.plan:
+        say(f"plan {args.plan}: {len(session.groups)} group(s)")
+    report = None
+    if args.auto_share:
+        from ..autoshare import auto_share
+
+        report = auto_share(session, args.max_bits_lost)
+        say(report.text())
+    if not args.plan and not args.auto_share:
+        say("no --auto-share or --plan given: exporting without shared groups")
+
+    fid = None
+    if not args.no_fidelity and session.calibration is not None and session.calibration.holdout:
+        from ..fidelity import measure_session
+
+        fid = measure_session(session)
+    rows = before_after_rows(session, fid)
+    result = export_qdq(session, args.output)
+    written = [result.text()]
+    if args.plan_out:
+        written.append(f"wrote plan {save_plan(session, args.plan_out)}")
+    if args.overrides_out:
+        written.append(f"wrote onnxruntime TensorQuantOverrides {write_overrides(session, args.overrides_out)}")
+    if args.json:
+        doc = {"model": args.model, "output": str(result.path),
+               "table": [{"what": r[0], "before": r[1], "after": r[2], "change": r[3]} for r in rows],
+               "auto_share": None if report is None else {
+                   "grouped": report.grouped, "skipped": [{"concat": c, "reason": r} for c, r in report.skipped],
+                   "notes": [{"concat": c, "note": n} for c, n in report.notes]},
+               "fidelity": fid.to_dict() if fid is not None else None,
+               "groups": [list(g) for g in session.groups.as_lists()],
+               "notes": result.build.notes}
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print()
+    print(table_text(rows))
+    if fid is not None and fid.members:
+        worst = min(fid.members, key=lambda m: m.sqnr_db - m.before_sqnr_db)
+        print(f"group members: {len(fid.members)}; largest drop {worst.before_sqnr_db - worst.sqnr_db:.2f} dB "
+              f"on {worst.tensor} ({worst.bits_lost:.2f} bits lost)")
+    for n in result.build.notes:
+        print(f"note: {n}")
+    for w in written:
+        print(w)
+    return 0
