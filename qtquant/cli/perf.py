@@ -1,0 +1,76 @@
+"""``qtquant perf``: per-layer latency table and totals on a BPU march, before and after groups."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .common import add_common, open_session
+
+NAME = "perf"
+HELP = "per-layer latency, FPS, DDR traffic and rescale cost on a BPU march (DESIGN §4)"
+
+
+def add_arguments(p) -> None:
+    add_common(p)
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print the stable JSON form")
+    out.add_argument("--report", metavar="OUT.html", default=None, help="write a self-contained HTML report")
+    out.add_argument("--csv", metavar="OUT.csv", default=None, help="write the layer table as CSV")
+    out.add_argument("--top", type=int, default=None, metavar="N",
+                     help="print only the N most expensive layers (default: every layer that costs time)")
+
+
+def run(args) -> int:
+    from ..errors import BadInputError
+    from ..perf import load_march, simulate_session
+    from ..perf.report import csv_text, html_report, layer_table_text, summary_text, write_atomic
+    from ..shapes import format_shape
+
+    if args.top is not None and args.top < 1:
+        raise BadInputError("--top must be at least 1")
+    # Check the march before the (slow) calibration so a typo fails fast.
+    march = load_march(args.march_file if args.march_file else args.march)
+    session = open_session(args)
+    after = simulate_session(session, march_file=march.path or None)
+    grouped = len(session.groups) > 0
+    before = simulate_session(session, march_file=march.path or None, baseline=True)
+    g = session.graph
+    shapes = ", ".join(f"{k}={format_shape(v)}" for k, v in g.input_shapes.items())
+    model = g.path.name if g.path else "model"
+
+    if args.report:
+        meta = {"model": model, "input": shapes, "march": march.name, "nodes": len(g.nodes),
+                "groups": len(session.groups),
+                "scales": "read from the QDQ file" if session.quantized_file else
+                f"calibrated ({session.calibration.config.source})" if session.calibration else "not calibrated"}
+        write_atomic(args.report, html_report(after, before if grouped else None,
+                                              title=f"qtquant perf — {model} on {march.name}", meta=meta,
+                                              march=march))
+    if args.csv:
+        write_atomic(args.csv, csv_text(after))
+
+    if args.json:
+        doc = {
+            "schema_version": 1,
+            "model": str(g.path) if g.path else None,
+            "model_sha256": g.sha256,
+            "input_shapes": {k: list(v) for k, v in g.input_shapes.items()},
+            "march": march.to_dict(),
+            "groups": [list(m) for m in session.groups.as_lists()],
+            "before": before.to_dict(),
+            "after": after.to_dict(),
+        }
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+
+    print(layer_table_text(after, top=args.top))
+    print()
+    print(f"{model} ({shapes}) on {march.name}" + (f", {len(session.groups)} groups" if grouped else ""))
+    print(summary_text(after, before if grouped else None))
+    if args.report:
+        print(f"report written to {args.report}")
+    if args.csv:
+        print(f"layer table written to {args.csv}")
+    return 0

@@ -1,0 +1,254 @@
+"""The BPU perf simulator: full and incremental simulation over a graph (DESIGN §4).
+
+Per-node costs depend only on the graph and the march, never on the scales, so a
+:class:`Simulator` computes them once.  A group edit changes only which Concat inputs
+need a rescale; :meth:`Simulator.update` re-costs just the Concats and their virtual
+rescale nodes and gives exactly the result :meth:`Simulator.full` would.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from .costs import CostContext, LayerCost, copy_cost, install, node_cost, rescale_cost, zero_cost
+from .march import MarchProfile, load_march
+from .macs import shape_of
+
+__all__ = ["PerfResult", "Simulator", "simulate", "simulate_session", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class _ConcatCost:
+    layer: LayerCost  # the Concat itself (zero when done in place)
+    rescales: tuple[LayerCost, ...]
+    attributable_us: float  # what the mismatch costs: rescales + the copy it forces
+
+
+@dataclass(eq=False)
+class PerfResult:
+    """Totals are computed eagerly; the layer list is assembled on first use."""
+
+    march: str
+    total_us: float
+    ddr_bytes: int
+    rescale_us: float
+    rescale_count: int
+    macs: int
+    compute_bound: int
+    memory_bound: int
+    model: str = ""
+    _order: tuple = field(default=(), repr=False)  # node names in topological order
+    _base: dict = field(default_factory=dict, repr=False)  # node -> LayerCost (non-Concat nodes)
+    _concats: dict = field(default_factory=dict, repr=False)  # Concat node -> _ConcatCost
+
+    # -- totals ---------------------------------------------------------------------------------
+    @property
+    def total_ms(self) -> float:
+        return self.total_us / 1000.0
+
+    @property
+    def fps(self) -> float:
+        return 1e6 / self.total_us if self.total_us > 0 else 0.0
+
+    # -- layers -----------------------------------------------------------------------------------
+    @cached_property
+    def layers(self) -> list[LayerCost]:
+        """Every graph node in topological order, each rescale just before its Concat."""
+        out = []
+        for name in self._order:
+            cc = self._concats.get(name)
+            if cc is None:
+                out.append(self._base[name])
+            else:
+                out.extend(cc.rescales)
+                out.append(cc.layer)
+        return out
+
+    @property
+    def rescales(self) -> list[LayerCost]:
+        return [r for name in self._order if name in self._concats for r in self._concats[name].rescales]
+
+    def rescale_cost_by_concat(self) -> dict[str, float]:
+        """µs each Concat's scale mismatch costs: its rescale nodes plus the copy they force
+        (a channel Concat with matched scales is free).  0.0 for matched Concats."""
+        return {name: cc.attributable_us for name, cc in self._concats.items()}
+
+    def by_node(self) -> dict[str, float]:
+        """µs per graph node (the GUI's latency overlay); a Concat carries its rescales' cost."""
+        d = {name: lc.total_us for name, lc in self._base.items()}
+        for name, cc in self._concats.items():
+            d[name] = cc.layer.total_us + sum(r.total_us for r in cc.rescales)
+        return d
+
+    def summary(self) -> dict:
+        return {
+            "march": self.march,
+            "latency_ms": self.total_ms,
+            "fps": self.fps,
+            "ddr_bytes": self.ddr_bytes,
+            "macs": self.macs,
+            "rescales": self.rescale_count,
+            "rescale_cost_us": self.rescale_us,
+            "compute_bound_layers": self.compute_bound,
+            "memory_bound_layers": self.memory_bound,
+        }
+
+    def to_dict(self) -> dict:
+        """Stable JSON form (keys never renamed; new keys may be added)."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.model,
+            "summary": self.summary(),
+            "rescale_cost_by_concat": self.rescale_cost_by_concat(),
+            "layers": [lc.to_dict() for lc in self.layers],
+        }
+
+
+def _is_channel_concat(node, graph) -> bool:
+    out = shape_of(graph, node.outputs[0]) if node.outputs else None
+    rank = len(out) if out is not None else 4
+    axis = int(node.attrs.get("axis", 0) or 0)
+    if axis < 0:
+        axis += rank
+    return rank >= 2 and axis == 1
+
+
+class Simulator:
+    """``Simulator(graph, march).full(concats)`` / ``.update(concats)`` → :class:`PerfResult`."""
+
+    def __init__(self, graph, march):
+        install()
+        self.graph = graph
+        self.march: MarchProfile = load_march(march)
+        self._lock = threading.Lock()
+        self._state = None  # (ctx, base, base_sum, base_ddr, base_macs, counts)
+        self._memo: dict = {}
+        self._concat_nodes = [n.name for n in graph.nodes.values() if n.op_type == "Concat"]
+        self._order = tuple(graph.nodes)
+
+    # -- public ---------------------------------------------------------------------------------
+    def full(self, concats) -> PerfResult:
+        """Cost every node from scratch (and refresh the cache :meth:`update` reuses)."""
+        state = self._compute_base()
+        with self._lock:
+            self._state, self._memo = state, {}
+        return self._assemble(concats, state, {})
+
+    def update(self, concats) -> PerfResult:
+        """Re-cost only the Concats and their rescales, reusing every other node's cost."""
+        state = self._state
+        if state is None:
+            with self._lock:
+                if self._state is None:
+                    self._state = self._compute_base()
+                state = self._state
+        return self._assemble(concats, state, self._memo)
+
+    # -- internals ------------------------------------------------------------------------------
+    def _compute_base(self):
+        ctx = CostContext(self.graph, self.march)
+        base = {}
+        total = 0.0
+        ddr = macs = n_compute = n_memory = 0
+        for node in self.graph.nodes.values():
+            lc = node_cost(node, ctx)
+            if node.op_type == "Concat":
+                base[node.name] = lc  # default (copy) cost, used when no ConcatInfo is given
+                continue
+            base[node.name] = lc
+            total += lc.total_us
+            ddr += lc.ddr_bytes
+            macs += lc.macs
+            if lc.total_us > 0:
+                if lc.bound == "compute":
+                    n_compute += 1
+                else:
+                    n_memory += 1
+        return ctx, base, total, ddr, macs, (n_compute, n_memory)
+
+    def _concat_cost(self, info, ctx) -> _ConcatCost:
+        node = self.graph.nodes[info.node]
+        idx = tuple(info.rescale_inputs)
+        rescales = tuple(rescale_cost(f"{node.name}_rescale_{i}", node.inputs[i], node.name, ctx) for i in idx)
+        channel = _is_channel_concat(node, self.graph)
+        if channel and not idx:
+            layer = zero_cost(node, "channel Concat in place: producers write straight into the output buffer")
+            extra = 0.0
+        elif channel:
+            layer = copy_cost(node.name, node.op_type, node.inputs, node.outputs, ctx,
+                              note=f"copy: {len(idx)} input(s) need a rescale, so it cannot be done in place")
+            extra = layer.total_us
+        else:
+            layer = copy_cost(node.name, node.op_type, node.inputs, node.outputs, ctx,
+                              note="copy (not on the channel axis)")
+            extra = 0.0
+        return _ConcatCost(layer, rescales, sum(r.total_us for r in rescales) + extra)
+
+    def _assemble(self, concats, state, memo) -> PerfResult:
+        ctx, base, total, ddr, macs, (n_compute, n_memory) = state
+        by_name = {c.node: c for c in concats}
+        ccosts: dict[str, _ConcatCost] = {}
+        rescale_us = 0.0
+        n_rescales = 0
+        for name in self._concat_nodes:  # fixed order: full and update sum identically
+            info = by_name.get(name)
+            if info is None:
+                lc = base[name]
+                cc = _ConcatCost(lc, (), 0.0)
+            else:
+                key = (name, tuple(info.rescale_inputs))
+                cc = memo.get(key)
+                if cc is None:
+                    cc = self._concat_cost(info, ctx)
+                    memo[key] = cc
+                ccosts[name] = cc
+            for lc in (*cc.rescales, cc.layer):
+                total += lc.total_us
+                ddr += lc.ddr_bytes
+                if lc.total_us > 0:
+                    if lc.bound == "compute":
+                        n_compute += 1
+                    else:
+                        n_memory += 1
+            rescale_us += cc.attributable_us
+            n_rescales += len(cc.rescales)
+        concat_all = {name: ccosts.get(name) or _ConcatCost(base[name], (), 0.0) for name in self._concat_nodes}
+        g = self.graph
+        model = g.path.name if getattr(g, "path", None) else ""
+        res = PerfResult(self.march.name, total, int(ddr), rescale_us, n_rescales, int(macs), n_compute, n_memory,
+                         model=model, _order=self._order,
+                         _base=base, _concats=concat_all)
+        return res
+
+
+def simulate(graph, march, concats=()) -> PerfResult:
+    """One-shot full simulation."""
+    return Simulator(graph, march).full(concats)
+
+
+# One cached simulator per (graph, march): the GUI re-simulates after every edit.
+_SIMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_SIMS_LOCK = threading.Lock()
+
+
+def _simulator_for(graph, march: MarchProfile) -> Simulator:
+    with _SIMS_LOCK:
+        per_graph = _SIMS.setdefault(graph, {})
+        sim = per_graph.get(march)
+        if sim is None:
+            sim = per_graph[march] = Simulator(graph, march)
+        return sim
+
+
+def simulate_session(session, march_file=None, *, baseline: bool = False) -> PerfResult:
+    """Simulate a session's current (or, with ``baseline``, its ungrouped) scales.
+
+    The march is ``march_file`` when given, else ``session.options.march``.
+    """
+    march = load_march(march_file if march_file else session.options.march)
+    return _simulator_for(session.graph, march).update(session.concats(baseline=baseline))

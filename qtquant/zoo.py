@@ -1,0 +1,221 @@
+"""Reference architectures built with ``onnx.helper`` (random weights), and a synthetic graph.
+
+Used by the perf tests (MAC counts against the published references), by
+``benchmarks/perf_accuracy.py`` (latency against public RDK X5 figures) and by speed
+benchmarks that need a graph of a given size.  BatchNorm is folded into the conv bias,
+as ``torch.onnx.export`` does for a model in eval mode.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = ["ZOO", "build", "resnet18", "resnet50", "mobilenet_v1", "mobilenet_v2", "googlenet",
+           "synthetic_model"]
+
+OPSET = 17
+
+
+class _Builder:
+    def __init__(self, name: str, seed: int = 0, weights: str = "random"):
+        self.name = name
+        self.nodes: list = []
+        self.inits: list = []
+        self.rng = np.random.default_rng(seed)
+        self.weights = weights
+        self._n = 0
+
+    def _uid(self, prefix: str) -> str:
+        self._n += 1
+        return f"{prefix}_{self._n}"
+
+    def _init(self, name: str, shape, fan_in: int | None = None) -> str:
+        if self.weights == "zeros" or fan_in is None:
+            arr = np.zeros(shape, np.float32)
+        else:  # He-normal keeps activations in a sane range through deep stacks
+            arr = (self.rng.standard_normal(shape) * np.sqrt(2.0 / max(fan_in, 1))).astype(np.float32)
+        self.inits.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def node(self, op: str, inputs, prefix: str | None = None, n_out: int = 1, **attrs):
+        name = self._uid(prefix or op.lower())
+        outs = [f"{name}_out{i}" if n_out > 1 else f"{name}_out" for i in range(n_out)]
+        self.nodes.append(helper.make_node(op, list(inputs), outs, name=name, **attrs))
+        return outs if n_out > 1 else outs[0]
+
+    def conv(self, x, cin, cout, k, stride=1, pad=None, group=1, dilation=1, bias=True, prefix="conv"):
+        name = self._uid(prefix)
+        k = (k, k) if isinstance(k, int) else tuple(k)
+        if pad is None:
+            pad = tuple(dilation * (kk - 1) // 2 for kk in k)
+        pad = (pad, pad) if isinstance(pad, int) else tuple(pad)
+        w = self._init(f"{name}.weight", (cout, cin // group, *k), fan_in=cin // group * k[0] * k[1])
+        ins = [x, w]
+        if bias:
+            ins.append(self._init(f"{name}.bias", (cout,)))
+        out = f"{name}_out"
+        self.nodes.append(helper.make_node("Conv", ins, [out], name=name, kernel_shape=list(k),
+                                           strides=[stride, stride], pads=[*pad, *pad], group=group,
+                                           dilations=[dilation, dilation]))
+        return out
+
+    def relu(self, x):
+        return self.node("Relu", [x])
+
+    def relu6(self, x):
+        if not any(i.name == "relu6_min" for i in self.inits):
+            self.inits.append(numpy_helper.from_array(np.array(0.0, np.float32), "relu6_min"))
+            self.inits.append(numpy_helper.from_array(np.array(6.0, np.float32), "relu6_max"))
+        return self.node("Clip", [x, "relu6_min", "relu6_max"], prefix="relu6")
+
+    def maxpool(self, x, k, stride, pad=0):
+        return self.node("MaxPool", [x], kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4)
+
+    def gap_fc(self, x, cin, classes=1000):
+        y = self.node("GlobalAveragePool", [x])
+        y = self.node("Flatten", [y], axis=1)
+        w = self._init(f"fc{self._n}.weight", (classes, cin), fan_in=cin)
+        b = self._init(f"fc{self._n}.bias", (classes,))
+        return self.node("Gemm", [y, w, b], prefix="fc", transB=1)
+
+    def model(self, x_name, x_shape, out) -> onnx.ModelProto:
+        g = helper.make_graph(self.nodes, self.name,
+                              [helper.make_tensor_value_info(x_name, TensorProto.FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="qtquant.zoo")
+        m.ir_version = 8
+        return m
+
+
+def _resnet(blocks, bottleneck: bool, size: int, seed: int, weights: str, name: str) -> onnx.ModelProto:
+    b = _Builder(name, seed, weights)
+    x = b.relu(b.conv("input", 3, 64, 7, stride=2, pad=3))
+    x = b.maxpool(x, 3, 2, 1)
+    cin = 64
+    for stage, (n, width) in enumerate(zip(blocks, (64, 128, 256, 512))):
+        for i in range(n):
+            stride = 2 if (i == 0 and stage > 0) else 1
+            cout = width * 4 if bottleneck else width
+            if bottleneck:  # v1.5: the stride sits on the 3x3 conv
+                y = b.relu(b.conv(x, cin, width, 1))
+                y = b.relu(b.conv(y, width, width, 3, stride=stride))
+                y = b.conv(y, width, cout, 1)
+            else:
+                y = b.relu(b.conv(x, cin, width, 3, stride=stride))
+                y = b.conv(y, width, width, 3)
+            sc = b.conv(x, cin, cout, 1, stride=stride, pad=0) if (stride != 1 or cin != cout) else x
+            x = b.relu(b.node("Add", [y, sc]))
+            cin = cout
+    return b.model("input", (1, 3, size, size), b.gap_fc(x, cin))
+
+
+def resnet18(size: int = 224, seed: int = 0, weights: str = "random") -> onnx.ModelProto:
+    return _resnet((2, 2, 2, 2), False, size, seed, weights, "resnet18")
+
+
+def resnet50(size: int = 224, seed: int = 0, weights: str = "random") -> onnx.ModelProto:
+    """ResNet-50 v1.5 (torchvision): 4.09 GMACs at 224."""
+    return _resnet((3, 4, 6, 3), True, size, seed, weights, "resnet50_v1.5")
+
+
+def mobilenet_v1(size: int = 224, seed: int = 0, weights: str = "random") -> onnx.ModelProto:
+    b = _Builder("mobilenet_v1", seed, weights)
+    x = b.relu(b.conv("input", 3, 32, 3, stride=2))
+    cin = 32
+    cfg = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), *[(512, 1)] * 5, (1024, 2), (1024, 1)]
+    for cout, s in cfg:
+        x = b.relu(b.conv(x, cin, cin, 3, stride=s, group=cin, prefix="dw"))
+        x = b.relu(b.conv(x, cin, cout, 1, prefix="pw"))
+        cin = cout
+    return b.model("input", (1, 3, size, size), b.gap_fc(x, cin))
+
+
+def mobilenet_v2(size: int = 224, seed: int = 0, weights: str = "random") -> onnx.ModelProto:
+    """torchvision MobileNetV2 (width 1.0): about 0.30 GMACs at 224."""
+    b = _Builder("mobilenet_v2", seed, weights)
+    x = b.relu6(b.conv("input", 3, 32, 3, stride=2))
+    cin = 32
+    for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                       (6, 160, 3, 2), (6, 320, 1, 1)]:
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hid = cin * t
+            y = b.relu6(b.conv(x, cin, hid, 1, prefix="expand")) if t != 1 else x
+            y = b.relu6(b.conv(y, hid, hid, 3, stride=stride, group=hid, prefix="dw"))
+            y = b.conv(y, hid, c, 1, prefix="project")
+            x = b.node("Add", [x, y]) if (stride == 1 and cin == c) else y
+            cin = c
+    x = b.relu6(b.conv(x, cin, 1280, 1))
+    return b.model("input", (1, 3, size, size), b.gap_fc(x, 1280))
+
+
+def googlenet(size: int = 224, seed: int = 0, weights: str = "random") -> onnx.ModelProto:
+    """Inception v1 as in the paper (5x5 branch; no LRN, no auxiliary heads)."""
+    b = _Builder("googlenet", seed, weights)
+    x = b.relu(b.conv("input", 3, 64, 7, stride=2, pad=3))
+    x = b.maxpool(x, 3, 2, 1)
+    x = b.relu(b.conv(x, 64, 64, 1))
+    x = b.relu(b.conv(x, 64, 192, 3))
+    x = b.maxpool(x, 3, 2, 1)
+    cin = 192
+
+    def inception(x, cin, c1, c3r, c3, c5r, c5, pp):
+        b1 = b.relu(b.conv(x, cin, c1, 1))
+        b2 = b.relu(b.conv(b.relu(b.conv(x, cin, c3r, 1)), c3r, c3, 3))
+        b3 = b.relu(b.conv(b.relu(b.conv(x, cin, c5r, 1)), c5r, c5, 5))
+        b4 = b.relu(b.conv(b.maxpool(x, 3, 1, 1), cin, pp, 1))
+        return b.node("Concat", [b1, b2, b3, b4], prefix="inception", axis=1), c1 + c3 + c5 + pp
+
+    for i, cfg in enumerate([(64, 96, 128, 16, 32, 32), (128, 128, 192, 32, 96, 64), None,
+                             (192, 96, 208, 16, 48, 64), (160, 112, 224, 24, 64, 64),
+                             (128, 128, 256, 24, 64, 64), (112, 144, 288, 32, 64, 64),
+                             (256, 160, 320, 32, 128, 128), None,
+                             (256, 160, 320, 32, 128, 128), (384, 192, 384, 48, 128, 128)]):
+        if cfg is None:
+            x = b.maxpool(x, 3, 2, 1)
+        else:
+            x, cin = inception(x, cin, *cfg)
+    return b.model("input", (1, 3, size, size), b.gap_fc(x, cin))
+
+
+ZOO = {
+    "resnet18": resnet18,
+    "resnet50": resnet50,
+    "mobilenet_v1": mobilenet_v1,
+    "mobilenet_v2": mobilenet_v2,
+    "googlenet": googlenet,
+}
+
+
+def build(name: str, **kw) -> onnx.ModelProto:
+    return ZOO[name](**kw)
+
+
+def synthetic_model(n_nodes: int, seed: int = 0, channels: int = 8, size: int = 16) -> onnx.ModelProto:
+    """A DAG of about ``n_nodes`` nodes mixing conv chains, residual adds and branch Concats.
+
+    Channel count and spatial size stay constant, so weights stay tiny even at 10,000
+    nodes; every third block or so ends in a channel Concat whose inputs carry their own
+    observers (the mismatches the perf simulator and the GUI must handle).
+    """
+    b = _Builder(f"synthetic_{n_nodes}", seed)
+    rng = np.random.default_rng(seed)
+    c = channels
+    x = b.relu(b.conv("input", 3, c, 3))
+    while len(b.nodes) < n_nodes:
+        kind = rng.integers(0, 4)
+        if kind == 0:  # conv chain
+            x = b.relu(b.conv(x, c, c, 3))
+        elif kind == 1:  # residual
+            x = b.node("Add", [x, b.conv(b.relu(b.conv(x, c, c, 3)), c, c, 1)])
+        elif kind == 2:  # branches into a channel Concat, then a 1x1 conv back to c channels
+            k = int(rng.integers(2, 4))
+            branches = [b.relu(b.conv(x, c, c, 1 + 2 * j)) for j in range(k - 1)]
+            branches.append(b.maxpool(x, 3, 1, 1))
+            x = b.relu(b.conv(b.node("Concat", branches, axis=1), k * c, c, 1))
+        else:  # SiLU-style activation (Sigmoid * x)
+            y = b.conv(x, c, c, 3)
+            x = b.node("Mul", [y, b.node("Sigmoid", [y])])
+    return b.model("input", (1, 3, size, size), x)
