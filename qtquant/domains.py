@@ -103,7 +103,8 @@ def _policy_range(policy: Policy, members, natural_sets, ranges, graph, hist_poo
         cands = [m for m in have if not from_concat(m)] or have
         best = max(cands, key=lambda m: range_width(*ranges[m], scheme))
         return ranges[best]
-    if policy is Policy.POOLED and hist_pool is not None:
+    # A domain of one natural set keeps its observer's own range: pooling is for shared ones.
+    if policy is Policy.POOLED and hist_pool is not None and len({natural_sets.get(m, m) for m in have}) > 1:
         r = hist_pool(have, percentile)
         if r is not None:
             return r

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import onnx
+
 from .errors import ShareRefused
 from .ops import handler_for
 
@@ -37,6 +39,13 @@ class Group:
         return len(self.members)
 
 
+def _dtype(t) -> str:
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
+    except Exception:
+        return t.dtype_name
+
+
 def _graph_of(obj):
     return getattr(obj, "graph", obj)
 
@@ -57,18 +66,18 @@ def check_member(graph, tensor: str) -> None:
         raise ShareRefused(f"tensor {tensor!r} is not in the model")
     if t.kind == "weight":
         if not t.is_float:
-            raise ShareRefused(f"tensor {tensor!r} is not quantized (it is a {t.dtype_name} constant)")
+            raise ShareRefused(f"tensor {tensor!r} is not quantized (it is a {_dtype(t)} constant)")
         user = _per_channel_use(graph, tensor)
         if user is not None:
             raise ShareRefused(f"tensor {tensor!r} is the weight of {user!r}; weights are quantized per channel "
                                "and cannot share an activation scale")
         return  # constants can join: they are cloned and requantized on export
     if t.kind == "shape":
-        raise ShareRefused(f"tensor {tensor!r} is not quantized (it is a {t.dtype_name} shape/index value)")
+        raise ShareRefused(f"tensor {tensor!r} is not quantized (it is a {_dtype(t)} shape/index value)")
     if not graph.is_quantized(tensor):
         p = graph.producer(tensor)
         why = f"it is produced by {p.op_type} {p.name!r}, which is never quantized" if p is not None else \
-            f"it is a {t.dtype_name} tensor"
+            f"it is a {_dtype(t)} tensor"
         raise ShareRefused(f"tensor {tensor!r} is not quantized ({why})")
 
 
@@ -132,8 +141,8 @@ class GroupSet:
         for m in members[1:]:
             t = graph.tensors[m]
             if t.elem_type and first.elem_type and t.elem_type != first.elem_type:
-                raise ShareRefused(f"tensors have different dtypes: {first.name!r} is {first.dtype_name} "
-                                   f"but {m!r} is {t.dtype_name}")
+                raise ShareRefused(f"tensors have different dtypes: {first.name!r} is {_dtype(first)} "
+                                   f"but {m!r} is {_dtype(t)}")
         if merged_groups:
             gid = min(g.id for g in merged_groups)
             name = name or next((g.name for g in merged_groups if g.id == gid), "")
