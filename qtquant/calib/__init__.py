@@ -1,5 +1,15 @@
 """Calibration: data sources, observers and streaming, mergeable statistics."""
 
-from .engine import CalibConfig, CalibrationResult, TensorStats, calibrate
+from .engine import CalibConfig, CalibConfigError, CalibrationResult, TensorStats, calibrate
+from .observers import OBSERVERS, observe
 
-__all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "calibrate"]
+__all__ = ["CalibConfig", "CalibConfigError", "CalibrationResult", "TensorStats", "calibrate", "OBSERVERS",
+           "observe", "load_cached", "save_cache", "calibrate_cached"]
+
+
+def __getattr__(name):  # the cache pulls in more; load it on first use
+    if name in ("load_cached", "save_cache", "calibrate_cached"):
+        from . import cache
+
+        return getattr(cache, name)
+    raise AttributeError(name)

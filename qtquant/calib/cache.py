@@ -1,0 +1,140 @@
+"""Statistics cache: reopening a model does not recalibrate.
+
+A cache entry is two files in ``cache_dir``: ``calib-<key>.npz`` (histograms and the held-back
+samples, plain arrays, read with ``allow_pickle=False``) and ``calib-<key>.json`` (everything else).
+No pickle anywhere: a cache file from elsewhere cannot run code.
+
+The key hashes the model's sha256, the input shapes, and the data configuration: the source with
+the size and mtime of every file it lists, count, seed, holdout and preprocessing.  Observer,
+percentile and scheme are not in the key: the statistics do not depend on them, and the ranges
+are recomputed from the statistics on load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import QtQuantError
+from ..runtime import input_specs
+from .engine import CalibConfig, CalibrationResult, calibrate, compute_ranges
+from .sources import open_source
+from .stats import TensorStats
+
+__all__ = ["cache_key", "cache_paths", "save_cache", "load_cached", "calibrate_cached", "CACHE_FORMAT"]
+
+CACHE_FORMAT = 1
+_DATA_FIELDS = ("count", "seed", "holdout", "resize", "color", "pixel_range", "mean", "std", "layout")
+
+
+def _key_payload(graph, config: CalibConfig) -> dict:
+    source = open_source(input_specs(graph), config)
+    return {
+        "format": CACHE_FORMAT,
+        "model_sha256": graph.sha256,
+        "input_shapes": {k: list(v) for k, v in sorted(graph.input_shapes.items())},
+        "source": source.fingerprint(),
+        "data": {k: (list(v) if isinstance(v, tuple) else v) for k in _DATA_FIELDS
+                 for v in (getattr(config, k),)},
+    }
+
+
+def cache_key(graph, config: CalibConfig) -> str:
+    """Hex key of (model, input shapes, data configuration); the data folder is listed, not read."""
+    payload = json.dumps(_key_payload(graph, config), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def cache_paths(cache_dir, key: str) -> tuple[Path, Path]:
+    base = Path(cache_dir) / f"calib-{key[:24]}"
+    return base.with_suffix(".json"), base.with_suffix(".npz")
+
+
+def _atomic_write(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_cache(graph, result: CalibrationResult, cache_dir) -> Path:
+    """Store ``result``'s statistics for ``graph``; returns the JSON file's path."""
+    key = cache_key(graph, result.config)
+    jpath, npath = cache_paths(cache_dir, key)
+    arrays, tensors = {}, []
+    for i, (name, s) in enumerate(result.stats.items()):
+        meta = {"name": name, **s.to_meta()}
+        if s.hist is not None:
+            arrays[f"hist_{i}"] = s.hist
+            meta["hist"] = f"hist_{i}"
+        tensors.append(meta)
+    holdout = []
+    for j, feed in enumerate(result.holdout):
+        entry = {}
+        for k, (name, arr) in enumerate(feed.items()):
+            arrays[f"holdout_{j}_{k}"] = np.asarray(arr)
+            entry[name] = f"holdout_{j}_{k}"
+        holdout.append(entry)
+    doc = {"format": CACHE_FORMAT, "key": key, "model_sha256": graph.sha256, "batches": result.batches,
+           "seconds": result.seconds, "notes": list(result.notes), "tensors": tensors, "holdout": holdout,
+           "arrays": npath.name}
+    # The .npz goes first: a .json on disk means a complete entry.
+    _atomic_write(npath, lambda f: np.savez(f, **arrays))
+    _atomic_write(jpath, lambda f: f.write((json.dumps(doc, indent=1) + "\n").encode("utf-8")))
+    return jpath
+
+
+def load_cached(graph, config: CalibConfig, cache_dir) -> CalibrationResult | None:
+    """The cached calibration for ``graph`` and ``config``, or None (missing, stale or unreadable).
+
+    The returned ranges follow ``config``'s observer, percentile and scheme.
+    """
+    if cache_dir is None:
+        return None
+    try:
+        key = cache_key(graph, config)
+    except QtQuantError:
+        return None  # the data is gone or changed shape: nothing valid to reuse
+    jpath, npath = cache_paths(cache_dir, key)
+    if not jpath.is_file() or not npath.is_file():
+        return None
+    try:
+        doc = json.loads(jpath.read_text(encoding="utf-8"))
+        if doc.get("format") != CACHE_FORMAT or doc.get("key") != key:
+            return None
+        with np.load(npath, allow_pickle=False) as z:
+            stats = {}
+            for meta in doc["tensors"]:
+                hist = z[meta["hist"]] if meta.get("hist") else None
+                stats[meta["name"]] = TensorStats.from_meta(meta, hist)
+            holdout = [{name: z[ref] for name, ref in entry.items()} for entry in doc["holdout"]]
+    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError):
+        return None
+    if any(n not in stats for n in graph.observed_tensors):
+        return None  # written by a qtquant that observed other tensors
+    return CalibrationResult(stats, compute_ranges(stats, config), config, holdout, int(doc["batches"]),
+                             float(doc.get("seconds", 0.0)), list(doc.get("notes", [])))
+
+
+def calibrate_cached(graph, config: CalibConfig, cache_dir, progress=None, cancel=None) -> CalibrationResult:
+    """:func:`load_cached`, else :func:`~qtquant.calib.engine.calibrate` and :func:`save_cache`."""
+    res = load_cached(graph, config, cache_dir)
+    if res is not None:
+        return res
+    res = calibrate(graph, config, progress=progress, cancel=cancel)
+    if cache_dir is not None:
+        try:
+            save_cache(graph, res, cache_dir)
+        except OSError:
+            pass  # a read-only project folder still calibrates; it just cannot cache
+    return res

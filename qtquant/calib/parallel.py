@@ -1,0 +1,97 @@
+"""``--jobs N``: split the calibration batches over worker processes and merge their statistics.
+
+Workers are started with the ``spawn`` method (safe next to Qt threads and on every OS), rebuild
+the onnxruntime session from the serialized model, reduce their contiguous share of the samples,
+and send back :class:`~qtquant.calib.stats.TensorStats`.  Merging the shares in order gives
+exactly the single-process statistics (see :mod:`qtquant.calib.stats`), so a Ray or Dask backend
+could reuse the same merge.  Cancelling terminates the workers at once.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+
+from .. import errors
+from ..errors import Cancelled, QtQuantError
+from .stats import TensorStats
+
+__all__ = ["run_parallel", "split_even"]
+
+_POLL_S = 0.05
+
+
+def split_even(items: list, parts: int) -> list[list]:
+    """``items`` cut into ``parts`` contiguous, nearly equal chunks (order kept)."""
+    n = len(items)
+    bounds = [round(i * n / parts) for i in range(parts + 1)]
+    return [items[bounds[i]:bounds[i + 1]] for i in range(parts)]
+
+
+def _worker(idx, q, model_bytes, base_dir, names, source, refs, threads):
+    try:
+        import onnx
+
+        from .engine import run_chunk
+
+        model = onnx.ModelProto.FromString(model_bytes)
+        stats = run_chunk(model, base_dir, names, source, refs, threads=threads,
+                          progress=lambda done, total: q.put(("progress", idx, done)))
+        q.put(("done", idx, stats))
+    except QtQuantError as e:
+        q.put(("error", idx, type(e).__name__, str(e)))
+    except BaseException as e:  # report, never hang the parent
+        q.put(("error", idx, "", f"{type(e).__name__}: {e}"))
+
+
+def run_parallel(graph, names, source, refs, jobs: int, *, progress=None, cancel=None) -> dict[str, TensorStats]:
+    chunks = [c for c in split_even(list(refs), jobs) if c]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    threads = max(1, (os.cpu_count() or 1) // len(chunks))
+    model_bytes = graph.model.SerializeToString()
+    base_dir = str(graph.base_dir) if graph.base_dir else ""
+    procs = [ctx.Process(target=_worker, args=(i, q, model_bytes, base_dir, list(names), source, c, threads),
+                         daemon=True, name=f"qtquant-calib-{i}") for i, c in enumerate(chunks)]
+    total = len(refs)
+    done = [0] * len(chunks)
+    results: dict[int, dict] = {}
+    try:
+        for p in procs:
+            p.start()
+        while len(results) < len(chunks):
+            if cancel is not None and cancel():
+                raise Cancelled("calibration cancelled")
+            try:
+                msg = q.get(timeout=_POLL_S)
+            except queue.Empty:
+                for i, p in enumerate(procs):
+                    if i not in results and not p.is_alive() and p.exitcode not in (0, None):
+                        raise QtQuantError(f"calibration worker {i} stopped unexpectedly "
+                                           f"(exit code {p.exitcode})")
+                continue
+            kind, i = msg[0], msg[1]
+            if kind == "progress":
+                done[i] = msg[2]
+                if progress is not None:
+                    progress(sum(done), total)
+            elif kind == "done":
+                results[i] = msg[2]
+            else:
+                cls = getattr(errors, msg[2], None) if msg[2] else None
+                if isinstance(cls, type) and issubclass(cls, QtQuantError):
+                    raise cls(msg[3])
+                raise QtQuantError(f"calibration worker {i} failed: {msg[3]}")
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(timeout=5)
+        q.close()
+    merged = {n: TensorStats() for n in names}
+    for i in range(len(chunks)):
+        for n in names:
+            merged[n] = merged[n].merge(results[i][n])
+    return merged

@@ -1,0 +1,207 @@
+"""Streaming, mergeable per-tensor statistics.
+
+Every calibration batch is reduced into a :class:`TensorStats` right away, so memory does not grow
+with the number of batches.  Statistics merge exactly: reducing A then B gives bit-for-bit the same
+histogram as reducing A∪B at once, in any batching, in one process or split over several.
+
+Why the histogram is built this way:
+
+* It is a signed histogram of ``x`` with ``2 * BINS`` equal bins over ``[-T, T)``, symmetric about
+  zero, so folding it gives the histogram of ``|x|`` (what symmetric int8 observers need) and the
+  signed one serves the asymmetric uint8 observers.  One histogram serves both schemes, so a cached
+  calibration can switch scheme or observer without re-running the model.
+* ``T`` is always a power of two strictly above the largest ``|x|`` seen.  Bin boundaries at ``T``
+  are then exactly every other boundary at ``2T``, so when the range grows the old counts are
+  re-binned by adding neighbour pairs, with no approximation (onnxruntime's HistogramCollector
+  re-bins approximately).  ``T`` depends only on the data's absmax, hence the merge law.
+* Scaling by ``BINS / T`` is a power of two, exact in float32, and the bin index is ``floor`` of it:
+  one multiply, one floor and one ``bincount`` per value instead of ``np.histogram``'s several passes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+__all__ = ["TensorStats", "BINS", "MA_CONSTANT", "NonFiniteError"]
+
+BINS = 2048  # bins per sign; T is at most 2*absmax, so at least 1024 bins cover [0, absmax]
+_LOG2_BINS = 11
+_EXP_MIN = -100  # T >= 2**-100 keeps BINS / T finite in float32
+MA_CONSTANT = 0.01  # PyTorch MovingAverageMinMaxObserver's averaging constant
+
+
+class NonFiniteError(ValueError):
+    """A batch holds NaN or Inf (the engine turns it into a CalibrationDataError naming the source)."""
+
+
+def _ma_push(state: tuple, values: np.ndarray, c: float = MA_CONSTANT) -> tuple:
+    """Moving-average state ``(n, first, acc)``: the average is ``(1-c)**(n-1) * first + acc``.
+
+    Keeping ``first`` apart from the decayed sum makes two states mergeable in order (see
+    :func:`_ma_merge`), which a plain running average is not.
+    """
+    n, first, acc = state
+    for v in values.tolist():
+        if n == 0:
+            n, first, acc = 1, float(v), 0.0
+        else:
+            n, acc = n + 1, acc * (1.0 - c) + c * float(v)
+    return n, first, acc
+
+
+def _ma_merge(a: tuple, b: tuple, c: float = MA_CONSTANT) -> tuple:
+    """State after the samples of ``a`` followed by those of ``b``."""
+    if a[0] == 0:
+        return b
+    if b[0] == 0:
+        return a
+    n2, first2, acc2 = b
+    decay = (1.0 - c) ** n2
+    return a[0] + n2, a[1], a[2] * decay + c * (1.0 - c) ** (n2 - 1) * first2 + acc2
+
+
+def _ma_value(state: tuple, c: float = MA_CONSTANT) -> float:
+    n, first, acc = state
+    return (1.0 - c) ** (n - 1) * first + acc if n else float("nan")
+
+
+def _rebin(hist: np.ndarray, shift: int) -> np.ndarray:
+    """Counts at ``T`` re-binned to ``T * 2**shift`` (exact: bin ``k`` goes to ``floor(k / 2**shift)``)."""
+    if shift <= 0:
+        return hist
+    k = np.arange(-BINS, BINS, dtype=np.int64) >> min(shift, 62)
+    out = np.zeros(2 * BINS, dtype=np.int64)
+    np.add.at(out, k + BINS, hist)
+    return out
+
+
+@dataclass(eq=False)  # holds arrays: compare fields explicitly
+class TensorStats:
+    """Statistics of one tensor over all calibration samples.
+
+    ``hist`` holds int64 counts over :attr:`edges` (``2 * BINS`` bins, symmetric about zero);
+    ``exp`` is ``log2(T)``, or None while only zeros were seen.  ``count`` is the number of values,
+    ``samples`` the number of samples; ``ma_min`` / ``ma_max`` are moving-average states.
+    """
+
+    min: float = math.inf
+    max: float = -math.inf
+    hist: np.ndarray | None = None
+    exp: int | None = None
+    count: int = 0
+    samples: int = 0
+    ma_min: tuple = (0, 0.0, 0.0)
+    ma_max: tuple = (0, 0.0, 0.0)
+    _edges: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    # -- views -------------------------------------------------------------------------------
+    @property
+    def absmax(self) -> float:
+        return max(abs(self.min), abs(self.max)) if self.count else 0.0
+
+    @property
+    def threshold(self) -> float:
+        """``T``: the histogram covers ``[-T, T)``."""
+        return 0.0 if self.exp is None else math.ldexp(1.0, self.exp)
+
+    @property
+    def bin_width(self) -> float:
+        return self.threshold / BINS
+
+    @property
+    def edges(self) -> np.ndarray | None:
+        if self.hist is None:
+            return None
+        if self._edges is None or len(self._edges) != 2 * BINS + 1 or self._edges[-1] != self.threshold:
+            t = self.threshold or math.ldexp(1.0, _EXP_MIN)
+            self._edges = np.arange(-BINS, BINS + 1, dtype=np.float64) * (t / BINS)
+        return self._edges
+
+    def abs_hist(self) -> tuple[np.ndarray, float]:
+        """Histogram of ``|x|``: (``BINS`` counts over ``[0, T)``, bin width)."""
+        h = self.hist if self.hist is not None else np.zeros(2 * BINS, dtype=np.int64)
+        return h[BINS:] + h[BINS - 1::-1], self.bin_width
+
+    def ma_range(self) -> tuple[float, float]:
+        return _ma_value(self.ma_min), _ma_value(self.ma_max)
+
+    # -- accumulation ------------------------------------------------------------------------
+    def update(self, x: np.ndarray, samples: int = 1) -> None:
+        """Fold one batch holding ``samples`` samples (the leading axis splits them) into the stats."""
+        x = np.asarray(x)
+        if x.size == 0:
+            self.samples += samples
+            return
+        if x.dtype != np.float32:
+            x = x.astype(np.float32)
+        per = x.reshape(samples, -1) if samples > 1 else x.reshape(1, -1)
+        mins, maxs = per.min(axis=1), per.max(axis=1)
+        lo, hi = float(mins.min()), float(maxs.max())
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise NonFiniteError("NaN or Inf values")
+        self.ma_min = _ma_push(self.ma_min, mins)
+        self.ma_max = _ma_push(self.ma_max, maxs)
+        self.min, self.max = min(self.min, lo), max(self.max, hi)
+        self.count += int(x.size)
+        self.samples += samples
+        if self.hist is None:
+            self.hist = np.zeros(2 * BINS, dtype=np.int64)
+        absmax = max(-lo, hi)
+        if absmax > 0:
+            e = max(math.frexp(absmax)[1], _EXP_MIN)  # 2**e > absmax, strictly
+            if self.exp is None:
+                self.exp = e  # zeros seen so far sit in bin BINS at every T
+            elif e > self.exp:
+                self.hist = _rebin(self.hist, e - self.exp)
+                self.exp = e
+        if self.exp is None:
+            self.hist[BINS] += x.size
+            return
+        # floor(x * BINS / T) is exact: the scale is a power of two and |x| < T.
+        y = np.multiply(x.reshape(-1), np.float32(math.ldexp(1.0, _LOG2_BINS - self.exp)), dtype=np.float32)
+        np.floor(y, out=y)
+        y += BINS
+        self.hist += np.bincount(y.astype(np.int16), minlength=2 * BINS)
+
+    def merge(self, other: "TensorStats") -> "TensorStats":
+        """Statistics of this tensor's samples followed by ``other``'s (a new object)."""
+        if other.count == 0 and other.samples == 0:
+            return replace(self, hist=None if self.hist is None else self.hist.copy(), _edges=None)
+        if self.count == 0 and self.samples == 0:
+            return replace(other, hist=None if other.hist is None else other.hist.copy(), _edges=None)
+        exps = [e for e in (self.exp, other.exp) if e is not None]
+        exp = max(exps) if exps else None
+        hists = []
+        for s in (self, other):
+            if s.hist is not None:
+                hists.append(_rebin(s.hist, (exp - s.exp) if (exp is not None and s.exp is not None) else 0))
+        hist = sum(hists[1:], hists[0].copy()) if hists else None
+        return TensorStats(min(self.min, other.min), max(self.max, other.max), hist, exp,
+                           self.count + other.count, self.samples + other.samples,
+                           _ma_merge(self.ma_min, other.ma_min), _ma_merge(self.ma_max, other.ma_max))
+
+    @classmethod
+    def pooled(cls, stats: list["TensorStats"]) -> "TensorStats":
+        """One histogram over all values of several tensors (the ``pooled`` domain policy)."""
+        out = cls()
+        for s in stats:
+            out = out.merge(s)
+        return out
+
+    # -- plain-data form for the cache ---------------------------------------------------------
+    def to_meta(self) -> dict:
+        return {"min": self.min, "max": self.max, "exp": self.exp, "count": self.count,
+                "samples": self.samples, "ma_min": list(self.ma_min), "ma_max": list(self.ma_max)}
+
+    @classmethod
+    def from_meta(cls, meta: dict, hist: np.ndarray | None) -> "TensorStats":
+        ma = lambda v: (int(v[0]), float(v[1]), float(v[2]))  # noqa: E731
+        if hist is not None and hist.shape != (2 * BINS,):
+            raise ValueError("histogram has the wrong number of bins")
+        return cls(float(meta["min"]), float(meta["max"]),
+                   None if hist is None else hist.astype(np.int64),
+                   None if meta["exp"] is None else int(meta["exp"]), int(meta["count"]),
+                   int(meta["samples"]), ma(meta["ma_min"]), ma(meta["ma_max"]))
