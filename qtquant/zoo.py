@@ -86,6 +86,10 @@ class _Builder:
                               [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="qtquant.zoo")
         m.ir_version = 8
+        # Give the output its inferred type and shape (the checker wants one on graph outputs).
+        inferred = onnx.shape_inference.infer_shapes(m)
+        if inferred.graph.output[0].type.tensor_type.HasField("shape"):
+            m.graph.output[0].CopyFrom(inferred.graph.output[0])
         return m
 
 
@@ -180,7 +184,73 @@ def googlenet(size: int = 224, seed: int = 0, weights: str = "random") -> onnx.M
     return b.model("input", (1, 3, size, size), b.gap_fc(x, cin))
 
 
+def yolov8n(size: int = 640, nc: int = 80, seed: int = 0, weights: str = "random") -> onnx.ModelProto:
+    """Ultralytics YOLOv8n (depth 0.33, width 0.25) with the Detect head up to the DFL conv.
+
+    The box decoding after DFL (anchor arithmetic) is left out: it has no MACs and is
+    tiny.  About 4.37 GMACs at 640 for 80 classes (Ultralytics quotes 8.7 GFLOPs).
+    """
+    b = _Builder(f"yolov8n_{nc}", seed, weights)
+
+    def cbs(x, cin, cout, k=1, s=1):  # Conv + (folded BN) + SiLU, as exported: Sigmoid and Mul
+        y = b.conv(x, cin, cout, k, stride=s)
+        return b.node("Mul", [y, b.node("Sigmoid", [y])])
+
+    def c2f(x, cin, cout, n, shortcut):
+        c = cout // 2
+        y = cbs(x, cin, 2 * c)
+        parts = list(b.node("Split", [y, _const(b, "split_" + str(c), np.array([c, c], np.int64))], n_out=2, axis=1))
+        for _ in range(n):
+            z = cbs(cbs(parts[-1], c, c, 3), c, c, 3)
+            parts.append(b.node("Add", [parts[-1], z]) if shortcut else z)
+        return cbs(b.node("Concat", parts, axis=1), (2 + n) * c, cout)
+
+    def up(x):
+        return b.node("Resize", [x, "", _const(b, "up_scales", np.array([1, 1, 2, 2], np.float32))], mode="nearest")
+
+    x = cbs("images", 3, 16, 3, 2)
+    x = cbs(x, 16, 32, 3, 2)
+    x = c2f(x, 32, 32, 1, True)
+    x = cbs(x, 32, 64, 3, 2)
+    p3 = c2f(x, 64, 64, 2, True)
+    x = cbs(p3, 64, 128, 3, 2)
+    p4 = c2f(x, 128, 128, 2, True)
+    x = cbs(p4, 128, 256, 3, 2)
+    x = c2f(x, 256, 256, 1, True)
+    y = cbs(x, 256, 128)  # SPPF
+    m1 = b.maxpool(y, 5, 1, 2)
+    m2 = b.maxpool(m1, 5, 1, 2)
+    m3 = b.maxpool(m2, 5, 1, 2)
+    p5 = cbs(b.node("Concat", [y, m1, m2, m3], axis=1), 512, 256)
+    h4 = c2f(b.node("Concat", [up(p5), p4], axis=1), 384, 128, 1, False)
+    n3 = c2f(b.node("Concat", [up(h4), p3], axis=1), 192, 64, 1, False)
+    n4 = c2f(b.node("Concat", [cbs(n3, 64, 64, 3, 2), h4], axis=1), 192, 128, 1, False)
+    n5 = c2f(b.node("Concat", [cbs(n4, 128, 128, 3, 2), p5], axis=1), 384, 256, 1, False)
+    c2, c3 = max(16, 64 // 4, 64), max(64, min(nc, 100))
+    levels = []
+    for feat, ch in ((n3, 64), (n4, 128), (n5, 256)):
+        box = b.conv(cbs(cbs(feat, ch, c2, 3), c2, c2, 3), c2, 64, 1)
+        cls = b.conv(cbs(cbs(feat, ch, c3, 3), c3, c3, 3), c3, nc, 1)
+        lvl = b.node("Concat", [box, cls], axis=1)
+        levels.append(b.node("Reshape", [lvl, _const(b, f"shape_{nc}", np.array([1, 64 + nc, -1], np.int64))]))
+    cat = b.node("Concat", levels, axis=2)
+    box, cls = b.node("Split", [cat, _const(b, f"split_head_{nc}", np.array([64, nc], np.int64))], n_out=2, axis=1)
+    d = b.node("Reshape", [box, _const(b, "dfl_shape", np.array([1, 4, 16, -1], np.int64))])
+    d = b.node("Softmax", [b.node("Transpose", [d], perm=[0, 2, 1, 3])], axis=1)
+    d = b.conv(d, 16, 1, 1, bias=False, prefix="dfl")
+    d = b.node("Reshape", [d, _const(b, "dfl_out", np.array([1, 4, -1], np.int64))])
+    out = b.node("Concat", [d, b.node("Sigmoid", [cls])], axis=1)
+    return b.model("images", (1, 3, size, size), out)
+
+
+def _const(b: _Builder, name: str, arr) -> str:
+    if not any(i.name == name for i in b.inits):
+        b.inits.append(numpy_helper.from_array(arr, name))
+    return name
+
+
 ZOO = {
+    "yolov8n": yolov8n,
     "resnet18": resnet18,
     "resnet50": resnet50,
     "mobilenet_v1": mobilenet_v1,

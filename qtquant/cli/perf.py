@@ -23,14 +23,18 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ..errors import BadInputError
+    from ..export.atomic import check_output_path
     from ..perf import load_march, simulate_session
     from ..perf.report import csv_text, html_report, layer_table_text, summary_text, write_atomic
     from ..shapes import format_shape
 
     if args.top is not None and args.top < 1:
         raise BadInputError("--top must be at least 1")
-    # Check the march before the (slow) calibration so a typo fails fast.
+    # Check the march and output paths before the (slow) calibration so a typo fails fast.
     march = load_march(args.march_file if args.march_file else args.march)
+    for out, what in ((args.report, "report"), (args.csv, "CSV file")):
+        if out:
+            check_output_path(out, inputs=[args.model], what=what)
     session = open_session(args)
     after = simulate_session(session, march_file=march.path or None)
     grouped = len(session.groups) > 0
@@ -38,6 +42,7 @@ def run(args) -> int:
     g = session.graph
     shapes = ", ".join(f"{k}={format_shape(v)}" for k, v in g.input_shapes.items())
     model = g.path.name if g.path else "model"
+    inputs = [g.path, args.plan, args.march_file]
 
     if args.report:
         meta = {"model": model, "input": shapes, "march": march.name, "nodes": len(g.nodes),
@@ -46,9 +51,9 @@ def run(args) -> int:
                 f"calibrated ({session.calibration.config.source})" if session.calibration else "not calibrated"}
         write_atomic(args.report, html_report(after, before if grouped else None,
                                               title=f"qtquant perf — {model} on {march.name}", meta=meta,
-                                              march=march))
+                                              march=march), inputs=inputs, what="report")
     if args.csv:
-        write_atomic(args.csv, csv_text(after))
+        write_atomic(args.csv, csv_text(after), inputs=inputs, what="CSV file")
 
     if args.json:
         doc = {

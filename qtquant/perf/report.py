@@ -6,11 +6,9 @@ import csv
 import html
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 
-from ..errors import BadInputError
+from ..export.atomic import atomic_write_text, check_output_path
 
 __all__ = ["layer_table_text", "summary_text", "comparison_rows", "csv_text", "html_report", "write_atomic",
            "CSV_COLUMNS"]
@@ -19,27 +17,9 @@ CSV_COLUMNS = ["name", "op_type", "macs", "bytes", "ddr_bytes", "compute_us", "m
                "total_us", "bound", "is_rescale", "concat", "note"]
 
 
-def write_atomic(path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace`` (never half a file)."""
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise BadInputError(f"cannot write {p}: folder {folder} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise BadInputError(f"cannot write {p}: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise BadInputError(f"cannot write {p}: {e.strerror or e}") from None
-    return p
+def write_atomic(path, text: str, *, inputs=(), what: str = "output") -> Path:
+    """Write ``text`` through a temporary file and ``os.replace``; never over one of ``inputs``."""
+    return atomic_write_text(check_output_path(path, inputs=inputs, what=what), text)
 
 
 def _fmt_bytes(n: float) -> str:
