@@ -52,8 +52,10 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def fake_quant(x: np.ndarray, qp) -> np.ndarray:
     """QuantizeLinear then DequantizeLinear in numpy (round half to even, saturate)."""
-    q = np.clip(np.rint(np.asarray(x, dtype=np.float64) / qp.scale) + qp.zero_point, qp.qmin, qp.qmax)
-    return ((q - qp.zero_point) * qp.scale).astype(np.float32)
+    # float32 throughout, as the file stores the scale and onnxruntime computes.
+    s = np.float32(qp.scale)
+    q = np.clip(np.rint(np.asarray(x, dtype=np.float32) / s) + np.float32(qp.zero_point), qp.qmin, qp.qmax)
+    return ((q - np.float32(qp.zero_point)) * s).astype(np.float32)
 
 
 @dataclass

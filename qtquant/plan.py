@@ -46,6 +46,7 @@ class PlanGroup:
     scale: float | None = None
     zero_point: int | None = None
     concats: tuple[str, ...] = ()
+    name: str = ""
 
     @property
     def tensors(self) -> list[str]:
@@ -171,7 +172,9 @@ def parse_plan(doc, source: str = "plan") -> Plan:
                 _need(rm, "producer", str, mw, src, optional=True),
                 _need(rm, "producer_op", str, mw, src, optional=True) or "",
                 float(_need(rm, "bits_lost", (int, float), mw, src, optional=True) or 0.0)))
-        groups.append(PlanGroup(gid, tuple(members), None if scale is None else float(scale), zp, tuple(concats)))
+        name = _need(rg, "name", str, where, src, optional=True) or ""
+        groups.append(PlanGroup(gid, tuple(members), None if scale is None else float(scale), zp, tuple(concats),
+                                name))
     return Plan(tuple(groups), version, doc.get("model") if isinstance(doc.get("model"), str) else None,
                 doc.get("model_sha256") if isinstance(doc.get("model_sha256"), str) else None,
                 doc.get("policy") if isinstance(doc.get("policy"), str) else None,
@@ -236,7 +239,7 @@ def apply_plan(session, plan: Plan, *, replace: bool = True) -> AppliedPlan:
             if len(set(tensors)) < 2:
                 res.warnings.append(f"{src}: group {g.id} has fewer than two tensors; skipped")
                 continue
-            made.append(session.groups.share(graph, tensors))
+            made.append(session.groups.share(graph, tensors, g.name))
     except ShareRefused as e:
         session.groups.restore(before)
         raise PlanError(f"{src}: group {g.id}: {e}") from None

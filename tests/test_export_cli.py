@@ -1,0 +1,96 @@
+"""``qtquant fix`` end to end, and the TensorQuantOverrides round trip through quantize_static."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from builders import save
+from qtquant.autoshare import auto_share
+from qtquant.cli import main
+from qtquant.export.overrides import load_overrides, overrides_dict, write_overrides
+from qtquant.loader import open_model
+from qtquant.plan import load_plan
+from test_export_builders import detector_model
+
+
+@pytest.fixture(scope="module")
+def det_path(tmp_path_factory):
+    return save(detector_model(), tmp_path_factory.mktemp("cli") / "det.onnx")
+
+
+def _row(out, what):
+    line = next(line for line in out.splitlines() if line.startswith(what))
+    return line[len(what):].split()
+
+
+def test_fix_prints_before_after_and_writes_everything(det_path, tmp_path, capsys):
+    out, plan, ov = tmp_path / "fixed.onnx", tmp_path / "plan.json", tmp_path / "ov.json"
+    rc = main(["fix", det_path, "--auto-share", "-o", str(out), "--plan-out", str(plan),
+               "--overrides-out", str(ov), "--calib-count", "4"])
+    text = capsys.readouterr().out
+    assert rc == 0
+    before, after, change = _row(text, "rescales")
+    assert int(after) < int(before) and int(change) == int(after) - int(before)
+    assert int(after) == 1  # only the flagged head keeps its rescale
+    b, a, d = _row(text, "SQNR feat (dB)")
+    assert abs(float(a) - float(b)) < 0.5
+    assert "FLAGGED  head" in text and "mismatched Concats" in text
+    onnx.checker.check_model(onnx.load(str(out)), full_check=True)
+    assert len(load_plan(plan).groups) >= 1
+    assert json.loads(ov.read_text())["cat1_out"][0]["quant_type"] == "QInt8"
+
+
+def test_fix_json_and_without_groups(det_path, tmp_path, capsys):
+    out = tmp_path / "plain.onnx"
+    assert main(["fix", det_path, "-o", str(out), "--json", "--calib-count", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["what"]: r for r in doc["table"]}
+    assert rows["rescales"]["before"] == rows["rescales"]["after"] and doc["groups"] == []
+    assert out.is_file()
+
+
+def test_fix_refuses_to_overwrite_input(det_path, capsys):
+    before = open(det_path, "rb").read()
+    assert main(["fix", det_path, "--auto-share", "-o", det_path]) == 3
+    err = capsys.readouterr().err
+    assert "refusing to overwrite the input" in err and err.count("\n") == 1
+    assert open(det_path, "rb").read() == before
+
+
+def test_fix_requires_output(det_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["fix", det_path])
+    assert e.value.code == 2
+
+
+@pytest.mark.slow
+def test_overrides_give_quantize_static_the_same_scales(det_path, tmp_path):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    s = open_model(det_path)
+    s.run_calibration()
+    auto_share(s)
+    ov_path = write_overrides(s, tmp_path / "ov.json")
+    assert set(json.loads(ov_path.read_text())) == set(overrides_dict(s))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(s.calibration.holdout)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    out = tmp_path / "ort.onnx"
+    quantize_static(det_path, str(out), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8, per_channel=True,
+                    extra_options={"ActivationSymmetric": True, "TensorQuantOverrides": load_overrides(ov_path)})
+    m = onnx.load(str(out))
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    producer = {o: n for n in m.graph.node for o in n.output}
+    for cat in ("cat1", "cat2"):
+        node = next(n for n in m.graph.node if n.op_type == "Concat" and n.name == cat)
+        got = {float(inits[producer[i].input[1]]) for i in node.input}
+        assert got == {float(np.float32(s.domains.scale_of(node.output[0])))}, cat

@@ -1,0 +1,90 @@
+"""Fidelity: SQNR/cosine arithmetic, before/after, per-member SQNR, caching, analyze output."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from builders import save
+from qtquant.cli import main
+from qtquant.errors import BadInputError
+from qtquant.export import qdq as qdq_mod
+from qtquant.fidelity import cosine, measure_session, sqnr_db
+from qtquant.groups import share, unshare
+from qtquant.loader import open_model
+from test_export_builders import detector_model
+
+
+@pytest.fixture(scope="module")
+def det_path(tmp_path_factory):
+    return save(detector_model(), tmp_path_factory.mktemp("fid") / "det.onnx")
+
+
+@pytest.fixture
+def session(det_path):
+    s = open_model(det_path)
+    s.run_calibration()
+    return s
+
+
+def test_metrics_arithmetic():
+    assert sqnr_db(np.array([3.0, 4.0]), np.array([3.0, 3.0])) == pytest.approx(10 * math.log10(25.0))
+    assert sqnr_db(np.ones(4), np.ones(4)) == math.inf
+    assert cosine(np.array([1.0, 0.0]), np.array([1.0, 1.0])) == pytest.approx(1 / math.sqrt(2))
+    assert cosine(np.zeros(3), np.zeros(3)) == 1.0 and cosine(np.zeros(3), np.ones(3)) == 0.0
+
+
+def test_sharing_the_head_shows_in_member_sqnr(session):
+    share(session, ["box", "score", "head_out"])  # what auto-share refuses to do
+    fid = measure_session(session)
+    assert fid.outputs == ["boxes", "scores", "scored", "feat"] and fid.samples >= 1
+    score = next(m for m in fid.members if m.tensor == "score")
+    assert score.before_sqnr_db > 30 and score.sqnr_db < 15  # the class scores are destroyed
+    assert score.bits_lost > 5
+    box = next(m for m in fid.members if m.tensor == "box")
+    assert box.sqnr_db == pytest.approx(box.before_sqnr_db, abs=0.5)
+    # an output whose path the group does not touch is identical before and after
+    assert fid.sqnr_db["feat"] == pytest.approx(fid.before_sqnr_db["feat"])
+    assert 0.9 < fid.cosine["feat"] <= 1.0
+    # 'scored' reads the score through cat_c: sharing the head's scale drops it
+    assert fid.sqnr_db["scored"] < fid.before_sqnr_db["scored"] - 3
+    json.dumps(fid.to_dict(), allow_nan=False)
+    text = fid.text()
+    assert "boxes" in text and "own scale -> shared scale" in text and "score" in text
+
+
+def test_results_are_cached_between_edits(session, monkeypatch):
+    calls = []
+    real = qdq_mod.build_qdq_model
+
+    def counting(s, dm=None):
+        calls.append(dm)
+        return real(s, dm)
+
+    monkeypatch.setattr(qdq_mod, "build_qdq_model", counting)
+    share(session, ["c0_out", "c1_out", "cat1_out"])
+    f1 = measure_session(session)
+    assert len(calls) == 2  # before and after
+    f2 = measure_session(session)
+    assert len(calls) == 2 and f2.sqnr_db == f1.sqnr_db  # nothing changed: nothing rebuilt
+    unshare(session, session.groups.groups[0].id)
+    f3 = measure_session(session)
+    assert len(calls) == 3  # only the 'after' model is rebuilt after an edit
+    assert f3.sqnr_db == pytest.approx(f3.before_sqnr_db)  # no groups: after == before
+    assert f3.revision == session.revision
+
+
+def test_needs_holdout(det_path):
+    s = open_model(det_path)
+    with pytest.raises(BadInputError, match="held-back"):
+        measure_session(s)
+
+
+def test_analyze_shows_fidelity(det_path, capsys):
+    assert main(["analyze", det_path, "--no-perf", "--calib-count", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "SQNR dB" in out and "feat" in out
+    assert main(["analyze", det_path, "--no-perf", "--calib-count", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["summary"]["sqnr_db"]) == {"boxes", "scores", "scored", "feat"}
