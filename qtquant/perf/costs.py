@@ -77,6 +77,7 @@ class CostContext:
         self.march = march
         self._onchip_limit = march.onchip_tensor_bytes
         self._io = set(graph.inputs) | set(graph.outputs)
+        self._bytes: dict[str, int] = {}
         self.fused: dict[str, str] = {}  # node -> host node it is folded into
         self.internal: set[str] = set()  # tensors inside a fused chain: never written out
         self.chain_out: dict[str, str] = {}  # host -> the fused chain's last tensor (what the host writes)
@@ -90,7 +91,10 @@ class CostContext:
         return t is not None and t.kind in ("input", "activation")
 
     def act_bytes(self, tensor: str) -> int:
-        return numel(shape_of(self.graph, tensor)) * ACT_BYTES
+        b = self._bytes.get(tensor)
+        if b is None:
+            b = self._bytes[tensor] = numel(shape_of(self.graph, tensor)) * ACT_BYTES
+        return b
 
     def in_ddr(self, tensor: str, nbytes: int) -> bool:
         """Model inputs/outputs and tensors too big for the on-chip buffer go through DDR."""

@@ -13,10 +13,14 @@ __all__ = ["macs_of", "model_macs", "conv_dims", "shape_of", "numel"]
 
 
 def shape_of(graph, tensor: str):
+    """The tensor's static shape tuple, or None when unknown or partly dynamic."""
     t = graph.tensors.get(tensor) if tensor else None
-    if t is None or t.shape is None or any(d is None for d in t.shape):
+    if t is None:
         return None
-    return tuple(int(d) for d in t.shape)
+    s = t.shape
+    if s is None or None in s:
+        return None
+    return s
 
 
 def numel(shape) -> int:
