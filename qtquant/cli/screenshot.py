@@ -1,0 +1,52 @@
+"""``qtquant screenshot MODEL -o OUT.png``: render the app offscreen once analysis finished."""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import BadInputError
+
+NAME = "screenshot"
+HELP = "render the app window (or its canvas) for MODEL to a PNG, after calibration and simulation"
+
+OVERLAYS = ["none", "latency", "mismatch", "bits"]
+
+
+def add_arguments(p) -> None:
+    from .common import add_common
+
+    add_common(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="PNG file to write")
+    p.add_argument("--overlay", choices=OVERLAYS, default="none", help="canvas overlay (default none)")
+    p.add_argument("--select", metavar="NODE", default=None, help="select this node, centre it and inspect it")
+    p.add_argument("--size", default="1600x1000", metavar="WxH", help="window size in pixels (default 1600x1000)")
+    p.add_argument("--canvas-only", action="store_true", help="render only the graph canvas")
+    p.add_argument("--timeout", type=float, default=180.0, metavar="S", help="give up after S seconds")
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise BadInputError(f"--size {text!r}: expected WIDTHxHEIGHT like 1600x1000") from None
+    if not (200 <= w <= 8000 and 200 <= h <= 8000):
+        raise BadInputError("--size: width and height must be between 200 and 8000 pixels")
+    return w, h
+
+
+def run(args) -> int:
+    # Offscreen unless the caller chose a platform: no window flashes up, works without a display.
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from .common import options_from_args
+
+    size = _size(args.size)
+    options = options_from_args(args)
+    try:
+        from ..gui.shot import take_screenshot
+    except ImportError as e:
+        raise BadInputError(f"the desktop app is not available ({e})") from None
+    out = take_screenshot(args.model, args.output, input_shapes=args.input_shape, options=options,
+                          overlay=args.overlay, select=args.select, size=size, canvas_only=args.canvas_only,
+                          plan=args.plan, timeout=args.timeout)
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,56 @@
+"""Application start-up: ``qtquant [MODEL]`` lands in :func:`run_app`."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+__all__ = ["make_app", "run_app"]
+
+
+def make_app(argv=None) -> QApplication:
+    """The QApplication (created once; reused by tests and the screenshot command)."""
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(list(argv) if argv else ["qtquant"])
+        app.setOrganizationName("qtquant")
+        app.setApplicationName("qtquant")
+        app.setStyle("Fusion")
+    return app
+
+
+def _install_excepthook(window) -> None:
+    """Exceptions escaping a slot become an error dialog instead of a silent print or abort."""
+    from .jobs import error_text
+
+    def hook(etype, value, tb):
+        details = "".join(traceback.format_exception(etype, value, tb))
+        sys.__stderr__.write(details)
+        try:
+            window.show_error("Unexpected error", error_text(value), details)
+        except Exception:  # noqa: BLE001 - the hook itself must never raise
+            pass
+
+    sys.excepthook = hook
+
+
+def run_app(model=None) -> int:
+    """Open the main window on ``model`` (a path) or on the bundled demo; run the event loop."""
+    from .mainwindow import MainWindow
+
+    app = make_app(sys.argv[:1])
+    win = MainWindow()
+    _install_excepthook(win)
+    win.show()
+    if model:
+        if str(model).lower().endswith(".qtquant"):
+            QTimer.singleShot(0, lambda: win.show_error(
+                "Cannot open project", f"{model}: opening .qtquant projects is not supported in this version"))
+        else:
+            QTimer.singleShot(0, lambda: win.request_open(model))
+    else:
+        QTimer.singleShot(0, win.open_demo)
+    return int(app.exec())

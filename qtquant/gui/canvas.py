@@ -1,0 +1,466 @@
+"""The graph canvas: scene, view (zoom, pan, fit, search jumps), minimap and legend.
+
+The scene is built once per layout from a :class:`~qtquant.gui.spec.SceneSpec` whose
+coordinates were computed in a worker thread.  Afterwards only looks change
+(:meth:`GraphScene.apply_looks`): overlays never move an item.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QImage, QLinearGradient, QPainter, QPen
+from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QWidget
+
+from .items import LOD_EDGE_LABEL, EdgeItem, EdgeLabel, NodeItem
+from .spec import SceneSpec
+from .style import MISMATCH_BANDS, NODE_H, NODE_W, SELECT, TERM_H, TERM_W, category_color, heat_color
+
+__all__ = ["GraphScene", "GraphView", "MiniMap", "Legend", "ITEM_CLASSES"]
+
+# Item class per node kind: the one place to swap in a different look for a kind.
+ITEM_CLASSES = {"op": NodeItem, "input": NodeItem, "output": NodeItem}
+
+
+class GraphScene(QGraphicsScene):
+    """Holds the items of one laid-out graph and applies looks to them."""
+
+    looksChanged = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setBackgroundBrush(QColor("#fafbfc"))
+        self.nodes: dict[str, NodeItem] = {}
+        self.edges: list[EdgeItem] = []
+        self.edges_in: dict[str, list[EdgeItem]] = {}
+        self.edges_out: dict[str, list[EdgeItem]] = {}
+        self.labels: list[EdgeLabel] = []
+        self.spec: SceneSpec | None = None
+        self.emphasised: set[str] = set()  # nodes the minimap draws at least 3 px (Concats)
+        self._labels_visible = True
+
+    # -- building -------------------------------------------------------------------------
+    def reset(self, message: str = "") -> None:
+        """Empty the scene, optionally showing a centred hint."""
+        self.clear()
+        self.nodes.clear()
+        self.edges.clear()
+        self.labels.clear()
+        self.edges_in.clear()
+        self.edges_out.clear()
+        self.spec = None
+        if message:
+            t = self.addSimpleText(message)
+            t.setBrush(QColor("#888"))
+            f = t.font()
+            f.setPixelSize(15)
+            t.setFont(f)
+            r = t.boundingRect()
+            t.setPos(-r.width() / 2, -r.height() / 2)
+            self.setSceneRect(QRectF(-r.width(), -200, 2 * r.width(), 400))
+        self.looksChanged.emit()
+
+    def build(self, spec: SceneSpec) -> None:
+        self.reset()
+        self.spec = spec
+        lay = spec.layout
+        # Item indexing is cheap once; a static scene keeps the BSP tree valid.
+        self.setItemIndexMethod(QGraphicsScene.NoIndex)
+        for ns, (x, y) in zip(spec.nodes, lay.pos):
+            cls = ITEM_CLASSES.get(ns.kind, NodeItem)
+            w, h = (NODE_W, NODE_H) if ns.kind == "op" else (TERM_W, TERM_H)
+            item = cls(ns.name, ns.title, ns.subtitle, w, h, category_color(ns.category), ns.kind)
+            item.setPos(x, y)
+            self.addItem(item)
+            self.nodes[ns.name] = item
+        names = [n.name for n in spec.nodes]
+        routes = [list(r.points) for r in lay.routes]
+        self._spread_ports(spec, routes, lay.pos)
+        label_at: dict[str, tuple[float, float]] = {}
+        for es, pts in zip(spec.edges, routes):
+            e = EdgeItem(es.tensor, names[es.src], names[es.dst], pts)
+            self.addItem(e)
+            self.edges.append(e)
+            self.edges_out.setdefault(e.src, []).append(e)
+            self.edges_in.setdefault(e.dst, []).append(e)
+            label_at.setdefault(es.tensor, (pts[0][0] + 5, pts[0][1] + 2))
+        seen = set()
+        for es in spec.edges:
+            if es.tensor in seen:
+                continue
+            seen.add(es.tensor)
+            x, y = label_at[es.tensor]
+            lab = EdgeLabel(es.label, x, y)
+            self.addItem(lab)
+            self.labels.append(lab)
+        self.setItemIndexMethod(QGraphicsScene.BspTreeIndex)
+        self.emphasised = {n.name for n in spec.nodes if n.category == "concat"}
+        m = 60
+        self.setSceneRect(QRectF(-m, -m, lay.width + 2 * m, lay.height + 2 * m))
+        self._labels_visible = True
+
+    @staticmethod
+    def _spread_ports(spec: SceneSpec, routes, pos) -> None:
+        """Spread edge ends along a box's top/bottom instead of one point (fewer overlaps)."""
+        ins: dict[int, list[int]] = {}
+        outs: dict[int, dict[str, list[int]]] = {}
+        for k, es in enumerate(spec.edges):
+            ins.setdefault(es.dst, []).append(k)
+            outs.setdefault(es.src, {}).setdefault(es.tensor, []).append(k)
+        for node, ks in ins.items():
+            if len(ks) < 2:
+                continue
+            w = (NODE_W if spec.nodes[node].kind == "op" else TERM_W) * 0.7
+            ks.sort(key=lambda k: routes[k][-2][0] if len(routes[k]) > 2 else pos[spec.edges[k].src][0])
+            cx = pos[node][0]
+            for j, k in enumerate(ks):
+                x = cx - w / 2 + w * (j + 0.5) / len(ks)
+                routes[k][-1] = (x, routes[k][-1][1])
+        for node, by_t in outs.items():
+            if len(by_t) < 2:
+                continue
+            w = (NODE_W if spec.nodes[node].kind == "op" else TERM_W) * 0.6
+            order = list(by_t)  # output order
+            cx = pos[node][0]
+            for j, t in enumerate(order):
+                x = cx - w / 2 + w * (j + 0.5) / len(order)
+                for k in by_t[t]:
+                    routes[k][0] = (x, routes[k][0][1])
+
+    # -- looks ----------------------------------------------------------------------------
+    def apply_looks(self, node_looks: dict, edge_styles: dict, edge_default: dict | None = None) -> None:
+        """``node_looks[name] = dict(fill=, badges=, faded=, border_width=)``; missing -> defaults.
+
+        ``edge_styles[(tensor, dst)] = dict(color=, width=, dashed=)``; others get ``edge_default``.
+        """
+        for name, item in self.nodes.items():
+            look = node_looks.get(name)
+            if look is None:
+                item.set_look()
+            else:
+                item.set_look(**look)
+        for e in self.edges:
+            st = edge_styles.get((e.tensor, e.dst))
+            e.set_style(**(st or edge_default or {}))
+            e.setZValue(1.2 if st else 1)
+        self.looksChanged.emit()
+
+    def set_labels_visible(self, on: bool) -> None:
+        if on == self._labels_visible:
+            return
+        self._labels_visible = on
+        for lab in self.labels:
+            lab.setVisible(on)
+
+    def node_at(self, scene_pos: QPointF) -> NodeItem | None:
+        for it in self.items(scene_pos):
+            if isinstance(it, NodeItem):
+                return it
+        return None
+
+    def selected_names(self) -> list[str]:
+        return [it.name for it in self.selectedItems() if isinstance(it, NodeItem)]
+
+
+class GraphView(QGraphicsView):
+    """Wheel zoom around the cursor, drag to pan (Shift+drag: rubber-band select), fit, jump."""
+
+    zoomChanged = Signal(float)
+    MIN_SCALE, MAX_SCALE = 0.01, 4.0
+
+    def __init__(self, scene: GraphScene, parent=None):
+        super().__init__(scene, parent)
+        self.setRenderHints(QPainter.Antialiasing | QPainter.TextAntialiasing)
+        self.setDragMode(QGraphicsView.ScrollHandDrag)
+        self.setTransformationAnchor(QGraphicsView.AnchorUnderMouse)
+        self.setResizeAnchor(QGraphicsView.AnchorViewCenter)
+        self.setViewportUpdateMode(QGraphicsView.SmartViewportUpdate)
+        self.setOptimizationFlag(QGraphicsView.DontAdjustForAntialiasing, True)
+        self.setFrameShape(QFrame.NoFrame)
+        self.setRubberBandSelectionMode(Qt.IntersectsItemShape)
+        self.setAcceptDrops(False)  # the main window takes dropped model files
+        self._panning_mid: QPointF | None = None
+        self.minimap = MiniMap(self)
+        self.legend = Legend(self)
+        scene.looksChanged.connect(self.minimap.schedule_refresh)
+        self.horizontalScrollBar().valueChanged.connect(self.minimap.update)
+        self.verticalScrollBar().valueChanged.connect(self.minimap.update)
+
+    # -- zoom -----------------------------------------------------------------------------
+    @property
+    def zoom(self) -> float:
+        return self.transform().m11()
+
+    def set_zoom(self, s: float) -> None:
+        s = max(self.MIN_SCALE, min(self.MAX_SCALE, s))
+        f = s / self.zoom
+        if abs(f - 1.0) > 1e-9:
+            self.scale(f, f)
+        self._zoom_changed()
+
+    def _zoom_changed(self) -> None:
+        self.scene().set_labels_visible(self.zoom >= LOD_EDGE_LABEL)
+        self.minimap.update()
+        self.zoomChanged.emit(self.zoom)
+
+    def wheelEvent(self, ev):
+        dy = ev.angleDelta().y() or ev.angleDelta().x()
+        if not dy:
+            return
+        if ev.modifiers() & Qt.ShiftModifier:  # shift+wheel scrolls sideways
+            self.horizontalScrollBar().setValue(self.horizontalScrollBar().value() - dy)
+            return
+        f = 1.0015 ** dy
+        s = max(self.MIN_SCALE, min(self.MAX_SCALE, self.zoom * f))
+        f = s / self.zoom
+        self.scale(f, f)
+        self._zoom_changed()
+
+    def fit(self) -> None:
+        sc = self.scene()
+        r = sc.itemsBoundingRect().adjusted(-30, -30, 30, 30)
+        if r.isEmpty():
+            return
+        self.fitInView(r, Qt.KeepAspectRatio)
+        if self.zoom > 1.0:  # small graphs: readable, not blown up
+            self.set_zoom(1.0)
+            self.centerOn(r.center())
+        self._zoom_changed()
+
+    def fit_top(self, min_zoom: float = 0.55) -> None:
+        """Fit when the whole graph is legible; otherwise show its top at a readable zoom."""
+        sc = self.scene()
+        r = sc.itemsBoundingRect().adjusted(-30, -30, 30, 30)
+        if r.isEmpty():
+            return
+        vw, vh = max(1, self.viewport().width()), max(1, self.viewport().height())
+        s = min(vw / r.width(), vh / r.height())
+        if s >= min_zoom:
+            self.fit()
+            return
+        self.set_zoom(max(min_zoom, min(1.0, vw / r.width())))
+        top = self.mapToScene(self.viewport().rect()).boundingRect()
+        self.centerOn(QPointF(r.center().x(), r.top() + top.height() / 2))
+
+    def center_on(self, name: str, *, select: bool = True, min_zoom: float = 0.8) -> bool:
+        sc: GraphScene = self.scene()
+        item = sc.nodes.get(name)
+        if item is None:
+            return False
+        if self.zoom < min_zoom:
+            self.set_zoom(1.0)
+        self.centerOn(item)
+        if select:
+            sc.clearSelection()
+            item.setSelected(True)
+        item.flash = True
+        item.update()
+        QTimer.singleShot(900, lambda: (setattr(item, "flash", False), item.update()) if item.scene() else None)
+        return True
+
+    def keyPressEvent(self, ev):
+        k = ev.key()
+        if k in (Qt.Key_Plus, Qt.Key_Equal):
+            self.set_zoom(self.zoom * 1.25)
+        elif k == Qt.Key_Minus:
+            self.set_zoom(self.zoom / 1.25)
+        elif k == Qt.Key_0:
+            self.set_zoom(1.0)
+        elif k == Qt.Key_F and not ev.modifiers():
+            self.fit()
+        else:
+            super().keyPressEvent(ev)
+
+    # -- mouse: left drag pans; shift+left drag selects; middle drag always pans ------------
+    def mousePressEvent(self, ev):
+        if ev.button() == Qt.MiddleButton:
+            self._panning_mid = ev.position()
+            self.viewport().setCursor(Qt.ClosedHandCursor)
+            ev.accept()
+            return
+        if ev.button() == Qt.LeftButton and ev.modifiers() & (Qt.ShiftModifier | Qt.ControlModifier):
+            self.setDragMode(QGraphicsView.RubberBandDrag)
+        super().mousePressEvent(ev)
+
+    def mouseMoveEvent(self, ev):
+        if self._panning_mid is not None:
+            d = ev.position() - self._panning_mid
+            self._panning_mid = ev.position()
+            self.horizontalScrollBar().setValue(self.horizontalScrollBar().value() - int(d.x()))
+            self.verticalScrollBar().setValue(self.verticalScrollBar().value() - int(d.y()))
+            ev.accept()
+            return
+        super().mouseMoveEvent(ev)
+
+    def mouseReleaseEvent(self, ev):
+        if self._panning_mid is not None and ev.button() == Qt.MiddleButton:
+            self._panning_mid = None
+            self.viewport().unsetCursor()
+            ev.accept()
+            return
+        super().mouseReleaseEvent(ev)
+        if self.dragMode() != QGraphicsView.ScrollHandDrag:
+            self.setDragMode(QGraphicsView.ScrollHandDrag)
+
+    def resizeEvent(self, ev):
+        super().resizeEvent(ev)
+        self._place_overlays()
+
+    def _place_overlays(self) -> None:
+        vp = self.viewport().geometry()
+        mm = self.minimap
+        mm.move(vp.right() - mm.width() - 10, vp.bottom() - mm.height() - 10)
+        self.legend.move(vp.left() + 10, vp.top() + 10)
+
+
+class MiniMap(QWidget):
+    """Overview of the whole graph with the visible area; click or drag to move there.
+
+    Drawn from the node items' positions and current fills (not a scene render): one
+    small rectangle per node stays readable where a scaled-down render would be a smear.
+    """
+
+    BOX = 210  # longest side in pixels
+
+    def __init__(self, view: GraphView):
+        super().__init__(view)
+        self.view = view
+        self.setCursor(Qt.PointingHandCursor)
+        self.setFixedSize(self.BOX, self.BOX * 3 // 4)
+        self._img: QImage | None = None
+        self._src = QRectF()
+        self._timer = QTimer(self, singleShot=True, interval=150)
+        self._timer.timeout.connect(self.refresh)
+
+    def schedule_refresh(self) -> None:
+        self._timer.start()
+
+    def _target(self) -> QRectF:
+        r = self._src
+        if r.isEmpty():
+            return QRectF()
+        s = min((self.width() - 8) / r.width(), (self.height() - 8) / r.height())
+        w, h = r.width() * s, r.height() * s
+        return QRectF((self.width() - w) / 2, (self.height() - h) / 2, w, h)
+
+    def refresh(self) -> None:
+        sc: GraphScene = self.view.scene()
+        nodes = list(sc.nodes.values())
+        self.setVisible(bool(nodes))
+        if not nodes:
+            self._img = None
+            return
+        self._src = sc.itemsBoundingRect()
+        a = self._src.width() / max(self._src.height(), 1.0)
+        w, h = (self.BOX, max(70, int(self.BOX / a))) if a >= 1 else (max(70, int(self.BOX * a)), self.BOX)
+        self.setFixedSize(min(w, self.BOX) + 8, min(h, self.BOX) + 8)
+        self.view._place_overlays()
+        t = self._target()
+        img = QImage(max(1, int(t.width())), max(1, int(t.height())), QImage.Format_ARGB32_Premultiplied)
+        img.fill(Qt.transparent)
+        s = t.width() / self._src.width()
+        ox, oy = self._src.left(), self._src.top()
+        p = QPainter(img)
+        p.setPen(QPen(QColor(150, 160, 170, 110), 0.6))
+        for e in sc.edges:
+            pts = e.points
+            p.drawLine(QPointF((pts[0][0] - ox) * s, (pts[0][1] - oy) * s),
+                       QPointF((pts[-1][0] - ox) * s, (pts[-1][1] - oy) * s))
+        for it in nodes:
+            pos = it.pos()
+            c = QColor(it.fill).darker(118)
+            if it.faded:
+                c.setAlpha(70)
+            big = it.name in sc.emphasised
+            mw, mh = max(it.width * s, 3.0 if big else 1.5), max(it.height * s, 3.0 if big else 1.5)
+            p.fillRect(QRectF((pos.x() - ox) * s - mw / 2, (pos.y() - oy) * s - mh / 2, mw, mh), c)
+        p.end()
+        self._img = img
+        self.update()
+
+    def paintEvent(self, ev):
+        p = QPainter(self)
+        p.setRenderHint(QPainter.Antialiasing)
+        p.setPen(QPen(QColor("#b0b8c1"), 1))
+        p.setBrush(QColor(255, 255, 255, 225))
+        p.drawRoundedRect(QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5), 6, 6)
+        t = self._target()
+        if self._img is not None and not t.isEmpty():
+            p.drawImage(t.topLeft(), self._img)
+            vis = self.view.mapToScene(self.view.viewport().rect()).boundingRect()
+            s = t.width() / self._src.width()
+            vr = QRectF(t.left() + (vis.left() - self._src.left()) * s, t.top() + (vis.top() - self._src.top()) * s,
+                        vis.width() * s, vis.height() * s).intersected(QRectF(self.rect()).adjusted(1, 1, -1, -1))
+            if vr.width() < 4 or vr.height() < 4:  # keep the marker findable when zoomed far in
+                vr = QRectF(vr.center().x() - 3, vr.center().y() - 3, 6, 6)
+            p.setPen(QPen(SELECT, 1.5))
+            p.setBrush(QColor(21, 101, 192, 30))
+            p.drawRect(vr)
+
+    def _go(self, pos) -> None:
+        t = self._target()
+        if t.isEmpty():
+            return
+        s = t.width() / self._src.width()
+        x = self._src.left() + (pos.x() - t.left()) / s
+        y = self._src.top() + (pos.y() - t.top()) / s
+        self.view.centerOn(QPointF(x, y))
+        self.update()
+
+    def mousePressEvent(self, ev):
+        self._go(ev.position())
+
+    def mouseMoveEvent(self, ev):
+        if ev.buttons() & Qt.LeftButton:
+            self._go(ev.position())
+
+
+class Legend(QWidget):
+    """Top-left key: Concat mismatch bands always, plus the active overlay's scale."""
+
+    def __init__(self, view: GraphView):
+        super().__init__(view)
+        self.setAttribute(Qt.WA_TransparentForMouseEvents)
+        self.mode = "none"
+        self.title = ""
+        self.lo_text = self.hi_text = ""
+        self._resize()
+
+    def set_overlay(self, mode: str, title: str = "", lo_text: str = "", hi_text: str = "") -> None:
+        self.mode, self.title, self.lo_text, self.hi_text = mode, title, lo_text, hi_text
+        self._resize()
+        self.update()
+
+    def _resize(self) -> None:
+        h = 50 + (44 if self.mode in ("latency", "bits") else 0)
+        self.setFixedSize(330, h)
+
+    def paintEvent(self, ev):
+        p = QPainter(self)
+        p.setRenderHint(QPainter.Antialiasing)
+        p.setPen(QPen(QColor("#b0b8c1"), 1))
+        p.setBrush(QColor(255, 255, 255, 230))
+        p.drawRoundedRect(QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5), 6, 6)
+        f = p.font()
+        f.setPixelSize(11)
+        p.setFont(f)
+        p.setPen(QColor("#333"))
+        p.drawText(QRectF(10, 4, 310, 16), Qt.AlignLeft | Qt.AlignVCenter, "Concat scale mismatch (max/min scale)")
+        x = 10.0
+        for _, name, col in MISMATCH_BANDS:
+            p.setPen(QPen(QColor(col).darker(140), 1))
+            p.setBrush(QColor(col))
+            p.drawRoundedRect(QRectF(x, 25, 16, 16), 3, 3)
+            p.setPen(QColor("#333"))
+            p.drawText(QRectF(x + 20, 24, 55, 18), Qt.AlignLeft | Qt.AlignVCenter, name)
+            x += 78
+        if self.mode in ("latency", "bits"):
+            p.drawText(QRectF(10, 48, 310, 16), Qt.AlignLeft | Qt.AlignVCenter, self.title)
+            g = QLinearGradient(10, 0, 320, 0)
+            for i in range(9):
+                g.setColorAt(i / 8, heat_color(i / 8))
+            p.setPen(QPen(QColor("#999"), 1))
+            p.setBrush(g)
+            p.drawRect(QRectF(10, 67, 310, 10))
+            p.setPen(QColor("#333"))
+            p.drawText(QRectF(10, 78, 150, 14), Qt.AlignLeft | Qt.AlignVCenter, self.lo_text)
+            p.drawText(QRectF(170, 78, 150, 14), Qt.AlignRight | Qt.AlignVCenter, self.hi_text)

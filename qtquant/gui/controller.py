@@ -1,0 +1,292 @@
+"""The Qt bridge over a core Session, and the orchestration of background work.
+
+:class:`SessionBridge` is a thin QObject around a Qt-free
+:class:`~qtquant.session.Session`: it turns the session's events into Qt signals and
+caches what the widgets read (Concat analysis per revision, the latest perf and fidelity
+results).  :class:`Controller` owns the jobs: load -> (layout || calibrate) -> (perf ||
+fidelity).  Worker threads only compute; results are applied here, on the GUI thread,
+and only if they are still current (model generation and session revision).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, Signal, Slot
+
+from ..calib import CalibConfig, calibrate
+from ..session import Options, Session
+from ..shapes import parse_input_shapes
+from .jobs import Job, JobManager
+from .perfdata import fidelity_measure, simulator
+from .spec import layout_scene, scene_spec
+
+__all__ = ["SessionBridge", "Controller"]
+
+
+class SessionBridge(QObject):
+    """Qt face of one Session.  ``changed(kind)`` follows ``session.events``."""
+
+    sessionReplaced = Signal(object)  # the new Session (or None)
+    changed = Signal(str)  # "calibrated" | "options" | "groups" | ...
+    perfChanged = Signal()
+    fidelityChanged = Signal()
+    _event = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.session: Session | None = None
+        self.perf = None
+        self.fidelity = None
+        self.perf_revision = -1  # session revision the perf result belongs to
+        self.fidelity_revision = -1
+        self._concats = None
+        self._concats_rev = -1
+        self.hist_cache: dict[str, tuple] = {}  # tensor -> (counts, edges) computed by the GUI
+        # Session events may in principle fire from a worker: re-emit through a queued hop.
+        self._event.connect(self._on_event, Qt.AutoConnection)
+
+    def set_session(self, session: Session | None) -> None:
+        if self.session is not None:
+            self.session.events.disconnect(self._relay)
+        self.session = session
+        self.perf = self.fidelity = None
+        self.perf_revision = self.fidelity_revision = -1
+        self._concats, self._concats_rev = None, -1
+        self.hist_cache = {}
+        if session is not None:
+            session.events.connect(self._relay)
+        self.sessionReplaced.emit(session)
+
+    def _relay(self, kind, **payload):
+        self._event.emit(kind)
+
+    @Slot(str)
+    def _on_event(self, kind: str) -> None:
+        if kind == "calibrated":
+            self.hist_cache = {}
+        self.changed.emit(kind)
+
+    @property
+    def revision(self) -> int:
+        return self.session.revision if self.session is not None else -1
+
+    @property
+    def graph(self):
+        return self.session.graph if self.session is not None else None
+
+    @property
+    def ready(self) -> bool:
+        return self.session is not None and self.session.ready
+
+    @property
+    def concats(self):
+        """Concat analysis for the current revision, or None before calibration."""
+        s = self.session
+        if s is None or not s.ready:
+            return None
+        if self._concats_rev != s.revision:
+            self._concats = s.concats()
+            self._concats_rev = s.revision
+        return self._concats
+
+    def concat(self, name: str):
+        for c in self.concats or ():
+            if c.node == name:
+                return c
+        return None
+
+    def set_perf(self, perf, revision: int) -> None:
+        self.perf, self.perf_revision = perf, revision
+        self.perfChanged.emit()
+
+    def set_fidelity(self, fid, revision: int) -> None:
+        self.fidelity, self.fidelity_revision = fid, revision
+        self.fidelityChanged.emit()
+
+
+class Controller(QObject):
+    """Loads models and runs layout, calibration, simulation and fidelity in the background."""
+
+    loadStarted = Signal(str)
+    modelLoaded = Signal(object)  # Session
+    loadFailed = Signal(str)
+    layoutReady = Signal(object)  # SceneSpec with .layout
+    calibrationStarted = Signal()
+    calibrationFinished = Signal(bool)  # False when cancelled or failed
+    perfFinished = Signal()
+    fidelityFinished = Signal()
+
+    def __init__(self, options: Options | None = None, parent=None, *, auto_calibrate: bool = True):
+        super().__init__(parent)
+        self.options = options or Options()
+        self.auto_calibrate = auto_calibrate
+        self.bridge = SessionBridge(self)
+        self.jobs = JobManager(self)
+        self.generation = 0  # bumps per opened model; every job result checks it
+        self.path: Path | None = None
+        self.spec = None
+        self.calibrating = False
+        self.jobs.jobFinished.connect(self._on_job_finished)
+        self.bridge.changed.connect(self._on_session_changed)
+
+    # -- model --------------------------------------------------------------------------------
+    def open_model(self, path, input_shapes=None, calib: CalibConfig | None = None) -> Job:
+        """Load in the background; the current model stays until the new one is ready."""
+        from ..loader import open_model
+
+        self.generation += 1
+        gen = self.generation
+        for kind in ("layout", "calibrate", "perf", "fidelity", "histogram"):
+            self.jobs.cancel(kind)
+        opts = replace(self.options, calib=calib) if calib is not None else self.options
+        shapes = parse_input_shapes(input_shapes.items() if isinstance(input_shapes, dict) else input_shapes)
+        p = Path(path)
+        self.loadStarted.emit(str(p))
+
+        def work(progress, cancelled):
+            return open_model(p, shapes, opts)
+
+        return self.jobs.submit("load", f"load {p.name}", work, lambda s: self._loaded(s, p, gen),
+                                on_error=lambda e: self.loadFailed.emit(str(e)),
+                                stale_key=lambda: self.generation)
+
+    def _loaded(self, session: Session, path: Path, gen: int) -> None:
+        self.path = path
+        self.spec = None
+        self.calibrating = False
+        self.options = replace(session.options, calib=self.options.calib)
+        self.bridge.set_session(session)
+        self.modelLoaded.emit(session)
+        self.start_layout()
+        if session.ready:
+            self.refresh()
+        elif self.auto_calibrate:
+            self.calibrate()
+
+    def close_model(self) -> None:
+        self.generation += 1
+        self.jobs.cancel()
+        self.bridge.set_session(None)
+        self.spec = None
+        self.path = None
+
+    def start_layout(self) -> Job | None:
+        s = self.bridge.session
+        if s is None:
+            return None
+        graph = s.graph
+
+        def work(progress, cancelled):
+            return layout_scene(scene_spec(graph), graph)
+
+        return self.jobs.submit("layout", "layout", work, self._layout_done, stale_key=lambda: self.generation)
+
+    def _layout_done(self, spec) -> None:
+        self.spec = spec
+        self.layoutReady.emit(spec)
+
+    # -- calibration ------------------------------------------------------------------------------
+    def calibrate(self, config: CalibConfig | None = None) -> Job | None:
+        s = self.bridge.session
+        if s is None:
+            return None
+        if config is not None and config != s.options.calib:
+            s.set_options(calib=config)
+        cfg = s.options.calib
+        graph = s.graph
+
+        def work(progress, cancelled):
+            return calibrate(graph, cfg, progress=progress, cancel=cancelled)
+
+        self.calibrating = True
+        self.calibrationStarted.emit()
+        return self.jobs.submit("calibrate", f"calibrate ({cfg.source}, {cfg.count} samples)", work,
+                                self._calibrated, stale_key=lambda: self.generation, cancellable=True)
+
+    def cancel_calibration(self) -> None:
+        self.jobs.cancel("calibrate")
+
+    def _calibrated(self, result) -> None:
+        self.calibrating = False
+        self.bridge.session.set_calibration(result)  # -> "calibrated" event -> refresh()
+        self.calibrationFinished.emit(True)
+
+    def _on_job_finished(self, job: Job) -> None:
+        if job.kind == "calibrate" and job.status != "done" and not self.jobs.active("calibrate"):
+            self.calibrating = False
+            self.calibrationFinished.emit(False)
+
+    # -- derived results ----------------------------------------------------------------------------
+    def _on_session_changed(self, kind: str) -> None:
+        if self.bridge.ready:
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Re-simulate and re-measure for the current revision (results of older ones drop)."""
+        s = self.bridge.session
+        if s is None or not s.ready:
+            return
+        s.domains  # build on the GUI thread once, so workers only read it
+        key = self._key
+        rev = s.revision
+        sim = simulator()
+        if sim is not None:
+            self.jobs.submit("perf", f"simulate ({s.options.march})", lambda p, c: sim(s),
+                             lambda r: self._perf_done(r, rev), stale_key=key)
+        meas = fidelity_measure()
+        if meas is not None and s.calibration is not None:
+            self.jobs.submit("fidelity", "fidelity", lambda p, c: meas(s),
+                             lambda r: self._fidelity_done(r, rev), stale_key=key)
+
+    def _key(self):
+        return (self.generation, self.bridge.revision)
+
+    def _perf_done(self, perf, rev) -> None:
+        self.bridge.set_perf(perf, rev)
+        self.perfFinished.emit()
+
+    def _fidelity_done(self, fid, rev) -> None:
+        self.bridge.set_fidelity(fid, rev)
+        self.fidelityFinished.emit()
+
+    def histogram(self, tensor: str, on_ready) -> Job | None:
+        """Histogram of ``tensor`` over the held-out samples, for stats that carry none."""
+        s = self.bridge.session
+        if s is None or s.calibration is None:
+            return None
+        feeds = list(getattr(s.calibration, "holdout", None) or [])
+        if not feeds:
+            from ..runtime import zeros_feed
+
+            feeds = [zeros_feed(s.graph)]
+        graph = s.graph
+
+        def work(progress, cancelled):
+            import numpy as np
+
+            from ..runtime import make_session, with_outputs
+
+            sess = make_session(with_outputs(graph.model, [tensor]), graph.base_dir)
+            vals = np.concatenate([np.asarray(sess.run([tensor], f)[0], np.float64).ravel() for f in feeds])
+            vals = vals[np.isfinite(vals)]
+            if not vals.size:
+                return None
+            return np.histogram(vals, bins=128)
+
+        def done(res):
+            if res is not None:
+                self.bridge.hist_cache[tensor] = res
+            on_ready(tensor)
+
+        return self.jobs.submit("histogram", f"histogram {tensor}", work, done, stale_key=self._key)
+
+    def set_march(self, march: str) -> None:
+        s = self.bridge.session
+        self.options = replace(self.options, march=march)
+        if s is not None and s.options.march != march:
+            s.set_options(march=march)  # "options" event -> refresh()
+
+    def shutdown(self) -> None:
+        self.jobs.shutdown()

@@ -1,0 +1,267 @@
+"""Dialogs: the open/calibration dialog (remembered per model) and the error dialog."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import onnx
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QGroupBox,
+                               QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QStyle,
+                               QToolButton, QVBoxLayout, QWidget)
+
+from ..calib import CalibConfig
+from ..cli.common import OBSERVERS
+from ..errors import BadInputError
+from ..shapes import parse_input_shape
+
+__all__ = ["ErrorDialog", "OpenDialog", "ModelSettings", "model_inputs", "default_shape", "calib_config",
+           "needs_shapes"]
+
+
+class ErrorDialog(QDialog):
+    """One-line message, with the traceback behind a "Details" toggle.  Not modal."""
+
+    def __init__(self, title: str, message: str, details: str = "", parent=None):
+        super().__init__(parent)
+        self.setWindowTitle(title)
+        self.setModal(False)
+        self.setAttribute(Qt.WA_DeleteOnClose, False)
+        self.message = message
+        icon = QLabel()
+        icon.setPixmap(self.style().standardIcon(QStyle.SP_MessageBoxCritical).pixmap(36, 36))
+        msg = QLabel(message)
+        msg.setWordWrap(True)
+        msg.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        msg.setMinimumWidth(380)
+        self.details = QPlainTextEdit(details or "(no details)")
+        self.details.setReadOnly(True)
+        self.details.setVisible(False)
+        self.details.setMinimumHeight(180)
+        self.toggle = QToolButton()
+        self.toggle.setText("Details")
+        self.toggle.setCheckable(True)
+        self.toggle.toggled.connect(self.details.setVisible)
+        self.toggle.setEnabled(bool(details))
+        box = QDialogButtonBox(QDialogButtonBox.Close)
+        box.rejected.connect(self.close)
+        box.accepted.connect(self.close)
+        top = QHBoxLayout()
+        top.addWidget(icon, 0, Qt.AlignTop)
+        top.addWidget(msg, 1)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.toggle)
+        bottom.addStretch(1)
+        bottom.addWidget(box)
+        lay = QVBoxLayout(self)
+        lay.addLayout(top)
+        lay.addWidget(self.details)
+        lay.addLayout(bottom)
+
+
+# -- per-model settings ----------------------------------------------------------------------
+
+
+class ModelSettings:
+    """Input shapes and calibration choices remembered per model (QSettings, keyed by path)."""
+
+    def __init__(self, settings: QSettings):
+        self.settings = settings
+
+    @staticmethod
+    def key(path) -> str:
+        return "models/" + hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:20]
+
+    def load(self, path) -> dict:
+        raw = self.settings.value(self.key(path), "")
+        try:
+            return json.loads(raw) if raw else {}
+        except (TypeError, ValueError):
+            return {}
+
+    def save(self, path, values: dict) -> None:
+        self.settings.setValue(self.key(path), json.dumps(values))
+        self.settings.sync()
+
+
+def model_inputs(path) -> list[tuple[str, list]]:
+    """(name, dims) of the real inputs; a dim is an int or the name of a dynamic dim."""
+    try:
+        m = onnx.load(str(path), load_external_data=False)
+    except Exception:
+        return []
+    inits = {t.name for t in m.graph.initializer}
+    out = []
+    for i in m.graph.input:
+        if i.name in inits or not i.type.HasField("tensor_type"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
+                for d in i.type.tensor_type.shape.dim]
+        out.append((i.name, dims))
+    return out
+
+
+def default_shape(dims) -> str:
+    """Batch 1; other dynamic dims 640 (image-like) or 1."""
+    vals = []
+    for k, d in enumerate(dims):
+        if isinstance(d, int):
+            vals.append(d)
+        elif k == 0:
+            vals.append(1)
+        else:
+            vals.append(640 if len(dims) == 4 and k >= 2 else 1)
+    return "x".join(str(v) for v in vals)
+
+
+def needs_shapes(inputs) -> bool:
+    """True when some non-batch dim is dynamic (the loader defaults batch to 1)."""
+    return any(not isinstance(d, int) for _, dims in inputs for d in dims[1:])
+
+
+CALIB_DEFAULTS = {"source": "synthetic", "count": 16, "observer": "minmax", "resize": "stretch",
+                  "color": "rgb", "pixel_range": "0-1", "mean": "", "std": "", "layout": "nchw"}
+
+
+def calib_config(values: dict) -> CalibConfig:
+    """A CalibConfig from remembered values; keys the engine does not know are left out."""
+    fields = CalibConfig.__dataclass_fields__
+    kw = {k: v for k, v in {**CALIB_DEFAULTS, **values}.items() if k in fields}
+    for k in ("mean", "std"):
+        if k in kw and not kw[k]:
+            kw[k] = None
+    kw["count"] = int(kw.get("count", 16))
+    return CalibConfig(**kw)
+
+
+class OpenDialog(QDialog):
+    """Input shapes for dynamic models, and the calibration source and preprocessing."""
+
+    def __init__(self, path, remembered: dict | None = None, parent=None, *, shapes_editable: bool = True,
+                 title: str = "Open model"):
+        super().__init__(parent)
+        self.setWindowTitle(title)
+        self.path = Path(path)
+        rem = remembered or {}
+        lay = QVBoxLayout(self)
+        head = QLabel(f"<b>{self.path.name}</b><br><span style='color:#666'>{self.path.parent}</span>")
+        head.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        lay.addWidget(head)
+        self.shape_edits: dict[str, QLineEdit] = {}
+        inputs = model_inputs(self.path)
+        shapes_box = QGroupBox("Input shapes")
+        sf = QFormLayout(shapes_box)
+        for name, dims in inputs:
+            e = QLineEdit(rem.get("shapes", {}).get(name) or default_shape(dims))
+            e.setPlaceholderText("1x3x640x640")
+            e.setToolTip("model declares " + "x".join(str(d) for d in dims))
+            e.setEnabled(shapes_editable)
+            sf.addRow(f"{name} ({'x'.join(str(d) for d in dims)}):", e)
+            self.shape_edits[name] = e
+        if not inputs:
+            sf.addRow(QLabel("(could not read the model's inputs)"))
+        lay.addWidget(shapes_box)
+
+        cal = {**CALIB_DEFAULTS, **rem.get("calib", {})}
+        cbox = QGroupBox("Calibration data")
+        cf = QFormLayout(cbox)
+        self.source_kind = QComboBox()
+        self.source_kind.addItems(["Synthetic (seeded random)", "Image folder", ".npy / .npz file or folder"])
+        src = cal["source"]
+        self.source_path = QLineEdit("" if src == "synthetic" else src)
+        self.source_kind.setCurrentIndex(0 if src == "synthetic" else (2 if str(src).endswith((".npy", ".npz"))
+                                                                        else 1))
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        row = QWidget()
+        rl = QHBoxLayout(row)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(self.source_path, 1)
+        rl.addWidget(browse)
+        self.count = QSpinBox()
+        self.count.setRange(1, 100000)
+        self.count.setValue(int(cal["count"]))
+        self.observer = QComboBox()
+        self.observer.addItems(OBSERVERS)
+        self.observer.setCurrentText(cal["observer"])
+        cf.addRow("Source:", self.source_kind)
+        cf.addRow("Path:", row)
+        cf.addRow("Samples:", self.count)
+        cf.addRow("Observer:", self.observer)
+        lay.addWidget(cbox)
+
+        pbox = QGroupBox("Image preprocessing")
+        pf = QFormLayout(pbox)
+        self.resize_mode = QComboBox()
+        self.resize_mode.addItems(["stretch", "letterbox", "center-crop"])
+        self.resize_mode.setCurrentText(cal["resize"])
+        self.color = QComboBox()
+        self.color.addItems(["rgb", "bgr"])
+        self.color.setCurrentText(cal["color"])
+        self.pixel_range = QComboBox()
+        self.pixel_range.addItems(["0-1", "0-255"])
+        self.pixel_range.setCurrentText(cal["pixel_range"])
+        self.mean = QLineEdit(cal["mean"] or "")
+        self.mean.setPlaceholderText("e.g. 0.485,0.456,0.406 (empty: none)")
+        self.std = QLineEdit(cal["std"] or "")
+        self.std.setPlaceholderText("e.g. 0.229,0.224,0.225")
+        self.layout_combo = QComboBox()
+        self.layout_combo.addItems(["nchw", "nhwc"])
+        self.layout_combo.setCurrentText(cal["layout"])
+        for label, w in (("Resize:", self.resize_mode), ("Channels:", self.color), ("Pixel range:", self.pixel_range),
+                         ("Mean:", self.mean), ("Std:", self.std), ("Layout:", self.layout_combo)):
+            pf.addRow(label, w)
+        self.pre_box = pbox
+        lay.addWidget(pbox)
+        self.error = QLabel("")
+        self.error.setStyleSheet("color: #c62828")
+        lay.addWidget(self.error)
+        box = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
+        box.accepted.connect(self._accept)
+        box.rejected.connect(self.reject)
+        lay.addWidget(box)
+        self.source_kind.currentIndexChanged.connect(self._sync)
+        self._sync()
+
+    def _sync(self) -> None:
+        synthetic = self.source_kind.currentIndex() == 0
+        self.source_path.setEnabled(not synthetic)
+        self.pre_box.setEnabled(self.source_kind.currentIndex() == 1)
+
+    def _browse(self) -> None:
+        if self.source_kind.currentIndex() == 1:
+            p = QFileDialog.getExistingDirectory(self, "Calibration images", str(self.path.parent))
+        else:
+            p, _ = QFileDialog.getOpenFileName(self, "Calibration data", str(self.path.parent),
+                                               "NumPy data (*.npy *.npz);;All files (*)")
+        if p:
+            self.source_path.setText(p)
+
+    def values(self) -> dict:
+        """{"shapes": {name: "1x3x640x640"}, "calib": {...}}; raises BadInputError on bad input."""
+        shapes = {}
+        for name, e in self.shape_edits.items():
+            text = e.text().strip()
+            parse_input_shape(f"{name}={text}")  # raises ShapeError with a one-line message
+            shapes[name] = text
+        kind = self.source_kind.currentIndex()
+        src = "synthetic" if kind == 0 else self.source_path.text().strip()
+        if kind and not src:
+            raise BadInputError("choose a calibration folder or file, or use synthetic data")
+        if kind and not Path(src).exists():
+            raise BadInputError(f"calibration data not found: {src}")
+        calib = {"source": src, "count": self.count.value(), "observer": self.observer.currentText(),
+                 "resize": self.resize_mode.currentText(), "color": self.color.currentText(),
+                 "pixel_range": self.pixel_range.currentText(), "mean": self.mean.text().strip(),
+                 "std": self.std.text().strip(), "layout": self.layout_combo.currentText()}
+        return {"shapes": shapes, "calib": calib}
+
+    def _accept(self) -> None:
+        try:
+            self.values()
+        except BadInputError as e:
+            self.error.setText(str(e))
+            return
+        self.accept()

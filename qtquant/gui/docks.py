@@ -1,0 +1,374 @@
+"""Dock contents: model info, the Concat list, groups, the perf summary and the job log."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
+                               QListWidget, QPlainTextEdit, QSizePolicy, QTableView, QVBoxLayout, QWidget)
+
+from ..cli.common import MARCHES
+from ..shapes import format_shape
+from .perfdata import num, rescale_us_by_concat, top_layers
+from .style import fmt_bytes, fmt_ratio, fmt_us, mismatch_color
+
+__all__ = ["ModelInfo", "ConcatTableModel", "ConcatList", "GroupsPanel", "PerfSummary", "BarChart", "JobLog"]
+
+SORT_ROLE = Qt.UserRole + 1
+
+
+class ModelInfo(QWidget):
+    def __init__(self, bridge, parent=None):
+        super().__init__(parent)
+        self.bridge = bridge
+        self.form = QFormLayout(self)
+        self.form.setContentsMargins(8, 6, 8, 6)
+        self.fields = {}
+        for key in ("model", "nodes", "inputs", "quantization", "calibration", "concats"):
+            lab = QLabel("—")
+            lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
+            lab.setWordWrap(True)
+            self.form.addRow(key.capitalize() + ":", lab)
+            self.fields[key] = lab
+        bridge.sessionReplaced.connect(lambda s: self.refresh())
+        bridge.changed.connect(lambda k: self.refresh())
+
+    def refresh(self) -> None:
+        s = self.bridge.session
+        if s is None:
+            for lab in self.fields.values():
+                lab.setText("—")
+            return
+        g = s.graph
+        f = self.fields
+        f["model"].setText(g.path.name if g.path else "(in memory)")
+        f["model"].setToolTip(str(g.path) if g.path else "")
+        f["nodes"].setText(f"{len(g.nodes)} ops, {len(g.tensors)} tensors, opset {g.opset}")
+        f["inputs"].setText(", ".join(f"{k} {format_shape(v)}" for k, v in g.input_shapes.items()) or "—")
+        f["quantization"].setText(("QDQ file, " if s.quantized_file else "float model, ")
+                                  + f"{s.options.scheme.value}, policy {s.options.policy.value}")
+        cal = s.calibration
+        if s.quantized_file:
+            f["calibration"].setText("scales read from the file")
+        elif cal is None:
+            f["calibration"].setText("not calibrated yet")
+        else:
+            f["calibration"].setText(f"{cal.config.observer} on {cal.batches} samples ({cal.config.source})")
+        cs = self.bridge.concats
+        if cs is None:
+            f["concats"].setText(f"{len(g.concat_nodes())} (analysis after calibration)")
+        else:
+            f["concats"].setText(f"{len(cs)}, {sum(1 for c in cs if c.rescales)} mismatched, "
+                                 f"{sum(c.rescales for c in cs)} rescales")
+
+
+class ConcatTableModel(QAbstractTableModel):
+    HEADERS = ["Concat", "In", "Ratio", "Resc.", "Bits", "Gain"]
+    TIPS = ["Concat node", "number of inputs", "largest scale / smallest scale over inputs and output",
+            "rescale ops the compiler inserts", "worst bits an input loses if all inputs share one scale",
+            "latency saved if the inputs share one scale (rescale cost)"]
+
+    def __init__(self, bridge, parent=None):
+        super().__init__(parent)
+        self.bridge = bridge
+        self.rows: list[tuple] = []
+
+    def refresh(self) -> None:
+        self.beginResetModel()
+        cs = self.bridge.concats or []
+        gains = rescale_us_by_concat(self.bridge.perf)
+        self.rows = []
+        for c in cs:
+            worst = max((m.bits_lost_if_shared for m in c.inputs if not m.constant), default=0.0)
+            self.rows.append((c.node, len(c.inputs), c.ratio, c.rescales, worst, gains.get(c.node), c))
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()):
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()):
+        return len(self.HEADERS)
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):
+        if orientation == Qt.Horizontal and role == Qt.DisplayRole:
+            return self.HEADERS[section]
+        if orientation == Qt.Horizontal and role == Qt.ToolTipRole:
+            return self.TIPS[section]
+        return None
+
+    def data(self, index, role=Qt.DisplayRole):
+        if not index.isValid():
+            return None
+        name, n_in, ratio, resc, worst, gain, info = self.rows[index.row()]
+        col = index.column()
+        if role == Qt.DisplayRole:
+            return [name, str(n_in), fmt_ratio(ratio), str(resc),
+                    "∞" if not math.isfinite(worst) else f"{worst:.2f}",
+                    fmt_us(gain) if gain is not None else "—"][col]
+        if role == SORT_ROLE:
+            v = [name, n_in, ratio, resc, worst, gain if gain is not None else -1.0][col]
+            return v if not isinstance(v, float) or math.isfinite(v) else 1e30
+        if role == Qt.DecorationRole and col == 0:
+            return mismatch_color(ratio, resc)
+        if role == Qt.TextAlignmentRole and col > 0:
+            return int(Qt.AlignRight | Qt.AlignVCenter)
+        if role == Qt.ToolTipRole:
+            return "\n".join(f"in {m.index}: {m.tensor}  scale {m.scale:.4g}" + ("  (rescale)" if m.needs_rescale else "")
+                             for m in info.inputs if m.scale) or name
+        return None
+
+
+class ConcatList(QWidget):
+    """Sortable table of Concats; clicking a row emits ``nodeActivated`` (select + centre)."""
+
+    nodeActivated = Signal(str)
+
+    def __init__(self, bridge, parent=None):
+        super().__init__(parent)
+        self.bridge = bridge
+        self.model = ConcatTableModel(bridge, self)
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.model)
+        self.proxy.setSortRole(SORT_ROLE)
+        self.table = QTableView()
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.verticalHeader().setDefaultSectionSize(22)
+        self.table.setWordWrap(False)  # else Qt wraps at '/' and elides the wrong end
+        self.table.setTextElideMode(Qt.ElideLeft)  # names differ at their end: …/model.22/Concat_5
+        hh = self.table.horizontalHeader()
+        hh.setSectionResizeMode(0, QHeaderView.Stretch)
+        for i in range(1, len(ConcatTableModel.HEADERS)):
+            hh.setSectionResizeMode(i, QHeaderView.ResizeToContents)
+        self.table.sortByColumn(2, Qt.DescendingOrder)
+        self.table.clicked.connect(self._clicked)
+        self.table.activated.connect(self._clicked)
+        self.status = QLabel("")
+        self.status.setStyleSheet("color: #555; padding: 2px 4px")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.table)
+        lay.addWidget(self.status)
+        bridge.sessionReplaced.connect(lambda s: self.refresh())
+        bridge.changed.connect(lambda k: self.refresh())
+        bridge.perfChanged.connect(self.refresh)
+
+    def refresh(self) -> None:
+        self.model.refresh()
+        cs = self.bridge.concats
+        if self.bridge.session is None:
+            self.status.setText("")
+        elif cs is None:
+            self.status.setText("Concat scales appear when calibration finishes.")
+        else:
+            self.status.setText(f"{len(cs)} Concats, {sum(1 for c in cs if c.rescales)} mismatched, "
+                                f"{sum(c.rescales for c in cs)} rescales. Click a row to jump to it.")
+
+    def row_of(self, name: str) -> int:
+        for r in range(self.proxy.rowCount()):
+            if self.proxy.index(r, 0).data() == name:
+                return r
+        return -1
+
+    def _clicked(self, index) -> None:
+        name = self.proxy.index(index.row(), 0).data()
+        if name:
+            self.nodeActivated.emit(name)
+
+    def select_name(self, name: str) -> None:
+        r = self.row_of(name)
+        if r >= 0:
+            self.table.blockSignals(True)
+            self.table.selectRow(r)
+            self.table.blockSignals(False)
+        else:
+            self.table.clearSelection()
+
+
+class GroupsPanel(QWidget):
+    """Shared-observer groups of the session (editing arrives with the editor actions)."""
+
+    def __init__(self, bridge, parent=None):
+        super().__init__(parent)
+        self.bridge = bridge
+        self.list = QListWidget()
+        self.hint = QLabel("No groups. Shift+drag to select producers, then Share (Ctrl+G) ties their "
+                           "outputs to one observer.")
+        self.hint.setWordWrap(True)
+        self.hint.setStyleSheet("color: #666; padding: 4px")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.list)
+        lay.addWidget(self.hint)
+        bridge.sessionReplaced.connect(lambda s: self.refresh())
+        bridge.changed.connect(lambda k: self.refresh())
+
+    def refresh(self) -> None:
+        self.list.clear()
+        s = self.bridge.session
+        groups = list(getattr(s.groups, "groups", [])) if s is not None else []
+        for gr in groups:
+            self.list.addItem(f"{gr.name or 'group ' + str(gr.id)}: {len(gr.members)} tensors")
+        self.hint.setVisible(not groups)
+
+
+class BarChart(QWidget):
+    """Horizontal bars: the slowest layers.  Clicking a bar emits its name."""
+
+    barClicked = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[tuple[str, str, float]] = []
+        self.setMinimumHeight(120)
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
+        self._bar_h = 16
+
+    def set_rows(self, rows) -> None:
+        self.rows = list(rows)
+        self.setMinimumHeight(max(120, 22 + len(self.rows) * (self._bar_h + 3)))
+        self.update()
+
+    def _label_w(self) -> float:
+        return min(300.0, self.width() * 0.42)
+
+    def paintEvent(self, ev):
+        p = QPainter(self)
+        p.setRenderHint(QPainter.Antialiasing)
+        p.fillRect(self.rect(), QColor("#ffffff"))
+        f = p.font()
+        f.setPixelSize(11)
+        p.setFont(f)
+        if not self.rows:
+            p.setPen(QColor("#777"))
+            p.drawText(self.rect(), Qt.AlignCenter, "Layer latencies appear after simulation.")
+            return
+        p.setPen(QColor("#333"))
+        p.drawText(QRectF(6, 2, self.width() - 12, 16), Qt.AlignLeft, f"Slowest {len(self.rows)} layers")
+        vmax = max(r[2] for r in self.rows) or 1.0
+        lw = self._label_w()
+        fm = p.fontMetrics()
+        for i, (name, op, us) in enumerate(self.rows):
+            y = 20 + i * (self._bar_h + 3)
+            label = fm.elidedText(name, Qt.ElideMiddle, int(lw - 10))
+            p.setPen(QColor("#333"))
+            p.drawText(QRectF(4, y, lw - 8, self._bar_h), Qt.AlignRight | Qt.AlignVCenter, label)
+            bw = (self.width() - lw - 80) * us / vmax
+            col = QColor("#e53935") if "rescale" in name.lower() else QColor("#5b8cc0")
+            p.setPen(Qt.NoPen)
+            p.setBrush(col)
+            p.drawRoundedRect(QRectF(lw, y + 2, max(bw, 1.0), self._bar_h - 4), 3, 3)
+            p.setPen(QColor("#333"))
+            p.drawText(QRectF(lw + bw + 4, y, 76, self._bar_h), Qt.AlignLeft | Qt.AlignVCenter, fmt_us(us))
+
+    def mousePressEvent(self, ev):
+        i = int((ev.position().y() - 20) // (self._bar_h + 3))
+        if 0 <= i < len(self.rows):
+            self.barClicked.emit(self.rows[i][0])
+
+
+class PerfSummary(QWidget):
+    """Totals, a march selector and the top-N layer chart."""
+
+    marchChanged = Signal(str)
+    nodeActivated = Signal(str)
+
+    def __init__(self, bridge, parent=None):
+        super().__init__(parent)
+        self.bridge = bridge
+        left = QWidget()
+        form = QFormLayout(left)
+        form.setContentsMargins(8, 6, 8, 6)
+        self.march = QComboBox()
+        self.march.addItems(MARCHES)
+        self.march.currentTextChanged.connect(self.marchChanged)
+        form.addRow("March:", self.march)
+        self.values = {}
+        for key, label in (("latency", "Latency:"), ("fps", "FPS:"), ("ddr", "DDR / frame:"),
+                           ("rescales", "Rescales:"), ("rescale_us", "Rescale cost:"), ("sqnr", "Output SQNR:")):
+            lab = QLabel("—")
+            lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
+            f = lab.font()
+            f.setBold(key in ("latency", "fps"))
+            lab.setFont(f)
+            form.addRow(label, lab)
+            self.values[key] = lab
+        self.note = QLabel("")
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet("color: #777")
+        form.addRow(self.note)
+        left.setMinimumWidth(260)
+        left.setMaximumWidth(340)
+        self.chart = BarChart()
+        self.chart.barClicked.connect(self._bar)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(left)
+        lay.addWidget(self.chart, 1)
+        bridge.perfChanged.connect(self.refresh)
+        bridge.fidelityChanged.connect(self.refresh)
+        bridge.sessionReplaced.connect(lambda s: self.refresh())
+        bridge.changed.connect(lambda k: self.refresh())
+
+    def _bar(self, name: str) -> None:
+        base = name.split("_rescale_")[0]
+        self.nodeActivated.emit(base)
+
+    def set_march(self, march: str) -> None:
+        self.march.blockSignals(True)
+        if self.march.findText(march) < 0:
+            self.march.addItem(march)
+        self.march.setCurrentText(march)
+        self.march.blockSignals(False)
+
+    def refresh(self) -> None:
+        b = self.bridge
+        v = self.values
+        from .perfdata import simulator
+
+        perf = b.perf
+        stale = perf is not None and b.perf_revision != b.revision
+        cs = b.concats
+        if cs is not None:
+            v["rescales"].setText(f"{sum(c.rescales for c in cs)} in {sum(1 for c in cs if c.rescales)} Concats")
+        else:
+            v["rescales"].setText("—")
+        if perf is None:
+            for k in ("latency", "fps", "ddr", "rescale_us"):
+                v[k].setText("—")
+            self.chart.set_rows([])
+            self.note.setText("" if simulator() is not None else "The perf simulator is not installed.")
+        else:
+            total = num(getattr(perf, "total_ms", None))
+            v["latency"].setText(f"{total:.3f} ms" if total is not None else "—")
+            fps = num(getattr(perf, "fps", None))
+            v["fps"].setText(f"{fps:.1f}" if fps is not None else "—")
+            v["ddr"].setText(fmt_bytes(num(getattr(perf, "ddr_bytes", None))))
+            v["rescale_us"].setText(fmt_us(num(getattr(perf, "rescale_us", None))))
+            self.chart.set_rows(top_layers(perf, 12))
+            self.note.setText("updating…" if stale else "")
+        fid = b.fidelity
+        if fid is not None and getattr(fid, "sqnr_db", None):
+            v["sqnr"].setText(", ".join(f"{k}: {x:.1f} dB" for k, x in fid.sqnr_db.items() if x is not None))
+        else:
+            v["sqnr"].setText("—")
+
+
+class JobLog(QPlainTextEdit):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setMaximumBlockCount(2000)
+        self.entries: list[str] = []
+
+    def log(self, text: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')}  {text}"
+        self.entries.append(line)
+        self.appendPlainText(line)

@@ -1,0 +1,387 @@
+"""The inspector dock: the selected node's attributes, tensors, histogram and Concat table."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QPainter, QPen
+from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QScrollArea, QSizePolicy, QTableWidget,
+                               QTableWidgetItem, QVBoxLayout, QWidget)
+
+from ..shapes import format_shape
+from .perfdata import rescale_us_by_concat, rescale_us_for_input
+from .spec import INPUT_PREFIX, OUTPUT_PREFIX, shape_text
+from .style import fmt_ratio, fmt_scale, fmt_us, mismatch_color
+
+__all__ = ["HistogramWidget", "Inspector"]
+
+
+def _fmt_range(r) -> str:
+    if r is None or not all(math.isfinite(v) for v in r):
+        return "—"
+    return f"[{r[0]:.3g}, {r[1]:.3g}]"
+
+
+class HistogramWidget(QWidget):
+    """Activation histogram (log counts) with the quantization clipping thresholds marked."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setMinimumHeight(170)
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+        self.tensor = ""
+        self.counts: np.ndarray | None = None
+        self.edges: np.ndarray | None = None
+        self.clip: tuple[float, float] | None = None
+        self.message = "Select a node to see its activation histogram."
+
+    def set_data(self, tensor: str, counts, edges, clip=None, message: str = "") -> None:
+        self.tensor = tensor
+        self.counts = None if counts is None else np.asarray(counts, dtype=float)
+        self.edges = None if edges is None else np.asarray(edges, dtype=float)
+        self.clip = clip
+        self.message = message
+        self.update()
+
+    def clear(self, message: str = "") -> None:
+        self.set_data("", None, None, None, message)
+
+    @property
+    def has_data(self) -> bool:
+        return self.counts is not None and self.edges is not None and len(self.counts) > 0
+
+    def paintEvent(self, ev):
+        p = QPainter(self)
+        p.setRenderHint(QPainter.Antialiasing)
+        r = QRectF(self.rect()).adjusted(6, 20, -8, -22)
+        p.fillRect(self.rect(), QColor("#ffffff"))
+        f = p.font()
+        f.setPixelSize(11)
+        p.setFont(f)
+        p.setPen(QColor("#333"))
+        p.drawText(QRectF(6, 2, self.width() - 12, 16), Qt.AlignLeft | Qt.AlignVCenter,
+                   f"Histogram: {self.tensor}" if self.tensor else "Histogram")
+        if not self.has_data:
+            p.setPen(QColor("#777"))
+            p.drawText(r, Qt.AlignCenter | Qt.TextWordWrap, self.message or "no histogram")
+            return
+        counts, edges = self.counts, self.edges
+        lo, hi = float(edges[0]), float(edges[-1])
+        if self.clip is not None:
+            lo, hi = min(lo, self.clip[0]), max(hi, self.clip[1])
+        span = (hi - lo) or 1.0
+        lo, hi = lo - span * 0.03, hi + span * 0.03
+        span = hi - lo
+
+        def X(v):
+            return r.left() + (v - lo) / span * r.width()
+
+        ymax = math.log1p(float(counts.max())) or 1.0
+        p.setPen(QPen(QColor("#c9d1d9"), 1))
+        p.drawLine(r.bottomLeft(), r.bottomRight())
+        if self.clip is not None:  # values outside the quantization range are clipped
+            shade = QColor(229, 57, 53, 28)
+            p.fillRect(QRectF(r.left(), r.top(), X(self.clip[0]) - r.left(), r.height()), shade)
+            p.fillRect(QRectF(X(self.clip[1]), r.top(), r.right() - X(self.clip[1]), r.height()), shade)
+        p.setPen(Qt.NoPen)
+        p.setBrush(QColor("#4a7fb5"))
+        for c, a, b in zip(counts, edges[:-1], edges[1:]):
+            if c <= 0:
+                continue
+            h = math.log1p(float(c)) / ymax * r.height()
+            x0, x1 = X(a), X(b)
+            p.drawRect(QRectF(x0, r.bottom() - h, max(x1 - x0, 0.8), h))
+        if self.clip is not None:
+            pen = QPen(QColor("#d32f2f"), 1.5, Qt.DashLine)
+            p.setPen(pen)
+            for v in self.clip:
+                p.drawLine(X(v), r.top(), X(v), r.bottom())
+            p.setPen(QColor("#d32f2f"))
+            p.drawText(QRectF(X(self.clip[0]) + 3, r.top(), 120, 14), Qt.AlignLeft, f"clip {self.clip[0]:.3g}")
+            p.drawText(QRectF(X(self.clip[1]) - 123, r.top(), 120, 14), Qt.AlignRight, f"clip {self.clip[1]:.3g}")
+        p.setPen(QColor("#555"))
+        p.drawText(QRectF(r.left(), r.bottom() + 3, 120, 16), Qt.AlignLeft, f"{edges[0]:.3g}")
+        p.drawText(QRectF(r.right() - 120, r.bottom() + 3, 120, 16), Qt.AlignRight, f"{edges[-1]:.3g}")
+        if lo < 0 < hi:
+            p.setPen(QPen(QColor("#888"), 1, Qt.DotLine))
+            p.drawLine(X(0.0), r.top() + 16, X(0.0), r.bottom())
+        p.setPen(QColor("#777"))
+        p.drawText(QRectF(r.left(), r.bottom() + 3, r.width(), 16), Qt.AlignCenter, "log count")
+
+
+def _table(headers, stretch: tuple = ()) -> QTableWidget:
+    """A compact read-only table; ``stretch`` columns share the width, long text elided on the left.
+
+    Tensor and node names differ at their end (``/model.6/m.1/Add_output_0``), so the
+    left is what can go.
+    """
+    t = QTableWidget(0, len(headers))
+    t.setHorizontalHeaderLabels(headers)
+    t.verticalHeader().setVisible(False)
+    t.verticalHeader().setDefaultSectionSize(21)
+    t.setEditTriggers(QAbstractItemView.NoEditTriggers)
+    t.setSelectionBehavior(QAbstractItemView.SelectRows)
+    t.setSelectionMode(QAbstractItemView.SingleSelection)
+    hh = t.horizontalHeader()
+    for i in range(len(headers)):
+        hh.setSectionResizeMode(i, QHeaderView.Stretch if i in stretch else QHeaderView.ResizeToContents)
+    t.setTextElideMode(Qt.ElideLeft)
+    t.setWordWrap(False)
+    t.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+    t.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+    return t
+
+
+def _fill(t: QTableWidget, rows) -> None:
+    t.setRowCount(len(rows))
+    for i, row in enumerate(rows):
+        for j, v in enumerate(row):
+            it = v if isinstance(v, QTableWidgetItem) else QTableWidgetItem(str(v))
+            if not it.toolTip():
+                it.setToolTip(it.text())
+            t.setItem(i, j, it)
+    h = t.horizontalHeader().height() + sum(t.rowHeight(i) for i in range(t.rowCount())) + 4
+    t.setFixedHeight(max(h, t.horizontalHeader().height() + 6))
+
+
+class Inspector(QScrollArea):
+    """Shows the selected node; asks the controller for a histogram when stats lack one."""
+
+    tensorActivated = Signal(str)
+    histogramWanted = Signal(str)  # tensor whose histogram is not in the calibration stats
+
+    def __init__(self, bridge, parent=None):
+        super().__init__(parent)
+        self.bridge = bridge
+        self.node: str | None = None
+        self.tensor: str | None = None
+        self.setWidgetResizable(True)
+        body = QWidget()
+        lay = QVBoxLayout(body)
+        lay.setContentsMargins(8, 8, 8, 8)
+        self.title = QLabel("Nothing selected")
+        tf = QFont(self.title.font())
+        tf.setPointSize(tf.pointSize() + 4)
+        tf.setBold(True)
+        self.title.setFont(tf)
+        self.name_label = QLabel("")
+        self.name_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.name_label.setWordWrap(True)
+        self.summary = QLabel("")
+        self.summary.setWordWrap(True)
+        self.attrs = _table(["attribute", "value"], stretch=(1,))
+        self.tensors = _table(["", "tensor", "shape", "range", "scale", "zp"], stretch=(1,))
+        self.tensors.itemSelectionChanged.connect(self._tensor_row_selected)
+        self.hist = HistogramWidget()
+        self.concat_title = QLabel("<b>Concat inputs</b>")
+        self.concat = _table(["#", "producer", "scale", "ratio", "bits if shared", "rescale cost"], stretch=(1,))
+        self.notes = QLabel("")
+        self.notes.setWordWrap(True)
+        self.notes.setStyleSheet("color: #8a4b00")
+        self._sections = {}
+        for key, w in (("title", self.title), ("name", self.name_label), ("summary", self.summary),
+                       ("attrs_label", QLabel("<b>Attributes</b>")), ("attrs", self.attrs),
+                       ("tensors_label", QLabel("<b>Tensors</b>")), ("tensors", self.tensors),
+                       ("hist", self.hist), ("concat_title", self.concat_title), ("concat", self.concat),
+                       ("notes", self.notes)):
+            lay.addWidget(w)
+            self._sections[key] = w
+        lay.addStretch(1)
+        self.setWidget(body)
+        self._show_node_sections(False)
+        bridge.changed.connect(lambda kind: self.refresh())
+        bridge.perfChanged.connect(self.refresh)
+        bridge.sessionReplaced.connect(lambda s: self.show_node(None))
+
+    def _show_node_sections(self, on: bool, concat: bool = False) -> None:
+        for key in ("attrs_label", "attrs", "tensors_label", "tensors", "hist"):
+            self._sections[key].setVisible(on)
+        self.concat_title.setVisible(on and concat)
+        self.concat.setVisible(on and concat)
+
+    # -- public ---------------------------------------------------------------------------
+    def show_node(self, name: str | None) -> None:
+        self.node = name
+        self.tensor = None
+        self.refresh()
+
+    def refresh(self) -> None:
+        s = self.bridge.session
+        name = self.node
+        if s is None or name is None:
+            self.title.setText("Nothing selected")
+            self.name_label.setText("Click a node on the canvas, or a row in the Concat list.")
+            self.summary.setText("")
+            self.notes.setText("")
+            self._show_node_sections(False)
+            return
+        g = s.graph
+        if name.startswith((INPUT_PREFIX, OUTPUT_PREFIX)):
+            t = name.split(":", 1)[1]
+            kind = "Graph input" if name.startswith(INPUT_PREFIX) else "Graph output"
+            self.title.setText(kind)
+            self.name_label.setText(t)
+            self.summary.setText(g.describe_tensor(t) if t in g.tensors else "")
+            self._show_node_sections(True)
+            self._sections["attrs_label"].setVisible(False)
+            self.attrs.setVisible(False)
+            self._fill_tensors([("in" if kind == "Graph input" else "out", t)])
+            self.notes.setText("")
+            return
+        node = g.nodes.get(name)
+        if node is None:
+            self.show_node(None)
+            return
+        info = self.bridge.concat(name) if node.op_type == "Concat" else None
+        self.title.setText(node.op_type)
+        self.name_label.setText(node.name)
+        h = node.handler
+        role = h.role.value + ("" if h.known else ", unknown op")
+        bits = [f"category {h.category}", f"role {role}", f"#{node.index} in topological order"]
+        if info is not None:
+            bits.append(f"mismatch ratio {info.ratio:.3g}×, {info.rescales} rescale(s)")
+        self.summary.setText(" · ".join(bits))
+        self._show_node_sections(True, concat=info is not None)
+        self._sections["attrs_label"].setVisible(bool(node.attrs))
+        self.attrs.setVisible(bool(node.attrs))
+        _fill(self.attrs, [(k, self._attr_text(v)) for k, v in node.attrs.items()])
+        rows = [("in", t) for t in node.inputs if t] + [("out", t) for t in node.outputs if t]
+        self._fill_tensors(rows)
+        notes = []
+        if info is not None:
+            self._fill_concat(info)
+            notes += list(info.notes)
+            for m in info.inputs:
+                if m.other_consumers:
+                    notes.append(f"{m.tensor} also feeds {m.other_consumers} other op(s): sharing changes their "
+                                 f"input scale too")
+            if info.feeds_output:
+                notes.append("this Concat feeds a graph output")
+        elif node.op_type == "Concat" and not self.bridge.ready:
+            notes.append("Scales appear when calibration finishes.")
+        self.notes.setText("\n".join(notes))
+        self.notes.setVisible(bool(notes))
+
+    @staticmethod
+    def _attr_text(v) -> str:
+        if isinstance(v, np.ndarray):
+            return f"tensor {format_shape(v.shape)} {v.dtype}" if v.size > 8 else np.array2string(v.ravel())
+        s = str(v)
+        return s if len(s) < 80 else s[:77] + "..."
+
+    # -- tensors and histogram ---------------------------------------------------------------
+    def _tensor_info(self, t: str):
+        s = self.bridge.session
+        g = s.graph
+        tt = g.tensors.get(t)
+        shape = shape_text(tt.shape) if tt is not None else "?"
+        if tt is not None and tt.kind == "weight":
+            return shape, "weight", "per-channel", ""
+        if tt is None or not g.is_quantized(t):
+            return shape, "—", "not quantized", ""
+        if not s.ready:
+            return shape, "—", "—", ""
+        dm = s.domains
+        own = dm.member_range.get(t)
+        q = dm.qparams_of(t)
+        return shape, _fmt_range(own), fmt_scale(q.scale if q else None), "" if q is None else str(q.zero_point)
+
+    def _fill_tensors(self, rows) -> None:
+        self._tensor_rows = [t for _, t in rows]
+        out = []
+        for d, t in rows:
+            shape, rng, scale, zp = self._tensor_info(t)
+            out.append((d, t, shape, rng, scale, zp))
+        self.tensors.blockSignals(True)
+        _fill(self.tensors, out)
+        self.tensors.blockSignals(False)
+        # Default histogram: the first quantized output, else the first quantized input.
+        g = self.bridge.graph
+        pick = self.tensor if self.tensor in self._tensor_rows else None
+        if pick is None:
+            outs = [t for d, t in rows if d == "out" and g.is_quantized(t)]
+            ins = [t for d, t in rows if d == "in" and g.is_quantized(t)]
+            pick = (outs or ins or [None])[0]
+        if pick is not None:
+            self.tensors.blockSignals(True)
+            self.tensors.selectRow(self._tensor_rows.index(pick))
+            self.tensors.blockSignals(False)
+        self.show_tensor(pick)
+
+    def _tensor_row_selected(self) -> None:
+        rows = self.tensors.selectionModel().selectedRows()
+        if rows:
+            t = self._tensor_rows[rows[0].row()]
+            self.show_tensor(t)
+            self.tensorActivated.emit(t)
+
+    def show_tensor(self, t: str | None) -> None:
+        self.tensor = t
+        s = self.bridge.session
+        if t is None or s is None:
+            self.hist.clear("This node has no quantized tensor.")
+            return
+        if not s.graph.is_quantized(t):
+            self.hist.clear(f"{t} is not quantized.")
+            return
+        if not s.ready:
+            self.hist.clear("The histogram appears when calibration finishes.")
+            return
+        stats = self._stats_for(t)
+        q = s.domains.qparams_of(t)
+        clip = (q.lo, q.hi) if q is not None else None
+        if stats is not None and getattr(stats, "hist", None) is not None and getattr(stats, "edges", None) is not None:
+            self.hist.set_data(t, stats.hist, stats.edges, clip)
+            return
+        cached = self.bridge.hist_cache.get(t)
+        if cached is not None:
+            self.hist.set_data(t, cached[0], cached[1], clip)
+            return
+        self.hist.set_data(t, None, None, clip, "computing histogram from held-out samples…")
+        self.histogramWanted.emit(t)
+
+    def _stats_for(self, t: str):
+        s = self.bridge.session
+        cal = s.calibration
+        if cal is None:
+            return None
+        st = cal.stats.get(t)
+        if st is not None:
+            return st
+        # A pass-through output shares its source's observer: use any member with stats.
+        for m in s.domains.natural_of.get(t, ()):
+            if m in cal.stats:
+                return cal.stats[m]
+        return None
+
+    # -- concat table ------------------------------------------------------------------------
+    def _fill_concat(self, info) -> None:
+        perf = self.bridge.perf
+        members = [m for m in info.members() if m.scale]
+        smin = min((m.scale for m in members if not m.constant), default=None)
+        total = rescale_us_by_concat(perf).get(info.node) if perf is not None else None
+        rows = []
+        for m in info.members():
+            ratio = fmt_ratio(m.scale / smin) if (m.scale and smin) else "—"
+            if m.index < 0:
+                cost = f"total {fmt_us(total)}" if total is not None else "—"
+                resc = "Concat output"
+            elif m.needs_rescale:
+                c = rescale_us_for_input(perf, info.node, m.index)
+                if c is None and total is not None and info.rescales:
+                    c = total / info.rescales  # simulator lists only the total: split evenly
+                cost = fmt_us(c)
+                resc = "needs a rescale"
+            else:
+                cost = "constant" if m.constant else "no rescale"
+                resc = "requantized offline" if m.constant else "same scale as the output"
+            bits = f"{m.bits_lost_if_shared:.2f}" if math.isfinite(m.bits_lost_if_shared) else "∞"
+            idx = QTableWidgetItem("out" if m.index < 0 else str(m.index))
+            if m.needs_rescale:
+                idx.setBackground(mismatch_color(info.ratio, info.rescales))
+            t_item = QTableWidgetItem(m.producer or m.tensor)
+            t_item.setToolTip(f"tensor {m.tensor}\nproduced by {m.producer or '—'}\n{resc}")
+            rows.append((idx, t_item, fmt_scale(m.scale), ratio, bits, cost))
+        _fill(self.concat, rows)

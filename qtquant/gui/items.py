@@ -1,0 +1,242 @@
+"""Canvas items: op boxes, graph terminals, edges and their shape labels.
+
+Painting is level-of-detail aware: the item asks the painter how large one scene unit is
+on screen and skips text, borders and badges that would be illegible.  Zoomed out, a
+node is a single ``fillRect``, which keeps a 5,000-node overview cheap to repaint.
+Overlays change an item's fill and badges in place (:meth:`NodeItem.set_look`); the
+layout never reruns for a colour change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainterPath, QPen
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsSimpleTextItem
+
+from .style import EDGE, SELECT, text_color_on
+
+__all__ = ["Badge", "NodeItem", "EdgeItem", "EdgeLabel", "LOD_TITLE", "LOD_NAME", "LOD_EDGE_LABEL",
+           "LOD_BADGE_TEXT", "FONTS"]
+
+# Level-of-detail thresholds (screen pixels per scene unit).  Text is drawn only where
+# its on-screen height is at least ~6 px.
+LOD_FAST = 0.28  # below: a plain filled rectangle
+LOD_TITLE = 0.5
+LOD_NAME = 0.72
+LOD_BADGE_TEXT = 0.45
+LOD_EDGE_LABEL = 0.85
+
+
+class _Fonts:
+    """Created lazily: a QFont needs a QGuiApplication."""
+
+    def __init__(self):
+        self._made = False
+
+    def _make(self):
+        self.title = QFont("DejaVu Sans")
+        self.title.setPixelSize(13)
+        self.title.setBold(True)
+        self.name = QFont("DejaVu Sans")
+        self.name.setPixelSize(10)
+        self.badge = QFont("DejaVu Sans")
+        self.badge.setPixelSize(10)
+        self.badge.setBold(True)
+        self.edge = QFont("DejaVu Sans")
+        self.edge.setPixelSize(9)
+        self.name_metrics = QFontMetricsF(self.name)
+        self.title_metrics = QFontMetricsF(self.title)
+        self.badge_metrics = QFontMetricsF(self.badge)
+        self._made = True
+
+    def __getattr__(self, item):
+        if item.startswith("_"):
+            raise AttributeError(item)
+        self._make()
+        return object.__getattribute__(self, item)
+
+
+FONTS = _Fonts()
+
+
+@dataclass
+class Badge:
+    text: str
+    bg: QColor
+    fg: QColor = None  # type: ignore[assignment]
+
+    def __post_init__(self):
+        if self.fg is None:
+            self.fg = text_color_on(self.bg)
+
+
+class NodeItem(QGraphicsItem):
+    """An op box (kind 'op') or a graph input/output terminal (kind 'input'/'output')."""
+
+    def __init__(self, name: str, title: str, subtitle: str, width: float, height: float, base: QColor,
+                 kind: str = "op"):
+        super().__init__()
+        self.name = name
+        self.kind = kind
+        self.title = title
+        self._w, self._h = width, height
+        self._rect = QRectF(-width / 2, -height / 2, width, height)
+        self.base_fill = QColor(base)
+        self.fill = QColor(base)
+        self._text = text_color_on(self.fill)
+        self.badges: list[Badge] = []
+        self.faded = False
+        self.flash = False
+        self.border_width = 1.0
+        self.subtitle = FONTS.name_metrics.elidedText(subtitle, Qt.ElideMiddle, width - 14)
+        self.full_subtitle = subtitle
+        self._badge_geom: list[tuple[QRectF, Badge]] = []
+        self.setFlag(QGraphicsItem.ItemIsSelectable, True)
+        self.setAcceptHoverEvents(False)
+        self.setToolTip(f"{title}\n{subtitle}")
+        self.setZValue(2)
+
+    # -- look -----------------------------------------------------------------------------
+    def set_look(self, fill: QColor | None = None, badges: list[Badge] | None = None, faded: bool = False,
+                 border_width: float = 1.0) -> None:
+        self.fill = QColor(fill) if fill is not None else QColor(self.base_fill)
+        self._text = text_color_on(self.fill)
+        self.badges = list(badges or [])
+        self.faded = faded
+        self.border_width = border_width
+        self._layout_badges()
+        self.update()
+
+    def _layout_badges(self) -> None:
+        geom = []
+        x = self._rect.right() + 6
+        fm = FONTS.badge_metrics
+        for b in self.badges:
+            w = fm.horizontalAdvance(b.text) + 12
+            x -= w
+            geom.append((QRectF(x, self._rect.top() - 10, w, 18), b))
+            x -= 4
+        self.prepareGeometryChange()
+        self._badge_geom = geom
+
+    @property
+    def badge_texts(self) -> list[str]:
+        return [b.text for b in self.badges]
+
+    def boundingRect(self) -> QRectF:
+        r = self._rect.adjusted(-4, -4, 4, 4)
+        for g, _ in self._badge_geom:
+            r = r.united(g.adjusted(-1, -1, 1, 1))
+        return r
+
+    # -- painting -------------------------------------------------------------------------
+    def paint(self, p, option, widget=None):
+        lod = option.levelOfDetailFromTransform(p.worldTransform())
+        r = self._rect
+        selected = self.isSelected()
+        fill = self.fill
+        if self.faded:
+            fill = QColor(fill)
+            fill.setAlpha(90)
+        if lod < LOD_FAST:
+            p.fillRect(r, fill)
+            if selected or self.flash:
+                p.setPen(QPen(SELECT, 3.0 / max(lod, 0.02)))
+                p.setBrush(Qt.NoBrush)
+                p.drawRect(r)
+            for g, b in self._badge_geom:
+                p.fillRect(g, b.bg)
+            return
+        if selected or self.flash:
+            p.setPen(Qt.NoPen)
+            p.setBrush(QColor(21, 101, 192, 70))
+            p.drawRoundedRect(r.adjusted(-4, -4, 4, 4), 9, 9)
+        border = fill.darker(150 if self.kind == "op" else 120)
+        pen = QPen(SELECT if selected else border, 2.5 if selected else self.border_width)
+        p.setPen(pen)
+        p.setBrush(fill)
+        radius = r.height() / 2 if self.kind != "op" else 6
+        p.drawRoundedRect(r, radius, radius)
+        if lod >= LOD_TITLE:
+            tc = self._text if not self.faded else QColor(120, 120, 120)
+            p.setPen(tc)
+            if lod >= LOD_NAME and self.subtitle:
+                p.setFont(FONTS.title)
+                p.drawText(QRectF(r.left() + 6, r.top() + 3, r.width() - 12, 18), Qt.AlignCenter, self.title)
+                p.setFont(FONTS.name)
+                tc2 = QColor(tc)
+                tc2.setAlpha(190)
+                p.setPen(tc2)
+                p.drawText(QRectF(r.left() + 6, r.top() + 21, r.width() - 12, 16), Qt.AlignCenter, self.subtitle)
+            else:
+                p.setFont(FONTS.title)
+                p.drawText(r, Qt.AlignCenter, self.title)
+        for g, b in self._badge_geom:
+            p.setPen(QPen(b.bg.darker(130), 1))
+            p.setBrush(b.bg)
+            p.drawRoundedRect(g, 9, 9)
+            if lod >= LOD_BADGE_TEXT:
+                p.setPen(b.fg)
+                p.setFont(FONTS.badge)
+                p.drawText(g, Qt.AlignCenter, b.text)
+
+    # -- geometry helpers for edges -------------------------------------------------------
+    @property
+    def width(self) -> float:
+        return self._w
+
+    @property
+    def height(self) -> float:
+        return self._h
+
+
+def _edge_path(points: list[tuple[float, float]]) -> QPainterPath:
+    """Smooth vertical curve through the route points (dagre-like), with an arrow head."""
+    path = QPainterPath(QPointF(*points[0]))
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        dy = (y1 - y0) * 0.5
+        path.cubicTo(QPointF(x0, y0 + dy), QPointF(x1, y1 - dy), QPointF(x1, y1))
+    x, y = points[-1]
+    path.moveTo(x - 4.5, y - 8)
+    path.lineTo(x, y)
+    path.lineTo(x + 4.5, y - 8)
+    return path
+
+
+class EdgeItem(QGraphicsPathItem):
+    """A tensor flowing from one node to another (C++-painted path: cheap at any zoom)."""
+
+    def __init__(self, tensor: str, src: str, dst: str, points):
+        super().__init__(_edge_path(points))
+        self.tensor, self.src, self.dst = tensor, src, dst
+        self.points = points
+        self.setAcceptedMouseButtons(Qt.NoButton)
+        self.setZValue(1)
+        self.set_style()
+
+    def set_style(self, color: QColor | None = None, width: float = 1.3, dashed: bool = False) -> None:
+        pen = QPen(color or EDGE, width)
+        pen.setCapStyle(Qt.RoundCap)
+        pen.setJoinStyle(Qt.RoundJoin)
+        if dashed:
+            pen.setStyle(Qt.DashLine)
+        self.setPen(pen)
+        self.setBrush(QBrush(Qt.NoBrush))
+
+    @property
+    def color(self) -> QColor:
+        return self.pen().color()
+
+
+class EdgeLabel(QGraphicsSimpleTextItem):
+    """Tensor shape next to an edge; shown only at readable zoom (toggled by the view)."""
+
+    def __init__(self, text: str, x: float, y: float):
+        super().__init__(text)
+        self.setFont(FONTS.edge)
+        self.setBrush(QColor("#5f6b77"))
+        self.setPos(x, y)
+        self.setZValue(1.5)
+        self.setAcceptedMouseButtons(Qt.NoButton)

@@ -1,0 +1,578 @@
+"""The main window: canvas in the centre, docks around it, toolbar, menus and status bar.
+
+All background work goes through :class:`~qtquant.gui.controller.Controller`; this
+module only builds widgets and applies results.  Edit actions (Share, Ungroup,
+Auto-share, Export) are placeholders until the editor lands; the undo stack already
+drives Undo/Redo so edits can arrive as QUndoCommands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QUndoStack
+from PySide6.QtWidgets import (QComboBox, QCompleter, QDockWidget, QFileDialog, QHBoxLayout, QLabel, QLineEdit,
+                               QMainWindow, QProgressBar, QToolButton, QVBoxLayout, QWidget)
+
+from ..cli.common import MARCHES
+from ..errors import QtQuantError
+from ..session import Options
+from .canvas import GraphScene, GraphView
+from .controller import Controller
+from .dialogs import ErrorDialog, ModelSettings, OpenDialog, calib_config, model_inputs, needs_shapes
+from .docks import ConcatList, GroupsPanel, JobLog, ModelInfo, PerfSummary
+from .inspector import Inspector
+from .overlays import MODE_LABELS, MODES, compute_looks
+from .spec import INPUT_PREFIX
+
+__all__ = ["MainWindow", "SearchBar"]
+
+MAX_RECENT = 10
+
+
+class SearchBar(QWidget):
+    """Ctrl+F: find nodes and tensors by name (or op type); Enter jumps to the next hit."""
+
+    jump = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.edit = QLineEdit()
+        self.edit.setPlaceholderText("Find node, tensor or op type…  (Enter: next, Esc: close)")
+        self.edit.setClearButtonEnabled(True)
+        self.count = QLabel("")
+        self.count.setMinimumWidth(70)
+        close = QToolButton()
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.clicked.connect(self.hide)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(6, 4, 6, 4)
+        lay.addWidget(QLabel("Find:"))
+        lay.addWidget(self.edit, 1)
+        lay.addWidget(self.count)
+        lay.addWidget(close)
+        self.graph = None
+        self.hits: list[str] = []
+        self.pos = -1
+        self._last = None
+        self.edit.returnPressed.connect(self.next_hit)
+        self.edit.textChanged.connect(lambda t: self._reset())
+        self.setVisible(False)
+
+    def set_graph(self, graph) -> None:
+        self.graph = graph
+        self._reset()
+        words = []
+        if graph is not None:
+            words = list(graph.nodes) + [t for t, tt in graph.tensors.items() if tt.kind != "weight"]
+        comp = QCompleter(words, self)
+        comp.setCaseSensitivity(Qt.CaseInsensitive)
+        comp.setFilterMode(Qt.MatchContains)
+        comp.setMaxVisibleItems(12)
+        comp.activated.connect(lambda text: (self.edit.setText(text), self.next_hit()))
+        self.edit.setCompleter(comp)
+
+    def _reset(self) -> None:
+        self.hits, self.pos, self._last = [], -1, None
+        self.count.setText("")
+
+    def find(self, text: str) -> list[str]:
+        """Node names matching ``text``: exact name, op type, name substring, then tensors."""
+        g = self.graph
+        text = text.strip()
+        if g is None or not text:
+            return []
+        low = text.lower()
+        out: list[str] = []
+        seen = set()
+
+        def add(n):
+            if n is not None and n not in seen:
+                seen.add(n)
+                out.append(n)
+
+        if text in g.nodes:
+            add(text)
+        if text in g.tensors:
+            add(_tensor_home(g, text))
+        for n in g.nodes.values():
+            if n.op_type.lower() == low:
+                add(n.name)
+        for n in g.nodes:
+            if low in n.lower():
+                add(n)
+        for t, tt in g.tensors.items():
+            if tt.kind != "weight" and low in t.lower():
+                add(_tensor_home(g, t))
+        return out
+
+    def next_hit(self) -> str | None:
+        text = self.edit.text()
+        if text != self._last:
+            self.hits, self.pos, self._last = self.find(text), -1, text
+        if not self.hits:
+            self.count.setText("no match")
+            return None
+        self.pos = (self.pos + 1) % len(self.hits)
+        self.count.setText(f"{self.pos + 1} / {len(self.hits)}")
+        self.jump.emit(self.hits[self.pos])
+        return self.hits[self.pos]
+
+    def open(self) -> None:
+        self.setVisible(True)
+        self.edit.setFocus()
+        self.edit.selectAll()
+
+    def keyPressEvent(self, ev):
+        if ev.key() == Qt.Key_Escape:
+            self.hide()
+        else:
+            super().keyPressEvent(ev)
+
+
+def _tensor_home(g, t: str) -> str | None:
+    """The canvas item that shows tensor ``t``: its producer, or its graph input terminal."""
+    tt = g.tensors.get(t)
+    if tt is None:
+        return None
+    if tt.producer:
+        return tt.producer
+    if t in g.inputs:
+        return INPUT_PREFIX + t
+    return tt.consumers[0] if tt.consumers else None
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, settings: QSettings | None = None, options: Options | None = None, *,
+                 auto_calibrate: bool = True, show_dialogs: bool = True):
+        super().__init__()
+        self.settings = settings if settings is not None else QSettings("qtquant", "qtquant")
+        self.model_settings = ModelSettings(self.settings)
+        self.show_dialogs = show_dialogs  # False for screenshots: errors are only recorded
+        self.controller = Controller(options, self, auto_calibrate=auto_calibrate)
+        self.bridge = self.controller.bridge
+        self.jobs = self.controller.jobs
+        self.undo_stack = QUndoStack(self)
+        self.overlay = "none"
+        self.errors: list[tuple[str, str, str]] = []  # (title, message, details)
+        self.error_dialogs: list[ErrorDialog] = []
+        self.setWindowTitle("qtquant")
+        self.resize(1500, 940)
+        self.setAcceptDrops(True)
+
+        self.scene = GraphScene(self)
+        self.view = GraphView(self.scene)
+        self.search_bar = SearchBar()
+        self.search_bar.jump.connect(self.jump_to)
+        central = QWidget()
+        cl = QVBoxLayout(central)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.setSpacing(0)
+        cl.addWidget(self.search_bar)
+        cl.addWidget(self.view, 1)
+        self.setCentralWidget(central)
+
+        self._build_docks()
+        self._build_actions()
+        self._build_status()
+        self._connect()
+        self._restore()
+        self._show_welcome()
+
+    # -- construction ----------------------------------------------------------------------------
+    def _dock(self, title: str, widget, area, name: str) -> QDockWidget:
+        d = QDockWidget(title, self)
+        d.setObjectName(name)
+        d.setWidget(widget)
+        self.addDockWidget(area, d)
+        return d
+
+    def _build_docks(self) -> None:
+        b = self.bridge
+        self.model_info = ModelInfo(b)
+        self.concat_list = ConcatList(b)
+        self.groups_panel = GroupsPanel(b)
+        self.inspector = Inspector(b)
+        self.perf_summary = PerfSummary(b)
+        self.job_log = JobLog()
+        self.docks = {
+            "model": self._dock("Model", self.model_info, Qt.LeftDockWidgetArea, "dock_model"),
+            "concats": self._dock("Concats", self.concat_list, Qt.LeftDockWidgetArea, "dock_concats"),
+            "groups": self._dock("Groups", self.groups_panel, Qt.LeftDockWidgetArea, "dock_groups"),
+            "inspector": self._dock("Inspector", self.inspector, Qt.RightDockWidgetArea, "dock_inspector"),
+            "perf": self._dock("Performance", self.perf_summary, Qt.BottomDockWidgetArea, "dock_perf"),
+            "log": self._dock("Job log", self.job_log, Qt.BottomDockWidgetArea, "dock_log"),
+        }
+        # Only one tabified group: with two, Qt (6.11/6.12) leaves a stale tab bar painted
+        # after the window is resized.
+        self.tabifyDockWidget(self.docks["perf"], self.docks["log"])
+        self.docks["perf"].raise_()
+        self.resizeDocks([self.docks["model"], self.docks["concats"], self.docks["groups"]], [140, 480, 90],
+                         Qt.Vertical)
+        self.resizeDocks([self.docks["concats"], self.docks["inspector"]], [320, 470], Qt.Horizontal)
+        self.resizeDocks([self.docks["perf"]], [220], Qt.Vertical)
+
+    def _act(self, text, slot=None, shortcut=None, tip="", enabled=True) -> QAction:
+        a = QAction(text, self)
+        if slot is not None:
+            a.triggered.connect(slot)
+        if shortcut:
+            a.setShortcut(QKeySequence(shortcut))
+        if tip:
+            a.setToolTip(tip)
+            a.setStatusTip(tip)
+        a.setEnabled(enabled)
+        return a
+
+    def _build_actions(self) -> None:
+        later = "arrives with the graph editor"
+        A = self.actions_by_name = {
+            "open": self._act("Open…", self.open_dialog, QKeySequence.Open, "Open an ONNX model"),
+            "demo": self._act("Open demo model", self.open_demo, tip="The bundled multi-scale attention demo"),
+            "calibrate": self._act("Calibrate…", self.calibrate_dialog, "Ctrl+K", "Choose calibration data and run it"),
+            "autoshare": self._act("Auto-share", None, tip=f"Share every cheap Concat ({later})", enabled=False),
+            "share": self._act("Share", None, "Ctrl+G", f"Tie the selected outputs to one observer ({later})",
+                               enabled=False),
+            "ungroup": self._act("Ungroup", None, "Ctrl+Shift+G", f"Dissolve the selected group ({later})",
+                                 enabled=False),
+            "export": self._act("Export…", None, tip=f"Write the fixed QDQ model ({later})", enabled=False),
+            "find": self._act("Find…", self.search_bar.open, QKeySequence.Find, "Find a node or tensor"),
+            "fit": self._act("Fit to view", self.view.fit, "F", "Show the whole graph"),
+            "zoom_in": self._act("Zoom in", lambda: self.view.set_zoom(self.view.zoom * 1.25), QKeySequence.ZoomIn),
+            "zoom_out": self._act("Zoom out", lambda: self.view.set_zoom(self.view.zoom / 1.25),
+                                  QKeySequence.ZoomOut),
+            "resimulate": self._act("Re-simulate", self.controller.refresh, "F5", "Run the perf simulator again"),
+            "quit": self._act("Quit", self.close, QKeySequence.Quit),
+        }
+        A["undo"] = self.undo_stack.createUndoAction(self, "Undo")
+        A["undo"].setShortcut(QKeySequence.Undo)
+        A["redo"] = self.undo_stack.createRedoAction(self, "Redo")
+        A["redo"].setShortcuts([QKeySequence("Ctrl+Shift+Z"), QKeySequence.Redo])
+
+        tb = self.addToolBar("Main")
+        tb.setObjectName("toolbar_main")
+        tb.setToolButtonStyle(Qt.ToolButtonTextOnly)
+        for key in ("open", "calibrate", None, "autoshare", "share", "ungroup", None, "undo", "redo", None):
+            tb.addSeparator() if key is None else tb.addAction(A[key])
+        tb.addWidget(QLabel(" Overlay: "))
+        self.overlay_combo = QComboBox()
+        for m in MODES:
+            self.overlay_combo.addItem(MODE_LABELS[m], m)
+        self.overlay_combo.currentIndexChanged.connect(lambda i: self.set_overlay(self.overlay_combo.itemData(i)))
+        tb.addWidget(self.overlay_combo)
+        tb.addWidget(QLabel("  March: "))
+        self.march_combo = QComboBox()
+        self.march_combo.addItems(MARCHES)
+        self.march_combo.setCurrentText(self.controller.options.march)
+        self.march_combo.currentTextChanged.connect(self.set_march)
+        tb.addWidget(self.march_combo)
+        tb.addSeparator()
+        tb.addAction(A["fit"])
+        tb.addAction(A["export"])
+
+        mb = self.menuBar()
+        fm = mb.addMenu("&File")
+        fm.addAction(A["open"])
+        self.recent_menu = fm.addMenu("Open &Recent")
+        fm.addAction(A["demo"])
+        fm.addSeparator()
+        fm.addAction(A["export"])
+        fm.addSeparator()
+        fm.addAction(A["quit"])
+        em = mb.addMenu("&Edit")
+        for key in ("undo", "redo", None, "find", None, "share", "ungroup", "autoshare"):
+            em.addSeparator() if key is None else em.addAction(A[key])
+        vm = mb.addMenu("&View")
+        for key in ("fit", "zoom_in", "zoom_out"):
+            vm.addAction(A[key])
+        vm.addSeparator()
+        self.overlay_actions = QActionGroup(self)
+        for m in MODES:
+            a = QAction(f"Overlay: {MODE_LABELS[m]}", self, checkable=True)
+            a.setData(m)
+            a.setChecked(m == "none")
+            a.triggered.connect(lambda checked=False, m=m: self.set_overlay(m))
+            self.overlay_actions.addAction(a)
+            vm.addAction(a)
+        vm.addSeparator()
+        for d in self.docks.values():
+            vm.addAction(d.toggleViewAction())
+        am = mb.addMenu("&Analysis")
+        am.addAction(A["calibrate"])
+        am.addAction(A["resimulate"])
+        self._rebuild_recent()
+
+    def _build_status(self) -> None:
+        sb = self.statusBar()
+        self.progress = QProgressBar()
+        self.progress.setFixedWidth(200)
+        self.progress.setTextVisible(True)
+        self.progress.setVisible(False)
+        self.cancel_button = QToolButton()
+        self.cancel_button.setText("Cancel")
+        self.cancel_button.setVisible(False)
+        self.cancel_button.clicked.connect(self.cancel_jobs)
+        self.job_label = QLabel("")
+        self.zoom_label = QLabel("")
+        sb.addPermanentWidget(self.job_label)
+        sb.addPermanentWidget(self.progress)
+        sb.addPermanentWidget(self.cancel_button)
+        sb.addPermanentWidget(self.zoom_label)
+
+    def _connect(self) -> None:
+        c, b, j = self.controller, self.bridge, self.jobs
+        c.loadStarted.connect(lambda p: self.statusBar().showMessage(f"Loading {Path(p).name}…"))
+        c.modelLoaded.connect(self._on_model_loaded)
+        c.loadFailed.connect(lambda m: self.statusBar().showMessage("Could not open the model", 8000))
+        c.layoutReady.connect(self._on_layout)
+        c.calibrationStarted.connect(lambda: self.statusBar().showMessage("Calibrating…"))
+        c.calibrationFinished.connect(self._on_calibrated)
+        b.changed.connect(lambda kind: self.apply_looks())
+        b.perfChanged.connect(self.apply_looks)
+        j.jobStarted.connect(self._on_job_started)
+        j.jobProgress.connect(self._on_job_progress)
+        j.jobFinished.connect(self._on_job_finished)
+        j.jobFailed.connect(lambda job, msg, det: self.show_error(f"{job.label.capitalize()} failed", msg, det))
+        self.scene.selectionChanged.connect(self._on_selection)
+        self.concat_list.nodeActivated.connect(self.jump_to)
+        self.perf_summary.nodeActivated.connect(self.jump_to)
+        self.perf_summary.marchChanged.connect(self.set_march)
+        self.inspector.histogramWanted.connect(
+            lambda t: self.controller.histogram(t, lambda tt: self.inspector.show_tensor(tt)
+                                                if self.inspector.tensor == tt else None))
+        self.view.zoomChanged.connect(lambda z: self.zoom_label.setText(f"{z * 100:.0f}%"))
+
+    # -- opening models ---------------------------------------------------------------------------
+    def open_model(self, path, input_shapes=None, calib=None):
+        """Open ``path`` with explicit shapes/calibration (no dialog).  Returns the load job."""
+        return self.controller.open_model(path, input_shapes, calib)
+
+    def request_open(self, path, ask: bool | None = None) -> bool:
+        """Open with remembered settings; ask first when ``ask`` or when shapes are unresolved."""
+        path = Path(path)
+        rem = self.model_settings.load(path)
+        if ask is None:
+            ask = needs_shapes(model_inputs(path)) and not rem.get("shapes")
+        values = rem
+        if ask and self.show_dialogs:
+            dlg = OpenDialog(path, rem, self)
+            if dlg.exec() != OpenDialog.Accepted:
+                return False
+            values = dlg.values()
+            self.model_settings.save(path, values)
+        shapes = {k: tuple(int(x) for x in v.lower().split("x")) for k, v in values.get("shapes", {}).items()}
+        self.open_model(path, shapes, calib_config(values.get("calib", {})))
+        return True
+
+    def open_dialog(self) -> None:
+        start = str(self.controller.path.parent) if self.controller.path else str(Path.home())
+        p, _ = QFileDialog.getOpenFileName(self, "Open ONNX model", start, "ONNX models (*.onnx);;All files (*)")
+        if p:
+            self.request_open(p, ask=True)
+
+    def open_demo(self) -> None:
+        from ..demo import demo_model_path
+
+        try:
+            self.request_open(demo_model_path(), ask=False)
+        except (OSError, QtQuantError) as e:
+            self.show_error("Cannot write the demo model", str(e))
+
+    def calibrate_dialog(self) -> None:
+        path = self.controller.path
+        if path is None or self.bridge.session is None:
+            return
+        rem = self.model_settings.load(path)
+        dlg = OpenDialog(path, rem, self, shapes_editable=False, title="Calibrate")
+        if dlg.exec() != OpenDialog.Accepted:
+            return
+        values = dlg.values()
+        values["shapes"] = rem.get("shapes", values["shapes"])
+        self.model_settings.save(path, values)
+        self.controller.calibrate(calib_config(values["calib"]))
+
+    def dragEnterEvent(self, ev):
+        if any(u.toLocalFile().lower().endswith(".onnx") for u in ev.mimeData().urls()):
+            ev.acceptProposedAction()
+
+    def dropEvent(self, ev):
+        for u in ev.mimeData().urls():
+            if u.toLocalFile().lower().endswith(".onnx"):
+                ev.acceptProposedAction()
+                QTimer.singleShot(0, lambda p=u.toLocalFile(): self.request_open(p, ask=True))
+                return
+
+    # -- recent files ---------------------------------------------------------------------------
+    def recent_files(self) -> list[str]:
+        v = self.settings.value("recent", [])
+        if isinstance(v, str):
+            v = [v]
+        return [p for p in (v or []) if p]
+
+    def _add_recent(self, path: Path) -> None:
+        p = str(Path(path).resolve())
+        rec = [p] + [r for r in self.recent_files() if r != p]
+        self.settings.setValue("recent", rec[:MAX_RECENT])
+        self._rebuild_recent()
+
+    def _rebuild_recent(self) -> None:
+        self.recent_menu.clear()
+        rec = self.recent_files()
+        for p in rec:
+            a = self.recent_menu.addAction(Path(p).name)
+            a.setToolTip(p)
+            a.triggered.connect(lambda checked=False, p=p: self.request_open(p))
+        self.recent_menu.setEnabled(bool(rec))
+
+    # -- results ------------------------------------------------------------------------------------
+    def _on_model_loaded(self, session) -> None:
+        g = session.graph
+        name = g.path.name if g.path else "model"
+        self.setWindowTitle(f"{name} — qtquant")
+        self.scene.reset(f"Laying out {len(g.nodes)} nodes…")
+        self.search_bar.set_graph(g)
+        self.undo_stack.clear()
+        self._sync_march(session.options.march)
+        if g.path:
+            self._add_recent(g.path)
+        self.job_log.log(f"opened {g.path or name}: {len(g.nodes)} nodes, {len(g.concat_nodes())} Concats")
+
+    def _on_layout(self, spec) -> None:
+        self.scene.build(spec)
+        self.view.resetTransform()
+        self.view.fit_top()
+        self.apply_looks()
+        self.view.minimap.refresh()
+        lay = spec.layout
+        self.job_log.log(f"layout: {len(spec.nodes)} items, {len(spec.edges)} edges, {lay.crossings} crossings, "
+                         f"{lay.seconds * 1000:.0f} ms")
+
+    def _on_calibrated(self, ok: bool) -> None:
+        if ok:
+            cs = self.bridge.concats or []
+            self.statusBar().showMessage(f"Calibrated: {sum(1 for c in cs if c.rescales)} of {len(cs)} Concats "
+                                         f"need rescales", 8000)
+        else:
+            self.statusBar().showMessage("Calibration stopped", 8000)
+        self.apply_looks()
+
+    def apply_looks(self) -> None:
+        """Re-colour the canvas for the current overlay and analysis (no re-layout)."""
+        g = self.bridge.graph
+        if g is None or self.scene.spec is None or self.scene.spec is not self.controller.spec:
+            return
+        looks = compute_looks(g, self.overlay, self.bridge.concats, self.bridge.perf)
+        self.scene.apply_looks(looks.nodes, looks.edges, looks.edge_default)
+        self.view.legend.set_overlay(*looks.legend)
+
+    def set_overlay(self, mode: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown overlay {mode!r}; choose from {', '.join(MODES)}")
+        self.overlay = mode
+        self.overlay_combo.blockSignals(True)
+        self.overlay_combo.setCurrentIndex(MODES.index(mode))
+        self.overlay_combo.blockSignals(False)
+        for a in self.overlay_actions.actions():
+            a.setChecked(a.data() == mode)
+        self.apply_looks()
+
+    def _sync_march(self, march: str) -> None:
+        self.march_combo.blockSignals(True)
+        if self.march_combo.findText(march) < 0:
+            self.march_combo.addItem(march)
+        self.march_combo.setCurrentText(march)
+        self.march_combo.blockSignals(False)
+        self.perf_summary.set_march(march)
+
+    def set_march(self, march: str) -> None:
+        self._sync_march(march)
+        self.controller.set_march(march)
+
+    # -- selection and navigation --------------------------------------------------------------
+    def _on_selection(self) -> None:
+        names = self.scene.selected_names()
+        name = names[0] if len(names) == 1 else None
+        self.inspector.show_node(name)
+        if name:
+            self.concat_list.select_name(name)
+
+    def jump_to(self, name: str) -> bool:
+        ok = self.view.center_on(name)
+        if not ok:
+            self.statusBar().showMessage(f"{name} is not on the canvas yet", 4000)
+        return ok
+
+    def search(self, text: str) -> str | None:
+        self.search_bar.open()
+        self.search_bar.edit.setText(text)
+        return self.search_bar.next_hit()
+
+    # -- jobs and errors ------------------------------------------------------------------------
+    def _on_job_started(self, job) -> None:
+        self.job_log.log(f"{job.label}: started")
+        self._update_progress()
+
+    def _on_job_progress(self, job) -> None:
+        self._update_progress()
+
+    def _on_job_finished(self, job) -> None:
+        self.job_log.log(f"{job.label}: {job.status} in {job.seconds:.2f} s")
+        self._update_progress()
+
+    def _update_progress(self) -> None:
+        active = self.jobs.active()
+        if not active:
+            self.progress.setVisible(False)
+            self.cancel_button.setVisible(False)
+            self.job_label.setText("")
+            return
+        main = next((j for j in active if j.cancellable), active[0])
+        self.job_label.setText(main.label + ("" if len(active) == 1 else f" (+{len(active) - 1})"))
+        self.progress.setVisible(True)
+        if main.total:
+            self.progress.setRange(0, main.total)
+            self.progress.setValue(main.done)
+            self.progress.setFormat("%v / %m")
+        else:
+            self.progress.setRange(0, 0)
+        self.cancel_button.setVisible(any(j.cancellable for j in active))
+
+    def cancel_jobs(self) -> None:
+        for j in self.jobs.active():
+            if j.cancellable:
+                j.cancel()
+        self.statusBar().showMessage("Cancelling…", 3000)
+
+    def show_error(self, title: str, message: str, details: str = "") -> ErrorDialog | None:
+        self.errors.append((title, message, details))
+        self.job_log.log(f"error: {message}")
+        self.statusBar().showMessage(message, 10000)
+        if not self.show_dialogs:
+            return None
+        dlg = ErrorDialog(title, message, details, self)
+        self.error_dialogs.append(dlg)
+        dlg.finished.connect(lambda r, d=dlg: self.error_dialogs.remove(d) if d in self.error_dialogs else None)
+        dlg.show()
+        return dlg
+
+    def _show_welcome(self) -> None:
+        self.scene.reset("Open a model with File › Open (Ctrl+O), or drop an .onnx file here.")
+
+    # -- persistence ----------------------------------------------------------------------------------
+    def _restore(self) -> None:
+        geo = self.settings.value("window/geometry")
+        if geo is not None:
+            self.restoreGeometry(geo)
+        st = self.settings.value("window/state")
+        if st is not None:
+            self.restoreState(st)
+
+    def closeEvent(self, ev):
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/state", self.saveState())
+        self.controller.shutdown()
+        for d in list(self.error_dialogs):
+            d.close()
+        super().closeEvent(ev)

@@ -1,0 +1,106 @@
+"""Optional back ends (perf simulator, fidelity) and tolerant readers of their results.
+
+The GUI must run before and without these modules: when ``qtquant.perf`` or
+``qtquant.fidelity`` cannot be imported the docks show "—".  The readers accept the
+documented result attributes and degrade to empty values if one is missing.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["simulator", "fidelity_measure", "node_us", "rescale_us_by_concat", "rescale_us_for_input",
+           "top_layers", "num"]
+
+
+def simulator():
+    """``qtquant.perf.simulate_session`` or None."""
+    try:
+        from ..perf import simulate_session
+    except ImportError:
+        return None
+    return simulate_session
+
+
+def fidelity_measure():
+    """``qtquant.fidelity.measure_session`` or None."""
+    try:
+        from ..fidelity import measure_session
+    except ImportError:
+        return None
+    return measure_session
+
+
+def num(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _us_of(v) -> float | None:
+    """A layer entry's latency in µs, whatever shape the entry has."""
+    if isinstance(v, (int, float)):
+        return num(v)
+    for attr in ("us", "latency_us", "total_us", "time_us"):
+        if hasattr(v, attr):
+            return num(getattr(v, attr))
+    if hasattr(v, "ms"):
+        x = num(v.ms)
+        return x * 1000 if x is not None else None
+    if isinstance(v, dict):
+        for k in ("us", "latency_us", "total_us"):
+            if k in v:
+                return num(v[k])
+    return None
+
+
+def node_us(perf) -> dict[str, float]:
+    """Latency per graph node in µs (rescale ops folded into their Concat by the simulator)."""
+    if perf is None:
+        return {}
+    try:
+        raw = perf.by_node()
+    except Exception:
+        return {}
+    out = {}
+    for k, v in dict(raw).items():
+        us = _us_of(v)
+        if us is not None:
+            out[k] = us
+    return out
+
+
+def rescale_us_by_concat(perf) -> dict[str, float]:
+    if perf is None:
+        return {}
+    try:
+        return {k: float(v) for k, v in perf.rescale_cost_by_concat().items()}
+    except Exception:
+        return {}
+
+
+def rescale_us_for_input(perf, concat: str, index: int) -> float | None:
+    """Cost of the virtual rescale op ``<concat>_rescale_<index>`` if the simulator lists it."""
+    if perf is None:
+        return None
+    want = f"{concat}_rescale_{index}"
+    for layer in getattr(perf, "layers", None) or ():
+        if getattr(layer, "name", None) == want:
+            return _us_of(layer)
+    return None
+
+
+def top_layers(perf, n: int = 12) -> list[tuple[str, str, float]]:
+    """(name, op type, µs) of the n slowest layers, rescales included."""
+    rows = []
+    for layer in getattr(perf, "layers", None) or ():
+        us = _us_of(layer)
+        if us is None:
+            continue
+        rows.append((str(getattr(layer, "name", "?")), str(getattr(layer, "op_type", getattr(layer, "op", ""))), us))
+    if not rows:
+        rows = [(k, "", v) for k, v in node_us(perf).items()]
+    rows.sort(key=lambda r: -r[2])
+    return rows[:n]

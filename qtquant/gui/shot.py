@@ -1,0 +1,110 @@
+"""Render the main window (or just the canvas) to PNG once every background job settled.
+
+Used by ``qtquant screenshot`` and by the benchmarks; works under
+``QT_QPA_PLATFORM=offscreen``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
+
+from ..errors import BadInputError, QtQuantError
+from .perfdata import simulator
+
+__all__ = ["wait_settled", "take_screenshot", "ScreenshotError"]
+
+
+class ScreenshotError(QtQuantError):
+    """The model could not be rendered (load, calibration or layout failed, or timed out)."""
+
+
+def wait_settled(win, timeout: float = 120.0, *, need_perf: bool = True) -> None:
+    """Process events until the layout is drawn and calibration and simulation finished."""
+    app = QApplication.instance()
+    t0 = time.monotonic()
+    want_perf = need_perf and simulator() is not None
+    while True:
+        app.processEvents()
+        if win.errors:
+            raise ScreenshotError(win.errors[0][1])
+        c = win.controller
+        done = (c.spec is not None and win.scene.spec is c.spec and not win.jobs.busy
+                and c.bridge.ready and (c.bridge.perf is not None or not want_perf))
+        if done:
+            return
+        if c.bridge.session is not None and not c.bridge.ready and not win.jobs.busy and c.spec is not None:
+            raise ScreenshotError("calibration did not finish")
+        if time.monotonic() - t0 > timeout:
+            raise ScreenshotError(f"timed out after {timeout:.0f} s waiting for background jobs")
+        time.sleep(0.01)
+
+
+def _quiet_qpa() -> None:
+    """The offscreen platform warns about window size hints it cannot honour; not news."""
+    from PySide6.QtCore import qInstallMessageHandler
+
+    prev = None
+
+    def handler(mode, ctx, msg):
+        if "propagateSizeHints" in msg:
+            return
+        if prev is not None:
+            prev(mode, ctx, msg)
+        else:
+            import sys
+
+            sys.stderr.write(msg + "\n")
+
+    prev = qInstallMessageHandler(handler)
+
+
+def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str = "none",
+                    select: str | None = None, size=(1600, 1000), canvas_only: bool = False,
+                    plan: str | None = None, timeout: float = 180.0) -> Path:
+    from .app import make_app
+    from .mainwindow import MainWindow
+
+    _quiet_qpa()
+    app = make_app()
+    tmp = tempfile.TemporaryDirectory(prefix="qtquant-shot-")
+    settings = QSettings(str(Path(tmp.name) / "settings.ini"), QSettings.IniFormat)
+    win = MainWindow(settings, options, show_dialogs=False)
+    try:
+        win.resize(*size)
+        win.show()
+        win.open_model(model, input_shapes, options.calib if options is not None else None)
+        wait_settled(win, timeout, need_perf=False)
+        if plan:
+            try:
+                from ..plan import apply_plan_file
+            except ImportError:
+                raise BadInputError("--plan needs the sharing-plan module, which is not installed") from None
+            apply_plan_file(win.bridge.session, plan)
+            win.bridge.session.groups_changed()
+        wait_settled(win, timeout)
+        win.set_overlay(overlay)
+        if select:
+            if select not in win.scene.nodes:
+                raise BadInputError(f"--select: no node named {select!r} in the model")
+            win.jump_to(select)
+            item = win.scene.nodes[select]
+            item.flash = False
+        win.view.minimap.refresh()
+        for _ in range(5):
+            app.processEvents()
+        pix = (win.view if canvas_only else win).grab()
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if not pix.save(str(out), "PNG"):
+            raise BadInputError(f"cannot write {out}")
+        return out
+    finally:
+        win.close()
+        win.deleteLater()
+        app.processEvents()
+        tmp.cleanup()

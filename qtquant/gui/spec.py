@@ -1,0 +1,98 @@
+"""What the canvas draws, derived from a Graph without Qt (runs in the layout job).
+
+Op nodes become boxes; graph inputs and outputs become terminals; weights and other
+initializers are not drawn (the inspector lists them).  Every producer->consumer tensor
+link becomes an edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..shapes import format_shape
+from .layout import Layout, LayoutInput, layered_layout
+from .style import NODE_H, NODE_W, TERM_H, TERM_W
+
+__all__ = ["NodeSpec", "EdgeSpec", "SceneSpec", "scene_spec", "layout_scene", "shape_text",
+           "INPUT_PREFIX", "OUTPUT_PREFIX"]
+
+INPUT_PREFIX = "input:"
+OUTPUT_PREFIX = "output:"
+
+
+@dataclass
+class NodeSpec:
+    name: str  # graph node name, or "input:<tensor>" / "output:<tensor>"
+    kind: str  # "op" | "input" | "output"
+    title: str
+    subtitle: str
+    category: str
+
+
+@dataclass
+class EdgeSpec:
+    src: int
+    dst: int
+    tensor: str
+    label: str
+
+
+@dataclass
+class SceneSpec:
+    nodes: list[NodeSpec]
+    edges: list[EdgeSpec]
+    layout: Layout | None = None
+
+
+def shape_text(shape) -> str:
+    if shape is None:
+        return "?"
+    return format_shape(shape).replace("x", "×")
+
+
+def scene_spec(graph) -> SceneSpec:
+    nodes: list[NodeSpec] = []
+    index: dict[str, int] = {}
+    for t in graph.inputs:
+        tt = graph.tensors[t]
+        if not tt.consumers:
+            continue
+        index[INPUT_PREFIX + t] = len(nodes)
+        nodes.append(NodeSpec(INPUT_PREFIX + t, "input", t, shape_text(tt.shape), "input"))
+    for n in graph.nodes.values():
+        index[n.name] = len(nodes)
+        nodes.append(NodeSpec(n.name, "op", n.op_type, n.name, n.handler.category))
+    for t in graph.outputs:
+        if t in graph.tensors:
+            index[OUTPUT_PREFIX + t] = len(nodes)
+            nodes.append(NodeSpec(OUTPUT_PREFIX + t, "output", t, shape_text(graph.tensors[t].shape), "output"))
+    edges: list[EdgeSpec] = []
+    for t in graph.tensors.values():
+        if t.kind in ("weight",) and t.producer is None:
+            continue
+        src = t.producer if t.producer else (INPUT_PREFIX + t.name if INPUT_PREFIX + t.name in index else None)
+        if src is None:
+            continue
+        label = shape_text(t.shape)
+        seen = set()
+        for c in t.consumers:
+            if c in seen:  # one edge per consumer even when it reads the tensor twice
+                continue
+            seen.add(c)
+            edges.append(EdgeSpec(index[src], index[c], t.name, label))
+        if t.name in graph.outputs and OUTPUT_PREFIX + t.name in index and t.producer:
+            edges.append(EdgeSpec(index[src], index[OUTPUT_PREFIX + t.name], t.name, label))
+    return SceneSpec(nodes, edges)
+
+
+def layout_scene(spec: SceneSpec, graph=None) -> SceneSpec:
+    """Compute the layout for ``spec`` (in place) and return it."""
+    sizes = [(NODE_W, NODE_H) if n.kind == "op" else (TERM_W, TERM_H) for n in spec.nodes]
+    anchored = [n.kind == "input" for n in spec.nodes]
+    if graph is not None:
+        inputs = set(graph.inputs)
+        for i, n in enumerate(spec.nodes):
+            if n.kind == "op" and any(x in inputs for x in graph.nodes[n.name].inputs):
+                anchored[i] = True
+    spec.layout = layered_layout(LayoutInput(sizes, [(e.src, e.dst) for e in spec.edges], anchored))
+    return spec
