@@ -2,6 +2,7 @@
 
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -264,10 +265,10 @@ def test_unknown_march_is_a_one_line_error():
 
 
 def _profile(tmp_path, mutate):
-    doc = json.loads(load_march("bayes-e").path and open(load_march("bayes-e").path).read())
+    doc = json.loads(Path(load_march("bayes-e").path).read_text())
     mutate(doc)
     p = tmp_path / "mine.json"
-    p.write_text(json.dumps(doc) if not isinstance(doc, str) else doc)
+    p.write_text(json.dumps(doc))
     return p
 
 

@@ -38,8 +38,6 @@ MEMORY_OPS = (
     "MaxPool", "Resize", "Upsample", "CumSum", "TopK", "Transpose", "Slice", "Gather", "Pad",
     "DepthToSpace", "SpaceToDepth", "Expand", "Tile", "Concat", "Split",
 )
-# Ops a compiler folds into the preceding Conv/Gemm when the march supports it.
-BN = "BatchNormalization"
 
 
 @dataclass(frozen=True)
