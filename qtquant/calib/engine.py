@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,28 +163,47 @@ def split_samples(refs: list[SampleRef], config: CalibConfig) -> tuple[list[Samp
 
 def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[SampleRef], *,
               progress=None, cancel=None, threads: int = 0) -> dict[str, TensorStats]:
-    """Run ``refs`` through the model and reduce them into statistics for ``names``."""
+    """Run ``refs`` through the model and reduce them into statistics for ``names``.
+
+    The reduction of batch k runs in a helper thread while onnxruntime computes batch k+1 (both
+    release the GIL for their heavy parts), so at most two batches of outputs are alive.
+    """
     inputs = [n for n in names if n in source.specs]
     run_names = [n for n in names if n not in source.specs]
     sess = make_session(with_outputs(model, run_names), Path(base_dir) if base_dir else None, threads=threads)
     stats = {n: TensorStats() for n in names}
     total = len(refs)
-    for k, (ref, feed) in enumerate(source.feeds(refs)):
-        if cancel is not None and cancel():
-            raise Cancelled("calibration cancelled")
-        try:
-            outs = sess.run(run_names, feed) if run_names else []
-        except Exception as e:  # onnxruntime raises its own types; report one line
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ModelError(f"onnxruntime failed on {ref.label()}: {first[:300]}") from None
+
+    def reduce(ref, outs, feed):
         for n, v in [*zip(run_names, outs), *((n, feed[n]) for n in inputs)]:
             try:
                 stats[n].update(v)
             except NonFiniteError:
                 raise CalibrationDataError(f"tensor {n!r} has NaN or Inf values on {ref.label()}") from None
-        del outs
-        if progress is not None:
-            progress(k + 1, total)
+
+    done = 0
+    with ThreadPoolExecutor(1, thread_name_prefix="qtquant-reduce") as pool:
+        pending = None
+        for ref, feed in source.feeds(refs):
+            if cancel is not None and cancel():
+                raise Cancelled("calibration cancelled")
+            try:
+                outs = sess.run(run_names, feed) if run_names else []
+            except Exception as e:  # onnxruntime raises its own types; report one line
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ModelError(f"onnxruntime failed on {ref.label()}: {first[:300]}") from None
+            if pending is not None:
+                pending.result()
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+            pending = pool.submit(reduce, ref, outs, feed)
+            del outs
+        if pending is not None:
+            pending.result()
+            done += 1
+            if progress is not None:
+                progress(done, total)
     return stats
 
 
