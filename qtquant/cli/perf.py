@@ -72,7 +72,7 @@ def run(args) -> int:
 
     print(layer_table_text(after, top=args.top))
     print()
-    print(f"{model} ({shapes}) on {march.name}" + (f", {len(session.groups)} groups" if grouped else ""))
+    print(f"{model} ({shapes}) on {march.name}" + (f", {len(session.groups)} group(s)" if grouped else ""))
     print(summary_text(after, before if grouped else None))
     if args.report:
         print(f"report written to {args.report}")
