@@ -104,12 +104,17 @@ def test_demo_writes_models_and_data(tmp_path, capsys):
 
 
 CORE_IMPORT_CHECK = r"""
-import importlib, pkgutil, sys
+import importlib, pathlib, sys
 import qtquant
-for m in pkgutil.walk_packages(qtquant.__path__, "qtquant."):
-    if m.name.startswith(("qtquant.gui", "qtquant.torch")) or m.name.endswith("__main__"):
+root = pathlib.Path(qtquant.__file__).parent
+for f in sorted(root.rglob("*.py")):
+    rel = f.relative_to(root)
+    if rel.parts[0] in ("gui", "torch") or f.name == "__main__.py":
         continue
-    importlib.import_module(m.name)
+    parts = ["qtquant", *rel.with_suffix("").parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    importlib.import_module(".".join(parts))
 bad = [k for k in sys.modules if k.split(".")[0] in ("PySide6", "PyQt5", "PyQt6", "shiboken6", "torch")]
 print("LOADED:" + ",".join(bad))
 """
