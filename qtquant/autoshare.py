@@ -172,6 +172,24 @@ def _suggest(pl: _Planner, members, out, limit) -> str:
     return "keep rescale"
 
 
+def _output_note(pl: _Planner, members, out, limit) -> str:
+    """A Concat that feeds a model output: its own scale is the output's resolution, shared or not."""
+    mr = pl.dm.member_range
+    note = "feeds a model output directly: its scale is the output's resolution"
+    if out not in mr:
+        return note
+    worst, who = 0.0, None
+    for t in members:
+        if t != out and t in mr:
+            b = bits_lost(mr[t], mr[out], pl.scheme)
+            if b > worst:
+                worst, who = b, t
+    if who is not None and worst > limit:
+        note += (f"; at that scale {who!r} loses {worst:.1f} bits even without sharing "
+                 "(export with --float-outputs to keep the output in float)")
+    return note
+
+
 def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoShareReport, list[list[str]]]:
     """Decide without changing the session: (report, groups of tensors to share)."""
     limit = session.options.max_bits_lost if max_bits_lost is None else float(max_bits_lost)
@@ -185,7 +203,7 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
         out = node.outputs[0]
         feeds = out in outputs or any(o in outputs for c in graph.consumers(out) for o in c.outputs)
         if feeds:
-            notes.append("feeds a model output directly: its scale is the output's resolution")
+            notes.append(_output_note(pl, members, out, limit))
         if len(members) < 2:
             continue
         dids = {dm.of[t] for t in members}

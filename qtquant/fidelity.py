@@ -148,18 +148,19 @@ def _run(model, base_dir, names, feeds, cancel):
     return res
 
 
-def _qdq_outputs(session, dm, cache, outs, feeds, cancel):
-    hit = cache.runs.get(id(dm))
+def _qdq_outputs(session, dm, cache, outs, feeds, cancel, quantize_outputs):
+    key = (id(dm), quantize_outputs)
+    hit = cache.runs.get(key)
     if hit is not None and hit[0] is dm:
         return hit[1]
-    from .export.qdq import build_qdq_model
+    from .export import qdq
 
-    model = build_qdq_model(session, dm).model
+    model = qdq.build_qdq_model(session, dm, quantize_outputs=quantize_outputs).model
     res = _run(model, session.graph.base_dir, outs, feeds, cancel)
     # Keep the baseline and the latest domain map only.
-    keep = {id(session.baseline_domains)}
+    keep = {(id(session.baseline_domains), quantize_outputs)}
     cache.runs = {k: v for k, v in cache.runs.items() if k in keep}
-    cache.runs[id(dm)] = (dm, res)
+    cache.runs[key] = (dm, res)
     return res
 
 
@@ -169,8 +170,11 @@ def _agg(per_sample_ref, per_sample_test, name):
     return sqnr_db(ref, test), cosine(ref, test)
 
 
-def measure_session(session, *, cancel=None) -> Fidelity:
-    """Per-output SQNR/cosine before and after the session's groups, on held-back samples."""
+def measure_session(session, *, cancel=None, quantize_outputs: bool = True) -> Fidelity:
+    """Per-output SQNR/cosine before and after the session's groups, on held-back samples.
+
+    ``quantize_outputs=False`` measures the model exported with ``--float-outputs``.
+    """
     cal = session.calibration
     feeds = list(cal.holdout) if cal is not None else []
     if not feeds:
@@ -199,8 +203,8 @@ def measure_session(session, *, cancel=None) -> Fidelity:
         for t in need:
             cache.tensors[t] = [r[t] for r in res]
 
-    before = _qdq_outputs(session, before_dm, cache, outs, feeds, cancel)
-    after = _qdq_outputs(session, after_dm, cache, outs, feeds, cancel)
+    before = _qdq_outputs(session, before_dm, cache, outs, feeds, cancel, quantize_outputs)
+    after = _qdq_outputs(session, after_dm, cache, outs, feeds, cancel, quantize_outputs)
     fid = Fidelity(outs, {}, {}, {}, {}, samples=len(feeds), revision=revision)
     for o in outs:
         fid.before_sqnr_db[o], fid.before_cosine[o] = _agg(cache.float_out, before, o)

@@ -290,3 +290,16 @@ def test_reexport_of_a_qdq_file_keeps_scales(shared, tmp_path):
         a = [f1.dq_scale(i)[1] for i in f1.nodes[cat].input]
         b = [f2.dq_scale(i)[1] for i in f2.nodes[cat].input]
         assert np.allclose(a, b, rtol=1e-6), cat
+
+
+def test_float_outputs_option(shared, tmp_path):
+    out = tmp_path / "fixed.onnx"
+    export_qdq(shared, out, quantize_outputs=False)
+    f = _File(out)
+    onnx.checker.check_model(f.m, full_check=True)
+    for o in f.m.graph.output:
+        assert f.producer[o.name].op_type != "DequantizeLinear", o.name
+    assert f.producer["feat"].name == "feat_relu"
+    # the inside of the model is quantized as before
+    assert f.producer[f.nodes["head"].input[0]].op_type == "DequantizeLinear"
+    assert _ort(out).run(None, _feed())[3].shape == (1, 4, 16, 16)

@@ -66,7 +66,6 @@ def test_fix_requires_output(det_path, capsys):
     assert e.value.code == 2
 
 
-@pytest.mark.slow
 def test_overrides_give_quantize_static_the_same_scales(det_path, tmp_path):
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 

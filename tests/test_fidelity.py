@@ -58,9 +58,9 @@ def test_results_are_cached_between_edits(session, monkeypatch):
     calls = []
     real = qdq_mod.build_qdq_model
 
-    def counting(s, dm=None):
+    def counting(s, dm=None, **kw):
         calls.append(dm)
-        return real(s, dm)
+        return real(s, dm, **kw)
 
     monkeypatch.setattr(qdq_mod, "build_qdq_model", counting)
     share(session, ["c0_out", "c1_out", "cat1_out"])
@@ -88,3 +88,11 @@ def test_analyze_shows_fidelity(det_path, capsys):
     assert main(["analyze", det_path, "--no-perf", "--calib-count", "2", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["summary"]["sqnr_db"]) == {"boxes", "scores", "scored", "feat"}
+
+
+def test_float_outputs_measured_separately(session):
+    q = measure_session(session)
+    f = measure_session(session, quantize_outputs=False)
+    # 'feat' is a Relu output: without its own Q/DQ it can only get closer to float
+    assert f.sqnr_db["feat"] >= q.sqnr_db["feat"] - 1e-9
+    assert f.sqnr_db["feat"] != q.sqnr_db["feat"]

@@ -21,6 +21,9 @@ def add_arguments(p) -> None:
     o.add_argument("--plan-out", default=None, metavar="PLAN.json", help="also write the sharing plan")
     o.add_argument("--overrides-out", default=None, metavar="OVERRIDES.json",
                    help="also write onnxruntime TensorQuantOverrides with the same scales")
+    o.add_argument("--float-outputs", action="store_true",
+                   help="leave the model outputs in float (no Q/DQ on them), e.g. for a detection head "
+                        "that joins pixel boxes with [0, 1] scores")
     o.add_argument("--no-fidelity", action="store_true", help="skip the SQNR check")
     o.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
 
@@ -98,9 +101,9 @@ def run(args) -> int:
     if not args.no_fidelity and session.calibration is not None and session.calibration.holdout:
         from ..fidelity import measure_session
 
-        fid = measure_session(session)
+        fid = measure_session(session, quantize_outputs=not args.float_outputs)
     rows = before_after_rows(session, fid)
-    result = export_qdq(session, args.output)
+    result = export_qdq(session, args.output, quantize_outputs=not args.float_outputs)
     written = [result.text()]
     if args.plan_out:
         written.append(f"wrote plan {save_plan(session, args.plan_out)}")

@@ -157,8 +157,13 @@ def _subgraph_inputs(node) -> set[str]:
     return names
 
 
-def build_qdq_model(session, dm=None) -> QdqBuild:
-    """The QDQ model for ``dm`` (default: the session's current domains), in memory."""
+def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True) -> QdqBuild:
+    """The QDQ model for ``dm`` (default: the session's current domains), in memory.
+
+    ``quantize_outputs=False`` leaves the model outputs in float (no Q/DQ pair on them),
+    as deployments do when the last op runs on the CPU: a detection head that concatenates
+    pixel boxes with [0, 1] scores cannot keep the scores at one int8 scale.
+    """
     graph = session.graph
     dm = session.domains if dm is None else dm
     scheme = dm.scheme
@@ -220,8 +225,8 @@ def build_qdq_model(session, dm=None) -> QdqBuild:
         if tt.elem_type != onnx.TensorProto.FLOAT:
             skipped_dtype += 1
             continue
-        if t in outputs and tt.producer is None:
-            continue  # a model input passed straight out: nothing to quantize
+        if t in outputs and (tt.producer is None or not quantize_outputs):
+            continue  # a model input passed straight out, or outputs kept in float
         s, z = domain_qp(did)
         q_out = names.fresh(f"{t}_quantized")
         if t in outputs:
@@ -328,7 +333,7 @@ def build_qdq_model(session, dm=None) -> QdqBuild:
     _prune(model)
     build.domains = len(domain_inits)
     meta = {"version": 1, "scheme": scheme.value, "policy": session.options.policy.value,
-            "groups": len(session.groups), "domains": build.domains}
+            "groups": len(session.groups), "domains": build.domains, "float_outputs": not quantize_outputs}
     keep = [p for p in model.metadata_props if p.key != "qtquant"]
     del model.metadata_props[:]
     model.metadata_props.extend(keep)
@@ -362,7 +367,7 @@ def _external_size(model) -> int:
     return sum(len(t.raw_data) for t in model.graph.initializer)
 
 
-def export_qdq(session, out_path, *, dm=None) -> ExportResult:
+def export_qdq(session, out_path, *, dm=None, quantize_outputs: bool = True) -> ExportResult:
     """Write the fixed QDQ model to ``out_path`` atomically.
 
     Refuses to overwrite the input model.  Models whose weights exceed ~1.8 GB, or whose
@@ -378,7 +383,7 @@ def export_qdq(session, out_path, *, dm=None) -> ExportResult:
         loc = next((e.value for e in t.external_data if e.key == "location"), None)
         if loc and (graph.base_dir / loc).resolve() == (out.parent / data_name).resolve():
             raise BadInputError(f"refusing to overwrite the input's weight file {loc}; choose another output path")
-    build = build_qdq_model(session, dm)
+    build = build_qdq_model(session, dm, quantize_outputs=quantize_outputs)
     model = build.model
     had_external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
     if had_external:
