@@ -246,3 +246,14 @@ def test_empty_and_constant_tensors():
     for obs in ("minmax", "percentile", "mse", "kl"):
         lo, hi = observe(c, obs, "sym")
         assert hi == pytest.approx(2.5, abs=c.bin_width * 2) and lo == hi
+
+
+def test_coarse_histogram_for_plots():
+    x = _gauss_outliers()
+    s = _stats(x)
+    counts, edges = s.coarse(64)
+    assert 0 < len(counts) <= 64 and len(edges) == len(counts) + 1 and counts.sum() == x.size
+    assert edges[0] <= x.min() and edges[-1] >= x.max()
+    ref = np.histogram(x.astype(np.float64), bins=edges)[0]
+    np.testing.assert_array_equal(counts, ref)
+    assert TensorStats().coarse()[0].size == 0

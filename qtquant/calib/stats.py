@@ -100,7 +100,9 @@ class TensorStats:
     # -- views -------------------------------------------------------------------------------
     @property
     def absmax(self) -> float:
-        return max(abs(self.min), abs(self.max)) if self.count else 0.0
+        if not (math.isfinite(self.min) and math.isfinite(self.max)):
+            return 0.0  # nothing seen yet
+        return max(abs(self.min), abs(self.max))
 
     @property
     def threshold(self) -> float:
@@ -124,6 +126,19 @@ class TensorStats:
         """Histogram of ``|x|``: (``BINS`` counts over ``[0, T)``, bin width)."""
         h = self.hist if self.hist is not None else np.zeros(2 * BINS, dtype=np.int64)
         return h[BINS:] + h[BINS - 1::-1], self.bin_width
+
+    def coarse(self, bins: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """At most ``bins`` counts and their edges over the occupied range, for a histogram plot."""
+        if self.hist is None or not self.hist.any():
+            return np.zeros(0, np.int64), np.zeros(1)
+        nz = np.flatnonzero(self.hist)
+        a, b = int(nz[0]), int(nz[-1]) + 1
+        group = -(-(b - a) // max(1, bins))
+        b = a + group * (-(-(b - a) // group))
+        h = np.zeros(b - a, np.int64)
+        h[:min(b, 2 * BINS) - a] = self.hist[a:min(b, 2 * BINS)]
+        k = np.arange(a, b + 1, group)
+        return h.reshape(-1, group).sum(axis=1), (k - BINS) * self.bin_width
 
     def ma_range(self) -> tuple[float, float]:
         return _ma_value(self.ma_min), _ma_value(self.ma_max)
