@@ -6,6 +6,7 @@ target rules.  A domain's range comes from its members under a :class:`Policy`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -169,7 +170,13 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
         src.update(fixed)
     nat_range: dict[frozenset, tuple[float, float]] = {}
     for fs in set(natural.values()):
-        rs = [src[t] for t in fs if t in src and np.isfinite(src[t][0]) and np.isfinite(src[t][1])]
+        if len(fs) == 1:  # the common case: one observer, no pass-through chain
+            (t,) = fs
+            r = src.get(t)
+            if r is not None and math.isfinite(r[0]) and math.isfinite(r[1]):
+                nat_range[fs] = r
+            continue
+        rs = [src[t] for t in fs if t in src and math.isfinite(src[t][0]) and math.isfinite(src[t][1])]
         if rs:
             nat_range[fs] = (min(r[0] for r in rs), max(r[1] for r in rs))
     member_range = {t: nat_range[fs] for t, fs in natural.items() if fs in nat_range}
@@ -185,7 +192,10 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     for did, members in enumerate(sets):
         is_fixed = bool(fixed) and all(m in fixed or natural[m] == natural[members[0]] for m in members) \
             and len({natural[m] for m in members}) == 1
-        r = _policy_range(policy, members, natural, member_range, graph, hist_pool, percentile, scheme)
+        if len(members) == 1 or (len(members) == len(natural[members[0]]) and not fixed):
+            r = member_range.get(members[0])  # no user group: the natural set's own range
+        else:
+            r = _policy_range(policy, members, natural, member_range, graph, hist_pool, percentile, scheme)
         q = qparams_for_range(*r, scheme) if r is not None else None
         gids = sorted({g for m in members for g in group_of.get(m, ())})
         lo, hi = r if r is not None else (float("nan"), float("nan"))
