@@ -179,6 +179,9 @@ class GraphView(QGraphicsView):
         self.setRubberBandSelectionMode(Qt.IntersectsItemShape)
         self.setAcceptDrops(False)  # the main window takes dropped model files
         self._panning_mid: QPointF | None = None
+        self._flashing: str | None = None
+        self._flash_timer = QTimer(self, singleShot=True, interval=900)
+        self._flash_timer.timeout.connect(self._end_flash)
         self.minimap = MiniMap(self)
         self.legend = Legend(self)
         scene.looksChanged.connect(self.minimap.schedule_refresh)
@@ -254,8 +257,17 @@ class GraphView(QGraphicsView):
             item.setSelected(True)
         item.flash = True
         item.update()
-        QTimer.singleShot(900, lambda: (setattr(item, "flash", False), item.update()) if item.scene() else None)
+        self._flashing = name
+        self._flash_timer.start()
         return True
+
+    def _end_flash(self) -> None:
+        # Looked up by name: the scene may have been rebuilt since (items deleted).
+        item = self.scene().nodes.get(self._flashing) if self._flashing else None
+        self._flashing = None
+        if item is not None:
+            item.flash = False
+            item.update()
 
     def keyPressEvent(self, ev):
         k = ev.key()
@@ -431,7 +443,7 @@ class Legend(QWidget):
         self.update()
 
     def _resize(self) -> None:
-        h = 50 + (44 if self.mode in ("latency", "bits") else 0)
+        h = 50 + (44 if self.mode in ("latency", "bits") else 20 if self.title else 0)
         self.setFixedSize(330, h)
 
     def paintEvent(self, ev):
@@ -453,11 +465,12 @@ class Legend(QWidget):
             p.setPen(QColor("#333"))
             p.drawText(QRectF(x + 20, 24, 55, 18), Qt.AlignLeft | Qt.AlignVCenter, name)
             x += 78
-        if self.mode in ("latency", "bits"):
+        if self.title:
             p.drawText(QRectF(10, 48, 310, 16), Qt.AlignLeft | Qt.AlignVCenter, self.title)
+        if self.mode in ("latency", "bits"):
             g = QLinearGradient(10, 0, 320, 0)
             for i in range(9):
-                g.setColorAt(i / 8, heat_color(i / 8))
+                g.setColorAt(i / 8, heat_color(i / 8, self.mode))
             p.setPen(QPen(QColor("#999"), 1))
             p.setBrush(g)
             p.drawRect(QRectF(10, 67, 310, 10))

@@ -21,8 +21,8 @@ __all__ = ["MODES", "MODE_LABELS", "Looks", "compute_looks", "node_bits"]
 MODES = ["none", "latency", "mismatch", "bits"]
 MODE_LABELS = {"none": "None", "latency": "Latency", "mismatch": "Mismatch", "bits": "Bits lost"}
 RESCALE_BADGE = QColor("#c62828")
-LATENCY_BADGE = QColor("#37474f")
-BITS_BADGE = QColor("#6a1b9a")
+LATENCY_BADGE = QColor("#023858")
+BITS_BADGE = QColor("#7a0177")
 FADED_EDGE = QColor("#d5dbe1")
 
 
@@ -90,7 +90,7 @@ def compute_looks(graph, mode: str, concats=None, perf=None) -> Looks:
         looks.edge_default = {"color": FADED_EDGE, "width": 1.0}
         for key, col in rescaled.items():
             looks.edges[key] = {"color": QColor("#d32f2f"), "width": 3.2}
-        looks.legend = ("mismatch", "", "", "")
+        looks.legend = ("mismatch", "Red edges: Concat inputs that need a rescale", "", "")
     elif mode == "latency":
         us = node_us(perf) if perf is not None else {}
         if not us:
@@ -105,7 +105,7 @@ def compute_looks(graph, mode: str, concats=None, perf=None) -> Looks:
                 looks.nodes[name] = {**base, "faded": True}
                 continue
             badges.insert(0, Badge(fmt_us(v), LATENCY_BADGE))
-            looks.nodes[name] = {**base, "fill": heat_color(math.sqrt(max(v, 0.0) / vmax)), "badges": badges}
+            looks.nodes[name] = {**base, "fill": heat_color(math.sqrt(max(v, 0.0) / vmax), "latency"), "badges": badges}
         looks.legend = ("latency", "Latency per node (√ scale)", "0", fmt_us(vmax))
     elif mode == "bits":
         bits = node_bits(graph, concats)
@@ -120,7 +120,7 @@ def compute_looks(graph, mode: str, concats=None, perf=None) -> Looks:
             badges = list(base.get("badges", []))
             if b >= 0.05:
                 badges.insert(0, Badge(f"−{b:.1f} b", BITS_BADGE))
-            looks.nodes[name] = {**base, "fill": heat_color(min(b, vmax) / vmax), "badges": badges,
+            looks.nodes[name] = {**base, "fill": heat_color(min(b, vmax) / vmax, "bits"), "badges": badges,
                                  "border_width": 2.0 if name in info else 1.0}
         looks.legend = ("bits", "Bits lost by sharing (now, or if shared at the Concat)", "0 bits",
                         f"≥ {vmax:.0f} bits")

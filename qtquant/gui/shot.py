@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QToolBar
 
 from ..errors import BadInputError, QtQuantError
 from .perfdata import simulator
@@ -75,6 +75,13 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
     settings = QSettings(str(Path(tmp.name) / "settings.ini"), QSettings.IniFormat)
     win = MainWindow(settings, options, show_dialogs=False)
     try:
+        if canvas_only:  # the canvas fills the window: docks and bars out of the way
+            for d in win.docks.values():
+                d.hide()
+            for tb in win.findChildren(QToolBar):
+                tb.hide()
+            win.menuBar().hide()
+            win.statusBar().hide()
         win.resize(*size)
         win.show()
         win.open_model(model, input_shapes, options.calib if options is not None else None)

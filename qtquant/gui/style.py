@@ -69,18 +69,24 @@ def mismatch_color(ratio: float, rescales: int | None = None) -> QColor:
     return QColor(MISMATCH_BANDS[mismatch_band(ratio, rescales)][2])
 
 
-# A perceptual light-yellow -> orange -> dark-red ramp (after matplotlib's YlOrRd).
-_HEAT = ["#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc4e2a", "#e31a1c", "#bd0026", "#800026"]
+# Sequential ramps for the heat overlays, chosen apart from the mismatch bands (green,
+# yellow, orange, red) so a heat colour is never read as a mismatch: latency goes from
+# pale to deep blue (ColorBrewer PuBu), bits lost from pale pink to deep purple (RdPu).
+RAMPS = {
+    "latency": ["#fff7fb", "#ece7f2", "#d0d1e6", "#a6bddb", "#74a9cf", "#3690c0", "#0570b0", "#045a8d", "#023858"],
+    "bits": ["#fff7f3", "#fde0dd", "#fcc5c0", "#fa9fb5", "#f768a1", "#dd3497", "#ae017e", "#7a0177", "#49006a"],
+}
 
 
-def heat_color(t: float) -> QColor:
-    """Colour for t in [0, 1] on the heat ramp (NaN -> light grey)."""
+def heat_color(t: float, ramp: str = "latency") -> QColor:
+    """Colour for t in [0, 1] on a heat ramp (NaN -> light grey)."""
     if not (t == t):
         return QColor(FADED)
-    t = min(1.0, max(0.0, t)) * (len(_HEAT) - 1)
-    i = min(int(t), len(_HEAT) - 2)
+    stops = RAMPS[ramp]
+    t = min(1.0, max(0.0, t)) * (len(stops) - 1)
+    i = min(int(t), len(stops) - 2)
     f = t - i
-    a, b = QColor(_HEAT[i]), QColor(_HEAT[i + 1])
+    a, b = QColor(stops[i]), QColor(stops[i + 1])
     return QColor(round(a.red() + (b.red() - a.red()) * f), round(a.green() + (b.green() - a.green()) * f),
                   round(a.blue() + (b.blue() - a.blue()) * f))
 

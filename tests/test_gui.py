@@ -1,0 +1,489 @@
+"""The desktop app, driven through its real widgets (pytest-qt, offscreen).
+
+Models are built with onnx.helper: ``x * k`` branches into Concats give exact, known
+mismatch ratios (the same input, scaled), so every colour band can be checked.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QPoint, QSettings, Qt  # noqa: E402
+
+from qtquant.calib import CalibConfig  # noqa: E402
+from qtquant.gui.dialogs import ErrorDialog, ModelSettings, OpenDialog, calib_config  # noqa: E402
+from qtquant.gui.mainwindow import MainWindow  # noqa: E402
+from qtquant.gui.overlays import node_bits  # noqa: E402
+from qtquant.gui.perfdata import simulator  # noqa: E402
+from qtquant.gui.style import MISMATCH_BANDS, heat_color, mismatch_band, mismatch_color  # noqa: E402
+
+# Concat name -> (gain of its second input, expected band)
+CATS = {"cat_equal": (1.0, 0), "cat_yellow": (1.5, 1), "cat_orange": (4.0, 2), "cat_red": (20.0, 3)}
+
+
+def band_model(path, hw=8, dynamic=False):
+    """x -> Mul(x, k) branches -> four Concats with ratios 1, 1.5, 4 and 20."""
+    nodes, inits = [], []
+
+    def mul(name, k):
+        inits.append(numpy_helper.from_array(np.array(k, np.float32), f"{name}_k"))
+        nodes.append(helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_out"], name=name))
+        return f"{name}_out"
+
+    a = mul("mul_a", 1.0)
+    outs = []
+    for cat, (k, _) in CATS.items():
+        b = mul(f"mul_{cat}", k)
+        nodes.append(helper.make_node("Concat", [a, b], [f"{cat}_out"], name=cat, axis=1))
+        nodes.append(helper.make_node("Relu", [f"{cat}_out"], [f"{cat}_y"], name=f"{cat}_relu"))
+        outs.append(helper.make_tensor_value_info(f"{cat}_y", TensorProto.FLOAT, None))
+    dims = [1, 3, "h", "w"] if dynamic else [1, 3, hw, hw]
+    g = helper.make_graph(nodes, "bands", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)], outs,
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+
+
+@pytest.fixture
+def win(qtbot, settings):
+    w = MainWindow(settings)
+    qtbot.addWidget(w)
+    w.resize(1400, 900)
+    w.show()
+    yield w
+    w.controller.shutdown()
+
+
+@pytest.fixture
+def model(tmp_path):
+    return band_model(tmp_path / "bands.onnx")
+
+
+def open_and_settle(qtbot, win, path, calib=None, timeout=20000, **kw):
+    """Open, wait for calibration to finish and the layout to be on the canvas, then for idle."""
+    with qtbot.waitSignal(win.controller.calibrationFinished, timeout=timeout) as blocker:
+        win.open_model(path, calib=calib or CalibConfig(count=4), **kw)
+    assert blocker.args == [True]
+    qtbot.waitUntil(lambda: win.scene.spec is not None and win.scene.spec is win.controller.spec, timeout=timeout)
+    qtbot.waitUntil(lambda: not win.jobs.busy, timeout=timeout)
+
+
+def click_node(qtbot, win, name):
+    item = win.scene.nodes[name]
+    win.view.centerOn(item)
+    pos = win.view.mapFromScene(item.scenePos())
+    qtbot.mouseClick(win.view.viewport(), Qt.LeftButton, Qt.NoModifier, pos)
+
+
+def visible_rect(win):
+    return win.view.mapToScene(win.view.viewport().rect()).boundingRect()
+
+
+# -- opening and calibrating ------------------------------------------------------------------------
+
+
+def test_open_calibrate_colours_and_badges(qtbot, win, model):
+    open_and_settle(qtbot, win, model)
+    g = win.bridge.graph
+    # every op plus the input and the four output terminals is on the canvas
+    assert set(g.nodes) <= set(win.scene.nodes)
+    assert "input:x" in win.scene.nodes and len(win.scene.nodes) == len(g.nodes) + 1 + 4
+    info = {c.node: c for c in win.bridge.concats}
+    for cat, (k, band) in CATS.items():
+        c = info[cat]
+        assert c.ratio == pytest.approx(k, rel=1e-4)
+        assert mismatch_band(c.ratio, c.rescales) == band
+        item = win.scene.nodes[cat]
+        assert item.fill.name() == QColorName(MISMATCH_BANDS[band][2])
+        if band == 0:
+            assert item.badge_texts == []
+        else:
+            assert item.badge_texts == [f"+{c.rescales} rescale"] and c.rescales == 1
+    # non-Concat nodes keep their category colour
+    assert win.scene.nodes["mul_a"].fill == win.scene.nodes["mul_a"].base_fill
+    # the rescaled input edge is highlighted, the matching one is not
+    edges = {(e.tensor, e.dst): e for e in win.scene.edges}
+    assert edges[("mul_a_out", "cat_red")].pen().widthF() > edges[("mul_a_out", "cat_equal")].pen().widthF()
+    assert "4 Concats, 3 mismatched, 3 rescales" in win.concat_list.status.text()
+    assert not win.errors
+
+
+def QColorName(hex_):
+    from PySide6.QtGui import QColor
+
+    return QColor(hex_).name()
+
+
+def test_demo_concats_are_mismatched(qtbot, win, tmp_path):
+    from qtquant.demo import build_attention_demo
+
+    p = tmp_path / "demo.onnx"
+    onnx.save(build_attention_demo(), str(p))
+    open_and_settle(qtbot, win, p)
+    cs = {c.node: c for c in win.bridge.concats}
+    assert set(cs) == {"attn/k_cat", "attn/v_cat"}
+    for name, c in cs.items():
+        assert c.rescales >= 1 and c.ratio > 1.2  # the demo exists to show mismatched windows
+        item = win.scene.nodes[name]
+        assert item.fill == mismatch_color(c.ratio, c.rescales)
+        assert mismatch_band(c.ratio, c.rescales) >= 1
+        assert item.badge_texts == [f"+{c.rescales} rescale"]
+
+
+def test_uncalibrated_concats_are_grey_until_calibration(qtbot, settings, model):
+    w = MainWindow(settings, auto_calibrate=False)
+    qtbot.addWidget(w)
+    with qtbot.waitSignal(w.controller.layoutReady, timeout=20000):
+        w.open_model(model)
+    qtbot.waitUntil(lambda: w.scene.spec is not None)
+    assert w.bridge.concats is None
+    assert w.scene.nodes["cat_red"].badge_texts == []
+    assert w.scene.nodes["cat_red"].fill.name() == "#bdbdbd"
+    with qtbot.waitSignal(w.controller.calibrationFinished, timeout=20000):
+        w.controller.calibrate(CalibConfig(count=3))
+    assert w.scene.nodes["cat_red"].badge_texts == ["+1 rescale"]
+    w.controller.shutdown()
+
+
+# -- inspector ------------------------------------------------------------------------------------------
+
+
+def test_click_node_shows_inspector_and_histogram(qtbot, win, model):
+    open_and_settle(qtbot, win, model)
+    click_node(qtbot, win, "cat_orange")
+    assert win.scene.selected_names() == ["cat_orange"]
+    ins = win.inspector
+    assert ins.node == "cat_orange"
+    assert ins.title.text() == "Concat"
+    assert ins.name_label.text() == "cat_orange"
+    # tensors: two inputs and the output, with shape, range and scale
+    rows = [[ins.tensors.item(r, c).text() for c in range(ins.tensors.columnCount())]
+            for r in range(ins.tensors.rowCount())]
+    assert [r[0] for r in rows] == ["in", "in", "out"]
+    assert rows[2][1] == "cat_orange_out" and rows[2][2] == "1×6×8×8"
+    out_scale = win.bridge.session.domains.scale_of("cat_orange_out")
+    assert float(rows[2][4]) == pytest.approx(out_scale, rel=1e-3)
+    assert rows[0][3].startswith("[")
+    # histogram of the output, clipping thresholds at the quantization range
+    qtbot.waitUntil(lambda: ins.hist.has_data, timeout=10000)
+    assert ins.hist.tensor == "cat_orange_out"
+    assert ins.hist.counts.sum() > 0
+    lo, hi = ins.hist.clip
+    assert hi == pytest.approx(127 * out_scale, rel=1e-6) and lo == pytest.approx(-128 * out_scale, rel=1e-6)
+    # Concat table: both inputs and the output; input 0 (x * 1) needs the rescale at ratio 1x
+    assert ins.concat.isVisibleTo(ins) and ins.concat.rowCount() == 3
+    cells = [[ins.concat.item(r, c).text() for c in range(ins.concat.columnCount())] for r in range(3)]
+    assert [c[0] for c in cells] == ["0", "1", "out"]
+    assert cells[0][3] == "1×" and cells[1][3] == "4×"
+    assert float(cells[0][4]) == pytest.approx(2.0, abs=0.01)  # log2(4): bits lost if shared
+    assert cells[1][5] == "no rescale"
+    # clicking another tensor row switches the histogram
+    ins.tensors.selectRow(0)
+    qtbot.waitUntil(lambda: ins.hist.tensor == "mul_a_out" and ins.hist.has_data, timeout=10000)
+
+
+def test_selecting_a_plain_op_hides_concat_table(qtbot, win, model):
+    open_and_settle(qtbot, win, model)
+    click_node(qtbot, win, "mul_cat_red")
+    assert win.inspector.title.text() == "Mul"
+    assert not win.inspector.concat.isVisibleTo(win.inspector)
+    # clicking empty canvas clears the selection and the inspector
+    win.scene.clearSelection()
+    assert win.inspector.node is None and win.inspector.title.text() == "Nothing selected"
+
+
+# -- navigation -----------------------------------------------------------------------------------------
+
+
+def test_search_jumps_to_node_and_tensor(qtbot, win, model):
+    open_and_settle(qtbot, win, model)
+    win.view.set_zoom(1.0)
+    win.view.centerOn(win.scene.nodes["input:x"])
+    qtbot.keyClick(win, Qt.Key_F, Qt.ControlModifier)
+    assert win.search_bar.isVisible()
+    qtbot.keyClicks(win.search_bar.edit, "cat_red_relu")
+    qtbot.keyClick(win.search_bar.edit, Qt.Key_Return)
+    assert win.scene.selected_names() == ["cat_red_relu"]
+    assert visible_rect(win).contains(win.scene.nodes["cat_red_relu"].scenePos())
+    # a tensor name jumps to its producer; Enter cycles through several hits
+    win.search_bar.edit.setText("mul_cat_orange_out")
+    qtbot.keyClick(win.search_bar.edit, Qt.Key_Return)
+    assert win.scene.selected_names() == ["mul_cat_orange"]
+    win.search_bar.edit.setText("Concat")  # op type: all four
+    hits = set()
+    for _ in range(4):
+        qtbot.keyClick(win.search_bar.edit, Qt.Key_Return)
+        hits.update(win.scene.selected_names())
+    assert hits == set(CATS)
+    assert win.search_bar.count.text() == "4 / 4"
+    win.search_bar.edit.setText("no_such_thing")
+    qtbot.keyClick(win.search_bar.edit, Qt.Key_Return)
+    assert win.search_bar.count.text() == "no match"
+
+
+def test_concat_list_click_selects_and_centres(qtbot, win, model):
+    open_and_settle(qtbot, win, model)
+    table = win.concat_list.table
+    # sorted by ratio, largest first
+    assert table.model().index(0, 0).data() == "cat_red"
+    row = win.concat_list.row_of("cat_yellow")
+    win.view.set_zoom(1.0)
+    win.view.centerOn(win.scene.nodes["input:x"])
+    rect = table.visualRect(table.model().index(row, 0))
+    qtbot.mouseClick(table.viewport(), Qt.LeftButton, Qt.NoModifier, rect.center())
+    assert win.scene.selected_names() == ["cat_yellow"]
+    assert win.inspector.node == "cat_yellow"
+    assert visible_rect(win).contains(win.scene.nodes["cat_yellow"].scenePos())
+    # sorting by rescales then by name keeps the click mapping right
+    table.sortByColumn(0, Qt.AscendingOrder)
+    assert [table.model().index(r, 0).data() for r in range(4)] == sorted(CATS)
+
+
+def test_zoom_level_of_detail_and_fit(qtbot, win, model):
+    open_and_settle(qtbot, win, model)
+    win.view.set_zoom(0.3)
+    assert not any(lab.isVisible() for lab in win.scene.labels)
+    win.view.set_zoom(1.2)
+    assert all(lab.isVisible() for lab in win.scene.labels)
+    z = win.view.zoom
+    vp = win.view.viewport()
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import QWheelEvent
+
+    ev = QWheelEvent(QPointF(vp.width() / 2, vp.height() / 2), QPointF(vp.mapToGlobal(QPoint(0, 0))), QPoint(0, 0),
+                     QPoint(0, -240), Qt.NoButton, Qt.NoModifier, Qt.NoScrollPhase, False)
+    win.view.wheelEvent(ev)
+    assert win.view.zoom < z
+    win.view.fit()
+    r = win.scene.itemsBoundingRect()
+    assert visible_rect(win).adjusted(-2, -2, 2, 2).contains(r)
+
+
+# -- overlays -------------------------------------------------------------------------------------------
+
+
+def test_overlays_recolour_in_place(qtbot, win, model):
+    open_and_settle(qtbot, win, model)
+    pos_before = {n: it.pos() for n, it in win.scene.nodes.items()}
+    items_before = set(map(id, win.scene.items()))
+    combo = win.overlay_combo
+
+    combo.setCurrentIndex(combo.findData("mismatch"))
+    assert win.overlay == "mismatch"
+    assert win.scene.nodes["cat_red_relu"].faded
+    # mul_a's output is the input every mismatched Concat rescales; x*20 already has the output scale
+    assert not win.scene.nodes["mul_a"].faded
+    assert win.scene.nodes["mul_cat_red"].faded
+    assert win.scene.nodes["cat_red"].fill == mismatch_color(20.0, 1)
+    edges = {(e.tensor, e.dst): e for e in win.scene.edges}
+    assert edges[("mul_a_out", "cat_red")].color.name() == "#d32f2f"
+
+    combo.setCurrentIndex(combo.findData("bits"))
+    bits = node_bits(win.bridge.graph, win.bridge.concats)
+    assert bits["cat_red"] == pytest.approx(np.log2(20.0), abs=0.01)
+    assert win.scene.nodes["cat_red"].fill == heat_color(bits["cat_red"] / 8.0, "bits")
+    assert any(t.startswith("−4.3") for t in win.scene.nodes["cat_red"].badge_texts)
+    assert win.scene.nodes["cat_red_relu"].faded
+
+    if simulator() is not None:
+        qtbot.waitUntil(lambda: win.bridge.perf is not None, timeout=20000)
+        combo.setCurrentIndex(combo.findData("latency"))
+        relu = win.scene.nodes["cat_red_relu"]
+        assert any(t.endswith("µs") for t in relu.badge_texts)
+        assert relu.fill != relu.base_fill
+        assert win.view.legend.mode == "latency"
+
+    combo.setCurrentIndex(combo.findData("none"))
+    assert win.scene.nodes["mul_a"].fill == win.scene.nodes["mul_a"].base_fill
+    assert win.scene.nodes["cat_red"].badge_texts == ["+1 rescale"]
+    # re-coloured in place: same items at the same places
+    assert set(map(id, win.scene.items())) == items_before
+    assert all(win.scene.nodes[n].pos() == p for n, p in pos_before.items())
+    # the View menu's radio actions follow the combo
+    checked = [a.data() for a in win.overlay_actions.actions() if a.isChecked()]
+    assert checked == ["none"]
+
+
+@pytest.mark.skipif(simulator() is None, reason="perf simulator not installed")
+def test_perf_dock_and_march_resimulates(qtbot, win, model):
+    open_and_settle(qtbot, win, model)
+    qtbot.waitUntil(lambda: win.bridge.perf is not None, timeout=20000)
+    ps = win.perf_summary
+    assert ps.values["latency"].text().endswith("ms")
+    assert ps.values["rescales"].text() == "3 in 3 Concats"
+    assert ps.chart.rows
+    rev = win.bridge.revision
+    with qtbot.waitSignal(win.controller.perfFinished, timeout=20000):
+        ps.march.setCurrentText("nash-e")
+    assert win.bridge.session.options.march == "nash-e"
+    assert win.march_combo.currentText() == "nash-e"
+    assert win.bridge.perf_revision == win.bridge.revision > rev
+    assert getattr(win.bridge.perf, "march", "nash-e") == "nash-e"
+
+
+# -- background jobs ----------------------------------------------------------------------------------
+
+
+def test_cancel_long_calibration_keeps_window_usable(qtbot, win, model):
+    with qtbot.waitSignal(win.controller.layoutReady, timeout=20000):
+        win.open_model(model, calib=CalibConfig(count=200000))
+    qtbot.waitUntil(lambda: win.controller.calibrating and win.progress.isVisible(), timeout=10000)
+    qtbot.waitUntil(lambda: any(j.kind == "calibrate" and j.done > 0 for j in win.jobs.active()), timeout=20000)
+    assert win.cancel_button.isVisible()
+    with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000) as blocker:
+        qtbot.mouseClick(win.cancel_button, Qt.LeftButton)
+    assert blocker.args == [False]
+    qtbot.waitUntil(lambda: not win.jobs.busy, timeout=10000)
+    assert not win.progress.isVisible() and not win.cancel_button.isVisible()
+    assert not win.errors and not win.error_dialogs  # cancelling is not an error
+    assert any("cancelled" in e for e in win.job_log.entries)
+    # still usable: select, search, and a new calibration runs to the end
+    click_node(qtbot, win, "cat_red")
+    assert win.inspector.node == "cat_red"
+    assert win.search("mul_a") == "mul_a"
+    with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000) as blocker:
+        win.controller.calibrate(CalibConfig(count=3))
+    assert blocker.args == [True]
+    assert win.scene.nodes["cat_red"].badge_texts == ["+1 rescale"]
+
+
+def test_corrupt_model_shows_error_dialog(qtbot, win, model, tmp_path):
+    open_and_settle(qtbot, win, model)
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"\x08\x07garbage that is not protobuf" * 10)
+    win.open_model(bad)
+    qtbot.waitUntil(lambda: bool(win.error_dialogs), timeout=10000)
+    dlg = win.error_dialogs[-1]
+    assert isinstance(dlg, ErrorDialog) and not dlg.isModal()
+    assert "broken.onnx is not a readable ONNX model" in dlg.message
+    assert "\n" not in dlg.message
+    dlg.toggle.click()
+    assert dlg.details.isVisibleTo(dlg)
+    dlg.close()
+    # the previous model stays open and usable
+    assert win.bridge.graph.path == model
+    assert "cat_red" in win.scene.nodes and not win.jobs.busy
+
+
+def test_missing_model_error_has_one_line_message(qtbot, win, tmp_path):
+    win.open_model(tmp_path / "nope.onnx")
+    qtbot.waitUntil(lambda: bool(win.errors), timeout=10000)
+    title, msg, details = win.errors[-1]
+    assert "model file not found" in msg and "\n" not in msg
+
+
+def test_unexpected_exception_in_job_becomes_dialog(qtbot, win):
+    def boom(progress, cancelled):
+        raise RuntimeError("kaboom\nsecond line")
+
+    win.jobs.submit("test", "test job", boom)
+    qtbot.waitUntil(lambda: bool(win.error_dialogs), timeout=10000)
+    dlg = win.error_dialogs[-1]
+    assert dlg.message == "unexpected RuntimeError: kaboom second line"
+    assert "Traceback" in dlg.details.toPlainText()
+
+
+def test_stale_results_are_dropped(qtbot, win):
+    gate = threading.Event()
+    got = []
+
+    def slow(progress, cancelled):
+        gate.wait(10)
+        return "old"
+
+    j1 = win.jobs.submit("k", "slow", slow, got.append)
+    j2 = win.jobs.submit("k", "fast", lambda p, c: "new", got.append)
+    qtbot.waitUntil(lambda: j2.status == "done", timeout=10000)
+    gate.set()
+    qtbot.waitUntil(lambda: j1.status != "running", timeout=10000)
+    assert got == ["new"] and j1.status in ("stale", "cancelled")
+    # a key that changes while the job runs makes the result stale too
+    key = [1]
+    gate2 = threading.Event()
+    j3 = win.jobs.submit("k2", "keyed", lambda p, c: gate2.wait(10) and "x", got.append, stale_key=lambda: key[0])
+    key[0] = 2
+    gate2.set()
+    qtbot.waitUntil(lambda: j3.status != "running", timeout=10000)
+    assert j3.status == "stale" and got == ["new"]
+
+
+# -- dialogs, settings, screenshot ---------------------------------------------------------------------
+
+
+def test_open_dialog_defaults_and_remembered_values(qtbot, settings, tmp_path):
+    p = band_model(tmp_path / "dyn.onnx", dynamic=True)
+    dlg = OpenDialog(p, {})
+    qtbot.addWidget(dlg)
+    assert dlg.shape_edits["x"].text() == "1x3x640x640"
+    dlg.shape_edits["x"].setText("1x3x32x32")
+    dlg.count.setValue(5)
+    vals = dlg.values()
+    assert vals["shapes"] == {"x": "1x3x32x32"} and vals["calib"]["count"] == 5
+    ms = ModelSettings(settings)
+    ms.save(p, vals)
+    dlg2 = OpenDialog(p, ms.load(p))
+    qtbot.addWidget(dlg2)
+    assert dlg2.shape_edits["x"].text() == "1x3x32x32" and dlg2.count.value() == 5
+    assert calib_config(vals["calib"]).count == 5
+    dlg2.shape_edits["x"].setText("1x3xbad")
+    with pytest.raises(Exception, match="bad input shape"):
+        dlg2.values()
+
+
+def test_request_open_uses_remembered_shapes_without_asking(qtbot, win, tmp_path, monkeypatch):
+    p = band_model(tmp_path / "dyn.onnx", dynamic=True)
+    win.model_settings.save(p, {"shapes": {"x": "1x3x16x16"}, "calib": {"count": 3}})
+    monkeypatch.setattr(OpenDialog, "exec", lambda self: pytest.fail("dialog shown"))
+    with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000):
+        assert win.request_open(p)
+    assert win.bridge.graph.input_shapes == {"x": (1, 3, 16, 16)}
+    assert win.recent_files()[0] == str(p.resolve())
+    assert win.recent_menu.actions()[0].text() == "dyn.onnx"
+
+
+def test_drop_opens_model_through_dialog(qtbot, win, model, monkeypatch):
+    from PySide6.QtCore import QMimeData, QPointF, QUrl
+    from PySide6.QtGui import QDropEvent
+
+    monkeypatch.setattr(OpenDialog, "exec", lambda self: OpenDialog.Accepted)
+    md = QMimeData()
+    md.setUrls([QUrl.fromLocalFile(str(model))])
+    ev = QDropEvent(QPointF(10, 10), Qt.CopyAction, md, Qt.LeftButton, Qt.NoModifier)
+    with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000):
+        win.dropEvent(ev)
+    assert win.bridge.graph.path == model
+
+
+@pytest.mark.slow
+def test_screenshot_command_writes_png(qtbot, model, tmp_path):
+    from PIL import Image
+
+    from qtquant.cli import main
+
+    out = tmp_path / "shot.png"
+    rc = main(["screenshot", str(model), "-o", str(out), "--overlay", "mismatch", "--select", "cat_red",
+               "--size", "900x600", "--calib-count", "3", "--canvas-only"])
+    assert rc == 0
+    im = Image.open(out)
+    assert im.size == (900, 600)
+    # the red band colour is on the picture (the selected Concat)
+    px = np.asarray(im.convert("RGB")).reshape(-1, 3)
+    assert (np.abs(px.astype(int) - (0xE5, 0x39, 0x35)).sum(axis=1) < 8).sum() > 200
+    full = tmp_path / "full.png"
+    assert main(["screenshot", str(model), "-o", str(full), "--calib-count", "2"]) == 0
+    assert Image.open(full).size == (1600, 1000)
+    assert main(["screenshot", str(model), "-o", str(out), "--select", "nope", "--calib-count", "2"]) == 3
