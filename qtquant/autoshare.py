@@ -15,11 +15,15 @@ from dataclasses import dataclass, field
 
 from networkx.utils import UnionFind
 
-from .domains import _policy_range
+from .domains import Policy, _policy_range
 from .errors import ShareRefused
-from .quant import bits_lost, range_width, scales_differ
+from .quant import Scheme, bits_lost, qparams_for_range, range_width, scales_differ
 
-__all__ = ["AutoShareDecision", "AutoShareReport", "auto_share", "plan_auto_share"]
+__all__ = ["AutoShareDecision", "AutoShareReport", "auto_share", "plan_auto_share", "MAX_CLIP"]
+
+# A share that leaves more than this fraction of a member's calibrated range outside the
+# shared range is refused too (except under 'pooled', whose point is to clip tails).
+MAX_CLIP = 0.01
 
 
 @dataclass
@@ -74,7 +78,16 @@ class AutoShareReport:
 def _label(graph, t, rng, scheme) -> str:
     p = graph.producer(t)
     op = p.op_type if p is not None else ("input" if t in graph.inputs else "constant")
-    return f"{t!r} ({op}, absmax {range_width(*rng, scheme):.3g})"
+    what = "absmax" if scheme is Scheme.SYMMETRIC_INT8 else "span"
+    return f"{t!r} ({op}, {what} {range_width(*rng, scheme):.3g})"
+
+
+def _bits(x: float, limit: float) -> str:
+    """'8.6 bits > 1', with more digits when rounding would hide the excess."""
+    text = f"{x:.1f}"
+    if float(text) <= limit:
+        text = f"{x:.3f}"
+    return f"{text} bits > {limit:g}"
 
 
 def _concat_members(graph, dm, node) -> tuple[list[str], list[str]]:
@@ -93,6 +106,16 @@ def _concat_members(graph, dm, node) -> tuple[list[str], list[str]]:
     if out in dm.of:
         members.append(out)
     return list(dict.fromkeys(members)), notes
+
+
+@dataclass
+class _Trial:
+    range: tuple | None
+    worst: float = 0.0
+    wide: str | None = None
+    narrow: str | None = None
+    clip: float = 0.0  # largest fraction of a member's range outside the shared range
+    clipped: str | None = None
 
 
 class _Planner:
@@ -122,23 +145,30 @@ class _Planner:
                 out.extend(ts)
         return out
 
-    def evaluate(self, tensors):
-        """(range, worst bits, widest tensor, narrowest tensor) of one candidate domain."""
+    def evaluate(self, tensors) -> "_Trial":
+        """Range, worst bits lost, widest/narrowest member and worst clipping of one candidate domain."""
         mr = self.dm.member_range
         rng = _policy_range(self.policy, tensors, self.dm.natural_of, mr, self.graph, self.hist_pool,
                             self.pct, self.scheme)
         if rng is None:
-            return None, 0.0, None, None
+            return _Trial(None)
+        q = qparams_for_range(*rng, self.scheme)
         # One representative per pass-through chain: the tensor that owns the observer.
         have = list(dict.fromkeys(self.root(t) for t in tensors if t in mr))
-        worst, narrow, wide = 0.0, None, None
+        tr = _Trial(rng)
         for t in have:
             b = bits_lost(mr[t], rng, self.scheme)
-            if narrow is None or b > worst:
-                worst, narrow = b, t
-            if wide is None or range_width(*mr[t], self.scheme) > range_width(*mr[wide], self.scheme):
-                wide = t
-        return rng, worst, wide, narrow
+            if tr.narrow is None or b > tr.worst:
+                tr.worst, tr.narrow = b, t
+            if tr.wide is None or range_width(*mr[t], self.scheme) > range_width(*mr[tr.wide], self.scheme):
+                tr.wide = t
+            # Policies other than union can leave part of a member outside the shared range
+            # (max-input with uint8, a percentile output): that is clipping, not lost bits.
+            lo, hi = mr[t]
+            clip = (max(0.0, q.lo - lo) + max(0.0, hi - q.hi)) / max(hi - lo, 1e-12)
+            if clip > tr.clip:
+                tr.clip, tr.clipped = clip, t
+        return tr
 
     def root(self, t: str) -> str:
         nat = self.dm.natural_of.get(t)
@@ -161,8 +191,8 @@ def _suggest(pl: _Planner, members, out, limit) -> str:
     for t in members:
         if t == out or dm.of[t] == dm.of[out] or not scales_differ(dm.scale_of(t) or 0.0, out_scale or 0.0):
             continue  # already at the output's scale: no rescale to save
-        _, worst, _, _ = pl.evaluate(pl.merged({dm.of[t], dm.of[out]}))
-        if worst <= limit:
+        tr = pl.evaluate(pl.merged({dm.of[t], dm.of[out]}))
+        if tr.worst <= limit and (tr.clip <= MAX_CLIP or pl.policy is Policy.POOLED):
             ok.append(t)
     rest = [t for t in members if t != out and t not in ok and dm.of[t] != dm.of[out]
             and scales_differ(dm.scale_of(t) or 0.0, out_scale or 0.0)]
@@ -211,7 +241,8 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
             report.decisions.append(AutoShareDecision(node.name, "already", 0.0, tuple(members), notes=tuple(notes)))
             continue
         tensors = pl.merged(dids)
-        rng, worst, wide, narrow = pl.evaluate(tensors)
+        tr = pl.evaluate(tensors)
+        rng, worst, wide, narrow = tr.range, tr.worst, tr.wide, tr.narrow
         if rng is None:
             report.decisions.append(AutoShareDecision(
                 node.name, "skipped", 0.0, tuple(members), reason="no calibrated range for its members",
@@ -220,7 +251,16 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
         if worst > limit:
             mr = dm.member_range
             why = (f"{_label(graph, wide, mr[wide], pl.scheme)} next to {_label(graph, narrow, mr[narrow], pl.scheme)}: "
-                   f"{worst:.1f} bits > {limit:g}")
+                   f"{_bits(worst, limit)}")
+            report.decisions.append(AutoShareDecision(
+                node.name, "skipped", worst, tuple(members), wide, narrow, why,
+                _suggest(pl, members, out, limit), tuple(notes)))
+            continue
+        if tr.clip > MAX_CLIP and pl.policy is not Policy.POOLED:  # pooled clips tails on purpose
+            lo, hi = dm.member_range[tr.clipped]
+            why = (f"under {pl.policy.value} the shared range [{rng[0]:.3g}, {rng[1]:.3g}] would clip "
+                   f"{_label(graph, tr.clipped, (lo, hi), pl.scheme)} ([{lo:.3g}, {hi:.3g}]) by "
+                   f"{100 * tr.clip:.0f}% of its range")
             report.decisions.append(AutoShareDecision(
                 node.name, "skipped", worst, tuple(members), wide, narrow, why,
                 _suggest(pl, members, out, limit), tuple(notes)))

@@ -1,6 +1,5 @@
 """Auto-share: cheap Concats shared, the box/score head flagged with a reason, nested merges."""
 
-import pytest
 
 from builders import save
 from qtquant.autoshare import auto_share, plan_auto_share
@@ -97,3 +96,20 @@ def test_other_policies_still_flag_the_head(tmp_path):
         rep = auto_share(s)
         assert "head" in dict(rep.skipped)
         assert "cat1" in rep.grouped
+
+
+def test_clipping_policies_are_refused(tmp_path):
+    # uint8 + max-input: the shared range is one input's range; a member lying mostly outside it
+    # would be clipped, which 'bits lost' does not show.  Auto-share must refuse and say so.
+    from qtquant.quant import Scheme
+
+    s = _session(tmp_path, options=Options(policy=Policy.MAX_INPUT, scheme=Scheme.ASYMMETRIC_UINT8))
+    dm = s.domains
+    s.calibration.ranges["c1_out"] = (-9.0, -1.0)  # all negative, narrower span than c0
+    s.calibration.ranges["c0_out"] = (0.0, 12.0)
+    s.calibration.ranges["cat1_out"] = (-9.0, 12.0)
+    s.set_calibration(s.calibration)
+    rep = auto_share(s)
+    reasons = dict(rep.skipped)
+    assert "cat1" in reasons and "would clip 'c1_out'" in reasons["cat1"] and "span" in reasons["cat1"]
+    assert dm is not s.domains

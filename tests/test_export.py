@@ -303,3 +303,23 @@ def test_float_outputs_option(shared, tmp_path):
     # the inside of the model is quantized as before
     assert f.producer[f.nodes["head"].input[0]].op_type == "DequantizeLinear"
     assert _ort(out).run(None, _feed())[3].shape == (1, 4, 16, 16)
+
+
+def test_asymmetric_uint8_scheme(det_path, tmp_path):
+    from qtquant.quant import Scheme
+    from qtquant.session import Options
+
+    s = open_model(det_path, options=Options(scheme=Scheme.ASYMMETRIC_UINT8))
+    s.run_calibration()
+    auto_share(s)
+    out = tmp_path / "asym.onnx"
+    export_qdq(s, out)
+    f = _File(out)
+    onnx.checker.check_model(f.m, full_check=True)
+    cat = f.nodes["cat1"]
+    zps = {f.producer[i].input[2] for i in cat.input}
+    assert len(zps) == 1 and f.value(zps.pop()).dtype == np.uint8
+    assert len({f.dq_scale(i) for i in cat.input}) == 1
+    got = _ort(out).run(None, _feed())
+    ref = make_session(s.graph.model).run(None, _feed())
+    assert sqnr_db(ref[3], got[3]) > 20
