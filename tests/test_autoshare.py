@@ -1,6 +1,5 @@
 """Auto-share: cheap Concats shared, the box/score head flagged with a reason, nested merges."""
 
-
 from builders import save
 from qtquant.autoshare import auto_share, plan_auto_share
 from qtquant.domains import Policy
