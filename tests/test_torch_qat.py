@@ -399,3 +399,50 @@ def test_union_merge_widens_shared_range():
     s, _ = shared.calculate_qparams()
     assert float(shared.scale) == pytest.approx(float(s))
     assert np.isfinite(float(shared.scale))
+
+
+def test_plan_object_from_qtquant_plan_and_ptq_observers(tmp_path):
+    """A qtquant.plan.Plan object works like its JSON; PTQ (prepare_fx, MinMax observers) too."""
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import prepare_fx
+
+    from qtquant.plan import load_plan
+
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(_float_export_names_plan()))
+    bc = own_cat_observer_backend()
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 8, 8)
+    model = prepare_fx(MultiScaleAttention().eval(), get_default_qconfig_mapping("x86"), example_inputs=(x,),
+                       backend_config=bc)
+    report = apply_plan(model, load_plan(path))
+    assert report.ok and report.tied == 6, report.text()
+    calibrate(model, batches=2)
+    assert check_shared(model, path) == []
+    converted = convert_fx(model, backend_config=bc)
+    assert check_shared(converted, path, example_inputs=(x,)) == []
+    s = open_model(export_onnx(converted, (x,), tmp_path / "ptq.onnx") and tmp_path / "ptq.onnx")
+    assert [c.rescales for c in s.concats()] == [0, 0]
+
+
+def test_union_updates_track_the_union_not_the_mean():
+    """A shared moving-average fake-quant called once per member drifts toward the mean of the
+    members' ranges; union_updates makes it follow the union (the plan's policy)."""
+    bc = own_cat_observer_backend()
+    ranges = {}
+    for mode in ("separate", "union", "per-call"):
+        model, _ = prepared(bc)
+        if mode != "separate":
+            report = apply_plan(model, _float_export_names_plan(), union_updates=(mode == "union"))
+            assert report.ok
+            assert any("once per step" in n for n in report.groups[0].notes) == (mode == "union")
+        calibrate(model, batches=6)
+        obs = [model.get_submodule(f"activation_post_process_{i}").activation_post_process for i in (2, 3, 4)]
+        ranges[mode] = (min(o.min_val.item() for o in obs), max(o.max_val.item() for o in obs))
+        if mode != "separate":
+            assert check_shared(model, _float_export_names_plan()) == []
+    lo, hi = ranges["separate"]  # the union of the branches' own moving-average ranges
+    width = hi - lo
+    assert abs(ranges["union"][0] - lo) < 0.05 * width and abs(ranges["union"][1] - hi) < 0.05 * width
+    per_call = ranges["per-call"][1] - ranges["per-call"][0]
+    assert per_call < 0.8 * width  # plain sharing clips the widest branch

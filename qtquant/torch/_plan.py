@@ -98,11 +98,11 @@ def read_plan(plan) -> TorchPlan:
         raise PlanError(f"plan format version {ver!r} is newer than this qtquant understands ({VERSION}); "
                         "upgrade qtquant")
     raw = d.get("groups")
-    if not isinstance(raw, list):
+    if not isinstance(raw, (list, tuple)):  # tuples: a dataclasses.asdict() of a plan object
         raise PlanError("plan has no 'groups' list")
     groups = []
     for i, g in enumerate(raw):
-        if not isinstance(g, dict) or not isinstance(g.get("members"), list):
+        if not isinstance(g, dict) or not isinstance(g.get("members"), (list, tuple)):
             raise PlanError(f"plan group {i} has no 'members' list")
         gid = g.get("id", i)
         members = tuple(_member(m, gid) for m in g["members"])

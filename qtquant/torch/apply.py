@@ -19,7 +19,7 @@ from ..errors import PlanError
 from ._plan import read_plan
 from ._resolve import Resolver, Site, Unmappable, is_observer
 
-__all__ = ["TiedMember", "Unmapped", "GroupResult", "ApplyReport", "apply_plan", "check_shared"]
+__all__ = ["TiedMember", "Unmapped", "GroupResult", "ApplyReport", "UnionUpdates", "apply_plan", "check_shared"]
 
 
 @dataclass
@@ -146,6 +146,86 @@ def _set_module(model, path: str, value) -> None:
     setattr(model.get_submodule(parent) if parent else model, name, value)
 
 
+class UnionUpdates:
+    """Forward hooks on a shared fake-quant: one statistics update per step, from the union.
+
+    A moving-average observer called once per member per step drifts toward the *mean* of
+    the members' ranges (its fixed point), clipping the widest member.  With these hooks the
+    k calls of one step quantize with the step's current scale, and after the k-th call the
+    observer is updated once with [min over members, max over members]: the 'union' policy,
+    per step.  Until the instance has seen data, calls update as usual so the first step
+    does not quantize with the default scale.  A plain class (not a closure) so that
+    ``copy.deepcopy`` of the model copies the hook state along with the module.
+    """
+
+    def __init__(self, calls_per_step: int):
+        self.k = max(1, int(calls_per_step))
+        self.n = 0
+        self.lo = self.hi = None
+        self.paused = False
+        self.fresh = False  # the step began before the instance had seen any data
+
+    def pre(self, mod, args):
+        en = getattr(mod, "observer_enabled", None)
+        if not args or en is None or int(en[0]) != 1 or not torch.is_tensor(args[0]):
+            return None
+        x = args[0].detach()
+        if self.n == 0:
+            self.fresh = not _calibrated(mod)
+        lo, hi = x.amin().float(), x.amax().float()
+        self.lo = lo if self.lo is None else torch.minimum(self.lo, lo)
+        self.hi = hi if self.hi is None else torch.maximum(self.hi, hi)
+        self.n += 1
+        if _calibrated(mod):
+            en[0] = 0  # quantize with the step's scale; the update comes once, below
+            self.paused = True
+        return None
+
+    def post(self, mod, args, out):
+        if self.paused:
+            mod.observer_enabled[0] = 1
+            self.paused = False
+        if self.n >= self.k:
+            self.flush(mod)
+        return None
+
+    def flush(self, mod) -> None:
+        if self.n == 0:
+            return
+        obs = getattr(mod, "activation_post_process", None)
+        if obs is not None and hasattr(obs, "min_val"):
+            with torch.no_grad():
+                if self.fresh:  # first data: start from this step's union, not from the first member
+                    obs.min_val.fill_(float("inf"))
+                    obs.max_val.fill_(float("-inf"))
+                obs(torch.stack([self.lo, self.hi]))  # the observer's own rule (EMA or min/max)
+                s, z = mod.calculate_qparams()
+                mod.scale.resize_(s.shape).copy_(s)
+                mod.zero_point.resize_(z.shape).copy_(z)
+        self.n, self.lo, self.hi = 0, None, None
+
+
+def _install_union_updates(model, shared, res: Resolver) -> int:
+    """Hook ``shared`` (a per-tensor fake-quant) so it updates once per step; returns k."""
+    if not isinstance(getattr(shared, "observer_enabled", None), torch.Tensor) or \
+            getattr(shared, "is_per_channel", False) or not hasattr(shared, "calculate_qparams"):
+        return 0
+    for h in list(shared._forward_pre_hooks.values()) + list(shared._forward_hooks.values()):
+        if isinstance(getattr(h, "__self__", None), UnionUpdates):
+            return 0  # already installed (apply_plan run twice)
+    mods = dict(model.named_modules(remove_duplicate=False))
+    if res.is_fx:
+        k = sum(1 for n in model.graph.nodes if n.op == "call_module" and mods.get(n.target) is shared)
+    else:
+        k = sum(1 for m in mods.values() if m is shared)
+    if k < 2:
+        return 0
+    u = UnionUpdates(k)
+    shared.register_forward_pre_hook(u.pre)
+    shared.register_forward_hook(u.post)
+    return k
+
+
 # -- binding plan members to observers ------------------------------------------------------
 @dataclass
 class _Binding:
@@ -222,13 +302,16 @@ def _plan_groups(model, plan, aliases, tie_concat_outputs):
 
 
 def apply_plan(prepared_model: torch.nn.Module, plan, *, aliases: dict | None = None, merge: str = "union",
-               tie_concat_outputs: bool = True, strict: bool = False) -> ApplyReport:
+               union_updates: bool = True, tie_concat_outputs: bool = True, strict: bool = False) -> ApplyReport:
     """Make every plan group's members use ONE shared FakeQuantize/observer instance.
 
     ``plan``: dict, path to the JSON, or a plan object.  ``aliases`` maps plan names (ONNX
     tensor or node names) to module paths or FX node names, for names that do not map by
     themselves.  ``merge="union"`` widens the shared instance's running range to the union
     of the members' ranges (when already calibrated); ``"none"`` keeps the first member's.
+    ``union_updates=True`` hooks each shared moving-average fake-quant so that it updates once
+    per step from the union of its members' batches (see :class:`UnionUpdates`); ``False``
+    leaves torch's behaviour, one moving-average update per call, as FX does for a cat.
     ``strict=True`` raises :class:`PlanError` and changes nothing if any member is unmapped.
     """
     if merge not in ("union", "none"):
@@ -274,6 +357,10 @@ def apply_plan(prepared_model: torch.nn.Module, plan, *, aliases: dict | None = 
         for b in uniq[1:]:
             _set_module(prepared_model, b.observer_path, shared)
         gr.status = "tied"
+        if union_updates:
+            k = _install_union_updates(prepared_model, shared, res)
+            if k:
+                gr.notes.append(f"the shared fake-quant updates once per step from the union of its {k} calls")
     if p.scheme and schemes:
         want_sym = p.scheme.startswith("int8-sym")
         for dt, qs in schemes:
