@@ -25,6 +25,7 @@ def add_arguments(p) -> None:
                    help="leave the model outputs in float (no Q/DQ on them), e.g. for a detection head "
                         "that joins pixel boxes with [0, 1] scores")
     o.add_argument("--no-fidelity", action="store_true", help="skip the SQNR check")
+    o.add_argument("--no-perf", action="store_true", help="skip the latency simulation")
     o.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
 
 
@@ -40,13 +41,30 @@ def _fmt(x, nd=2):
     return f"{x:.{nd}f}" if isinstance(x, float) else str(x)
 
 
-def before_after_rows(session, fid=None) -> list[tuple[str, str, str, str]]:
+def _perf(session, args):
+    if getattr(args, "no_perf", False):
+        return None
+    try:
+        from ..perf import simulate_session
+    except ImportError:
+        return None
+    mf = getattr(args, "march_file", None)
+    return simulate_session(session, mf, baseline=True), simulate_session(session, mf)
+
+
+def before_after_rows(session, fid=None, perf=None) -> list[tuple[str, str, str, str]]:
     """(what, before, after, change) rows: the table ``fix`` prints."""
     before, after = session.concats(baseline=True), session.concats()
     rb, mb = _counts(before)
     ra, ma = _counts(after)
     rows = [("rescales", str(rb), str(ra), f"{ra - rb:+d}"),
             ("mismatched Concats", str(mb), str(ma), f"{ma - mb:+d}")]
+    if perf is not None:
+        pb, pa = perf
+        rows.append((f"latency ms ({session.options.march}, estimate)", f"{pb.total_ms:.3f}", f"{pa.total_ms:.3f}",
+                     f"{pa.total_ms - pb.total_ms:+.3f}"))
+        rows.append(("rescale cost µs", f"{pb.rescale_us:.1f}", f"{pa.rescale_us:.1f}",
+                     f"{pa.rescale_us - pb.rescale_us:+.1f}"))
     if fid is not None:
         for o in fid.outputs:
             d = fid.sqnr_db[o] - fid.before_sqnr_db[o]
@@ -102,7 +120,7 @@ def run(args) -> int:
         from ..fidelity import measure_session
 
         fid = measure_session(session, quantize_outputs=not args.float_outputs)
-    rows = before_after_rows(session, fid)
+    rows = before_after_rows(session, fid, _perf(session, args))
     result = export_qdq(session, args.output, quantize_outputs=not args.float_outputs)
     written = [result.text()]
     if args.plan_out:
