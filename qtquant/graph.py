@@ -317,19 +317,57 @@ def _toposort(g) -> list:
     return out
 
 
+def _all_tensors(graph):
+    """Every TensorProto of a graph: initializers, Constant-like attributes, subgraphs."""
+    yield from graph.initializer
+    for sp in graph.sparse_initializer:
+        yield sp.values
+        yield sp.indices
+    for n in graph.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("sparse_tensor"):
+                yield a.sparse_tensor.values
+                yield a.sparse_tensor.indices
+            if a.HasField("g"):
+                yield from _all_tensors(a.g)
+            for sub in a.graphs:
+                yield from _all_tensors(sub)
+
+
 def _check_external_data(model, base_dir: Path) -> None:
+    """Refuse external data outside the model folder (or missing) before anything reads it."""
     base = base_dir.resolve()
-    for t in model.graph.initializer:
+    for t in _all_tensors(model.graph):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         loc = next((e.value for e in t.external_data if e.key == "location"), "")
-        if not loc or os.path.isabs(loc) or loc.startswith(("/", "\\")):
-            raise ModelError(f"weight {t.name!r} points outside the model folder ({loc!r}); refusing to read it")
+        outside = ModelError(f"weight {t.name!r} points outside the model folder ({loc!r}); refusing to read it")
+        if not loc or not isinstance(loc, str) or "\0" in loc or os.path.isabs(loc) or loc.startswith(("/", "\\")):
+            raise outside
         target = (base / loc).resolve()
-        if base not in target.parents and target != base:
-            raise ModelError(f"weight {t.name!r} points outside the model folder ({loc!r}); refusing to read it")
+        if base not in target.parents:
+            raise outside
         if not target.is_file():
             raise ModelError(f"external data file {loc!r} for weight {t.name!r} is missing next to the model")
+
+
+def _check_text(model) -> None:
+    """protobuf hands back strings that are not valid UTF-8 as bytes; refuse them once here."""
+    def bad(v) -> bool:
+        return not isinstance(v, str)
+
+    g = model.graph
+    names = [o.domain for o in model.opset_import]
+    for n in g.node:
+        names += (n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute))
+    for t in g.initializer:
+        names += (t.name, *(e.key for e in t.external_data), *(e.value for e in t.external_data))
+    names += [v.name for v in (*g.input, *g.output, *g.value_info)]
+    if any(map(bad, names)):
+        raise ModelError("the model has a name that is not valid UTF-8 text (corrupt file?)")
 
 
 def _apply_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
@@ -370,14 +408,59 @@ def _apply_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
                 else:
                     free.append(d.dim_param or "?")
         if free:
-            example = "x".join(str(d.dim_value) if d.HasField("dim_value") else "N" for d in dims)
+            example = "x".join(str(d.dim_value) if d.dim_value > 0 else "N" for d in dims)
             raise ShapeError(f"input {i.name!r} has dynamic dimensions ({', '.join(free)}); give them with "
                              f"--input-shape {i.name}={example.replace('N', '640')}")
         resolved[i.name] = tuple(d.dim_value for d in dims)
     return resolved
 
 
+MAX_SHAPE_HINT = 4096  # longest plausible shape tensor (its length is a rank)
+
+
+def _drop_huge_int_hints(model) -> None:
+    """Forget declared shapes of integer tensors with a dimension above MAX_SHAPE_HINT.
+
+    onnx's data propagation walks such a declared dimension element by element (2**24
+    takes seconds, 2**40 never ends), and a real shape tensor is never that long.  The
+    declarations are only hints: inference recomputes them.
+    """
+    def huge(v) -> bool:
+        tt = v.type.tensor_type
+        return (v.type.HasField("tensor_type") and tt.elem_type not in FLOAT_TYPES
+                and any(d.dim_value > MAX_SHAPE_HINT for d in tt.shape.dim))
+
+    g = model.graph
+    keep = [v for v in g.value_info if not huge(v)]
+    if len(keep) != len(g.value_info):
+        del g.value_info[:]
+        g.value_info.extend(keep)
+    for o in g.output:
+        if huge(o):
+            o.type.tensor_type.ClearField("shape")
+
+
+MAX_INPUT_BYTES = 4 << 30  # one sample of one input; calibration holds a few of them at once
+
+
+def _check_input_sizes(model, shapes: dict[str, tuple]) -> None:
+    """Refuse inputs no sample could fill, before calibration tries to allocate one."""
+    types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+    for name, shape in shapes.items():
+        try:
+            item = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(types.get(name) or onnx.TensorProto.FLOAT)).itemsize
+        except Exception:  # unknown or non-numeric element type: count bytes as one per element
+            item = 1
+        size = item
+        for d in shape:
+            size *= max(int(d), 0)
+        if size > MAX_INPUT_BYTES:
+            raise ShapeError(f"input {name!r} of shape {format_shape(shape)} needs {size / 2**30:,.1f} GiB per "
+                             f"sample; qtquant handles inputs up to {MAX_INPUT_BYTES >> 30} GiB")
+
+
 def _infer(model) -> onnx.ModelProto:
+    _drop_huge_int_hints(model)
     try:
         return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except onnx.shape_inference.InferenceError as e:
@@ -422,6 +505,9 @@ def _check_channels(graph: "Graph") -> None:
         x, w = graph.tensors.get(node.inputs[0]), graph.tensors.get(node.inputs[1])
         if not x or not w or not x.shape or not w.shape or len(x.shape) < 2 or x.shape[1] is None:
             continue
+        if len(w.shape) != len(x.shape):
+            raise ShapeError(f"Conv {node.name!r} has a weight of rank {len(w.shape)} for an input of "
+                             f"rank {len(x.shape)}")
         want = w.shape[1] * int(node.attrs.get("group", 1))
         if want and x.shape[1] != want:
             src = next((n for n in graph.inputs), "?")
@@ -457,6 +543,7 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
 
 def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | None = None,
                      sha256: str = "", ort_fallback: bool = True) -> Graph:
+    _check_text(model)
     opset = _default_opset(model)
     if not (MIN_OPSET <= opset <= MAX_OPSET):
         raise ModelError(f"opset {opset} is not supported (qtquant reads opsets {MIN_OPSET} to {MAX_OPSET})")
@@ -465,6 +552,7 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     del model.graph.node[:]
     model.graph.node.extend(order)
     shapes = _apply_input_shapes(model, parse_input_shapes(input_shapes.items() if isinstance(input_shapes, dict) else input_shapes))
+    _check_input_sizes(model, shapes)
     inferred = _infer(model)
     if not sha256:
         sha256 = hashlib.sha256(model.SerializeToString()).hexdigest()

@@ -5,8 +5,6 @@ All inference in qtquant goes through here: calibration, shape fallback and fide
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -51,16 +49,12 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     try:
         if _has_external(model) and base_dir is not None:
-            with tempfile.TemporaryDirectory(prefix="qtquant-ort-") as tmp:
-                locs = {next((e.value for e in t.external_data if e.key == "location"), "")
-                        for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
-                for loc in locs:
-                    dst = Path(tmp) / loc
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    os.symlink(Path(base_dir).resolve() / loc, dst)
-                mp = Path(tmp) / "model.onnx"
-                onnx.save(model, str(mp))
-                return ort.InferenceSession(str(mp), so, providers=["CPUExecutionProvider"])
+            # The bytes carry no weights (they stay in their files, so >2 GB models work);
+            # onnxruntime reads them from base_dir and itself refuses paths escaping it.
+            # (A symlinked temp folder does not work: onnxruntime resolves the links and
+            # refuses targets outside the folder.)
+            so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                        str(Path(base_dir).resolve()))
         return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
