@@ -41,7 +41,7 @@ class Unmapped:
 @dataclass
 class GroupResult:
     id: int
-    status: str  # "tied" | "already-shared" | "refused" | "skipped"
+    status: str  # "tied" | "already-shared" | "partial" (some members unmapped) | "refused" | "skipped"
     shared: str | None  # attribute path of the one instance every member now uses
     members: list[TiedMember] = field(default_factory=list)
     concats: list[str] = field(default_factory=list)
@@ -361,6 +361,9 @@ def apply_plan(prepared_model: torch.nn.Module, plan, *, aliases: dict | None = 
             k = _install_union_updates(prepared_model, shared, res)
             if k:
                 gr.notes.append(f"the shared fake-quant updates once per step from the union of its {k} calls")
+    for gr, (g, _b, bad, _n) in zip(report.groups, resolved):
+        if bad and gr.status in ("tied", "already-shared"):
+            gr.status = "partial"  # the mapped members share; the unmapped ones keep their own observer
     if p.scheme and schemes:
         want_sym = p.scheme.startswith("int8-sym")
         for dt, qs in schemes:
