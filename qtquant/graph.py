@@ -516,6 +516,25 @@ def _check_channels(graph: "Graph") -> None:
                              f"{format_shape(graph.tensors[src].shape) if src in graph.tensors else ''})")
 
 
+def _inline_small_external(model, base_dir: Path, limit: int = 1 << 16) -> None:
+    """Shape inference needs the values of small integer tensors (Reshape shapes, axes);
+    pull those in from external data.  Weights stay on disk."""
+    from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
+
+    for t in model.graph.initializer:
+        if not uses_external_data(t) or t.data_type in FLOAT_TYPES:
+            continue
+        n = int(np.prod(t.dims, dtype=np.int64)) if len(t.dims) else 1
+        if n * 8 > limit:
+            continue
+        try:
+            load_external_data_for_tensor(t, str(base_dir))
+        except Exception:
+            raise ModelError(f"cannot read external data for {t.name!r}") from None
+        t.data_location = onnx.TensorProto.DEFAULT
+        del t.external_data[:]
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -553,6 +572,8 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     model.graph.node.extend(order)
     shapes = _apply_input_shapes(model, parse_input_shapes(input_shapes.items() if isinstance(input_shapes, dict) else input_shapes))
     _check_input_sizes(model, shapes)
+    if path is not None:
+        _inline_small_external(model, path.parent)
     inferred = _infer(model)
     if not sha256:
         sha256 = hashlib.sha256(model.SerializeToString()).hexdigest()

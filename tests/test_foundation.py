@@ -184,3 +184,16 @@ def test_external_data_loads_lazily_and_refuses_escape(tmp_path):
     (d / "m.data").unlink()
     with pytest.raises(ModelError, match="missing"):
         load_graph(d / "m.onnx")
+
+
+def test_small_integer_tensors_in_external_data(tmp_path):
+    # Reshape's shape tensor stored externally (size_threshold=0): shape inference still needs its value.
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "shape"], ["y"], name="reshape")]
+    inits = [onnx.numpy_helper.from_array(np.array([1, -1], np.int64), "shape")]
+    gr = helper.make_graph(nodes, "e", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0)
+    g = load_graph(tmp_path / "m.onnx")
+    assert g.tensors["y"].shape == (1, 6)
