@@ -267,16 +267,18 @@ def _resolve_group(res: Resolver, g, tie_concat_outputs: bool):
     producers = {b.site.node for b in binds if b.site.node is not None}
     cats = res.cats_fed_by(producers) if producers else []
     for m in later:
+        # Structure first: the one cat fed only by this group's members is strong evidence;
+        # names decide when there are several (nested Concats merged into one group).
         try:
-            site = res.resolve(m.tensor, m.producer, m.producer_op, m.module)
-        except Unmappable as e:
-            if len(cats) == 1:
+            if len(cats) == 1 and not (m.module or m.tensor in res.aliases or m.producer in res.aliases):
                 site = Site(label=cats[0].name, via="Concat fed by the group", node=cats[0])
             else:
-                why = "no torch.cat is fed only by this group's other members" if not cats else \
-                    f"{len(cats)} cats are fed by the group ({', '.join(c.name for c in cats)})"
-                bad.append(Unmapped(g.id, m.tensor, m.producer, f"{e}; {why}"))
-                continue
+                site = res.resolve(m.tensor, m.producer, m.producer_op, m.module)
+        except Unmappable as e:
+            why = "no torch.cat is fed only by this group's other members" if not cats else \
+                f"{len(cats)} cats are fed by the group ({', '.join(c.name for c in cats)})"
+            bad.append(Unmapped(g.id, m.tensor, m.producer, f"{e}; {why}"))
+            continue
         try:
             binds.append(_bind(res, m.tensor, site))
         except Unmappable as e:
