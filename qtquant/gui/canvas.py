@@ -11,7 +11,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QImage, QLinearGradient, QPainter, QPen
 from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QWidget
 
-from .items import LOD_EDGE_LABEL, EdgeItem, EdgeLabel, NodeItem
+from .items import LOD_EDGE_LABEL, LOD_FAST, EdgeItem, EdgeLabel, NodeItem, OverviewItem
 from .spec import SceneSpec
 from .style import MISMATCH_BANDS, NODE_H, NODE_W, SELECT, TERM_H, TERM_W, category_color, heat_color
 
@@ -19,6 +19,9 @@ __all__ = ["GraphScene", "GraphView", "MiniMap", "Legend", "ITEM_CLASSES"]
 
 # Item class per node kind: the one place to swap in a different look for a kind.
 ITEM_CLASSES = {"op": NodeItem, "input": NodeItem, "output": NodeItem}
+# Graphs with at least this many nodes switch to batched drawing below LOD_OVERVIEW zoom.
+OVERVIEW_MIN_NODES = 800
+LOD_OVERVIEW = LOD_FAST
 
 
 class GraphScene(QGraphicsScene):
@@ -37,6 +40,10 @@ class GraphScene(QGraphicsScene):
         self.spec: SceneSpec | None = None
         self.emphasised: set[str] = set()  # nodes the minimap draws at least 3 px (Concats)
         self._labels_visible = True
+        self.overview: OverviewItem | None = None
+        self.overview_active = False
+        self.switching = False  # True while items are swapped for the overview (selection churn)
+        self._kept_selection: list[str] = []
 
     # -- building -------------------------------------------------------------------------
     def reset(self, message: str = "") -> None:
@@ -48,6 +55,9 @@ class GraphScene(QGraphicsScene):
         self.edges_in.clear()
         self.edges_out.clear()
         self.spec = None
+        self.overview = None
+        self.overview_active = False
+        self._kept_selection = []
         if message:
             t = self.addSimpleText(message)
             t.setBrush(QColor("#888"))
@@ -97,6 +107,10 @@ class GraphScene(QGraphicsScene):
         m = 60
         self.setSceneRect(QRectF(-m, -m, lay.width + 2 * m, lay.height + 2 * m))
         self._labels_visible = True
+        if len(self.nodes) >= OVERVIEW_MIN_NODES:
+            self.overview = OverviewItem(self.sceneRect())
+            self.overview.setVisible(False)
+            self.addItem(self.overview)
 
     @staticmethod
     def _spread_ports(spec: SceneSpec, routes, pos) -> None:
@@ -142,14 +156,51 @@ class GraphScene(QGraphicsScene):
             st = edge_styles.get((e.tensor, e.dst))
             e.set_style(**(st or edge_default or {}))
             e.setZValue(1.2 if st else 1)
+        if self.overview is not None:
+            self.overview.rebuild(self.nodes.values(), self.edges)
         self.looksChanged.emit()
+
+    def set_overview(self, on: bool) -> None:
+        """Swap the per-item drawing for the batched overview (large graphs, far zoom)."""
+        if self.overview is None or on == self.overview_active:
+            return
+        self.switching = True
+        try:
+            if on:
+                self._kept_selection = self.selected_names()
+            for it in self.nodes.values():
+                it.setVisible(not on)
+            for e in self.edges:
+                e.setVisible(not on)
+            for lab in self.labels:
+                lab.setVisible(not on and self._labels_visible)
+            self.overview.setVisible(on)
+            self.overview_active = on
+            if on:
+                self.overview.selected = [self.nodes[n].sceneBoundingRect() for n in self._kept_selection]
+            else:
+                for n in self._kept_selection:  # hiding deselected them
+                    if n in self.nodes:
+                        self.nodes[n].setSelected(True)
+                self._kept_selection = []
+        finally:
+            self.switching = False
+
+    def nearest_node(self, pos: QPointF, radius: float) -> str | None:
+        best, bd = None, radius * radius
+        for name, it in self.nodes.items():
+            p = it.pos()
+            d = (p.x() - pos.x()) ** 2 + (p.y() - pos.y()) ** 2
+            if d < bd:
+                best, bd = name, d
+        return best
 
     def set_labels_visible(self, on: bool) -> None:
         if on == self._labels_visible:
             return
         self._labels_visible = on
         for lab in self.labels:
-            lab.setVisible(on)
+            lab.setVisible(on and not self.overview_active)
 
     def node_at(self, scene_pos: QPointF) -> NodeItem | None:
         for it in self.items(scene_pos):
@@ -158,6 +209,8 @@ class GraphScene(QGraphicsScene):
         return None
 
     def selected_names(self) -> list[str]:
+        if self.overview_active:
+            return list(self._kept_selection)
         return [it.name for it in self.selectedItems() if isinstance(it, NodeItem)]
 
 
@@ -179,14 +232,15 @@ class GraphView(QGraphicsView):
         self.setRubberBandSelectionMode(Qt.IntersectsItemShape)
         self.setAcceptDrops(False)  # the main window takes dropped model files
         self._panning_mid: QPointF | None = None
+        self._press_at = None  # overview mode: a click (not a drag) jumps to the nearest node
         self._flashing: str | None = None
         self._flash_timer = QTimer(self, singleShot=True, interval=900)
         self._flash_timer.timeout.connect(self._end_flash)
         self.minimap = MiniMap(self)
         self.legend = Legend(self)
         scene.looksChanged.connect(self.minimap.schedule_refresh)
-        self.horizontalScrollBar().valueChanged.connect(self.minimap.update)
-        self.verticalScrollBar().valueChanged.connect(self.minimap.update)
+        self.horizontalScrollBar().valueChanged.connect(self.minimap.follow)
+        self.verticalScrollBar().valueChanged.connect(self.minimap.follow)
 
     # -- zoom -----------------------------------------------------------------------------
     @property
@@ -201,8 +255,9 @@ class GraphView(QGraphicsView):
         self._zoom_changed()
 
     def _zoom_changed(self) -> None:
+        self.scene().set_overview(self.zoom < LOD_OVERVIEW)
         self.scene().set_labels_visible(self.zoom >= LOD_EDGE_LABEL)
-        self.minimap.update()
+        self.minimap.follow()
         self.zoomChanged.emit(self.zoom)
 
     def wheelEvent(self, ev):
@@ -241,8 +296,11 @@ class GraphView(QGraphicsView):
             self.fit()
             return
         self.set_zoom(max(min_zoom, min(1.0, vw / r.width())))
-        top = self.mapToScene(self.viewport().rect()).boundingRect()
-        self.centerOn(QPointF(r.center().x(), r.top() + top.height() / 2))
+        vis = self.mapToScene(self.viewport().rect()).boundingRect()
+        # Deep graphs drift sideways: centre on the nodes that are in the top band.
+        band = [it.pos().x() for it in sc.nodes.values() if it.pos().y() < r.top() + vis.height()]
+        cx = (min(band) + max(band)) / 2 if band else r.center().x()
+        self.centerOn(QPointF(cx, r.top() + vis.height() / 2))
 
     def center_on(self, name: str, *, select: bool = True, min_zoom: float = 0.8) -> bool:
         sc: GraphScene = self.scene()
@@ -291,6 +349,7 @@ class GraphView(QGraphicsView):
             return
         if ev.button() == Qt.LeftButton and ev.modifiers() & (Qt.ShiftModifier | Qt.ControlModifier):
             self.setDragMode(QGraphicsView.RubberBandDrag)
+        self._press_at = ev.position() if ev.button() == Qt.LeftButton else None
         super().mousePressEvent(ev)
 
     def mouseMoveEvent(self, ev):
@@ -310,12 +369,20 @@ class GraphView(QGraphicsView):
             ev.accept()
             return
         super().mouseReleaseEvent(ev)
+        sc = self.scene()
+        if (self._press_at is not None and sc.overview_active and ev.button() == Qt.LeftButton
+                and (ev.position() - self._press_at).manhattanLength() < 4):
+            hit = sc.nearest_node(self.mapToScene(ev.position().toPoint()), 12 / max(self.zoom, 1e-6))
+            if hit is not None:
+                self.center_on(hit)
+        self._press_at = None
         if self.dragMode() != QGraphicsView.ScrollHandDrag:
             self.setDragMode(QGraphicsView.ScrollHandDrag)
 
     def resizeEvent(self, ev):
         super().resizeEvent(ev)
         self._place_overlays()
+        self.minimap.follow()
 
     def _place_overlays(self) -> None:
         vp = self.viewport().geometry()
@@ -346,6 +413,16 @@ class MiniMap(QWidget):
     def schedule_refresh(self) -> None:
         self._timer.start()
 
+    def follow(self) -> None:
+        """Track the view: shown only while part of the graph is off screen."""
+        sc = self.view.scene()
+        if sc is None:  # the window is being torn down
+            return
+        r = self._src if not self._src.isEmpty() else sc.itemsBoundingRect()
+        vis = self.view.mapToScene(self.view.viewport().rect()).boundingRect()
+        self.setVisible(bool(sc.nodes) and not vis.adjusted(-2, -2, 2, 2).contains(r))
+        self.update()
+
     def _target(self) -> QRectF:
         r = self._src
         if r.isEmpty():
@@ -357,9 +434,9 @@ class MiniMap(QWidget):
     def refresh(self) -> None:
         sc: GraphScene = self.view.scene()
         nodes = list(sc.nodes.values())
-        self.setVisible(bool(nodes))
         if not nodes:
             self._img = None
+            self.setVisible(False)
             return
         self._src = sc.itemsBoundingRect()
         a = self._src.width() / max(self._src.height(), 1.0)
@@ -387,7 +464,7 @@ class MiniMap(QWidget):
             p.fillRect(QRectF((pos.x() - ox) * s - mw / 2, (pos.y() - oy) * s - mh / 2, mw, mh), c)
         p.end()
         self._img = img
-        self.update()
+        self.follow()
 
     def paintEvent(self, ev):
         p = QPainter(self)
@@ -450,7 +527,7 @@ class Legend(QWidget):
         p = QPainter(self)
         p.setRenderHint(QPainter.Antialiasing)
         p.setPen(QPen(QColor("#b0b8c1"), 1))
-        p.setBrush(QColor(255, 255, 255, 230))
+        p.setBrush(QColor(255, 255, 255))
         p.drawRoundedRect(QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5), 6, 6)
         f = p.font()
         f.setPixelSize(11)

@@ -128,6 +128,7 @@ class Controller(QObject):
         self.path: Path | None = None
         self.spec = None
         self.calibrating = False
+        self._calibrate_after_layout = False
         self.jobs.jobFinished.connect(self._on_job_finished)
         self.bridge.changed.connect(self._on_session_changed)
 
@@ -159,11 +160,12 @@ class Controller(QObject):
         self.options = replace(session.options, calib=self.options.calib)
         self.bridge.set_session(session)
         self.modelLoaded.emit(session)
+        # Layout first, calibration once it is on screen: both hold the GIL for stretches
+        # (igraph, onnxruntime session set-up), and the first paint is what the user waits for.
+        self._calibrate_after_layout = not session.ready and self.auto_calibrate
         self.start_layout()
         if session.ready:
             self.refresh()
-        elif self.auto_calibrate:
-            self.calibrate()
 
     def close_model(self) -> None:
         self.generation += 1
@@ -186,6 +188,12 @@ class Controller(QObject):
     def _layout_done(self, spec) -> None:
         self.spec = spec
         self.layoutReady.emit(spec)
+        self._after_layout()
+
+    def _after_layout(self) -> None:
+        if self._calibrate_after_layout:
+            self._calibrate_after_layout = False
+            self.calibrate()
 
     # -- calibration ------------------------------------------------------------------------------
     def calibrate(self, config: CalibConfig | None = None) -> Job | None:
@@ -214,6 +222,8 @@ class Controller(QObject):
         self.calibrationFinished.emit(True)
 
     def _on_job_finished(self, job: Job) -> None:
+        if job.kind == "layout" and job.status == "failed":
+            self._after_layout()  # no drawing, but the analysis can still run
         if job.kind == "calibrate" and job.status != "done" and not self.jobs.active("calibrate"):
             self.calibrating = False
             self.calibrationFinished.emit(False)

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsSimpleT
 
 from .style import EDGE, SELECT, text_color_on
 
-__all__ = ["Badge", "NodeItem", "EdgeItem", "EdgeLabel", "LOD_TITLE", "LOD_NAME", "LOD_EDGE_LABEL",
+__all__ = ["Badge", "NodeItem", "EdgeItem", "EdgeLabel", "OverviewItem", "LOD_FAST", "LOD_TITLE", "LOD_NAME", "LOD_EDGE_LABEL",
            "LOD_BADGE_TEXT", "FONTS"]
 
 # Level-of-detail thresholds (screen pixels per scene unit).  Text is drawn only where
@@ -240,3 +240,73 @@ class EdgeLabel(QGraphicsSimpleTextItem):
         self.setPos(x, y)
         self.setZValue(1.5)
         self.setAcceptedMouseButtons(Qt.NoButton)
+
+
+class OverviewItem(QGraphicsItem):
+    """The whole graph in a handful of batched draw calls, for far zoom on large graphs.
+
+    Thousands of per-item paint calls cannot fill a frame in time; here nodes are
+    ``drawRects`` per fill colour and edges one path per colour, rebuilt only when the
+    looks change.  The scene swaps this in (and the real items out) below a zoom level.
+    """
+
+    def __init__(self, rect: QRectF):
+        super().__init__()
+        self._rect = QRectF(rect)
+        self.setZValue(0.5)
+        self.setAcceptedMouseButtons(Qt.NoButton)
+        self._fills: list[tuple[QColor, list]] = []
+        self._edges: list[tuple[QColor, QPainterPath]] = []
+        self._badges: list[QRectF] = []
+        self.selected: list[QRectF] = []
+
+    def boundingRect(self) -> QRectF:
+        return self._rect
+
+    def rebuild(self, nodes, edges) -> None:
+        fills: dict[int, tuple[QColor, list]] = {}
+        badges = []
+        for it in nodes:
+            c = QColor(it.fill)
+            if it.faded:
+                c.setAlpha(90)
+            r = QRectF(it.pos().x() - it.width / 2, it.pos().y() - it.height / 2, it.width, it.height)
+            fills.setdefault(c.rgba(), (c, []))[1].append(r)
+            if it.badges:
+                badges.append(QRectF(r.right() - 40, r.top() - 16, 46, 22))
+        paths: dict[tuple, tuple[QColor, QPainterPath]] = {}
+        for e in edges:
+            pen = e.pen()
+            key = (pen.color().rgba(), pen.widthF() > 2)
+            if key not in paths:
+                paths[key] = (QColor(pen.color()), QPainterPath())
+            path = paths[key][1]
+            pts = e.points
+            path.moveTo(QPointF(*pts[0]))
+            for x, y in pts[1:]:
+                path.lineTo(QPointF(x, y))
+        self._fills = list(fills.values())
+        self._edges = sorted(paths.values(), key=lambda cp: cp[0].alpha())
+        self._badges = badges
+        self.update()
+
+    def paint(self, p, option, widget=None):
+        p.setRenderHint(p.RenderHint.Antialiasing, False)
+        for col, path in self._edges:
+            p.setPen(QPen(col, 0))  # cosmetic: one pixel whatever the zoom
+            p.setBrush(Qt.NoBrush)
+            p.drawPath(path)
+        p.setPen(Qt.NoPen)
+        for col, rects in self._fills:
+            p.setBrush(col)
+            p.drawRects(rects)
+        if self._badges:
+            p.setBrush(QColor("#c62828"))
+            p.drawRects(self._badges)
+        if self.selected:
+            pen = QPen(SELECT, 3)
+            pen.setCosmetic(True)
+            p.setPen(pen)
+            p.setBrush(Qt.NoBrush)
+            for r in self.selected:
+                p.drawRect(r.adjusted(-30, -30, 30, 30))

@@ -227,28 +227,36 @@ def layered_layout(inp: LayoutInput, *, layer_gap: float = 64.0, node_gap: float
     pos = [x * unit for x in xs]
     weight = [1.0 if v < n else 4.0 for v in range(nv)]  # keep long edges straight
 
-    def place_row(r, neigh):
-        if not r:
+    # Row constants, computed once: minimum gaps between neighbours and PAV weights.
+    row_seps = [[(vwidth[a] + vwidth[b]) / 2 + (node_gap if (a < n or b < n) else 6.0) for a, b in zip(r, r[1:])]
+                for r in rows]
+    row_w = [[weight[v] for v in r] for r in rows]
+
+    def place_row(k, neigh):
+        r = rows[k]
+        if len(r) == 1:  # most rows of a deep net: no packing needed
+            nb = neigh[r[0]]
+            if nb:
+                pos[r[0]] = sum(pos[u] for u in nb) / len(nb)
             return
         desired = []
         for v in r:
             nb = neigh[v]
             desired.append(sum(pos[u] for u in nb) / len(nb) if nb else pos[v])
-        seps = [(vwidth[a] + vwidth[b]) / 2 + (node_gap if (a < n or b < n) else 6.0) for a, b in zip(r, r[1:])]
-        for v, p in zip(r, _pav(desired, [weight[v] for v in r], seps)):
+        for v, p in zip(r, _pav(desired, row_w[k], row_seps[k])):
             pos[v] = p
 
-    for r in rows:  # make the igraph start feasible
-        place_row(r, _NO_NEIGH)
+    for k in range(nrows):  # make the igraph start feasible
+        place_row(k, _NO_NEIGH)
     for s in range(sweeps):
-        seq = rows[1:] if s % 2 == 0 else list(reversed(rows[:-1]))
+        seq = range(1, nrows) if s % 2 == 0 else range(nrows - 2, -1, -1)
         neigh = up if s % 2 == 0 else down
-        for r in seq:
-            place_row(r, neigh)
+        for k in seq:
+            place_row(k, neigh)
     # Final balancing pass: both neighbour sets at once.
     both = [up[v] + down[v] for v in range(nv)]
-    for r in rows:
-        place_row(r, both)
+    for k in range(nrows):
+        place_row(k, both)
     timings["placement"] = time.perf_counter() - t2
 
     # Vertical positions: rows as tall as their tallest box.

@@ -492,6 +492,8 @@ class MainWindow(QMainWindow):
 
     # -- selection and navigation --------------------------------------------------------------
     def _on_selection(self) -> None:
+        if self.scene.switching:  # items swapped for the overview: the selection is kept
+            return
         names = self.scene.selected_names()
         name = names[0] if len(names) == 1 else None
         self.inspector.show_node(name)

@@ -1,0 +1,259 @@
+"""Desktop app load and paint speed, and layout quality against python-igraph's Sugiyama.
+
+For each model (the demo, yolov8n at 320x320 when the shared model folder is present, and
+a synthetic 5,000-node graph) this prints:
+
+* open -> first full paint: from ``open_model`` to the first paint of the canvas with
+  every item placed (load, layout and scene build included; calibration runs alongside);
+  also the split into load, layout and build, and open -> calibrated colours painted;
+* the layout engine's time and edge crossings against plain ``Graph.layout_sugiyama``
+  (igraph's own layering) on the same node graph;
+* the frame time of a scripted pan (scroll by 60 px per frame, synchronous repaint) at
+  the readable default zoom and with the whole graph in view.
+
+Targets (issue 6): yolov8n_320 painted < 2 s after load; 5,000 nodes < 5 s, smooth panning.
+
+Run:  QT_QPA_PLATFORM=offscreen python3 benchmarks/gui_load.py [--models DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def synthetic_model(path: Path, target_nodes: int = 5000) -> Path:
+    """Inception-like blocks: 4 parallel branches of 1-3 Conv+SiLU units, a Concat, a 1x1 Conv+SiLU.
+
+    Tiny tensors (8 channels, 8x8) so that loading measures the graph, not the weights.  About
+    28 nodes and 10 layers per block: a 5,000-node graph is ~1,800 layers deep and 4-5 wide,
+    the proportions of real detection and attention models.
+    """
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    c = 8
+    k = [0]
+
+    def name(base):
+        k[0] += 1
+        return f"{base}_{k[0]}"
+
+    def conv_silu(x, cin, cout, tag, gain=1.0):
+        n = name(tag + "/conv/Conv")
+        w = (rng.standard_normal((cout, cin, 1, 1)) * gain / np.sqrt(cin)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, n + ".w"))
+        nodes.append(helper.make_node("Conv", [x, n + ".w"], [n + "_out"], name=n, kernel_shape=[1, 1]))
+        s = name(tag + "/act/Sigmoid")
+        nodes.append(helper.make_node("Sigmoid", [n + "_out"], [s + "_out"], name=s))
+        m = name(tag + "/act/Mul")
+        nodes.append(helper.make_node("Mul", [n + "_out", s + "_out"], [m + "_out"], name=m))
+        return m + "_out"
+
+    x = conv_silu("images", 3, c, "/stem")
+    b = 0
+    while len(nodes) < target_nodes - 30:
+        tag = f"/model.{b}"
+        outs = []
+        for br in range(4):
+            y = x
+            for u in range(int(rng.integers(1, 4))):
+                # branch gains differ, so the Concats mismatch like real multi-scale blocks
+                y = conv_silu(y, c if u == 0 else c // 2, c // 2, f"{tag}/b{br}.{u}", gain=0.5 + br)
+            outs.append(y)
+        cat = name(f"{tag}/Concat")
+        nodes.append(helper.make_node("Concat", outs, [cat + "_out"], name=cat, axis=1))
+        x = conv_silu(cat + "_out", 4 * (c // 2), c, f"{tag}/cv2")
+        b += 1
+    nodes[-1].output[0] = "out"
+    g = helper.make_graph(nodes, "synthetic", [helper.make_tensor_value_info("images", TensorProto.FLOAT,
+                                                                             [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+class PaintProbe:
+    """Records when the canvas viewport is first painted after a given moment."""
+
+    def __init__(self, viewport):
+        from PySide6.QtCore import QEvent, QObject
+
+        probe = self
+
+        class Filter(QObject):
+            def eventFilter(self, obj, ev):
+                if ev.type() == QEvent.Paint and probe.armed and probe.t is None:
+                    probe.pending = True
+                return False
+
+        self.armed = False
+        self.pending = False
+        self.t = None
+        self._f = Filter()
+        viewport.installEventFilter(self._f)
+
+    def arm(self):
+        self.armed, self.pending, self.t = True, False, None
+
+
+def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict:
+    from PySide6.QtCore import QSettings
+
+    from qtquant.calib import CalibConfig
+    from qtquant.gui.layout import igraph_reference
+    from qtquant.gui.mainwindow import MainWindow
+
+    marks = {}
+
+    class Window(MainWindow):
+        def _on_layout(self, spec):  # split "layout arrived" from "scene built"
+            marks["layout"] = time.perf_counter()
+            super()._on_layout(spec)
+            marks["built"] = time.perf_counter()
+            probe.arm()
+
+    tmp = tempfile.mkdtemp(prefix="qtquant-bench-")
+    win = Window(QSettings(str(Path(tmp) / "s.ini"), QSettings.IniFormat))
+    win.resize(1600, 1000)
+    win.show()
+    for _ in range(5):
+        app.processEvents()
+    vp = win.view.viewport()
+    probe = PaintProbe(vp)
+    win.controller.modelLoaded.connect(lambda s: marks.setdefault("loaded", time.perf_counter()))
+    win.controller.calibrationFinished.connect(lambda ok: marks.setdefault("calibrated", time.perf_counter()))
+    t0 = time.perf_counter()
+    win.open_model(path, shapes, CalibConfig(count=calib_count))
+    deadline = t0 + 300
+    # first full paint: the layout result was applied (scene built in the same slot) and the
+    # viewport then painted once
+    while time.perf_counter() < deadline:
+        app.processEvents()
+        if probe.armed and probe.pending and probe.t is None and win.scene.spec is not None:
+            probe.t = time.perf_counter()
+            break
+        time.sleep(0.001)
+    t_paint = probe.t
+    while time.perf_counter() < deadline and ("calibrated" not in marks or win.jobs.busy):
+        app.processEvents()
+        time.sleep(0.002)
+    vp.repaint()
+    t_colours = time.perf_counter()
+    spec = win.controller.spec
+    lay = spec.layout
+    edges = [(e.src, e.dst) for e in spec.edges]
+    ig_t, ig_x = igraph_reference(len(spec.nodes), edges)
+
+    # scripted pans: readable zoom (the default view), then the whole graph in view
+    def pan(frames=40, step=60):
+        sb = win.view.horizontalScrollBar() if win.view.horizontalScrollBar().maximum() > 0 else \
+            win.view.verticalScrollBar()
+        vb = win.view.verticalScrollBar()
+        times = []
+        for i in range(frames):
+            t = time.perf_counter()
+            d = step if (i // 10) % 2 == 0 else -step
+            if sb.maximum() > 0:
+                sb.setValue(sb.value() + d)
+            vb.setValue(vb.value() + d)
+            vp.repaint()
+            times.append((time.perf_counter() - t) * 1000)
+        return statistics.median(times), sorted(times)[int(len(times) * 0.95) - 1]
+
+    win.view.set_zoom(1.0)
+    win.view.centerOn(win.scene.nodes[next(iter(win.bridge.graph.nodes))])
+    pan_readable = pan()
+    win.view.fit()
+    pan_fit = pan()
+    t = time.perf_counter()
+    vp.repaint()
+    fit_paint = (time.perf_counter() - t) * 1000
+    res = {
+        "label": label, "nodes": len(win.bridge.graph.nodes), "items": len(spec.nodes), "edges": len(edges),
+        "first_paint_s": t_paint - t0, "load_s": marks["loaded"] - t0, "layout_s": marks["layout"] - marks["loaded"],
+        "build_s": marks["built"] - marks["layout"], "paint_s": t_paint - marks["built"], "colours_s": t_colours - t0, "engine_s": lay.seconds,
+        "engine_x": lay.crossings, "igraph_s": ig_t, "igraph_x": ig_x, "pan_readable": pan_readable,
+        "pan_fit": pan_fit, "fit_paint_ms": fit_paint, "fit_zoom": win.view.zoom,
+    }
+    win.close()
+    win.controller.shutdown()
+    win.deleteLater()
+    app.processEvents()
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=str(Path(__file__).resolve().parents[2] / "shared" / "models"),
+                    help="folder with yolov8n_320.onnx (skipped if missing)")
+    ap.add_argument("--nodes", type=int, default=5000, help="size of the synthetic graph")
+    args = ap.parse_args()
+    from qtquant.demo import build_attention_demo
+    from qtquant.gui.app import make_app
+
+    app = make_app()
+    tmp = Path(tempfile.mkdtemp(prefix="qtquant-bench-"))
+    demo = tmp / "demo.onnx"
+    onnx.save(build_attention_demo(), str(demo))
+    runs = [(demo, None, "demo (attention)")]
+    yolo = Path(args.models) / "yolov8n_320.onnx"
+    if yolo.exists():
+        runs.append((yolo, {"images": (1, 3, 320, 320)}, "yolov8n_320"))
+    else:
+        print(f"(skipping yolov8n_320: {yolo} not found)")
+    t = time.perf_counter()
+    synth = synthetic_model(tmp / "synthetic.onnx", args.nodes)
+    print(f"built the synthetic model in {time.perf_counter() - t:.1f} s")
+    runs.append((synth, None, f"synthetic {args.nodes}"))
+    rows = [run_model(app, p, s, label) for p, s, label in runs]
+
+    print()
+    print(f"{'model':<20} {'nodes':>6} {'edges':>6} {'first paint':>12} {'load':>7} {'layout':>7} "
+          f"{'build':>7} {'paint':>7} {'colours':>8}")
+    for r in rows:
+        print(f"{r['label']:<20} {r['nodes']:>6} {r['edges']:>6} {r['first_paint_s']:>11.2f}s "
+              f"{r['load_s']:>6.2f}s {r['layout_s']:>6.2f}s {r['build_s']:>6.2f}s {r['paint_s']:>6.2f}s "
+              f"{r['colours_s']:>7.2f}s")
+    print("(first paint = load + layout job + scene build + first canvas paint; colours = calibration done, "
+          "canvas re-coloured)")
+    print()
+    print(f"{'model':<20} {'layout engine':>14} {'igraph sugiyama':>16} {'time ratio':>11} "
+          f"{'crossings':>10} {'igraph':>7}")
+    for r in rows:
+        ratio = r["engine_s"] / r["igraph_s"] if r["igraph_s"] else float("nan")
+        print(f"{r['label']:<20} {r['engine_s'] * 1000:>12.0f}ms {r['igraph_s'] * 1000:>14.0f}ms {ratio:>10.2f}x "
+              f"{r['engine_x']:>10} {r['igraph_x']:>7}")
+    print()
+    print(f"{'model':<20} {'pan @100% median/p95':>22} {'pan @fit median/p95':>22} {'fit zoom':>9}")
+    for r in rows:
+        a, b = r["pan_readable"], r["pan_fit"]
+        print(f"{r['label']:<20} {a[0]:>10.1f} / {a[1]:>5.1f} ms {b[0]:>10.1f} / {b[1]:>5.1f} ms "
+              f"{r['fit_zoom'] * 100:>8.1f}%")
+    print()
+    for r in rows:
+        if r["label"] == "yolov8n_320":
+            print(f"target yolov8n_320 first paint < 2 s: {r['first_paint_s']:.2f} s "
+                  f"({'met' if r['first_paint_s'] < 2 else 'MISSED'})")
+        if r["label"].startswith("synthetic"):
+            print(f"target {r['nodes']} nodes first paint < 5 s: {r['first_paint_s']:.2f} s "
+                  f"({'met' if r['first_paint_s'] < 5 else 'MISSED'}); pan median {r['pan_readable'][0]:.1f} ms "
+                  f"at 100%, {r['pan_fit'][0]:.1f} ms with all {r['nodes']} nodes in view")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
