@@ -57,7 +57,7 @@ class ApplyReport:
     @property
     def tied(self) -> int:
         """Observer attributes re-pointed at a shared instance."""
-        return sum(len(g.members) - 1 for g in self.groups if g.status == "tied")
+        return sum(len(g.members) - 1 for g in self.groups if g.status in ("tied", "partial"))
 
     @property
     def ok(self) -> bool:
