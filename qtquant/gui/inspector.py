@@ -68,10 +68,14 @@ class HistogramWidget(QWidget):
             p.drawText(r, Qt.AlignCenter | Qt.TextWordWrap, self.message or "no histogram")
             return
         counts, edges = self.counts, self.edges
+        nz = np.flatnonzero(counts > 0)
+        if nz.size:  # the engine's bins are symmetric about zero: show where the data is
+            counts, edges = counts[nz[0]:nz[-1] + 1], edges[nz[0]:nz[-1] + 2]
         lo, hi = float(edges[0]), float(edges[-1])
         if self.clip is not None:
             lo, hi = min(lo, self.clip[0]), max(hi, self.clip[1])
         span = (hi - lo) or 1.0
+        shown = (lo, hi)
         lo, hi = lo - span * 0.03, hi + span * 0.03
         span = hi - lo
 
@@ -102,8 +106,8 @@ class HistogramWidget(QWidget):
             p.drawText(QRectF(X(self.clip[0]) + 3, r.top(), 120, 14), Qt.AlignLeft, f"clip {self.clip[0]:.3g}")
             p.drawText(QRectF(X(self.clip[1]) - 123, r.top(), 120, 14), Qt.AlignRight, f"clip {self.clip[1]:.3g}")
         p.setPen(QColor("#555"))
-        p.drawText(QRectF(r.left(), r.bottom() + 3, 120, 16), Qt.AlignLeft, f"{edges[0]:.3g}")
-        p.drawText(QRectF(r.right() - 120, r.bottom() + 3, 120, 16), Qt.AlignRight, f"{edges[-1]:.3g}")
+        p.drawText(QRectF(r.left(), r.bottom() + 3, 120, 16), Qt.AlignLeft, f"{shown[0]:.3g}")
+        p.drawText(QRectF(r.right() - 120, r.bottom() + 3, 120, 16), Qt.AlignRight, f"{shown[1]:.3g}")
         if lo < 0 < hi:
             p.setPen(QPen(QColor("#888"), 1, Qt.DotLine))
             p.drawLine(X(0.0), r.top() + 16, X(0.0), r.bottom())
@@ -241,7 +245,7 @@ class Inspector(QScrollArea):
         role = h.role.value + ("" if h.known else ", unknown op")
         bits = [f"category {h.category}", f"role {role}", f"#{node.index} in topological order"]
         if info is not None:
-            bits.append(f"mismatch ratio {info.ratio:.3g}×, {info.rescales} rescale(s)")
+            bits.append(f"mismatch ratio {fmt_ratio(info.ratio)}, {info.rescales} rescale(s)")
         self.summary.setText(" · ".join(bits))
         self._show_node_sections(True, concat=info is not None)
         self._sections["attrs_label"].setVisible(bool(node.attrs))
