@@ -487,3 +487,36 @@ def test_screenshot_command_writes_png(qtbot, model, tmp_path):
     assert main(["screenshot", str(model), "-o", str(full), "--calib-count", "2"]) == 0
     assert Image.open(full).size == (1600, 1000)
     assert main(["screenshot", str(model), "-o", str(out), "--select", "nope", "--calib-count", "2"]) == 3
+
+
+def test_qtquant_command_opens_model_and_demo(qtbot, tmp_path, monkeypatch, model):
+    """``qtquant MODEL.onnx`` and plain ``qtquant`` (the demo) through the real entry point."""
+    import sys
+
+    from PySide6.QtWidgets import QApplication
+
+    import qtquant.gui.app as appmod
+    from qtquant.cli import main
+
+    QSettings.setPath(QSettings.NativeFormat, QSettings.UserScope, str(tmp_path / "config"))
+    QSettings.setPath(QSettings.IniFormat, QSettings.UserScope, str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # run_app installs its own
+    real = QApplication.instance()
+    seen = []
+
+    class App:  # stands in for the event loop: wait for the analysis, then close the window
+        def exec(self):
+            win = [w for w in real.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()][-1]
+            qtbot.waitUntil(lambda: win.bridge.concats is not None and win.scene.spec is not None, timeout=30000)
+            seen.append((win.bridge.graph.path.name, sorted(c.node for c in win.bridge.concats if c.rescales)))
+            qtbot.waitUntil(lambda: not win.jobs.busy, timeout=30000)
+            win.close()
+            return 0
+
+    monkeypatch.setattr(appmod, "make_app", lambda argv=None: App())
+    assert main([str(model)]) == 0
+    assert main([]) == 0
+    assert seen[0] == ("bands.onnx", ["cat_orange", "cat_red", "cat_yellow"])
+    assert seen[1][0] == "multiscale_attention.onnx" and seen[1][1] == ["attn/k_cat", "attn/v_cat"]
+    assert (tmp_path / "cache" / "qtquant").is_dir()
