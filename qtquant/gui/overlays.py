@@ -104,7 +104,8 @@ def compute_looks(graph, mode: str, concats=None, perf=None) -> Looks:
             if v is None:
                 looks.nodes[name] = {**base, "faded": True}
                 continue
-            badges.insert(0, Badge(fmt_us(v), LATENCY_BADGE))
+            if v >= 0.005:  # fused ops cost nothing of their own: no "0.00 µs" clutter
+                badges.insert(0, Badge(fmt_us(v), LATENCY_BADGE))
             looks.nodes[name] = {**base, "fill": heat_color(math.sqrt(max(v, 0.0) / vmax), "latency"), "badges": badges}
         looks.legend = ("latency", "Latency per node (√ scale)", "0", fmt_us(vmax))
     elif mode == "bits":
