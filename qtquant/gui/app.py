@@ -42,6 +42,9 @@ def run_app(model=None) -> int:
     from .mainwindow import MainWindow
 
     app = make_app(sys.argv[:1])
+    # Background jobs run Python too (the perf simulator, merging statistics): a shorter GIL
+    # switch interval keeps the GUI thread's share of the interpreter frequent.
+    sys.setswitchinterval(0.001)
     win = MainWindow()
     _install_excepthook(win)
     win.show()

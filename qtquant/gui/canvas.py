@@ -39,7 +39,8 @@ class GraphScene(QGraphicsScene):
         self.labels: list[EdgeLabel] = []
         self.spec: SceneSpec | None = None
         self.emphasised: set[str] = set()  # nodes the minimap draws at least 3 px (Concats)
-        self._labels_visible = True
+        self._labels_visible = False
+        self._label_specs: list[tuple[str, float, float]] = []
         self.overview: OverviewItem | None = None
         self.overview_active = False
         self.switching = False  # True while items are swapped for the overview (selection churn)
@@ -58,6 +59,8 @@ class GraphScene(QGraphicsScene):
         self.overview = None
         self.overview_active = False
         self._kept_selection = []
+        self._label_specs = []
+        self._labels_visible = False
         if message:
             t = self.addSimpleText(message)
             t.setBrush(QColor("#888"))
@@ -93,24 +96,20 @@ class GraphScene(QGraphicsScene):
             self.edges_out.setdefault(e.src, []).append(e)
             self.edges_in.setdefault(e.dst, []).append(e)
             label_at.setdefault(es.tensor, (pts[0][0] + 5, pts[0][1] + 2))
-        seen = set()
-        for es in spec.edges:
-            if es.tensor in seen:
-                continue
-            seen.add(es.tensor)
-            x, y = label_at[es.tensor]
-            lab = EdgeLabel(es.label, x, y)
-            self.addItem(lab)
-            self.labels.append(lab)
+        # Shape labels are made the first time the zoom makes them legible (most large
+        # graphs are first seen zoomed out): one label per tensor, at its first edge.
+        label_of = {es.tensor: es.label for es in spec.edges}
+        self._label_specs = [(label_of[t], x, y) for t, (x, y) in label_at.items()]
         self.setItemIndexMethod(QGraphicsScene.BspTreeIndex)
         self.emphasised = {n.name for n in spec.nodes if n.category == "concat"}
         m = 60
         self.setSceneRect(QRectF(-m, -m, lay.width + 2 * m, lay.height + 2 * m))
-        self._labels_visible = True
+        self._labels_visible = False
         if len(self.nodes) >= OVERVIEW_MIN_NODES:
             self.overview = OverviewItem(self.sceneRect())
             self.overview.setVisible(False)
             self.addItem(self.overview)
+            self.overview.rebuild(self.nodes.values(), self.edges)
 
     @staticmethod
     def _spread_ports(spec: SceneSpec, routes, pos) -> None:
@@ -146,6 +145,7 @@ class GraphScene(QGraphicsScene):
 
         ``edge_styles[(tensor, dst)] = dict(color=, width=, dashed=)``; others get ``edge_default``.
         """
+        keys = [it._look_key for it in self.nodes.values()] + [getattr(e, "_style_key", None) for e in self.edges]
         for name, item in self.nodes.items():
             look = node_looks.get(name)
             if look is None:
@@ -155,10 +155,14 @@ class GraphScene(QGraphicsScene):
         for e in self.edges:
             st = edge_styles.get((e.tensor, e.dst))
             e.set_style(**(st or edge_default or {}))
-            e.setZValue(1.2 if st else 1)
-        if self.overview is not None:
-            self.overview.rebuild(self.nodes.values(), self.edges)
-        self.looksChanged.emit()
+            z = 1.2 if st else 1
+            if e.zValue() != z:
+                e.setZValue(z)
+        now = [it._look_key for it in self.nodes.values()] + [getattr(e, "_style_key", None) for e in self.edges]
+        if now != keys:
+            if self.overview is not None:
+                self.overview.rebuild(self.nodes.values(), self.edges)
+            self.looksChanged.emit()
 
     def set_overview(self, on: bool) -> None:
         """Swap the per-item drawing for the batched overview (large graphs, far zoom)."""
@@ -199,6 +203,12 @@ class GraphScene(QGraphicsScene):
         if on == self._labels_visible:
             return
         self._labels_visible = on
+        if on and self._label_specs:
+            for text, x, y in self._label_specs:
+                lab = EdgeLabel(text, x, y)
+                self.addItem(lab)
+                self.labels.append(lab)
+            self._label_specs = []
         for lab in self.labels:
             lab.setVisible(on and not self.overview_active)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainterPath, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsSimpleTextItem
 
 from .style import EDGE, SELECT, text_color_on
@@ -93,6 +93,7 @@ class NodeItem(QGraphicsItem):
         self.subtitle = FONTS.name_metrics.elidedText(subtitle, Qt.ElideMiddle, width - 14)
         self.full_subtitle = subtitle
         self._badge_geom: list[tuple[QRectF, Badge]] = []
+        self._look_key = (self.base_fill.rgba(), False, 1.0, ())
         self.setFlag(QGraphicsItem.ItemIsSelectable, True)
         self.setAcceptHoverEvents(False)
         self.setToolTip(f"{title}\n{subtitle}")
@@ -101,6 +102,11 @@ class NodeItem(QGraphicsItem):
     # -- look -----------------------------------------------------------------------------
     def set_look(self, fill: QColor | None = None, badges: list[Badge] | None = None, faded: bool = False,
                  border_width: float = 1.0) -> None:
+        key = ((fill or self.base_fill).rgba(), faded, border_width,
+               tuple((b.text, b.bg.rgba()) for b in badges or ()))
+        if key == self._look_key:  # most items keep their look across a refresh: skip the work
+            return
+        self._look_key = key
         self.fill = QColor(fill) if fill is not None else QColor(self.base_fill)
         self._text = text_color_on(self.fill)
         self.badges = list(badges or [])
@@ -110,6 +116,8 @@ class NodeItem(QGraphicsItem):
         self.update()
 
     def _layout_badges(self) -> None:
+        if not self.badges and not self._badge_geom:
+            return
         geom = []
         x = self._rect.right() + 6
         fm = FONTS.badge_metrics
@@ -205,6 +213,9 @@ def _edge_path(points: list[tuple[float, float]]) -> QPainterPath:
     return path
 
 
+_PENS: dict[tuple, QPen] = {}
+
+
 class EdgeItem(QGraphicsPathItem):
     """A tensor flowing from one node to another (C++-painted path: cheap at any zoom)."""
 
@@ -212,18 +223,24 @@ class EdgeItem(QGraphicsPathItem):
         super().__init__(_edge_path(points))
         self.tensor, self.src, self.dst = tensor, src, dst
         self.points = points
+        self._style_key = None
         self.setAcceptedMouseButtons(Qt.NoButton)
         self.setZValue(1)
         self.set_style()
 
     def set_style(self, color: QColor | None = None, width: float = 1.3, dashed: bool = False) -> None:
-        pen = QPen(color or EDGE, width)
-        pen.setCapStyle(Qt.RoundCap)
-        pen.setJoinStyle(Qt.RoundJoin)
-        if dashed:
-            pen.setStyle(Qt.DashLine)
+        key = ((color or EDGE).rgba(), width, dashed)
+        if key == self._style_key:
+            return
+        self._style_key = key
+        pen = _PENS.get(key)
+        if pen is None:  # a handful of distinct styles: build each pen once
+            pen = _PENS[key] = QPen(color or EDGE, width)
+            pen.setCapStyle(Qt.RoundCap)
+            pen.setJoinStyle(Qt.RoundJoin)
+            if dashed:
+                pen.setStyle(Qt.DashLine)
         self.setPen(pen)
-        self.setBrush(QBrush(Qt.NoBrush))
 
     @property
     def color(self) -> QColor:

@@ -217,7 +217,7 @@ class MainWindow(QMainWindow):
         c.calibrationStarted.connect(lambda: self.statusBar().showMessage("Calibrating…"))
         c.calibrationFinished.connect(self._on_calibrated)
         b.changed.connect(lambda kind: self.apply_looks())
-        b.perfChanged.connect(self.apply_looks)
+        b.perfChanged.connect(lambda: self.apply_looks() if self.overlay == "latency" else None)
         j.jobStarted.connect(self._on_job_started)
         j.jobProgress.connect(self._on_job_progress)
         j.jobFinished.connect(self._on_job_finished)
