@@ -47,13 +47,13 @@ def _child_qtquant(model: Path, data: Path, n: int, observer: str, jobs: int) ->
     from qtquant.graph import load_graph
 
     base = _rss_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     graph = load_graph(model, {INPUT: SHAPE})
     res = calibrate(graph, CalibConfig(source=str(data), count=n, holdout=0, observer=observer,
                                        percentile=PERCENTILE, jobs=jobs))
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     assert res.batches == n, res.notes
-    return {"wall": wall, "rss": _rss_mb(), "base_rss": base, "ranges": res.ranges}
+    return {"wall": wall, "cpu": cpu, "rss": _rss_mb(), "base_rss": base, "ranges": res.ranges}
 
 
 def _child_ort(model: Path, data: Path, n: int, method: str) -> dict:
@@ -76,7 +76,7 @@ def _child_ort(model: Path, data: Path, n: int, method: str) -> dict:
 
     base = _rss_mb()
     with tempfile.TemporaryDirectory(prefix="qtquant-bench-") as tmp:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         meth = CalibrationMethod.MinMax if method == "minmax" else CalibrationMethod.Percentile
         opts = {"symmetric": True}
         if method == "percentile":
@@ -85,10 +85,10 @@ def _child_ort(model: Path, data: Path, n: int, method: str) -> dict:
                                 calibrate_method=meth, extra_options=opts)
         cal.collect_data(Reader())
         data_ = cal.compute_data()
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     ranges = {k: [float(np.asarray(v.range_value[0]).reshape(-1)[0]), float(np.asarray(v.range_value[1]).reshape(-1)[0])]
               for k, v in data_.data.items()}
-    return {"wall": wall, "rss": _rss_mb(), "base_rss": base, "ranges": ranges}
+    return {"wall": wall, "cpu": cpu, "rss": _rss_mb(), "base_rss": base, "ranges": ranges}
 
 
 def _child(args) -> None:
@@ -202,25 +202,28 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="qtquant-bench-data-") as tmp:
         for n in sizes:
             data = _repeat_photos(args.calib, n, Path(tmp) / f"n{n}")
+            runs: dict[str, list] = {m: [] for m in methods}
+            for _ in range(args.repeat):  # interleaved, so load from elsewhere hits every method alike
+                for m in methods:
+                    need = act_mb * n * 1.1
+                    if m == "ort-percentile" and need > args.mem_fraction * _mem_available_mb():
+                        runs[m].append({"error": f"skipped: needs about {need / 1024:.1f} GiB, "
+                                                 f"{_mem_available_mb() / 1024:.1f} GiB available"})
+                    else:
+                        runs[m].append(_run(m, args, data, n))
             for m in methods:
-                need = act_mb * n * 1.1
-                if m == "ort-percentile" and need > args.mem_fraction * _mem_available_mb():
-                    results[(m, n)] = {"error": f"skipped: needs about {need / 1024:.1f} GiB, "
-                                                f"{_mem_available_mb() / 1024:.1f} GiB available"}
-                else:
-                    runs = [_run(m, args, data, n) for _ in range(args.repeat)]
-                    ok = [r for r in runs if "error" not in r]
-                    # the fastest of the repeats: other load on the machine only ever adds time
-                    results[(m, n)] = min(ok, key=lambda r: r["wall"]) if ok else runs[0]
-                    if ok:
-                        results[(m, n)]["walls"] = [r["wall"] for r in ok]
-                r = results[(m, n)]
+                ok = [r for r in runs[m] if "error" not in r]
+                # the fastest of the repeats: other load on the machine only ever adds time
+                results[(m, n)] = r = dict(min(ok, key=lambda r: r["wall"])) if ok else runs[m][0]
+                if ok:
+                    r["walls"] = [x["wall"] for x in ok]
                 line = r["error"] if "error" in r else \
-                    f"wall {r['wall']:7.2f} s   peak RSS {r['rss']:8.1f} MiB  (after imports {r['base_rss']:.0f})" + \
-                    (f"  runs: {', '.join(f'{w:.2f}' for w in r['walls'])}" if len(r["walls"]) > 1 else "")
+                    f"wall {r['wall']:7.2f} s  cpu {r['cpu']:7.2f} s  peak RSS {r['rss']:8.1f} MiB " \
+                    f"(after imports {r['base_rss']:.0f})" + \
+                    (f"  walls: {', '.join(f'{w:.2f}' for w in r['walls'])}" if len(r["walls"]) > 1 else "")
                 print(f"  {m:20s} n={n:<4d} {line}", flush=True)
     print("\nsummary (ratio = qtquant / onnxruntime, same method and samples)")
-    print(f"{'method':11s} {'n':>4s} {'qtquant s':>10s} {'ort s':>8s} {'wall ratio':>10s} "
+    print(f"{'method':11s} {'n':>4s} {'qtquant s':>10s} {'ort s':>8s} {'wall ratio':>10s} {'cpu ratio':>9s} "
           f"{'qtquant MiB':>12s} {'ort MiB':>9s} {'RSS ratio':>9s}")
     for method in ("minmax", "percentile"):
         for n in sizes:
@@ -229,7 +232,8 @@ def main(argv=None) -> int:
                 continue
             ok = o and "error" not in o
             print(f"{method:11s} {n:4d} {q['wall']:10.2f} {o['wall'] if ok else float('nan'):8.2f} "
-                  f"{q['wall'] / o['wall'] if ok else float('nan'):10.3f} {q['rss']:12.1f} "
+                  f"{q['wall'] / o['wall'] if ok else float('nan'):10.3f} "
+                  f"{q['cpu'] / o['cpu'] if ok else float('nan'):9.3f} {q['rss']:12.1f} "
                   f"{o['rss'] if ok else float('nan'):9.1f} {q['rss'] / o['rss'] if ok else float('nan'):9.3f}")
             if ok:
                 print(f"{'':16s}ranges vs onnxruntime: {_agreement(q, o)}")

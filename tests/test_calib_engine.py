@@ -93,7 +93,7 @@ def test_cancel_between_batches(graph):
 
 
 def test_observers_and_schemes_through_the_engine(graph):
-    base = calibrate(graph, CalibConfig(count=6, observer="minmax"))
+    base = calibrate(graph, CalibConfig(count=6, observer="minmax", hist_stride=1))
     for obs in ("ma-minmax", "percentile", "mse", "kl"):
         for scheme in ("sym", "asym"):
             res = calibrate(graph, CalibConfig(count=6, observer=obs, scheme=scheme))
@@ -190,7 +190,7 @@ def test_merge_results(graph, tmp_path):
 
 
 def test_pooled_range(graph):
-    res = calibrate(graph, CalibConfig(count=4, holdout=0))
+    res = calibrate(graph, CalibConfig(count=4, holdout=0, observer="percentile"))
     lo, hi = res.pooled_range(["r", "g", "not-a-tensor"], 100.0)
     assert hi == pytest.approx(max(res.ranges["r"][1], res.ranges["g"][1]))
     assert lo == pytest.approx(-hi) or lo >= min(res.ranges["r"][0], res.ranges["g"][0])
@@ -201,7 +201,7 @@ def test_pooled_range(graph):
 
 def test_cache_round_trip(graph, tmp_path):
     np.save(tmp_path / "d.npy", np.random.default_rng(4).normal(0, 1, (6, 3, 4, 6)).astype(np.float32))
-    cfg = CalibConfig(source=str(tmp_path / "d.npy"), count=4, holdout=2)
+    cfg = CalibConfig(source=str(tmp_path / "d.npy"), count=4, holdout=2, observer="percentile")
     cache = tmp_path / "cache"
     assert load_cached(graph, cfg, cache) is None
     res = calibrate(graph, cfg)
@@ -221,7 +221,9 @@ def test_cache_round_trip(graph, tmp_path):
     assert kl.ranges == calibrate(graph, CalibConfig(source=cfg.source, count=4, holdout=2, observer="kl",
                                                      scheme="asym")).ranges
     # other data configuration, changed data, or a damaged file: a miss, never an error
-    assert load_cached(graph, CalibConfig(source=cfg.source, count=3, holdout=2), cache) is None
+    assert load_cached(graph, CalibConfig(source=cfg.source, count=3, holdout=2, observer="mse"), cache) is None
+    # minmax observers keep a subsampled histogram (stride 8), so they do not share entries with the others
+    assert load_cached(graph, CalibConfig(source=cfg.source, count=4, holdout=2), cache) is None
     jpath.write_text("{broken")
     assert load_cached(graph, cfg, cache) is None
     save_cache(graph, res, cache)
@@ -256,3 +258,19 @@ def test_cli_analyze_with_image_folder(tmp_path, capsys):
     assert doc["calibration"]["observer"] == "percentile" and doc["calibration"]["samples"] == 1
     rc = main(["analyze", str(model), "--calib", str(tmp_path / "nothing"), "--no-perf"])
     assert rc == 3 and "not found" in capsys.readouterr().err
+
+
+def test_minmax_histogram_stride(graph, tmp_path):
+    data = np.random.default_rng(7).normal(0, 1, (3, 3, 4, 6)).astype(np.float32)
+    np.save(tmp_path / "d.npy", data)
+    res = calibrate(graph, CalibConfig(source=str(tmp_path / "d.npy"), count=3, holdout=0))
+    assert res.config.stride == 8
+    for name, fn in (("x", lambda x: x), ("m", lambda x: x * 2)):
+        s = res.stats[name]
+        assert s.stride == 8 and s.count == data.size and s.hist.sum() == data.size // 8
+        sub = np.concatenate([fn(data[i].astype(np.float64)).reshape(-1)[::8] for i in range(3)])
+        np.testing.assert_array_equal(s.hist, np.histogram(sub, bins=s.edges)[0])
+        assert (s.min, s.max) == pytest.approx((fn(data).min(), fn(data).max()))  # exact over all values
+        assert s.mean == pytest.approx(fn(data.astype(np.float64)).mean(), rel=1e-5)
+    full = calibrate(graph, CalibConfig(source=str(tmp_path / "d.npy"), count=3, holdout=0, observer="kl"))
+    assert full.config.stride == 1 and full.stats["x"].hist.sum() == data.size

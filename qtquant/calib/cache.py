@@ -41,6 +41,7 @@ def _key_payload(graph, config: CalibConfig) -> dict:
         "source": source.fingerprint(),
         "data": {k: (list(v) if isinstance(v, tuple) else v) for k in _DATA_FIELDS
                  for v in (getattr(config, k),)},
+        "stride": config.stride,  # a subsampled histogram is not what a percentile user expects
     }
 
 

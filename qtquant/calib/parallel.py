@@ -29,14 +29,14 @@ def split_even(items: list, parts: int) -> list[list]:
     return [items[bounds[i]:bounds[i + 1]] for i in range(parts)]
 
 
-def _worker(idx, q, model_bytes, base_dir, names, source, refs, threads):
+def _worker(idx, q, model_bytes, base_dir, names, source, refs, threads, stride):
     try:
         import onnx
 
         from .engine import run_chunk
 
         model = onnx.ModelProto.FromString(model_bytes)
-        stats = run_chunk(model, base_dir, names, source, refs, threads=threads,
+        stats = run_chunk(model, base_dir, names, source, refs, threads=threads, stride=stride,
                           progress=lambda done, total: q.put(("progress", idx, done)))
         q.put(("done", idx, stats))
     except QtQuantError as e:
@@ -45,14 +45,14 @@ def _worker(idx, q, model_bytes, base_dir, names, source, refs, threads):
         q.put(("error", idx, "", f"{type(e).__name__}: {e}"))
 
 
-def run_parallel(graph, names, source, refs, jobs: int, *, progress=None, cancel=None) -> dict[str, TensorStats]:
+def run_parallel(graph, names, source, refs, jobs: int, *, stride: int = 1, progress=None, cancel=None) -> dict[str, TensorStats]:
     chunks = [c for c in split_even(list(refs), jobs) if c]
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     threads = max(1, (os.cpu_count() or 1) // len(chunks))
     model_bytes = graph.model.SerializeToString()
     base_dir = str(graph.base_dir) if graph.base_dir else ""
-    procs = [ctx.Process(target=_worker, args=(i, q, model_bytes, base_dir, list(names), source, c, threads),
+    procs = [ctx.Process(target=_worker, args=(i, q, model_bytes, base_dir, list(names), source, c, threads, stride),
                          daemon=True, name=f"qtquant-calib-{i}") for i, c in enumerate(chunks)]
     total = len(refs)
     done = [0] * len(chunks)

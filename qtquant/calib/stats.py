@@ -84,7 +84,9 @@ class TensorStats:
 
     ``hist`` holds int64 counts over :attr:`edges` (``2 * BINS`` bins, symmetric about zero);
     ``exp`` is ``log2(T)``, or None while only zeros were seen.  ``count`` is the number of values,
-    ``samples`` the number of samples; ``ma_min`` / ``ma_max`` are moving-average states.
+    ``samples`` the number of samples; ``ma_min`` / ``ma_max`` are moving-average states.  The
+    histogram holds every ``stride``-th value of each sample (all of them when 1); min, max, count
+    and ``total`` always cover every value.
     """
 
     min: float = math.inf
@@ -95,6 +97,8 @@ class TensorStats:
     samples: int = 0
     ma_min: tuple = (0, 0.0, 0.0)
     ma_max: tuple = (0, 0.0, 0.0)
+    total: float = 0.0  # sum of all values (the mean for the inspector)
+    stride: int = 1  # the histogram holds every stride-th value of each sample
     _edges: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     # -- views -------------------------------------------------------------------------------
@@ -140,28 +144,55 @@ class TensorStats:
         k = np.arange(a, b + 1, group)
         return h.reshape(-1, group).sum(axis=1), (k - BINS) * self.bin_width
 
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else float("nan")
+
     def ma_range(self) -> tuple[float, float]:
         return _ma_value(self.ma_min), _ma_value(self.ma_max)
 
     # -- accumulation ------------------------------------------------------------------------
-    def update(self, x: np.ndarray, samples: int = 1) -> None:
-        """Fold one batch holding ``samples`` samples (the leading axis splits them) into the stats."""
+    def update(self, x: np.ndarray, samples: int = 1, *, stride: int = 1, reduced: tuple | None = None) -> None:
+        """Fold one batch holding ``samples`` samples (the leading axis splits them) into the stats.
+
+        The histogram takes every ``stride``-th value of each flattened sample; min, max, count and
+        sum cover all values.  ``reduced = (min, max, sum, count)`` of a one-sample batch, computed
+        elsewhere (by onnxruntime), means ``x`` is already the subsample.
+        """
         x = np.asarray(x)
-        if x.size == 0:
-            self.samples += samples
-            return
-        if x.dtype != np.float32:
-            x = x.astype(np.float32)
-        per = x.reshape(samples, -1) if samples > 1 else x.reshape(1, -1)
-        mins, maxs = per.min(axis=1), per.max(axis=1)
-        lo, hi = float(mins.min()), float(maxs.max())
+        if reduced is not None:
+            # through float32, like the values: rounding is monotonic, so the max stays the max
+            lo, hi = float(np.float32(reduced[0])), float(np.float32(reduced[1]))
+            total, count = float(reduced[2]), int(reduced[3])
+            if count == 0:
+                self.samples += samples
+                return
+            if math.isnan(total) and math.isfinite(lo) and math.isfinite(hi):
+                raise NonFiniteError("NaN values")  # min/max kernels may skip NaN; the sum does not
+            mins = maxs = np.array([lo])
+            sub = x.reshape(-1)
+        else:
+            if x.size == 0:
+                self.samples += samples
+                return
+            if x.dtype != np.float32:
+                x = x.astype(np.float32)
+            per = x.reshape(samples, -1)
+            mins, maxs = per.min(axis=1), per.max(axis=1)
+            lo, hi = float(mins.min()), float(maxs.max())
+            total, count = float(per.sum(dtype=np.float64)), int(x.size)
+            sub = per[:, ::stride].reshape(-1) if stride > 1 else per.reshape(-1)
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise NonFiniteError("NaN or Inf values")
+        if sub.dtype != np.float32:
+            sub = sub.astype(np.float32)
         self.ma_min = _ma_push(self.ma_min, mins)
         self.ma_max = _ma_push(self.ma_max, maxs)
         self.min, self.max = min(self.min, lo), max(self.max, hi)
-        self.count += int(x.size)
+        self.count += count
+        self.total += total
         self.samples += samples
+        self.stride = stride
         if self.hist is None:
             self.hist = np.zeros(2 * BINS, dtype=np.int64)
         absmax = max(-lo, hi)
@@ -173,10 +204,10 @@ class TensorStats:
                 self.hist = _rebin(self.hist, e - self.exp)
                 self.exp = e
         if self.exp is None:
-            self.hist[BINS] += x.size
+            self.hist[BINS] += sub.size
             return
         # floor(x * BINS / T) is exact: the scale is a power of two and |x| < T.
-        y = np.multiply(x.reshape(-1), np.float32(math.ldexp(1.0, _LOG2_BINS - self.exp)), dtype=np.float32)
+        y = np.multiply(sub, np.float32(math.ldexp(1.0, _LOG2_BINS - self.exp)), dtype=np.float32)
         np.floor(y, out=y)
         y += BINS
         self.hist += np.bincount(y.astype(np.int16), minlength=2 * BINS)
@@ -196,7 +227,8 @@ class TensorStats:
         hist = sum(hists[1:], hists[0].copy()) if hists else None
         return TensorStats(min(self.min, other.min), max(self.max, other.max), hist, exp,
                            self.count + other.count, self.samples + other.samples,
-                           _ma_merge(self.ma_min, other.ma_min), _ma_merge(self.ma_max, other.ma_max))
+                           _ma_merge(self.ma_min, other.ma_min), _ma_merge(self.ma_max, other.ma_max),
+                           self.total + other.total, max(self.stride, other.stride))
 
     @classmethod
     def pooled(cls, stats: list["TensorStats"]) -> "TensorStats":
@@ -208,8 +240,9 @@ class TensorStats:
 
     # -- plain-data form for the cache ---------------------------------------------------------
     def to_meta(self) -> dict:
-        return {"min": self.min, "max": self.max, "exp": self.exp, "count": self.count,
-                "samples": self.samples, "ma_min": list(self.ma_min), "ma_max": list(self.ma_max)}
+        return {"min": self.min, "max": self.max, "exp": self.exp, "count": self.count, "total": self.total,
+                "stride": self.stride, "samples": self.samples, "ma_min": list(self.ma_min),
+                "ma_max": list(self.ma_max)}
 
     @classmethod
     def from_meta(cls, meta: dict, hist: np.ndarray | None) -> "TensorStats":
@@ -219,4 +252,5 @@ class TensorStats:
         return cls(float(meta["min"]), float(meta["max"]),
                    None if hist is None else hist.astype(np.int64),
                    None if meta["exp"] is None else int(meta["exp"]), int(meta["count"]),
-                   int(meta["samples"]), ma(meta["ma_min"]), ma(meta["ma_max"]))
+                   int(meta["samples"]), ma(meta["ma_min"]), ma(meta["ma_max"]), float(meta["total"]),
+                   int(meta["stride"]))
