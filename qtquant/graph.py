@@ -563,6 +563,8 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
 def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | None = None,
                      sha256: str = "", ort_fallback: bool = True) -> Graph:
     _check_text(model)
+    if not model.graph.output:
+        raise ModelError("the model declares no outputs; nothing it computes can be checked or run")
     opset = _default_opset(model)
     if not (MIN_OPSET <= opset <= MAX_OPSET):
         raise ModelError(f"opset {opset} is not supported (qtquant reads opsets {MIN_OPSET} to {MAX_OPSET})")

@@ -201,6 +201,8 @@ def load_plan(path) -> Plan:
         raise PlanError(f"{p.name} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except RecursionError:
         raise PlanError(f"{p.name} is nested too deeply to be a qtquant plan") from None
+    except ValueError as e:  # e.g. an integer literal over Python's 4300-digit limit
+        raise PlanError(f"{p.name} is not a readable qtquant plan ({e})") from None
     return parse_plan(doc, p.name)
 
 

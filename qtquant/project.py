@@ -110,7 +110,7 @@ def load_project(path) -> Project:
         raise PlanError(f"project file not found: {p}")
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: bad UTF-8 or JSON, 4300+ digit ints
         raise PlanError(f"{p.name} is not a readable qtquant project ({type(e).__name__})") from None
     _expect(isinstance(doc, dict), p, "not a JSON object")
     _expect(doc.get("format") == PROJECT_FORMAT, p, f"'format' must be {PROJECT_FORMAT!r}")

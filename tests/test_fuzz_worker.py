@@ -261,8 +261,16 @@ def _target_analyze(d: Path, a: dict):
     s = open_model(d / a.get("model", "model.onnx"), a.get("shapes") or None, opts)
     if not s.quantized_file:
         s.run_calibration()
-    rep = analysis_dict(s)
-    json.dumps(rep)
+    perf = fid = None
+    if a.get("full"):  # what `qtquant analyze` adds: the perf simulation and the fidelity check
+        from qtquant.fidelity import measure_session
+        from qtquant.perf import simulate_session
+
+        perf = simulate_session(s)
+        if s.calibration is not None and s.calibration.holdout:
+            fid = measure_session(s)
+    rep = analysis_dict(s, perf=perf, fidelity=fid)
+    json.dumps(rep, allow_nan=True)
     return {"concats": len(s.concats())}
 
 
@@ -278,6 +286,83 @@ def _target_cli(d: Path, a: dict):
         except SystemExit as e:
             rc = e.code
     return {"rc": rc, "stderr": err.getvalue(), "stdout": out.getvalue()[-2000:]}
+
+
+def _report_json(session) -> dict:
+    from qtquant.report import analysis_dict
+
+    rep = analysis_dict(session)
+    json.dumps(rep, allow_nan=True)
+    return {"concats": len(rep.get("concats", [])), "groups": len(session.groups)}
+
+
+def _calibrated(path: Path, config=None):
+    from qtquant.calib import CalibConfig
+    from qtquant.loader import open_model
+    from qtquant.session import Options
+
+    s = open_model(path, None, Options(calib=config or CalibConfig(count=2, holdout=1)))
+    if not s.quantized_file:
+        s.run_calibration()
+    return s
+
+
+def _target_plan(d: Path, a: dict):
+    """load_plan + apply_plan on a calibrated session, then the report."""
+    from qtquant.plan import apply_plan, load_plan
+
+    s = _calibrated(d / "model.onnx")
+    plan = load_plan(d / a.get("plan", "plan.json"))
+    res = apply_plan(s, plan)
+    out = _report_json(s)
+    out["warnings"] = len(res.warnings)
+    return out
+
+
+def _target_project(d: Path, a: dict):
+    """open_project (model next to it, statistics cache optional), then the report."""
+    from qtquant.project import open_project
+
+    s, rep = open_project(d / a.get("project", "p.qtquant"), calibrate=bool(a.get("calibrate")))
+    rep.message()
+    out = _report_json(s)
+    out["from_cache"] = rep.stats_from_cache
+    return out
+
+
+def _target_calib_cache(d: Path, a: dict):
+    """load_cached from a (mutated) cache folder; a hit is used for the report and fidelity."""
+    from qtquant.calib import CalibConfig
+    from qtquant.calib.cache import load_cached
+    from qtquant.loader import open_model
+
+    cfg = CalibConfig(count=2, holdout=1)
+    from qtquant.session import Options
+
+    s = open_model(d / "model.onnx", None, Options(calib=cfg))
+    res = load_cached(s.graph, cfg, d / "cache")
+    if res is None:
+        return {"hit": False}
+    s.set_calibration(res)
+    out = _report_json(s)
+    from qtquant.fidelity import measure_session
+
+    measure_session(s).text()
+    out["hit"] = True
+    return out
+
+
+def _target_calib(d: Path, a: dict):
+    """Calibrate from the data files of the case (source relative to the case folder)."""
+    from qtquant.calib import CalibConfig
+
+    kw = dict(a.get("config", {}))
+    src = kw.pop("source", "data")
+    cfg = CalibConfig(source=src if src == "synthetic" else str(d / src), **kw)
+    s = _calibrated(d / "model.onnx", cfg)
+    out = _report_json(s)
+    out["tensors"] = len(s.calibration.ranges)
+    return out
 
 
 def _target_selftest(d: Path, a: dict):
@@ -302,16 +387,12 @@ TARGETS = {
     "open_model": _target_open_model,
     "analyze": _target_analyze,
     "cli": _target_cli,
+    "plan": _target_plan,
+    "project": _target_project,
+    "calib_cache": _target_calib_cache,
+    "calib": _target_calib,
     "selftest": _target_selftest,
 }
-
-
-def register_target(name: str):
-    """Decorator for targets defined in other harness modules imported by the worker."""
-    def deco(fn):
-        TARGETS[name] = fn
-        return fn
-    return deco
 
 
 def _serve() -> None:
