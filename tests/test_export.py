@@ -210,7 +210,12 @@ def test_external_data_in_and_out(tmp_path):
     auto_share(s)
     out = tmp_path / "fixed.onnx"
     res = export_qdq(s, out)
-    assert res.data_path == tmp_path / "fixed.onnx.data" and res.data_path.is_file()
+    assert res.data_path.parent == tmp_path and res.data_path.name.startswith("fixed.onnx.")
+    assert res.data_path.name.endswith(".data") and res.data_path.is_file()
+    first = res.data_path
+    res2 = export_qdq(s, out)  # a re-export replaces the pair and removes the old weight file
+    assert res2.data_path.is_file() and not first.exists()
+    res = res2
     onnx.checker.check_model(str(out), full_check=True)
     got = _ort(out).run(None, _feed())
     sim = make_session(build_qdq_model(s).model, s.graph.base_dir).run(None, _feed())

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -378,11 +379,10 @@ def export_qdq(session, out_path, *, dm=None, quantize_outputs: bool = True) -> 
     out = check_output_path(out_path, inputs=inputs, what="output model")
     if out.suffix.lower() != ".onnx":
         raise BadInputError(f"output model {out.name} should end in .onnx")
-    data_name = out.name + ".data"
-    for t in graph.model.graph.initializer:  # never clobber the input's external weights either
-        loc = next((e.value for e in t.external_data if e.key == "location"), None)
-        if loc and (graph.base_dir / loc).resolve() == (out.parent / data_name).resolve():
-            raise BadInputError(f"refusing to overwrite the input's weight file {loc}; choose another output path")
+    # A fresh weight-file name per export: the new weights never overwrite the file the old
+    # model points at, so a crash between the two renames leaves the old pair whole.
+    data_name = f"{out.name}.{secrets.token_hex(4)}.data"
+    old_data = _external_locations(out) if out.exists() else set()
     build = build_qdq_model(session, dm, quantize_outputs=quantize_outputs)
     model = build.model
     had_external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
@@ -403,9 +403,40 @@ def export_qdq(session, out_path, *, dm=None, quantize_outputs: bool = True) -> 
                                 location=data_name, size_threshold=1024)
             else:
                 onnx.save_model(model, str(tmp_model))
+            if external and not (tmp / data_name).exists():
+                external = False  # every tensor was under onnx's size threshold: one file after all
             if external:
                 commit(tmp / data_name, parent / data_name)
             commit(tmp_model, out)
         except OSError as e:
             raise BadInputError(f"cannot write {out}: {e.strerror or e}") from None
+    _remove_stale_data(parent, out, old_data - ({data_name} if external else set()),
+                       keep=_input_data_files(graph))
     return ExportResult(out, (parent / data_name) if external else None, build)
+
+
+def _external_locations(model_path: Path) -> set[str]:
+    try:
+        m = onnx.load(str(model_path), load_external_data=False)
+    except Exception:
+        return set()
+    return {e.value for t in m.graph.initializer for e in t.external_data if e.key == "location"}
+
+
+def _input_data_files(graph) -> set[Path]:
+    return {(graph.base_dir / e.value).resolve() for t in graph.model.graph.initializer
+            for e in t.external_data if e.key == "location"}
+
+
+def _remove_stale_data(parent: Path, out: Path, names, keep) -> None:
+    """Delete weight files the replaced export used (only ones named after it, never an input's)."""
+    for name in names:
+        if not (name.startswith(out.name + ".") and name.endswith(".data")) or "/" in name or "\\" in name:
+            continue
+        p = (parent / name)
+        if p.resolve() in keep:
+            continue
+        try:
+            p.unlink()
+        except OSError:
+            pass
