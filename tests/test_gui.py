@@ -525,3 +525,46 @@ def test_qtquant_command_opens_model_and_demo(qtbot, tmp_path, monkeypatch, mode
     assert seen[0] == ("bands.onnx", ["cat_orange", "cat_red", "cat_yellow"])
     assert seen[1][0] == "multiscale_attention.onnx" and seen[1][1] == ["attn/k_cat", "attn/v_cat"]
     assert (tmp_path / "cache" / "qtquant").is_dir()
+
+
+def _drag(view, a, b, modifiers=Qt.NoModifier):
+    """Press, move in steps and release on the viewport (QTest's mouseMove carries no buttons)."""
+    from PySide6.QtCore import QEvent, QPointF
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtWidgets import QApplication
+
+    vp = view.viewport()
+
+    def send(kind, pos, buttons):
+        p = QPointF(pos)
+        ev = QMouseEvent(kind, p, vp.mapToGlobal(p), Qt.LeftButton if kind != QEvent.MouseMove else Qt.NoButton,
+                         buttons, modifiers)
+        QApplication.sendEvent(vp, ev)
+
+    send(QEvent.MouseButtonPress, a, Qt.LeftButton)
+    for k in range(1, 11):
+        send(QEvent.MouseMove, a + (b - a) * k / 10, Qt.LeftButton)
+    send(QEvent.MouseButtonRelease, b, Qt.NoButton)
+
+
+def test_drag_pans_and_shift_drag_selects(qtbot, win, model):
+    open_and_settle(qtbot, win, model)
+    win.view.set_zoom(1.0)
+    sc = win.scene
+    # empty background just below the output terminals
+    below = max(it.pos().y() for it in sc.nodes.values()) + 120
+    win.view.centerOn(sc.nodes["mul_a"].pos().x(), below - 150)
+    start = win.view.mapFromScene(sc.nodes["mul_a"].pos().x(), below)
+    h0 = win.view.horizontalScrollBar().value()
+    _drag(win.view, start, start + QPoint(-150, 0))
+    assert win.view.horizontalScrollBar().value() == h0 + 150  # plain drag pans
+    assert sc.selected_names() == []
+    # Shift+drag from empty space: a rubber band around the two Concats on the left
+    left = sorted(CATS, key=lambda n: sc.nodes[n].pos().x())[:2]
+    win.view.centerOn(sc.nodes[left[0]])
+    r = sc.nodes[left[0]].sceneBoundingRect().united(sc.nodes[left[1]].sceneBoundingRect())
+    a = win.view.mapFromScene(r.left() - 20, r.top() - 25)
+    b = win.view.mapFromScene(r.right() + 5, r.bottom() + 5)
+    _drag(win.view, a, b, Qt.ShiftModifier)
+    assert sorted(sc.selected_names()) == sorted(left)
+    assert win.inspector.title.text() == "2 nodes selected"

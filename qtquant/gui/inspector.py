@@ -161,6 +161,7 @@ class Inspector(QScrollArea):
         self.bridge = bridge
         self.node: str | None = None
         self.tensor: str | None = None
+        self._others = 0
         self.setWidgetResizable(True)
         body = QWidget()
         lay = QVBoxLayout(body)
@@ -206,14 +207,23 @@ class Inspector(QScrollArea):
         self.concat.setVisible(on and concat)
 
     # -- public ---------------------------------------------------------------------------
-    def show_node(self, name: str | None) -> None:
+    def show_node(self, name: str | None, others: int = 0) -> None:
+        """Inspect ``name``; with ``others`` > 0 a multi-selection is summarised instead."""
         self.node = name
         self.tensor = None
+        self._others = others
         self.refresh()
 
     def refresh(self) -> None:
         s = self.bridge.session
         name = self.node
+        if s is not None and name is None and getattr(self, "_others", 0) > 1:
+            self.title.setText(f"{self._others} nodes selected")
+            self.name_label.setText("Select a single node to inspect it.")
+            self.summary.setText("")
+            self.notes.setText("")
+            self._show_node_sections(False)
+            return
         if s is None or name is None:
             self.title.setText("Nothing selected")
             self.name_label.setText("Click a node on the canvas, or a row in the Concat list.")

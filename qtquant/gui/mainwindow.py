@@ -383,7 +383,7 @@ class MainWindow(QMainWindow):
             return
         names = self.scene.selected_names()
         name = names[0] if len(names) == 1 else None
-        self.inspector.show_node(name)
+        self.inspector.show_node(name, others=len(names) if len(names) > 1 else 0)
         if name:
             self.concat_list.select_name(name)
 
