@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import BadInputError, Cancelled
+from .errors import BadInputError, Cancelled, ModelError
 from .quant import bits_lost
 from .runtime import make_session, with_outputs
 
@@ -144,7 +144,12 @@ def _run(model, base_dir, names, feeds, cancel):
     for feed in feeds:
         if cancel is not None and cancel():
             raise Cancelled("fidelity check cancelled")
-        res.append(dict(zip(names, sess.run(names, feed))))
+        try:
+            out = sess.run(names, feed)
+        except Exception as e:  # onnxruntime's errors are not ours: make them a one-line message
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ModelError(f"fidelity check failed in onnxruntime: {first[:300]}") from None
+        res.append(dict(zip(names, out)))
     return res
 
 

@@ -123,6 +123,13 @@ def load_cached(graph, config: CalibConfig, cache_dir) -> CalibrationResult | No
         return None
     if any(n not in stats for n in graph.observed_tensors):
         return None  # written by a qtquant that observed other tensors
+    from ..runtime import input_specs
+
+    specs = input_specs(graph)
+    for feed in holdout:  # held-back samples must still fit the model's inputs
+        if set(feed) != set(specs) or any(tuple(feed[k].shape) != specs[k][0] or feed[k].dtype != specs[k][1]
+                                          for k in specs):
+            return None
     return CalibrationResult(stats, compute_ranges(stats, config), config, holdout, int(doc["batches"]),
                              float(doc.get("seconds", 0.0)), list(doc.get("notes", [])))
 
