@@ -124,7 +124,7 @@ class NodeItem(QGraphicsItem):
         for b in self.badges:
             w = fm.horizontalAdvance(b.text) + 12
             x -= w
-            geom.append((QRectF(x, self._rect.top() - 10, w, 18), b))
+            geom.append((QRectF(x, self._rect.top() - 14, w, 18), b))
             x -= 4
         self.prepareGeometryChange()
         self._badge_geom = geom
