@@ -520,8 +520,12 @@ def test_qtquant_command_opens_model_and_demo(qtbot, tmp_path, monkeypatch, mode
             return 0
 
     monkeypatch.setattr(appmod, "make_app", lambda argv=None: App())
-    assert main([str(model)]) == 0
-    assert main([]) == 0
+    interval = sys.getswitchinterval()  # run_app shortens it for the app's process
+    try:
+        assert main([str(model)]) == 0
+        assert main([]) == 0
+    finally:
+        sys.setswitchinterval(interval)
     assert seen[0] == ("bands.onnx", ["cat_orange", "cat_red", "cat_yellow"])
     assert seen[1][0] == "multiscale_attention.onnx" and seen[1][1] == ["attn/k_cat", "attn/v_cat"]
     assert (tmp_path / "cache" / "qtquant").is_dir()
