@@ -36,14 +36,21 @@ def _has_external(model) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
-def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, threads: int = 0):
-    """An InferenceSession for an in-memory model whose external data lives in ``base_dir``."""
+def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, threads: int = 0,
+                 spinning: bool = True):
+    """An InferenceSession for an in-memory model whose external data lives in ``base_dir``.
+
+    ``spinning=False`` stops idle pool threads from busy-waiting: better when other threads of
+    the process (calibration's histogram thread) need the cores.
+    """
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
+    if not spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # Extended rather than all: fusions that drop intermediate tensors would hide the
     # activations we ask for as outputs.
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC

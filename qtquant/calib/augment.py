@@ -1,8 +1,8 @@
 """Add the reductions of every observed tensor to the model, so onnxruntime does the cheap part.
 
-For each observed tensor ``t`` the augmented model also outputs ``ReduceMin(t)``, ``ReduceMax(t)``,
-``ReduceSum(t)`` (NaN/Inf detection and the mean) and ``Size(t)``, computed by onnxruntime's
-multithreaded kernels, plus the values the histogram is built from: ``t`` itself, or with
+For each observed tensor ``t`` the augmented model also outputs ``ReduceMin(t)``, ``ReduceMax(t)``
+and ``Size(t)``, computed by onnxruntime's kernels, plus the values the histogram is built from:
+``t`` itself, or with
 ``stride > 1`` every ``stride``-th value of ``t`` (``Slice`` of the flattened tensor), which cuts
 both the copy out of onnxruntime and the histogram work by that factor.  Min and max always
 cover every value, so ranges stay exact; only the histogram is subsampled.  The subsample of a
@@ -17,17 +17,18 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["Plan", "augment"]
+__all__ = ["Plan", "augment", "PER_TENSOR"]
 
 _PREFIX = "qtquant_calib"
+PER_TENSOR = 4
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Output names to fetch, per tensor: (values, min, max, sum, size)."""
+    """Output names to fetch, per tensor: (values, min, max, size)."""
 
     tensors: tuple[str, ...]
-    fetch: tuple[str, ...]  # flat list of outputs, 5 per tensor, in ``tensors`` order
+    fetch: tuple[str, ...]  # flat list of outputs, PER_TENSOR per tensor, in ``tensors`` order
     stride: int
 
 
@@ -48,11 +49,11 @@ def augment(model: onnx.ModelProto, names: list[str], stride: int = 1) -> tuple[
     fetch = []
     for i, name in enumerate(names):
         base = f"{_PREFIX}/{i}"
-        outs = [f"{base}/min", f"{base}/max", f"{base}/sum", f"{base}/size"]
+        outs = [f"{base}/min", f"{base}/max", f"{base}/size"]
+        # No ReduceSum for NaN: it costs a pass; NaN shows up when numpy casts the histogram indices.
         g.node.extend([helper.make_node("ReduceMin", [name], [outs[0]], name=f"{base}/ReduceMin", keepdims=0),
                        helper.make_node("ReduceMax", [name], [outs[1]], name=f"{base}/ReduceMax", keepdims=0),
-                       helper.make_node("ReduceSum", [name], [outs[2]], name=f"{base}/ReduceSum", keepdims=0),
-                       helper.make_node("Size", [name], [outs[3]], name=f"{base}/Size")])
+                       helper.make_node("Size", [name], [outs[2]], name=f"{base}/Size")])
         if stride > 1:
             values = f"{base}/sub"
             g.node.extend([helper.make_node("Reshape", [name, shape_name], [f"{base}/flat"], name=f"{base}/Reshape"),
@@ -62,11 +63,11 @@ def augment(model: onnx.ModelProto, names: list[str], stride: int = 1) -> tuple[
         else:
             values = name
         elem = vi[name].type.tensor_type.elem_type if name in vi else onnx.TensorProto.FLOAT
-        for o in (values, *outs[:3]):
+        for o in (values, *outs[:2]):
             if o not in have:
                 g.output.append(helper.make_tensor_value_info(o, elem, None))
                 have.add(o)
-        g.output.append(helper.make_tensor_value_info(outs[3], onnx.TensorProto.INT64, None))
-        have.add(outs[3])
+        g.output.append(helper.make_tensor_value_info(outs[2], onnx.TensorProto.INT64, None))
+        have.add(outs[2])
         fetch += [values, *outs]
     return m, Plan(tuple(names), tuple(fetch), stride)

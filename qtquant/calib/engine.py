@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import BadInputError, CalibrationDataError, Cancelled, ModelError
 from ..runtime import input_specs, make_session
-from .augment import augment
+from .augment import PER_TENSOR, augment
 from .observers import OBSERVERS, SCHEMES, abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
 from .stats import NonFiniteError, TensorStats
@@ -180,7 +180,7 @@ def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[Samp
               progress=None, cancel=None, threads: int = 0, stride: int = 1) -> dict[str, TensorStats]:
     """Run ``refs`` through the model and reduce them into statistics for ``names``.
 
-    onnxruntime computes min, max and sum of every tensor in the graph (see :mod:`.augment`); the
+    onnxruntime computes the min and max of every tensor in the graph (see :mod:`.augment`); the
     histogram of batch k is built in a helper thread while onnxruntime computes batch k+1 (both
     release the GIL for their heavy parts), so at most two batches of outputs are alive.
     """
@@ -188,16 +188,17 @@ def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[Samp
     run_names = [n for n in names if n not in source.specs]
     aug, plan = augment(model, run_names, stride)
     if not threads:
-        # Leave a core to the histogram thread when it has real work: onnxruntime's spinning
-        # thread pool loses badly when it competes for every core (yolov8n on 2 cores, loaded
-        # machine: 33 ms per run on 1 thread, 63 ms on 2).
+        # Leave a core to the histogram thread when it has real work (stride 1).  And no spinning:
+        # busy-waiting pool threads starve the histogram thread (yolov8n, 2 cores, loaded machine:
+        # 42-47 ms per sample without spinning, 57-74 ms with).
         threads = max(1, (os.cpu_count() or 2) - (1 if stride == 1 else 0))
-    sess = make_session(aug, Path(base_dir) if base_dir else None, threads=threads)
+    sess = make_session(aug, Path(base_dir) if base_dir else None, threads=threads, spinning=False)
     stats = {n: TensorStats() for n in names}
     total = len(refs)
 
     def reduce(ref, outs, feed):
-        work = [(n, outs[5 * i], tuple(outs[5 * i + 1:5 * i + 5])) for i, n in enumerate(plan.tensors)]
+        k = PER_TENSOR
+        work = [(n, outs[k * i], tuple(outs[k * i + 1:k * i + k])) for i, n in enumerate(plan.tensors)]
         work += [(n, feed[n], None) for n in inputs]
         for n, values, reduced in work:
             try:

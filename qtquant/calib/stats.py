@@ -14,8 +14,10 @@ Why the histogram is built this way:
   are then exactly every other boundary at ``2T``, so when the range grows the old counts are
   re-binned by adding neighbour pairs, with no approximation (onnxruntime's HistogramCollector
   re-bins approximately).  ``T`` depends only on the data's absmax, hence the merge law.
-* Scaling by ``BINS / T`` is a power of two, exact in float32, and the bin index is ``floor`` of it:
-  one multiply, one floor and one ``bincount`` per value instead of ``np.histogram``'s several passes.
+* Scaling by ``BINS / T`` is a power of two, exact in float32 (short of underflow: a tiny negative
+  below ``2**-149 * T / BINS`` becomes -0.0 and lands in the ``[0, w)`` bin), and the bin index is
+  ``floor`` of it: one multiply, one floor and one ``bincount`` per value instead of
+  ``np.histogram``'s several passes.
 """
 
 from __future__ import annotations
@@ -85,8 +87,8 @@ class TensorStats:
     ``hist`` holds int64 counts over :attr:`edges` (``2 * BINS`` bins, symmetric about zero);
     ``exp`` is ``log2(T)``, or None while only zeros were seen.  ``count`` is the number of values,
     ``samples`` the number of samples; ``ma_min`` / ``ma_max`` are moving-average states.  The
-    histogram holds every ``stride``-th value of each sample (all of them when 1); min, max, count
-    and ``total`` always cover every value.
+    histogram holds every ``stride``-th value of each sample (all of them when 1); min, max and
+    count always cover every value.
     """
 
     min: float = math.inf
@@ -97,7 +99,6 @@ class TensorStats:
     samples: int = 0
     ma_min: tuple = (0, 0.0, 0.0)
     ma_max: tuple = (0, 0.0, 0.0)
-    total: float = 0.0  # sum of all values (the mean for the inspector)
     stride: int = 1  # the histogram holds every stride-th value of each sample
     _edges: np.ndarray | None = field(default=None, repr=False, compare=False)
 
@@ -144,10 +145,6 @@ class TensorStats:
         k = np.arange(a, b + 1, group)
         return h.reshape(-1, group).sum(axis=1), (k - BINS) * self.bin_width
 
-    @property
-    def mean(self) -> float:
-        return self.total / self.count if self.count else float("nan")
-
     def ma_range(self) -> tuple[float, float]:
         return _ma_value(self.ma_min), _ma_value(self.ma_max)
 
@@ -155,62 +152,65 @@ class TensorStats:
     def update(self, x: np.ndarray, samples: int = 1, *, stride: int = 1, reduced: tuple | None = None) -> None:
         """Fold one batch holding ``samples`` samples (the leading axis splits them) into the stats.
 
-        The histogram takes every ``stride``-th value of each flattened sample; min, max, count and
-        sum cover all values.  ``reduced = (min, max, sum, count)`` of a one-sample batch, computed
-        elsewhere (by onnxruntime), means ``x`` is already the subsample.
+        The histogram takes every ``stride``-th value of each flattened sample; min, max and count
+        cover all values.  ``reduced = (min, max, count)`` of a one-sample batch, computed elsewhere
+        (by onnxruntime), means ``x`` is already the subsample.
         """
         x = np.asarray(x)
         if reduced is not None:
             # through float32, like the values: rounding is monotonic, so the max stays the max
-            lo, hi = float(np.float32(reduced[0])), float(np.float32(reduced[1]))
-            total, count = float(reduced[2]), int(reduced[3])
-            if count == 0:
-                self.samples += samples
-                return
-            if math.isnan(total) and math.isfinite(lo) and math.isfinite(hi):
-                raise NonFiniteError("NaN values")  # min/max kernels may skip NaN; the sum does not
+            lo, hi, count = float(np.float32(reduced[0])), float(np.float32(reduced[1])), int(reduced[2])
             mins = maxs = np.array([lo])
             sub = x.reshape(-1)
         else:
-            if x.size == 0:
-                self.samples += samples
-                return
             if x.dtype != np.float32:
                 x = x.astype(np.float32)
             per = x.reshape(samples, -1)
-            mins, maxs = per.min(axis=1), per.max(axis=1)
-            lo, hi = float(mins.min()), float(maxs.max())
-            total, count = float(per.sum(dtype=np.float64)), int(x.size)
+            count = int(x.size)
+            if count:
+                mins, maxs = per.min(axis=1), per.max(axis=1)
+                lo, hi = float(mins.min()), float(maxs.max())
             sub = per[:, ::stride].reshape(-1) if stride > 1 else per.reshape(-1)
+        if count == 0:
+            self.samples += samples
+            return
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise NonFiniteError("NaN or Inf values")
         if sub.dtype != np.float32:
             sub = sub.astype(np.float32)
+        counts = None
+        absmax = max(-lo, hi)
+        e = max(math.frexp(absmax)[1], _EXP_MIN) if absmax > 0 else None  # 2**e > absmax, strictly
+        if e is not None:
+            # floor(x * BINS / T) is exact: the scale is a power of two and |x| < T.
+            t_exp = e if self.exp is None else max(e, self.exp)
+            y = np.multiply(sub, np.float32(math.ldexp(1.0, _LOG2_BINS - t_exp)), dtype=np.float32)
+            np.floor(y, out=y)
+            y += BINS
+            try:
+                with np.errstate(invalid="raise"):  # NaN cannot become an index (onnxruntime's min/max skip it)
+                    idx = y.astype(np.int16)
+            except FloatingPointError:
+                raise NonFiniteError("NaN values") from None
+            counts = np.bincount(idx, minlength=2 * BINS)
+        # Only now that the batch is known good, change the state.
         self.ma_min = _ma_push(self.ma_min, mins)
         self.ma_max = _ma_push(self.ma_max, maxs)
         self.min, self.max = min(self.min, lo), max(self.max, hi)
         self.count += count
-        self.total += total
         self.samples += samples
         self.stride = stride
         if self.hist is None:
             self.hist = np.zeros(2 * BINS, dtype=np.int64)
-        absmax = max(-lo, hi)
-        if absmax > 0:
-            e = max(math.frexp(absmax)[1], _EXP_MIN)  # 2**e > absmax, strictly
+        if e is not None:
             if self.exp is None:
                 self.exp = e  # zeros seen so far sit in bin BINS at every T
             elif e > self.exp:
                 self.hist = _rebin(self.hist, e - self.exp)
                 self.exp = e
-        if self.exp is None:
+            self.hist += counts
+        else:
             self.hist[BINS] += sub.size
-            return
-        # floor(x * BINS / T) is exact: the scale is a power of two and |x| < T.
-        y = np.multiply(sub, np.float32(math.ldexp(1.0, _LOG2_BINS - self.exp)), dtype=np.float32)
-        np.floor(y, out=y)
-        y += BINS
-        self.hist += np.bincount(y.astype(np.int16), minlength=2 * BINS)
 
     def merge(self, other: "TensorStats") -> "TensorStats":
         """Statistics of this tensor's samples followed by ``other``'s (a new object)."""
@@ -228,7 +228,7 @@ class TensorStats:
         return TensorStats(min(self.min, other.min), max(self.max, other.max), hist, exp,
                            self.count + other.count, self.samples + other.samples,
                            _ma_merge(self.ma_min, other.ma_min), _ma_merge(self.ma_max, other.ma_max),
-                           self.total + other.total, max(self.stride, other.stride))
+                           max(self.stride, other.stride))
 
     @classmethod
     def pooled(cls, stats: list["TensorStats"]) -> "TensorStats":
@@ -240,7 +240,7 @@ class TensorStats:
 
     # -- plain-data form for the cache ---------------------------------------------------------
     def to_meta(self) -> dict:
-        return {"min": self.min, "max": self.max, "exp": self.exp, "count": self.count, "total": self.total,
+        return {"min": self.min, "max": self.max, "exp": self.exp, "count": self.count,
                 "stride": self.stride, "samples": self.samples, "ma_min": list(self.ma_min),
                 "ma_max": list(self.ma_max)}
 
@@ -252,5 +252,5 @@ class TensorStats:
         return cls(float(meta["min"]), float(meta["max"]),
                    None if hist is None else hist.astype(np.int64),
                    None if meta["exp"] is None else int(meta["exp"]), int(meta["count"]),
-                   int(meta["samples"]), ma(meta["ma_min"]), ma(meta["ma_max"]), float(meta["total"]),
+                   int(meta["samples"]), ma(meta["ma_min"]), ma(meta["ma_max"]),
                    int(meta["stride"]))
