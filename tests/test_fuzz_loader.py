@@ -305,7 +305,7 @@ def hostile_graph(draw):
         out_names = []
     outputs = [helper.make_tensor_value_info(n, draw(st.sampled_from(ELEM[:8])), None) for n in out_names]
     g = helper.make_graph(nodes, "hostile", inputs, outputs, inits)
-    for n in draw(st.lists(st.sampled_from(names), max_size=2)):
+    for n in draw(st.lists(st.sampled_from(names or ["ghost"]), max_size=2)):
         g.value_info.append(_vi(draw, n))
     good = st.sampled_from([11, 13, 17, 17, 19, 21, 23])
     bad = st.sampled_from([1, 9, 10, 24, 99, 0, -1, 2**40])

@@ -182,10 +182,7 @@ def mutated_cache(draw, cache: dict):
     elif what == "arrays":
         key = draw(st.sampled_from(sorted(arrays)))
         a = arrays[key]
-        hows = ["nan", "inf", "shape", "dtype", "empty", "drop", "huge"]
-        if key.startswith("holdout_") and not BREAK_HOLDOUT_SHAPES:  # see the xfail test below
-            hows = ["nan", "inf", "huge", "drop"]
-        how = draw(st.sampled_from(hows))
+        how = draw(st.sampled_from(["nan", "inf", "shape", "dtype", "empty", "drop", "huge"]))
         if how == "nan":
             a = a.astype(np.float32)
             a.flat[0] = np.nan
@@ -220,9 +217,6 @@ def mutated_cache(draw, cache: dict):
     return {f"cache/{k}": v for k, v in files.items()}
 
 
-BREAK_HOLDOUT_SHAPES = False
-
-
 def test_fuzz_stats_cache_reader(real_files):
     label = "cache/load_cached"
 
@@ -240,6 +234,8 @@ def test_fuzz_stats_cache_reader(real_files):
 
 
 def test_cache_with_wrong_shaped_holdout_sample(real_files):
+    """Found by the cache fuzzer (fixed in 84df287): a held-back sample that no longer fits the input
+    made fidelity crash in onnxruntime.  Now the entry is a cache miss."""
     nname = next(k for k in real_files["cache"] if k.endswith(".npz"))
     with np.load(io.BytesIO(real_files["cache"][nname]), allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
@@ -247,7 +243,29 @@ def test_cache_with_wrong_shaped_holdout_sample(real_files):
     arrays[key] = arrays[key].reshape(-1)
     files = {f"cache/{k}": v for k, v in real_files["cache"].items()}
     files[f"cache/{nname}"] = _npz_bytes(arrays)
-    _run_target("calib_cache", "_xfail", {"model.onnx": MODEL_BYTES, **files})
+    o = _run_target("calib_cache", "_regress", {"model.onnx": MODEL_BYTES, **files})
+    assert o.status == "ok" and not o.value["hit"]
+
+
+@pytest.mark.xfail(reason="load_cached converts doc['batches'] after its try block: a null there raises "
+                          "TypeError instead of a cache miss (reported)", strict=False)
+def test_cache_with_null_batches(real_files):
+    jname = next(k for k in real_files["cache"] if k.endswith(".json"))
+    doc = json.loads(real_files["cache"][jname])
+    doc["batches"] = None
+    files = {f"cache/{k}": v for k, v in real_files["cache"].items()}
+    files[f"cache/{jname}"] = json.dumps(doc).encode()
+    o = _run_target("calib_cache", "_xfail", {"model.onnx": MODEL_BYTES, **files})
+    assert o.status == "ok" and not o.value["hit"]
+
+
+@pytest.mark.xfail(reason="calib.sources._array_headers lets tokenize.TokenError from np.load escape when a "
+                          ".npy header is cut (reported)", strict=False)
+def test_npy_with_broken_header_is_refused():
+    data = _npy_bytes(np.zeros((1, 3, 8, 8), np.float32)).replace(b"}", b" ", 1)
+    o = _run_target("calib", "_xfail", {"model.onnx": MODEL_BYTES, "data.npy": data},
+                    {"config": {"source": "data.npy", "count": 2, "holdout": 0}})
+    assert o.status == "error" and o.type == "CalibrationDataError"
 
 
 # -- calibration data ---------------------------------------------------------------------------
@@ -272,10 +290,11 @@ def _array(draw) -> np.ndarray:
         a = a * 0
     elif fill == "denormal":
         a = a * 1e-310
-    try:
-        return a.astype(dtype)
-    except (TypeError, ValueError):
-        return a.astype(np.float32)
+    with np.errstate(all="ignore"):  # overflowing casts are part of the point
+        try:
+            return a.astype(dtype)
+        except (TypeError, ValueError):
+            return a.astype(np.float32)
 
 
 def _npy_bytes(a) -> bytes:
