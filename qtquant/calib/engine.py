@@ -186,7 +186,7 @@ def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[Samp
     """
     inputs = [n for n in names if n in source.specs]
     run_names = [n for n in names if n not in source.specs]
-    aug, plan = augment(model, run_names, stride)
+    aug, plan = augment(model, run_names)
     if not threads:
         # Leave a core to the histogram thread when it has real work (stride 1).  And no spinning:
         # busy-waiting pool threads starve the histogram thread (yolov8n, 2 cores, loaded machine:
