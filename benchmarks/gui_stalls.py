@@ -1,0 +1,190 @@
+"""Event-loop stalls of the desktop app while a large graph opens (issue 8).
+
+A QTimer asks to fire every 5 ms on the GUI thread; each gap between two firings longer
+than the period is time the GUI thread spent busy, when a click or a repaint would have
+waited.  The benchmark opens a synthetic graph (default 20,000 nodes, calibration and
+layout included), watches until the window is fully painted, calibrated and idle, and
+prints the longest stalls, how many exceeded 100 ms, and the total blocked time.
+
+Reference in the same run: the same measurement on an idle window (the timer's own
+jitter) and on a 2,000-node graph, so the figures read as ratios on any machine.
+
+Target (issue 8): no stall over 100 ms while a 20,000-node graph opens.
+
+Run:  QT_QPA_PLATFORM=offscreen python3 benchmarks/gui_stalls.py [--nodes 20000] [--period-ms 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gui_load import synthetic_model  # noqa: E402  (same graph family as the load benchmark)
+
+LIMIT_MS = 100.0
+
+
+class StallProbe:
+    """Records gaps between firings of a fast GUI-thread timer.
+
+    A watchdog thread samples the GUI thread's Python stack every 10 ms while it is late by
+    more than 50 ms, and charges the time to the innermost qtquant function on it: that is
+    where the stalls come from.
+    """
+
+    SAMPLE_S = 0.01
+
+    def __init__(self, period_ms: int):
+        from PySide6.QtCore import Qt, QTimer
+
+        self.period = period_ms
+        self.gaps: list[tuple[float, float]] = []  # (time since start s, gap ms)
+        self.t0 = self.last = None
+        self.blame: dict[str, float] = {}  # "module:function" -> ms sampled while stalled
+        self.timer = QTimer()
+        self.timer.setTimerType(Qt.PreciseTimer)
+        self.timer.setInterval(period_ms)
+        self.timer.timeout.connect(self._tick)
+        self._main = threading.get_ident()
+        self._stop = threading.Event()
+        self._watch = None
+
+    def start(self):
+        self.t0 = self.last = time.perf_counter()
+        self.gaps.clear()
+        self.blame.clear()
+        self._stop.clear()
+        self._watch = threading.Thread(target=self._watchdog, name="stall-watchdog", daemon=True)
+        self._watch.start()
+        self.timer.start()
+
+    def stop(self):
+        self.timer.stop()
+        self._tick()
+        self._stop.set()
+        self._watch.join()
+
+    def _watchdog(self):
+        while not self._stop.wait(self.SAMPLE_S):
+            if time.perf_counter() - self.last < 0.05:
+                continue
+            frame = sys._current_frames().get(self._main)
+            where = "(Qt event processing, no qtquant frame)"
+            while frame is not None:
+                fn = frame.f_code.co_filename.replace(os.sep, "/")
+                if "/qtquant/" in fn:
+                    where = f"{fn.rsplit('/qtquant/', 1)[1][:-3].replace('/', '.')}:{frame.f_code.co_name}"
+                    break
+                frame = frame.f_back
+            self.blame[where] = self.blame.get(where, 0.0) + self.SAMPLE_S * 1000
+
+    def _tick(self):
+        now = time.perf_counter()
+        gap = (now - self.last) * 1000
+        if gap > self.period * 2:
+            self.gaps.append((self.last - self.t0, gap))
+        self.last = now
+
+    def summary(self) -> dict:
+        g = sorted((ms for _, ms in self.gaps), reverse=True)
+        over = [(t, ms) for t, ms in self.gaps if ms > LIMIT_MS]
+        return {"max_ms": g[0] if g else 0.0, "top": g[:5], "over_limit": len(over),
+                "over_at": [round(t, 2) for t, _ in over[:8]],
+                "blocked_ms": sum(ms - self.period for ms in g),
+                "blame": sorted(self.blame.items(), key=lambda kv: -kv[1])[:6]}
+
+
+def _pump(app, seconds: float, until=None):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        app.processEvents()
+        if until is not None and until():
+            return True
+        time.sleep(0.001)
+    return until is None
+
+
+def measure(app, path: Path | None, period_ms: int, calib_count: int, idle_s: float = 1.0) -> dict:
+    from PySide6.QtCore import QSettings
+
+    from qtquant.calib import CalibConfig
+    from qtquant.gui.mainwindow import MainWindow
+
+    tmp = tempfile.mkdtemp(prefix="qtquant-stalls-")
+    win = MainWindow(QSettings(str(Path(tmp) / "s.ini"), QSettings.IniFormat))
+    win.resize(1600, 1000)
+    win.show()
+    _pump(app, 0.3)
+    probe = StallProbe(period_ms)
+    done = {}
+    win.controller.calibrationFinished.connect(lambda ok: done.setdefault("calibrated", time.perf_counter()))
+    probe.start()
+    t0 = time.perf_counter()
+    if path is not None:
+        win.open_model(path, None, CalibConfig(count=calib_count))
+        ok = _pump(app, 600, lambda: "calibrated" in done and win.scene.spec is not None and not win.jobs.busy)
+        if not ok:
+            raise SystemExit(f"{path.name}: did not finish opening within 600 s")
+        win.view.viewport().repaint()
+    _pump(app, idle_s)  # trailing idle: the repaint settles, late results apply
+    probe.stop()
+    res = probe.summary()
+    res["seconds"] = time.perf_counter() - t0
+    res["nodes"] = len(win.bridge.graph.nodes) if path is not None else 0
+    win.close()
+    win.controller.shutdown()
+    win.deleteLater()
+    app.processEvents()
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=20000)
+    ap.add_argument("--reference-nodes", type=int, default=2000)
+    ap.add_argument("--period-ms", type=int, default=5)
+    ap.add_argument("--calib-count", type=int, default=4)
+    args = ap.parse_args()
+
+    from qtquant.gui.app import make_app
+
+    app = make_app([])
+    with tempfile.TemporaryDirectory(prefix="qtquant-stalls-") as d:
+        big = synthetic_model(Path(d) / f"synthetic_{args.nodes}.onnx", args.nodes)
+        ref = synthetic_model(Path(d) / f"synthetic_{args.reference_nodes}.onnx", args.reference_nodes)
+        rows = [("idle window", measure(app, None, args.period_ms, args.calib_count)),
+                (f"{args.reference_nodes}-node graph", measure(app, ref, args.period_ms, args.calib_count)),
+                (f"{args.nodes}-node graph", measure(app, big, args.period_ms, args.calib_count))]
+    print(f"GUI-thread stalls (timer every {args.period_ms} ms; a stall is a gap over {2 * args.period_ms} ms)")
+    print(f"{'case':<22}{'nodes':>7}{'open s':>8}{'max ms':>8}{'>100 ms':>8}{'blocked ms':>11}  top stalls ms")
+    for label, r in rows:
+        top = ", ".join(f"{x:.0f}" for x in r["top"])
+        print(f"{label:<22}{r['nodes']:>7}{r['seconds']:>8.2f}{r['max_ms']:>8.1f}{r['over_limit']:>8}"
+              f"{r['blocked_ms']:>11.0f}  {top}")
+    for label, r in rows[1:]:
+        if r["blame"]:
+            print(f"where the GUI thread was while stalled ({label}, innermost qtquant frame, sampled):")
+            for where, ms in r["blame"]:
+                print(f"  {ms:8.0f} ms  {where}")
+    idle, small, large = (r for _, r in rows)
+    print(f"longest stall: {large['max_ms']:.0f} ms at {args.nodes} nodes vs {small['max_ms']:.0f} ms at "
+          f"{args.reference_nodes} ({large['max_ms'] / max(small['max_ms'], 1e-9):.1f}x) and "
+          f"{idle['max_ms']:.0f} ms idle")
+    if large["over_limit"]:
+        print(f"stalls over {LIMIT_MS:.0f} ms at t = {large['over_at']} s after open")
+    verdict = "PASS" if large["over_limit"] == 0 else "FAIL"
+    print(f"target: no stall over {LIMIT_MS:.0f} ms while {args.nodes} nodes open: {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
