@@ -275,3 +275,20 @@ def test_minmax_histogram_stride(graph, tmp_path):
         assert (s.min, s.max) == pytest.approx((fn(data).min(), fn(data).max()))  # exact over all values
     full = calibrate(graph, CalibConfig(source=str(tmp_path / "d.npy"), count=3, holdout=0, observer="kl"))
     assert full.config.stride == 1 and full.stats["x"].hist.sum() == data.size
+
+
+@pytest.mark.parametrize("observer", ["minmax", "kl"])
+def test_float16_model(tmp_path, observer):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)
+    nodes = [helper.make_node("Tanh", ["x"], ["t"], name="tanh"), helper.make_node("Relu", ["t"], ["y"], name="relu")]
+    m = helper.make_model(helper.make_graph(nodes, "f16", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    data = np.linspace(-3, 3, 40, dtype=np.float16).reshape(5, 8)
+    np.save(tmp_path / "h.npy", data)
+    res = calibrate(graph_from_model(m), CalibConfig(source=str(tmp_path / "h.npy"), count=5, holdout=0,
+                                                     observer=observer))
+    assert res.stats["t"].count == 40 and res.stats["x"].count == 40
+    assert (res.stats["x"].min, res.stats["x"].max) == (-3.0, 3.0)
+    t = np.tanh(data.astype(np.float32)).astype(np.float16)
+    assert res.stats["t"].min == pytest.approx(float(t.min()), abs=1e-3)
+    assert res.stats["t"].max == pytest.approx(float(t.max()), abs=1e-3)

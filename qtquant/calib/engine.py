@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import queue
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,7 +26,7 @@ import numpy as np
 
 from ..errors import BadInputError, CalibrationDataError, Cancelled, ModelError
 from ..runtime import input_specs, make_session
-from .augment import PER_TENSOR, augment
+from .augment import augment
 from .observers import OBSERVERS, SCHEMES, abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
 from .stats import NonFiniteError, TensorStats
@@ -176,6 +178,42 @@ def split_samples(refs: list[SampleRef], config: CalibConfig) -> tuple[list[Samp
     return refs[:use], (refs[n - hold:] if hold else []), notes
 
 
+def _prefetch(items, depth: int = 2):
+    """Iterate ``items`` (a generator that decodes images or reads files) in a helper thread,
+    ``depth`` items ahead, so loading overlaps onnxruntime's run; errors surface in order."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def produce():
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(end)
+        except BaseException as e:  # handed to the consumer, raised there
+            q.put(e)
+
+    t = threading.Thread(target=produce, name="qtquant-calib-load", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
 def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[SampleRef], *,
               progress=None, cancel=None, threads: int = 0, stride: int = 1) -> dict[str, TensorStats]:
     """Run ``refs`` through the model and reduce them into statistics for ``names``.
@@ -197,8 +235,9 @@ def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[Samp
     total = len(refs)
 
     def reduce(ref, outs, feed):
-        k = PER_TENSOR
-        work = [(n, outs[k * i], tuple(outs[k * i + 1:k * i + k])) for i, n in enumerate(plan.tensors)]
+        n_run = len(plan.tensors)
+        mins, maxs = (outs[n_run], outs[n_run + 1]) if n_run else ((), ())
+        work = [(n, outs[i], (mins[i], maxs[i], outs[i].size)) for i, n in enumerate(plan.tensors)]
         work += [(n, feed[n], None) for n in inputs]
         for n, values, reduced in work:
             try:
@@ -209,7 +248,7 @@ def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[Samp
     done = 0
     with ThreadPoolExecutor(1, thread_name_prefix="qtquant-reduce") as pool:
         pending = None
-        for ref, feed in source.feeds(refs):
+        for ref, feed in _prefetch(source.feeds(refs)):
             if cancel is not None and cancel():
                 raise Cancelled("calibration cancelled")
             try:
