@@ -80,14 +80,20 @@ class Tally:
     ok: int = 0
     errors: dict = field(default_factory=dict)  # error type -> count
     bad: int = 0
+    misses: int = 0  # statistics-cache target: unreadable entries treated as a miss
     seconds: float = 0.0
     samples: dict = field(default_factory=dict)  # error type -> one example message
 
     def add(self, o: Outcome, dt: float) -> None:
         self.cases += 1
         self.seconds += dt
-        if o.status == "ok":
+        if o.status == "ok" and o.value.get("rc") not in (None, 0):  # the CLI refused: exit 3
+            self.errors[f"exit {o.value['rc']}"] = self.errors.get(f"exit {o.value['rc']}", 0) + 1
+            self.samples.setdefault(f"exit {o.value['rc']}", o.value.get("stderr", "").strip()[:160])
+        elif o.status == "ok":
             self.ok += 1
+            if o.value.get("hit") is False:
+                self.misses += 1
         elif o.status == "error":
             self.errors[o.type] = self.errors.get(o.type, 0) + 1
             self.samples.setdefault(o.type, o.msg[:160])
@@ -100,7 +106,8 @@ class Tally:
 
     def line(self) -> str:
         errs = ", ".join(f"{k} {v}" for k, v in sorted(self.errors.items(), key=lambda kv: -kv[1]))
-        return (f"fuzz[{self.target}]: {self.cases} cases in {self.seconds:.1f}s: {self.ok} ok, "
+        miss = f" ({self.misses} cache misses)" if self.misses else ""
+        return (f"fuzz[{self.target}]: {self.cases} cases in {self.seconds:.1f}s: {self.ok} ok{miss}, "
                 f"{sum(self.errors.values())} refused ({errs or '-'}), {self.bad} bad")
 
 
@@ -122,7 +129,7 @@ def report(target: str) -> Tally:
     if out:
         with open(out, "a", encoding="utf-8") as f:
             f.write(json.dumps({"target": t.target, "cases": t.cases, "ok": t.ok, "errors": t.errors,
-                                "bad": t.bad, "seconds": round(t.seconds, 2), "samples": t.samples}) + "\n")
+                                "bad": t.bad, "misses": t.misses, "seconds": round(t.seconds, 2), "samples": t.samples}) + "\n")
     return t
 
 
@@ -130,11 +137,16 @@ def report(target: str) -> Tally:
 class FuzzWorker:
     """One worker process; :meth:`run` sends a case, restarts the worker after a crash or hang."""
 
-    def __init__(self, timeout: float = 60.0, mem_gb: float = 6.0):
+    def __init__(self, timeout: float = 60.0, mem_gb: float = 8.0, recycle: int = 400):
         self.timeout = timeout
         self.mem_gb = mem_gb
+        # A fresh worker every `recycle` cases: thousands of hostile cases fragment the address
+        # space under the memory cap until glibc cannot even start a thread (seen once at ~20k
+        # cases with a 6 GB cap; the case itself passed on replay).
+        self.recycle = recycle
         self.proc: subprocess.Popen | None = None
         self._err = None
+        self._served = 0
         self.restarts = 0
 
     def start(self) -> None:
@@ -186,9 +198,13 @@ class FuzzWorker:
     def run(self, target: str, files: dict | None = None, args: dict | None = None,
             timeout: float | None = None, label: str | None = None) -> Outcome:
         """Run ``target`` on ``files`` ({relative path: bytes}) in a fresh folder of the worker."""
+        if self.proc is not None and self._served >= self.recycle:
+            self.close()
         if self.proc is None or self.proc.poll() is not None:
             self.close()
             self.start()
+            self._served = 0
+        self._served += 1
         req = {"target": target, "args": args or {},
                "files": {k: base64.b64encode(v).decode() for k, v in (files or {}).items()}}
         t0 = time.monotonic()
@@ -218,6 +234,11 @@ class FuzzWorker:
             out = Outcome(d["status"], d.get("type", ""), d.get("msg", ""), d.get("detail", ""),
                           d.get("value", {}))
         tally(label or target).add(out, time.monotonic() - t0)
+        keep = os.environ.get("QTQUANT_FUZZ_CRASHDIR")
+        if keep and out.status in ("crash", "hang"):  # keep the case to replay it by hand
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            name = f"{out.status}-{time.strftime('%H%M%S')}-{os.getpid()}-{tally(label or target).cases}.json"
+            (Path(keep) / name).write_text(json.dumps({**req, "outcome": out.msg, "detail": out.detail}))
         return out
 
 
@@ -401,7 +422,7 @@ def _serve() -> None:
     import traceback
 
     faulthandler.enable()
-    gb = float(os.environ.get("QTQUANT_WORKER_MEM_GB", "6"))
+    gb = float(os.environ.get("QTQUANT_WORKER_MEM_GB", "8"))
     # A hostile 'huge dims' model must fail with MemoryError, not summon the OOM killer.
     resource.setrlimit(resource.RLIMIT_AS, (int(gb * 2**30), int(gb * 2**30)))
     # The protocol gets a private copy of stdout; fd 1 goes to /dev/null so prints from
