@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -57,14 +57,39 @@ class Node:
         return f"Node({self.name!r}, {self.op_type})"
 
 
-@dataclass
+_UNSET = object()
+
+
 class Tensor:
-    name: str
-    shape: tuple | None
-    elem_type: int  # onnx.TensorProto enum, 0 when unknown
-    kind: str  # "input" | "weight" | "activation" | "shape"
-    producer: str | None = None
-    consumers: list[str] = field(default_factory=list)
+    """One value of the graph.  The shape is decoded from its ValueInfo on first access:
+    analyses that never look at shapes do not pay for decoding thousands of them."""
+
+    __slots__ = ("name", "_shape", "_type", "elem_type", "kind", "producer", "consumers")
+
+    def __init__(self, name, shape=_UNSET, elem_type=0, kind="activation", producer=None, consumers=None, *,
+                 type_proto=None):
+        self.name = name
+        self._shape = shape
+        self._type = type_proto
+        self.elem_type = elem_type  # onnx.TensorProto enum, 0 when unknown
+        self.kind = kind  # "input" | "weight" | "activation" | "shape"
+        self.producer = producer
+        self.consumers = [] if consumers is None else consumers
+
+    @property
+    def shape(self) -> tuple | None:
+        if self._shape is _UNSET:
+            self._shape = _dims(self._type) if self._type is not None else None
+            self._type = None
+        return self._shape
+
+    @shape.setter
+    def shape(self, value) -> None:
+        self._shape = value
+        self._type = None
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name!r}, {self.kind}, {self.shape})"
 
     @property
     def is_float(self) -> bool:
@@ -166,8 +191,8 @@ class Graph:
                 if not o:
                     continue
                 v = vi.get(o)
-                et = v.type.tensor_type.elem_type if v is not None else 0
-                shape = _dims(v.type) if v is not None else None
+                vt = v.type if v is not None else None
+                et = vt.tensor_type.elem_type if vt is not None else 0
                 if et and et not in FLOAT_TYPES:
                     kind = "shape"
                 elif op == "Constant" or (static and ins) or (not ins and role is Role.NONE):
@@ -176,7 +201,8 @@ class Graph:
                     kind = "shape"
                 else:
                     kind = "activation"
-                tensors[o] = Tensor(o, shape, et, kind, producer=name)
+                tensors[o] = Tensor(o, _UNSET if vt is not None else None, et, kind, producer=name,
+                                    type_proto=vt)
                 if kind == "activation" and quant_out:
                     self._quantized.add(o)
             for t in ins:
