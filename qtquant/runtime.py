@@ -37,11 +37,13 @@ def _has_external(model) -> bool:
 
 
 def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, threads: int = 0,
-                 spinning: bool = True):
+                 spinning: bool = True, arena: bool = True):
     """An InferenceSession for an in-memory model whose external data lives in ``base_dir``.
 
     ``spinning=False`` stops idle pool threads from busy-waiting: better when other threads of
-    the process (calibration's histogram thread) need the cores.
+    the process (calibration's histogram thread) need the cores.  ``arena=False`` allocates
+    with malloc instead of onnxruntime's CPU arena, whose fragmentation made peak memory creep
+    up over hundreds of runs that hand their outputs to Python.
     """
     import onnxruntime as ort
 
@@ -51,6 +53,8 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
         so.intra_op_num_threads = threads
     if not spinning:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not arena:
+        so.enable_cpu_mem_arena = False
     # Extended rather than all: fusions that drop intermediate tensors would hide the
     # activations we ask for as outputs.
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
