@@ -114,6 +114,8 @@ def test_nan_is_refused():
         s.update(np.array([np.inf], np.float32))
     with pytest.raises(ValueError):  # min/max computed elsewhere skipped the NaN: the index cast catches it
         s.update(np.array([1.0, np.nan], np.float32), reduced=(1.0, 1.0, 2))
+    with pytest.raises(ValueError):
+        s.update(np.array([0.0, np.nan], np.float32), reduced=(0.0, 0.0, 2))
     assert s.count == 0 and s.hist is None  # a refused batch leaves no trace
 
 

@@ -210,6 +210,8 @@ class TensorStats:
             except FloatingPointError:
                 raise NonFiniteError("NaN values") from None
             counts = np.bincount(idx, minlength=2 * BINS)
+        elif np.isnan(sub).any():  # an all-zero batch as far as min/max kernels that skip NaN can tell
+            raise NonFiniteError("NaN values")
         # Only now that the batch is known good, change the state.
         self.ma_min = _ma_push(self.ma_min, mins)
         self.ma_max = _ma_push(self.ma_max, maxs)
