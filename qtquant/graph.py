@@ -444,17 +444,22 @@ def _apply_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
 MAX_SHAPE_HINT = 4096  # longest plausible shape tensor (its length is a rank)
 
 
-def _drop_huge_int_hints(model) -> None:
-    """Forget declared shapes of integer tensors with a dimension above MAX_SHAPE_HINT.
+def _drop_huge_shape_hints(model) -> None:
+    """Forget declared shapes that could be shape tensors longer than MAX_SHAPE_HINT.
 
-    onnx's data propagation walks such a declared dimension element by element (2**24
-    takes seconds, 2**40 never ends), and a real shape tensor is never that long.  The
-    declarations are only hints: inference recomputes them.
+    onnx's data propagation walks the declared length of a shape tensor (the output of
+    Shape, Gather on a shape, ...) element by element and allocates for it: 2**24 takes
+    seconds, 2**40 eats all memory.  A real shape tensor is never that long, whatever
+    type the file declares for it, so declared integer tensors with such a dimension and
+    declared 1-D tensors of any type lose their shape.  They are only hints: inference
+    recomputes them.
     """
     def huge(v) -> bool:
+        if not v.type.HasField("tensor_type"):
+            return False
         tt = v.type.tensor_type
-        return (v.type.HasField("tensor_type") and tt.elem_type not in FLOAT_TYPES
-                and any(d.dim_value > MAX_SHAPE_HINT for d in tt.shape.dim))
+        dims = tt.shape.dim
+        return any(d.dim_value > MAX_SHAPE_HINT for d in dims) and (len(dims) == 1 or tt.elem_type not in FLOAT_TYPES)
 
     g = model.graph
     keep = [v for v in g.value_info if not huge(v)]
@@ -486,7 +491,7 @@ def _check_input_sizes(model, shapes: dict[str, tuple]) -> None:
 
 
 def _infer(model) -> onnx.ModelProto:
-    _drop_huge_int_hints(model)
+    _drop_huge_shape_hints(model)
     try:
         return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except onnx.shape_inference.InferenceError as e:
