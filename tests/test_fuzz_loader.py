@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from builders import branchy_concat_model
-from test_fuzz_worker import fuzz_settings, report, worker
+from test_fuzz_worker import fuzz_settings, report, run_and_report, worker
 
 T = TensorProto
 
@@ -162,8 +162,7 @@ def test_fuzz_mutated_bytes(target):
         name, data, extra, shapes = case
         run_case(target, data, extra, shapes, label=label)
 
-    check()
-    t = report(label)
+    t = run_and_report(check, label)
     assert t.bad == 0 and t.cases >= 1
 
 
@@ -333,8 +332,7 @@ def test_fuzz_hostile_graphs(target):
         data, files, shapes = case
         run_case(target, data, files, shapes, label=label)
 
-    check()
-    t = report(label)
+    t = run_and_report(check, label)
     assert t.bad == 0 and t.cases >= 1
 
 
@@ -451,6 +449,5 @@ def test_fuzz_edited_models(target):
         name, data, files, shapes = case
         run_case(target, data, files, shapes, label=label, full=True)
 
-    check()
-    t = report(label)
+    t = run_and_report(check, label)
     assert t.bad == 0 and t.ok > 0 and t.errors

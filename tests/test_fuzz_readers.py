@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from builders import branchy_concat_model
-from test_fuzz_worker import fuzz_settings, report, worker
+from test_fuzz_worker import fuzz_settings, report, run_and_report, worker
 
 MODEL = branchy_concat_model(shape=(1, 3, 8, 8), chain=True)
 MODEL_BYTES = MODEL.SerializeToString()
@@ -137,8 +137,7 @@ def test_fuzz_plan_reader(real_files):
     o = _run_target("plan", "_real", {"model.onnx": MODEL_BYTES,
                                       "plan.json": json.dumps(real_files["plan"]).encode()})
     assert o.status == "ok" and o.value["groups"] == 1
-    check()
-    t = report(label)
+    t = run_and_report(check, label)
     assert t.bad == 0 and t.ok > 0 and t.errors
 
 
@@ -155,8 +154,7 @@ def test_fuzz_project_reader(real_files):
 
     o = _run_target("project", "_real", {"model.onnx": MODEL_BYTES, "p.qtquant": json.dumps(proj).encode(), **cache})
     assert o.status == "ok" and o.value["groups"] == 1 and o.value["from_cache"], o
-    check()
-    t = report(label)
+    t = run_and_report(check, label)
     assert t.bad == 0 and t.ok > 0 and t.errors
 
 
@@ -228,8 +226,7 @@ def test_fuzz_stats_cache_reader(real_files):
     real = {f"cache/{k}": v for k, v in real_files["cache"].items()}
     o = _run_target("calib_cache", "_real", {"model.onnx": MODEL_BYTES, **real})
     assert o.status == "ok" and o.value["hit"], o
-    check()
-    t = report(label)
+    t = run_and_report(check, label)
     assert t.bad == 0 and t.ok > 0
 
 
@@ -398,6 +395,5 @@ def test_fuzz_calibration_data(tmp_path):
         files, config = case
         _run_target("calib", label, {"model.onnx": MODEL_BYTES, **files}, {"config": config})
 
-    check()
-    t = report(label)
+    t = run_and_report(check, label)
     assert t.bad == 0 and t.ok > 0 and t.errors

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["FuzzWorker", "Outcome", "Tally", "fuzz_examples", "fuzz_settings", "worker", "report"]
+__all__ = ["FuzzWorker", "Outcome", "Tally", "fuzz_examples", "fuzz_settings", "worker", "report", "run_and_report"]
 
 # -- bounded example counts -----------------------------------------------------------------
 # Normal runs are small and deterministic (CI); QTQUANT_FUZZ_EXAMPLES=5000 gives a long,
@@ -130,6 +130,15 @@ def report(target: str) -> Tally:
         with open(out, "a", encoding="utf-8") as f:
             f.write(json.dumps({"target": t.target, "cases": t.cases, "ok": t.ok, "errors": t.errors,
                                 "bad": t.bad, "misses": t.misses, "seconds": round(t.seconds, 2), "samples": t.samples}) + "\n")
+    return t
+
+
+def run_and_report(check, target: str) -> "Tally":
+    """Run a hypothesis test function, then report the target's figures even when it failed."""
+    try:
+        check()
+    finally:
+        t = report(target)
     return t
 
 

@@ -17,7 +17,7 @@ from onnx import helper, numpy_helper
 
 from builders import branchy_concat_model
 from test_fuzz_loader import edited_model
-from test_fuzz_worker import fuzz_settings, report, worker
+from test_fuzz_worker import fuzz_settings, report, run_and_report, worker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -167,6 +167,5 @@ def test_fuzz_cli_analyze():
         else:
             assert '"concats"' in o.value["stdout"] or o.value["stdout"].rstrip().endswith("}")
 
-    check()
-    t = report(label)
+    t = run_and_report(check, label)
     assert t.bad == 0
