@@ -338,6 +338,8 @@ def test_perf_dock_and_march_resimulates(qtbot, win, model):
     assert win.march_combo.currentText() == "nash-e"
     assert win.bridge.perf_revision == win.bridge.revision > rev
     assert getattr(win.bridge.perf, "march", "nash-e") == "nash-e"
+    assert win.undo_stack.count() == 1  # the march change is an undoable edit...
+    win.undo_stack.setClean()  # ...which closing the window would otherwise ask to save
 
 
 # -- background jobs ----------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def _install_excepthook(window) -> None:
 
 
 def run_app(model=None) -> int:
-    """Open the main window on ``model`` (a path) or on the bundled demo; run the event loop."""
+    """Open the main window on ``model`` (a model or a ``.qtquant`` project) or on the bundled demo."""
     from .mainwindow import MainWindow
 
     app = make_app(sys.argv[:1])
@@ -50,8 +50,7 @@ def run_app(model=None) -> int:
     win.show()
     if model:
         if str(model).lower().endswith(".qtquant"):
-            QTimer.singleShot(0, lambda: win.show_error(
-                "Cannot open project", f"{model}: opening .qtquant projects is not supported in this version"))
+            QTimer.singleShot(0, lambda: win.open_project(model, ask=False))
         else:
             QTimer.singleShot(0, lambda: win.request_open(model))
     else:

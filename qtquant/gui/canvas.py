@@ -11,6 +11,8 @@ from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QImage, QLinearGradient, QPainter, QPen
 from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QWidget
 
+from .dragdrop import NodeDrag
+from .hulls import HullLayer
 from .items import LOD_EDGE_LABEL, LOD_FAST, EdgeItem, EdgeLabel, NodeItem, OverviewItem
 from .spec import SceneSpec
 from .style import MISMATCH_BANDS, NODE_H, NODE_W, SELECT, TERM_H, TERM_W, category_color, heat_color
@@ -45,11 +47,13 @@ class GraphScene(QGraphicsScene):
         self.overview_active = False
         self.switching = False  # True while items are swapped for the overview (selection churn)
         self._kept_selection: list[str] = []
+        self.hulls = HullLayer(self)  # group hulls behind the nodes
 
     # -- building -------------------------------------------------------------------------
     def reset(self, message: str = "") -> None:
         """Empty the scene, optionally showing a centred hint."""
         self.clear()
+        self.hulls.forget()
         self.nodes.clear()
         self.edges.clear()
         self.labels.clear()
@@ -225,9 +229,16 @@ class GraphScene(QGraphicsScene):
 
 
 class GraphView(QGraphicsView):
-    """Wheel zoom around the cursor, drag to pan (Shift+drag: rubber-band select), fit, jump."""
+    """Wheel zoom around the cursor, drag to pan (Shift+drag: rubber-band select), fit, jump.
+
+    Dragging from a node onto another node reports ``nodesDropped(sources, target)``
+    (sources: the selection when the pressed node is part of it); a right click reports
+    ``contextRequested(node name or "", global position)``.
+    """
 
     zoomChanged = Signal(float)
+    nodesDropped = Signal(list, str)
+    contextRequested = Signal(str, object)
     MIN_SCALE, MAX_SCALE = 0.01, 4.0
 
     def __init__(self, scene: GraphScene, parent=None):
@@ -242,6 +253,7 @@ class GraphView(QGraphicsView):
         self.setRubberBandSelectionMode(Qt.IntersectsItemShape)
         self.setAcceptDrops(False)  # the main window takes dropped model files
         self._panning_mid: QPointF | None = None
+        self.drag = NodeDrag(self)
         self._press_at = None  # overview mode: a click (not a drag) jumps to the nearest node
         self._flashing: str | None = None
         self._flash_timer = QTimer(self, singleShot=True, interval=900)
@@ -347,6 +359,8 @@ class GraphView(QGraphicsView):
             self.set_zoom(1.0)
         elif k == Qt.Key_F and not ev.modifiers():
             self.fit()
+        elif k == Qt.Key_Escape and self.drag.pending:
+            self.drag.cancel()
         else:
             super().keyPressEvent(ev)
 
@@ -361,6 +375,11 @@ class GraphView(QGraphicsView):
             self.setDragMode(QGraphicsView.RubberBandDrag)
         self._press_at = ev.position() if ev.button() == Qt.LeftButton else None
         super().mousePressEvent(ev)
+        if ev.button() == Qt.LeftButton and not ev.modifiers() & (Qt.ShiftModifier | Qt.ControlModifier):
+            sc = self.scene()
+            item = sc.node_at(self.mapToScene(ev.position().toPoint())) if not sc.overview_active else None
+            if item is not None:  # the scene selected it already (or kept the multi-selection)
+                self.drag.begin(item.name, ev.position(), sc.selected_names())
 
     def mouseMoveEvent(self, ev):
         if self._panning_mid is not None:
@@ -370,6 +389,8 @@ class GraphView(QGraphicsView):
             self.verticalScrollBar().setValue(self.verticalScrollBar().value() - int(d.y()))
             ev.accept()
             return
+        if self.drag.pending:
+            self.drag.move(ev.position())
         super().mouseMoveEvent(ev)
 
     def mouseReleaseEvent(self, ev):
@@ -378,6 +399,7 @@ class GraphView(QGraphicsView):
             self.viewport().unsetCursor()
             ev.accept()
             return
+        dropped = self.drag.finish() if self.drag.pending and ev.button() == Qt.LeftButton else None
         super().mouseReleaseEvent(ev)
         sc = self.scene()
         if (self._press_at is not None and sc.overview_active and ev.button() == Qt.LeftButton
@@ -388,6 +410,17 @@ class GraphView(QGraphicsView):
         self._press_at = None
         if self.dragMode() != QGraphicsView.ScrollHandDrag:
             self.setDragMode(QGraphicsView.ScrollHandDrag)
+        if dropped is not None:
+            self.nodesDropped.emit(*dropped)
+
+    def contextMenuEvent(self, ev):
+        sc = self.scene()
+        item = sc.node_at(self.mapToScene(ev.pos())) if not sc.overview_active else None
+        if item is not None and not item.isSelected():
+            sc.clearSelection()
+            item.setSelected(True)
+        self.contextRequested.emit(item.name if item is not None else "", ev.globalPos())
+        ev.accept()
 
     def resizeEvent(self, ev):
         super().resizeEvent(ev)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
 
 from ..calib import CalibConfig, calibrate
 from ..session import Options, Session
@@ -22,7 +22,27 @@ from .jobs import Job, JobManager
 from .perfdata import fidelity_measure, simulator
 from .spec import layout_scene, scene_spec
 
-__all__ = ["SessionBridge", "Controller"]
+__all__ = ["SessionBridge", "Controller", "PERF_DEBOUNCE_MS", "FIDELITY_DEBOUNCE_MS"]
+
+# After an edit: the incremental simulator costs a few ms, so it waits only long enough
+# to fold a burst of undo/redo into one run; fidelity runs onnxruntime and waits longer.
+PERF_DEBOUNCE_MS = 15
+FIDELITY_DEBOUNCE_MS = 180
+
+
+class _Frozen:
+    """What ``simulate_session`` reads, fixed on the GUI thread at submission.
+
+    The worker then never touches the live session, which the next edit may change.
+    """
+
+    def __init__(self, session, concats, baseline):
+        self.graph = session.graph
+        self.options = session.options
+        self._concats = {False: concats, True: baseline}
+
+    def concats(self, baseline: bool = False):
+        return self._concats[bool(baseline)]
 
 
 class SessionBridge(QObject):
@@ -38,11 +58,14 @@ class SessionBridge(QObject):
         super().__init__(parent)
         self.session: Session | None = None
         self.perf = None
+        self.perf_baseline = None  # the same simulation without any user group (the unedited model)
         self.fidelity = None
         self.perf_revision = -1  # session revision the perf result belongs to
         self.fidelity_revision = -1
         self._concats = None
         self._concats_rev = -1
+        self._base_concats = None
+        self._base_dm = None
         self.hist_cache: dict[str, tuple] = {}  # tensor -> (counts, edges) computed by the GUI
         # Session events may in principle fire from a worker: re-emit through a queued hop.
         self._event.connect(self._on_event, Qt.AutoConnection)
@@ -51,9 +74,10 @@ class SessionBridge(QObject):
         if self.session is not None:
             self.session.events.disconnect(self._relay)
         self.session = session
-        self.perf = self.fidelity = None
+        self.perf = self.perf_baseline = self.fidelity = None
         self.perf_revision = self.fidelity_revision = -1
         self._concats, self._concats_rev = None, -1
+        self._base_concats = self._base_dm = None
         self.hist_cache = {}
         if session is not None:
             session.events.connect(self._relay)
@@ -91,14 +115,27 @@ class SessionBridge(QObject):
             self._concats_rev = s.revision
         return self._concats
 
+    @property
+    def baseline_concats(self):
+        """Concat analysis without user groups (cached until calibration or options change)."""
+        s = self.session
+        if s is None or not s.ready:
+            return None
+        dm = s.baseline_domains
+        if self._base_dm is not dm:
+            self._base_concats, self._base_dm = s.concats(baseline=True), dm
+        return self._base_concats
+
     def concat(self, name: str):
         for c in self.concats or ():
             if c.node == name:
                 return c
         return None
 
-    def set_perf(self, perf, revision: int) -> None:
+    def set_perf(self, perf, revision: int, baseline=None) -> None:
         self.perf, self.perf_revision = perf, revision
+        if baseline is not None:
+            self.perf_baseline = baseline
         self.perfChanged.emit()
 
     def set_fidelity(self, fid, revision: int) -> None:
@@ -131,6 +168,10 @@ class Controller(QObject):
         self._calibrate_after_layout = False
         self.jobs.jobFinished.connect(self._on_job_finished)
         self.bridge.changed.connect(self._on_session_changed)
+        self._perf_timer = QTimer(self, singleShot=True, interval=PERF_DEBOUNCE_MS)
+        self._perf_timer.timeout.connect(self.refresh_perf)
+        self._fid_timer = QTimer(self, singleShot=True, interval=FIDELITY_DEBOUNCE_MS)
+        self._fid_timer.timeout.connect(self.refresh_fidelity)
 
     # -- model --------------------------------------------------------------------------------
     def open_model(self, path, input_shapes=None, calib: CalibConfig | None = None) -> Job:
@@ -141,6 +182,7 @@ class Controller(QObject):
         gen = self.generation
         for kind in ("layout", "calibrate", "perf", "fidelity", "histogram"):
             self.jobs.cancel(kind)
+        self._stop_timers()
         opts = replace(self.options, calib=calib) if calib is not None else self.options
         shapes = parse_input_shapes(input_shapes.items() if isinstance(input_shapes, dict) else input_shapes)
         p = Path(path)
@@ -167,8 +209,38 @@ class Controller(QObject):
         if session.ready:
             self.refresh()
 
+    def open_project(self, path, on_opened=None) -> Job:
+        """Open a ``.qtquant`` project in the background: model, options, groups, cached statistics.
+
+        ``on_opened(session, report)`` runs on the GUI thread before the session is shown
+        (the window asks there whether to keep groups re-mapped onto a changed model).
+        """
+        from ..project import open_project
+
+        self.generation += 1
+        gen = self.generation
+        for kind in ("layout", "calibrate", "perf", "fidelity", "histogram"):
+            self.jobs.cancel(kind)
+        self._stop_timers()
+        p = Path(path)
+        self.loadStarted.emit(str(p))
+
+        def work(progress, cancelled):
+            return open_project(p, remap=True)
+
+        def done(res):
+            session, report = res
+            if on_opened is not None and on_opened(session, report) is False:
+                return
+            self._loaded(session, session.graph.path or p, gen)
+
+        return self.jobs.submit("load", f"open project {p.name}", work, done,
+                                on_error=lambda e: self.loadFailed.emit(str(e)),
+                                stale_key=lambda: self.generation)
+
     def close_model(self) -> None:
         self.generation += 1
+        self._stop_timers()
         self.jobs.cancel()
         self.bridge.set_session(None)
         self.spec = None
@@ -230,31 +302,75 @@ class Controller(QObject):
 
     # -- derived results ----------------------------------------------------------------------------
     def _on_session_changed(self, kind: str) -> None:
-        if self.bridge.ready:
+        if kind == "options":
+            s = self.bridge.session
+            if s is not None and s.options.march != self.options.march:  # the next model keeps it
+                self.options = replace(self.options, march=s.options.march)
+        if not self.bridge.ready:
+            return
+        if kind == "calibrated":
             self.refresh()
+        else:  # an edit: debounced, so a burst of undo/redo runs the simulator once
+            self.schedule_refresh()
+
+    def schedule_refresh(self) -> None:
+        self._perf_timer.start()
+        self._fid_timer.start()
+
+    def _stop_timers(self) -> None:
+        self._perf_timer.stop()
+        self._fid_timer.stop()
+
+    @property
+    def busy(self) -> bool:
+        """Jobs running or a debounced refresh still to start."""
+        return self.jobs.busy or self._perf_timer.isActive() or self._fid_timer.isActive()
 
     def refresh(self) -> None:
-        """Re-simulate and re-measure for the current revision (results of older ones drop)."""
+        """Re-simulate and re-measure for the current revision now (results of older ones drop)."""
+        self._stop_timers()
+        self.refresh_perf()
+        self.refresh_fidelity()
+
+    def refresh_perf(self) -> Job | None:
+        self._perf_timer.stop()
         s = self.bridge.session
-        if s is None or not s.ready:
-            return
-        s.domains  # build on the GUI thread once, so workers only read it
-        key = self._key
-        rev = s.revision
         sim = simulator()
-        if sim is not None:
-            self.jobs.submit("perf", f"simulate ({s.options.march})", lambda p, c: sim(s),
-                             lambda r: self._perf_done(r, rev), stale_key=key)
+        if s is None or not s.ready or sim is None:
+            return None
+        # The analyses are built here, on the GUI thread (cached per revision); the worker
+        # only runs the incremental simulator over them.
+        frozen = _Frozen(s, self.bridge.concats, self.bridge.baseline_concats)
+        rev = s.revision
+
+        def work(progress, cancelled):
+            return sim(frozen), sim(frozen, baseline=True)
+
+        return self.jobs.submit("perf", f"simulate ({s.options.march})", work,
+                                lambda r: self._perf_done(r, rev), stale_key=self._key)
+
+    def refresh_fidelity(self) -> Job | None:
+        self._fid_timer.stop()
+        s = self.bridge.session
         meas = fidelity_measure()
-        if meas is not None and s.calibration is not None:
-            self.jobs.submit("fidelity", "fidelity", lambda p, c: meas(s),
-                             lambda r: self._fidelity_done(r, rev), stale_key=key)
+        if s is None or not s.ready or meas is None or s.calibration is None:
+            return None
+        s.domains  # build on the GUI thread once, so the worker only reads it
+        s.baseline_domains
+        rev = s.revision
+
+        def work(progress, cancelled):  # a newer edit cancels it (supersede) between samples
+            return meas(s, cancel=cancelled)
+
+        return self.jobs.submit("fidelity", "fidelity", work, lambda r: self._fidelity_done(r, rev),
+                                stale_key=self._key)
 
     def _key(self):
         return (self.generation, self.bridge.revision)
 
-    def _perf_done(self, perf, rev) -> None:
-        self.bridge.set_perf(perf, rev)
+    def _perf_done(self, res, rev) -> None:
+        perf, base = res
+        self.bridge.set_perf(perf, rev, base)
         self.perfFinished.emit()
 
     def _fidelity_done(self, fid, rev) -> None:
@@ -293,10 +409,12 @@ class Controller(QObject):
         return self.jobs.submit("histogram", f"histogram {tensor}", work, done, stale_key=self._key)
 
     def set_march(self, march: str) -> None:
+        """Not undoable (the window's edits go through the undo stack instead)."""
         s = self.bridge.session
         self.options = replace(self.options, march=march)
         if s is not None and s.options.march != march:
             s.set_options(march=march)  # "options" event -> refresh()
 
     def shutdown(self) -> None:
+        self._stop_timers()
         self.jobs.shutdown()

@@ -8,10 +8,11 @@ import time
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, QSortFilterProxyModel, Qt, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
-                               QListWidget, QPlainTextEdit, QSizePolicy, QTableView, QVBoxLayout, QWidget)
+                               QPlainTextEdit, QSizePolicy, QTableView, QVBoxLayout, QWidget)
 
 from ..cli.common import MARCHES
 from ..shapes import format_shape
+from .groupsdock import GroupsPanel
 from .perfdata import num, rescale_us_by_concat, top_layers
 from .style import fmt_bytes, fmt_ratio, fmt_us, mismatch_color
 
@@ -192,33 +193,6 @@ class ConcatList(QWidget):
             self.table.clearSelection()
 
 
-class GroupsPanel(QWidget):
-    """Shared-observer groups of the session (editing arrives with the editor actions)."""
-
-    def __init__(self, bridge, parent=None):
-        super().__init__(parent)
-        self.bridge = bridge
-        self.list = QListWidget()
-        self.hint = QLabel("No groups. Shift+drag to select producers, then Share (Ctrl+G) ties their "
-                           "outputs to one observer.")
-        self.hint.setWordWrap(True)
-        self.hint.setStyleSheet("color: #666; padding: 4px")
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.addWidget(self.list)
-        lay.addWidget(self.hint)
-        bridge.sessionReplaced.connect(lambda s: self.refresh())
-        bridge.changed.connect(lambda k: self.refresh())
-
-    def refresh(self) -> None:
-        self.list.clear()
-        s = self.bridge.session
-        groups = list(getattr(s.groups, "groups", [])) if s is not None else []
-        for gr in groups:
-            self.list.addItem(f"{gr.name or 'group ' + str(gr.id)}: {len(gr.members)} tensors")
-        self.hint.setVisible(not groups)
-
-
 class BarChart(QWidget):
     """Horizontal bars: the slowest layers.  Clicking a bar emits its name."""
 
@@ -298,6 +272,7 @@ class PerfSummary(QWidget):
             f = lab.font()
             f.setBold(key in ("latency", "fps"))
             lab.setFont(f)
+            lab.setWordWrap(key == "sqnr")  # one entry per model output
             form.addRow(label, lab)
             self.values[key] = lab
         self.note = QLabel("")
@@ -329,15 +304,22 @@ class PerfSummary(QWidget):
         self.march.blockSignals(False)
 
     def refresh(self) -> None:
+        """Totals for the current revision, each with its change against the unedited model."""
         b = self.bridge
         v = self.values
         from .perfdata import simulator
 
-        perf = b.perf
+        perf, base = b.perf, b.perf_baseline
         stale = perf is not None and b.perf_revision != b.revision
-        cs = b.concats
+        cs, bcs = b.concats, b.baseline_concats
         if cs is not None:
-            v["rescales"].setText(f"{sum(c.rescales for c in cs)} in {sum(1 for c in cs if c.rescales)} Concats")
+            n = sum(c.rescales for c in cs)
+            text = f"{n} in {sum(1 for c in cs if c.rescales)} Concats"
+            if bcs is not None:
+                was = sum(c.rescales for c in bcs)
+                if was != n:
+                    text += _delta(f"was {was}", n - was, lower_better=True)
+            v["rescales"].setText(text)
         else:
             v["rescales"].setText("—")
         if perf is None:
@@ -346,19 +328,43 @@ class PerfSummary(QWidget):
             self.chart.set_rows([])
             self.note.setText("" if simulator() is not None else "The perf simulator is not installed.")
         else:
-            total = num(getattr(perf, "total_ms", None))
-            v["latency"].setText(f"{total:.3f} ms" if total is not None else "—")
-            fps = num(getattr(perf, "fps", None))
-            v["fps"].setText(f"{fps:.1f}" if fps is not None else "—")
-            v["ddr"].setText(fmt_bytes(num(getattr(perf, "ddr_bytes", None))))
-            v["rescale_us"].setText(fmt_us(num(getattr(perf, "rescale_us", None))))
+            def metric(key, attr, fmt, lower_better, dfmt):
+                now = num(getattr(perf, attr, None))
+                was = num(getattr(base, attr, None)) if base is not None else None
+                text = fmt(now) if now is not None else "—"
+                if now is not None and was is not None and abs(now - was) > 1e-9 * max(1.0, abs(was)):
+                    text += _delta(dfmt(now - was), now - was, lower_better)
+                v[key].setText(text)
+
+            metric("latency", "total_ms", lambda x: f"{x:.3f} ms", True, lambda d: f"{d:+.3f} ms")
+            metric("fps", "fps", lambda x: f"{x:.1f}", False, lambda d: f"{d:+.1f}")
+            metric("ddr", "ddr_bytes", fmt_bytes, True, lambda d: ("+" if d > 0 else "−") + fmt_bytes(abs(d)))
+            metric("rescale_us", "rescale_us", fmt_us, True, lambda d: ("+" if d > 0 else "−") + fmt_us(abs(d)))
             self.chart.set_rows(top_layers(perf, 12))
-            self.note.setText("updating…" if stale else "")
+            grouped = b.session is not None and len(b.session.groups) > 0
+            self.note.setText("updating…" if stale else "(…): change against the unedited model" if grouped else "")
         fid = b.fidelity
         if fid is not None and getattr(fid, "sqnr_db", None):
-            v["sqnr"].setText(", ".join(f"{k}: {x:.1f} dB" for k, x in fid.sqnr_db.items() if x is not None))
+            before = getattr(fid, "before_sqnr_db", {}) or {}
+            parts = []
+            for k, x in fid.sqnr_db.items():
+                if x is None:
+                    continue
+                t = f"{k}: {x:.1f} dB"
+                w = before.get(k)
+                if w is not None and math.isfinite(x) and math.isfinite(w) and abs(x - w) >= 0.005:
+                    t += _delta(f"{x - w:+.2f} dB", x - w, lower_better=False)
+                parts.append(t)
+            v["sqnr"].setText("; ".join(parts))
         else:
             v["sqnr"].setText("—")
+
+
+def _delta(text: str, d: float, lower_better: bool) -> str:
+    """A coloured bracketed change: green when it is an improvement, red otherwise."""
+    good = (d < 0) == lower_better
+    col = "#2e7d32" if good else "#c62828"
+    return f' <span style="color:{col}">({text.replace("-", "−")})</span>'
 
 
 class JobLog(QPlainTextEdit):

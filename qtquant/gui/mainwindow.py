@@ -1,9 +1,9 @@
 """The main window: canvas in the centre, docks around it, toolbar, menus and status bar.
 
 All background work goes through :class:`~qtquant.gui.controller.Controller`; this
-module only builds widgets and applies results.  Edit actions (Share, Ungroup,
-Auto-share, Export) are placeholders until the editor lands; the undo stack already
-drives Undo/Redo so edits can arrive as QUndoCommands.
+module only builds widgets and applies results.  Edits (Share, Ungroup, Auto-share,
+policy and march changes) are QUndoCommands on :attr:`MainWindow.undo_stack`; their
+wiring, export and projects live in :class:`~qtquant.gui.editor_ui.EditingMixin`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .canvas import GraphScene, GraphView
 from .controller import Controller
 from .dialogs import ErrorDialog, ModelSettings, OpenDialog, calib_config, model_inputs, needs_shapes
 from .docks import ConcatList, GroupsPanel, JobLog, ModelInfo, PerfSummary
+from .editor_ui import EditingMixin
 from .inspector import Inspector
 from .overlays import MODE_LABELS, MODES, compute_looks
 from .search import SearchBar
@@ -31,7 +32,7 @@ __all__ = ["MainWindow"]
 MAX_RECENT = 10
 
 
-class MainWindow(QMainWindow):
+class MainWindow(EditingMixin, QMainWindow):
     def __init__(self, settings: QSettings | None = None, options: Options | None = None, *,
                  auto_calibrate: bool = True, show_dialogs: bool = True):
         super().__init__()
@@ -62,9 +63,11 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         self._build_docks()
+        self._setup_editing()
         self._build_actions()
         self._build_status()
         self._connect()
+        self._connect_editing()
         self._restore()
         self._show_welcome()
 
@@ -96,10 +99,10 @@ class MainWindow(QMainWindow):
         # after the window is resized.
         self.tabifyDockWidget(self.docks["perf"], self.docks["log"])
         self.docks["perf"].raise_()
-        self.resizeDocks([self.docks["model"], self.docks["concats"], self.docks["groups"]], [140, 480, 90],
+        self.resizeDocks([self.docks["model"], self.docks["concats"], self.docks["groups"]], [140, 370, 200],
                          Qt.Vertical)
         self.resizeDocks([self.docks["concats"], self.docks["inspector"]], [320, 470], Qt.Horizontal)
-        self.resizeDocks([self.docks["perf"]], [220], Qt.Vertical)
+        self.resizeDocks([self.docks["perf"]], [250], Qt.Vertical)
 
     def _act(self, text, slot=None, shortcut=None, tip="", enabled=True) -> QAction:
         a = QAction(text, self)
@@ -114,17 +117,11 @@ class MainWindow(QMainWindow):
         return a
 
     def _build_actions(self) -> None:
-        later = "arrives with the graph editor"
         A = self.actions_by_name = {
             "open": self._act("Open…", self.open_dialog, QKeySequence.Open, "Open an ONNX model"),
             "demo": self._act("Open demo model", self.open_demo, tip="The bundled multi-scale attention demo"),
             "calibrate": self._act("Calibrate…", self.calibrate_dialog, "Ctrl+K", "Choose calibration data and run it"),
-            "autoshare": self._act("Auto-share", None, tip=f"Share every cheap Concat ({later})", enabled=False),
-            "share": self._act("Share", None, "Ctrl+G", f"Tie the selected outputs to one observer ({later})",
-                               enabled=False),
-            "ungroup": self._act("Ungroup", None, "Ctrl+Shift+G", f"Dissolve the selected group ({later})",
-                                 enabled=False),
-            "export": self._act("Export…", None, tip=f"Write the fixed QDQ model ({later})", enabled=False),
+            **self._edit_actions(),
             "find": self._act("Find…", self.search_bar.open, QKeySequence.Find, "Find a node or tensor"),
             "fit": self._act("Fit to view", self.view.fit, "F", "Show the whole graph"),
             "zoom_in": self._act("Zoom in", lambda: self.view.set_zoom(self.view.zoom * 1.25), QKeySequence.ZoomIn),
@@ -141,7 +138,10 @@ class MainWindow(QMainWindow):
         tb = self.addToolBar("Main")
         tb.setObjectName("toolbar_main")
         tb.setToolButtonStyle(Qt.ToolButtonTextOnly)
-        for key in ("open", "calibrate", None, "autoshare", "share", "ungroup", None, "undo", "redo", None):
+        for key in ("open", "calibrate", None, "autoshare"):
+            tb.addSeparator() if key is None else tb.addAction(A[key])
+        tb.addWidget(self.autoshare_bits)
+        for key in ("share", "ungroup", None, "undo", "redo", None):
             tb.addSeparator() if key is None else tb.addAction(A[key])
         tb.addWidget(QLabel(" Overlay: "))
         self.overlay_combo = QComboBox()
@@ -155,6 +155,8 @@ class MainWindow(QMainWindow):
         self.march_combo.setCurrentText(self.controller.options.march)
         self.march_combo.currentTextChanged.connect(self.set_march)
         tb.addWidget(self.march_combo)
+        tb.addWidget(QLabel("  Policy: "))
+        tb.addWidget(self.policy_combo)
         tb.addSeparator()
         tb.addAction(A["fit"])
         tb.addAction(A["export"])
@@ -162,14 +164,18 @@ class MainWindow(QMainWindow):
         mb = self.menuBar()
         fm = mb.addMenu("&File")
         fm.addAction(A["open"])
+        fm.addAction(A["open_project"])
         self.recent_menu = fm.addMenu("Open &Recent")
         fm.addAction(A["demo"])
+        fm.addSeparator()
+        fm.addAction(A["save_project"])
+        fm.addAction(A["save_project_as"])
         fm.addSeparator()
         fm.addAction(A["export"])
         fm.addSeparator()
         fm.addAction(A["quit"])
         em = mb.addMenu("&Edit")
-        for key in ("undo", "redo", None, "find", None, "share", "ungroup", "autoshare"):
+        for key in ("undo", "redo", "history", None, "find", None, "share", "ungroup", "autoshare"):
             em.addSeparator() if key is None else em.addAction(A[key])
         vm = mb.addMenu("&View")
         for key in ("fit", "zoom_in", "zoom_out"):
@@ -189,6 +195,16 @@ class MainWindow(QMainWindow):
         am = mb.addMenu("&Analysis")
         am.addAction(A["calibrate"])
         am.addAction(A["resimulate"])
+        pm = am.addMenu("Shared-range &policy")
+        self.policy_actions = QActionGroup(self)
+        for i in range(self.policy_combo.count()):
+            a = QAction(self.policy_combo.itemText(i), self, checkable=True)
+            a.setData(self.policy_combo.itemData(i))
+            a.triggered.connect(lambda checked=False, v=a.data(): self.editor.set_policy(v))
+            self.policy_actions.addAction(a)
+            pm.addAction(a)
+        pm.aboutToShow.connect(lambda: [a.setChecked(a.data() == self.policy_combo.currentData())
+                                        for a in self.policy_actions.actions()])
         self._rebuild_recent()
 
     def _build_status(self) -> None:
@@ -217,12 +233,14 @@ class MainWindow(QMainWindow):
         c.calibrationStarted.connect(lambda: self.statusBar().showMessage("Calibrating…"))
         c.calibrationFinished.connect(self._on_calibrated)
         b.changed.connect(lambda kind: self.apply_looks())
+        b.changed.connect(lambda kind: self.update_hulls() if kind in ("groups", "calibrated") else None)
         b.perfChanged.connect(lambda: self.apply_looks() if self.overlay == "latency" else None)
         j.jobStarted.connect(self._on_job_started)
         j.jobProgress.connect(self._on_job_progress)
         j.jobFinished.connect(self._on_job_finished)
         j.jobFailed.connect(lambda job, msg, det: self.show_error(f"{job.label.capitalize()} failed", msg, det))
         self.scene.selectionChanged.connect(self._on_selection)
+        self.scene.selectionChanged.connect(self._on_selection_for_edit)
         self.concat_list.nodeActivated.connect(self.jump_to)
         self.perf_summary.nodeActivated.connect(self.jump_to)
         self.perf_summary.marchChanged.connect(self.set_march)
@@ -239,6 +257,10 @@ class MainWindow(QMainWindow):
     def request_open(self, path, ask: bool | None = None) -> bool:
         """Open with remembered settings; ask first when ``ask`` or when shapes are unresolved."""
         path = Path(path)
+        if path.suffix.lower() == ".qtquant":
+            return self.open_project(path) is not None
+        if not self.projects.maybe_save():
+            return False
         rem = self.model_settings.load(path)
         if ask is None:
             ask = needs_shapes(model_inputs(path)) and not rem.get("shapes")
@@ -281,11 +303,15 @@ class MainWindow(QMainWindow):
         self.controller.calibrate(calib_config(values["calib"]))
 
     def dragEnterEvent(self, ev):
-        if any(u.toLocalFile().lower().endswith(".onnx") for u in ev.mimeData().urls()):
+        if any(u.toLocalFile().lower().endswith((".onnx", ".qtquant")) for u in ev.mimeData().urls()):
             ev.acceptProposedAction()
 
     def dropEvent(self, ev):
         for u in ev.mimeData().urls():
+            if u.toLocalFile().lower().endswith(".qtquant"):
+                ev.acceptProposedAction()
+                QTimer.singleShot(0, lambda p=u.toLocalFile(): self.open_project(p))
+                return
             if u.toLocalFile().lower().endswith(".onnx"):
                 ev.acceptProposedAction()
                 QTimer.singleShot(0, lambda p=u.toLocalFile(): self.request_open(p, ask=True))
@@ -298,7 +324,7 @@ class MainWindow(QMainWindow):
             v = [v]
         return [p for p in (v or []) if p]
 
-    def _add_recent(self, path: Path) -> None:
+    def add_recent(self, path: Path) -> None:
         p = str(Path(path).resolve())
         rec = [p] + [r for r in self.recent_files() if r != p]
         self.settings.setValue("recent", rec[:MAX_RECENT])
@@ -317,13 +343,18 @@ class MainWindow(QMainWindow):
     def _on_model_loaded(self, session) -> None:
         g = session.graph
         name = g.path.name if g.path else "model"
-        self.setWindowTitle(f"{name} — qtquant")
         self.scene.reset(f"Laying out {len(g.nodes)} nodes…")
         self.search_bar.set_graph(g)
         self.undo_stack.clear()
-        self._sync_march(session.options.march)
+        self.group_focus = None
+        self.projects.model_opened()
+        if self.projects.path is not None:
+            self.add_recent(self.projects.path)
+        self.update_title()
+        self._sync_options()
+        self.update_edit_actions()
         if g.path:
-            self._add_recent(g.path)
+            self.add_recent(g.path)
         self.job_log.log(f"opened {g.path or name}: {len(g.nodes)} nodes, {len(g.concat_nodes())} Concats")
 
     def _on_layout(self, spec) -> None:
@@ -331,6 +362,7 @@ class MainWindow(QMainWindow):
         self.view.resetTransform()
         self.view.fit_top()
         self.apply_looks()
+        self.update_hulls()
         self.view.minimap.refresh()
         lay = spec.layout
         self.job_log.log(f"layout: {len(spec.nodes)} items, {len(spec.edges)} edges, {lay.crossings} crossings, "
@@ -372,10 +404,6 @@ class MainWindow(QMainWindow):
         self.march_combo.setCurrentText(march)
         self.march_combo.blockSignals(False)
         self.perf_summary.set_march(march)
-
-    def set_march(self, march: str) -> None:
-        self._sync_march(march)
-        self.controller.set_march(march)
 
     # -- selection and navigation --------------------------------------------------------------
     def _on_selection(self) -> None:
@@ -459,6 +487,9 @@ class MainWindow(QMainWindow):
             self.restoreState(st)
 
     def closeEvent(self, ev):
+        if not self.projects.maybe_save():
+            ev.ignore()
+            return
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/state", self.saveState())
         self.controller.shutdown()

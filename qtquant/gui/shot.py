@@ -33,7 +33,7 @@ def wait_settled(win, timeout: float = 120.0, *, need_perf: bool = True) -> None
         if win.errors:
             raise ScreenshotError(win.errors[0][1])
         c = win.controller
-        done = (c.spec is not None and win.scene.spec is c.spec and not win.jobs.busy
+        done = (c.spec is not None and win.scene.spec is c.spec and not c.busy
                 and c.bridge.ready and (c.bridge.perf is not None or not want_perf))
         if done:
             return

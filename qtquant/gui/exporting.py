@@ -1,0 +1,252 @@
+"""Export from the app: the fixed QDQ model, the plan, onnxruntime overrides, the perf
+report (HTML + CSV) and a PNG of the canvas.
+
+The files come from the same core functions as ``qtquant fix`` and ``qtquant perf``
+(:func:`~qtquant.export.qdq.export_qdq`, :func:`~qtquant.plan.save_plan`,
+:func:`~qtquant.export.overrides.write_overrides`, :mod:`qtquant.perf.report`), so the
+GUI and the CLI write the same bytes for the same session.  :func:`export_files` runs in
+a worker on a snapshot of the session: an edit made while it writes does not leak in.
+Every file is written atomically; the first error stops the export with a one-line
+message (the window shows it in a dialog).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QPoint, QRectF, QSettings, Qt
+from PySide6.QtGui import QColor, QImage, QPainter
+from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
+                               QLineEdit, QPushButton, QVBoxLayout, QWidget)
+
+from ..errors import BadInputError
+from ..groups import GroupSet
+from ..session import Events
+
+__all__ = ["ExportOptions", "ExportDialog", "export_files", "snapshot_session", "render_canvas", "ExportReport"]
+
+MAX_PNG_SIDE = 12000  # pixels: beyond this the canvas picture is scaled down
+
+
+@dataclass
+class ExportOptions:
+    folder: Path
+    stem: str
+    model: bool = True
+    plan: bool = True
+    overrides: bool = True
+    report: bool = True  # HTML and CSV
+    png: bool = True
+    float_outputs: bool = False
+
+    def paths(self) -> dict[str, Path]:
+        f, s = Path(self.folder), self.stem
+        out = {}
+        if self.model:
+            out["model"] = f / f"{s}.onnx"
+        if self.plan:
+            out["plan"] = f / f"{s}.plan.json"
+        if self.overrides:
+            out["overrides"] = f / f"{s}.overrides.json"
+        if self.report:
+            out["html"] = f / f"{s}.perf.html"
+            out["csv"] = f / f"{s}.perf.csv"
+        if self.png:
+            out["png"] = f / f"{s}.png"
+        return out
+
+
+@dataclass
+class ExportReport:
+    written: list[Path] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # what the CLI would print
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def snapshot_session(session):
+    """A private copy for a worker: same graph and calibration, frozen groups, no listeners."""
+    snap = copy.copy(session)
+    snap.groups = GroupSet(list(session.groups.groups), session.groups.next_id)
+    snap.events = Events()
+    return snap
+
+
+def export_files(session, opts: ExportOptions, image: QImage | None = None, cancelled=None) -> ExportReport:
+    """Write the chosen files (worker thread).  ``session`` should be a :func:`snapshot_session`."""
+    from ..export.atomic import atomic_dir, check_output_path, commit
+    from ..export.overrides import write_overrides
+    from ..export.qdq import export_qdq
+    from ..plan import save_plan
+
+    folder = Path(opts.folder)
+    if not folder.is_dir():
+        raise BadInputError(f"the export folder {folder} does not exist")
+    if not opts.stem or "/" in opts.stem or "\\" in opts.stem:
+        raise BadInputError(f"{opts.stem!r} is not a file name: give a base name without folders")
+    g = session.graph
+    paths = opts.paths()
+    if not paths:
+        raise BadInputError("nothing to export: tick at least one file")
+    for key, p in paths.items():  # refuse clobbering the input before writing anything
+        check_output_path(p, inputs=[g.path], what=f"{key} file")
+    rep = ExportReport()
+
+    def step():
+        if cancelled is not None and cancelled():
+            from ..errors import Cancelled
+
+            raise Cancelled("export cancelled")
+
+    if "model" in paths:
+        if not session.ready:
+            raise BadInputError("the model has no scales yet: wait for calibration before exporting it")
+        res = export_qdq(session, paths["model"], quantize_outputs=not opts.float_outputs)
+        rep.written += [res.path] + ([res.data_path] if res.data_path else [])
+        rep.lines.append(res.text())
+        rep.lines += [f"note: {n}" for n in res.build.notes]
+        step()
+    if "plan" in paths:
+        rep.written.append(save_plan(session, paths["plan"]))
+        rep.lines.append(f"wrote plan {paths['plan']}")
+    if "overrides" in paths:
+        rep.written.append(write_overrides(session, paths["overrides"]))
+        rep.lines.append(f"wrote onnxruntime TensorQuantOverrides {paths['overrides']}")
+    step()
+    if "html" in paths:
+        _perf_report(session, paths["html"], paths["csv"], rep)
+    if "png" in paths and image is not None:
+        p = paths["png"]
+        with atomic_dir(p.parent) as tmp:
+            t = tmp / p.name
+            if not image.save(str(t), "PNG"):
+                raise BadInputError(f"cannot write {p}")
+            commit(t, p)
+        rep.written.append(p)
+        rep.lines.append(f"wrote canvas picture {p} ({image.width()}×{image.height()})")
+    return rep
+
+
+def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) -> None:
+    """What ``qtquant perf --report --csv`` writes, from the same functions."""
+    from ..perf import load_march, simulate_session
+    from ..perf.report import csv_text, html_report, write_atomic
+    from ..shapes import format_shape
+
+    if not session.ready:
+        raise BadInputError("the perf report needs scales: wait for calibration before exporting it")
+    march = load_march(session.options.march)
+    after = simulate_session(session)
+    before = simulate_session(session, baseline=True)
+    grouped = len(session.groups) > 0
+    g = session.graph
+    model = g.path.name if g.path else "model"
+    meta = {"model": model, "input": ", ".join(f"{k}={format_shape(v)}" for k, v in g.input_shapes.items()),
+            "march": march.name, "nodes": len(g.nodes), "groups": len(session.groups),
+            "scales": "read from the QDQ file" if session.quantized_file else
+            f"calibrated ({session.calibration.config.source})" if session.calibration else "not calibrated"}
+    inputs = [g.path]
+    write_atomic(html_path, html_report(after, before if grouped else None,
+                                        title=f"qtquant perf — {model} on {march.name}", meta=meta, march=march),
+                 inputs=inputs, what="report")
+    write_atomic(csv_path, csv_text(after), inputs=inputs, what="CSV file")
+    rep.written += [html_path, csv_path]
+    rep.lines.append(f"wrote perf report {html_path} and layer table {csv_path}")
+
+
+def render_canvas(scene, view=None, max_side: int = MAX_PNG_SIDE) -> QImage:
+    """The whole graph (not just the visible part) at 100 % zoom or less, legend in the corner."""
+    src = scene.itemsBoundingRect().adjusted(-40, -40, 40, 40)
+    if src.isEmpty():
+        img = QImage(16, 16, QImage.Format_ARGB32)
+        img.fill(QColor("#fafbfc"))
+        return img
+    s = min(1.0, max_side / max(src.width(), src.height()))
+    w, h = max(1, int(src.width() * s)), max(1, int(src.height() * s))
+    img = QImage(w, h, QImage.Format_ARGB32)
+    img.fill(QColor("#fafbfc"))
+    labels_were = scene._labels_visible  # noqa: SLF001 - shape labels belong on a picture at 100 %
+    overview_was = scene.overview_active
+    scene.set_overview(False)
+    scene.set_labels_visible(s >= 0.85)
+    p = QPainter(img)
+    p.setRenderHints(QPainter.Antialiasing | QPainter.TextAntialiasing)
+    scene.render(p, QRectF(0, 0, w, h), src, Qt.KeepAspectRatio)
+    if view is not None and getattr(view, "legend", None) is not None:
+        view.legend.render(p, QPoint(12, 12))
+    p.end()
+    scene.set_labels_visible(labels_were)
+    scene.set_overview(overview_was)
+    return img
+
+
+class ExportDialog(QDialog):
+    """Where and what to export; remembers the folder per application (QSettings)."""
+
+    def __init__(self, folder: Path, stem: str, parent=None, settings: QSettings | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Export")
+        self.settings = settings
+        lay = QVBoxLayout(self)
+        form = QFormLayout()
+        self.folder = QLineEdit(str(folder))
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        row = QWidget()
+        rl = QHBoxLayout(row)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(self.folder, 1)
+        rl.addWidget(browse)
+        self.stem = QLineEdit(stem)
+        form.addRow("Folder:", row)
+        form.addRow("Base name:", self.stem)
+        lay.addLayout(form)
+        self.checks = {}
+        for key, text, tip in (
+                ("model", "Fixed QDQ model (.onnx)", "every group's tensors use one scale initializer (qtquant fix)"),
+                ("float_outputs", "    keep the model outputs in float", "like qtquant fix --float-outputs"),
+                ("plan", "Sharing plan (.plan.json)", "groups, members, scale and bits lost: tie the same "
+                                                       "observers in your QAT code"),
+                ("overrides", "onnxruntime TensorQuantOverrides (.overrides.json)", "the same scales for "
+                                                                                   "onnxruntime's quantizer"),
+                ("report", "Perf report (.perf.html and .perf.csv)", "like qtquant perf --report --csv"),
+                ("png", "Canvas picture (.png)", "the whole graph as drawn, with hulls and colours")):
+            cb = QCheckBox(text)
+            cb.setToolTip(tip)
+            cb.setChecked(key != "float_outputs")
+            cb.toggled.connect(self._preview)
+            lay.addWidget(cb)
+            self.checks[key] = cb
+        self.checks["model"].toggled.connect(self.checks["float_outputs"].setEnabled)
+        self.files = QLabel("")
+        self.files.setStyleSheet("color: #555")
+        self.files.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        lay.addWidget(self.files)
+        self.folder.textChanged.connect(self._preview)
+        self.stem.textChanged.connect(self._preview)
+        box = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
+        box.button(QDialogButtonBox.Ok).setText("Export")
+        box.accepted.connect(self.accept)
+        box.rejected.connect(self.reject)
+        lay.addWidget(box)
+        self._preview()
+
+    def _browse(self) -> None:
+        d = QFileDialog.getExistingDirectory(self, "Export folder", self.folder.text())
+        if d:
+            self.folder.setText(d)
+
+    def _preview(self) -> None:
+        paths = self.values().paths()
+        self.files.setText("Writes: " + (", ".join(p.name for p in paths.values()) or "nothing"))
+
+    def values(self) -> ExportOptions:
+        c = self.checks
+        return ExportOptions(Path(self.folder.text().strip() or "."), self.stem.text().strip(),
+                             model=c["model"].isChecked(), plan=c["plan"].isChecked(),
+                             overrides=c["overrides"].isChecked(), report=c["report"].isChecked(),
+                             png=c["png"].isChecked(),
+                             float_outputs=c["float_outputs"].isChecked() and c["model"].isChecked())

@@ -1,0 +1,507 @@
+"""Editing in the app (issue 7), driven through real mouse and keyboard events (pytest-qt, offscreen).
+
+The model: ``x * k`` branches into two Concats, so every ratio is known exactly:
+cat1 joins x*1, x*3, x*6 (two rescales), cat2 joins x*0.5, x*4 (one rescale); cat2's
+branch ends in Shape -> Reshape, whose int64 shape tensor can never be shared.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QEvent, QPoint, QPointF, QSettings, Qt  # noqa: E402
+from PySide6.QtGui import QColor, QMouseEvent  # noqa: E402
+from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
+
+from qtquant.calib import CalibConfig  # noqa: E402
+from qtquant.gui.mainwindow import MainWindow  # noqa: E402
+from qtquant.gui.perfdata import simulator  # noqa: E402
+from qtquant.gui.style import MISMATCH_BANDS  # noqa: E402
+
+GREEN = QColor(MISMATCH_BANDS[0][2]).name()
+ORANGE = QColor(MISMATCH_BANDS[2][2]).name()
+
+
+def edit_model(path, k_e: float = 4.0):
+    nodes, inits = [], []
+
+    def mul(name, k):
+        inits.append(numpy_helper.from_array(np.array(k, np.float32), f"{name}_k"))
+        nodes.append(helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_out"], name=name))
+        return f"{name}_out"
+
+    a, b, c = mul("br_a", 1.0), mul("br_b", 3.0), mul("br_c", 6.0)
+    nodes.append(helper.make_node("Concat", [a, b, c], ["cat1_out"], name="cat1", axis=1))
+    nodes.append(helper.make_node("Relu", ["cat1_out"], ["y1"], name="relu1"))
+    d, e = mul("br_d", 0.5), mul("br_e", k_e)
+    nodes.append(helper.make_node("Concat", [d, e], ["cat2_out"], name="cat2", axis=1))
+    nodes.append(helper.make_node("Relu", ["cat2_out"], ["r2"], name="relu2"))
+    nodes.append(helper.make_node("Shape", ["r2"], ["r2_shape"], name="shape"))
+    nodes.append(helper.make_node("Reshape", ["r2", "r2_shape"], ["y2"], name="reshape"))
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y1", "y2")]
+    g = helper.make_graph(nodes, "edit", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          outs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+@pytest.fixture
+def prompts(monkeypatch):
+    """Every QMessageBox.question is recorded and answered from ``answers`` (default: Discard),
+    so a prompt can never block a test."""
+    log = {"asked": [], "answers": []}
+
+    def question(parent, title, text, buttons=None, default=None):
+        log["asked"].append((title, text))
+        return log["answers"].pop(0) if log["answers"] else QMessageBox.Discard
+
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(question))
+    return log
+
+
+@pytest.fixture
+def make_win(qtbot, tmp_path, prompts):
+    made = []
+
+    def make():
+        w = MainWindow(QSettings(str(tmp_path / f"settings{len(made)}.ini"), QSettings.IniFormat))
+        qtbot.addWidget(w)
+        w.resize(1400, 900)
+        w.show()
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.controller.shutdown()
+
+
+@pytest.fixture
+def win(make_win):
+    return make_win()
+
+
+@pytest.fixture
+def model(tmp_path):
+    return edit_model(tmp_path / "edit.onnx")
+
+
+def settle(qtbot, win, timeout=20000):
+    """Layout on the canvas, scales ready, no job running or debounced refresh pending."""
+    qtbot.waitUntil(lambda: win.controller.spec is not None and win.scene.spec is win.controller.spec
+                    and win.bridge.ready and not win.controller.busy, timeout=timeout)
+
+
+def open_settled(qtbot, win, path, count=4):
+    win.open_model(path, calib=CalibConfig(count=count))
+    settle(qtbot, win)
+    win.view.set_zoom(1.0)
+
+
+def _send(view, kind, pos, buttons, modifiers=Qt.NoModifier):
+    vp = view.viewport()
+    p = QPointF(pos)
+    button = Qt.NoButton if kind == QEvent.MouseMove else Qt.LeftButton
+    QApplication.sendEvent(vp, QMouseEvent(kind, p, vp.mapToGlobal(p), button, buttons, modifiers))
+
+
+def drag(view, a, b, modifiers=Qt.NoModifier, steps=10):
+    """Press, move in steps and release on the viewport (QTest's mouseMove carries no buttons)."""
+    a, b = QPointF(a), QPointF(b)
+    _send(view, QEvent.MouseButtonPress, a, Qt.LeftButton, modifiers)
+    for k in range(1, steps + 1):
+        _send(view, QEvent.MouseMove, a + (b - a) * k / steps, Qt.LeftButton, modifiers)
+    _send(view, QEvent.MouseButtonRelease, b, Qt.NoButton, modifiers)
+
+
+def at(win, name):
+    """Viewport position of a node's centre, scrolled into view first."""
+    return win.view.mapFromScene(win.scene.nodes[name].pos())
+
+
+def rubber_band(win, names):
+    """Shift+drag a selection rectangle around ``names`` from empty space above-left."""
+    sc = win.scene
+    r = sc.nodes[names[0]].sceneBoundingRect()
+    for n in names[1:]:
+        r = r.united(sc.nodes[n].sceneBoundingRect())
+    win.view.centerOn(r.center())
+    drag(win.view, win.view.mapFromScene(r.left() - 20, r.top() - 12),
+         win.view.mapFromScene(r.right() + 8, r.bottom() + 8), Qt.ShiftModifier)
+
+
+def drag_node(win, src, dst):
+    """Press on ``src``, drag onto ``dst`` (both kept on screen), release."""
+    sc = win.scene
+    r = sc.nodes[src].sceneBoundingRect().united(sc.nodes[dst].sceneBoundingRect())
+    win.view.centerOn(r.center())
+    drag(win.view, at(win, src), at(win, dst))
+
+
+def press_keys(qtbot, win, key, modifiers):
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow, timeout=5000)
+    win.view.setFocus()
+    qtbot.keyClick(win.view, key, modifiers)
+
+
+def concat(win, name):
+    return win.bridge.concat(name)
+
+
+def perf_settled(qtbot, win):
+    if simulator() is not None:
+        qtbot.waitUntil(lambda: win.bridge.perf is not None and win.bridge.perf_revision == win.bridge.revision
+                        and not win.controller.busy, timeout=20000)
+
+
+def state(win):
+    """What the user sees for cat1/cat2 and in the summary."""
+    sc = win.scene
+    ps = win.perf_summary.values
+    return {"fills": {n: sc.nodes[n].fill.name() for n in ("cat1", "cat2")},
+            "badges": {n: sc.nodes[n].badge_texts for n in ("cat1", "cat2")},
+            "latency": ps["latency"].text(), "rescales": ps["rescales"].text(),
+            "groups": [tuple(g.members) for g in win.bridge.session.groups],
+            "hulls": sorted(sc.hulls.hulls), "rows": win.groups_panel.tree.topLevelItemCount()}
+
+
+# -- grouping by mouse and keyboard ------------------------------------------------------------------
+
+
+def test_rubber_band_ctrl_g_shares_and_concat_turns_green(qtbot, win, model):
+    open_settled(qtbot, win, model)
+    perf_settled(qtbot, win)
+    assert win.scene.nodes["cat1"].fill.name() == ORANGE
+    assert win.scene.nodes["cat1"].badge_texts == ["+2 rescale"]
+    assert win.perf_summary.values["rescales"].text() == "3 in 2 Concats"
+    rubber_band(win, ["br_a", "br_b", "br_c", "cat1"])
+    assert sorted(win.scene.selected_names()) == ["br_a", "br_b", "br_c", "cat1"]
+    assert win.actions_by_name["share"].isEnabled()
+    press_keys(qtbot, win, Qt.Key_G, Qt.ControlModifier)
+    groups = list(win.bridge.session.groups)
+    assert [g.members for g in groups] == [("br_a_out", "br_b_out", "br_c_out", "cat1_out")]
+    # the Concat turns green, its badge disappears, its input edges are no longer highlighted
+    assert win.scene.nodes["cat1"].fill.name() == GREEN
+    assert win.scene.nodes["cat1"].badge_texts == []
+    assert concat(win, "cat1").rescales == 0
+    edges = {(e.tensor, e.dst): e for e in win.scene.edges}
+    assert edges[("br_a_out", "cat1")].pen().widthF() < 2
+    # a hull behind the four members, in the group's colour; the Groups dock lists it
+    hull = win.scene.hulls.hulls[groups[0].id]
+    assert set(hull.nodes) == {"br_a", "br_b", "br_c", "cat1"} and hull.zValue() < 1
+    for n in hull.nodes:
+        assert hull.shape().contains(win.scene.nodes[n].pos())
+    assert not hull.shape().contains(win.scene.nodes["cat2"].pos())
+    assert win.groups_panel.tree.topLevelItemCount() == 1
+    row = win.groups_panel.rows[0]
+    assert row.worst_bits == pytest.approx(np.log2(6.0), abs=0.01)  # x*1 next to x*6
+    assert row.scale == pytest.approx(win.bridge.session.domains.scale_of("cat1_out"))
+    assert "Shared 4 tensors" in win.statusBar().currentMessage()
+    # the summary refreshes in the background and shows the change against the unedited model
+    perf_settled(qtbot, win)
+    assert win.perf_summary.values["rescales"].text().startswith("1 in 1 Concats")
+    assert "was 3" in win.perf_summary.values["rescales"].text()
+    row = win.groups_panel.rows[0]  # rebuilt with the new perf result
+    if simulator() is not None:
+        assert win.bridge.perf.rescale_count == 1 and win.bridge.perf_baseline.rescale_count == 3
+        assert row.saved_us == pytest.approx(win.bridge.perf_baseline.rescale_cost_by_concat()["cat1"])
+        assert row.saved_us > 0
+    qtbot.waitUntil(lambda: win.bridge.fidelity is not None
+                    and win.bridge.fidelity_revision == win.bridge.revision, timeout=20000)
+    assert "y1:" in win.perf_summary.values["sqnr"].text()
+
+
+def test_drag_selection_onto_concat_joins_its_group(qtbot, win, model):
+    open_settled(qtbot, win, model)
+    rubber_band(win, ["br_d", "br_e"])
+    assert sorted(win.scene.selected_names()) == ["br_d", "br_e"]
+    drag_node(win, "br_d", "cat2")  # the pressed node is selected: the whole selection is dragged
+    assert [g.members for g in win.bridge.session.groups] == [("br_d_out", "br_e_out", "cat2_out")]
+    assert win.scene.nodes["cat2"].fill.name() == GREEN and win.scene.nodes["cat2"].badge_texts == []
+    assert sorted(win.scene.selected_names()) == ["br_d", "br_e"]  # a drag keeps the selection
+    # a single node onto a Concat joins it too (its inputs and output come along)
+    win.scene.clearSelection()
+    drag_node(win, "br_c", "cat1")
+    g1 = win.bridge.session.groups.group_of("cat1_out")
+    assert set(g1.members) == {"br_a_out", "br_b_out", "br_c_out", "cat1_out"}
+    assert win.scene.nodes["cat1"].fill.name() == GREEN
+    assert len(win.scene.hulls.hulls) == 2
+    colours = {h.color.name() for h in win.scene.hulls.hulls.values()}
+    assert len(colours) == 2  # one colour per group
+    assert win.undo_stack.count() == 2
+
+
+def test_drag_node_onto_node_shares_their_outputs(qtbot, win, model):
+    open_settled(qtbot, win, model)
+    drag_node(win, "br_b", "br_c")  # x*3 with x*6: only x*1 still needs a rescale at cat1
+    assert [g.members for g in win.bridge.session.groups] == [("br_b_out", "br_c_out")]
+    assert concat(win, "cat1").rescales == 1
+    assert win.scene.nodes["cat1"].badge_texts == ["+1 rescale"]
+    # a click without moving is a selection, not a drop
+    win.scene.clearSelection()
+    qtbot.mouseClick(win.view.viewport(), Qt.LeftButton, Qt.NoModifier, at(win, "br_a"))
+    assert win.scene.selected_names() == ["br_a"] and win.undo_stack.count() == 1
+    # releasing over empty space changes nothing
+    drag(win.view, at(win, "br_a"), at(win, "br_a") + QPoint(0, 60))
+    assert win.undo_stack.count() == 1 and not win.view.drag.pending
+
+
+def test_refused_share_changes_nothing_and_says_why(qtbot, win, model):
+    open_settled(qtbot, win, model)
+    before = state(win)
+    rev = win.bridge.revision
+    drag_node(win, "relu2", "shape")  # Relu's output with Shape's int64 output
+    assert "not quantized" in win.statusBar().currentMessage()
+    assert "r2_shape" in win.statusBar().currentMessage()
+    assert win.bridge.revision == rev and len(win.bridge.session.groups) == 0
+    assert win.undo_stack.count() == 0 and not win.actions_by_name["undo"].isEnabled()
+    assert state(win) == before
+    # Ctrl+G on a lone non-Concat node: nothing to tie it to
+    win.scene.clearSelection()
+    win.scene.nodes["br_a"].setSelected(True)
+    press_keys(qtbot, win, Qt.Key_G, Qt.ControlModifier)
+    assert "at least two tensors" in win.statusBar().currentMessage()
+    assert win.undo_stack.count() == 0 and state(win) == before
+    assert not win.errors  # a refusal is a status message, not an error dialog
+
+
+# -- undo / redo ------------------------------------------------------------------------------------
+
+
+def test_undo_redo_restore_colours_and_numbers(qtbot, win, model):
+    open_settled(qtbot, win, model)
+    perf_settled(qtbot, win)
+    before = state(win)
+    drag_node(win, "br_c", "cat1")
+    perf_settled(qtbot, win)
+    after = state(win)
+    assert after["fills"]["cat1"] == GREEN and after["latency"] != before["latency"]
+    press_keys(qtbot, win, Qt.Key_Z, Qt.ControlModifier)
+    assert win.scene.nodes["cat1"].fill.name() == ORANGE  # at once, before the background refresh
+    perf_settled(qtbot, win)
+    assert state(win) == before
+    press_keys(qtbot, win, Qt.Key_Z, Qt.ControlModifier | Qt.ShiftModifier)
+    perf_settled(qtbot, win)
+    assert state(win) == after
+    # the history lists the edits; policy and march changes are undoable too
+    win.policy_combo.setCurrentIndex(win.policy_combo.findData("max-input"))
+    assert win.bridge.session.options.policy.value == "max-input"
+    win.march_combo.setCurrentText("nash-e")
+    assert win.bridge.session.options.march == "nash-e"
+    assert [win.undo_stack.text(i) for i in range(win.undo_stack.count())] == \
+        ["Join cat1", "Policy: max-input", "March: nash-e"]
+    assert win.undo_view.model().rowCount() == 4  # plus the "<unedited model>" row
+    win.undo_stack.undo()
+    assert win.bridge.session.options.march == "bayes-e" and win.march_combo.currentText() == "bayes-e"
+    win.undo_stack.undo()
+    assert win.bridge.session.options.policy.value == "union" and win.policy_combo.currentData() == "union"
+    perf_settled(qtbot, win)
+    assert state(win) == after
+
+
+def test_ungroup_and_remove_member(qtbot, win, model):
+    open_settled(qtbot, win, model)
+    drag_node(win, "br_c", "cat1")
+    gid = win.bridge.session.groups.group_of("cat1_out").id
+    # selecting the group in the dock highlights its hull; Ctrl+Shift+G dissolves it
+    win.groups_panel.select_group(gid)
+    assert win.scene.hulls.highlighted == gid and win.scene.hulls.hulls[gid].emphasis == 1
+    press_keys(qtbot, win, Qt.Key_G, Qt.ControlModifier | Qt.ShiftModifier)
+    assert len(win.bridge.session.groups) == 0 and not win.scene.hulls.hulls
+    assert win.scene.nodes["cat1"].fill.name() == ORANGE
+    win.undo_stack.undo()
+    assert len(win.bridge.session.groups) == 1 and gid in win.scene.hulls.hulls
+    # remove one member from the canvas context menu of its producer
+    win.view.centerOn(win.scene.nodes["br_a"])
+    win.view.contextRequested.emit("br_a", win.view.viewport().mapToGlobal(at(win, "br_a")))
+    acts = {a.text(): a for a in win.context_menu.actions()}
+    acts[f"Remove br_a_out from group {gid}"].trigger()
+    win.context_menu.close()
+    assert set(win.bridge.session.groups.get(gid).members) == {"br_b_out", "br_c_out", "cat1_out"}
+    assert concat(win, "cat1").rescales == 1
+    # and from the Groups dock (member row, context-menu signal)
+    win.groups_panel.removeMemberRequested.emit(gid, "br_b_out")
+    assert set(win.bridge.session.groups.get(gid).members) == {"br_c_out", "cat1_out"}
+    # the undone Ungroup was dropped from the stack by the new edits
+    assert [win.undo_stack.text(i) for i in range(win.undo_stack.count())] == \
+        ["Join cat1", f"Remove br_a_out from group {gid}", f"Remove br_b_out from group {gid}"]
+
+
+# -- auto-share ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("demo", ["attention", "yolo_neck"])
+def test_auto_share_on_the_demos_removes_the_expected_rescales(qtbot, win, tmp_path, demo):
+    from qtquant.demo import build_attention_demo, build_yolo_neck_demo
+
+    p = tmp_path / f"{demo}.onnx"
+    onnx.save(build_attention_demo() if demo == "attention" else build_yolo_neck_demo(), str(p))
+    open_settled(qtbot, win, p)
+    cats = {c.node: c.rescales for c in win.bridge.concats}
+    if demo == "attention":
+        # k and v join 3x3/7x7/9x9 windows: sharing costs 2.3-2.7 bits, over the default 1
+        assert cats == {"attn/k_cat": 2, "attn/v_cat": 2}
+        win.autoshare_bits.setValue(1.0)
+        win.actions_by_name["autoshare"].trigger()
+        rep = win.last_autoshare
+        assert rep.grouped == [] and sorted(c for c, _ in rep.skipped) == ["attn/k_cat", "attn/v_cat"]
+        assert all("bits > 1" in why for _, why in rep.skipped)
+        assert win.undo_stack.count() == 0  # nothing grouped, nothing to undo
+        assert "0 Concats shared" in win.statusBar().currentMessage()
+        win.autoshare_bits.setValue(3.0)
+        win.actions_by_name["autoshare"].trigger()
+        assert sorted(win.last_autoshare.grouped) == ["attn/k_cat", "attn/v_cat"]
+        expect = {"attn/k_cat": 0, "attn/v_cat": 0}
+    else:
+        # the head Concat joins pixel boxes with [0, 1] scores: flagged, keeps its rescale
+        win.actions_by_name["autoshare"].trigger()
+        rep = win.last_autoshare
+        assert [c for c, _ in rep.skipped] == ["model.14/head_cat"]
+        expect = {n: (cats[n] if n == "model.14/head_cat" else 0) for n in cats}
+    got = {c.node: c.rescales for c in win.bridge.concats}
+    assert got == expect
+    for n, r in got.items():
+        item = win.scene.nodes[n]
+        assert (item.badge_texts == []) == (r == 0)
+        if r == 0:
+            assert item.fill.name() == GREEN
+    assert len(win.scene.hulls.hulls) == len(win.bridge.session.groups) > 0
+    assert win.undo_stack.count() == 1 and win.undo_stack.text(0).startswith("Auto-share")
+    assert win.report_dialogs and "auto-share" in win.report_dialogs[-1].text.toPlainText()
+    win.undo_stack.undo()
+    assert {c.node: c.rescales for c in win.bridge.concats} == cats
+
+
+# -- export ---------------------------------------------------------------------------------------------
+
+
+def test_export_writes_files_onnx_checker_accepts(qtbot, win, model, tmp_path, monkeypatch):
+    import onnxruntime as ort
+    from PIL import Image
+
+    from qtquant.gui.exporting import ExportDialog
+
+    open_settled(qtbot, win, model)
+    drag_node(win, "br_c", "cat1")
+    out = tmp_path / "out"
+    out.mkdir()
+    win.settings.setValue("export/folder", str(out))
+    monkeypatch.setattr(ExportDialog, "exec", lambda self: ExportDialog.Accepted)
+    assert win.actions_by_name["export"].isEnabled()
+    win.actions_by_name["export"].trigger()
+    qtbot.waitUntil(lambda: win.last_export is not None, timeout=30000)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["edit_fixed.onnx", "edit_fixed.overrides.json", "edit_fixed.perf.csv", "edit_fixed.perf.html",
+                     "edit_fixed.plan.json", "edit_fixed.png"]
+    onnx.checker.check_model(str(out / "edit_fixed.onnx"), full_check=True)
+    sess = ort.InferenceSession(str(out / "edit_fixed.onnx"), providers=["CPUExecutionProvider"])
+    res = sess.run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})
+    assert res[0].shape == (1, 9, 8, 8)
+    plan = json.loads((out / "edit_fixed.plan.json").read_text())
+    assert [sorted(m["tensor"] for m in g["members"]) for g in plan["groups"]] == \
+        [["br_a_out", "br_b_out", "br_c_out", "cat1_out"]]
+    ov = json.loads((out / "edit_fixed.overrides.json").read_text())
+    assert len({ov[t][0]["scale"] for t in ("br_a_out", "br_b_out", "br_c_out", "cat1_out")}) == 1
+    html = (out / "edit_fixed.perf.html").read_text()
+    assert "before groups" in html and "edit.onnx" in html
+    assert (out / "edit_fixed.perf.csv").read_text().startswith("name,op_type,")
+    im = Image.open(out / "edit_fixed.png")
+    assert im.size[0] > 300 and im.size[1] > 300
+    # the same bytes as the CLI's writers, from the same functions
+    from qtquant.plan import plan_dict
+
+    assert plan == json.loads(json.dumps(plan_dict(win.bridge.session)))
+    # an unwritable destination becomes an error dialog with a one-line message
+    win.settings.setValue("export/folder", str(tmp_path / "missing"))
+    n = len(win.errors)
+    win.actions_by_name["export"].trigger()
+    qtbot.waitUntil(lambda: len(win.errors) > n, timeout=20000)
+    assert "does not exist" in win.errors[-1][1] and "\n" not in win.errors[-1][1]
+    assert win.error_dialogs
+
+
+# -- projects -------------------------------------------------------------------------------------------
+
+
+def test_project_round_trips_with_cached_statistics(qtbot, make_win, prompts, model, tmp_path):
+    from PySide6.QtCore import QMimeData, QUrl
+    from PySide6.QtGui import QDropEvent
+
+    w1 = make_win()
+    open_settled(qtbot, w1, model)
+    drag_node(w1, "br_c", "cat1")
+    w1.policy_combo.setCurrentIndex(w1.policy_combo.findData("max-input"))
+    assert w1.isWindowModified()
+    proj = tmp_path / "work.qtquant"
+    assert w1.projects.save_to(proj)
+    assert proj.is_file() and (tmp_path / "work.stats").is_dir()
+    assert not w1.isWindowModified() and w1.undo_stack.isClean()
+    assert w1.windowTitle().startswith("work.qtquant")
+    groups = [g.members for g in w1.bridge.session.groups]
+    # a second window opens it by drag and drop: groups, options, statistics (no calibration)
+    w2 = make_win()
+    md = QMimeData()
+    md.setUrls([QUrl.fromLocalFile(str(proj))])
+    with qtbot.waitSignal(w2.controller.modelLoaded, timeout=20000):
+        w2.dropEvent(QDropEvent(QPointF(10, 10), Qt.CopyAction, md, Qt.LeftButton, Qt.NoModifier))
+    settle(qtbot, w2)
+    s2 = w2.bridge.session
+    assert [g.members for g in s2.groups] == groups
+    assert s2.options.policy.value == "max-input" and w2.policy_combo.currentData() == "max-input"
+    assert w2.projects.last_report.stats_from_cache
+    assert not any(j.kind == "calibrate" for j in w2.jobs.history)
+    assert s2.calibration.ranges == w1.bridge.session.calibration.ranges
+    assert w2.scene.nodes["cat1"].fill.name() == GREEN and len(w2.scene.hulls.hulls) == 1
+    assert w2.projects.path == proj and not w2.isWindowModified() and w2.undo_stack.count() == 0
+    # the model changes: the window warns and offers to re-map the groups by tensor name
+    edit_model(model, k_e=5.0)
+    prompts["answers"] = [QMessageBox.Yes]
+    with qtbot.waitSignal(w2.controller.modelLoaded, timeout=20000):
+        w2.open_project(proj)
+    settle(qtbot, w2)
+    assert prompts["asked"][-1][0] == "The model changed"
+    assert [g.members for g in w2.bridge.session.groups] == groups
+    assert w2.projects.modified  # re-mapped: the project file no longer matches the model
+    prompts["answers"] = [QMessageBox.Discard, QMessageBox.No]  # discard the re-map, drop the groups
+    with qtbot.waitSignal(w2.controller.modelLoaded, timeout=20000):
+        w2.open_project(proj)
+    settle(qtbot, w2)
+    assert len(w2.bridge.session.groups) == 0 and not w2.scene.hulls.hulls
+
+
+def test_closing_with_unsaved_changes_prompts(qtbot, win, prompts, model, tmp_path):
+    open_settled(qtbot, win, model)
+    assert win.close() is False or not win.isVisible()  # unedited: closes without asking
+    assert prompts["asked"] == []
+    win.show()
+    drag_node(win, "br_c", "cat1")
+    prompts["answers"] = [QMessageBox.Cancel]
+    assert win.close() is False and win.isVisible()
+    assert prompts["asked"][-1][0] == "Unsaved changes"
+    # Save without a project file asks where to put it
+    from PySide6.QtWidgets import QFileDialog
+
+    target = tmp_path / "saved.qtquant"
+    prompts["answers"] = [QMessageBox.Save]
+    import unittest.mock as mock
+
+    with mock.patch.object(QFileDialog, "getSaveFileName", return_value=(str(target), "")):
+        assert win.close() is True
+    assert target.is_file() and json.loads(target.read_text())["groups"]
+    # undoing back to the saved state is clean again; Discard closes without writing
+    win.show()
+    win.undo_stack.undo()
+    assert win.isWindowModified()
+    prompts["answers"] = [QMessageBox.Discard]
+    mtime = target.stat().st_mtime_ns
+    assert win.close() is True and target.stat().st_mtime_ns == mtime
