@@ -4,7 +4,8 @@ Each picture is made by the CLI in a fresh process, exactly as a user would make
 
 * the demo (multi-scale attention), whole window, k_cat selected;
 * yolov8n_320 (when the shared model folder is present), calibrated on the shared photos,
-  in each overlay mode: none (whole window), latency, mismatch and bits lost (canvas only).
+  in each overlay mode: none (whole window), latency, mismatch and bits lost (canvas only);
+  and the head's P3 box and class branches before and after sharing one observer.
 
 PNGs are reduced to a 256-colour palette with Pillow to keep the repository small.
 
@@ -14,6 +15,7 @@ Run:  python3 benchmarks/screenshots.py [--out docs/img] [--models DIR] [--calib
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -78,6 +80,18 @@ def main() -> int:
             p = out / f"yolov8n_{mode}.png"
             shot(common + ["--overlay", mode, "--select", node, "--canvas-only", "--size", "1000x700"], p)
             made.append(p)
+        # Editing (docs/gui.md): the head's box and class branches at P3 tied to one observer,
+        # as a drag of one Conv onto the other does; before and after, and the whole window.
+        plan = tmp / "head_branches.plan.json"
+        plan.write_text(json.dumps({"format": "qtquant-plan", "version": 1, "groups": [
+            {"members": ["/model.22/cv2.0/cv2.0.2/Conv_output_0", "/model.22/cv3.0/cv3.0.2/Conv_output_0"]}]}))
+        for name, extra in (("yolov8n_group_before.png", []), ("yolov8n_group_after.png", ["--plan", str(plan)])):
+            p = out / name
+            shot(common + extra + ["--select", "/model.22/Concat", "--canvas-only", "--size", "760x520"], p)
+            made.append(p)
+        p = out / "yolov8n_grouped_window.png"
+        shot(common + ["--plan", str(plan), "--select", "/model.22/Concat", "--size", "1500x950"], p)
+        made.append(p)
     else:
         print(f"(skipping yolov8n_320: {yolo} not found)")
 

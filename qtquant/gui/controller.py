@@ -27,7 +27,7 @@ __all__ = ["SessionBridge", "Controller", "PERF_DEBOUNCE_MS", "FIDELITY_DEBOUNCE
 # After an edit: the incremental simulator costs a few ms, so it waits only long enough
 # to fold a burst of undo/redo into one run; fidelity runs onnxruntime and waits longer.
 PERF_DEBOUNCE_MS = 15
-FIDELITY_DEBOUNCE_MS = 180
+FIDELITY_DEBOUNCE_MS = 60
 
 
 class _Frozen:

@@ -76,16 +76,38 @@ class ConcatTableModel(QAbstractTableModel):
         super().__init__(parent)
         self.bridge = bridge
         self.rows: list[tuple] = []
+        self._cells: list[dict] = []
 
     def refresh(self) -> None:
-        self.beginResetModel()
+        """Every cell is computed here once: views ask ``data`` thousands of times per refresh
+        (sorting, resize-to-contents), so it must be a lookup.  Same Concats as before (an
+        edit, a new perf result): dataChanged, which keeps the view's sort and selection."""
         cs = self.bridge.concats or []
         gains = rescale_us_by_concat(self.bridge.perf)
-        self.rows = []
+        rows, cells = [], []
+        right = int(Qt.AlignRight | Qt.AlignVCenter)
         for c in cs:
             worst = max((m.bits_lost_if_shared for m in c.inputs if not m.constant), default=0.0)
-            self.rows.append((c.node, len(c.inputs), c.ratio, c.rescales, worst, gains.get(c.node), c))
-        self.endResetModel()
+            gain = gains.get(c.node)
+            row = (c.node, len(c.inputs), c.ratio, c.rescales, worst, gain, c)
+            rows.append(row)
+            display = [c.node, str(len(c.inputs)), fmt_ratio(c.ratio), str(c.rescales),
+                       "∞" if not math.isfinite(worst) else f"{worst:.2f}", fmt_us(gain) if gain is not None else "—"]
+            sort = [v if not isinstance(v, float) or math.isfinite(v) else 1e30
+                    for v in (c.node, len(c.inputs), c.ratio, c.rescales, worst, gain if gain is not None else -1.0)]
+            tip = "\n".join(f"in {m.index}: {m.tensor}  scale {m.scale:.4g}" + ("  (rescale)" if m.needs_rescale else "")
+                            for m in c.inputs if m.scale) or c.node
+            cells.append({Qt.DisplayRole: display, SORT_ROLE: sort,
+                          Qt.DecorationRole: [mismatch_color(c.ratio, c.rescales)] + [None] * 5,
+                          Qt.TextAlignmentRole: [None] + [right] * 5, Qt.ToolTipRole: [tip] * 6})
+        same = [r[0] for r in rows] == [r[0] for r in self.rows]
+        if not same:
+            self.beginResetModel()
+        self.rows, self._cells = rows, cells
+        if not same:
+            self.endResetModel()
+        elif rows:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(self.HEADERS) - 1))
 
     def rowCount(self, parent=QModelIndex()):
         return 0 if parent.isValid() else len(self.rows)
@@ -103,23 +125,8 @@ class ConcatTableModel(QAbstractTableModel):
     def data(self, index, role=Qt.DisplayRole):
         if not index.isValid():
             return None
-        name, n_in, ratio, resc, worst, gain, info = self.rows[index.row()]
-        col = index.column()
-        if role == Qt.DisplayRole:
-            return [name, str(n_in), fmt_ratio(ratio), str(resc),
-                    "∞" if not math.isfinite(worst) else f"{worst:.2f}",
-                    fmt_us(gain) if gain is not None else "—"][col]
-        if role == SORT_ROLE:
-            v = [name, n_in, ratio, resc, worst, gain if gain is not None else -1.0][col]
-            return v if not isinstance(v, float) or math.isfinite(v) else 1e30
-        if role == Qt.DecorationRole and col == 0:
-            return mismatch_color(ratio, resc)
-        if role == Qt.TextAlignmentRole and col > 0:
-            return int(Qt.AlignRight | Qt.AlignVCenter)
-        if role == Qt.ToolTipRole:
-            return "\n".join(f"in {m.index}: {m.tensor}  scale {m.scale:.4g}" + ("  (rescale)" if m.needs_rescale else "")
-                             for m in info.inputs if m.scale) or name
-        return None
+        by_role = self._cells[index.row()].get(role)
+        return by_role[index.column()] if by_role is not None else None
 
 
 class ConcatList(QWidget):

@@ -27,7 +27,7 @@ from ..session import Events
 
 __all__ = ["ExportOptions", "ExportDialog", "export_files", "snapshot_session", "render_canvas", "ExportReport"]
 
-MAX_PNG_SIDE = 12000  # pixels: beyond this the canvas picture is scaled down
+MAX_PNG_SIDE = 16384  # pixels: beyond this the canvas picture is scaled down
 
 
 @dataclass

@@ -43,7 +43,13 @@ class GroupRow:
 
     @property
     def title(self) -> str:
-        return self.name or f"group {self.id}"
+        """Short enough for the dock: auto-share names list every Concat ("auto: a, b, c ...")."""
+        if not self.name:
+            return f"group {self.id}"
+        name = self.name.removeprefix("auto: ").removesuffix(" ...")
+        parts = [p.strip() for p in name.split(", ")]
+        more = len(self.concats) - 1 if self.name.startswith("auto: ") else len(parts) - 1
+        return parts[0] + (f" +{more}" if more > 0 else "")
 
 
 def _concats_by_group(graph, groups) -> dict[int, list[str]]:
@@ -185,7 +191,7 @@ class GroupsPanel(QWidget):
                                    fmt_us(r.saved_us) if r.saved_us is not None else "—"])
             top.setIcon(0, _swatch(group_color(r.id)))
             top.setData(0, GID_ROLE, r.id)
-            tip = [f"group {r.id}: {len(r.members)} tensors"]
+            tip = [f"group {r.id}" + (f" ({r.name})" if r.name else "") + f": {len(r.members)} tensors"]
             if r.concats:
                 tip.append("Concats: " + ", ".join(r.concats[:6]) + (" …" if len(r.concats) > 6 else ""))
             tip += list(r.notes)

@@ -24,8 +24,10 @@ from .spec import INPUT_PREFIX
 __all__ = ["GROUP_COLORS", "group_color", "GroupHull", "HullLayer", "member_nodes"]
 
 # One colour per group, away from the Concat mismatch bands (green, yellow, orange, red)
-# and from the op-category pastels, so a hull never reads as a mismatch colour.
-GROUP_COLORS = ["#1e88e5", "#8e24aa", "#00897b", "#c2185b", "#3949ab", "#6d4c41", "#00acc1", "#546e7a"]
+# and from the op-category pastels, so a hull never reads as a mismatch colour.  Blue,
+# the selection colour, comes last.
+GROUP_COLORS = ["#8e24aa", "#00897b", "#c2185b", "#3949ab", "#6d4c41", "#00acc1", "#546e7a", "#1e88e5"]
+NEIGHBOUR_GAP = 60.0  # same-row members closer than this share one box (nothing fits between)
 PAD = 13.0  # scene units around a member box
 HULL_Z = 0.3
 
@@ -53,19 +55,30 @@ def member_nodes(graph, members) -> dict[str, list[str]]:
 
 
 def _route_path(points) -> QPainterPath:
-    """The edge's curve without its arrow head (same geometry as items._edge_path)."""
+    """The edge's curve (items._edge_path's cubic segments) as a polyline.
+
+    Straight lines and bevel joins keep the union (``simplified``) cheap: curved strokes
+    flatten into ~10x more segments.  Vertical stretches need no samples.
+    """
     path = QPainterPath(QPointF(*points[0]))
     for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        dy = (y1 - y0) * 0.5
-        path.cubicTo(QPointF(x0, y0 + dy), QPointF(x1, y1 - dy), QPointF(x1, y1))
+        steps = 1 if abs(x1 - x0) < 1.0 else 6
+        for k in range(1, steps + 1):
+            t = k / steps
+            u = 1.0 - t
+            # control points (x0, y0 + dy), (x1, y1 - dy) with dy = (y1 - y0) / 2
+            x = (u * u * u + 3 * u * u * t) * x0 + (3 * u * t * t + t * t * t) * x1
+            y = u * u * u * y0 + 3 * u * u * t * (y0 + (y1 - y0) * 0.5) + 3 * u * t * t * (y1 - (y1 - y0) * 0.5) \
+                + t * t * t * y1
+            path.lineTo(QPointF(x, y))
     return path
 
 
 def _stroke(path: QPainterPath, width: float) -> QPainterPath:
     s = QPainterPathStroker()
     s.setWidth(width)
-    s.setCapStyle(Qt.RoundCap)
-    s.setJoinStyle(Qt.RoundJoin)
+    s.setCapStyle(Qt.FlatCap)  # the ends sit inside the padded boxes
+    s.setJoinStyle(Qt.BevelJoin)
     return s.createStroke(path)
 
 
@@ -101,6 +114,18 @@ def hull_shape(rects: dict[str, QRectF], links: list[tuple[str, str, list]]) -> 
     for a, b, pts in links:
         path.addPath(_stroke(_route_path(pts), PAD * 1.6))
         parent[find(a)] = find(b)
+    # Neighbours in one layer (Concat inputs side by side): one box over both, no seam.
+    by_row: dict[float, list[str]] = {}
+    for n, r in rects.items():
+        by_row.setdefault(round(r.center().y(), 1), []).append(n)
+    for row in by_row.values():
+        row.sort(key=lambda n: rects[n].left())
+        for a, b in zip(row, row[1:]):
+            ra, rb = rects[a], rects[b]
+            if rb.left() - ra.right() <= NEIGHBOUR_GAP:
+                both = ra.united(rb).adjusted(-PAD, -PAD, PAD, PAD)
+                path.addRoundedRect(both, PAD + 4, PAD + 4)
+                parent[find(a)] = find(b)
     # Bridge the remaining pieces: Prim's MST over piece-to-piece box gaps.
     pieces: dict[str, list[str]] = {}
     for n in rects:

@@ -275,6 +275,12 @@ class Inspector(QScrollArea):
                 notes.append("this Concat feeds a graph output")
         elif node.op_type == "Concat" and not self.bridge.ready:
             notes.append("Scales appear when calibration finishes.")
+        for t in node.outputs:
+            gr = s.groups.group_of(t) if t else None
+            if gr is not None:
+                sc = s.domains.scale_of(t) if s.ready else None
+                notes.append(f"{t} is in group {gr.id} with {len(gr.members) - 1} other tensor(s)"
+                             + (f": shared scale {fmt_scale(sc)}" if sc else ""))
         self.notes.setText("\n".join(notes))
         self.notes.setVisible(bool(notes))
 
