@@ -441,6 +441,7 @@ def test_project_round_trips_with_cached_statistics(qtbot, make_win, prompts, mo
     open_settled(qtbot, w1, model)
     drag_node(w1, "br_c", "cat1")
     w1.policy_combo.setCurrentIndex(w1.policy_combo.findData("max-input"))
+    w1.autoshare_bits.setValue(2.5)
     assert w1.isWindowModified()
     proj = tmp_path / "work.qtquant"
     assert w1.projects.save_to(proj)
@@ -458,6 +459,7 @@ def test_project_round_trips_with_cached_statistics(qtbot, make_win, prompts, mo
     s2 = w2.bridge.session
     assert [g.members for g in s2.groups] == groups
     assert s2.options.policy.value == "max-input" and w2.policy_combo.currentData() == "max-input"
+    assert s2.options.max_bits_lost == 2.5 and w2.autoshare_bits.value() == 2.5
     assert w2.projects.last_report.stats_from_cache
     assert not any(j.kind == "calibrate" for j in w2.jobs.history)
     assert s2.calibration.ranges == w1.bridge.session.calibration.ranges
@@ -505,3 +507,126 @@ def test_closing_with_unsaved_changes_prompts(qtbot, win, prompts, model, tmp_pa
     prompts["answers"] = [QMessageBox.Discard]
     mtime = target.stat().st_mtime_ns
     assert win.close() is True and target.stat().st_mtime_ns == mtime
+
+
+# -- more of the same surfaces: overlays, Escape, dock menu, hull geometry, entry point ---------------
+
+
+@pytest.mark.skipif(simulator() is None, reason="perf simulator not installed")
+def test_latency_overlay_follows_edits(qtbot, win, model):
+    from qtquant.gui.perfdata import node_us
+    from qtquant.gui.style import fmt_us
+
+    open_settled(qtbot, win, model)
+    perf_settled(qtbot, win)
+    win.set_overlay("latency")
+    us = node_us(win.bridge.perf)["cat1"]  # a mismatched channel Concat: a copy plus two rescales
+    assert us > 0 and fmt_us(us) in win.scene.nodes["cat1"].badge_texts
+    drag_node(win, "br_c", "cat1")
+    perf_settled(qtbot, win)
+    assert node_us(win.bridge.perf)["cat1"] == 0  # done in place now
+    assert not any(t.endswith("µs") for t in win.scene.nodes["cat1"].badge_texts)
+    win.undo_stack.undo()
+    perf_settled(qtbot, win)
+    assert fmt_us(us) in win.scene.nodes["cat1"].badge_texts
+
+
+def test_escape_cancels_a_drag_and_the_dock_menu_ungroups(qtbot, win, model):
+    open_settled(qtbot, win, model)
+    view = win.view
+    r = win.scene.nodes["br_c"].sceneBoundingRect().united(win.scene.nodes["cat1"].sceneBoundingRect())
+    view.centerOn(r.center())
+    a, b = QPointF(at(win, "br_c")), QPointF(at(win, "cat1"))
+    _send(view, QEvent.MouseButtonPress, a, Qt.LeftButton)
+    for k in range(1, 6):
+        _send(view, QEvent.MouseMove, a + (b - a) * k / 5, Qt.LeftButton)
+    assert view.drag.started and view.drag.target == "cat1"
+    assert any(it.zValue() == 3 for it in win.scene.items())  # the dashed link follows the cursor
+    qtbot.keyClick(view, Qt.Key_Escape)
+    _send(view, QEvent.MouseButtonRelease, b, Qt.NoButton)
+    assert len(win.bridge.session.groups) == 0 and win.undo_stack.count() == 0
+    assert not any(it.zValue() == 3 for it in win.scene.items())
+    # the Groups dock's context menu: Ungroup on a group row
+    drag_node(win, "br_c", "cat1")
+    tree = win.groups_panel.tree
+    item = tree.topLevelItem(0)
+    win.groups_panel._menu(tree.visualItemRect(item).center())
+    acts = {a.text(): a for a in win.groups_panel.menu.actions()}
+    win.groups_panel.menu.close()
+    next(a for t, a in acts.items() if t.startswith("Ungroup")).trigger()
+    assert len(win.bridge.session.groups) == 0 and tree.topLevelItemCount() == 0
+
+
+def test_hull_shape_is_one_region_around_its_members():
+    from PySide6.QtCore import QRectF
+
+    from qtquant.gui.hulls import hull_shape
+
+    # side by side in one layer: one box, no seam; far apart: bridged into one region
+    near = {"a": QRectF(0, 0, 172, 42), "b": QRectF(200, 0, 172, 42)}
+    far = {"a": QRectF(0, 0, 172, 42), "b": QRectF(600, 400, 172, 42)}
+    linked = {"a": QRectF(0, 0, 172, 42), "c": QRectF(100, 300, 172, 42)}
+    for rects, links in ((near, []), (far, []), (linked, [("a", "c", [(86, 42), (120, 170), (186, 300)])])):
+        path = hull_shape(rects, links)
+        assert len(path.toFillPolygons()) == 1  # a single connected outline
+        for r in rects.values():
+            assert path.contains(r)
+    assert not hull_shape(far, []).contains(QPointF(600, 0))  # empty corners stay empty
+
+
+def test_broken_project_is_a_one_line_error_and_the_entry_point_opens_projects(qtbot, win, model, tmp_path,
+                                                                                monkeypatch):
+    import sys
+
+    import qtquant.gui.app as appmod
+    from qtquant.cli import main
+
+    bad = tmp_path / "bad.qtquant"
+    bad.write_text("{not json")
+    win.open_project(bad)
+    qtbot.waitUntil(lambda: bool(win.errors), timeout=20000)
+    assert "not a readable qtquant project" in win.errors[-1][1] and "\n" not in win.errors[-1][1]
+    assert win.bridge.session is None  # nothing half-open
+    # a good project through `qtquant PROJECT.qtquant`
+    open_settled(qtbot, win, model)
+    drag_node(win, "br_c", "cat1")
+    proj = tmp_path / "p.qtquant"
+    assert win.projects.save_to(proj)
+    QSettings.setPath(QSettings.IniFormat, QSettings.UserScope, str(tmp_path / "config"))
+    QSettings.setPath(QSettings.NativeFormat, QSettings.UserScope, str(tmp_path / "config"))
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    real = QApplication.instance()
+    seen = []
+
+    class App:  # stands in for the event loop
+        def exec(self):
+            w = [x for x in real.topLevelWidgets() if isinstance(x, MainWindow) and x.isVisible() and x is not win][-1]
+            qtbot.waitUntil(lambda: w.bridge.ready and w.scene.spec is not None and not w.controller.busy,
+                            timeout=30000)
+            seen.append(([g.members for g in w.bridge.session.groups], w.projects.path))
+            w.close()
+            return 0
+
+    monkeypatch.setattr(appmod, "make_app", lambda argv=None: App())
+    interval = sys.getswitchinterval()
+    try:
+        assert main([str(proj)]) == 0
+    finally:
+        sys.setswitchinterval(interval)
+    assert seen == [([("br_a_out", "br_b_out", "br_c_out", "cat1_out")], proj)]
+
+
+def test_drag_near_the_view_edge_scrolls_the_canvas(qtbot, win, model):
+    open_settled(qtbot, win, model)
+    win.view.set_zoom(2.0)  # the graph no longer fits: there is room to scroll
+    win.view.centerOn(win.scene.nodes["br_a"])
+    view = win.view
+    a = QPointF(at(win, "br_a"))
+    edge = QPointF(a.x(), view.viewport().height() - 5)
+    _send(view, QEvent.MouseButtonPress, a, Qt.LeftButton)
+    for k in range(1, 6):
+        _send(view, QEvent.MouseMove, a + (edge - a) * k / 5, Qt.LeftButton)
+    v0 = view.verticalScrollBar().value()
+    qtbot.waitUntil(lambda: view.verticalScrollBar().value() > v0 + 40, timeout=5000)
+    _send(view, QEvent.MouseButtonRelease, edge, Qt.NoButton)
+    assert not view.drag._scroll.isActive() and not view.drag.pending

@@ -4,12 +4,13 @@ Pressing on a node selects it as usual (a node that is already part of a multi-s
 keeps the selection); moving past the platform's drag distance starts a link drag: a dashed
 line follows the cursor and the node under it is outlined.  Releasing over another node
 reports ``(sources, target)``; releasing elsewhere, or Escape, does nothing.  Items never
-move: the layout is fixed.
+move: the layout is fixed.  Near the edge of the view the canvas scrolls by itself, so a
+target further away can be reached without letting go.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QLineF, QPointF, Qt
+from PySide6.QtCore import QLineF, QPointF, Qt, QTimer
 from PySide6.QtGui import QColor, QPainterPath, QPen
 from PySide6.QtWidgets import QApplication, QGraphicsLineItem, QGraphicsPathItem
 
@@ -17,6 +18,7 @@ __all__ = ["NodeDrag", "DROP_OK", "DROP_NONE"]
 
 DROP_OK = QColor("#2e7d32")
 DROP_NONE = QColor("#78909c")
+EDGE_MARGIN = 36  # pixels from the viewport border where a drag scrolls the canvas
 
 
 class NodeDrag:
@@ -29,6 +31,9 @@ class NodeDrag:
         self.target: str | None = None
         self._line: QGraphicsLineItem | None = None
         self._mark: QGraphicsPathItem | None = None
+        self._last = QPointF()
+        self._scroll = QTimer(view, interval=30)
+        self._scroll.timeout.connect(self._autoscroll)
 
     @property
     def pending(self) -> bool:
@@ -50,6 +55,14 @@ class NodeDrag:
                 return
             self.started = True
             self._make_items()
+        self._last = QPointF(pos)
+        vp = self.view.viewport().rect()
+        near = (pos.x() < EDGE_MARGIN or pos.y() < EDGE_MARGIN or pos.x() > vp.width() - EDGE_MARGIN
+                or pos.y() > vp.height() - EDGE_MARGIN)
+        if near and not self._scroll.isActive():
+            self._scroll.start()
+        elif not near:
+            self._scroll.stop()
         sc = self.view.scene()
         sp = self.view.mapToScene(pos.toPoint())
         item = sc.node_at(sp)
@@ -71,7 +84,27 @@ class NodeDrag:
         self.cancel()
         return out
 
+    def _autoscroll(self) -> None:
+        if not self.started:
+            self._scroll.stop()
+            return
+        vp = self.view.viewport().rect()
+        p = self._last
+
+        def step(v, hi):
+            if v < EDGE_MARGIN:
+                return -int((EDGE_MARGIN - v) / 2) - 2
+            if v > hi - EDGE_MARGIN:
+                return int((v - hi + EDGE_MARGIN) / 2) + 2
+            return 0
+
+        h, v = self.view.horizontalScrollBar(), self.view.verticalScrollBar()
+        h.setValue(h.value() + step(p.x(), vp.width()))
+        v.setValue(v.value() + step(p.y(), vp.height()))
+        self.move(p)  # the line and the target follow the scrolled canvas
+
     def cancel(self) -> None:
+        self._scroll.stop()
         if self.started:
             self.view.viewport().unsetCursor()
         for it in (self._line, self._mark):

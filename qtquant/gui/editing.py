@@ -119,7 +119,7 @@ class Editor(QObject):
             self._say("Open a model first")
             return False
         try:
-            core.do(s)
+            self._do_once(s, core)
         except QtQuantError as e:  # ShareRefused and friends: one line, nothing changed
             self._say(f"{refused}: {e}")
             return False
@@ -129,6 +129,25 @@ class Editor(QObject):
             return False
         self.undo_stack.push(EditCommand(s, core, text))
         return True
+
+    def _do_once(self, session, core) -> None:
+        """``core.do`` with the window refreshed once, however many events it fires (auto-share
+        notifies twice: once itself, once as a command)."""
+        kinds: list[str] = []
+
+        def note(kind, **payload):
+            if kind not in kinds:
+                kinds.append(kind)
+
+        session.events.connect(note)
+        blocked = self.bridge.blockSignals(True)
+        try:
+            core.do(session)
+        finally:
+            self.bridge.blockSignals(blocked)
+            session.events.disconnect(note)
+            for k in kinds:  # also after a refusal that notified before raising
+                self.bridge.changed.emit(k)
 
     # -- grouping ---------------------------------------------------------------------------
     def share_nodes(self, names) -> bool:
@@ -204,7 +223,7 @@ class Editor(QObject):
             return None
         core = AutoShareCommand(max_bits_lost=float(max_bits_lost))
         try:
-            core.do(s)
+            self._do_once(s, core)
         except QtQuantError as e:
             self._say(f"Auto-share refused: {e}")
             return None

@@ -8,6 +8,7 @@ wires widgets to :class:`~qtquant.gui.editing.Editor` (the gestures),
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt
@@ -89,6 +90,7 @@ class EditingMixin:
         self.autoshare_bits.setSuffix(" bits")
         self.autoshare_bits.setValue(self.controller.options.max_bits_lost)
         self.autoshare_bits.setToolTip("Auto-share threshold: the most bits any member may lose by sharing")
+        self.autoshare_bits.valueChanged.connect(self._threshold_changed)
         self.policy_combo = QComboBox()
         for p in Policy:
             self.policy_combo.addItem(p.value, p.value)
@@ -149,11 +151,20 @@ class EditingMixin:
             self._sync_options()
         self.update_edit_actions()
 
+    def _threshold_changed(self, v: float) -> None:
+        s = self.bridge.session
+        if s is not None and s.options.max_bits_lost != v:
+            # Saved with the project; nothing derived depends on it, so no "options" event.
+            s.options = replace(s.options, max_bits_lost=float(v))
+
     def _sync_options(self) -> None:
         s = self.bridge.session
         if s is None:
             return
         self._sync_march(s.options.march)
+        self.autoshare_bits.blockSignals(True)
+        self.autoshare_bits.setValue(s.options.max_bits_lost)
+        self.autoshare_bits.blockSignals(False)
         self.policy_combo.blockSignals(True)
         self.policy_combo.setCurrentIndex(max(0, self.policy_combo.findData(s.options.policy.value)))
         self.policy_combo.blockSignals(False)
