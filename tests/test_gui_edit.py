@@ -587,6 +587,8 @@ def test_broken_project_is_a_one_line_error_and_the_entry_point_opens_projects(q
     qtbot.waitUntil(lambda: bool(win.errors), timeout=20000)
     assert "not a readable qtquant project" in win.errors[-1][1] and "\n" not in win.errors[-1][1]
     assert win.bridge.session is None  # nothing half-open
+    open_settled(qtbot, win, model)
+    assert win.projects.path is None and win.windowTitle().startswith("edit.onnx")  # not the failed project
     # a good project through `qtquant PROJECT.qtquant`
     open_settled(qtbot, win, model)
     drag_node(win, "br_c", "cat1")

@@ -320,12 +320,12 @@ class PerfSummary(QWidget):
         stale = perf is not None and b.perf_revision != b.revision
         cs, bcs = b.concats, b.baseline_concats
         if cs is not None:
-            n = sum(c.rescales for c in cs)
-            text = f"{n} in {sum(1 for c in cs if c.rescales)} Concats"
+            n, m = sum(c.rescales for c in cs), sum(1 for c in cs if c.rescales)
+            text = f"{n} in {m} Concats"
             if bcs is not None:
-                was = sum(c.rescales for c in bcs)
-                if was != n:
-                    text += _delta(f"was {was}", n - was, lower_better=True)
+                was, was_m = sum(c.rescales for c in bcs), sum(1 for c in bcs if c.rescales)
+                if (was, was_m) != (n, m):  # a share can move a rescale to another Concat
+                    text += _delta(f"was {was} in {was_m}", (n - was) or (m - was_m), lower_better=True)
             v["rescales"].setText(text)
         else:
             v["rescales"].setText("—")

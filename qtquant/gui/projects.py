@@ -62,8 +62,16 @@ class ProjectIO(QObject):
         self.win = window
         self.path: Path | None = None
         self.remapped = False  # groups re-mapped onto a changed model: unsaved until saved
-        self._opening: Path | None = None
+        self._opening: Path | None = None  # the project whose model is loading, if any
         self.last_report = None  # qtquant.project.OpenReport of the last opened project
+        window.controller.loadStarted.connect(self._load_started)
+        window.controller.loadFailed.connect(self._load_failed)
+
+    def _load_started(self, path: str) -> None:
+        self._opening = Path(path) if path.lower().endswith(PROJECT_SUFFIX) else None
+
+    def _load_failed(self, message: str) -> None:
+        self._opening = None
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -129,7 +137,6 @@ class ProjectIO(QObject):
     # -- opening ----------------------------------------------------------------------------
     def open(self, path):
         """Open ``path`` in the background; returns the job."""
-        self._opening = Path(path)
         return self.win.controller.open_project(path, on_opened=self._opened)
 
     def _opened(self, session, report) -> bool:
