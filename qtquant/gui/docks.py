@@ -92,11 +92,12 @@ class ConcatTableModel(QAbstractTableModel):
             row = (c.node, len(c.inputs), c.ratio, c.rescales, worst, gain, c)
             rows.append(row)
             display = [c.node, str(len(c.inputs)), fmt_ratio(c.ratio), str(c.rescales),
-                       "∞" if not math.isfinite(worst) else f"{worst:.2f}", fmt_us(gain) if gain is not None else "—"]
+                       "∞" if not math.isfinite(worst) else f"{worst:.2f}",
+                       fmt_us(gain) if gain is not None else "—"]
             sort = [v if not isinstance(v, float) or math.isfinite(v) else 1e30
                     for v in (c.node, len(c.inputs), c.ratio, c.rescales, worst, gain if gain is not None else -1.0)]
-            tip = "\n".join(f"in {m.index}: {m.tensor}  scale {m.scale:.4g}" + ("  (rescale)" if m.needs_rescale else "")
-                            for m in c.inputs if m.scale) or c.node
+            tip = "\n".join(f"in {m.index}: {m.tensor}  scale {m.scale:.4g}"
+                            + ("  (rescale)" if m.needs_rescale else "") for m in c.inputs if m.scale) or c.node
             cells.append({Qt.DisplayRole: display, SORT_ROLE: sort,
                           Qt.DecorationRole: [mismatch_color(c.ratio, c.rescales)] + [None] * 5,
                           Qt.TextAlignmentRole: [None] + [right] * 5, Qt.ToolTipRole: [tip] * 6})

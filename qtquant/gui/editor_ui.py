@@ -263,7 +263,7 @@ class EditingMixin:
         if s is None or not s.ready:
             self.statusBar().showMessage("Export needs calibrated scales: wait for calibration", 6000)
             return False
-        folder = self.settings.value("export/folder") or (str(s.graph.path.parent) if s.graph.path else str(Path.home()))
+        folder = self.settings.value("export/folder") or str(s.graph.path.parent if s.graph.path else Path.home())
         stem = (s.graph.path.stem if s.graph.path else "model") + "_fixed"
         dlg = ExportDialog(Path(folder), stem, self, self.settings)
         if dlg.exec() != QDialog.Accepted:
