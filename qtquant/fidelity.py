@@ -169,6 +169,22 @@ def _qdq_outputs(session, dm, cache, outs, feeds, cancel, quantize_outputs):
     return res
 
 
+PREFETCH_BYTES = 256 << 20
+
+
+def _prefetchable(graph, samples: int) -> list[str]:
+    names, total = [], 0
+    for t in graph.quantized_tensors:
+        shape = graph.tensors[t].shape
+        if not shape or any(d is None for d in shape):
+            return []  # unknown sizes: fetch members on demand instead
+        total += int(np.prod(shape, dtype=np.int64)) * 4 * samples
+        if total > PREFETCH_BYTES:
+            return []
+        names.append(t)
+    return names
+
+
 def _agg(per_sample_ref, per_sample_test, name):
     ref = np.concatenate([np.asarray(r[name], dtype=np.float64).ravel() for r in per_sample_ref])
     test = np.concatenate([np.asarray(r[name], dtype=np.float64).ravel() for r in per_sample_test])
@@ -200,6 +216,10 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool = True) -> F
                if t in after_dm.member_range and graph.tensors[t].kind != "weight"]
     need = [t for _, t in members if t not in cache.tensors]
     need = list(dict.fromkeys(need))
+    if cache.float_out is None:
+        # Fetch every shareable activation in the first float run when they fit in memory:
+        # later edits then cost no float run at all (the GUI re-measures after each edit).
+        need = list(dict.fromkeys(need + _prefetchable(graph, len(feeds))))
     if cache.float_out is None or need:
         names = outs + [t for t in need if t not in outs]
         res = _run(with_outputs(graph.model, names), graph.base_dir, names, feeds, cancel)
