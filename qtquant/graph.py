@@ -490,8 +490,54 @@ def _check_input_sizes(model, shapes: dict[str, tuple]) -> None:
                              f"sample; qtquant handles inputs up to {MAX_INPUT_BYTES >> 30} GiB")
 
 
+_SKELETON_MIN_BYTES = 1 << 20
+
+
+def _skeleton(model) -> onnx.ModelProto | None:
+    """The model without the data of its big float weights, or None when nothing is big.
+
+    Shape inference needs only their dims; leaving the bytes out keeps models whose
+    weights are in memory (a dequantized QDQ file) under protobuf's 2 GB limit, and saves a copy."""
+    big = [t for t in model.graph.initializer
+           if t.data_type in FLOAT_TYPES and t.data_location != onnx.TensorProto.EXTERNAL
+           and t.ByteSize() > _SKELETON_MIN_BYTES]
+    if not big:
+        return None
+    names = {t.name for t in big}
+    sk = onnx.ModelProto()
+    for f in ("ir_version", "producer_name", "domain", "model_version"):
+        setattr(sk, f, getattr(model, f))
+    sk.opset_import.extend(model.opset_import)
+    sk.functions.extend(model.functions)
+    g = sk.graph
+    g.name = model.graph.name
+    g.node.extend(model.graph.node)
+    g.input.extend(model.graph.input)
+    g.output.extend(model.graph.output)
+    g.value_info.extend(model.graph.value_info)
+    for t in model.graph.initializer:
+        if t.name in names:
+            g.initializer.append(onnx.TensorProto(name=t.name, dims=t.dims, data_type=t.data_type))
+        else:
+            g.initializer.append(t)
+    return sk
+
+
 def _infer(model) -> onnx.ModelProto:
     _drop_huge_shape_hints(model)
+    sk = _skeleton(model)
+    if sk is None:
+        return _infer_proto(model)
+    inferred = _infer_proto(sk)
+    # Graft the inferred types back onto the real model (which keeps the weights).
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(inferred.graph.value_info)
+    for dst, src in zip(model.graph.output, inferred.graph.output):
+        dst.CopyFrom(src)
+    return model
+
+
+def _infer_proto(model) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except onnx.shape_inference.InferenceError as e:
