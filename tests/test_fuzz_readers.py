@@ -244,8 +244,6 @@ def test_cache_with_wrong_shaped_holdout_sample(real_files):
     assert o.status == "ok" and not o.value["hit"]
 
 
-@pytest.mark.xfail(reason="load_cached converts doc['batches'] after its try block: a null there raises "
-                          "TypeError instead of a cache miss (reported)", strict=False)
 def test_cache_with_null_batches(real_files):
     jname = next(k for k in real_files["cache"] if k.endswith(".json"))
     doc = json.loads(real_files["cache"][jname])
@@ -256,8 +254,6 @@ def test_cache_with_null_batches(real_files):
     assert o.status == "ok" and not o.value["hit"]
 
 
-@pytest.mark.xfail(reason="calib.sources._array_headers lets tokenize.TokenError from np.load escape when a "
-                          ".npy header is cut (reported)", strict=False)
 def test_npy_with_broken_header_is_refused():
     data = _npy_bytes(np.zeros((1, 3, 8, 8), np.float32)).replace(b"}", b" ", 1)
     o = _run_target("calib", "_xfail", {"model.onnx": MODEL_BYTES, "data.npy": data},

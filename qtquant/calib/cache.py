@@ -130,8 +130,11 @@ def load_cached(graph, config: CalibConfig, cache_dir) -> CalibrationResult | No
         if set(feed) != set(specs) or any(tuple(feed[k].shape) != specs[k][0] or feed[k].dtype != specs[k][1]
                                           for k in specs):
             return None
-    return CalibrationResult(stats, compute_ranges(stats, config), config, holdout, int(doc["batches"]),
-                             float(doc.get("seconds", 0.0)), list(doc.get("notes", [])))
+    try:
+        batches, seconds, notes = int(doc["batches"]), float(doc.get("seconds", 0.0)), list(doc.get("notes", []))
+    except Exception:  # noqa: BLE001 - a damaged entry is a cache miss, like any other unreadable one
+        return None
+    return CalibrationResult(stats, compute_ranges(stats, config), config, holdout, batches, seconds, notes)
 
 
 def calibrate_cached(graph, config: CalibConfig, cache_dir, progress=None, cancel=None) -> CalibrationResult:

@@ -11,6 +11,7 @@ the file, and for shape or dtype trouble, the input with its expected and actual
 from __future__ import annotations
 
 import os
+import tokenize
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,7 +128,8 @@ def _array_headers(path: Path) -> dict[str, tuple[tuple, np.dtype]]:
             raise CalibrationDataError(f"{path}: holds Python objects (pickled); qtquant reads plain numeric "
                                        f"arrays only") from None
         raise CalibrationDataError(f"{path} is not a readable {path.suffix} file ({e})") from None
-    except (OSError, zipfile.BadZipFile, EOFError) as e:
+    except (OSError, zipfile.BadZipFile, EOFError, SyntaxError, TypeError, KeyError, tokenize.TokenError) as e:
+        # A cut or garbled .npy header makes numpy's header parser raise any of these.
         raise CalibrationDataError(f"{path} is not a readable {path.suffix} file ({type(e).__name__})") from None
 
 
