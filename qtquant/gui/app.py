@@ -45,10 +45,13 @@ def run_app(model=None) -> int:
     # Background jobs run Python too (the perf simulator, merging statistics): a shorter GIL
     # switch interval keeps the GUI thread's share of the interpreter frequent.
     sys.setswitchinterval(0.001)
-    win = MainWindow()
+    win = MainWindow(offer_recovery=False)
     _install_excepthook(win)
     win.show()
-    if model:
+    # Offered before anything opens (a queued open would run inside the prompt's event loop).
+    if win.recovery.offer():
+        pass  # the restored project replaces the model or demo that would have opened
+    elif model:
         if str(model).lower().endswith(".qtquant"):
             QTimer.singleShot(0, lambda: win.open_project(model, ask=False))
         else:

@@ -25,6 +25,7 @@ from .docks import ConcatList, GroupsPanel, JobLog, ModelInfo, PerfSummary
 from .editor_ui import EditingMixin
 from .inspector import Inspector
 from .overlays import MODE_LABELS, MODES, compute_looks
+from .recovery import Recovery, recovery_dir
 from .search import SearchBar
 
 __all__ = ["MainWindow"]
@@ -34,7 +35,7 @@ MAX_RECENT = 10
 
 class MainWindow(EditingMixin, QMainWindow):
     def __init__(self, settings: QSettings | None = None, options: Options | None = None, *,
-                 auto_calibrate: bool = True, show_dialogs: bool = True):
+                 auto_calibrate: bool = True, show_dialogs: bool = True, offer_recovery: bool = True):
         super().__init__()
         self.settings = settings if settings is not None else QSettings("qtquant", "qtquant")
         self.model_settings = ModelSettings(self.settings)
@@ -68,8 +69,12 @@ class MainWindow(EditingMixin, QMainWindow):
         self._build_status()
         self._connect()
         self._connect_editing()
+        # After _connect: its modelLoaded slot must run after the window's own.
+        self.recovery = Recovery(self, recovery_dir(self.settings, settings is None))
         self._restore()
         self._show_welcome()
+        if offer_recovery and show_dialogs and self.recovery.pending():
+            QTimer.singleShot(0, self.recovery.offer)
 
     # -- construction ----------------------------------------------------------------------------
     def _dock(self, title: str, widget, area, name: str) -> QDockWidget:
@@ -492,6 +497,8 @@ class MainWindow(EditingMixin, QMainWindow):
             return
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/state", self.saveState())
+        self.recovery.stop()
+        self.recovery.discard()  # a clean close: nothing to recover next time
         self.controller.shutdown()
         for d in list(self.error_dialogs):
             d.close()

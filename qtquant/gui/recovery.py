@@ -1,0 +1,235 @@
+"""Autosave of unsaved edits and recovery after a crash.
+
+While the window has unsaved changes (:attr:`ProjectIO.modified`), the project (model
+path, options, calibration configuration, groups) is written to ``autosave.json`` in the
+recovery folder, a second or so after each edit and every :data:`AUTOSAVE_MS`; the
+calibration statistics go next to it once (``autosave.stats/``) so a restore does not
+calibrate again.  A clean close, a save or discarding the edits removes the file; if it is
+still there at the next start, the app offers it back.
+
+The recovery folder is, in order: ``QTQUANT_RECOVERY_DIR``, the settings key
+``recovery/dir``, and for the application's own settings ``AppDataLocation/recovery``.
+A window built on other settings (tests, screenshots) without either autosaves nothing,
+so test runs never touch the user's folder or find each other's files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QStandardPaths, QTimer
+from PySide6.QtWidgets import QMessageBox
+
+from ..errors import QtQuantError
+
+__all__ = ["AUTOSAVE_MS", "EDIT_DEBOUNCE_MS", "ENV_VAR", "recovery_dir", "Recovery"]
+
+AUTOSAVE_MS = 30_000  # periodic autosave while there are unsaved edits
+EDIT_DEBOUNCE_MS = 1_500  # after an edit: a burst of undo/redo writes once
+ENV_VAR = "QTQUANT_RECOVERY_DIR"
+SETTINGS_KEY = "recovery/dir"
+PROJECT_NAME = "autosave.json"  # not .qtquant: it must never become the window's project path
+META_NAME = "autosave.meta.json"
+STATS_NAME = "autosave.stats"
+
+
+def recovery_dir(settings, app_settings: bool) -> Path | None:
+    """Where autosaves go, or None (disabled)."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env)
+    v = settings.value(SETTINGS_KEY) if settings is not None else None
+    if v:
+        return Path(str(v))
+    if app_settings:
+        base = QStandardPaths.writableLocation(QStandardPaths.AppDataLocation)
+        return Path(base) / "recovery" if base else None
+    return None
+
+
+class Recovery(QObject):
+    """The window's autosave timer, recovery file and restore prompt."""
+
+    def __init__(self, window, folder: Path | None):
+        super().__init__(window)
+        self.win = window
+        self.dir = folder
+        self.restored = False  # the last offer() restored the autosave
+        self.last_error = ""
+        self.writes = 0
+        self._restoring: dict | None = None
+        self._dirty = False
+        self._edit_timer = QTimer(self, singleShot=True, interval=EDIT_DEBOUNCE_MS)
+        self._edit_timer.timeout.connect(self.autosave)
+        self._timer = QTimer(self, interval=AUTOSAVE_MS)
+        self._timer.timeout.connect(self._tick)
+        if folder is None:
+            return
+        window.undo_stack.indexChanged.connect(self._edited)
+        window.undo_stack.cleanChanged.connect(self._clean_changed)
+        window.controller.modelLoaded.connect(self._model_loaded)
+        self._timer.start()
+
+    # -- paths ----------------------------------------------------------------------------------
+    @property
+    def enabled(self) -> bool:
+        return self.dir is not None
+
+    @property
+    def project_path(self) -> Path | None:
+        return self.dir / PROJECT_NAME if self.dir else None
+
+    def pending(self) -> bool:
+        """A recovery file from an earlier run (or this one) exists."""
+        return bool(self.dir) and (self.dir / PROJECT_NAME).is_file()
+
+    def meta(self) -> dict:
+        try:
+            d = json.loads((self.dir / META_NAME).read_text(encoding="utf-8"))
+            return d if isinstance(d, dict) else {}
+        except (OSError, ValueError, TypeError):
+            return {}
+
+    # -- autosaving --------------------------------------------------------------------------------
+    def _edited(self, *_) -> None:
+        self._dirty = True
+        self._edit_timer.start()
+
+    def _tick(self) -> None:
+        if self._dirty:
+            self.autosave()
+
+    def _clean_changed(self, clean: bool) -> None:
+        if clean and not self.win.projects.modified:  # saved, or undone back to the saved state
+            self._edit_timer.stop()
+            self.discard()
+
+    def _model_loaded(self, session) -> None:
+        if self._restoring is not None:
+            self._after_restore(self._restoring)
+            self._restoring = None
+        elif not self.win.projects.modified:  # the user let the old edits go (save prompt)
+            self.discard()
+
+    def autosave(self) -> bool:
+        """Write the recovery file now if there are unsaved changes (else remove it)."""
+        self._edit_timer.stop()
+        s = self.win.bridge.session
+        if self.dir is None or s is None:
+            return False
+        if not self.win.projects.modified:
+            self.discard()
+            return False
+        from ..project import save_project
+
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            cache = self._write_stats(s)
+            save_project(s, self.dir / PROJECT_NAME, stats_cache=cache)  # atomic: a crash mid-write keeps the old
+            proj = self.win.projects.path
+            meta = {"project": str(proj) if proj else None, "model": str(s.graph.path or ""),
+                    "groups": len(s.groups), "saved": time.strftime("%Y-%m-%d %H:%M:%S"), "pid": os.getpid()}
+            from ..export.atomic import atomic_write_text
+
+            atomic_write_text(self.dir / META_NAME, json.dumps(meta, indent=2) + "\n")
+        except (QtQuantError, OSError) as e:  # a full or read-only disk: say so once, keep editing
+            if str(e) != self.last_error:
+                self.win.job_log.log(f"autosave failed: {e}")
+            self.last_error = str(e)
+            return False
+        self._dirty = False
+        self.last_error = ""
+        self.writes += 1
+        return True
+
+    def _write_stats(self, s) -> Path | None:
+        cal = s.calibration
+        if cal is None or s.quantized_file:
+            return None
+        from ..calib.cache import cache_key, cache_paths, save_cache
+
+        cache = self.dir / STATS_NAME
+        try:
+            j, n = cache_paths(cache, cache_key(s.graph, cal.config))
+            if not (j.is_file() and n.is_file()):  # statistics depend on the data only: written once
+                shutil.rmtree(cache, ignore_errors=True)
+                save_cache(s.graph, cal, cache)
+        except (QtQuantError, OSError):
+            return None  # restoring calibrates again
+        return cache
+
+    def discard(self) -> None:
+        """Remove the recovery file (clean close, save, edits dropped)."""
+        self._dirty = False
+        if self.dir is None:
+            return
+        for name in (PROJECT_NAME, META_NAME):
+            try:
+                (self.dir / name).unlink()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                pass
+        shutil.rmtree(self.dir / STATS_NAME, ignore_errors=True)
+
+    def stop(self) -> None:
+        self._timer.stop()
+        self._edit_timer.stop()
+
+    # -- restoring ---------------------------------------------------------------------------------
+    def offer(self) -> bool:
+        """If a recovery file exists, ask to restore it.  True when a restore started.
+
+        Open restores, Discard deletes the file, Cancel keeps it for the next start.
+        """
+        self.restored = False
+        if not self.pending():
+            return False
+        meta = self.meta()
+        what = Path(meta["project"]).name if meta.get("project") else (Path(meta.get("model") or "model").name)
+        text = (f"qtquant did not close cleanly. Unsaved changes to {what} ({meta.get('groups', '?')} group(s), "
+                f"autosaved {meta.get('saved', 'earlier')}) can be restored.\n\n"
+                "Open restores them; Discard deletes them; Cancel keeps them for the next start.")
+        ans = QMessageBox.question(self.win, "Recover unsaved changes", text,
+                                   QMessageBox.Open | QMessageBox.Discard | QMessageBox.Cancel, QMessageBox.Open)
+        if ans == QMessageBox.Discard:
+            self.discard()
+            return False
+        if ans != QMessageBox.Open:
+            return False
+        self.restore(meta)
+        return True
+
+    def restore(self, meta: dict | None = None):
+        """Reopen the autosaved project; the window shows it as unsaved.  Returns the load job."""
+        meta = self.meta() if meta is None else meta
+        self._restoring = meta
+        self.restored = True
+        self.win.job_log.log(f"recovery: restoring {self.project_path}")
+        job = self.win.controller.open_project(self.project_path, on_opened=self.win.projects._opened)
+        job_failed = self.win.controller.loadFailed
+
+        def failed(_msg, sig=job_failed):
+            self._restoring = None
+            try:
+                sig.disconnect(failed)
+            except (RuntimeError, TypeError):
+                pass
+
+        job_failed.connect(failed)
+        return job
+
+    def _after_restore(self, meta: dict) -> None:
+        pio = self.win.projects
+        p = meta.get("project")
+        pio.path = Path(p) if p else None  # Save goes back to the user's project, never the autosave
+        pio.remapped = True  # unsaved until saved: closing asks, and autosave keeps the file
+        pio.pathChanged.emit(pio.path)
+        self._dirty = True  # written again soon, so a second crash still has it
+        self._edit_timer.start()
+        self.win.statusBar().showMessage("Restored unsaved changes; save them to keep them", 10000)
+        self.win.job_log.log("recovery: restored unsaved changes")
