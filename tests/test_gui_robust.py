@@ -178,3 +178,217 @@ def test_windows_on_other_settings_never_autosave(qtbot, tmp_path, monkeypatch):
     assert not w.recovery.enabled and not w.recovery.autosave()
     monkeypatch.setenv(recovery_mod.ENV_VAR, str(tmp_path / "env"))
     assert recovery_mod.recovery_dir(w.settings, False) == tmp_path / "env"
+
+
+# -- faults in background jobs -----------------------------------------------------------------------
+def ort_fault(monkeypatch, fail_at: int):
+    """onnxruntime raises (its own exception type, a multi-line message) on run call ``fail_at``."""
+    import onnxruntime as ort
+    from onnxruntime.capi.onnxruntime_pybind11_state import RuntimeException
+
+    real = ort.InferenceSession.run
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    def run(self, *a, **kw):
+        with lock:
+            calls["n"] += 1
+            n = calls["n"]
+        if n == fail_at:
+            raise RuntimeException("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned "
+                                   "while running Conv node.\n Name:'conv' Status Message: out of memory")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(ort.InferenceSession, "run", run)
+    return lambda: monkeypatch.setattr(ort.InferenceSession, "run", real)
+
+
+def gated_calibrate(monkeypatch, stop_at: int):
+    """Calibration pauses after batch ``stop_at`` until released (the test acts meanwhile)."""
+    import qtquant.gui.controller as ctl
+
+    real = ctl.calibrate
+    reached, release, calls = threading.Event(), threading.Event(), []
+
+    def cal(graph, cfg, progress=None, cancel=None):
+        calls.append(graph.path)
+        first = len(calls) == 1
+
+        def prog(done, total=0):
+            if progress is not None:
+                progress(done, total)
+            if first and done == stop_at:
+                reached.set()
+                release.wait(20)
+
+        return real(graph, cfg, progress=prog, cancel=cancel)
+
+    monkeypatch.setattr(ctl, "calibrate", cal)
+    return reached, release, calls
+
+
+def one_line(win):
+    assert win.errors, "no error reported"
+    title, msg, _ = win.errors[-1]
+    assert msg and "\n" not in msg and "Traceback" not in msg and len(msg) <= 320
+    return title, msg
+
+
+@pytest.mark.parametrize("fail_at", [1, 3])
+def test_onnxruntime_raising_mid_calibration(qtbot, make_win, model, monkeypatch, fail_at):
+    undo = ort_fault(monkeypatch, fail_at)
+    w = make_win()
+    w.open_model(model, calib=CalibConfig(count=6))
+    qtbot.waitUntil(lambda: bool(w.errors), timeout=20000)
+    title, msg = one_line(w)
+    assert title == "Calibrate (synthetic, 6 samples) failed"
+    assert "onnxruntime failed on synthetic sample" in msg and "RUNTIME_EXCEPTION" in msg  # the core's own error
+    assert w.error_dialogs and w.error_dialogs[-1].isVisible()  # the dialog, not a traceback
+    qtbot.waitUntil(lambda: not w.controller.busy, timeout=10000)
+    assert w.bridge.session.calibration is None and not w.bridge.ready  # nothing half-calibrated applied
+    assert not w.controller.calibrating and not w.progress.isVisible()
+    assert w.scene.nodes.get("cat1") is not None  # the canvas is still there
+    # Still usable: the fault gone, calibrating again works.
+    undo()
+    w.error_dialogs[-1].close()
+    w.controller.calibrate()
+    settle(qtbot, w)
+    assert w.bridge.concat("cat1").rescales == 2
+
+
+@pytest.mark.parametrize("point", [0, 1, 3, 4])
+def test_cancel_calibration_at_several_points(qtbot, make_win, model, monkeypatch, point):
+    """Cancel before the first batch, after batch 1, mid-way, and after the last batch."""
+    reached, release, _ = gated_calibrate(monkeypatch, point)
+    w = make_win()
+    w.open_model(model, calib=CalibConfig(count=4, holdout=0))
+    stopped = []
+    w.controller.calibrationFinished.connect(stopped.append)
+    if point == 0:
+        qtbot.waitUntil(lambda: bool(w.jobs.active("calibrate")), timeout=20000)
+        qtbot.mouseClick(w.cancel_button, Qt.LeftButton)
+    else:
+        qtbot.waitUntil(reached.is_set, timeout=20000)
+        qtbot.waitUntil(w.cancel_button.isVisible, timeout=5000)
+        qtbot.mouseClick(w.cancel_button, Qt.LeftButton)
+        release.set()
+    qtbot.waitUntil(lambda: stopped == [False], timeout=20000)
+    job = [j for j in w.jobs.history if j.kind == "calibrate"][-1]
+    assert job.status == "cancelled"
+    assert w.bridge.session.calibration is None  # even a finished result is dropped once cancelled
+    assert not w.errors and not w.controller.calibrating
+    qtbot.waitUntil(lambda: not w.progress.isVisible(), timeout=5000)
+    release.set()
+    w.controller.calibrate()  # and it can run again
+    settle(qtbot, w)
+    assert w.bridge.concat("cat1").rescales == 2
+
+
+@pytest.mark.parametrize("kind", ["perf", "fidelity"])
+def test_edit_while_a_job_runs_applies_only_the_newest(qtbot, make_win, model, monkeypatch, kind):
+    import qtquant.gui.controller as ctl
+
+    w = make_win()
+    w.open_model(model, calib=CalibConfig(count=4))
+    settle(qtbot, w)
+    getter = ctl.simulator if kind == "perf" else ctl.fidelity_measure
+    real = getter()
+    if real is None:
+        pytest.skip(f"no {kind} module")
+    gate, entered, results = threading.Event(), threading.Event(), []
+
+    def slow(*a, **kw):
+        r = real(*a, **kw)
+        if not entered.is_set():  # the first job (the unedited revision) is held back
+            entered.set()
+            gate.wait(20)
+        results.append(r)
+        return r
+
+    monkeypatch.setattr(ctl, "simulator" if kind == "perf" else "fidelity_measure", lambda: slow)
+    rev0 = w.bridge.revision
+    (w.controller.refresh_perf if kind == "perf" else w.controller.refresh_fidelity)()
+    qtbot.waitUntil(entered.is_set, timeout=10000)
+    assert w.editor.share_nodes(["cat1"])  # the user edits while the job runs
+    rev1 = w.bridge.revision
+    assert rev1 != rev0
+    attr = "perf_revision" if kind == "perf" else "fidelity_revision"
+    qtbot.waitUntil(lambda: getattr(w.bridge, attr) == rev1, timeout=20000)
+    newest = getattr(w.bridge, kind)
+    gate.set()  # the old job now finishes...
+    qtbot.waitUntil(lambda: not w.controller.busy, timeout=20000)
+    old = [j for j in w.jobs.history if j.kind == kind][-2]
+    assert old.status in ("stale", "cancelled")  # ...and is dropped
+    assert getattr(w.bridge, attr) == rev1 and getattr(w.bridge, kind) is newest
+    assert not w.errors
+
+
+def other_model(path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "k2")]
+    nodes = [helper.make_node("Mul", ["x", "k2"], ["m"], name="other_mul"),
+             helper.make_node("Relu", ["m"], ["y"], name="other_relu")]
+    g = helper.make_graph(nodes, "other", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def test_opening_a_second_model_while_the_first_calibrates(qtbot, make_win, model, monkeypatch, tmp_path):
+    reached, release, calls = gated_calibrate(monkeypatch, 4)  # after the last batch: a result comes back
+    w = make_win()
+    w.open_model(model, calib=CalibConfig(count=4, holdout=0))
+    qtbot.waitUntil(reached.is_set, timeout=20000)
+    second = other_model(tmp_path / "other.onnx")
+    w.open_model(second, calib=CalibConfig(count=4))
+    # Not settle(): the first job still holds a worker, so the controller stays busy until released.
+    qtbot.waitUntil(lambda: w.bridge.ready and w.bridge.graph.path == second and w.scene.spec is not None
+                    and w.scene.spec is w.controller.spec, timeout=20000)
+    assert [j.status for j in w.jobs.history if j.kind == "calibrate"][0] == "running"  # still in flight
+    release.set()  # the first calibration completes after the switch
+    qtbot.waitUntil(lambda: not w.controller.busy, timeout=20000)
+    first_job = [j for j in w.jobs.history if j.kind == "calibrate"][0]
+    assert first_job.status in ("stale", "cancelled")
+    assert [p.name for p in calls] == ["edit.onnx", "other.onnx"]
+    assert w.controller.path == second and w.bridge.graph.path == second
+    assert set(w.scene.nodes) >= {"other_mul", "other_relu"} and "cat1" not in w.scene.nodes
+    assert set(w.bridge.session.calibration.ranges) <= set(w.bridge.graph.tensors)  # the second model's
+    assert "other.onnx" in w.windowTitle() and not w.errors
+
+
+@pytest.mark.parametrize("bad", ["garbage", "truncated", "empty"])
+def test_corrupt_model_gives_the_error_dialog(qtbot, make_win, model, tmp_path, bad):
+    w = make_win()
+    p = tmp_path / "bad.onnx"
+    data = model.read_bytes()
+    p.write_bytes({"garbage": b"\x08\xff\xff\xff\xff" + bytes(range(256)) * 4,
+                   "truncated": data[:len(data) // 2], "empty": b""}[bad])
+    w.open_model(p)
+    qtbot.waitUntil(lambda: bool(w.errors), timeout=20000)
+    one_line(w)
+    assert w.error_dialogs and w.error_dialogs[-1].isVisible()
+    assert w.bridge.session is None and w.controller.path is None
+    open_settled(qtbot, w, model)  # usable afterwards
+    assert "cat1" in w.scene.nodes
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"format": "qtquant-project", "version": 99, "model": "m.onnx"}',
+                                     '{"format": "qtquant-project", "version": 1, "model": "missing.onnx"}', "[]"])
+def test_bad_project_gives_the_error_dialog(qtbot, make_win, model, tmp_path, content):
+    w = make_win()
+    open_settled(qtbot, w, model)
+    w.editor.share_nodes(["cat1"])
+    p = tmp_path / "bad.qtquant"
+    p.write_text(content)
+    w.undo_stack.setClean()
+    w.open_project(p, ask=False)
+    qtbot.waitUntil(lambda: bool(w.errors), timeout=20000)
+    one_line(w)
+    # The open model stays, with its groups, and the window is not renamed after the bad file.
+    assert w.bridge.graph.path == model and groups(w) == [CAT1]
+    assert w.projects.path is None and "bad" not in w.windowTitle()
