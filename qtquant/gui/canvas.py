@@ -461,7 +461,8 @@ class MiniMap(QWidget):
         sc = self.view.scene()
         if sc is None:  # the window is being torn down
             return
-        r = self._src if not self._src.isEmpty() else sc.itemsBoundingRect()
+        r = self._src if not self._src.isEmpty() else (sc.sceneRect() if sc.spec is not None
+                                                         else sc.itemsBoundingRect())
         vis = self.view.mapToScene(self.view.viewport().rect()).boundingRect()
         self.setVisible(bool(sc.nodes) and not vis.adjusted(-2, -2, 2, 2).contains(r))
         self.update()
@@ -481,7 +482,8 @@ class MiniMap(QWidget):
             self._img = None
             self.setVisible(False)
             return
-        self._src = sc.itemsBoundingRect()
+        # The layout's rectangle: itemsBoundingRect asks every item (a Python call each) for its bounds.
+        self._src = sc.sceneRect() if sc.spec is not None else sc.itemsBoundingRect()
         a = self._src.width() / max(self._src.height(), 1.0)
         w, h = (self.BOX, max(70, int(self.BOX / a))) if a >= 1 else (max(70, int(self.BOX * a)), self.BOX)
         self.setFixedSize(min(w, self.BOX) + 8, min(h, self.BOX) + 8)

@@ -275,12 +275,24 @@ class OverviewItem(QGraphicsItem):
         self._fills: list[tuple[QColor, list]] = []
         self._edges: list[tuple[QColor, QPainterPath]] = []
         self._badges: list[QRectF] = []
+        self._pending = None  # (nodes, edges) to batch at the next paint
         self.selected: list[QRectF] = []
 
     def boundingRect(self) -> QRectF:
         return self._rect
 
     def rebuild(self, nodes, edges) -> None:
+        """Mark the batches stale; they are rebuilt when next painted.
+
+        Most opens and edits happen zoomed in, where this item is hidden and never painted:
+        rebuilding eagerly cost the GUI thread ~0.2 s per looks change at 5,000 nodes.
+        """
+        self._pending = (nodes, edges)
+        self.update()
+
+    def _rebuild_now(self) -> None:
+        nodes, edges = self._pending
+        self._pending = None
         fills: dict[int, tuple[QColor, list]] = {}
         badges = []
         for it in nodes:
@@ -305,9 +317,10 @@ class OverviewItem(QGraphicsItem):
         self._fills = list(fills.values())
         self._edges = sorted(paths.values(), key=lambda cp: cp[0].alpha())
         self._badges = badges
-        self.update()
 
     def paint(self, p, option, widget=None):
+        if self._pending is not None:
+            self._rebuild_now()
         p.setRenderHint(p.RenderHint.Antialiasing, False)
         for col, path in self._edges:
             p.setPen(QPen(col, 0))  # cosmetic: one pixel whatever the zoom

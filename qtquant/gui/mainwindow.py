@@ -368,7 +368,7 @@ class MainWindow(EditingMixin, QMainWindow):
         self.view.fit_top()
         self.apply_looks()
         self.update_hulls()
-        self.view.minimap.refresh()
+        self.view.minimap.schedule_refresh()  # in its own slice of the event loop, not this one
         lay = spec.layout
         self.job_log.log(f"layout: {len(spec.nodes)} items, {len(spec.edges)} edges, {lay.crossings} crossings, "
                          f"{lay.seconds * 1000:.0f} ms")
