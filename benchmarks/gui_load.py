@@ -123,6 +123,9 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
         def _on_layout(self, spec):  # split "layout arrived" from "scene built"
             marks["layout"] = time.perf_counter()
             super()._on_layout(spec)
+
+        def _scene_built(self, spec):  # the scene is built in slices: this runs after the last one
+            super()._scene_built(spec)
             marks["built"] = time.perf_counter()
             probe.arm()
 

@@ -392,3 +392,35 @@ def test_bad_project_gives_the_error_dialog(qtbot, make_win, model, tmp_path, co
     # The open model stays, with its groups, and the window is not renamed after the bad file.
     assert w.bridge.graph.path == model and groups(w) == [CAT1]
     assert w.projects.path is None and "bad" not in w.windowTitle()
+
+
+# -- the scene is built in slices ---------------------------------------------------------------------
+def test_scene_builds_in_slices_and_a_newer_model_drops_a_half_built_one(qtbot, make_win, model, monkeypatch,
+                                                                          tmp_path):
+    import qtquant.gui.mainwindow as mw
+    from qtquant.gui.canvas import GraphScene
+
+    real = GraphScene.build_steps
+    monkeypatch.setattr(mw, "BUILD_SLICE_MS", 0)  # one chunk per event-loop turn
+    monkeypatch.setattr(GraphScene, "build_steps", lambda self, spec, chunk=400: real(self, spec, chunk=2))
+    w = make_win()
+    slices = []
+    w._build_timer.timeout.connect(lambda: slices.append(len(w.scene.nodes)))
+    w.open_model(model, calib=CalibConfig(count=4))
+    settle(qtbot, w)
+    assert len(slices) >= 5 and slices == sorted(slices)  # built over several event-loop turns
+    assert set(w.scene.nodes) >= {"cat1", "cat2", "br_a", "reshape"} and w.scene.spec is w.controller.spec
+    assert w.scene.nodes["cat1"].badge_texts == ["+2 rescale"]  # looks applied once complete
+
+    second = other_model(tmp_path / "other.onnx")
+    built, real_built = [], w._scene_built
+    monkeypatch.setattr(w, "_scene_built", lambda spec: (built.append(spec), real_built(spec)))
+    w._build_timer.setInterval(200)  # ~15 slices: seconds, while the second model loads in milliseconds
+    with qtbot.waitSignal(w.controller.layoutReady, timeout=20000) as first:
+        w.open_model(model, calib=CalibConfig(count=4))
+    assert w._build is not None and w.scene.spec is None  # half built...
+    w.open_model(second, calib=CalibConfig(count=4))  # ...when another model opens
+    settle(qtbot, w)
+    assert first.args[0] not in built and len(built) == 1  # the first scene was never finished
+    assert set(w.scene.nodes) >= {"other_mul", "other_relu"} and "cat1" not in w.scene.nodes
+    assert w.scene.spec is w.controller.spec and not w.errors

@@ -77,8 +77,13 @@ class GraphScene(QGraphicsScene):
         self.looksChanged.emit()
 
     def build(self, spec: SceneSpec) -> None:
+        for _ in self.build_steps(spec):
+            pass
+
+    def build_steps(self, spec: SceneSpec, chunk: int = 400):
+        """:meth:`build` as a generator yielding every ``chunk`` items, so the caller can go back
+        to the event loop between slices.  ``self.spec`` is set only once every item exists."""
         self.reset()
-        self.spec = spec
         lay = spec.layout
         # Item indexing is cheap once; a static scene keeps the BSP tree valid.
         self.setItemIndexMethod(QGraphicsScene.NoIndex)
@@ -89,6 +94,8 @@ class GraphScene(QGraphicsScene):
             item.setPos(x, y)
             self.addItem(item)
             self.nodes[ns.name] = item
+            if len(self.nodes) % chunk == 0:
+                yield
         names = [n.name for n in spec.nodes]
         routes = [list(r.points) for r in lay.routes]
         self._spread_ports(spec, routes, lay.pos)
@@ -100,6 +107,8 @@ class GraphScene(QGraphicsScene):
             self.edges_out.setdefault(e.src, []).append(e)
             self.edges_in.setdefault(e.dst, []).append(e)
             label_at.setdefault(es.tensor, (pts[0][0] + 5, pts[0][1] + 2))
+            if len(self.edges) % chunk == 0:
+                yield
         # Shape labels are made the first time the zoom makes them legible (most large
         # graphs are first seen zoomed out): one label per tensor, at its first edge.
         label_of = {es.tensor: es.label for es in spec.edges}
@@ -114,6 +123,7 @@ class GraphScene(QGraphicsScene):
             self.overview.setVisible(False)
             self.addItem(self.overview)
             self.overview.rebuild(self.nodes.values(), self.edges)
+        self.spec = spec
 
     @staticmethod
     def _spread_ports(spec: SceneSpec, routes, pos) -> None:

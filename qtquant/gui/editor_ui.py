@@ -170,6 +170,8 @@ class EditingMixin:
         self.policy_combo.blockSignals(False)
 
     def update_hulls(self) -> None:
+        if self._build is not None:  # the scene is half built: done again once it is complete
+            return
         s = self.bridge.session
         self.scene.hulls.update(s.graph if s else None, list(s.groups) if s else [])
         self.scene.hulls.highlight(self.group_focus)

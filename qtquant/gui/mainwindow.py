@@ -8,6 +8,7 @@ wiring, export and projects live in :class:`~qtquant.gui.editor_ui.EditingMixin`
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
@@ -31,6 +32,7 @@ from .search import SearchBar
 __all__ = ["MainWindow"]
 
 MAX_RECENT = 10
+BUILD_SLICE_MS = 40  # the scene is built in slices this long, events handled in between
 
 
 class MainWindow(EditingMixin, QMainWindow):
@@ -50,6 +52,9 @@ class MainWindow(EditingMixin, QMainWindow):
         self.setWindowTitle("qtquant")
         self.resize(1500, 940)
         self.setAcceptDrops(True)
+        self._build = None  # (generator, spec) of a scene being built in slices
+        self._build_timer = QTimer(self, singleShot=True, interval=0)
+        self._build_timer.timeout.connect(self._build_more)
 
         self.scene = GraphScene(self)
         self.view = GraphView(self.scene)
@@ -348,6 +353,7 @@ class MainWindow(EditingMixin, QMainWindow):
     def _on_model_loaded(self, session) -> None:
         g = session.graph
         name = g.path.name if g.path else "model"
+        self._build = None  # a half-built scene of the previous model is dropped
         self.scene.reset(f"Laying out {len(g.nodes)} nodes…")
         self.search_bar.set_graph(g)
         self.undo_stack.clear()
@@ -363,7 +369,23 @@ class MainWindow(EditingMixin, QMainWindow):
         self.job_log.log(f"opened {g.path or name}: {len(g.nodes)} nodes, {len(g.concat_nodes())} Concats")
 
     def _on_layout(self, spec) -> None:
-        self.scene.build(spec)
+        """Build the scene in slices of BUILD_SLICE_MS (20,000 items take over a second)."""
+        self._build = (self.scene.build_steps(spec), spec)
+        self._build_more()
+
+    def _build_more(self) -> None:
+        if self._build is None:  # superseded: another model replaced the scene
+            return
+        gen, spec = self._build
+        t = time.perf_counter()
+        for _ in gen:
+            if time.perf_counter() - t > BUILD_SLICE_MS / 1000:
+                self._build_timer.start()
+                return
+        self._build = None
+        self._scene_built(spec)
+
+    def _scene_built(self, spec) -> None:
         self.view.resetTransform()
         self.view.fit_top()
         self.apply_looks()
