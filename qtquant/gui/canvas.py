@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QWidget
 from .dragdrop import NodeDrag
 from .hulls import HullLayer
 from .items import LOD_EDGE_LABEL, LOD_FAST, EdgeItem, EdgeLabel, NodeItem, OverviewItem
-from .spec import SceneSpec
+from .spec import SceneSpec, spread_ports
 from .style import MISMATCH_BANDS, NODE_H, NODE_W, SELECT, TERM_H, TERM_W, category_color, heat_color
 
 __all__ = ["GraphScene", "GraphView", "MiniMap", "Legend", "ITEM_CLASSES"]
@@ -98,7 +98,7 @@ class GraphScene(QGraphicsScene):
                 yield
         names = [n.name for n in spec.nodes]
         routes = [list(r.points) for r in lay.routes]
-        self._spread_ports(spec, routes, lay.pos)
+        spread_ports(spec, routes, lay.pos)
         label_at: dict[str, tuple[float, float]] = {}
         for es, pts in zip(spec.edges, routes):
             e = EdgeItem(es.tensor, names[es.src], names[es.dst], pts)
@@ -124,34 +124,6 @@ class GraphScene(QGraphicsScene):
             self.addItem(self.overview)
             self.overview.rebuild(self.nodes.values(), self.edges)
         self.spec = spec
-
-    @staticmethod
-    def _spread_ports(spec: SceneSpec, routes, pos) -> None:
-        """Spread edge ends along a box's top/bottom instead of one point (fewer overlaps)."""
-        ins: dict[int, list[int]] = {}
-        outs: dict[int, dict[str, list[int]]] = {}
-        for k, es in enumerate(spec.edges):
-            ins.setdefault(es.dst, []).append(k)
-            outs.setdefault(es.src, {}).setdefault(es.tensor, []).append(k)
-        for node, ks in ins.items():
-            if len(ks) < 2:
-                continue
-            w = (NODE_W if spec.nodes[node].kind == "op" else TERM_W) * 0.7
-            ks.sort(key=lambda k: routes[k][-2][0] if len(routes[k]) > 2 else pos[spec.edges[k].src][0])
-            cx = pos[node][0]
-            for j, k in enumerate(ks):
-                x = cx - w / 2 + w * (j + 0.5) / len(ks)
-                routes[k][-1] = (x, routes[k][-1][1])
-        for node, by_t in outs.items():
-            if len(by_t) < 2:
-                continue
-            w = (NODE_W if spec.nodes[node].kind == "op" else TERM_W) * 0.6
-            order = list(by_t)  # output order
-            cx = pos[node][0]
-            for j, t in enumerate(order):
-                x = cx - w / 2 + w * (j + 0.5) / len(order)
-                for k in by_t[t]:
-                    routes[k][0] = (x, routes[k][0][1])
 
     # -- looks ----------------------------------------------------------------------------
     def apply_looks(self, node_looks: dict, edge_styles: dict, edge_default: dict | None = None) -> None:
@@ -462,6 +434,9 @@ class MiniMap(QWidget):
         self._src = QRectF()
         self._timer = QTimer(self, singleShot=True, interval=150)
         self._timer.timeout.connect(self.refresh)
+        self._base: QImage | None = None  # the edges, for _base_key
+        self._rects: list[QRectF] = []  # node boxes in minimap pixels, in scene.nodes order
+        self._base_key = None
 
     def schedule_refresh(self) -> None:
         self._timer.start()
@@ -499,24 +474,39 @@ class MiniMap(QWidget):
         self.setFixedSize(min(w, self.BOX) + 8, min(h, self.BOX) + 8)
         self.view._place_overlays()
         t = self._target()
-        img = QImage(max(1, int(t.width())), max(1, int(t.height())), QImage.Format_ARGB32_Premultiplied)
-        img.fill(Qt.transparent)
+        size = (max(1, int(t.width())), max(1, int(t.height())))
         s = t.width() / self._src.width()
         ox, oy = self._src.left(), self._src.top()
+        key = (id(sc.spec), len(nodes), len(sc.edges), size, (ox, oy, s))
+        if self._base_key != key:  # edges and node boxes never move: drawn and placed once per size
+            base = QImage(*size, QImage.Format_ARGB32_Premultiplied)
+            base.fill(Qt.transparent)
+            p = QPainter(base)
+            p.setPen(QPen(QColor(150, 160, 170, 110), 0.6))
+            for e in sc.edges:
+                pts = e.points
+                p.drawLine(QPointF((pts[0][0] - ox) * s, (pts[0][1] - oy) * s),
+                           QPointF((pts[-1][0] - ox) * s, (pts[-1][1] - oy) * s))
+            p.end()
+            rects = []
+            for it in nodes:
+                pos = it.pos()
+                big = it.name in sc.emphasised
+                mw, mh = max(it.width * s, 3.0 if big else 1.5), max(it.height * s, 3.0 if big else 1.5)
+                rects.append(QRectF((pos.x() - ox) * s - mw / 2, (pos.y() - oy) * s - mh / 2, mw, mh))
+            self._base, self._rects, self._base_key = base, rects, key
+        by_colour: dict[tuple, list] = {}  # one drawRects per colour instead of a fillRect per node
+        for it, r in zip(nodes, self._rects):
+            by_colour.setdefault((it.fill.rgba(), it.faded), []).append(r)
+        img = self._base.copy()
         p = QPainter(img)
-        p.setPen(QPen(QColor(150, 160, 170, 110), 0.6))
-        for e in sc.edges:
-            pts = e.points
-            p.drawLine(QPointF((pts[0][0] - ox) * s, (pts[0][1] - oy) * s),
-                       QPointF((pts[-1][0] - ox) * s, (pts[-1][1] - oy) * s))
-        for it in nodes:
-            pos = it.pos()
-            c = QColor(it.fill).darker(118)
-            if it.faded:
+        p.setPen(Qt.NoPen)
+        for (rgba, faded), rects in by_colour.items():
+            c = QColor.fromRgba(rgba).darker(118)
+            if faded:
                 c.setAlpha(70)
-            big = it.name in sc.emphasised
-            mw, mh = max(it.width * s, 3.0 if big else 1.5), max(it.height * s, 3.0 if big else 1.5)
-            p.fillRect(QRectF((pos.x() - ox) * s - mw / 2, (pos.y() - oy) * s - mh / 2, mw, mh), c)
+            p.setBrush(c)
+            p.drawRects(rects)
         p.end()
         self._img = img
         self.follow()

@@ -13,7 +13,7 @@ from ..shapes import format_shape
 from .layout import Layout, LayoutInput, layered_layout
 from .style import NODE_H, NODE_W, TERM_H, TERM_W
 
-__all__ = ["NodeSpec", "EdgeSpec", "SceneSpec", "scene_spec", "layout_scene", "shape_text",
+__all__ = ["NodeSpec", "EdgeSpec", "SceneSpec", "scene_spec", "layout_scene", "spread_ports", "shape_text",
            "INPUT_PREFIX", "OUTPUT_PREFIX"]
 
 INPUT_PREFIX = "input:"
@@ -96,3 +96,31 @@ def layout_scene(spec: SceneSpec, graph=None) -> SceneSpec:
                 anchored[i] = True
     spec.layout = layered_layout(LayoutInput(sizes, [(e.src, e.dst) for e in spec.edges], anchored))
     return spec
+
+
+def spread_ports(spec: SceneSpec, routes, pos) -> None:
+    """Spread edge ends along a box's top/bottom instead of one point (fewer overlaps)."""
+    ins: dict[int, list[int]] = {}
+    outs: dict[int, dict[str, list[int]]] = {}
+    for k, es in enumerate(spec.edges):
+        ins.setdefault(es.dst, []).append(k)
+        outs.setdefault(es.src, {}).setdefault(es.tensor, []).append(k)
+    for node, ks in ins.items():
+        if len(ks) < 2:
+            continue
+        w = (NODE_W if spec.nodes[node].kind == "op" else TERM_W) * 0.7
+        ks.sort(key=lambda k: routes[k][-2][0] if len(routes[k]) > 2 else pos[spec.edges[k].src][0])
+        cx = pos[node][0]
+        for j, k in enumerate(ks):
+            x = cx - w / 2 + w * (j + 0.5) / len(ks)
+            routes[k][-1] = (x, routes[k][-1][1])
+    for node, by_t in outs.items():
+        if len(by_t) < 2:
+            continue
+        w = (NODE_W if spec.nodes[node].kind == "op" else TERM_W) * 0.6
+        order = list(by_t)  # output order
+        cx = pos[node][0]
+        for j, t in enumerate(order):
+            x = cx - w / 2 + w * (j + 0.5) / len(order)
+            for k in by_t[t]:
+                routes[k][0] = (x, routes[k][0][1])
