@@ -123,8 +123,6 @@ def load_cached(graph, config: CalibConfig, cache_dir) -> CalibrationResult | No
         return None
     if any(n not in stats for n in graph.observed_tensors):
         return None  # written by a qtquant that observed other tensors
-    from ..runtime import input_specs
-
     specs = input_specs(graph)
     for feed in holdout:  # held-back samples must still fit the model's inputs
         if set(feed) != set(specs) or any(tuple(feed[k].shape) != specs[k][0] or feed[k].dtype != specs[k][1]
