@@ -87,6 +87,13 @@ class Session:
 
     def set_options(self, **changes) -> None:
         self.options = replace(self.options, **changes)
+        if "scheme" in changes and self.calibration is not None:
+            # Same statistics, ranges re-derived for the new scheme (no model run).
+            tag = "sym" if self.options.scheme is Scheme.SYMMETRIC_INT8 else "asym"
+            if getattr(self.calibration.config, "scheme", tag) != tag and hasattr(self.calibration, "recompute"):
+                self.calibration = self.calibration.recompute(scheme=tag)
+            self.options = replace(self.options, calib=replace(self.options.calib, scheme=tag)) \
+                if hasattr(self.options.calib, "scheme") else self.options
         self._invalidate()
         self._baseline_dm = None
         self.events.emit("options", changes=changes)

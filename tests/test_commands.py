@@ -70,3 +70,19 @@ def test_autoshare_command_is_one_undo_step(session):
     assert _rescales(session) == 0
     stack.undo()
     assert len(session.groups) == 0 and _rescales(session) > 0
+
+
+def test_scheme_change_recomputes_ranges_without_a_model_run(session):
+    from qtquant.quant import Scheme
+
+    session.calibration = session.calibration.recompute(observer="percentile")
+    sym = dict(session.calibration.ranges)
+    (c0,) = session.concats()
+    session.set_options(scheme=Scheme.ASYMMETRIC_UINT8)
+    assert session.calibration.config.scheme == "asym" and session.options.calib.scheme == "asym"
+    asym = session.calibration.ranges
+    assert set(asym) == set(sym)
+    # Percentile thresholds are taken on |x| for int8-sym and per tail for uint8-asym.
+    assert any(asym[t] != sym[t] for t in sym)
+    (c,) = session.concats()
+    assert c.output.scale != c0.output.scale and session.domains.scheme is Scheme.ASYMMETRIC_UINT8
