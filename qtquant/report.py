@@ -128,4 +128,6 @@ def concat_table_text(session, concats=None, perf=None) -> str:
                     f"calibrated with {session.calibration.config.observer} on "
                     f"{session.calibration.batches} samples of {session.calibration.config.source}"
                     if session.calibration else "not calibrated"))
+    for note in getattr(session.calibration, "notes", None) or ():
+        lines.append(f"note: {note}")
     return "\n".join(lines)
