@@ -424,3 +424,19 @@ def test_scene_builds_in_slices_and_a_newer_model_drops_a_half_built_one(qtbot, 
     assert first.args[0] not in built and len(built) == 1  # the first scene was never finished
     assert set(w.scene.nodes) >= {"other_mul", "other_relu"} and "cat1" not in w.scene.nodes
     assert w.scene.spec is w.controller.spec and not w.errors
+
+
+# -- bad plans: the app reads plans only through `qtquant screenshot --plan` -----------------------------
+@pytest.mark.parametrize("content", ['{"format": "qtquant-plan", "version": 1, "groups": '
+                                     '[{"members": ["nope_a", "nope_b"]}]}', "{bad", "[]", ""])
+def test_bad_plan_in_the_screenshot_command_is_one_line(qtbot, model, tmp_path, capsys, content):
+    from qtquant.cli import main
+
+    plan = tmp_path / "bad.plan.json"
+    plan.write_text(content)
+    out = tmp_path / "o.png"
+    assert main(["screenshot", str(model), "--plan", str(plan), "-o", str(out), "--calib-count", "2"]) == 3
+    stderr = capsys.readouterr().err
+    err = [ln for ln in stderr.splitlines() if ln.startswith("qtquant")]
+    assert len(err) == 1 and "bad.plan.json" in err[0] and "Traceback" not in stderr
+    assert not out.exists()
