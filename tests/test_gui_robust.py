@@ -112,11 +112,28 @@ def test_autosave_after_an_edit_and_restore_after_a_crash(qtbot, make_win, model
     assert "edit.onnx" in w2.windowTitle()
     settle(qtbot, w2)
     assert w2.scene.nodes["cat1"] is not None
+    qtbot.waitUntil(lambda: w2.recovery.writes >= 1, timeout=recovery_mod.EDIT_DEBOUNCE_MS + 5000)  # kept
+    assert w2.recovery.pending()
 
     # A clean close (the save prompt answered Discard) removes the recovery file.
     w2.close()
     assert prompts["asked"][-1][0] == "Unsaved changes"
     assert not w2.recovery.pending() and not (rec_dir / recovery_mod.STATS_NAME).exists()
+
+
+def test_saving_a_restored_state_removes_the_autosave(qtbot, make_win, model, prompts, rec_dir, tmp_path):
+    w1 = make_win()
+    open_settled(qtbot, w1, model)
+    w1.editor.share_nodes(["cat1"])
+    assert w1.recovery.autosave()
+    crash(w1)
+    prompts["answers"] = [QMessageBox.Open]
+    w2 = make_win(offer_recovery=False)
+    assert w2.recovery.offer()
+    qtbot.waitUntil(lambda: groups(w2) == [CAT1] and w2.bridge.ready, timeout=20000)
+    assert w2.undo_stack.isClean() and w2.projects.modified  # unsaved without an undo entry
+    assert w2.projects.save_to(tmp_path / "saved.qtquant")
+    assert not w2.projects.modified and not w2.recovery.pending()
 
 
 def test_save_undo_and_clean_close_remove_the_autosave(qtbot, make_win, model, rec_dir, tmp_path):

@@ -72,6 +72,7 @@ class Recovery(QObject):
         window.undo_stack.indexChanged.connect(self._edited)
         window.undo_stack.cleanChanged.connect(self._clean_changed)
         window.controller.modelLoaded.connect(self._model_loaded)
+        window.projects.pathChanged.connect(self._path_changed)  # a save of a restored (remapped) state
         self._timer.start()
 
     # -- paths ----------------------------------------------------------------------------------
@@ -105,6 +106,11 @@ class Recovery(QObject):
 
     def _clean_changed(self, clean: bool) -> None:
         if clean and not self.win.projects.modified:  # saved, or undone back to the saved state
+            self._edit_timer.stop()
+            self.discard()
+
+    def _path_changed(self, _path) -> None:
+        if self._restoring is None and not self.win.projects.modified and self.pending():
             self._edit_timer.stop()
             self.discard()
 
