@@ -7,7 +7,8 @@ from pathlib import Path
 import onnx
 
 from .errors import ModelError
-from .graph import _check_external_data, _check_text, file_sha256, graph_from_model
+from .graph import graph_from_model
+from .modelcheck import check_external_data, check_text, file_sha256
 from .qdq import is_qdq_model, strip_qdq
 from .session import Options, Session
 
@@ -26,8 +27,8 @@ def open_model(path, input_shapes=None, options: Options = Options()) -> Session
         raise ModelError(f"{p.name} is not a readable ONNX model (corrupt or wrong format)") from None
     if not model.graph.node:
         raise ModelError(f"{p.name} is not a readable ONNX model (it has no graph nodes)")
-    _check_text(model)
-    _check_external_data(model, p.parent)
+    check_text(model)
+    check_external_data(model, p.parent)
     sha = file_sha256(p)
     qdq = None
     if is_qdq_model(model):
