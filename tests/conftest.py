@@ -1,3 +1,21 @@
 import os
 
+import pytest
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture
+def prompts(monkeypatch):
+    """Every QMessageBox.question is recorded and answered from ``answers`` (default: Discard),
+    so a save/restore prompt can never block a GUI test."""
+    from PySide6.QtWidgets import QMessageBox
+
+    log = {"asked": [], "answers": []}
+
+    def question(parent, title, text, buttons=None, default=None):
+        log["asked"].append((title, text))
+        return log["answers"].pop(0) if log["answers"] else QMessageBox.Discard
+
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(question))
+    return log

@@ -54,19 +54,6 @@ def edit_model(path, k_e: float = 4.0):
     return path
 
 
-@pytest.fixture
-def prompts(monkeypatch):
-    """Every QMessageBox.question is recorded and answered from ``answers`` (default: Discard),
-    so a prompt can never block a test."""
-    log = {"asked": [], "answers": []}
-
-    def question(parent, title, text, buttons=None, default=None):
-        log["asked"].append((title, text))
-        return log["answers"].pop(0) if log["answers"] else QMessageBox.Discard
-
-    monkeypatch.setattr(QMessageBox, "question", staticmethod(question))
-    return log
-
 
 @pytest.fixture
 def make_win(qtbot, tmp_path, prompts):

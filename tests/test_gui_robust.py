@@ -25,18 +25,6 @@ from test_gui_edit import edit_model, settle  # noqa: E402
 CAT1 = ["br_a_out", "br_b_out", "br_c_out", "cat1_out"]
 
 
-@pytest.fixture
-def prompts(monkeypatch):
-    """QMessageBox.question answered from ``answers`` (default: Discard) and recorded."""
-    log = {"asked": [], "answers": []}
-
-    def question(parent, title, text, buttons=None, default=None):
-        log["asked"].append((title, text))
-        return log["answers"].pop(0) if log["answers"] else QMessageBox.Discard
-
-    monkeypatch.setattr(QMessageBox, "question", staticmethod(question))
-    return log
-
 
 @pytest.fixture
 def rec_dir(tmp_path, monkeypatch):
