@@ -172,11 +172,11 @@ def _act_move(ctx, tensor, times=1):
     return (b, ctx.in_ddr(tensor, ctx.act_bytes(tensor)))
 
 
-def _reads_writes(node, ctx, skip_internal=True):
-    """Byte moves for reading a node's inputs (activations and constants) and writing its outputs."""
+def _input_moves(node, ctx, *, skip_internal: bool, weight_bytes=lambda k: WEIGHT_BYTES) -> list:
+    """Byte moves for reading a node's inputs: activations, and constants streamed from DDR."""
     g = ctx.graph
     moves = []
-    for i in node.inputs:
+    for k, i in enumerate(node.inputs):
         if not i or (skip_internal and i in ctx.internal):
             continue
         t = g.tensors.get(i)
@@ -185,7 +185,13 @@ def _reads_writes(node, ctx, skip_internal=True):
         if t.kind in ("input", "activation"):
             moves.append(_act_move(ctx, i))
         elif t.kind == "weight":
-            moves.append((numel(shape_of(g, i)) * WEIGHT_BYTES, True))  # constants stream from DDR
+            moves.append((numel(shape_of(g, i)) * weight_bytes(k), True))
+    return moves
+
+
+def _reads_writes(node, ctx, skip_internal=True):
+    """Byte moves for reading a node's inputs (activations and constants) and writing its outputs."""
+    moves = _input_moves(node, ctx, skip_internal=skip_internal)
     for o in node.outputs:
         if o and o not in ctx.internal and ctx.is_activation(o):
             moves.append(_act_move(ctx, o))
@@ -197,19 +203,9 @@ def compute_cost(node, ctx) -> LayerCost:
     macs = macs_of(node, g)
     eff, note = _mac_efficiency(node, g, m.channel_align)
     compute_us = macs / (m.macs_per_s * m.utilization * eff) * 1e6 if macs else 0.0
-    moves = []
     wi = handler_for(node.op_type).weight_inputs
-    for k, i in enumerate(node.inputs):
-        if not i:
-            continue
-        t = g.tensors.get(i)
-        if t is None:
-            continue
-        if t.kind in ("input", "activation"):
-            moves.append(_act_move(ctx, i))
-        elif t.kind == "weight":
-            per = WEIGHT_BYTES if (k in wi or k < 2) else BIAS_BYTES
-            moves.append((numel(shape_of(g, i)) * per, True))
+    moves = _input_moves(node, ctx, skip_internal=False,
+                         weight_bytes=lambda k: WEIGHT_BYTES if (k in wi or k < 2) else BIAS_BYTES)
     for i in ctx.chain_inputs.get(node.name, ()):
         if ctx.is_activation(i):
             moves.append(_act_move(ctx, i))  # residual read by the fused Add
