@@ -50,6 +50,7 @@ class StallProbe:
         self.gaps: list[tuple[float, float]] = []  # (time since start s, gap ms)
         self.t0 = self.last = None
         self.blame: dict[str, float] = {}  # "module:function" -> ms sampled while stalled
+        self.gil: dict[str, float] = {}  # worker frame -> ms the GIL was held in one C call
         self.timer = QTimer()
         self.timer.setTimerType(Qt.PreciseTimer)
         self.timer.setInterval(period_ms)
@@ -62,6 +63,8 @@ class StallProbe:
         self.t0 = self.last = time.perf_counter()
         self.gaps.clear()
         self.blame.clear()
+        self.gil.clear()
+        self.log: list[tuple[float, str]] = []
         self._stop.clear()
         self._watch = threading.Thread(target=self._watchdog, name="stall-watchdog", daemon=True)
         self._watch.start()
@@ -73,19 +76,39 @@ class StallProbe:
         self._stop.set()
         self._watch.join()
 
+    @staticmethod
+    def _where(frame, default: str) -> str:
+        """The innermost qtquant function on ``frame``'s stack."""
+        while frame is not None:
+            fn = frame.f_code.co_filename.replace(os.sep, "/")
+            if "/qtquant/" in fn:
+                return f"{fn.rsplit('/qtquant/', 1)[1][:-3].replace('/', '.')}:{frame.f_code.co_name}"
+            frame = frame.f_back
+        return default
+
     def _watchdog(self):
+        woke = time.perf_counter()
         while not self._stop.wait(self.SAMPLE_S):
-            if time.perf_counter() - self.last < 0.05:
+            now = time.perf_counter()
+            late, woke = now - woke - self.SAMPLE_S, now
+            frames = sys._current_frames()
+            if late > 0.04:
+                # This thread needs the GIL to wake; a Python thread hands it over every 5 ms,
+                # so a late wake means a C call held it.  Whoever held it is now just past that
+                # call: charge the time to each other thread's innermost qtquant frame.
+                for tid, frame in frames.items():
+                    if tid in (threading.get_ident(), self._main):
+                        continue
+                    w = self._where(frame, "(no qtquant frame)")
+                    name = next((t.name for t in threading.enumerate() if t.ident == tid), "?")
+                    key = f"{w}  [{name if not name.startswith('Thread (pooled') else 'worker'}]"
+                    self.gil[key] = self.gil.get(key, 0.0) + late * 1000
+                    self.log.append((now - self.t0, f"GIL {late * 1000:.0f} ms near {key}"))
+            if now - self.last < 0.05:
                 continue
-            frame = sys._current_frames().get(self._main)
-            where = "(Qt event processing, no qtquant frame)"
-            while frame is not None:
-                fn = frame.f_code.co_filename.replace(os.sep, "/")
-                if "/qtquant/" in fn:
-                    where = f"{fn.rsplit('/qtquant/', 1)[1][:-3].replace('/', '.')}:{frame.f_code.co_name}"
-                    break
-                frame = frame.f_back
+            where = self._where(frames.get(self._main), "(Qt event processing, no qtquant frame)")
             self.blame[where] = self.blame.get(where, 0.0) + self.SAMPLE_S * 1000
+            self.log.append((now - self.t0, where))
 
     def _tick(self):
         now = time.perf_counter()
@@ -100,7 +123,16 @@ class StallProbe:
         return {"max_ms": g[0] if g else 0.0, "top": g[:5], "over_limit": len(over),
                 "over_at": [round(t, 2) for t, _ in over[:8]],
                 "blocked_ms": sum(ms - self.period for ms in g),
-                "blame": sorted(self.blame.items(), key=lambda kv: -kv[1])[:6]}
+                "blame": sorted(self.blame.items(), key=lambda kv: -kv[1])[:6],
+                "gil": sorted(self.gil.items(), key=lambda kv: -kv[1])[:8],
+                "stalls": [(t, ms, self._during(t, ms)) for t, ms in sorted(self.gaps, key=lambda x: -x[1])[:8]]}
+
+    def _during(self, t: float, ms: float) -> list[str]:
+        seen: dict[str, int] = {}
+        for when, what in self.log:
+            if t <= when <= t + ms / 1000 + 0.02:
+                seen[what] = seen.get(what, 0) + 1
+        return [f"{n}x {w}" for w, n in sorted(seen.items(), key=lambda kv: -kv[1])[:4]]
 
 
 def _pump(app, seconds: float, until=None):
@@ -175,7 +207,15 @@ def main() -> int:
             print(f"where the GUI thread was while stalled ({label}, innermost qtquant frame, sampled):")
             for where, ms in r["blame"]:
                 print(f"  {ms:8.0f} ms  {where}")
+        if r["gil"]:
+            print(f"threads next to a GIL held over 40 ms in one C call ({label}; the holder is one of them):")
+            for where, ms in r["gil"]:
+                print(f"  {ms:8.0f} ms  {where}")
     idle, small, large = (r for _, r in rows)
+    if os.environ.get("QTQUANT_STALLS_DETAIL"):
+        print("longest stalls at the large graph (s after open, ms, what the watchdog saw):")
+        for t, ms, what in large["stalls"]:
+            print(f"  t={t:6.2f}  {ms:6.0f} ms  " + "; ".join(what))
     print(f"longest stall: {large['max_ms']:.0f} ms at {args.nodes} nodes vs {small['max_ms']:.0f} ms at "
           f"{args.reference_nodes} ({large['max_ms'] / max(small['max_ms'], 1e-9):.1f}x) and "
           f"{idle['max_ms']:.0f} ms idle")

@@ -139,7 +139,7 @@ def _float_outputs(graph):
 
 
 def _run(model, base_dir, names, feeds, cancel):
-    sess = make_session(model, base_dir)
+    sess = make_session(model, base_dir, spinning=False)  # spinning threads starve the GUI
     res = []
     for feed in feeds:
         if cancel is not None and cancel():

@@ -297,7 +297,7 @@ def test_edit_while_a_job_runs_applies_only_the_newest(qtbot, make_win, model, m
     w.open_model(model, calib=CalibConfig(count=4))
     settle(qtbot, w)
     getter = ctl.simulator if kind == "perf" else ctl.fidelity_measure
-    real = getter()
+    real = getter() if kind == "perf" else getter(w.controller.fidelity_worker)
     if real is None:
         pytest.skip(f"no {kind} module")
     gate, entered, results = threading.Event(), threading.Event(), []
@@ -310,7 +310,7 @@ def test_edit_while_a_job_runs_applies_only_the_newest(qtbot, make_win, model, m
         results.append(r)
         return r
 
-    monkeypatch.setattr(ctl, "simulator" if kind == "perf" else "fidelity_measure", lambda: slow)
+    monkeypatch.setattr(ctl, "simulator" if kind == "perf" else "fidelity_measure", lambda *a: slow)
     rev0 = w.bridge.revision
     (w.controller.refresh_perf if kind == "perf" else w.controller.refresh_fidelity)()
     qtbot.waitUntil(entered.is_set, timeout=10000)

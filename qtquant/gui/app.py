@@ -8,7 +8,9 @@ import traceback
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-__all__ = ["make_app", "run_app"]
+__all__ = ["make_app", "run_app", "SWITCH_INTERVAL_S"]
+
+SWITCH_INTERVAL_S = 0.0005
 
 
 def make_app(argv=None) -> QApplication:
@@ -19,6 +21,11 @@ def make_app(argv=None) -> QApplication:
         app.setOrganizationName("qtquant")
         app.setApplicationName("qtquant")
         app.setStyle("Fusion")
+    # Background jobs run Python too (building QDQ models, the perf simulator, merging
+    # statistics).  Every call Qt makes into Python (paint, data, a slot) needs the GIL, and a
+    # worker keeps it up to the switch interval: at the default 5 ms a table reset that asks
+    # for thousands of cells waits seconds.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     return app
 
 
@@ -42,9 +49,6 @@ def run_app(model=None) -> int:
     from .mainwindow import MainWindow
 
     app = make_app(sys.argv[:1])
-    # Background jobs run Python too (the perf simulator, merging statistics): a shorter GIL
-    # switch interval keeps the GUI thread's share of the interpreter frequent.
-    sys.setswitchinterval(0.001)
     win = MainWindow(offer_recovery=False)
     _install_excepthook(win)
     win.show()

@@ -16,6 +16,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
 
 from ..calib import CalibConfig, calibrate
+from ..fidelity_worker import FidelityWorker, Snapshot
 from ..session import Options, Session
 from ..shapes import parse_input_shapes
 from .jobs import Job, JobManager
@@ -155,12 +156,16 @@ class Controller(QObject):
     perfFinished = Signal()
     fidelityFinished = Signal()
 
-    def __init__(self, options: Options | None = None, parent=None, *, auto_calibrate: bool = True):
+    def __init__(self, options: Options | None = None, parent=None, *, auto_calibrate: bool = True,
+                 isolate_fidelity: bool = True):
         super().__init__(parent)
         self.options = options or Options()
         self.auto_calibrate = auto_calibrate
         self.bridge = SessionBridge(self)
         self.jobs = JobManager(self)
+        # The fidelity check runs in a child process: in a thread here, onnxruntime session
+        # set-up and teardown and the QDQ build hold the GIL and freeze the window on big models.
+        self.fidelity_worker = FidelityWorker.shared() if isolate_fidelity else None
         self.generation = 0  # bumps per opened model; every job result checks it
         self.path: Path | None = None
         self.spec = None
@@ -352,11 +357,14 @@ class Controller(QObject):
     def refresh_fidelity(self) -> Job | None:
         self._fid_timer.stop()
         s = self.bridge.session
-        meas = fidelity_measure()
+        meas = fidelity_measure(self.fidelity_worker)
         if s is None or not s.ready or meas is None or s.calibration is None:
             return None
-        s.domains  # build on the GUI thread once, so the worker only reads it
-        s.baseline_domains
+        if self.fidelity_worker is not None:
+            s = Snapshot(s)  # taken here: the worker thread must not read a session being edited
+        else:
+            s.domains  # build on the GUI thread once, so the worker only reads it
+            s.baseline_domains
         rev = s.revision
 
         def work(progress, cancelled):  # a newer edit cancels it (supersede) between samples

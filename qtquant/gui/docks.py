@@ -156,6 +156,9 @@ class ConcatList(QWidget):
         hh.setSectionResizeMode(0, QHeaderView.Stretch)
         for i in range(1, len(ConcatTableModel.HEADERS)):
             hh.setSectionResizeMode(i, QHeaderView.ResizeToContents)
+        # Size columns from the rows on screen: the default reads 1,000 rows per column, each a
+        # Python call, on every reset (0.5 s with 2,000 Concats).
+        hh.setResizeContentsPrecision(0)
         self.table.sortByColumn(2, Qt.DescendingOrder)
         self.table.clicked.connect(self._clicked)
         self.table.activated.connect(self._clicked)

@@ -12,6 +12,7 @@ batches).
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 import traceback
@@ -68,6 +69,26 @@ class _Signals(QObject):
     failed = Signal(int, object)
 
 
+# Workers run at a lower CPU priority than the GUI thread.  On a machine with few cores,
+# onnxruntime's pool threads and numpy otherwise take every core while a job runs, and the
+# GUI thread waits for the scheduler: the window stutters although no Python code of ours
+# blocks it.  Linux niceness is per thread and inherited by the threads a worker starts
+# (onnxruntime's pool, calibration's histogram thread).
+WORKER_NICENESS = 10
+_niced: set[int] = set()
+
+
+def _lower_priority() -> None:
+    tid = threading.get_native_id()
+    if tid in _niced:
+        return
+    _niced.add(tid)
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), WORKER_NICENESS))
+    except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
+        pass
+
+
 class _Runner(QRunnable):
     def __init__(self, job: Job, sig: _Signals):
         super().__init__()
@@ -76,6 +97,7 @@ class _Runner(QRunnable):
 
     def run(self):  # worker thread
         job, sig = self.job, self.sig
+        _lower_priority()
 
         def progress(done, total=0):
             sig.progress.emit(job.id, int(done), int(total))

@@ -22,13 +22,14 @@ def simulator():
     return simulate_session
 
 
-def fidelity_measure():
-    """``qtquant.fidelity.measure_session`` or None."""
+def fidelity_measure(worker=None):
+    """``qtquant.fidelity.measure_session`` or None; with ``worker`` (a
+    :class:`~qtquant.fidelity_worker.FidelityWorker`), the same check run in its child process."""
     try:
         from ..fidelity import measure_session
     except ImportError:
         return None
-    return measure_session
+    return worker.measure if worker is not None else measure_session
 
 
 def num(x) -> float | None:

@@ -1,0 +1,117 @@
+"""The fidelity check in a child process gives the in-process figures, caches, cancels, recovers."""
+
+import threading
+
+import pytest
+
+from builders import save
+from qtquant.errors import BadInputError, Cancelled, QtQuantError
+from qtquant.fidelity import measure_session
+from qtquant import fidelity_worker
+from qtquant.fidelity_worker import FidelityWorker, Snapshot
+from qtquant.groups import share, unshare
+from qtquant.loader import open_model
+from test_export_builders import detector_model
+
+
+@pytest.fixture(scope="module")
+def det_path(tmp_path_factory):
+    return save(detector_model(), tmp_path_factory.mktemp("fidw") / "det.onnx")
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = FidelityWorker()
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def session(det_path):
+    s = open_model(det_path)
+    s.run_calibration()
+    return s
+
+
+def same(a, b):
+    assert a.outputs == b.outputs and a.samples == b.samples and a.revision == b.revision
+    for o in a.outputs:
+        assert a.sqnr_db[o] == pytest.approx(b.sqnr_db[o], rel=1e-9, abs=1e-9)
+        assert a.before_sqnr_db[o] == pytest.approx(b.before_sqnr_db[o], rel=1e-9, abs=1e-9)
+        assert a.cosine[o] == pytest.approx(b.cosine[o], rel=1e-12)
+    assert [(m.tensor, m.group) for m in a.members] == [(m.tensor, m.group) for m in b.members]
+    for ma, mb in zip(a.members, b.members):
+        assert ma.sqnr_db == pytest.approx(mb.sqnr_db) and ma.bits_lost == pytest.approx(mb.bits_lost)
+
+
+def test_child_gives_the_in_process_figures_across_edits(worker, session):
+    same(worker.measure(Snapshot(session)), measure_session(session))
+    share(session, ["box", "score", "head_out"])
+    snap = Snapshot(session)
+    share(session, ["c0_out", "c1_out", "cat1_out"])  # an edit after the snapshot does not reach it
+    f = worker.measure(snap)
+    assert f.revision == snap.revision != session.revision
+    assert {m.tensor for m in f.members} == {"box", "score", "head_out"}
+    same(worker.measure(session), measure_session(session))
+    unshare(session, session.groups.groups[0].id)
+    same(worker.measure(session), measure_session(session))
+    same(worker.measure(session, quantize_outputs=False), measure_session(session, quantize_outputs=False))
+
+
+def test_a_new_model_or_calibration_is_loaded_into_the_child(worker, session, det_path):
+    worker.measure(session)
+    other = open_model(det_path)
+    other.run_calibration()
+    share(other, ["box", "score", "head_out"])
+    same(worker.measure(other), measure_session(other))
+    session.run_calibration()  # a new CalibrationResult object: the child must reload it
+    same(worker.measure(session), measure_session(session))
+
+
+def test_needs_holdout(worker, det_path):
+    with pytest.raises(BadInputError, match="held-back"):
+        worker.measure(open_model(det_path))
+
+
+def test_cancel_reaches_the_child_and_the_worker_stays_usable(worker, session):
+    share(session, ["box", "score", "head_out"])
+    with pytest.raises(Cancelled):
+        worker.measure(session, cancel=lambda: True)
+    flag = threading.Event()
+    calls = []
+
+    def cancel():  # set once the request is in flight
+        calls.append(1)
+        if len(calls) == 2:
+            flag.set()
+        return flag.is_set()
+
+    try:
+        worker.measure(session, cancel=cancel)
+    except Cancelled:
+        pass  # or it finished before the flag reached it: both are fine
+    same(worker.measure(session), measure_session(session))
+
+
+def test_a_dead_child_is_reported_and_replaced(worker, session, monkeypatch):
+    worker.measure(session)
+    worker._proc.kill()
+    worker._proc.join()
+    f = worker.measure(session)  # restarted on the next request
+    same(f, measure_session(session))
+
+    # Killed mid-request (from the poll loop, so the request is in flight): one line, then usable.
+    def kill_once():
+        calls.append(1)  # call 1 is the check before sending
+        if len(calls) >= 2 and not killed:
+            killed.append(worker._proc.pid)
+            worker._proc.kill()
+        return False
+
+    killed, calls = [], []
+    monkeypatch.setattr(fidelity_worker, "_POLL_S", 0.0001)  # the poll loop runs at once
+    worker._loaded = None  # and the request is a reload, which takes some time
+    with pytest.raises(QtQuantError, match="stopped unexpectedly") as e:
+        worker.measure(session, cancel=kill_once)
+    assert "\n" not in str(e.value) and killed
+    same(worker.measure(session), measure_session(session))
