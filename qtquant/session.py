@@ -15,7 +15,7 @@ from .domains import DomainMap, Policy, build_domains
 from .groups import GroupSet
 from .quant import Scheme
 
-__all__ = ["Options", "Session", "Events"]
+__all__ = ["Options", "Session", "Events", "Derived", "derive"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,41 @@ class Events:
             fn(kind, **payload)
 
 
+@dataclass
+class Derived:
+    """Domain maps and Concat analyses of one session state, computed away from the GUI
+    thread (20,000 nodes: some 0.9 s) and installed by :meth:`Session.set_calibration`."""
+
+    calibration: CalibrationResult
+    options: Options
+    groups: tuple
+    domains: DomainMap
+    baseline: DomainMap
+    concats: list
+    baseline_concats: list
+
+
+def _domains_for(graph, calibration, options, qdq, groups) -> DomainMap:
+    ranges = calibration.ranges if calibration is not None else {}
+    hist_pool = getattr(calibration, "pooled_range", None) if calibration is not None else None
+    return build_domains(graph, ranges, groups, policy=options.policy, scheme=options.scheme,
+                         fixed=qdq.ranges if qdq else None, hist_pool=hist_pool,
+                         percentile=getattr(options.calib, "percentile", 99.99))
+
+
+def derive(graph, calibration, options: Options, groups, qdq=None) -> Derived:
+    """Everything :meth:`Session.set_calibration` would otherwise compute on first use.
+
+    Pure: pass the session's options and ``groups.as_lists()`` read where the session is
+    edited; the session installs the result only if they still hold.
+    """
+    groups = tuple(tuple(g) for g in groups)
+    dm = _domains_for(graph, calibration, options, qdq, groups)
+    base = _domains_for(graph, calibration, options, qdq, ()) if groups else dm
+    cs = analyze_concats(graph, dm)
+    return Derived(calibration, options, groups, dm, base, cs, analyze_concats(graph, base) if groups else cs)
+
+
 class Session:
     def __init__(self, graph, options: Options = Options(), *, qdq=None):
         self.graph = graph
@@ -55,6 +90,7 @@ class Session:
         self.events = Events()
         self._dm: DomainMap | None = None
         self._baseline_dm: DomainMap | None = None
+        self._concat_cache: dict[bool, tuple] = {}  # baseline? -> (DomainMap, analysis)
         self.revision = 0  # bumps on every edit; background results carry it to detect staleness
         if qdq is not None:
             self.options = replace(self.options, scheme=qdq.scheme)
@@ -79,10 +115,17 @@ class Session:
         self.set_calibration(res)
         return res
 
-    def set_calibration(self, res: CalibrationResult) -> None:
+    def set_calibration(self, res: CalibrationResult, derived: Derived | None = None) -> None:
+        """``derived``: :func:`derive` for ``res``, used if the options and groups it was
+        computed for are still the session's."""
         self.calibration = res
         self._invalidate()
         self._baseline_dm = None
+        if derived is not None and derived.calibration is res and derived.options == self.options \
+                and derived.groups == tuple(tuple(g) for g in self.groups.as_lists()):
+            self._dm, self._baseline_dm = derived.domains, derived.baseline
+            self._concat_cache = {False: (derived.domains, derived.concats),
+                                  True: (derived.baseline, derived.baseline_concats)}
         self.events.emit("calibrated")
 
     def set_options(self, **changes) -> None:
@@ -108,13 +151,7 @@ class Session:
 
     # -- derived --------------------------------------------------------------------------
     def _build(self, groups) -> DomainMap:
-        hist_pool = None
-        if self.calibration is not None and hasattr(self.calibration, "pooled_range"):
-            hist_pool = self.calibration.pooled_range
-        return build_domains(self.graph, self.ranges, groups, policy=self.options.policy,
-                             scheme=self.options.scheme, fixed=self.qdq.ranges if self.qdq else None,
-                             hist_pool=hist_pool,
-                             percentile=getattr(self.options.calib, "percentile", 99.99))
+        return _domains_for(self.graph, self.calibration, self.options, self.qdq, groups)
 
     @property
     def domains(self) -> DomainMap:
@@ -130,4 +167,8 @@ class Session:
         return self._baseline_dm
 
     def concats(self, baseline: bool = False):
-        return analyze_concats(self.graph, self.baseline_domains if baseline else self.domains)
+        dm = self.baseline_domains if baseline else self.domains
+        hit = self._concat_cache.get(bool(baseline))
+        if hit is None or hit[0] is not dm:
+            hit = self._concat_cache[bool(baseline)] = (dm, analyze_concats(self.graph, dm))
+        return hit[1]

@@ -159,6 +159,19 @@ def test_jobs_merge_equals_single_process(graph):
 
 
 @pytest.mark.slow
+def test_isolated_calibration_equals_in_process(graph, monkeypatch):
+    from qtquant.calib import parallel
+
+    monkeypatch.setattr(parallel, "_PART", 2)  # several parts per worker, merged back
+    one = calibrate(graph, CalibConfig(count=5, observer="percentile"))
+    iso = calibrate(graph, CalibConfig(count=5, observer="percentile"), isolate=True)
+    assert list(iso.stats) == list(one.stats) and len(one.stats) > 2
+    for name in one.stats:
+        np.testing.assert_array_equal(one.stats[name].hist, iso.stats[name].hist)
+        assert iso.ranges[name] == one.ranges[name]
+    assert iso.batches == one.batches and len(iso.holdout) == len(one.holdout)
+
+
 def test_jobs_cancel_and_worker_errors(graph, tmp_path):
     calls = []
     with pytest.raises(Cancelled):

@@ -215,7 +215,7 @@ def gated_calibrate(monkeypatch, stop_at: int):
     real = ctl.calibrate
     reached, release, calls = threading.Event(), threading.Event(), []
 
-    def cal(graph, cfg, progress=None, cancel=None):
+    def cal(graph, cfg, progress=None, cancel=None, **kw):
         calls.append(graph.path)
         first = len(calls) == 1
 
@@ -226,7 +226,7 @@ def gated_calibrate(monkeypatch, stop_at: int):
                 reached.set()
                 release.wait(20)
 
-        return real(graph, cfg, progress=prog, cancel=cancel)
+        return real(graph, cfg, progress=prog, cancel=cancel, **kw)
 
     monkeypatch.setattr(ctl, "calibrate", cal)
     return reached, release, calls
@@ -445,3 +445,19 @@ def test_bad_plan_in_the_screenshot_command_is_one_line(qtbot, model, tmp_path, 
     err = [ln for ln in stderr.splitlines() if ln.startswith("qtquant")]
     assert len(err) == 1 and "bad.plan.json" in err[0] and "Traceback" not in stderr
     assert not out.exists()
+
+
+def test_big_model_path_calibrates_in_a_child_process(qtbot, make_win, model):
+    """Calibration in a child process (what big graphs get) gives the in-thread analysis."""
+    ref = make_win()
+    ref.open_model(model, calib=CalibConfig(count=4))
+    settle(qtbot, ref)
+    w = make_win()
+    w.controller.isolate_calibration_nodes = 0
+    w.open_model(model, calib=CalibConfig(count=4))
+    settle(qtbot, w)
+    assert w.bridge.session.calibration.batches == ref.bridge.session.calibration.batches
+    assert w.bridge.session.calibration.ranges == ref.bridge.session.calibration.ranges
+    assert [(c.node, c.rescales) for c in w.bridge.concats] == [(c.node, c.rescales) for c in ref.bridge.concats]
+    assert w.bridge.fidelity is not None and w.bridge.fidelity.sqnr_db == ref.bridge.fidelity.sqnr_db
+    assert not w.errors

@@ -20,6 +20,7 @@ from .stats import TensorStats
 __all__ = ["run_parallel", "split_even"]
 
 _POLL_S = 0.05
+_PART = 256  # tensors per message
 
 
 def split_even(items: list, parts: int) -> list[list]:
@@ -29,7 +30,7 @@ def split_even(items: list, parts: int) -> list[list]:
     return [items[bounds[i]:bounds[i + 1]] for i in range(parts)]
 
 
-def _worker(idx, q, model_bytes, base_dir, names, source, refs, threads, stride):
+def _worker(idx, q, model_bytes, base_dir, names, source, refs, threads, stride, part=256):
     try:
         import onnx
 
@@ -38,7 +39,12 @@ def _worker(idx, q, model_bytes, base_dir, names, source, refs, threads, stride)
         model = onnx.ModelProto.FromString(model_bytes)
         stats = run_chunk(model, base_dir, names, source, refs, threads=threads, stride=stride,
                           progress=lambda done, total: q.put(("progress", idx, done)))
-        q.put(("done", idx, stats))
+        # In parts: the parent unpickles each message in one call holding the GIL, and 20,000
+        # tensors' histograms are some 650 MB (0.3 s).  Parts keep the parent's GUI responsive.
+        items = list(stats.items())
+        for k in range(0, len(items), part):
+            q.put(("part", idx, dict(items[k:k + part])))
+        q.put(("done", idx, None))
     except QtQuantError as e:
         q.put(("error", idx, type(e).__name__, str(e)))
     except BaseException as e:  # report, never hang the parent
@@ -52,11 +58,12 @@ def run_parallel(graph, names, source, refs, jobs: int, *, stride: int = 1, prog
     threads = max(1, (os.cpu_count() or 1) // len(chunks))
     model_bytes = graph.model.SerializeToString()
     base_dir = str(graph.base_dir) if graph.base_dir else ""
-    procs = [ctx.Process(target=_worker, args=(i, q, model_bytes, base_dir, list(names), source, c, threads, stride),
+    procs = [ctx.Process(target=_worker, args=(i, q, model_bytes, base_dir, list(names), source, c, threads, stride, _PART),
                          daemon=True, name=f"qtquant-calib-{i}") for i, c in enumerate(chunks)]
     total = len(refs)
     done = [0] * len(chunks)
     results: dict[int, dict] = {}
+    parts: dict[int, dict] = {i: {} for i in range(len(chunks))}
     try:
         for p in procs:
             p.start()
@@ -76,8 +83,10 @@ def run_parallel(graph, names, source, refs, jobs: int, *, stride: int = 1, prog
                 done[i] = msg[2]
                 if progress is not None:
                     progress(sum(done), total)
+            elif kind == "part":
+                parts[i].update(msg[2])
             elif kind == "done":
-                results[i] = msg[2]
+                results[i] = parts.pop(i)
             else:
                 cls = getattr(errors, msg[2], None) if msg[2] else None
                 if isinstance(cls, type) and issubclass(cls, QtQuantError):

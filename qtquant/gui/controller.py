@@ -10,6 +10,7 @@ and only if they are still current (model generation and session revision).
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
 
 from ..calib import CalibConfig, calibrate
 from ..fidelity_worker import FidelityWorker, Snapshot
-from ..session import Options, Session
+from ..session import Options, Session, derive
 from ..shapes import parse_input_shapes
 from .jobs import Job, JobManager
 from .perfdata import fidelity_measure, simulator
@@ -29,6 +30,16 @@ __all__ = ["SessionBridge", "Controller", "PERF_DEBOUNCE_MS", "FIDELITY_DEBOUNCE
 # to fold a burst of undo/redo into one run; fidelity runs onnxruntime and waits longer.
 PERF_DEBOUNCE_MS = 15
 FIDELITY_DEBOUNCE_MS = 60
+
+
+def _freeze_heap() -> None:
+    """Exclude what exists now (the graph, the statistics) from garbage collection.
+
+    A full collection walks every object, holding the GIL: with a 20,000-node graph loaded that
+    is some 160 ms, several times per edit, whichever thread triggers it.  Frozen objects are
+    still freed by reference counting; opening another model unfreezes them.
+    """
+    gc.freeze()
 
 
 class _Frozen:
@@ -147,6 +158,10 @@ class SessionBridge(QObject):
 class Controller(QObject):
     """Loads models and runs layout, calibration, simulation and fidelity in the background."""
 
+    # From this size on, calibration runs the model in a child process (see calibrate's
+    # ``isolate``); below it, starting one (~1 s) would cost more than the freeze it avoids.
+    isolate_calibration_nodes = 2000
+
     loadStarted = Signal(str)
     modelLoaded = Signal(object)  # Session
     loadFailed = Signal(str)
@@ -188,6 +203,7 @@ class Controller(QObject):
         for kind in ("layout", "calibrate", "perf", "fidelity", "histogram"):
             self.jobs.cancel(kind)
         self._stop_timers()
+        gc.unfreeze()  # the model being replaced may be garbage now: let the collector see it
         opts = replace(self.options, calib=calib) if calib is not None else self.options
         shapes = parse_input_shapes(input_shapes.items() if isinstance(input_shapes, dict) else input_shapes)
         p = Path(path)
@@ -201,6 +217,7 @@ class Controller(QObject):
                                 stale_key=lambda: self.generation)
 
     def _loaded(self, session: Session, path: Path, gen: int) -> None:
+        _freeze_heap()
         self.path = path
         self.spec = None
         self.calibrating = False
@@ -227,6 +244,7 @@ class Controller(QObject):
         for kind in ("layout", "calibrate", "perf", "fidelity", "histogram"):
             self.jobs.cancel(kind)
         self._stop_timers()
+        gc.unfreeze()
         p = Path(path)
         self.loadStarted.emit(str(p))
 
@@ -244,6 +262,7 @@ class Controller(QObject):
                                 stale_key=lambda: self.generation)
 
     def close_model(self) -> None:
+        gc.unfreeze()
         self.generation += 1
         self._stop_timers()
         self.jobs.cancel()
@@ -280,10 +299,13 @@ class Controller(QObject):
         if config is not None and config != s.options.calib:
             s.set_options(calib=config)
         cfg = s.options.calib
-        graph = s.graph
+        graph, options, groups, qdq = s.graph, s.options, s.groups.as_lists(), s.qdq
+        isolate = len(graph.nodes) >= self.isolate_calibration_nodes
 
         def work(progress, cancelled):
-            return calibrate(graph, cfg, progress=progress, cancel=cancelled)
+            res = calibrate(graph, cfg, progress=progress, cancel=cancelled, isolate=isolate)
+            # The analyses too, here: on the GUI thread they would freeze a 20,000-node window ~1 s.
+            return res, derive(graph, res, options, groups, qdq)
 
         self.calibrating = True
         self.calibrationStarted.emit()
@@ -294,8 +316,10 @@ class Controller(QObject):
         self.jobs.cancel("calibrate")
 
     def _calibrated(self, result) -> None:
+        res, derived = result
+        _freeze_heap()
         self.calibrating = False
-        self.bridge.session.set_calibration(result)  # -> "calibrated" event -> refresh()
+        self.bridge.session.set_calibration(res, derived)  # -> "calibrated" event -> refresh()
         self.calibrationFinished.emit(True)
 
     def _on_job_finished(self, job: Job) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
                                QPlainTextEdit, QSizePolicy, QTableView, QVBoxLayout, QWidget)
@@ -67,6 +67,10 @@ class ModelInfo(QWidget):
 
 
 class ConcatTableModel(QAbstractTableModel):
+    """The Concat rows, sorted here (not by a proxy: a proxy asks Python for every row's sort
+    key on each reset and comparison, seconds on a 2,000-Concat graph).  Row tuples are built
+    per refresh; the cells a view shows are formatted on first request."""
+
     HEADERS = ["Concat", "In", "Ratio", "Resc.", "Bits", "Gain"]
     TIPS = ["Concat node", "number of inputs", "largest scale / smallest scale over inputs and output",
             "rescale ops the compiler inserts", "worst bits an input loses if all inputs share one scale",
@@ -75,40 +79,79 @@ class ConcatTableModel(QAbstractTableModel):
     def __init__(self, bridge, parent=None):
         super().__init__(parent)
         self.bridge = bridge
-        self.rows: list[tuple] = []
-        self._cells: list[dict] = []
+        self.rows: list[tuple] = []  # (name, inputs, ratio, rescales, worst bits, gain, ConcatInfo)
+        self._cells: dict[str, dict] = {}
+        self._sort = (2, Qt.DescendingOrder)
+
+    @staticmethod
+    def _key(row, col):
+        v = row[col]
+        if v is None:
+            return -1.0
+        return v if not isinstance(v, float) or math.isfinite(v) else 1e30
+
+    def _sorted(self, rows):
+        col, order = self._sort
+        return sorted(rows, key=lambda r: self._key(r, col), reverse=order == Qt.DescendingOrder)
 
     def refresh(self) -> None:
-        """Every cell is computed here once: views ask ``data`` thousands of times per refresh
-        (sorting, resize-to-contents), so it must be a lookup.  Same Concats as before (an
-        edit, a new perf result): dataChanged, which keeps the view's sort and selection."""
+        """Same Concats as before (an edit, a new perf result): dataChanged, which keeps the
+        view's sort and selection; other Concats: a reset."""
         cs = self.bridge.concats or []
         gains = rescale_us_by_concat(self.bridge.perf)
-        rows, cells = [], []
-        right = int(Qt.AlignRight | Qt.AlignVCenter)
-        for c in cs:
-            worst = max((m.bits_lost_if_shared for m in c.inputs if not m.constant), default=0.0)
-            gain = gains.get(c.node)
-            row = (c.node, len(c.inputs), c.ratio, c.rescales, worst, gain, c)
-            rows.append(row)
-            display = [c.node, str(len(c.inputs)), fmt_ratio(c.ratio), str(c.rescales),
-                       "∞" if not math.isfinite(worst) else f"{worst:.2f}",
-                       fmt_us(gain) if gain is not None else "—"]
-            sort = [v if not isinstance(v, float) or math.isfinite(v) else 1e30
-                    for v in (c.node, len(c.inputs), c.ratio, c.rescales, worst, gain if gain is not None else -1.0)]
-            tip = "\n".join(f"in {m.index}: {m.tensor}  scale {m.scale:.4g}"
-                            + ("  (rescale)" if m.needs_rescale else "") for m in c.inputs if m.scale) or c.node
-            cells.append({Qt.DisplayRole: display, SORT_ROLE: sort,
-                          Qt.DecorationRole: [mismatch_color(c.ratio, c.rescales)] + [None] * 5,
-                          Qt.TextAlignmentRole: [None] + [right] * 5, Qt.ToolTipRole: [tip] * 6})
-        same = [r[0] for r in rows] == [r[0] for r in self.rows]
+        rows = [(c.node, len(c.inputs), c.ratio, c.rescales,
+                 max((m.bits_lost_if_shared for m in c.inputs if not m.constant), default=0.0),
+                 gains.get(c.node), c) for c in cs]
+        rows = self._sorted(rows)
+        same = len(rows) == len(self.rows) and {r[0] for r in rows} == {r[0] for r in self.rows}
         if not same:
             self.beginResetModel()
-        self.rows, self._cells = rows, cells
-        if not same:
+            self.rows, self._cells = rows, {}
             self.endResetModel()
-        elif rows:
+            return
+        if [r[0] for r in rows] != [r[0] for r in self.rows]:  # new values re-sort the rows
+            self.layoutAboutToBeChanged.emit()
+            self._move(rows)
+            self.layoutChanged.emit()
+        else:
+            self.rows = rows
+        self._cells = {}
+        if rows:
             self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(self.HEADERS) - 1))
+
+    def _move(self, rows) -> None:
+        """Install ``rows`` (a permutation of the current ones) and carry persistent indexes
+        (the selection) along."""
+        new_at = {r[0]: i for i, r in enumerate(rows)}
+        old = self.persistentIndexList()
+        names = [self.rows[i.row()][0] for i in old]
+        self.rows = rows
+        self.changePersistentIndexList(old, [self.index(new_at[n], i.column()) for n, i in zip(names, old)])
+
+    def sort(self, column, order=Qt.AscendingOrder):
+        self._sort = (column, order)
+        rows = self._sorted(self.rows)
+        if [r[0] for r in rows] == [r[0] for r in self.rows]:
+            return
+        self.layoutAboutToBeChanged.emit()
+        self._move(rows)
+        self.layoutChanged.emit()
+
+    def _cell(self, row) -> dict:
+        name, n_in, ratio, rescales, worst, gain, c = row
+        cell = self._cells.get(name)
+        if cell is None:
+            right = int(Qt.AlignRight | Qt.AlignVCenter)
+            display = [name, str(n_in), fmt_ratio(ratio), str(rescales),
+                       "∞" if not math.isfinite(worst) else f"{worst:.2f}",
+                       fmt_us(gain) if gain is not None else "—"]
+            tip = "\n".join(f"in {m.index}: {m.tensor}  scale {m.scale:.4g}"
+                            + ("  (rescale)" if m.needs_rescale else "") for m in c.inputs if m.scale) or name
+            cell = self._cells[name] = {
+                Qt.DisplayRole: display, SORT_ROLE: [self._key(row, i) for i in range(6)],
+                Qt.DecorationRole: [mismatch_color(ratio, rescales)] + [None] * 5,
+                Qt.TextAlignmentRole: [None] + [right] * 5, Qt.ToolTipRole: [tip] * 6}
+        return cell
 
     def rowCount(self, parent=QModelIndex()):
         return 0 if parent.isValid() else len(self.rows)
@@ -126,7 +169,7 @@ class ConcatTableModel(QAbstractTableModel):
     def data(self, index, role=Qt.DisplayRole):
         if not index.isValid():
             return None
-        by_role = self._cells[index.row()].get(role)
+        by_role = self._cell(self.rows[index.row()]).get(role)
         return by_role[index.column()] if by_role is not None else None
 
 
@@ -139,11 +182,8 @@ class ConcatList(QWidget):
         super().__init__(parent)
         self.bridge = bridge
         self.model = ConcatTableModel(bridge, self)
-        self.proxy = QSortFilterProxyModel(self)
-        self.proxy.setSourceModel(self.model)
-        self.proxy.setSortRole(SORT_ROLE)
         self.table = QTableView()
-        self.table.setModel(self.proxy)
+        self.table.setModel(self.model)
         self.table.setSortingEnabled(True)
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SingleSelection)
@@ -184,13 +224,10 @@ class ConcatList(QWidget):
                                 f"{sum(c.rescales for c in cs)} rescales. Click a row to jump to it.")
 
     def row_of(self, name: str) -> int:
-        for r in range(self.proxy.rowCount()):
-            if self.proxy.index(r, 0).data() == name:
-                return r
-        return -1
+        return next((r for r, row in enumerate(self.model.rows) if row[0] == name), -1)
 
     def _clicked(self, index) -> None:
-        name = self.proxy.index(index.row(), 0).data()
+        name = self.model.index(index.row(), 0).data()
         if name:
             self.nodeActivated.emit(name)
 
