@@ -574,3 +574,24 @@ def test_drag_pans_and_shift_drag_selects(qtbot, win, model):
     _drag(win.view, a, b, Qt.ShiftModifier)
     assert sorted(sc.selected_names()) == sorted(left)
     assert win.inspector.title.text() == "2 nodes selected"
+
+
+def test_minimap_drawn_in_slices_equals_one_pass(qtbot, win, model, monkeypatch):
+    """Big graphs draw the minimap base over several event-loop turns; the picture is the same."""
+    from qtquant.gui import minimap
+
+    open_and_settle(qtbot, win, model)
+    mm = win.view.minimap
+    mm.refresh()
+    whole = mm._img.copy()
+    mm._base_key = None  # as if the size changed: draw the base again, now in many slices
+    monkeypatch.setattr(minimap.MiniMap, "SLICE_S", -1.0)
+    steps = []
+    mm._step_timer.timeout.connect(lambda: steps.append(1))
+    real = mm._base_steps
+    monkeypatch.setattr(mm, "_base_steps", lambda *a: real(*a, chunk=1))
+    mm.refresh()
+    qtbot.waitUntil(lambda: mm._building is None and mm._base_key is not None, timeout=5000)
+    assert not mm._step_timer.isActive()
+    assert mm._img == whole
+    assert len(steps) >= len(win.scene.edges) + len(win.scene.nodes) - 1  # one event-loop turn per item

@@ -8,14 +8,15 @@ coordinates were computed in a worker thread.  Afterwards only looks change
 from __future__ import annotations
 
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QImage, QLinearGradient, QPainter, QPen
-from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView, QWidget
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView
 
 from .dragdrop import NodeDrag
 from .hulls import HullLayer
+from .minimap import Legend, MiniMap
 from .items import LOD_EDGE_LABEL, LOD_FAST, EdgeItem, EdgeLabel, NodeItem, OverviewItem
 from .spec import SceneSpec, spread_ports
-from .style import MISMATCH_BANDS, NODE_H, NODE_W, SELECT, TERM_H, TERM_W, category_color, heat_color
+from .style import NODE_H, NODE_W, TERM_H, TERM_W, category_color
 
 __all__ = ["GraphScene", "GraphView", "MiniMap", "Legend", "ITEM_CLASSES"]
 
@@ -101,8 +102,10 @@ class GraphScene(QGraphicsScene):
             if len(self.nodes) % chunk == 0:
                 yield
         names = [n.name for n in spec.nodes]
-        routes = [list(r.points) for r in lay.routes]
-        spread_ports(spec, routes, lay.pos)
+        routes = spec.routes
+        if routes is None:  # a layout made without layout_scene
+            routes = [list(r.points) for r in lay.routes]
+            spread_ports(spec, routes, lay.pos)
         label_at: dict[str, tuple[float, float]] = {}
         for es, pts in zip(spec.edges, routes):
             e = EdgeItem(es.tensor, names[es.src], names[es.dst], pts)
@@ -442,188 +445,3 @@ class GraphView(QGraphicsView):
         mm = self.minimap
         mm.move(vp.right() - mm.width() - 10, vp.bottom() - mm.height() - 10)
         self.legend.move(vp.left() + 10, vp.top() + 10)
-
-
-class MiniMap(QWidget):
-    """Overview of the whole graph with the visible area; click or drag to move there.
-
-    Drawn from the node items' positions and current fills (not a scene render): one
-    small rectangle per node stays readable where a scaled-down render would be a smear.
-    """
-
-    BOX = 210  # longest side in pixels
-
-    def __init__(self, view: GraphView):
-        super().__init__(view)
-        self.view = view
-        self.setCursor(Qt.PointingHandCursor)
-        self.setFixedSize(self.BOX, self.BOX * 3 // 4)
-        self._img: QImage | None = None
-        self._src = QRectF()
-        self._timer = QTimer(self, singleShot=True, interval=150)
-        self._timer.timeout.connect(self.refresh)
-        self._base: QImage | None = None  # the edges, for _base_key
-        self._rects: list[QRectF] = []  # node boxes in minimap pixels, in scene.nodes order
-        self._base_key = None
-
-    def schedule_refresh(self) -> None:
-        self._timer.start()
-
-    def follow(self) -> None:
-        """Track the view: shown only while part of the graph is off screen."""
-        sc = self.view.scene()
-        if sc is None:  # the window is being torn down
-            return
-        r = self._src if not self._src.isEmpty() else (sc.sceneRect() if sc.spec is not None
-                                                         else sc.itemsBoundingRect())
-        vis = self.view.mapToScene(self.view.viewport().rect()).boundingRect()
-        self.setVisible(bool(sc.nodes) and not vis.adjusted(-2, -2, 2, 2).contains(r))
-        self.update()
-
-    def _target(self) -> QRectF:
-        r = self._src
-        if r.isEmpty():
-            return QRectF()
-        s = min((self.width() - 8) / r.width(), (self.height() - 8) / r.height())
-        w, h = r.width() * s, r.height() * s
-        return QRectF((self.width() - w) / 2, (self.height() - h) / 2, w, h)
-
-    def refresh(self) -> None:
-        sc: GraphScene = self.view.scene()
-        nodes = list(sc.nodes.values())
-        if not nodes:
-            self._img = None
-            self.setVisible(False)
-            return
-        # The layout's rectangle: itemsBoundingRect asks every item (a Python call each) for its bounds.
-        self._src = sc.sceneRect() if sc.spec is not None else sc.itemsBoundingRect()
-        a = self._src.width() / max(self._src.height(), 1.0)
-        w, h = (self.BOX, max(70, int(self.BOX / a))) if a >= 1 else (max(70, int(self.BOX * a)), self.BOX)
-        self.setFixedSize(min(w, self.BOX) + 8, min(h, self.BOX) + 8)
-        self.view._place_overlays()
-        t = self._target()
-        size = (max(1, int(t.width())), max(1, int(t.height())))
-        s = t.width() / self._src.width()
-        ox, oy = self._src.left(), self._src.top()
-        key = (id(sc.spec), len(nodes), len(sc.edges), size, (ox, oy, s))
-        if self._base_key != key:  # edges and node boxes never move: drawn and placed once per size
-            base = QImage(*size, QImage.Format_ARGB32_Premultiplied)
-            base.fill(Qt.transparent)
-            p = QPainter(base)
-            p.setPen(QPen(QColor(150, 160, 170, 110), 0.6))
-            for e in sc.edges:
-                pts = e.points
-                p.drawLine(QPointF((pts[0][0] - ox) * s, (pts[0][1] - oy) * s),
-                           QPointF((pts[-1][0] - ox) * s, (pts[-1][1] - oy) * s))
-            p.end()
-            rects = []
-            for it in nodes:
-                pos = it.pos()
-                big = it.name in sc.emphasised
-                mw, mh = max(it.width * s, 3.0 if big else 1.5), max(it.height * s, 3.0 if big else 1.5)
-                rects.append(QRectF((pos.x() - ox) * s - mw / 2, (pos.y() - oy) * s - mh / 2, mw, mh))
-            self._base, self._rects, self._base_key = base, rects, key
-        by_colour: dict[tuple, list] = {}  # one drawRects per colour instead of a fillRect per node
-        for it, r in zip(nodes, self._rects):
-            by_colour.setdefault((it.fill.rgba(), it.faded), []).append(r)
-        img = self._base.copy()
-        p = QPainter(img)
-        p.setPen(Qt.NoPen)
-        for (rgba, faded), rects in by_colour.items():
-            c = QColor.fromRgba(rgba).darker(118)
-            if faded:
-                c.setAlpha(70)
-            p.setBrush(c)
-            p.drawRects(rects)
-        p.end()
-        self._img = img
-        self.follow()
-
-    def paintEvent(self, ev):
-        p = QPainter(self)
-        p.setRenderHint(QPainter.Antialiasing)
-        p.setPen(QPen(QColor("#b0b8c1"), 1))
-        p.setBrush(QColor(255, 255, 255, 225))
-        p.drawRoundedRect(QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5), 6, 6)
-        t = self._target()
-        if self._img is not None and not t.isEmpty():
-            p.drawImage(t.topLeft(), self._img)
-            vis = self.view.mapToScene(self.view.viewport().rect()).boundingRect()
-            s = t.width() / self._src.width()
-            vr = QRectF(t.left() + (vis.left() - self._src.left()) * s, t.top() + (vis.top() - self._src.top()) * s,
-                        vis.width() * s, vis.height() * s).intersected(QRectF(self.rect()).adjusted(1, 1, -1, -1))
-            if vr.width() < 4 or vr.height() < 4:  # keep the marker findable when zoomed far in
-                vr = QRectF(vr.center().x() - 3, vr.center().y() - 3, 6, 6)
-            p.setPen(QPen(SELECT, 1.5))
-            p.setBrush(QColor(21, 101, 192, 30))
-            p.drawRect(vr)
-
-    def _go(self, pos) -> None:
-        t = self._target()
-        if t.isEmpty():
-            return
-        s = t.width() / self._src.width()
-        x = self._src.left() + (pos.x() - t.left()) / s
-        y = self._src.top() + (pos.y() - t.top()) / s
-        self.view.centerOn(QPointF(x, y))
-        self.update()
-
-    def mousePressEvent(self, ev):
-        self._go(ev.position())
-
-    def mouseMoveEvent(self, ev):
-        if ev.buttons() & Qt.LeftButton:
-            self._go(ev.position())
-
-
-class Legend(QWidget):
-    """Top-left key: Concat mismatch bands always, plus the active overlay's scale."""
-
-    def __init__(self, view: GraphView):
-        super().__init__(view)
-        self.setAttribute(Qt.WA_TransparentForMouseEvents)
-        self.mode = "none"
-        self.title = ""
-        self.lo_text = self.hi_text = ""
-        self._resize()
-
-    def set_overlay(self, mode: str, title: str = "", lo_text: str = "", hi_text: str = "") -> None:
-        self.mode, self.title, self.lo_text, self.hi_text = mode, title, lo_text, hi_text
-        self._resize()
-        self.update()
-
-    def _resize(self) -> None:
-        h = 50 + (44 if self.mode in ("latency", "bits") else 20 if self.title else 0)
-        self.setFixedSize(330, h)
-
-    def paintEvent(self, ev):
-        p = QPainter(self)
-        p.setRenderHint(QPainter.Antialiasing)
-        p.setPen(QPen(QColor("#b0b8c1"), 1))
-        p.setBrush(QColor(255, 255, 255))
-        p.drawRoundedRect(QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5), 6, 6)
-        f = p.font()
-        f.setPixelSize(11)
-        p.setFont(f)
-        p.setPen(QColor("#333"))
-        p.drawText(QRectF(10, 4, 310, 16), Qt.AlignLeft | Qt.AlignVCenter, "Concat scale mismatch (max/min scale)")
-        x = 10.0
-        for _, name, col in MISMATCH_BANDS:
-            p.setPen(QPen(QColor(col).darker(140), 1))
-            p.setBrush(QColor(col))
-            p.drawRoundedRect(QRectF(x, 25, 16, 16), 3, 3)
-            p.setPen(QColor("#333"))
-            p.drawText(QRectF(x + 20, 24, 55, 18), Qt.AlignLeft | Qt.AlignVCenter, name)
-            x += 78
-        if self.title:
-            p.drawText(QRectF(10, 48, 310, 16), Qt.AlignLeft | Qt.AlignVCenter, self.title)
-        if self.mode in ("latency", "bits"):
-            g = QLinearGradient(10, 0, 320, 0)
-            for i in range(9):
-                g.setColorAt(i / 8, heat_color(i / 8, self.mode))
-            p.setPen(QPen(QColor("#999"), 1))
-            p.setBrush(g)
-            p.drawRect(QRectF(10, 67, 310, 10))
-            p.setPen(QColor("#333"))
-            p.drawText(QRectF(10, 78, 150, 14), Qt.AlignLeft | Qt.AlignVCenter, self.lo_text)
-            p.drawText(QRectF(170, 78, 150, 14), Qt.AlignRight | Qt.AlignVCenter, self.hi_text)

@@ -11,6 +11,7 @@ and only if they are still current (model generation and session revision).
 from __future__ import annotations
 
 import gc
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,6 +41,20 @@ def _freeze_heap() -> None:
     still freed by reference counting; opening another model unfreezes them.
     """
     gc.freeze()
+
+
+@contextmanager
+def _collector_paused():
+    """No automatic garbage collection while a model loads: building a 20,000-node graph
+    triggers several full collections, each walking the whole heap with the GIL held (the
+    window freezes).  Loading makes no garbage cycles worth collecting."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class _Frozen:
@@ -210,7 +225,8 @@ class Controller(QObject):
         self.loadStarted.emit(str(p))
 
         def work(progress, cancelled):
-            return open_model(p, shapes, opts)
+            with _collector_paused():
+                return open_model(p, shapes, opts)
 
         return self.jobs.submit("load", f"load {p.name}", work, lambda s: self._loaded(s, p, gen),
                                 on_error=lambda e: self.loadFailed.emit(str(e)),
@@ -249,7 +265,8 @@ class Controller(QObject):
         self.loadStarted.emit(str(p))
 
         def work(progress, cancelled):
-            return open_project(p, remap=True)
+            with _collector_paused():
+                return open_project(p, remap=True)
 
         def done(res):
             session, report = res
@@ -303,9 +320,10 @@ class Controller(QObject):
         isolate = len(graph.nodes) >= self.isolate_calibration_nodes
 
         def work(progress, cancelled):
-            res = calibrate(graph, cfg, progress=progress, cancel=cancelled, isolate=isolate)
-            # The analyses too, here: on the GUI thread they would freeze a 20,000-node window ~1 s.
-            return res, derive(graph, res, options, groups, qdq)
+            with _collector_paused():  # merging 20,000 tensors' statistics would trigger full collections
+                res = calibrate(graph, cfg, progress=progress, cancel=cancelled, isolate=isolate)
+                # The analyses too, here: on the GUI thread they would freeze a 20,000-node window ~1 s.
+                return res, derive(graph, res, options, groups, qdq)
 
         self.calibrating = True
         self.calibrationStarted.emit()

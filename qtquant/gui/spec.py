@@ -42,6 +42,7 @@ class SceneSpec:
     nodes: list[NodeSpec]
     edges: list[EdgeSpec]
     layout: Layout | None = None
+    routes: list | None = None  # per edge, its drawn points (ports spread), set by layout_scene
 
 
 def shape_text(shape) -> str:
@@ -95,6 +96,9 @@ def layout_scene(spec: SceneSpec, graph=None) -> SceneSpec:
             if n.kind == "op" and any(x in inputs for x in graph.nodes[n.name].inputs):
                 anchored[i] = True
     spec.layout = layered_layout(LayoutInput(sizes, [(e.src, e.dst) for e in spec.edges], anchored))
+    # Here, in the layout job, not while the scene is built on the GUI thread (20,000 nodes: ~0.2 s).
+    spec.routes = [list(r.points) for r in spec.layout.routes]
+    spread_ports(spec, spec.routes, spec.layout.pos)
     return spec
 
 
