@@ -63,6 +63,31 @@ class _ChildSession:
         self.domains = self.baseline_domains = None
 
 
+_PART = 4000  # dict entries per message
+
+
+def _dm_messages(slot: str, dm):
+    """A domain map as several small messages: pickling a 20,000-tensor map in one call holds
+    the parent's GIL ~0.1 s (the GUI freezes that long)."""
+    yield ("dm", slot, None, {k: v for k, v in vars(dm).items() if not isinstance(v, dict)})
+    for k, v in vars(dm).items():
+        if isinstance(v, dict):
+            items = list(v.items())
+            for i in range(0, max(len(items), 1), _PART):
+                yield ("dm", slot, k, items[i:i + _PART])
+
+
+def _dm_receive(pending: dict, msg) -> None:
+    _, slot, key, payload = msg
+    if key is None:
+        from .domains import DomainMap
+
+        dm = pending[slot] = object.__new__(DomainMap)
+        dm.__dict__.update(payload)
+    else:
+        pending[slot].__dict__.setdefault(key, {}).update(payload)
+
+
 def _child(conn, cancel_flag) -> None:
     import onnx
 
@@ -70,6 +95,7 @@ def _child(conn, cancel_flag) -> None:
     from .graph import graph_from_model
 
     session = None
+    pending: dict = {}  # slot -> DomainMap being received
     while True:
         try:
             msg = conn.recv()
@@ -79,6 +105,9 @@ def _child(conn, cancel_flag) -> None:
         try:
             if kind == "stop":
                 return
+            if kind == "dm":
+                _dm_receive(pending, msg)
+                continue
             if kind == "load":
                 _, model_bytes, path, sha256, holdout = msg
                 model = onnx.ModelProto.FromString(model_bytes)
@@ -90,10 +119,13 @@ def _child(conn, cancel_flag) -> None:
                 if session is None:
                     raise QtQuantError("the fidelity worker has no model loaded")
                 session.options, session.groups, session.revision = options, groups, revision
-                # None: the same map as in the previous request.  Keeping the object keeps
+                # False: the same map as in the previous request.  Keeping the object keeps
                 # measure_session's cached run of it (the baseline changes only on recalibration).
-                session.domains = after if after is not None else session.domains
-                session.baseline_domains = before if before is not None else session.baseline_domains
+                session.domains = pending.pop("after") if after else session.domains
+                if before == "same":  # no groups: one map, measured once
+                    session.baseline_domains = session.domains
+                elif before:
+                    session.baseline_domains = pending.pop("before")
                 fid = measure_session(session, cancel=cancel_flag.is_set, quantize_outputs=quantize_outputs)
                 conn.send(("ok", fid))
         except Cancelled:
@@ -211,7 +243,15 @@ class FidelityWorker:
                 self._loaded, self._sent = (graph, cal), (None, None)
             sent_after, sent_before = self._sent
             self._sent = (None, None)  # unknown until the child answers
-            res = self._call(("measure", options, groups, revision, None if after is sent_after else after,
-                              None if before is sent_before else before, quantize_outputs), cancel)
+            new_after, new_before = after is not sent_after, before is not sent_before
+            if before is after and new_before:
+                new_before = "same"
+            try:
+                for slot, dm, new in (("after", after, new_after), ("before", before, new_before is True)):
+                    for m in _dm_messages(slot, dm) if new else ():
+                        self._conn.send(m)
+            except (OSError, ValueError):
+                pass  # a dead child: _call reports it
+            res = self._call(("measure", options, groups, revision, new_after, new_before, quantize_outputs), cancel)
             self._sent = (after, before)
             return res

@@ -115,3 +115,17 @@ def test_a_dead_child_is_reported_and_replaced(worker, session, monkeypatch):
         worker.measure(session, cancel=kill_once)
     assert "\n" not in str(e.value) and killed
     same(worker.measure(session), measure_session(session))
+
+
+def test_domain_maps_travel_in_small_parts(worker, session, monkeypatch):
+    monkeypatch.setattr(fidelity_worker, "_PART", 3)
+    share(session, ["c0_out", "c1_out", "cat1_out"])
+    msgs = list(fidelity_worker._dm_messages("after", session.domains))
+    assert len(msgs) > 4 and all(len(m[3]) <= 3 for m in msgs[1:])
+    pending = {}
+    for m in msgs:
+        fidelity_worker._dm_receive(pending, m)
+    got = pending["after"]
+    assert got.of == session.domains.of and got.member_range == session.domains.member_range
+    assert got.domains == session.domains.domains and got.scheme == session.domains.scheme
+    same(worker.measure(session), measure_session(session))

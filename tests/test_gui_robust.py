@@ -461,3 +461,29 @@ def test_big_model_path_calibrates_in_a_child_process(qtbot, make_win, model):
     assert [(c.node, c.rescales) for c in w.bridge.concats] == [(c.node, c.rescales) for c in ref.bridge.concats]
     assert w.bridge.fidelity is not None and w.bridge.fidelity.sqnr_db == ref.bridge.fidelity.sqnr_db
     assert not w.errors
+
+
+def test_garbage_cycles_are_collected_on_the_gui_thread(qtbot, make_win):
+    """The automatic collector is off (a worker could destroy a Qt object held by a cycle);
+    a GUI-thread timer collects instead."""
+    import gc
+    import weakref
+
+    from qtquant.gui.collector import install_collector
+
+    make_win()
+    col = install_collector()
+    assert not gc.isenabled() and col is install_collector()  # one per application
+    where = []
+
+    class Cycle:
+        def __del__(self):
+            where.append(threading.current_thread() is threading.main_thread())
+
+    a = Cycle()
+    a.me = a
+    ref = weakref.ref(a)
+    del a
+    junk = [[] for _ in range(gc.get_threshold()[0] * 2)]  # past the first generation's threshold
+    qtbot.waitUntil(lambda: ref() is None, timeout=5000)
+    assert where == [True] and junk

@@ -11,7 +11,6 @@ and only if they are still current (model generation and session revision).
 from __future__ import annotations
 
 import gc
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from ..calib import CalibConfig, calibrate
 from ..fidelity_worker import FidelityWorker, Snapshot
 from ..session import Options, Session, derive
 from ..shapes import parse_input_shapes
+from .collector import install_collector
 from .jobs import Job, JobManager
 from .perfdata import fidelity_measure, simulator
 from .spec import layout_scene, scene_spec
@@ -41,20 +41,6 @@ def _freeze_heap() -> None:
     still freed by reference counting; opening another model unfreezes them.
     """
     gc.freeze()
-
-
-@contextmanager
-def _collector_paused():
-    """No automatic garbage collection while a model loads: building a 20,000-node graph
-    triggers several full collections, each walking the whole heap with the GIL held (the
-    window freezes).  Loading makes no garbage cycles worth collecting."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class _Frozen:
@@ -193,6 +179,7 @@ class Controller(QObject):
         self.auto_calibrate = auto_calibrate
         self.bridge = SessionBridge(self)
         self.jobs = JobManager(self)
+        install_collector()  # garbage cycles (some hold Qt objects) collected on this thread only
         # The fidelity check runs in a child process: in a thread here, onnxruntime session
         # set-up and teardown and the QDQ build hold the GIL and freeze the window on big models.
         self.fidelity_worker = FidelityWorker.shared() if isolate_fidelity else None
@@ -225,8 +212,7 @@ class Controller(QObject):
         self.loadStarted.emit(str(p))
 
         def work(progress, cancelled):
-            with _collector_paused():
-                return open_model(p, shapes, opts)
+            return open_model(p, shapes, opts)
 
         return self.jobs.submit("load", f"load {p.name}", work, lambda s: self._loaded(s, p, gen),
                                 on_error=lambda e: self.loadFailed.emit(str(e)),
@@ -265,8 +251,7 @@ class Controller(QObject):
         self.loadStarted.emit(str(p))
 
         def work(progress, cancelled):
-            with _collector_paused():
-                return open_project(p, remap=True)
+            return open_project(p, remap=True)
 
         def done(res):
             session, report = res
@@ -320,10 +305,9 @@ class Controller(QObject):
         isolate = len(graph.nodes) >= self.isolate_calibration_nodes
 
         def work(progress, cancelled):
-            with _collector_paused():  # merging 20,000 tensors' statistics would trigger full collections
-                res = calibrate(graph, cfg, progress=progress, cancel=cancelled, isolate=isolate)
-                # The analyses too, here: on the GUI thread they would freeze a 20,000-node window ~1 s.
-                return res, derive(graph, res, options, groups, qdq)
+            res = calibrate(graph, cfg, progress=progress, cancel=cancelled, isolate=isolate)
+            # The analyses too, here: on the GUI thread they would freeze a 20,000-node window ~1 s.
+            return res, derive(graph, res, options, groups, qdq)
 
         self.calibrating = True
         self.calibrationStarted.emit()

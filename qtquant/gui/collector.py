@@ -1,0 +1,50 @@
+"""Cyclic garbage collection on the GUI thread only.
+
+Python's collector runs in whichever thread happens to allocate when a threshold is crossed.
+In this app that is often a worker, and a garbage cycle can hold a Qt object (a closed
+dialog, a slot's closure over a widget): destroying it from a worker thread crashes Qt.  A
+collection also walks the heap with the GIL held, so where it runs is where the freeze is.
+The automatic collector is therefore switched off and a GUI-thread timer collects with the
+usual generation thresholds.  Objects are still freed by reference counting at once.
+"""
+
+from __future__ import annotations
+
+import gc
+
+from PySide6.QtCore import QCoreApplication, QObject, QTimer
+
+__all__ = ["install_collector"]
+
+INTERVAL_MS = 250
+
+
+class _Collector(QObject):
+    def __init__(self, app):
+        super().__init__(app)
+        self.timer = QTimer(self, interval=INTERVAL_MS)
+        self.timer.timeout.connect(self.check)
+        self.timer.start()
+        self.collections = [0, 0, 0]
+
+    def check(self) -> None:
+        counts, thresholds = gc.get_count(), gc.get_threshold()
+        gen = -1
+        for g in range(3):
+            if counts[g] > thresholds[g]:
+                gen = g
+        if gen >= 0:
+            gc.collect(gen)
+            self.collections[gen] += 1
+
+
+def install_collector() -> "_Collector | None":
+    """Idempotent; needs the QApplication.  Returns the collector (None without an app)."""
+    app = QCoreApplication.instance()
+    if app is None:
+        return None
+    found = app.findChild(_Collector)
+    if found is None:
+        found = _Collector(app)
+    gc.disable()
+    return found
