@@ -104,9 +104,13 @@ class StallProbe:
                     key = f"{w}  [{name if not name.startswith('Thread (pooled') else 'worker'}]"
                     self.gil[key] = self.gil.get(key, 0.0) + late * 1000
                     self.log.append((now - self.t0, f"GIL {late * 1000:.0f} ms near {key}"))
+                frame = None
             if now - self.last < 0.05:
+                del frames
                 continue
             where = self._where(frames.get(self._main), "(Qt event processing, no qtquant frame)")
+            # Frames held here keep the GUI thread's locals (a QPainter) alive past their function.
+            del frames
             self.blame[where] = self.blame.get(where, 0.0) + self.SAMPLE_S * 1000
             self.log.append((now - self.t0, where))
 

@@ -263,6 +263,14 @@ class BarChart(QWidget):
 
     def paintEvent(self, ev):
         p = QPainter(self)
+        try:
+            self._paint(p, ev)
+        finally:
+            # Ended here, not when the wrapper is freed: a frame kept alive elsewhere (a
+            # traceback, a profiler) would end it on another thread, after Qt moved on, and crash.
+            p.end()
+
+    def _paint(self, p, ev):
         p.setRenderHint(QPainter.Antialiasing)
         p.fillRect(self.rect(), QColor("#ffffff"))
         f = p.font()

@@ -131,6 +131,14 @@ class MiniMap(QWidget):
 
     def paintEvent(self, ev):
         p = QPainter(self)
+        try:
+            self._paint(p, ev)
+        finally:
+            # Ended here, not when the wrapper is freed: a frame kept alive elsewhere (a
+            # traceback, a profiler) would end it on another thread, after Qt moved on, and crash.
+            p.end()
+
+    def _paint(self, p, ev):
         p.setRenderHint(QPainter.Antialiasing)
         p.setPen(QPen(QColor("#b0b8c1"), 1))
         p.setBrush(QColor(255, 255, 255, 225))
@@ -212,6 +220,14 @@ class Legend(QWidget):
 
     def paintEvent(self, ev):
         p = QPainter(self)
+        try:
+            self._paint(p, ev)
+        finally:
+            # Ended here, not when the wrapper is freed: a frame kept alive elsewhere (a
+            # traceback, a profiler) would end it on another thread, after Qt moved on, and crash.
+            p.end()
+
+    def _paint(self, p, ev):
         p.setRenderHint(QPainter.Antialiasing)
         p.setPen(QPen(QColor("#b0b8c1"), 1))
         p.setBrush(QColor(255, 255, 255))
