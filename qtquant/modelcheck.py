@@ -267,6 +267,14 @@ def infer_shapes(model) -> onnx.ModelProto:
 
 
 def _infer_proto(model) -> onnx.ModelProto:
+    from . import shape_child
+
+    if shape_child.wanted(model):
+        return shape_child.infer_in_child(model)
+    return _infer_here(model)
+
+
+def _infer_here(model) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except onnx.shape_inference.InferenceError as e:

@@ -595,3 +595,26 @@ def test_minimap_drawn_in_slices_equals_one_pass(qtbot, win, model, monkeypatch)
     assert not mm._step_timer.isActive()
     assert mm._img == whole
     assert len(steps) >= len(win.scene.edges) + len(win.scene.nodes) - 1  # one event-loop turn per item
+
+
+def test_looks_applied_in_slices_end_as_in_one_pass(qtbot, win, model, monkeypatch):
+    """Big graphs restyle over several event-loop turns; the end state is the same."""
+    from qtquant.gui import canvas
+
+    open_and_settle(qtbot, win, model)
+    win.set_overlay("mismatch")
+    whole = {n: it._look_key for n, it in win.scene.nodes.items()}
+    edges = [e._style_key for e in win.scene.edges]
+    win.set_overlay("none")
+    monkeypatch.setattr(canvas, "APPLY_SLICE", 1)
+    changed = []
+    win.scene.looksChanged.connect(lambda: changed.append(1))
+    win.set_overlay("mismatch")
+    assert win.scene.looks_pending and not changed  # one item done, the rest to come
+    qtbot.waitUntil(lambda: not win.scene.looks_pending, timeout=5000)
+    assert changed == [1]  # announced once, when complete
+    assert {n: it._look_key for n, it in win.scene.nodes.items()} == whole
+    assert [e._style_key for e in win.scene.edges] == edges
+    win.set_overlay("none")
+    win.scene.flush_looks()  # a screenshot or export applies everything at once
+    assert not win.scene.looks_pending and not win.scene._apply_timer.isActive()

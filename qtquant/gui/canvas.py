@@ -24,6 +24,7 @@ __all__ = ["GraphScene", "GraphView", "MiniMap", "Legend", "ITEM_CLASSES"]
 ITEM_CLASSES = {"op": NodeItem, "input": NodeItem, "output": NodeItem}
 # Graphs with at least this many nodes switch to batched drawing below LOD_OVERVIEW zoom.
 OVERVIEW_MIN_NODES = 800
+APPLY_SLICE = 2000  # looks applied per event-loop turn
 LOD_OVERVIEW = LOD_FAST
 
 
@@ -41,6 +42,12 @@ class GraphScene(QGraphicsScene):
         self.edges_out: dict[str, list[EdgeItem]] = {}
         self._edge_index: dict[tuple, list] = {}
         self._applied: tuple = ({}, {}, None)
+        self._pending_nodes: dict = {}  # item -> look still to apply
+        self._pending_edges: dict = {}  # edge -> style (None: the default) still to apply
+        self._edge_default = None
+        self._looks_dirty = False
+        self._apply_timer = QTimer(self, singleShot=True, interval=0)
+        self._apply_timer.timeout.connect(self._apply_some)
         self.labels: list[EdgeLabel] = []
         self.spec: SceneSpec | None = None
         self.emphasised: set[str] = set()  # nodes the minimap draws at least 3 px (Concats)
@@ -64,6 +71,8 @@ class GraphScene(QGraphicsScene):
         self.edges_out.clear()
         self._edge_index: dict[tuple, list] = {}  # (tensor, consumer) -> edge items
         self._applied: tuple = ({}, {}, None)  # the looks last applied (items start at the defaults)
+        self._pending_nodes, self._pending_edges = {}, {}  # looks of items about to be deleted
+        self._looks_dirty = False
         self.spec = None
         self.overview = None
         self.overview_active = False
@@ -142,35 +151,60 @@ class GraphScene(QGraphicsScene):
         20,000-node graph that is a few Concats, not 50,000 items.
         """
         prev_nodes, prev_edges, prev_default = self._applied
-        changed = False
         for name in node_looks.keys() | prev_nodes.keys():
             look = node_looks.get(name)
-            if look == prev_nodes.get(name):
-                continue
-            item = self.nodes.get(name)
-            if item is None:
-                continue
-            key = item._look_key
-            item.set_look(**(look or {}))
-            changed |= item._look_key != key
+            if look != prev_nodes.get(name):
+                item = self.nodes.get(name)
+                if item is not None:
+                    self._pending_nodes[item] = look or {}
         if edge_default == prev_default:
             todo = [e for k in edge_styles.keys() | prev_edges.keys() if edge_styles.get(k) != prev_edges.get(k)
                     for e in self._edge_index.get(k, ())]
         else:
             todo = self.edges
         for e in todo:
-            st = edge_styles.get((e.tensor, e.dst))
+            self._pending_edges[e] = edge_styles.get((e.tensor, e.dst))
+        self._edge_default = edge_default
+        self._applied = (dict(node_looks), dict(edge_styles), edge_default)
+        self._apply_some()
+
+    def _apply_some(self) -> None:
+        """Apply up to APPLY_SLICE pending looks; the rest in the next event-loop turn (a
+        switch of overlay restyles 50,000 items on a big graph)."""
+        n = 0
+        while self._pending_nodes and n < APPLY_SLICE:
+            item, look = self._pending_nodes.popitem()
+            key = item._look_key
+            item.set_look(**look)
+            self._looks_dirty |= item._look_key != key
+            n += 1
+        while self._pending_edges and n < APPLY_SLICE:
+            e, st = self._pending_edges.popitem()
             key = e._style_key
-            e.set_style(**(st or edge_default or {}))
-            changed |= e._style_key != key
+            e.set_style(**(st or self._edge_default or {}))
+            self._looks_dirty |= e._style_key != key
             z = 1.2 if st else 1
             if e.zValue() != z:
                 e.setZValue(z)
-        self._applied = (dict(node_looks), dict(edge_styles), edge_default)
-        if changed:
+            n += 1
+        if self._pending_nodes or self._pending_edges:
+            self._apply_timer.start()
+            return
+        if self._looks_dirty:
+            self._looks_dirty = False
             if self.overview is not None:
                 self.overview.rebuild(self.nodes.values(), self.edges)
             self.looksChanged.emit()
+
+    def flush_looks(self) -> None:
+        """Apply every pending look now (before a screenshot or an export)."""
+        while self.looks_pending:
+            self._apply_some()
+        self._apply_timer.stop()
+
+    @property
+    def looks_pending(self) -> bool:
+        return bool(self._pending_nodes or self._pending_edges)
 
     def set_overview(self, on: bool) -> None:
         """Swap the per-item drawing for the batched overview (large graphs, far zoom)."""

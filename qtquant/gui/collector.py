@@ -6,6 +6,9 @@ dialog, a slot's closure over a widget): destroying it from a worker thread cras
 collection also walks the heap with the GIL held, so where it runs is where the freeze is.
 The automatic collector is therefore switched off and a GUI-thread timer collects with the
 usual generation thresholds.  Objects are still freed by reference counting at once.
+After a full collection the survivors are frozen (see :func:`gc.freeze`), so the next full
+collection walks only what was made since: on a 20,000-node graph one walk of everything is
+~0.1 s, a freeze of the GUI thread.
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ class _Collector(QObject):
         if gen >= 0:
             gc.collect(gen)
             self.collections[gen] += 1
+            if gen == 2:
+                # What survived a full collection is long-lived (the graph, the scene's items):
+                # leave it out of the next ones, which then cost only what is new.  Opening
+                # another model unfreezes (Controller.open_model).
+                gc.freeze()
 
 
 def install_collector() -> "_Collector | None":

@@ -17,12 +17,13 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
 
 from ..calib import CalibConfig, calibrate
+from .. import shape_child
 from ..fidelity_worker import FidelityWorker, Snapshot
 from ..session import Options, Session, derive
 from ..shapes import parse_input_shapes
 from .collector import install_collector
 from .jobs import Job, JobManager
-from .perfdata import fidelity_measure, simulator
+from .perfdata import fidelity_measure, simulator, top_layers
 from .spec import layout_scene, scene_spec
 
 __all__ = ["SessionBridge", "Controller", "PERF_DEBOUNCE_MS", "FIDELITY_DEBOUNCE_MS"]
@@ -160,7 +161,8 @@ class Controller(QObject):
     """Loads models and runs layout, calibration, simulation and fidelity in the background."""
 
     # From this size on, calibration runs the model in a child process (see calibrate's
-    # ``isolate``); below it, starting one (~1 s) would cost more than the freeze it avoids.
+    # ``isolate``), and so does shape inference when a model opens; below it, starting a child
+    # costs more than the freeze it avoids.
     isolate_calibration_nodes = 2000
 
     loadStarted = Signal(str)
@@ -180,6 +182,8 @@ class Controller(QObject):
         self.bridge = SessionBridge(self)
         self.jobs = JobManager(self)
         install_collector()  # garbage cycles (some hold Qt objects) collected on this thread only
+        if shape_child.MIN_NODES is None:  # onnx holds the GIL while it infers shapes
+            shape_child.MIN_NODES = self.isolate_calibration_nodes
         # The fidelity check runs in a child process: in a thread here, onnxruntime session
         # set-up and teardown and the QDQ build hold the GIL and freeze the window on big models.
         self.fidelity_worker = FidelityWorker.shared() if isolate_fidelity else None
@@ -375,7 +379,9 @@ class Controller(QObject):
         rev = s.revision
 
         def work(progress, cancelled):
-            return sim(frozen), sim(frozen, baseline=True)
+            perf = sim(frozen)
+            top_layers(perf, 12)  # the perf dock's chart, computed here rather than on the GUI thread
+            return perf, sim(frozen, baseline=True)
 
         return self.jobs.submit("perf", f"simulate ({s.options.march})", work,
                                 lambda r: self._perf_done(r, rev), stale_key=self._key)

@@ -159,6 +159,7 @@ def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) ->
 
 def render_canvas(scene, view=None, max_side: int = MAX_PNG_SIDE) -> QImage:
     """The whole graph (not just the visible part) at 100 % zoom or less, legend in the corner."""
+    scene.flush_looks()
     src = scene.itemsBoundingRect().adjusted(-40, -40, 40, 40)
     if src.isEmpty():
         img = QImage(16, 16, QImage.Format_ARGB32)

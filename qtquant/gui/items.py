@@ -83,6 +83,7 @@ class NodeItem(QGraphicsItem):
         self.title = title
         self._w, self._h = width, height
         self._rect = QRectF(-width / 2, -height / 2, width, height)
+        self._bounds = None
         self.base_fill = QColor(base)
         self.fill = QColor(base)
         self._text = text_color_on(self.fill)
@@ -128,16 +129,20 @@ class NodeItem(QGraphicsItem):
             x -= 4
         self.prepareGeometryChange()
         self._badge_geom = geom
+        self._bounds = None
 
     @property
     def badge_texts(self) -> list[str]:
         return [b.text for b in self.badges]
 
     def boundingRect(self) -> QRectF:
-        r = self._rect.adjusted(-4, -4, 4, 4)
-        for g, _ in self._badge_geom:
-            r = r.united(g.adjusted(-1, -1, 1, 1))
-        return r
+        # Qt asks for this on every paint and index update: kept, not recomputed.
+        if self._bounds is None:
+            r = self._rect.adjusted(-4, -4, 4, 4)
+            for g, _ in self._badge_geom:
+                r = r.united(g.adjusted(-1, -1, 1, 1))
+            self._bounds = r
+        return self._bounds
 
     # -- painting -------------------------------------------------------------------------
     def paint(self, p, option, widget=None):

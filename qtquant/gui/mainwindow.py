@@ -354,6 +354,7 @@ class MainWindow(EditingMixin, QMainWindow):
         g = session.graph
         name = g.path.name if g.path else "model"
         self._build = None  # a half-built scene of the previous model is dropped
+        self.view.viewport().setUpdatesEnabled(True)
         self.scene.reset(f"Laying out {len(g.nodes)} nodes…")
         self.search_bar.set_graph(g)
         self.undo_stack.clear()
@@ -371,6 +372,8 @@ class MainWindow(EditingMixin, QMainWindow):
     def _on_layout(self, spec) -> None:
         """Build the scene in slices of BUILD_SLICE_MS (20,000 items take over a second)."""
         self._build = (self.scene.build_steps(spec), spec)
+        # No painting of a half-built scene between slices (each paint re-indexes the new items).
+        self.view.viewport().setUpdatesEnabled(False)
         self._build_more()
 
     def _build_more(self) -> None:
@@ -386,6 +389,7 @@ class MainWindow(EditingMixin, QMainWindow):
         self._scene_built(spec)
 
     def _scene_built(self, spec) -> None:
+        self.view.viewport().setUpdatesEnabled(True)
         self.view.resetTransform()
         self.view.fit_top()
         self.apply_looks()

@@ -42,6 +42,15 @@ class MiniMap(QWidget):
     def schedule_refresh(self) -> None:
         self._timer.start()
 
+    def flush(self) -> None:
+        """Refresh now, all slices at once (before a screenshot)."""
+        slice_s, self.SLICE_S = self.SLICE_S, float("inf")
+        try:
+            self.refresh()
+        finally:
+            self.SLICE_S = slice_s
+        self._step_timer.stop()
+
     def follow(self) -> None:
         """Track the view: shown only while part of the graph is off screen."""
         sc = self.view.scene()

@@ -101,7 +101,8 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             win.jump_to(select)
             item = win.scene.nodes[select]
             item.flash = False
-        win.view.minimap.refresh()
+        win.scene.flush_looks()
+        win.view.minimap.flush()
         for _ in range(5):
             app.processEvents()
         pix = (win.view if canvas_only else win).grab()
