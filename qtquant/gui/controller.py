@@ -161,8 +161,8 @@ class Controller(QObject):
     """Loads models and runs layout, calibration, simulation and fidelity in the background."""
 
     # From this size on, calibration runs the model in a child process (see calibrate's
-    # ``isolate``), and so does shape inference when a model opens; below it, starting a child
-    # costs more than the freeze it avoids.
+    # ``isolate``), and so do shape inference and the layout when a model opens; below it,
+    # starting a child costs more than the freeze it avoids.
     isolate_calibration_nodes = 2000
 
     loadStarted = Signal(str)
@@ -281,9 +281,10 @@ class Controller(QObject):
         if s is None:
             return None
         graph = s.graph
+        isolate = len(graph.nodes) >= self.isolate_calibration_nodes
 
         def work(progress, cancelled):
-            return layout_scene(scene_spec(graph), graph)
+            return layout_scene(scene_spec(graph), graph, isolate=isolate)
 
         return self.jobs.submit("layout", "layout", work, self._layout_done, stale_key=lambda: self.generation)
 

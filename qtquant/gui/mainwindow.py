@@ -8,6 +8,7 @@ wiring, export and projects live in :class:`~qtquant.gui.editor_ui.EditingMixin`
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
 
@@ -389,6 +390,7 @@ class MainWindow(EditingMixin, QMainWindow):
         self._scene_built(spec)
 
     def _scene_built(self, spec) -> None:
+        gc.freeze()  # the scene's 50,000 items live as long as the model: no collector walks over them
         self.view.viewport().setUpdatesEnabled(True)
         self.view.resetTransform()
         self.view.fit_top()

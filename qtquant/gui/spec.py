@@ -86,8 +86,9 @@ def scene_spec(graph) -> SceneSpec:
     return SceneSpec(nodes, edges)
 
 
-def layout_scene(spec: SceneSpec, graph=None) -> SceneSpec:
-    """Compute the layout for ``spec`` (in place) and return it."""
+def layout_scene(spec: SceneSpec, graph=None, *, isolate: bool = False) -> SceneSpec:
+    """Compute the layout for ``spec`` (in place) and return it; ``isolate``: in a child process
+    (see :mod:`.layout_child`)."""
     sizes = [(NODE_W, NODE_H) if n.kind == "op" else (TERM_W, TERM_H) for n in spec.nodes]
     anchored = [n.kind == "input" for n in spec.nodes]
     if graph is not None:
@@ -95,7 +96,13 @@ def layout_scene(spec: SceneSpec, graph=None) -> SceneSpec:
         for i, n in enumerate(spec.nodes):
             if n.kind == "op" and any(x in inputs for x in graph.nodes[n.name].inputs):
                 anchored[i] = True
-    spec.layout = layered_layout(LayoutInput(sizes, [(e.src, e.dst) for e in spec.edges], anchored))
+    inp = LayoutInput(sizes, [(e.src, e.dst) for e in spec.edges], anchored)
+    if isolate:
+        from .layout_child import layered_layout_isolated
+
+        spec.layout = layered_layout_isolated(inp)
+    else:
+        spec.layout = layered_layout(inp)
     # Here, in the layout job, not while the scene is built on the GUI thread (20,000 nodes: ~0.2 s).
     spec.routes = [list(r.points) for r in spec.layout.routes]
     spread_ports(spec, spec.routes, spec.layout.pos)
