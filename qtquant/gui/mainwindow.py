@@ -408,7 +408,7 @@ class MainWindow(EditingMixin, QMainWindow):
                                          f"need rescales", 8000)
         else:
             self.statusBar().showMessage("Calibration stopped", 8000)
-        self.apply_looks()
+            self.apply_looks()  # on success the "calibrated" change has applied them already
 
     def apply_looks(self) -> None:
         """Re-colour the canvas for the current overlay and analysis (no re-layout)."""
