@@ -14,7 +14,7 @@ from ..cli.common import MARCHES
 from ..shapes import format_shape
 from .groupsdock import GroupsPanel
 from .perfdata import num, rescale_us_by_concat, top_layers
-from .style import fmt_bytes, fmt_ratio, fmt_us, mismatch_color
+from .style import fmt_bytes, fmt_ratio, fmt_us, mismatch_color, paint_ended
 
 __all__ = ["ModelInfo", "ConcatTableModel", "ConcatList", "GroupsPanel", "PerfSummary", "BarChart", "JobLog"]
 
@@ -262,13 +262,7 @@ class BarChart(QWidget):
         return min(300.0, self.width() * 0.42)
 
     def paintEvent(self, ev):
-        p = QPainter(self)
-        try:
-            self._paint(p, ev)
-        finally:
-            # Ended here, not when the wrapper is freed: a frame kept alive elsewhere (a
-            # traceback, a profiler) would end it on another thread, after Qt moved on, and crash.
-            p.end()
+        paint_ended(self, ev, self._paint)
 
     def _paint(self, p, ev):
         p.setRenderHint(QPainter.Antialiasing)

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QScrollAr
 from ..shapes import format_shape
 from .perfdata import rescale_us_by_concat, rescale_us_for_input
 from .spec import INPUT_PREFIX, OUTPUT_PREFIX, shape_text
-from .style import fmt_ratio, fmt_scale, fmt_us, mismatch_color
+from .style import fmt_ratio, fmt_scale, fmt_us, mismatch_color, paint_ended
 
 __all__ = ["HistogramWidget", "Inspector"]
 
@@ -53,13 +53,7 @@ class HistogramWidget(QWidget):
         return self.counts is not None and self.edges is not None and len(self.counts) > 0
 
     def paintEvent(self, ev):
-        p = QPainter(self)
-        try:
-            self._paint(p, ev)
-        finally:
-            # Ended here, not when the wrapper is freed: a frame kept alive elsewhere (a
-            # traceback, a profiler) would end it on another thread, after Qt moved on, and crash.
-            p.end()
+        paint_ended(self, ev, self._paint)
 
     def _paint(self, p, ev):
         p.setRenderHint(QPainter.Antialiasing)

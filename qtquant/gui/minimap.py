@@ -8,7 +8,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QImage, QLinearGradient, QPainter, QPen
 from PySide6.QtWidgets import QWidget
 
-from .style import MISMATCH_BANDS, SELECT, heat_color
+from .style import MISMATCH_BANDS, SELECT, heat_color, paint_ended
 
 __all__ = ["MiniMap", "Legend"]
 
@@ -139,13 +139,7 @@ class MiniMap(QWidget):
         self._base, self._rects = base, rects
 
     def paintEvent(self, ev):
-        p = QPainter(self)
-        try:
-            self._paint(p, ev)
-        finally:
-            # Ended here, not when the wrapper is freed: a frame kept alive elsewhere (a
-            # traceback, a profiler) would end it on another thread, after Qt moved on, and crash.
-            p.end()
+        paint_ended(self, ev, self._paint)
 
     def _paint(self, p, ev):
         p.setRenderHint(QPainter.Antialiasing)
@@ -203,38 +197,8 @@ class Legend(QWidget):
         h = 50 + (44 if self.mode in ("latency", "bits") else 20 if self.title else 0)
         self.setFixedSize(330, h)
 
-    def _base_steps(self, sc, nodes, size, ox, oy, s, chunk: int = 2000):
-        """Draw the edges and place the node boxes, yielding every ``chunk`` items."""
-        base = QImage(*size, QImage.Format_ARGB32_Premultiplied)
-        base.fill(Qt.transparent)
-        pen = QPen(QColor(150, 160, 170, 110), 0.6)
-        for k in range(0, len(sc.edges), chunk):
-            p = QPainter(base)
-            p.setPen(pen)
-            for e in sc.edges[k:k + chunk]:
-                pts = e.points
-                p.drawLine(QPointF((pts[0][0] - ox) * s, (pts[0][1] - oy) * s),
-                           QPointF((pts[-1][0] - ox) * s, (pts[-1][1] - oy) * s))
-            p.end()
-            yield
-        rects = []
-        for k in range(0, len(nodes), chunk):
-            for it in nodes[k:k + chunk]:
-                pos = it.pos()
-                big = it.name in sc.emphasised
-                mw, mh = max(it.width * s, 3.0 if big else 1.5), max(it.height * s, 3.0 if big else 1.5)
-                rects.append(QRectF((pos.x() - ox) * s - mw / 2, (pos.y() - oy) * s - mh / 2, mw, mh))
-            yield
-        self._base, self._rects = base, rects
-
     def paintEvent(self, ev):
-        p = QPainter(self)
-        try:
-            self._paint(p, ev)
-        finally:
-            # Ended here, not when the wrapper is freed: a frame kept alive elsewhere (a
-            # traceback, a profiler) would end it on another thread, after Qt moved on, and crash.
-            p.end()
+        paint_ended(self, ev, self._paint)
 
     def _paint(self, p, ev):
         p.setRenderHint(QPainter.Antialiasing)

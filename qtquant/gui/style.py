@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QPainter
 
 __all__ = ["CATEGORY_COLORS", "category_color", "MISMATCH_BANDS", "mismatch_band", "mismatch_color",
            "heat_color", "text_color_on", "fmt_us", "fmt_ratio", "fmt_bytes", "fmt_scale", "NODE_W", "NODE_H", "TERM_W",
-           "TERM_H", "UNCALIBRATED", "SELECT", "EDGE", "FADED"]
+           "TERM_H", "UNCALIBRATED", "SELECT", "EDGE", "FADED", "paint_ended"]
 
 NODE_W, NODE_H = 172.0, 42.0  # op boxes (scene units)
 TERM_W, TERM_H = 150.0, 34.0  # graph input / output terminals
@@ -125,3 +125,14 @@ def fmt_ratio(r: float | None) -> str:
 
 def fmt_scale(s: float | None) -> str:
     return "—" if s is None else f"{s:.4g}"
+
+
+def paint_ended(widget, ev, paint) -> None:
+    """``paint(painter, ev)`` on ``widget``, the painter ended here rather than when its Python
+    wrapper is freed: a frame kept alive elsewhere (a traceback, a profiler's stack sample)
+    would end it later on another thread, after Qt has moved on, and crash Qt."""
+    p = QPainter(widget)
+    try:
+        paint(p, ev)
+    finally:
+        p.end()
