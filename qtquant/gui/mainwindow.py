@@ -33,7 +33,7 @@ from .search import SearchBar
 __all__ = ["MainWindow"]
 
 MAX_RECENT = 10
-BUILD_SLICE_MS = 40  # the scene is built in slices this long, events handled in between
+BUILD_SLICE_MS = 30  # the scene is built in slices this long, events handled in between
 
 
 class MainWindow(EditingMixin, QMainWindow):
@@ -384,6 +384,7 @@ class MainWindow(EditingMixin, QMainWindow):
         t = time.perf_counter()
         for _ in gen:
             if time.perf_counter() - t > BUILD_SLICE_MS / 1000:
+                gc.freeze()  # the items made so far live as long as the scene: no collector walks them
                 self._build_timer.start()
                 return
         self._build = None
