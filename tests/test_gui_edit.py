@@ -118,11 +118,15 @@ def at(win, name):
 def rubber_band(win, names):
     """Shift+drag a selection rectangle around ``names`` from empty space above-left."""
     sc = win.scene
-    r = sc.nodes[names[0]].sceneBoundingRect()
+
+    def box(it):  # what the user sees: the box (the bounding rect also covers the badge band)
+        return it.mapToScene(it.shape().boundingRect()).boundingRect()
+
+    r = box(sc.nodes[names[0]])
     for n in names[1:]:
-        r = r.united(sc.nodes[n].sceneBoundingRect())
+        r = r.united(box(sc.nodes[n]))
     win.view.centerOn(r.center())
-    drag(win.view, win.view.mapFromScene(r.left() - 20, r.top() - 12),
+    drag(win.view, win.view.mapFromScene(r.left() - 10, r.top() - 12),
          win.view.mapFromScene(r.right() + 8, r.bottom() + 8), Qt.ShiftModifier)
 
 
