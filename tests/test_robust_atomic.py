@@ -80,17 +80,20 @@ def test_killed_text_writer_leaves_old_file_intact(tmp_path):
     p.stderr.close()
     assert hashlib.sha256(target.read_bytes()).hexdigest() == new_sha
 
-    killed = mid_write = 0
-    for k in range(12):
+    killed = mid_write = k = 0
+    while killed < 12 and k < 40:
         target.write_text(old)
         p = _start(TEXT_WRITER, target, size)
-        if _kill_after(p, span * (k + 0.5) / 12):
+        if _kill_after(p, span * (killed + 0.5) / 12):
             killed += 1
             mid_write += bool(_partial_temp_files(tmp_path))
+        else:  # the write got faster than the first one (a warm cache, a quieter machine)
+            span *= 0.8
         data = target.read_bytes()
         assert data == old.encode() or hashlib.sha256(data).hexdigest() == new_sha, \
             f"kill {k}: target is neither old nor new ({len(data)} bytes)"
-    assert killed >= 6, f"only {killed} of 12 runs were killed before they finished"
+        k += 1
+    assert killed >= 6, f"only {killed} of {k} runs were killed before they finished"
     assert mid_write >= 1, "no kill landed while the temp file was being written"
 
 
