@@ -161,7 +161,6 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False):
     When the model's hash differs, groups are re-mapped by tensor name if ``remap``
     (members missing from the model are dropped and listed), else dropped.
     """
-    from .groups import share
     from .loader import open_model
     from .session import Options
 

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
-import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from builders import branchy_concat_model
-from test_fuzz_worker import fuzz_settings, report, run_and_report, worker
+from test_fuzz_worker import fuzz_settings, run_and_report, worker
 
 MODEL = branchy_concat_model(shape=(1, 3, 8, 8), chain=True)
 MODEL_BYTES = MODEL.SerializeToString()

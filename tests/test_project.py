@@ -2,7 +2,6 @@
 
 import json
 
-import onnx
 import pytest
 
 from builders import branchy_concat_model, save
