@@ -453,7 +453,7 @@ def test_big_model_path_calibrates_in_a_child_process(qtbot, make_win, model):
     ref.open_model(model, calib=CalibConfig(count=4))
     settle(qtbot, ref)
     w = make_win()
-    w.controller.isolate_calibration_nodes = 0
+    w.controller.child_process_nodes = 0
     w.open_model(model, calib=CalibConfig(count=4))
     settle(qtbot, w)
     assert w.bridge.session.calibration.batches == ref.bridge.session.calibration.batches

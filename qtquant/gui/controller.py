@@ -163,7 +163,7 @@ class Controller(QObject):
     # From this size on, calibration runs the model in a child process (see calibrate's
     # ``isolate``), and so do shape inference and the layout when a model opens; below it,
     # starting a child costs more than the freeze it avoids.
-    isolate_calibration_nodes = 2000
+    child_process_nodes = 2000
 
     loadStarted = Signal(str)
     modelLoaded = Signal(object)  # Session
@@ -183,7 +183,7 @@ class Controller(QObject):
         self.jobs = JobManager(self)
         install_collector()  # garbage cycles (some hold Qt objects) collected on this thread only
         if shape_child.MIN_NODES is None:  # onnx holds the GIL while it infers shapes
-            shape_child.MIN_NODES = self.isolate_calibration_nodes
+            shape_child.MIN_NODES = self.child_process_nodes
         # The fidelity check runs in a child process: in a thread here, onnxruntime session
         # set-up and teardown and the QDQ build hold the GIL and freeze the window on big models.
         self.fidelity_worker = FidelityWorker.shared() if isolate_fidelity else None
@@ -281,7 +281,7 @@ class Controller(QObject):
         if s is None:
             return None
         graph = s.graph
-        isolate = len(graph.nodes) >= self.isolate_calibration_nodes
+        isolate = len(graph.nodes) >= self.child_process_nodes
 
         def work(progress, cancelled):
             return layout_scene(scene_spec(graph), graph, isolate=isolate)
@@ -307,7 +307,7 @@ class Controller(QObject):
             s.set_options(calib=config)
         cfg = s.options.calib
         graph, options, groups, qdq = s.graph, s.options, s.groups.as_lists(), s.qdq
-        isolate = len(graph.nodes) >= self.isolate_calibration_nodes
+        isolate = len(graph.nodes) >= self.child_process_nodes
 
         def work(progress, cancelled):
             res = calibrate(graph, cfg, progress=progress, cancel=cancelled, isolate=isolate)
