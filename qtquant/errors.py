@@ -14,6 +14,7 @@ __all__ = [
     "ShareRefused",
     "MarchError",
     "Cancelled",
+    "from_name",
 ]
 
 
@@ -57,3 +58,13 @@ class MarchError(BadInputError):
 
 class Cancelled(QtQuantError):
     """A long job was cancelled by the user."""
+
+
+def from_name(name: str, message: str, fallback: str) -> QtQuantError:
+    """The error a child process reported by class name (it cannot send the object: messages
+    between our processes are pickled or JSON).  Unknown or non-qtquant names become a
+    :class:`QtQuantError` with ``fallback`` (``{message}`` is filled in)."""
+    cls = globals().get(name) if name else None
+    if isinstance(cls, type) and issubclass(cls, QtQuantError):
+        return cls(message)
+    return QtQuantError(fallback.format(message=message))

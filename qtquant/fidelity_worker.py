@@ -215,10 +215,7 @@ class FidelityWorker:
             return reply[1]
         if reply[0] == "cancelled":
             raise Cancelled("fidelity check cancelled")
-        cls = getattr(errors, reply[1], None) if reply[1] else None
-        if isinstance(cls, type) and issubclass(cls, QtQuantError):
-            raise cls(reply[2])
-        raise QtQuantError(f"fidelity check failed: {reply[2]}")
+        raise errors.from_name(reply[1], reply[2], "fidelity check failed: {message}")
 
     # -- the check ------------------------------------------------------------------------------
     def measure(self, session, *, cancel=None, quantize_outputs: bool = True):

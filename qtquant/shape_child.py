@@ -48,13 +48,10 @@ def infer_in_child(model: onnx.ModelProto) -> onnx.ModelProto:
         return onnx.ModelProto.FromString(res.stdout)
     try:
         doc = json.loads(res.stdout.decode("utf-8"))
-        cls = getattr(errors, doc["error"], None)
-        message = str(doc["message"])
+        name, message = str(doc["error"]), str(doc["message"])
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         raise ModelError(f"shape inference stopped unexpectedly (exit code {res.returncode})") from None
-    if not (isinstance(cls, type) and issubclass(cls, errors.QtQuantError)):
-        cls = ModelError
-    raise cls(message)
+    raise errors.from_name(name, message, "{message}")
 
 
 def _main() -> None:

@@ -88,10 +88,7 @@ def run_parallel(graph, names, source, refs, jobs: int, *, stride: int = 1, prog
             elif kind == "done":
                 results[i] = parts.pop(i)
             else:
-                cls = getattr(errors, msg[2], None) if msg[2] else None
-                if isinstance(cls, type) and issubclass(cls, QtQuantError):
-                    raise cls(msg[3])
-                raise QtQuantError(f"calibration worker {i} failed: {msg[3]}")
+                raise errors.from_name(msg[2], msg[3], f"calibration worker {i} failed: {{message}}")
     finally:
         for p in procs:
             if p.is_alive():
