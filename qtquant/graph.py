@@ -150,6 +150,7 @@ class Graph:
         self.outputs: list[str] = [o.name for o in model.graph.output]
         self._init_protos = {t.name: t for t in model.graph.initializer}
         self._init_cache: dict[str, np.ndarray] = {}
+        self._concat_nodes: list[Node] | None = None
         self._build()
 
     # -- construction -------------------------------------------------------------------
@@ -240,8 +241,11 @@ class Graph:
         return [n for n in self.quantized_tensors if self.observed(n)]
 
     def concat_nodes(self) -> list[Node]:
-        return [n for n in self.nodes.values() if n.op_type == "Concat"
-                and n.outputs and self.is_quantized(n.outputs[0])]
+        # Asked on every overlay refresh; the graph does not change after _build.
+        if self._concat_nodes is None:
+            self._concat_nodes = [n for n in self.nodes.values() if n.op_type == "Concat"
+                                  and n.outputs and self.is_quantized(n.outputs[0])]
+        return list(self._concat_nodes)
 
     def initializer(self, name: str) -> np.ndarray:
         if name not in self._init_cache:

@@ -65,6 +65,7 @@ def win(qtbot, settings):
     w.resize(1400, 900)
     w.show()
     yield w
+    w.show_dialogs = False  # a failed test must not leave a save prompt blocking the run
     w.controller.shutdown()
 
 

@@ -8,6 +8,8 @@ coordinates were computed in a worker thread.  Afterwards only looks change
 from __future__ import annotations
 
 import math
+import time
+
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView
@@ -26,6 +28,7 @@ ITEM_CLASSES = {"op": NodeItem, "input": NodeItem, "output": NodeItem}
 # Graphs with at least this many nodes switch to batched drawing below LOD_OVERVIEW zoom.
 OVERVIEW_MIN_NODES = 800
 APPLY_SLICE = 500  # looks applied per event-loop turn (a Concat's look with badges: ~50 µs)
+COMPUTE_SLICE_S = 0.015  # time per event-loop turn for computing looks (20,000 nodes: ~80 ms in all)
 LOD_OVERVIEW = LOD_FAST
 
 
@@ -47,6 +50,7 @@ class GraphScene(QGraphicsScene):
         self._pending_edges: dict = {}  # edge -> style (None: the default) still to apply
         self._edge_default = None
         self._looks_dirty = False
+        self._computing = None  # (steps, finish): looks still being computed, see compute_looks
         self._apply_timer = QTimer(self, singleShot=True, interval=0)
         self._apply_timer.timeout.connect(self._apply_some)
         self.labels: list[EdgeLabel] = []
@@ -73,6 +77,7 @@ class GraphScene(QGraphicsScene):
         self._edge_index: dict[tuple, list] = {}  # (tensor, consumer) -> edge items
         self._applied: tuple = ({}, {}, None)  # the looks last applied (items start at the defaults)
         self._pending_nodes, self._pending_edges = {}, {}  # looks of items about to be deleted
+        self._computing = None
         self._looks_dirty = False
         self.spec = None
         self.overview = None
@@ -95,7 +100,7 @@ class GraphScene(QGraphicsScene):
         for _ in self.build_steps(spec):
             pass
 
-    def build_steps(self, spec: SceneSpec, chunk: int = 400):
+    def build_steps(self, spec: SceneSpec, chunk: int = 200):
         """:meth:`build` as a generator yielding every ``chunk`` items, so the caller can go back
         to the event loop between slices.  ``self.spec`` is set only once every item exists."""
         self.reset()
@@ -116,6 +121,7 @@ class GraphScene(QGraphicsScene):
             self.addItem(item)
             self.nodes[ns.name] = item
             if len(self.nodes) % chunk == 0:
+                self._index_now()
                 yield
         names = [n.name for n in spec.nodes]
         routes = spec.routes
@@ -132,6 +138,7 @@ class GraphScene(QGraphicsScene):
             self._edge_index.setdefault((e.tensor, e.dst), []).append(e)
             label_at.setdefault(es.tensor, (pts[0][0] + 5, pts[0][1] + 2))
             if len(self.edges) % chunk == 0:
+                self._index_now()
                 yield
         # Shape labels are made the first time the zoom makes them legible (most large
         # graphs are first seen zoomed out): one label per tensor, at its first edge.
@@ -139,6 +146,7 @@ class GraphScene(QGraphicsScene):
         self._label_specs = [(label_of[t], x, y) for t, (x, y) in label_at.items()]
         self.emphasised = {n.name for n in spec.nodes if n.category == "concat"}
         self._labels_visible = False
+        self._index_now()
         if len(self.nodes) >= OVERVIEW_MIN_NODES:
             self.overview = OverviewItem(self.sceneRect())
             self.overview.setVisible(False)
@@ -146,14 +154,21 @@ class GraphScene(QGraphicsScene):
             self.overview.rebuild(self.nodes.values(), self.edges)
         self.spec = spec
 
+    def _index_now(self) -> None:
+        # Qt indexes added items lazily, at the first query (a paint, a click): all 50,000 of
+        # a big graph at once, ~0.25 s.  A query of an empty spot indexes this slice's items.
+        self.items(QRectF(0, 0, 1e-3, 1e-3))
+
     # -- looks ----------------------------------------------------------------------------
-    def apply_looks(self, node_looks: dict, edge_styles: dict, edge_default: dict | None = None) -> None:
+    def apply_looks(self, node_looks: dict, edge_styles: dict, edge_default: dict | None = None, *,
+                    now: bool = True) -> None:
         """``node_looks[name] = dict(fill=, badges=, faded=, border_width=)``; missing -> defaults.
 
         ``edge_styles[(tensor, dst)] = dict(color=, width=, dashed=)``; others get ``edge_default``.
         Only items whose look differs from the last call are visited: after an edit on a
         20,000-node graph that is a few Concats, not 50,000 items.
         """
+        self._computing = None  # these looks replace any still being computed
         prev_nodes, prev_edges, prev_default = self._applied
         for name in node_looks.keys() | prev_nodes.keys():
             look = node_looks.get(name)
@@ -170,11 +185,38 @@ class GraphScene(QGraphicsScene):
             self._pending_edges[e] = edge_styles.get((e.tensor, e.dst))
         self._edge_default = edge_default
         self._applied = (dict(node_looks), dict(edge_styles), edge_default)
+        if now:
+            self._apply_some()
+        elif self.looks_pending:
+            self._apply_timer.start()
+
+    def compute_looks(self, steps, finish) -> None:
+        """Run the generator ``steps`` (it fills the looks) in slices of COMPUTE_SLICE_S, then
+        ``apply_looks(*finish())``.  A small graph's looks are done within this call; a new
+        call drops a computation still under way."""
+        self._computing = (iter(steps), finish)
         self._apply_some()
+
+    def _compute_some(self, budget: float | None) -> bool:
+        """Advance the computation; True once its looks have been handed to apply_looks."""
+        steps, finish = self._computing
+        t0 = time.perf_counter()
+        for _ in steps:
+            if budget is not None and time.perf_counter() - t0 > budget:
+                return False
+        self._computing = None
+        # A long slice leaves the first items to the next turn; a small graph's looks show now.
+        now = budget is None or time.perf_counter() - t0 < budget / 2
+        self.apply_looks(*finish(), now=now)
+        return True
 
     def _apply_some(self) -> None:
         """Apply up to APPLY_SLICE pending looks; the rest in the next event-loop turn (a
         switch of overlay restyles 50,000 items on a big graph)."""
+        if self._computing is not None:
+            if not self._compute_some(COMPUTE_SLICE_S):
+                self._apply_timer.start()
+            return  # apply_looks has applied the first slice
         n = 0
         while self._pending_nodes and n < APPLY_SLICE:
             item, look = self._pending_nodes.popitem()
@@ -202,13 +244,15 @@ class GraphScene(QGraphicsScene):
 
     def flush_looks(self) -> None:
         """Apply every pending look now (before a screenshot or an export)."""
+        if self._computing is not None:
+            self._compute_some(None)
         while self.looks_pending:
             self._apply_some()
         self._apply_timer.stop()
 
     @property
     def looks_pending(self) -> bool:
-        return bool(self._pending_nodes or self._pending_edges)
+        return bool(self._pending_nodes or self._pending_edges or self._computing is not None)
 
     def set_overview(self, on: bool) -> None:
         """Swap the per-item drawing for the batched overview (large graphs, far zoom)."""

@@ -64,6 +64,9 @@ class SessionBridge(QObject):
 
     sessionReplaced = Signal(object)  # the new Session (or None)
     changed = Signal(str)  # "calibrated" | "options" | "groups" | ...
+    # After every ``changed`` listener has run: background jobs start here, so they do not
+    # take the GIL from the views refreshing on the GUI thread (0.1 s more on a big graph).
+    settled = Signal(str)
     perfChanged = Signal()
     fidelityChanged = Signal()
     _event = Signal(str)
@@ -104,7 +107,12 @@ class SessionBridge(QObject):
     def _on_event(self, kind: str) -> None:
         if kind == "calibrated":
             self.hist_cache = {}
+        self.notify(kind)
+
+    def notify(self, kind: str) -> None:
+        """``changed(kind)`` to every view, then ``settled(kind)``."""
         self.changed.emit(kind)
+        self.settled.emit(kind)
 
     @property
     def revision(self) -> int:
@@ -187,13 +195,18 @@ class Controller(QObject):
         # The fidelity check runs in a child process: in a thread here, onnxruntime session
         # set-up and teardown and the QDQ build hold the GIL and freeze the window on big models.
         self.fidelity_worker = FidelityWorker.shared() if isolate_fidelity else None
+        # Imported now, before a window shows: the first import (onnxruntime among them) takes
+        # ~0.1 s with the GIL held, wherever it happens later.
+        simulator()
+        fidelity_measure()
         self.generation = 0  # bumps per opened model; every job result checks it
         self.path: Path | None = None
         self.spec = None
         self.calibrating = False
         self._calibrate_after_layout = False
         self.jobs.jobFinished.connect(self._on_job_finished)
-        self.bridge.changed.connect(self._on_session_changed)
+        self.bridge.changed.connect(self._on_options)
+        self.bridge.settled.connect(self._on_session_changed)
         self._perf_timer = QTimer(self, singleShot=True, interval=PERF_DEBOUNCE_MS)
         self._perf_timer.timeout.connect(self.refresh_perf)
         self._fid_timer = QTimer(self, singleShot=True, interval=FIDELITY_DEBOUNCE_MS)
@@ -337,11 +350,13 @@ class Controller(QObject):
             self.calibrationFinished.emit(False)
 
     # -- derived results ----------------------------------------------------------------------------
-    def _on_session_changed(self, kind: str) -> None:
-        if kind == "options":
+    def _on_options(self, kind: str) -> None:
+        if kind == "options":  # before the views refresh: they read self.options
             s = self.bridge.session
             if s is not None and s.options.march != self.options.march:  # the next model keeps it
                 self.options = replace(self.options, march=s.options.march)
+
+    def _on_session_changed(self, kind: str) -> None:
         if not self.bridge.ready:
             return
         if kind == "calibrated":

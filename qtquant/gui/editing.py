@@ -147,7 +147,7 @@ class Editor(QObject):
             self.bridge.blockSignals(blocked)
             session.events.disconnect(note)
             for k in kinds:  # also after a refusal that notified before raising
-                self.bridge.changed.emit(k)
+                self.bridge.notify(k)
 
     # -- grouping ---------------------------------------------------------------------------
     def share_nodes(self, names) -> bool:

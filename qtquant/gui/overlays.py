@@ -16,7 +16,7 @@ from .items import Badge
 from .perfdata import node_us
 from .style import MISMATCH_BANDS, UNCALIBRATED, fmt_us, heat_color, mismatch_band
 
-__all__ = ["MODES", "MODE_LABELS", "Looks", "compute_looks", "node_bits"]
+__all__ = ["MODES", "MODE_LABELS", "Looks", "compute_looks", "fill_looks", "node_bits"]
 
 MODES = ["none", "latency", "mismatch", "bits"]
 MODE_LABELS = {"none": "None", "latency": "Latency", "mismatch": "Mismatch", "bits": "Bits lost"}
@@ -66,6 +66,18 @@ def _concat_base(c) -> dict:
 
 def compute_looks(graph, mode: str, concats=None, perf=None) -> Looks:
     looks = Looks()
+    for _ in fill_looks(looks, graph, mode, concats, perf):
+        pass
+    return looks
+
+
+_STEP = 1000  # nodes between two yields of fill_looks (~3 ms of work in the latency mode)
+
+
+def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: int | None = None):
+    """:func:`compute_looks` as a generator that fills ``looks`` and yields every ``step``
+    nodes, so a 20,000-node graph can be re-coloured across several event-loop turns."""
+    step = step or _STEP
     info = {c.node: c for c in concats} if concats is not None else {}
     # Concats first (every mode shows mismatch colour or heat plus the rescale badge).
     for n in graph.concat_nodes():
@@ -80,13 +92,18 @@ def compute_looks(graph, mode: str, concats=None, perf=None) -> Looks:
                 rescaled[(m.tensor, c.node)] = band_col
     for key, col in rescaled.items():
         looks.edges[key] = {"color": col, "width": 2.6}
+    yield
 
+    names = list(graph.nodes)
     if mode == "mismatch":
         feeders = {m.producer for c in info.values() for m in c.inputs if m.needs_rescale and m.producer}
-        for name in graph.nodes:
-            if name in looks.nodes:
-                continue
-            looks.nodes[name] = {"faded": name not in feeders, "border_width": 2.0 if name in feeders else 1.0}
+        nodes = looks.nodes
+        for i in range(0, len(names), step):
+            for name in names[i:i + step]:
+                if name not in nodes:
+                    fed = name in feeders
+                    nodes[name] = {"faded": not fed, "border_width": 2.0 if fed else 1.0}
+            yield
         looks.edge_default = {"color": FADED_EDGE, "width": 1.0}
         for key, col in rescaled.items():
             looks.edges[key] = {"color": QColor("#d32f2f"), "width": 3.2}
@@ -95,36 +112,47 @@ def compute_looks(graph, mode: str, concats=None, perf=None) -> Looks:
         us = node_us(perf) if perf is not None else {}
         if not us:
             looks.legend = ("latency", "Latency: not simulated yet", "", "")
-            return looks
+            return
+        yield
         vmax = max(us.values()) or 1.0
-        for name in graph.nodes:
-            v = us.get(name)
-            base = looks.nodes.get(name, {})
-            badges = list(base.get("badges", []))
-            if v is None:
-                looks.nodes[name] = {**base, "faded": True}
-                continue
-            if v >= 0.005:  # fused ops cost nothing of their own: no "0.00 µs" clutter
-                badges.insert(0, Badge(fmt_us(v), LATENCY_BADGE))
-            looks.nodes[name] = {**base, "fill": heat_color(math.sqrt(max(v, 0.0) / vmax), "latency"), "badges": badges}
+        badge_of: dict[str, Badge] = {}  # few distinct texts: one Badge (and text colour) each
+        for i in range(0, len(names), step):
+            for name in names[i:i + step]:
+                v = us.get(name)
+                base = looks.nodes.get(name, {})
+                if v is None:
+                    looks.nodes[name] = {**base, "faded": True}
+                    continue
+                badges = list(base.get("badges", ()))
+                if v >= 0.005:  # fused ops cost nothing of their own: no "0.00 µs" clutter
+                    text = fmt_us(v)
+                    b = badge_of.get(text)
+                    if b is None:
+                        b = badge_of[text] = Badge(text, LATENCY_BADGE)
+                    badges.insert(0, b)
+                looks.nodes[name] = {**base, "fill": heat_color(math.sqrt(max(v, 0.0) / vmax), "latency"),
+                                     "badges": badges}
+            yield
         looks.legend = ("latency", "Latency per node (√ scale)", "0", fmt_us(vmax))
     elif mode == "bits":
         bits = node_bits(graph, concats)
         vmax = 8.0
-        for name in graph.nodes:
-            b = bits.get(name)
-            base = looks.nodes.get(name, {})
-            if b is None:
-                if name not in looks.nodes:
-                    looks.nodes[name] = {"faded": True}
-                continue
-            badges = list(base.get("badges", []))
-            if b >= 0.05:
-                badges.insert(0, Badge(f"−{b:.1f} b", BITS_BADGE))
-            looks.nodes[name] = {**base, "fill": heat_color(min(b, vmax) / vmax, "bits"), "badges": badges,
-                                 "border_width": 2.0 if name in info else 1.0}
+        yield
+        for i in range(0, len(names), step):
+            for name in names[i:i + step]:
+                b = bits.get(name)
+                base = looks.nodes.get(name, {})
+                if b is None:
+                    if name not in looks.nodes:
+                        looks.nodes[name] = {"faded": True}
+                    continue
+                badges = list(base.get("badges", ()))
+                if b >= 0.05:
+                    badges.insert(0, Badge(f"−{b:.1f} b", BITS_BADGE))
+                looks.nodes[name] = {**base, "fill": heat_color(min(b, vmax) / vmax, "bits"), "badges": badges,
+                                     "border_width": 2.0 if name in info else 1.0}
+            yield
         looks.legend = ("bits", "Bits lost by sharing (now, or if shared at the Concat)", "0 bits",
                         f"≥ {vmax:.0f} bits")
     else:
         looks.legend = ("none", "", "", "")
-    return looks

@@ -33,6 +33,7 @@ class SearchBar(QWidget):
         lay.addWidget(self.count)
         lay.addWidget(close)
         self.graph = None
+        self._completer_for = None
         self.hits: list[str] = []
         self.pos = -1
         self._last = None
@@ -43,6 +44,10 @@ class SearchBar(QWidget):
     def set_graph(self, graph) -> None:
         self.graph = graph
         self._reset()
+        self._completer_for = None  # made when the bar opens: 40,000 names on a big graph
+
+    def _make_completer(self) -> None:
+        graph = self._completer_for = self.graph
         words = []
         if graph is not None:
             words = list(graph.nodes) + [t for t, tt in graph.tensors.items() if tt.kind != "weight"]
@@ -100,6 +105,8 @@ class SearchBar(QWidget):
         return self.hits[self.pos]
 
     def open(self) -> None:
+        if self._completer_for is not self.graph:
+            self._make_completer()
         self.setVisible(True)
         self.edit.setFocus()
         self.edit.selectAll()

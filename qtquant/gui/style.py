@@ -78,17 +78,21 @@ RAMPS = {
 }
 
 
+_RAMP_RGB: dict[str, list[tuple[int, int, int]]] = {}
+
+
 def heat_color(t: float, ramp: str = "latency") -> QColor:
     """Colour for t in [0, 1] on a heat ramp (NaN -> light grey)."""
     if not (t == t):
         return QColor(FADED)
-    stops = RAMPS[ramp]
+    stops = _RAMP_RGB.get(ramp)
+    if stops is None:  # parsed once: a latency overlay colours 20,000 nodes per refresh
+        stops = _RAMP_RGB[ramp] = [QColor(c).getRgb()[:3] for c in RAMPS[ramp]]
     t = min(1.0, max(0.0, t)) * (len(stops) - 1)
     i = min(int(t), len(stops) - 2)
     f = t - i
-    a, b = QColor(stops[i]), QColor(stops[i + 1])
-    return QColor(round(a.red() + (b.red() - a.red()) * f), round(a.green() + (b.green() - a.green()) * f),
-                  round(a.blue() + (b.blue() - a.blue()) * f))
+    a, b = stops[i], stops[i + 1]
+    return QColor(round(a[0] + (b[0] - a[0]) * f), round(a[1] + (b[1] - a[1]) * f), round(a[2] + (b[2] - a[2]) * f))
 
 
 def text_color_on(fill: QColor) -> QColor:

@@ -1,0 +1,138 @@
+"""Big graphs stay responsive: work on the GUI thread is cut into event-loop turns.
+
+Small test graphs with the slice sizes forced down, so every turn boundary is exercised;
+the end state must equal the one-pass result.
+"""
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+from PySide6.QtCore import QSettings  # noqa: E402
+
+from qtquant.gui import canvas, overlays  # noqa: E402
+from qtquant.gui.mainwindow import MainWindow  # noqa: E402
+from qtquant.gui.overlays import Looks, compute_looks, fill_looks  # noqa: E402
+from qtquant.gui.style import RAMPS, heat_color  # noqa: E402
+from PySide6.QtGui import QColor  # noqa: E402
+
+from test_gui import band_model, open_and_settle  # noqa: E402
+
+
+@pytest.fixture
+def win(qtbot, tmp_path):
+    w = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    qtbot.addWidget(w)
+    w.resize(1200, 800)
+    w.show()
+    yield w
+    w.controller.shutdown()
+
+
+@pytest.fixture
+def opened(qtbot, win, tmp_path):
+    open_and_settle(qtbot, win, band_model(tmp_path / "bands.onnx"))
+    qtbot.waitUntil(lambda: win.bridge.perf is not None and not win.controller.busy, timeout=20000)
+    return win
+
+
+def _state(win):
+    return ({n: it._look_key for n, it in win.scene.nodes.items()}, [e._style_key for e in win.scene.edges],
+            win.view.legend.title)
+
+
+@pytest.mark.parametrize("mode", ["latency", "bits", "mismatch"])
+def test_fill_looks_in_steps_equals_compute_looks(opened, mode):
+    g, cs, perf = opened.bridge.graph, opened.bridge.concats, opened.bridge.perf
+    whole = compute_looks(g, mode, cs, perf)
+    looks = Looks()
+    steps = sum(1 for _ in fill_looks(looks, g, mode, cs, perf, step=2))
+    assert steps >= len(g.nodes) // 2  # a yield every two nodes
+    assert looks.nodes.keys() == whole.nodes.keys()
+    for name, look in whole.nodes.items():
+        other = looks.nodes[name]
+        assert other.keys() == look.keys()
+        assert other.get("fill") == look.get("fill")
+        assert [b.text for b in other.get("badges", [])] == [b.text for b in look.get("badges", [])]
+    assert looks.edges.keys() == whole.edges.keys()
+    assert looks.legend == whole.legend
+
+
+def test_looks_computed_over_turns_end_as_in_one_pass(qtbot, opened, monkeypatch):
+    win = opened
+    results = {}
+    for mode in ("latency", "bits"):
+        win.set_overlay(mode)
+        win.scene.flush_looks()
+        results[mode] = _state(win)
+    win.set_overlay("none")
+    win.scene.flush_looks()
+    monkeypatch.setattr(canvas, "COMPUTE_SLICE_S", -1.0)  # one step per event-loop turn
+    monkeypatch.setattr(overlays, "_STEP", 1)
+    turns = []
+    win.scene._apply_timer.timeout.connect(lambda: turns.append(1))
+    win.set_overlay("latency")
+    assert win.scene.looks_pending  # nothing computed in this turn beyond the first step
+    assert _state(win) != results["latency"]
+    qtbot.waitUntil(lambda: not win.scene.looks_pending, timeout=10000)
+    assert _state(win) == results["latency"]
+    assert len(turns) >= len(win.bridge.graph.nodes)
+    # A new overlay while one is being computed: the old computation is dropped.
+    win.set_overlay("none")
+    win.set_overlay("latency")
+    win.set_overlay("bits")
+    qtbot.waitUntil(lambda: not win.scene.looks_pending, timeout=10000)
+    assert _state(win) == results["bits"]
+    # A screenshot or an export finishes the computation at once.
+    win.set_overlay("latency")
+    assert win.scene.looks_pending
+    win.scene.flush_looks()
+    assert not win.scene.looks_pending and not win.scene._apply_timer.isActive()
+    assert _state(win) == results["latency"]
+
+
+def test_direct_apply_looks_replaces_a_computation_under_way(qtbot, opened, monkeypatch):
+    win = opened
+    monkeypatch.setattr(canvas, "COMPUTE_SLICE_S", -1.0)
+    win.set_overlay("latency")
+    assert win.scene.looks_pending
+    win.scene.apply_looks({}, {}, None)  # e.g. a reset of every look
+    qtbot.wait(50)
+    assert not win.scene.looks_pending
+    assert all(it.fill == it.base_fill and not it.badges for it in win.scene.nodes.values())
+
+
+def test_jobs_start_after_every_view_has_refreshed(qtbot, win, tmp_path):
+    """On calibration the simulator and the fidelity check are submitted only once every
+    ``changed`` listener ran: a worker started earlier would take the GIL from them."""
+    seen = []
+    win.bridge.changed.connect(lambda k: seen.append((k, sorted(j.kind for j in win.jobs.active()))))
+    settled = []
+    win.bridge.settled.connect(lambda k: settled.append(k))
+    open_and_settle(qtbot, win, band_model(tmp_path / "bands.onnx"))
+    qtbot.waitUntil(lambda: win.bridge.perf is not None and not win.controller.busy, timeout=20000)
+    cal = [kinds for k, kinds in seen if k == "calibrated"]
+    assert cal and "perf" not in cal[0] and "fidelity" not in cal[0]
+    assert "calibrated" in settled
+    assert any(j.kind == "perf" and j.status == "done" for j in win.jobs.history)
+
+
+def test_search_completer_made_when_the_bar_opens(qtbot, opened):
+    bar = opened.search_bar
+    bar.set_graph(opened.bridge.graph)
+    assert bar.edit.completer() is None or bar._completer_for is None
+    bar.open()
+    comp = bar.edit.completer()
+    assert comp is not None and bar._completer_for is opened.bridge.graph
+    words = comp.model().stringList() if hasattr(comp.model(), "stringList") else []
+    assert "cat_red" in words
+
+
+def test_heat_ramp_ends_are_the_ramp_colours():
+    for ramp, stops in RAMPS.items():
+        assert heat_color(0.0, ramp) == QColor(stops[0])
+        assert heat_color(1.0, ramp) == QColor(stops[-1])
+        mid = heat_color(0.5, ramp)
+        assert mid == QColor(stops[len(stops) // 2])  # 9 stops: 0.5 is the middle one
+    assert heat_color(float("nan")).name() != heat_color(0.0).name()
