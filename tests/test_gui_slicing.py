@@ -136,3 +136,29 @@ def test_heat_ramp_ends_are_the_ramp_colours():
         mid = heat_color(0.5, ramp)
         assert mid == QColor(stops[len(stops) // 2])  # 9 stops: 0.5 is the middle one
     assert heat_color(float("nan")).name() != heat_color(0.0).name()
+
+
+def test_docks_keep_their_size_when_results_arrive(qtbot, win, tmp_path):
+    """A dock growing with its content (a long summary line, a chart with more bars) re-lays
+    out the window and repaints the whole canvas when calibration ends."""
+    win.resize(1000, 650)
+    qtbot.wait(50)
+    sizes = {}
+    resizes = []
+
+    def snapshot():
+        sizes["before"] = {k: d.size().toTuple() for k, d in win.docks.items() if d.isVisible()}
+        sizes["view"] = win.view.viewport().size().toTuple()
+
+    win.controller.calibrationStarted.connect(snapshot)
+    win.controller.calibrationFinished.connect(
+        lambda ok: resizes.append(win.view.viewport().size().toTuple()))
+    open_and_settle(qtbot, win, band_model(tmp_path / "bands.onnx"))
+    qtbot.waitUntil(lambda: win.bridge.perf is not None and win.bridge.fidelity is not None
+                    and not win.controller.busy, timeout=20000)
+    qtbot.wait(50)
+    after = {k: d.size().toTuple() for k, d in win.docks.items() if d.isVisible()}
+    assert after == sizes["before"]
+    assert win.view.viewport().size().toTuple() == resizes[0]  # nothing moved after calibration
+    assert win.concat_list.status.text().startswith("4 Concats")
+    assert win.perf_summary.chart.rows

@@ -396,7 +396,7 @@ class Controller(QObject):
 
         def work(progress, cancelled):
             perf = sim(frozen)
-            top_layers(perf, 12)  # the perf dock's chart, computed here rather than on the GUI thread
+            top_layers(perf)  # the perf dock's chart, computed here rather than on the GUI thread
             return perf, sim(frozen, baseline=True)
 
         return self.jobs.submit("perf", f"simulate ({s.options.march})", work,

@@ -13,12 +13,18 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxL
 from ..cli.common import MARCHES
 from ..shapes import format_shape
 from .groupsdock import GroupsPanel
-from .perfdata import num, rescale_us_by_concat, top_layers
+from .perfdata import CHART_ROWS, num, rescale_us_by_concat, top_layers
 from .style import fmt_bytes, fmt_ratio, fmt_us, mismatch_color, paint_ended
 
 __all__ = ["ModelInfo", "ConcatTableModel", "ConcatList", "GroupsPanel", "PerfSummary", "BarChart", "JobLog"]
 
 SORT_ROLE = Qt.UserRole + 1
+
+
+def fixed_width(label: QLabel) -> None:
+    """A wrapped label whose text never widens its dock: a dock that grows when a result
+    arrives re-lays out the window and repaints the canvas (0.2 s on a 20,000-node graph)."""
+    label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
 
 
 class ModelInfo(QWidget):
@@ -32,6 +38,7 @@ class ModelInfo(QWidget):
             lab = QLabel("—")
             lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
             lab.setWordWrap(True)
+            fixed_width(lab)
             self.form.addRow(key.capitalize() + ":", lab)
             self.fields[key] = lab
         bridge.sessionReplaced.connect(lambda s: self.refresh())
@@ -204,6 +211,8 @@ class ConcatList(QWidget):
         self.table.activated.connect(self._clicked)
         self.status = QLabel("")
         self.status.setStyleSheet("color: #555; padding: 2px 4px")
+        self.status.setWordWrap(True)
+        fixed_width(self.status)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.table)
@@ -245,17 +254,24 @@ class BarChart(QWidget):
     """Horizontal bars: the slowest layers.  Clicking a bar emits its name."""
 
     barClicked = Signal(str)
+    ROWS = CHART_ROWS
+    PITCH = (13, 19)  # row pitch in px: shrinks to fit the height
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.rows: list[tuple[str, str, float]] = []
-        self.setMinimumHeight(120)
+        # Fixed, whatever the rows: a chart growing with its rows resized the whole window's
+        # layout when the first simulation arrived (and repainted a 20,000-node canvas).
+        self.setMinimumHeight(22 + self.ROWS * self.PITCH[0])
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
-        self._bar_h = 16
+
+    @property
+    def _pitch(self) -> float:
+        lo, hi = self.PITCH
+        return max(lo, min(hi, (self.height() - 22) / max(len(self.rows), 1)))
 
     def set_rows(self, rows) -> None:
-        self.rows = list(rows)
-        self.setMinimumHeight(max(120, 22 + len(self.rows) * (self._bar_h + 3)))
+        self.rows = list(rows)[:self.ROWS]
         self.update()
 
     def _label_w(self) -> float:
@@ -279,21 +295,23 @@ class BarChart(QWidget):
         vmax = max(r[2] for r in self.rows) or 1.0
         lw = self._label_w()
         fm = p.fontMetrics()
+        pitch = self._pitch
+        bar_h = pitch - 3
         for i, (name, op, us) in enumerate(self.rows):
-            y = 20 + i * (self._bar_h + 3)
+            y = 20 + i * pitch
             label = fm.elidedText(name, Qt.ElideMiddle, int(lw - 10))
             p.setPen(QColor("#333"))
-            p.drawText(QRectF(4, y, lw - 8, self._bar_h), Qt.AlignRight | Qt.AlignVCenter, label)
+            p.drawText(QRectF(4, y, lw - 8, bar_h), Qt.AlignRight | Qt.AlignVCenter, label)
             bw = (self.width() - lw - 80) * us / vmax
             col = QColor("#e53935") if "rescale" in name.lower() else QColor("#5b8cc0")
             p.setPen(Qt.NoPen)
             p.setBrush(col)
-            p.drawRoundedRect(QRectF(lw, y + 2, max(bw, 1.0), self._bar_h - 4), 3, 3)
+            p.drawRoundedRect(QRectF(lw, y + 2, max(bw, 1.0), bar_h - 4), 3, 3)
             p.setPen(QColor("#333"))
-            p.drawText(QRectF(lw + bw + 4, y, 76, self._bar_h), Qt.AlignLeft | Qt.AlignVCenter, fmt_us(us))
+            p.drawText(QRectF(lw + bw + 4, y, 76, bar_h), Qt.AlignLeft | Qt.AlignVCenter, fmt_us(us))
 
     def mousePressEvent(self, ev):
-        i = int((ev.position().y() - 20) // (self._bar_h + 3))
+        i = int((ev.position().y() - 20) // self._pitch)
         if 0 <= i < len(self.rows):
             self.barClicked.emit(self.rows[i][0])
 
@@ -390,7 +408,7 @@ class PerfSummary(QWidget):
             metric("fps", "fps", lambda x: f"{x:.1f}", False, lambda d: f"{d:+.1f}")
             metric("ddr", "ddr_bytes", fmt_bytes, True, lambda d: ("+" if d > 0 else "−") + fmt_bytes(abs(d)))
             metric("rescale_us", "rescale_us", fmt_us, True, lambda d: ("+" if d > 0 else "−") + fmt_us(abs(d)))
-            self.chart.set_rows(top_layers(perf, 12))
+            self.chart.set_rows(top_layers(perf))
             grouped = b.session is not None and len(b.session.groups) > 0
             self.note.setText("updating…" if stale else "(…): change against the unedited model" if grouped else "")
         fid = b.fidelity

@@ -112,7 +112,7 @@ class MainWindow(EditingMixin, QMainWindow):
         self.docks["perf"].raise_()
         self.resizeDocks([self.docks["model"], self.docks["concats"], self.docks["groups"]], [140, 370, 200],
                          Qt.Vertical)
-        self.resizeDocks([self.docks["concats"], self.docks["inspector"]], [320, 470], Qt.Horizontal)
+        self.resizeDocks([self.docks["concats"], self.docks["inspector"]], [420, 400], Qt.Horizontal)
         self.resizeDocks([self.docks["perf"]], [250], Qt.Vertical)
 
     def _act(self, text, slot=None, shortcut=None, tip="", enabled=True) -> QAction:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["simulator", "fidelity_measure", "node_us", "rescale_us_by_concat", "rescale_us_for_input",
+__all__ = ["CHART_ROWS", "simulator", "fidelity_measure", "node_us", "rescale_us_by_concat", "rescale_us_for_input",
            "top_layers", "num"]
 
 
@@ -96,7 +96,10 @@ def rescale_us_for_input(perf, concat: str, index: int) -> float | None:
 _top_memo: dict = {}  # n -> (perf, rows): the docks ask again on every refresh
 
 
-def top_layers(perf, n: int = 12) -> list[tuple[str, str, float]]:
+CHART_ROWS = 12  # layers in the perf dock's chart
+
+
+def top_layers(perf, n: int = CHART_ROWS) -> list[tuple[str, str, float]]:
     """(name, op type, µs) of the n slowest layers, rescales included.
 
     Remembered for the latest ``perf``: 20,000 layers take ~0.1 s, which the perf job spends
