@@ -63,7 +63,7 @@ class _ChildSession:
         self.domains = self.baseline_domains = None
 
 
-_PART = 4000  # dict entries per message
+_PART = 1000  # dict entries per message (pickling one holds the GIL ~5 ms on a big graph)
 
 
 def _dm_messages(slot: str, dm):

@@ -222,6 +222,8 @@ class MainWindow(EditingMixin, QMainWindow):
         sb = self.statusBar()
         self.progress = QProgressBar()
         self._progress_state = None  # (label, total, done, cancellable) shown now
+        self._progress_timer = QTimer(self, singleShot=True, interval=0)
+        self._progress_timer.timeout.connect(self._show_progress)
         self.progress.setFixedWidth(200)
         self.progress.setTextVisible(True)
         self.progress.setVisible(False)
@@ -479,6 +481,11 @@ class MainWindow(EditingMixin, QMainWindow):
         self._update_progress()
 
     def _update_progress(self) -> None:
+        # Once per event-loop turn: a job ending and two starting (calibration done, simulation
+        # and fidelity submitted) made three progress-bar re-layouts in one turn.
+        self._progress_timer.start()
+
+    def _show_progress(self) -> None:
         active = self.jobs.active()
         if not active:
             state = None
