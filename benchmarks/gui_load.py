@@ -151,7 +151,7 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
             break
         time.sleep(0.001)
     t_paint = probe.t
-    while time.perf_counter() < deadline and ("calibrated" not in marks or win.jobs.busy):
+    while time.perf_counter() < deadline and ("calibrated" not in marks or win.controller.busy):
         app.processEvents()
         time.sleep(0.002)
     vp.repaint()

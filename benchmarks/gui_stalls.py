@@ -167,7 +167,7 @@ def measure(app, path: Path | None, period_ms: int, calib_count: int, idle_s: fl
     t0 = time.perf_counter()
     if path is not None:
         win.open_model(path, None, CalibConfig(count=calib_count))
-        ok = _pump(app, 600, lambda: "calibrated" in done and win.scene.spec is not None and not win.jobs.busy
+        ok = _pump(app, 600, lambda: "calibrated" in done and win.scene.spec is not None and not win.controller.busy
                    and not win.scene.looks_pending)
         if not ok:
             raise SystemExit(f"{path.name}: did not finish opening within 600 s")

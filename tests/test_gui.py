@@ -80,7 +80,7 @@ def open_and_settle(qtbot, win, path, calib=None, timeout=20000, **kw):
         win.open_model(path, calib=calib or CalibConfig(count=4), **kw)
     assert blocker.args == [True]
     qtbot.waitUntil(lambda: win.scene.spec is not None and win.scene.spec is win.controller.spec, timeout=timeout)
-    qtbot.waitUntil(lambda: not win.jobs.busy, timeout=timeout)
+    qtbot.waitUntil(lambda: not win.controller.busy, timeout=timeout)
 
 
 def click_node(qtbot, win, name):
@@ -518,7 +518,7 @@ def test_qtquant_command_opens_model_and_demo(qtbot, tmp_path, monkeypatch, mode
             win = [w for w in real.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()][-1]
             qtbot.waitUntil(lambda: win.bridge.concats is not None and win.scene.spec is not None, timeout=30000)
             seen.append((win.bridge.graph.path.name, sorted(c.node for c in win.bridge.concats if c.rescales)))
-            qtbot.waitUntil(lambda: not win.jobs.busy, timeout=30000)
+            qtbot.waitUntil(lambda: not win.controller.busy, timeout=30000)
             win.close()
             return 0
 

@@ -162,3 +162,29 @@ def test_docks_keep_their_size_when_results_arrive(qtbot, win, tmp_path):
     assert win.view.viewport().size().toTuple() == resizes[0]  # nothing moved after calibration
     assert win.concat_list.status.text().startswith("4 Concats")
     assert win.perf_summary.chart.rows
+
+
+def test_simulation_after_calibration_waits_for_the_canvas(qtbot, win, tmp_path):
+    """The simulator and the fidelity check start once the canvas has applied its looks (a
+    job running meanwhile slows every call Qt makes into Python)."""
+    state = {"busy": True}
+    real = win.controller.views_busy
+    win.controller.views_busy = lambda: state["busy"] or real()
+    with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000):
+        win.open_model(band_model(tmp_path / "bands.onnx"))
+    qtbot.wait(300)
+    assert not any(j.kind in ("perf", "fidelity") for j in win.jobs.history)
+    assert win.controller.busy and not win.jobs.busy  # waiting, and says so
+    state["busy"] = False
+    qtbot.waitUntil(lambda: win.bridge.perf is not None and win.bridge.fidelity is not None
+                    and not win.controller.busy, timeout=20000)
+    # A new calibration while the canvas is still busy: still nothing started early.
+    state["busy"] = True
+    n = len(win.jobs.history)
+    with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000):
+        win.controller.calibrate()
+    qtbot.wait(200)
+    assert [j.kind for j in win.jobs.history[n:]] == ["calibrate"]
+    state["busy"] = False
+    qtbot.waitUntil(lambda: not win.controller.busy, timeout=20000)
+    assert {j.kind for j in win.jobs.history[n:]} == {"calibrate", "perf", "fidelity"}

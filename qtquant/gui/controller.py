@@ -11,6 +11,7 @@ and only if they are still current (model generation and session revision).
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +33,7 @@ __all__ = ["SessionBridge", "Controller", "PERF_DEBOUNCE_MS", "FIDELITY_DEBOUNCE
 # to fold a burst of undo/redo into one run; fidelity runs onnxruntime and waits longer.
 PERF_DEBOUNCE_MS = 15
 FIDELITY_DEBOUNCE_MS = 60
+SETTLE_POLL_MS = 20  # after a calibration: how often to ask whether the views are done
 
 
 def _freeze_heap() -> None:
@@ -211,6 +213,12 @@ class Controller(QObject):
         self._perf_timer.timeout.connect(self.refresh_perf)
         self._fid_timer = QTimer(self, singleShot=True, interval=FIDELITY_DEBOUNCE_MS)
         self._fid_timer.timeout.connect(self.refresh_fidelity)
+        # After a calibration the views have a few event-loop turns of work left (looks in
+        # slices, the first repaint); a simulation started meanwhile takes the GIL from each
+        # call Qt makes into Python, and those turns stretched to 0.1-0.25 s on big graphs.
+        self.views_busy: Callable[[], bool] = lambda: False  # the window says when it is done
+        self._settle_timer = QTimer(self, singleShot=True, interval=SETTLE_POLL_MS)
+        self._settle_timer.timeout.connect(self._refresh_when_settled)
 
     # -- model --------------------------------------------------------------------------------
     def open_model(self, path, input_shapes=None, calib: CalibConfig | None = None) -> Job:
@@ -360,7 +368,8 @@ class Controller(QObject):
         if not self.bridge.ready:
             return
         if kind == "calibrated":
-            self.refresh()
+            self._stop_timers()
+            self._settle_timer.start()
         else:  # an edit: debounced, so a burst of undo/redo runs the simulator once
             self.schedule_refresh()
 
@@ -368,14 +377,22 @@ class Controller(QObject):
         self._perf_timer.start()
         self._fid_timer.start()
 
+    def _refresh_when_settled(self) -> None:
+        if self.views_busy():
+            self._settle_timer.start()
+        else:
+            self.refresh()
+
     def _stop_timers(self) -> None:
+        self._settle_timer.stop()
         self._perf_timer.stop()
         self._fid_timer.stop()
 
     @property
     def busy(self) -> bool:
         """Jobs running or a debounced refresh still to start."""
-        return self.jobs.busy or self._perf_timer.isActive() or self._fid_timer.isActive()
+        return (self.jobs.busy or self._perf_timer.isActive() or self._fid_timer.isActive()
+                or self._settle_timer.isActive())
 
     def refresh(self) -> None:
         """Re-simulate and re-measure for the current revision now (results of older ones drop)."""

@@ -55,6 +55,8 @@ class MainWindow(EditingMixin, QMainWindow):
         self.setAcceptDrops(True)
         self._build = None  # (generator, spec) of a scene being built in slices
         self._build_timer = QTimer(self, singleShot=True, interval=0)
+        # Background jobs after a calibration wait for the canvas to finish its sliced work.
+        self.controller.views_busy = lambda: self._build is not None or self.scene.looks_pending
         self._build_timer.timeout.connect(self._build_more)
 
         self.scene = GraphScene(self)
