@@ -33,7 +33,7 @@ from .search import SearchBar
 __all__ = ["MainWindow"]
 
 MAX_RECENT = 10
-BUILD_SLICE_MS = 30  # the scene is built in slices this long, events handled in between
+BUILD_SLICE_MS = 20  # the scene is built in slices this long, events handled in between
 
 
 class MainWindow(EditingMixin, QMainWindow):
