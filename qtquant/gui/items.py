@@ -136,6 +136,12 @@ class NodeItem(QGraphicsItem):
         self._bounds = bounds
 
     @property
+    def colour_key(self) -> tuple[int, bool]:
+        """(fill RGBA, faded), kept from set_look: the minimap groups 20,000 nodes by it per
+        refresh, and a Qt call per node for the fill was most of that refresh."""
+        return self._look_key[:2]
+
+    @property
     def badge_texts(self) -> list[str]:
         return [b.text for b in self.badges]
 

@@ -103,7 +103,7 @@ class MiniMap(QWidget):
             self._base_key = key
         by_colour: dict[tuple, list] = {}  # one drawRects per colour instead of a fillRect per node
         for it, r in zip(nodes, self._rects):
-            by_colour.setdefault((it.fill.rgba(), it.faded), []).append(r)
+            by_colour.setdefault(it.colour_key, []).append(r)
         img = self._base.copy()
         p = QPainter(img)
         p.setPen(Qt.NoPen)
