@@ -115,7 +115,7 @@ class MainWindow(EditingMixin, QMainWindow):
         self.resizeDocks([self.docks["model"], self.docks["concats"], self.docks["groups"]], [140, 370, 200],
                          Qt.Vertical)
         self.resizeDocks([self.docks["concats"], self.docks["inspector"]], [420, 400], Qt.Horizontal)
-        self.resizeDocks([self.docks["perf"]], [250], Qt.Vertical)
+        self.resizeDocks([self.docks["perf"]], [280], Qt.Vertical)
 
     def _act(self, text, slot=None, shortcut=None, tip="", enabled=True) -> QAction:
         a = QAction(text, self)
