@@ -19,3 +19,16 @@ def prompts(monkeypatch):
 
     monkeypatch.setattr(QMessageBox, "question", staticmethod(question))
     return log
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item):
+    """Before pytest-qt closes the test's windows: no unsaved-changes prompt.  A test failing
+    after an edit left its window modified, and the modal prompt on close hung the whole run."""
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance()
+    for w in app.topLevelWidgets() if app is not None else ():
+        if hasattr(w, "show_dialogs"):
+            w.show_dialogs = False
+    return (yield)
