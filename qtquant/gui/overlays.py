@@ -95,11 +95,12 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
     yield
 
     names = list(graph.nodes)
+    parts = [names[i:i + step] for i in range(0, len(names), step)]  # a yield after each
     if mode == "mismatch":
         feeders = {m.producer for c in info.values() for m in c.inputs if m.needs_rescale and m.producer}
         nodes = looks.nodes
-        for i in range(0, len(names), step):
-            for name in names[i:i + step]:
+        for part in parts:
+            for name in part:
                 if name not in nodes:
                     fed = name in feeders
                     nodes[name] = {"faded": not fed, "border_width": 2.0 if fed else 1.0}
@@ -116,8 +117,8 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
         yield
         vmax = max(us.values()) or 1.0
         badge_of: dict[str, Badge] = {}  # few distinct texts: one Badge (and text colour) each
-        for i in range(0, len(names), step):
-            for name in names[i:i + step]:
+        for part in parts:
+            for name in part:
                 v = us.get(name)
                 base = looks.nodes.get(name, {})
                 if v is None:
@@ -138,8 +139,8 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
         bits = node_bits(graph, concats)
         vmax = 8.0
         yield
-        for i in range(0, len(names), step):
-            for name in names[i:i + step]:
+        for part in parts:
+            for name in part:
                 b = bits.get(name)
                 base = looks.nodes.get(name, {})
                 if b is None:
