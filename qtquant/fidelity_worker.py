@@ -235,7 +235,7 @@ class FidelityWorker:
                 self._start()
             if self._loaded is None or self._loaded[0] is not graph or self._loaded[1] is not cal:
                 self._loaded = None
-                self._call(("load", graph.model.SerializeToString(), graph.path, graph.sha256,
+                self._call(("load", graph.model_bytes(), graph.path, graph.sha256,
                             list(cal.holdout)), cancel)
                 self._loaded, self._sent = (graph, cal), (None, None)
             sent_after, sent_before = self._sent

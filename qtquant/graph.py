@@ -134,6 +134,9 @@ def _dims(type_proto) -> tuple | None:
     return tuple(map(_dim, tt.shape.dim))
 
 
+KEEP_MODEL_BYTES = 64 << 20  # Graph.model_bytes keeps serialized models up to this size
+
+
 class Graph:
     """A loaded, shape-resolved ONNX graph.  Plain data plus topological views."""
 
@@ -151,6 +154,7 @@ class Graph:
         self._init_protos = {t.name: t for t in model.graph.initializer}
         self._init_cache: dict[str, np.ndarray] = {}
         self._concat_nodes: list[Node] | None = None
+        self._model_bytes: bytes | None = None
         self._build()
 
     # -- construction -------------------------------------------------------------------
@@ -246,6 +250,17 @@ class Graph:
             self._concat_nodes = [n for n in self.nodes.values() if n.op_type == "Concat"
                                   and n.outputs and self.is_quantized(n.outputs[0])]
         return list(self._concat_nodes)
+
+    def model_bytes(self) -> bytes:
+        """``model.SerializeToString()``, made once: the encoder holds the GIL for its whole run
+        (20,000 nodes: 20-130 ms), and each child process (calibration, fidelity) needs the bytes.
+        The app makes them in the load job, before a window is there to freeze."""
+        if self._model_bytes is not None:
+            return self._model_bytes
+        data = self.model.SerializeToString()
+        if len(data) <= KEEP_MODEL_BYTES:  # weights inline beyond that: a copy is not worth keeping
+            self._model_bytes = data
+        return data
 
     def initializer(self, name: str) -> np.ndarray:
         if name not in self._init_cache:

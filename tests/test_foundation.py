@@ -197,3 +197,17 @@ def test_small_integer_tensors_in_external_data(tmp_path):
     onnx.save(m, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=0)
     g = load_graph(tmp_path / "m.onnx")
     assert g.tensors["y"].shape == (1, 6)
+
+
+def test_model_bytes_are_made_once(tmp_path, monkeypatch):
+    """Encoding holds the GIL (a big graph's window froze for it at every fidelity check):
+    the bytes are made once per graph and reused."""
+    import qtquant.graph as graph_mod
+
+    g = load_graph(save(branchy_concat_model(), tmp_path / "m.onnx"))
+    first = g.model_bytes()
+    assert onnx.ModelProto.FromString(first) == g.model
+    assert g.model_bytes() is first
+    monkeypatch.setattr(graph_mod, "KEEP_MODEL_BYTES", 10)  # too big to keep: made each time
+    g2 = load_graph(save(branchy_concat_model(), tmp_path / "m2.onnx"))
+    assert g2.model_bytes() == g2.model_bytes() and g2.model_bytes() is not g2.model_bytes()

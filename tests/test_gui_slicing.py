@@ -188,3 +188,24 @@ def test_simulation_after_calibration_waits_for_the_canvas(qtbot, win, tmp_path)
     state["busy"] = False
     qtbot.waitUntil(lambda: not win.controller.busy, timeout=20000)
     assert {j.kind for j in win.jobs.history[n:]} == {"calibrate", "perf", "fidelity"}
+
+
+def test_model_serialized_in_the_load_job_only(qtbot, win, tmp_path, monkeypatch):
+    """The calibration and fidelity children get the bytes the load job made: encoding a big
+    model again in a worker thread held the GIL and froze the window when calibration ended."""
+    from qtquant.graph import Graph
+
+    made = []
+    real = Graph.model_bytes
+
+    def counting(self):
+        had = self._model_bytes is not None
+        made.append(had)
+        return real(self)
+
+    monkeypatch.setattr(Graph, "model_bytes", counting)
+    win.controller.child_process_nodes = 1  # calibration in a child process too
+    with qtbot.waitSignal(win.controller.calibrationFinished, timeout=30000):
+        win.open_model(band_model(tmp_path / "bands.onnx"))
+    qtbot.waitUntil(lambda: win.bridge.fidelity is not None and not win.controller.busy, timeout=30000)
+    assert len(made) >= 3 and made[0] is False and all(made[1:])  # load, calibration, fidelity

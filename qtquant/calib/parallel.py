@@ -56,7 +56,7 @@ def run_parallel(graph, names, source, refs, jobs: int, *, stride: int = 1, prog
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     threads = max(1, (os.cpu_count() or 1) // len(chunks))
-    model_bytes = graph.model.SerializeToString()
+    model_bytes = graph.model_bytes()
     base_dir = str(graph.base_dir) if graph.base_dir else ""
     procs = [ctx.Process(target=_worker, args=(i, q, model_bytes, base_dir, list(names), source, c, threads, stride, _PART),
                          daemon=True, name=f"qtquant-calib-{i}") for i, c in enumerate(chunks)]

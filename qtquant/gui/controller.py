@@ -237,7 +237,11 @@ class Controller(QObject):
         self.loadStarted.emit(str(p))
 
         def work(progress, cancelled):
-            return open_model(p, shapes, opts)
+            s = open_model(p, shapes, opts)
+            # Serialized here, while nothing is drawn yet: later the calibration and fidelity
+            # children need the bytes, and encoding holds the GIL, freezing a big graph's window.
+            s.graph.model_bytes()
+            return s
 
         return self.jobs.submit("load", f"load {p.name}", work, lambda s: self._loaded(s, p, gen),
                                 on_error=lambda e: self.loadFailed.emit(str(e)),
