@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainterPath, QPen
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsSimpleTextItem
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem
 
 from .style import EDGE, SELECT, text_color_on
 
@@ -72,8 +72,14 @@ class Badge:
             self.fg = text_color_on(self.bg)
 
 
-class NodeItem(QGraphicsItem):
-    """An op box (kind 'op') or a graph input/output terminal (kind 'input'/'output')."""
+class NodeItem(QGraphicsRectItem):
+    """An op box (kind 'op') or a graph input/output terminal (kind 'input'/'output').
+
+    A rect item whose rect is the bounding box (box, badge band, border), drawn by
+    :meth:`paint`: Qt asks an item for its bounds at every paint, index update and dirty
+    check, and a Python ``boundingRect`` made each of those a call into Python, which waits
+    for the GIL whenever a background job runs (thousands per repaint of a big graph).
+    """
 
     def __init__(self, name: str, title: str, subtitle: str, width: float, height: float, base: QColor,
                  kind: str = "op"):
@@ -83,7 +89,6 @@ class NodeItem(QGraphicsItem):
         self.title = title
         self._w, self._h = width, height
         self._rect = QRectF(-width / 2, -height / 2, width, height)
-        self._bounds = None
         self.base_fill = QColor(base)
         self.fill = QColor(base)
         self._text = text_color_on(self.fill)
@@ -95,6 +100,8 @@ class NodeItem(QGraphicsItem):
         self.full_subtitle = subtitle
         self._badge_geom: list[tuple[QRectF, Badge]] = []
         self._look_key = (self.base_fill.rgba(), False, 1.0, ())
+        self.setPen(Qt.NoPen)
+        self.setRect(self._bounds_for(()))
         self.setFlag(QGraphicsItem.ItemIsSelectable, True)
         self.setAcceptHoverEvents(False)
         self.setToolTip(f"{title}\n{subtitle}")
@@ -128,12 +135,11 @@ class NodeItem(QGraphicsItem):
             geom.append((QRectF(x, self._rect.top() - 14, w, 18), b))
             x -= 4
         bounds = self._bounds_for(geom)
-        if bounds != self.boundingRect():
+        self._badge_geom = geom
+        if bounds != self.rect():
             # Only badges wider than the node move its bounds: a geometry change re-indexes
             # the item in the scene, which for a recolour of 2,000 Concats costs Qt ~0.1 s.
-            self.prepareGeometryChange()
-        self._badge_geom = geom
-        self._bounds = bounds
+            self.setRect(bounds)
 
     @property
     def colour_key(self) -> tuple[int, bool]:
@@ -151,12 +157,6 @@ class NodeItem(QGraphicsItem):
         for g, _ in geom:
             r = r.united(g.adjusted(-1, -1, 1, 1))
         return r
-
-    def boundingRect(self) -> QRectF:
-        # Qt asks for this on every paint and index update: kept, not recomputed.
-        if self._bounds is None:
-            self._bounds = self._bounds_for(self._badge_geom)
-        return self._bounds
 
     def shape(self) -> QPainterPath:
         """The box and its badges (not the empty band above the box): what a click hits."""
