@@ -209,3 +209,28 @@ def test_model_serialized_in_the_load_job_only(qtbot, win, tmp_path, monkeypatch
         win.open_model(band_model(tmp_path / "bands.onnx"))
     qtbot.waitUntil(lambda: win.bridge.fidelity is not None and not win.controller.busy, timeout=30000)
     assert len(made) >= 3 and made[0] is False and all(made[1:])  # load, calibration, fidelity
+
+
+def test_jobs_start_after_the_views_stayed_idle_for_a_second_poll(qtbot, win, tmp_path, monkeypatch):
+    """Idle at one poll is not enough: the repaint of the last looks runs in the next turn."""
+    with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000):
+        win.open_model(band_model(tmp_path / "bands.onnx"))
+    qtbot.waitUntil(lambda: not win.controller.busy, timeout=20000)
+    c = win.controller
+    started = []
+    monkeypatch.setattr(c, "refresh", lambda: started.append(True))
+    c._settle_timer.stop()
+    busy = {"on": True}
+    c.views_busy = lambda: busy["on"]
+    c._idle_polls = 0
+    c._refresh_when_settled()
+    busy["on"] = False
+    c._refresh_when_settled()  # first idle poll: wait once more
+    assert not started and c._settle_timer.isActive()
+    busy["on"] = True
+    c._refresh_when_settled()  # busy again: the count starts over
+    busy["on"] = False
+    c._refresh_when_settled()
+    assert not started
+    c._refresh_when_settled()
+    assert started == [True]

@@ -100,7 +100,7 @@ class GraphScene(QGraphicsScene):
         for _ in self.build_steps(spec):
             pass
 
-    def build_steps(self, spec: SceneSpec, chunk: int = 200):
+    def build_steps(self, spec: SceneSpec, chunk: int = 100):
         """:meth:`build` as a generator yielding every ``chunk`` items, so the caller can go back
         to the event loop between slices.  ``self.spec`` is set only once every item exists."""
         self.reset()

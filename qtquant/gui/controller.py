@@ -218,6 +218,7 @@ class Controller(QObject):
         # call Qt makes into Python, and those turns stretched to 0.1-0.25 s on big graphs.
         self.views_busy: Callable[[], bool] = lambda: False  # the window says when it is done
         self._settle_timer = QTimer(self, singleShot=True, interval=SETTLE_POLL_MS)
+        self._idle_polls = 0
         self._settle_timer.timeout.connect(self._refresh_when_settled)
 
     # -- model --------------------------------------------------------------------------------
@@ -373,6 +374,7 @@ class Controller(QObject):
             return
         if kind == "calibrated":
             self._stop_timers()
+            self._idle_polls = 0
             self._settle_timer.start()
         else:  # an edit: debounced, so a burst of undo/redo runs the simulator once
             self.schedule_refresh()
@@ -382,10 +384,14 @@ class Controller(QObject):
         self._fid_timer.start()
 
     def _refresh_when_settled(self) -> None:
-        if self.views_busy():
-            self._settle_timer.start()
-        else:
+        # Idle at two polls in a row: the repaint of the last looks has run in between (it
+        # calls into Python per visible item; a job started before it made each call wait).
+        idle = not self.views_busy()
+        if idle and self._idle_polls >= 1:
             self.refresh()
+            return
+        self._idle_polls = self._idle_polls + 1 if idle else 0
+        self._settle_timer.start()
 
     def _stop_timers(self) -> None:
         self._settle_timer.stop()

@@ -33,7 +33,8 @@ from .search import SearchBar
 __all__ = ["MainWindow"]
 
 MAX_RECENT = 10
-BUILD_SLICE_MS = 20  # the scene is built in slices this long, events handled in between
+BUILD_SLICE_MS = 12  # the scene is built in slices this long, events handled in between (Qt's
+# dirty-item pass and repaint after each slice cost about as much again)
 
 
 class MainWindow(EditingMixin, QMainWindow):
