@@ -263,6 +263,12 @@ class Graph:
             self._model_bytes = data
         return data
 
+    def prepare_model_bytes(self) -> None:
+        """Make :meth:`model_bytes` now if they will be kept (``ByteSize`` copies nothing): a
+        model with more inline weights would be encoded here only to be thrown away."""
+        if self._model_bytes is None and self.model.ByteSize() <= KEEP_MODEL_BYTES:
+            self.model_bytes()
+
     def initializer(self, name: str) -> np.ndarray:
         if name not in self._init_cache:
             proto = self._init_protos[name]

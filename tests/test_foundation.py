@@ -211,3 +211,14 @@ def test_model_bytes_are_made_once(tmp_path, monkeypatch):
     monkeypatch.setattr(graph_mod, "KEEP_MODEL_BYTES", 10)  # too big to keep: made each time
     g2 = load_graph(save(branchy_concat_model(), tmp_path / "m2.onnx"))
     assert g2.model_bytes() == g2.model_bytes() and g2.model_bytes() is not g2.model_bytes()
+
+
+def test_prepare_model_bytes_skips_models_too_big_to_keep(tmp_path, monkeypatch):
+    import qtquant.graph as graph_mod
+
+    g = load_graph(save(branchy_concat_model(), tmp_path / "m.onnx"))
+    monkeypatch.setattr(graph_mod, "KEEP_MODEL_BYTES", 10)
+    monkeypatch.setattr(type(g.model), "SerializeToString", lambda self: pytest.fail("encoded for nothing"),
+                        raising=False)
+    g.prepare_model_bytes()
+    assert g._model_bytes is None

@@ -241,7 +241,7 @@ class Controller(QObject):
             s = open_model(p, shapes, opts)
             # Serialized here, while nothing is drawn yet: later the calibration and fidelity
             # children need the bytes, and encoding holds the GIL, freezing a big graph's window.
-            s.graph.model_bytes()
+            s.graph.prepare_model_bytes()
             return s
 
         return self.jobs.submit("load", f"load {p.name}", work, lambda s: self._loaded(s, p, gen),
