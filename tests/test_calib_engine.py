@@ -269,7 +269,7 @@ def test_cli_analyze_with_image_folder(tmp_path, capsys):
     out = capsys.readouterr()
     assert rc == 0, out.err
     doc = json.loads(out.out)
-    assert doc["calibration"]["observer"] == "percentile" and doc["calibration"]["samples"] == 1
+    assert doc["calibration"]["observer"] == "percentile" and doc["calibration"]["samples"] == 3  # all 3 images
     rc = main(["analyze", str(model), "--calib", str(tmp_path / "nothing"), "--no-perf"])
     assert rc == 3 and "not found" in capsys.readouterr().err
 

@@ -1,11 +1,13 @@
 """Statistics cache: reopening a model does not recalibrate.
 
-A cache entry is two files in ``cache_dir``: ``calib-<key>.npz`` (histograms and the held-back
-samples, plain arrays, read with ``allow_pickle=False``) and ``calib-<key>.json`` (everything else).
+A cache entry is two files in ``cache_dir``: ``calib-<key>.npz`` (histograms and the check
+samples, plain arrays, read with ``allow_pickle=False``) and ``calib-<key>.json`` (everything else,
+including whether the check samples are held out or in-sample).
 No pickle anywhere: a cache file from elsewhere cannot run code.
 
 The key hashes the model's sha256, the input shapes, and the data configuration: the source with
-the size and mtime of every file it lists, count, seed, holdout and preprocessing.  Observer,
+the size and mtime of every file it lists, count, seed, holdout and preprocessing, and the
+constants of the automatic hold-out rule.  Observer,
 percentile and scheme are not in the key: the statistics do not depend on them, and the ranges
 are recomputed from the statistics on load.
 """
@@ -22,13 +24,16 @@ import numpy as np
 
 from ..errors import QtQuantError
 from ..runtime import input_specs
-from .engine import CalibConfig, CalibrationResult, calibrate, compute_ranges
+from .engine import (AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, CHECK_CAP, CalibConfig, CalibrationResult, calibrate,
+                     compute_ranges)
 from .sources import open_source
 from .stats import TensorStats
 
 __all__ = ["cache_key", "cache_paths", "save_cache", "load_cached", "calibrate_cached", "CACHE_FORMAT"]
 
-CACHE_FORMAT = 1
+# 2: --holdout may be auto or a fraction, and the check samples may be in-sample ("in_sample").
+# A format-1 entry (holdout 2, always held out) is a miss, never read as the new meaning.
+CACHE_FORMAT = 2
 _DATA_FIELDS = ("count", "seed", "holdout", "resize", "color", "pixel_range", "mean", "std", "layout")
 
 
@@ -42,6 +47,8 @@ def _key_payload(graph, config: CalibConfig) -> dict:
         "data": {k: (list(v) if isinstance(v, tuple) else v) for k in _DATA_FIELDS
                  for v in (getattr(config, k),)},
         "stride": config.stride,  # a subsampled histogram is not what a percentile user expects
+        # The split follows from these too: another rule would calibrate on other samples.
+        "split": [AUTO_HOLDOUT_MIN, AUTO_HOLDOUT_FRACTION, CHECK_CAP],
     }
 
 
@@ -88,7 +95,7 @@ def save_cache(graph, result: CalibrationResult, cache_dir) -> Path:
         holdout.append(entry)
     doc = {"format": CACHE_FORMAT, "key": key, "model_sha256": graph.sha256, "batches": result.batches,
            "seconds": result.seconds, "notes": list(result.notes), "tensors": tensors, "holdout": holdout,
-           "arrays": npath.name}
+           "in_sample": bool(result.in_sample), "arrays": npath.name}
     # The .npz goes first: a .json on disk means a complete entry.
     _atomic_write(npath, lambda f: np.savez(f, **arrays))
     _atomic_write(jpath, lambda f: f.write((json.dumps(doc, indent=1) + "\n").encode("utf-8")))
@@ -130,9 +137,12 @@ def load_cached(graph, config: CalibConfig, cache_dir) -> CalibrationResult | No
             return None
     try:
         batches, seconds, notes = int(doc["batches"]), float(doc.get("seconds", 0.0)), list(doc.get("notes", []))
+        in_sample = doc["in_sample"]
+        if not isinstance(in_sample, bool):
+            return None
     except Exception:  # noqa: BLE001 - a damaged entry is a cache miss, like any other unreadable one
         return None
-    return CalibrationResult(stats, compute_ranges(stats, config), config, holdout, batches, seconds, notes)
+    return CalibrationResult(stats, compute_ranges(stats, config), config, holdout, batches, seconds, notes, in_sample)
 
 
 def calibrate_cached(graph, config: CalibConfig, cache_dir, progress=None, cancel=None) -> CalibrationResult:

@@ -14,11 +14,15 @@ multiply the memory of every run.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,10 +34,23 @@ from .sources import SampleRef, Source, open_source, parse_channels
 from .stats import NonFiniteError, TensorStats
 
 __all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "CalibConfigError", "calibrate", "run_chunk",
-           "split_samples"]
+           "split_samples", "Split", "parse_holdout", "held_back_count", "synthetic_sample_count",
+           "DEFAULT_COUNT", "AUTO_HOLDOUT_MIN", "AUTO_HOLDOUT_FRACTION", "CHECK_CAP", "INT_TEXT"]
 
 RESIZE_MODES = ("stretch", "letterbox", "center-crop")
 AUTO_MINMAX_STRIDE = 8
+DEFAULT_COUNT = 16  # the one default for --calib-count and the GUI's "Samples"
+# --holdout auto: a held-out check only pays when enough samples are left to calibrate on; below
+# this the check runs in-sample.  The 20% of 32 is 6 samples held out, 26 calibrated on.
+AUTO_HOLDOUT_MIN = 32
+AUTO_HOLDOUT_FRACTION = 0.2
+# At most this many check feeds are kept in memory (and in the cache): an in-sample check over
+# thousands of samples, or a large --holdout, would otherwise hold every input tensor of the run
+# (32 inputs of 1x3x640x640 float32 are 157 MB).
+CHECK_CAP = 32
+
+_HOLDOUT_HELP = "auto, a count of samples (0 = check in-sample) or a fraction between 0 and 1 such as 0.2"
+INT_TEXT = re.compile(r"[+-]?\d+")  # a count, as opposed to a fraction
 
 
 class CalibConfigError(BadInputError, ValueError):
@@ -49,16 +66,49 @@ def _scheme_name(value) -> str:
     return v
 
 
+def parse_holdout(value) -> int | float | None:
+    """``None`` / ``"auto"`` -> None, a count -> int >= 0, a fraction -> float in (0, 1).
+
+    Raises :class:`CalibConfigError` with a one-line message for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("", "auto"):
+            return None
+        if INT_TEXT.fullmatch(text):
+            value = int(text)
+        else:
+            try:
+                value = float(text)
+            except ValueError:
+                raise CalibConfigError(f"--holdout expects {_HOLDOUT_HELP}; got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise CalibConfigError(f"--holdout expects {_HOLDOUT_HELP}; got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        if value < 0:
+            raise CalibConfigError(f"--holdout count must be 0 or more, got {int(value)}")
+        return int(value)
+    value = float(value)
+    if not (math.isfinite(value) and 0.0 < value < 1.0):
+        raise CalibConfigError(f"--holdout fraction must be between 0 and 1, got {value!r} "
+                               f"(a count is a whole number)")
+    return value
+
+
 @dataclass(frozen=True)
 class CalibConfig:
     """What to calibrate on and how.  Field names match the CLI options (DESIGN §6)."""
 
     source: str = "synthetic"  # "synthetic", a .npy/.npz file, a folder of them, or an image folder
-    count: int = 8  # calibration samples (fewer when the data has fewer)
+    count: int = DEFAULT_COUNT  # calibration samples (fewer when the data has fewer)
     observer: str = "minmax"  # one of OBSERVERS
     percentile: float = 99.99
     seed: int = 0  # shuffling and synthetic data
-    holdout: int = 2  # samples held back for the fidelity check (never calibrated on)
+    # Samples held back for the fidelity check (never calibrated on): None = auto (see
+    # held_back_count), an int = that many (0: the check runs in-sample), a float in (0, 1) = that
+    # fraction of the samples.  Strings ("auto", "5", "0.2") are accepted and normalised.
+    holdout: int | float | None = None
     jobs: int = 1  # worker processes
     resize: str = "stretch"  # image fitting: stretch | letterbox | center-crop
     color: str = "rgb"  # rgb | bgr
@@ -81,7 +131,8 @@ class CalibConfig:
                                        f"(choose from {', '.join(allowed)})")
             set_(k, v)
         set_("scheme", _scheme_name(self.scheme))
-        for k, low in (("count", 1), ("holdout", 0), ("jobs", 1), ("hist_stride", 0)):
+        set_("holdout", parse_holdout(self.holdout))
+        for k, low in (("count", 1), ("jobs", 1), ("hist_stride", 0)):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
                 raise CalibConfigError(f"calibration {k} must be an integer of at least {low}, got {v!r}")
@@ -114,19 +165,37 @@ class CalibConfig:
 
 @dataclass
 class CalibrationResult:
-    """Statistics of every observed tensor and the ranges the configured observer picks from them."""
+    """Statistics of every observed tensor and the ranges the configured observer picks from them.
+
+    ``holdout`` holds the feeds the fidelity check runs on (at most :data:`CHECK_CAP`): samples
+    held back from calibration, or, when ``in_sample``, copies of calibration samples.
+    """
 
     stats: dict[str, TensorStats]
     ranges: dict[str, tuple[float, float]]
     config: CalibConfig
-    holdout: list = field(default_factory=list)  # feed dicts held back from calibration
+    holdout: list = field(default_factory=list)  # feed dicts of the fidelity check
     batches: int = 0  # samples (model runs) calibrated on
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    in_sample: bool = False  # the check feeds are calibration samples, not held-out ones
 
     @property
     def samples(self) -> int:
         return self.batches
+
+    @property
+    def check_samples(self) -> int:
+        """How many samples the fidelity check runs on."""
+        return len(self.holdout)
+
+    @property
+    def check_description(self) -> str:
+        """The check set in words, for reports: "7 in-sample samples", "20 held-out samples"."""
+        n = len(self.holdout)
+        if not n:
+            return "no check samples"
+        return f"{n} {'in-sample' if self.in_sample else 'held-out'} sample{'s' if n != 1 else ''}"
 
     def pooled_range(self, members, percentile: float) -> tuple[float, float] | None:
         """Percentile range over the merged histograms of ``members`` (the ``pooled`` policy)."""
@@ -142,17 +211,28 @@ class CalibrationResult:
 
     def recompute(self, **changes) -> "CalibrationResult":
         """The same statistics under another ``observer`` / ``percentile`` / ``scheme`` (no model run)."""
+        other = set(changes) - _RECOMPUTABLE
+        if other:
+            # The statistics and the check feeds came from the data settings; a config that
+            # claimed other ones would describe samples that were never run.
+            raise CalibConfigError(f"{', '.join(sorted(other))} cannot change without recalibrating")
         cfg = dataclasses.replace(self.config, **changes)
-        return dataclasses.replace(self, config=cfg, ranges=compute_ranges(self.stats, cfg))
+        return dataclasses.replace(self, config=cfg, ranges=compute_ranges(self.stats, cfg),
+                                   holdout=list(self.holdout), notes=list(self.notes))
 
     def merge(self, other: "CalibrationResult") -> "CalibrationResult":
-        """Statistics over this result's samples followed by ``other``'s (this result's holdout)."""
+        """Statistics over this result's samples followed by ``other``'s; the check (its feeds and
+        whether it is in-sample) stays this result's."""
         names = list(dict.fromkeys([*self.stats, *other.stats]))
         empty = TensorStats()
         stats = {n: self.stats.get(n, empty).merge(other.stats.get(n, empty)) for n in names}
         return CalibrationResult(stats, compute_ranges(stats, self.config), self.config,
                                  list(self.holdout), self.batches + other.batches,
-                                 self.seconds + other.seconds, list(self.notes) + list(other.notes))
+                                 self.seconds + other.seconds, list(self.notes) + list(other.notes),
+                                 self.in_sample)
+
+
+_RECOMPUTABLE = {"observer", "percentile", "scheme", "jobs"}
 
 
 def compute_ranges(stats: dict[str, TensorStats], config: CalibConfig) -> dict[str, tuple[float, float]]:
@@ -164,16 +244,95 @@ def compute_ranges(stats: dict[str, TensorStats], config: CalibConfig) -> dict[s
     return out
 
 
-def split_samples(refs: list[SampleRef], config: CalibConfig) -> tuple[list[SampleRef], list[SampleRef], list[str]]:
-    """(calibration refs, holdout refs, notes).  The holdout comes from the end of the shuffled
-    order, so it does not change with ``count``; at least one sample is always calibrated on."""
+def held_back_count(n: int, holdout) -> int:
+    """Samples of ``n`` held back for the check under ``holdout`` (a CalibConfig.holdout value).
+
+    Auto holds back 20% (rounded down) from 32 samples on, none below.  At least one sample is
+    always left to calibrate on.
+    """
+    holdout = parse_holdout(holdout)
+    if holdout is None:
+        hold = n * Fraction(repr(AUTO_HOLDOUT_FRACTION)) if n >= AUTO_HOLDOUT_MIN else 0
+    elif isinstance(holdout, float):
+        hold = n * Fraction(repr(holdout))  # decimal-exact: 0.29 of 100 is 29, not 28.999...
+    else:
+        hold = holdout
+    return min(math.floor(hold), max(0, n - 1))
+
+
+def synthetic_sample_count(count: int, holdout) -> int:
+    """Synthetic samples to generate so that ``count`` are calibrated on and the rest are what
+    the holdout rule holds back of the whole: ``count`` + N for a count N; for a fraction (and
+    auto, once that reaches 32 samples) the largest n with n - held_back_count(n) == count, so
+    the share held back is as close to the fraction as whole samples allow."""
+    holdout = parse_holdout(holdout)
+    if isinstance(holdout, int):
+        return count + holdout
+    frac = Fraction(repr(AUTO_HOLDOUT_FRACTION if holdout is None else holdout))
+    n = math.floor(count / (1 - frac))  # n - floor(f*n) == ceil((1-f)*n) <= count  <=>  n <= count/(1-f)
+    if holdout is None and n < AUTO_HOLDOUT_MIN:
+        return count  # too few for a held-out check: all are calibrated on, the check is in-sample
+    return n
+
+
+class Split(NamedTuple):
+    """How the samples are used: ``calib`` to calibrate on, ``held`` held back from it."""
+
+    calib: list
+    held: list
+    notes: list
+
+    @property
+    def in_sample(self) -> bool:
+        return not self.held
+
+    @property
+    def check(self) -> list:
+        """The samples the fidelity check runs on: the held-back ones, else the calibration ones
+        (at most :data:`CHECK_CAP` either way)."""
+        return list((self.held or self.calib)[:CHECK_CAP])
+
+
+def _plural(n: int, word: str = "sample") -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def split_samples(refs: list[SampleRef], config: CalibConfig) -> Split:
+    """(calibration refs, held-back refs, notes).  The held-back samples come from the end of the
+    shuffled order, so they do not change with ``count``; at least one sample is always
+    calibrated on.  With none held back the check runs in-sample (``Split.in_sample``)."""
     n = len(refs)
-    hold = min(config.holdout, max(0, n - 1))
+    hold = held_back_count(n, config.holdout)
     use = min(config.count, n - hold)
+    calib, held = refs[:use], (refs[n - hold:] if hold else [])
+    src = "synthetic data" if config.source == "synthetic" else config.source
     notes = []
-    if use < config.count or hold < config.holdout:
-        notes.append(f"{config.source} has {n} samples: calibrating on {use}, holding back {hold}")
-    return refs[:use], (refs[n - hold:] if hold else []), notes
+    if not hold:
+        what = f"all {_plural(use)}" if use == n else f"{use} of {_plural(n)}"
+        k = min(use, CHECK_CAP)
+        on = "on them" if k == use else f"on {k} of them (at most {CHECK_CAP} are kept for the check)"
+        if config.holdout is None:
+            why = f"hold-out needs {AUTO_HOLDOUT_MIN} or more samples, or --holdout N"
+        elif config.holdout == 0:
+            why = "--holdout 0"
+        else:
+            why = f"{src} has too few samples to hold any back for --holdout {config.holdout:g}"
+        notes.append(f"calibrating on {what}; the check runs in-sample {on} ({why})")
+    else:
+        k = min(hold, CHECK_CAP)
+        cap = "" if k == hold else f"; the check runs on {k} of them (at most {CHECK_CAP} are kept)"
+        if config.holdout is None:
+            notes.append(f"calibrating on {use} of {_plural(n)}; {hold} held out for the check "
+                         f"(auto: {AUTO_HOLDOUT_FRACTION:.0%} from {AUTO_HOLDOUT_MIN} samples on){cap}")
+        elif use < config.count or (isinstance(config.holdout, int) and hold < config.holdout) or cap:
+            notes.append(f"{src} has {_plural(n)}: calibrating on {use}, holding back {hold}{cap}")
+    return Split(calib, held, notes)
+
+
+def _check_feeds(source: Source, refs: list[SampleRef]) -> list[dict]:
+    # Copies: a feed can be a view of a whole loaded .npz array or of a memory-mapped .npy, and
+    # the check keeps its feeds for the life of the result.
+    return [{k: np.array(v, copy=True) for k, v in feed.items()} for _, feed in source.feeds(source.load_order(refs))]
 
 
 def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[SampleRef], *,
@@ -263,9 +422,9 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
     if cancel is not None and cancel():
         raise Cancelled("calibration cancelled")
     source = open_source(input_specs(graph), config)
-    calib_refs, hold_refs, notes = split_samples(source.refs, config)
-    holdout = [feed for _, feed in source.feeds(hold_refs)]
-    calib_refs = source.load_order(calib_refs)
+    split = split_samples(source.refs, config)
+    check = _check_feeds(source, split.check)
+    calib_refs = source.load_order(split.calib)
     names = list(graph.observed_tensors)
     jobs = min(config.jobs, len(calib_refs))
     if jobs > 1 or (isolate and calib_refs):
@@ -276,5 +435,5 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
     else:
         stats = run_chunk(graph.model, graph.base_dir, names, source, calib_refs, progress=progress, cancel=cancel,
                           stride=config.stride)
-    return CalibrationResult(stats, compute_ranges(stats, config), config, holdout, len(calib_refs),
-                             time.perf_counter() - t0, notes)
+    return CalibrationResult(stats, compute_ranges(stats, config), config, check, len(calib_refs),
+                             time.perf_counter() - t0, split.notes, split.in_sample)

@@ -375,7 +375,11 @@ def open_source(specs: dict, config, *, synthetic_count: int | None = None) -> S
     """The source ``config.source`` names, indexed and validated against the input ``specs``."""
     src = str(config.source).strip()
     if src == "synthetic":
-        n = synthetic_count if synthetic_count is not None else config.count + config.holdout
+        if synthetic_count is None:
+            from .engine import synthetic_sample_count  # the engine imports this module
+
+            synthetic_count = synthetic_sample_count(config.count, config.holdout)
+        n = synthetic_count
         return SyntheticSource(specs, n, config.seed)
     path = Path(src).expanduser()
     if not path.exists():

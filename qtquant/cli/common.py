@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..calib import CalibConfig
+from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, DEFAULT_COUNT, INT_TEXT
 from ..domains import Policy
 from ..errors import BadInputError
 from ..quant import Scheme
@@ -23,7 +24,12 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                    help="fix a dynamic input shape (repeatable)")
     g.add_argument("--calib", default="synthetic", metavar="PATH|synthetic",
                    help="calibration data: an image folder, .npy/.npz file or folder, or 'synthetic'")
-    g.add_argument("--calib-count", type=int, default=16, metavar="N", help="calibration samples (default 16)")
+    g.add_argument("--calib-count", type=int, default=DEFAULT_COUNT, metavar="N",
+                   help=f"calibration samples (default {DEFAULT_COUNT})")
+    g.add_argument("--holdout", type=_holdout_arg, default=None, metavar="N|FRACTION",
+                   help=f"samples held back from calibration for the fidelity check: a count (0 = check "
+                        f"in-sample on the calibration samples) or a fraction such as 0.2; default auto = "
+                        f"{AUTO_HOLDOUT_FRACTION * 100:g}%% from {AUTO_HOLDOUT_MIN} samples on, else in-sample")
     g.add_argument("--observer", choices=OBSERVERS, default="minmax", help="range observer (default minmax)")
     g.add_argument("--percentile", type=float, default=99.99, help="percentile for --observer percentile")
     g.add_argument("--scheme", choices=["sym", "asym"], default="sym",
@@ -48,14 +54,28 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                    help="auto-share threshold (default 1.0)")
 
 
+def _holdout_arg(text: str):
+    """The syntax only (argparse: exit 2); the range is CalibConfig's to check (exit 3), like
+    --calib-count."""
+    t = text.strip().lower()
+    if t == "auto":
+        return None
+    if INT_TEXT.fullmatch(t):
+        return int(t)
+    try:
+        return float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto, a count or a fraction such as 0.2, got {text!r}") from None
+
+
 def calib_config_from_args(args) -> CalibConfig:
     if args.calib_count < 1:
         raise BadInputError("--calib-count must be at least 1")
     fields = CalibConfig.__dataclass_fields__
     kw = dict(source=args.calib, count=args.calib_count, observer=args.observer,
               percentile=args.percentile, seed=args.seed)
-    extra = dict(jobs=args.jobs, resize=args.resize, color=args.color, pixel_range=args.pixel_range,
-                 mean=args.mean, std=args.std, layout=args.layout,
+    extra = dict(holdout=getattr(args, "holdout", None), jobs=args.jobs, resize=args.resize, color=args.color,
+                 pixel_range=args.pixel_range, mean=args.mean, std=args.std, layout=args.layout,
                  scheme=args.scheme)
     kw.update({k: v for k, v in extra.items() if k in fields})
     return CalibConfig(**kw)

@@ -13,12 +13,13 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog
                                QToolButton, QVBoxLayout, QWidget)
 
 from ..calib import CalibConfig
+from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, DEFAULT_COUNT, parse_holdout
 from ..cli.common import OBSERVERS
 from ..errors import BadInputError
 from ..shapes import parse_input_shape
 
 __all__ = ["ErrorDialog", "OpenDialog", "ModelSettings", "model_inputs", "default_shape", "calib_config",
-           "needs_shapes"]
+           "needs_shapes", "holdout_text"]
 
 
 class ErrorDialog(QDialog):
@@ -121,8 +122,14 @@ def needs_shapes(inputs) -> bool:
     return any(not isinstance(d, int) for _, dims in inputs for d in dims[1:])
 
 
-CALIB_DEFAULTS = {"source": "synthetic", "count": 16, "observer": "minmax", "resize": "stretch",
-                  "color": "rgb", "pixel_range": "0-1", "mean": "", "std": "", "layout": "nchw"}
+CALIB_DEFAULTS = {"source": "synthetic", "count": DEFAULT_COUNT, "holdout": "auto", "observer": "minmax",
+                  "resize": "stretch", "color": "rgb", "pixel_range": "0-1", "mean": "", "std": "", "layout": "nchw"}
+
+
+def holdout_text(value) -> str:
+    """A CalibConfig.holdout value as the dialog shows it: "auto", "5", "0.2"."""
+    v = parse_holdout(value)
+    return "auto" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def calib_config(values: dict) -> CalibConfig:
@@ -132,7 +139,7 @@ def calib_config(values: dict) -> CalibConfig:
     for k in ("mean", "std"):
         if k in kw and not kw[k]:
             kw[k] = None
-    kw["count"] = int(kw.get("count", 16))
+    kw["count"] = int(kw.get("count", DEFAULT_COUNT))
     return CalibConfig(**kw)
 
 
@@ -183,12 +190,33 @@ class OpenDialog(QDialog):
         self.count = QSpinBox()
         self.count.setRange(1, 100000)
         self.count.setValue(int(cal["count"]))
+        self.holdout = QLineEdit()
+        try:
+            self.holdout.setText(holdout_text(cal.get("holdout")))
+        except BadInputError:  # a damaged remembered value: fall back to the default, visibly
+            self.holdout.setText("auto")
+        self.holdout.setPlaceholderText("auto")
+        self.holdout.setMaximumWidth(90)
+        tip = (f"Samples held back from calibration for the fidelity check.\n"
+               f"auto: {AUTO_HOLDOUT_FRACTION:.0%} of the samples from {AUTO_HOLDOUT_MIN} samples on; "
+               f"below that none, and the check runs in-sample.\n"
+               f"A count such as 5 (0 = check in-sample), or a fraction such as 0.2.")
+        self.holdout.setToolTip(tip)
+        hint = QLabel("auto, a count (0 = in-sample) or a fraction like 0.2")
+        hint.setStyleSheet("color: #666")
+        hint.setToolTip(tip)
+        hrow = QWidget()
+        hl = QHBoxLayout(hrow)
+        hl.setContentsMargins(0, 0, 0, 0)
+        hl.addWidget(self.holdout)
+        hl.addWidget(hint, 1)
         self.observer = QComboBox()
         self.observer.addItems(OBSERVERS)
         self.observer.setCurrentText(cal["observer"])
         cf.addRow("Source:", self.source_kind)
         cf.addRow("Path:", row)
         cf.addRow("Samples:", self.count)
+        cf.addRow("Hold-out:", hrow)
         cf.addRow("Observer:", self.observer)
         lay.addWidget(cbox)
 
@@ -217,6 +245,7 @@ class OpenDialog(QDialog):
         lay.addWidget(pbox)
         self.error = QLabel("")
         self.error.setStyleSheet("color: #c62828")
+        self.error.setWordWrap(True)  # a long message must not widen the dialog
         lay.addWidget(self.error)
         box = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         box.accepted.connect(self._accept)
@@ -252,10 +281,12 @@ class OpenDialog(QDialog):
             raise BadInputError("choose a calibration folder or file, or use synthetic data")
         if kind and not Path(src).exists():
             raise BadInputError(f"calibration data not found: {src}")
-        calib = {"source": src, "count": self.count.value(), "observer": self.observer.currentText(),
-                 "resize": self.resize_mode.currentText(), "color": self.color.currentText(),
-                 "pixel_range": self.pixel_range.currentText(), "mean": self.mean.text().strip(),
-                 "std": self.std.text().strip(), "layout": self.layout_combo.currentText()}
+        holdout = holdout_text(self.holdout.text())
+        calib = {"source": src, "count": self.count.value(), "holdout": holdout,
+                 "observer": self.observer.currentText(), "resize": self.resize_mode.currentText(),
+                 "color": self.color.currentText(), "pixel_range": self.pixel_range.currentText(),
+                 "mean": self.mean.text().strip(), "std": self.std.text().strip(),
+                 "layout": self.layout_combo.currentText()}
         return {"shapes": shapes, "calib": calib}
 
     def _accept(self) -> None:
