@@ -7,12 +7,15 @@ The files come from the same core functions as ``qtquant fix`` and ``qtquant per
 GUI and the CLI write the same bytes for the same session.  :func:`export_files` runs in
 a worker on a snapshot of the session: an edit made while it writes does not leak in.
 Every file is written atomically; the first error stops the export with a one-line
-message (the window shows it in a dialog).
+message (the window shows it in a dialog).  What the model export had to give up (a weight
+scale raised so a bias fits int32, a value clipped) comes right after its summary line as
+``warning:`` lines, wrapped so that the report dialog shows them whole.
 """
 
 from __future__ import annotations
 
 import copy
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +31,9 @@ from ..session import Events
 __all__ = ["ExportOptions", "ExportDialog", "export_files", "snapshot_session", "render_canvas", "ExportReport"]
 
 MAX_PNG_SIDE = 16384  # pixels: beyond this the canvas picture is scaled down
+# The report dialog does not wrap (paths must stay one line); warnings are prose, ~100 columns
+# fit its 900 px monospace text.
+WARNING_COLUMNS = 100
 
 
 @dataclass
@@ -62,9 +68,17 @@ class ExportOptions:
 class ExportReport:
     written: list[Path] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)  # what the CLI would print
+    warnings: list[str] = field(default_factory=list)  # the model export's, also in ``lines``
 
     def text(self) -> str:
-        return "\n".join(self.lines)
+        out = []
+        for ln in self.lines:
+            if ln.startswith("warning: ") and len(ln) > WARNING_COLUMNS:
+                out += textwrap.wrap(ln, WARNING_COLUMNS, subsequent_indent=" " * len("warning: "),
+                                     break_long_words=False, break_on_hyphens=False)
+            else:
+                out.append(ln)
+        return "\n".join(out)
 
 
 def snapshot_session(session):
@@ -107,6 +121,8 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
         res = export_qdq(session, paths["model"], quantize_outputs=not opts.float_outputs)
         rep.written += [res.path] + ([res.data_path] if res.data_path else [])
         rep.lines.append(res.text())
+        rep.warnings = res.build.warnings()
+        rep.lines += [f"warning: {w}" for w in rep.warnings]
         rep.lines += [f"note: {n}" for n in res.build.notes]
         step()
     if "plan" in paths:

@@ -1,0 +1,55 @@
+"""The app's export report shows the model export's warnings whole (a raised weight scale, a clip)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QSettings  # noqa: E402
+
+from qtquant.calib import CalibConfig  # noqa: E402
+from qtquant.gui.exporting import WARNING_COLUMNS, ExportDialog, ExportOptions, export_files  # noqa: E402
+from qtquant.gui.mainwindow import MainWindow  # noqa: E402
+from qtquant.loader import open_model  # noqa: E402
+from qtquant.session import Options  # noqa: E402
+from test_export_bias import _model  # noqa: E402
+
+
+def _only_model(folder):
+    return ExportOptions(folder, "out", plan=False, overrides=False, report=False, png=False)
+
+
+def test_report_text_carries_each_warning_whole(tmp_path):
+    s = open_model(_model(tmp_path / "dead.onnx"), options=Options(calib=CalibConfig(count=4)))
+    s.run_calibration()
+    rep = export_files(s, _only_model(tmp_path))
+    [w] = rep.warnings
+    assert w.startswith("bias of Gemm 'fc' did not fit int32") and len(w) > WARNING_COLUMNS
+    lines = rep.text().splitlines()
+    assert lines[0].startswith("wrote ") and lines[1].startswith("warning: bias of Gemm 'fc'")
+    assert all(len(ln) <= WARNING_COLUMNS for ln in lines[1:])
+    assert " ".join(ln.strip() for ln in lines[1:]) == f"warning: {w}"  # wrapped, nothing lost
+
+
+def test_window_export_dialog_shows_the_warning(qtbot, tmp_path, prompts, monkeypatch):
+    win = MainWindow(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    qtbot.addWidget(win)
+    win.resize(1200, 800)
+    win.show()
+    try:
+        win.open_model(_model(tmp_path / "dead.onnx"), calib=CalibConfig(count=4))
+        qtbot.waitUntil(lambda: win.controller.spec is not None and win.scene.spec is win.controller.spec
+                        and win.bridge.ready and not win.controller.busy, timeout=30000)
+        out = tmp_path / "out"
+        out.mkdir()
+        win.settings.setValue("export/folder", str(out))
+        monkeypatch.setattr(ExportDialog, "exec", lambda self: ExportDialog.Accepted)
+        n = len(win.report_dialogs)
+        win.actions_by_name["export"].trigger()
+        qtbot.waitUntil(lambda: win.last_export is not None and len(win.report_dialogs) > n, timeout=30000)
+        text = win.report_dialogs[-1].text.toPlainText()
+        assert "warning: bias of Gemm 'fc' did not fit int32" in text
+        assert "bits of weight precision" in " ".join(text.split())
+    finally:
+        win.controller.shutdown()
