@@ -17,6 +17,7 @@ from networkx.utils import UnionFind
 
 from .domains import Policy, _policy_range
 from .errors import ShareRefused
+from .outputs import output_reached
 from .quant import Scheme, bits_lost, qparams_for_range, range_width, scales_differ
 
 __all__ = ["AutoShareDecision", "AutoShareReport", "auto_share", "plan_auto_share", "MAX_CLIP"]
@@ -215,8 +216,8 @@ def _output_note(pl: _Planner, members, out, limit) -> str:
             if b > worst:
                 worst, who = b, t
     if who is not None and worst > limit:
-        note += (f"; at that scale {who!r} loses {worst:.1f} bits even without sharing "
-                 "(export with --float-outputs to keep the output in float)")
+        note += (f"; at that scale {who!r} would lose {worst:.1f} bits even without sharing, so the export "
+                 "keeps this output in float and its inputs at their own scales (--quantize-outputs forces int8)")
     return note
 
 
@@ -226,12 +227,11 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
     pl = _Planner(session)
     graph, dm = pl.graph, pl.dm
     report = AutoShareReport(limit)
-    outputs = set(graph.outputs)
     accepted: dict[str, list[str]] = {}
     for node in graph.concat_nodes():
         members, notes = _concat_members(graph, dm, node)
         out = node.outputs[0]
-        feeds = out in outputs or any(o in outputs for c in graph.consumers(out) for o in c.outputs)
+        feeds = output_reached(graph, out) is not None
         if feeds:
             notes.append(_output_note(pl, members, out, limit))
         if len(members) < 2:

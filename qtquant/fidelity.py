@@ -1,14 +1,27 @@
-"""Fidelity: how far the fake-quantized model is from the float one (DESIGN §3).
+"""Fidelity: how far the exported model is from the float one (DESIGN §3 "Fidelity").
 
-The float model and the QDQ model (built by :mod:`qtquant.export.qdq`, in memory) run
-through onnxruntime on the calibration's held-back samples.  For each float output we
-report SQNR in dB and cosine similarity, before (no user groups) and after (the
-session's groups), and for each group member the quantization SQNR of that tensor
-alone with its own scale versus the shared one.
+What ships is measured: the QDQ model the exporter writes (built in memory by
+:mod:`qtquant.export.qdq`, the same bytes) runs in onnxruntime the way a user's session runs
+it, with default session options on the CPU provider, so Q/DQ pairs are fused into
+onnxruntime's int8 kernels.  The float model runs beside it on the check samples (held out
+from calibration when there are enough of them, else the calibration samples, and the report
+says which).
+
+For each float output: SQNR in dB, cosine and max abs error, before (no user groups) and
+after (the session's groups).  An output that is a Concat, directly or through relabelling
+ops, is also measured per slice (one per Concat input, :mod:`qtquant.outputs`), and its
+headline figure is its worst slice: the boxes of a detection head must not hide its scores.
+A part whose float reference carries no signal on the check samples gets a sentence, not a
+number.  Each group member also gets the quantization SQNR of that tensor alone, own scale
+versus shared.
+
+With ``cross_check`` the same model also runs with basic optimisations only (Q/DQ evaluated
+in float, the fake-quant reference); where the two disagree by more than
+:data:`KERNEL_TOLERANCE_DB`, the report says so.
 
 The GUI re-runs this after every edit, so results are cached per session: float outputs
-once per calibration, the "before" run once per baseline domain map, and only the
-"after" model is rebuilt when the groups change.
+once per calibration, the "before" run once per baseline domain map, and only the "after"
+model is rebuilt when the groups change.
 """
 
 from __future__ import annotations
@@ -20,34 +33,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import BadInputError, Cancelled, ModelError
-from .quant import bits_lost
+from .metrics import ErrorSums, Figure, cosine, sqnr_db
+from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
+from .quant import bits_lost, qparams_for_range
 from .runtime import make_session, with_outputs
 
-__all__ = ["Fidelity", "MemberFidelity", "measure_session", "sqnr_db", "cosine", "fake_quant"]
+__all__ = ["Fidelity", "OutputFidelity", "MemberFidelity", "measure_session", "sqnr_db", "cosine",
+           "fake_quant", "KERNEL_TOLERANCE_DB", "output_mode_of"]
 
-
-def sqnr_db(ref: np.ndarray, test: np.ndarray) -> float:
-    """10·log10(Σref² / Σ(ref−test)²); +inf when identical."""
-    ref = np.asarray(ref, dtype=np.float64).ravel()
-    test = np.asarray(test, dtype=np.float64).ravel()
-    noise = float(np.sum((ref - test) ** 2))
-    signal = float(np.sum(ref ** 2))
-    if noise == 0.0:
-        return math.inf
-    if signal == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(signal / noise)
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a = np.asarray(a, dtype=np.float64).ravel()
-    b = np.asarray(b, dtype=np.float64).ravel()
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    if na == 0.0 and nb == 0.0:
-        return 1.0
-    if na == 0.0 or nb == 0.0:
-        return 0.0
-    return float(np.dot(a, b) / (na * nb))
+# Fused int8 kernels round differently from Q/DQ in float; beyond this the difference is a finding.
+KERNEL_TOLERANCE_DB = 0.5
 
 
 def fake_quant(x: np.ndarray, qp) -> np.ndarray:
@@ -56,6 +51,14 @@ def fake_quant(x: np.ndarray, qp) -> np.ndarray:
     s = np.float32(qp.scale)
     q = np.clip(np.rint(np.asarray(x, dtype=np.float32) / s) + np.float32(qp.zero_point), qp.qmin, qp.qmax)
     return ((q - np.float32(qp.zero_point)) * s).astype(np.float32)
+
+
+def output_mode_of(quantize_outputs: bool | None, mode: OutputMode | None) -> OutputMode:
+    if mode is not None:
+        return mode
+    if quantize_outputs is None:
+        return OutputMode.AUTO
+    return OutputMode.QUANTIZE if quantize_outputs else OutputMode.FLOAT
 
 
 @dataclass
@@ -68,47 +71,126 @@ class MemberFidelity:
 
 
 @dataclass
+class OutputFidelity:
+    """One model output: the whole tensor and, when it is a Concat, each slice."""
+
+    output: str
+    whole: Figure
+    slices: list[Figure] = field(default_factory=list)
+
+    @property
+    def headline(self) -> Figure:
+        """The worst measured slice (the whole output when it has no slices)."""
+        measured = [s for s in self.slices if s.measured]
+        if measured:
+            return min(measured, key=lambda s: s.sqnr_db)
+        return self.whole
+
+    def to_dict(self) -> dict:
+        return {**self.whole.to_dict(), "headline": self.headline.label,
+                "slices": [s.to_dict() for s in self.slices]}
+
+
+@dataclass
 class Fidelity:
     outputs: list[str]
-    sqnr_db: dict[str, float]
-    cosine: dict[str, float]
-    before_sqnr_db: dict[str, float]
-    before_cosine: dict[str, float]
+    after: dict[str, OutputFidelity]
+    before: dict[str, OutputFidelity]
     members: list[MemberFidelity] = field(default_factory=list)
     samples: int = 0
+    in_sample: bool = False
     revision: int = 0  # the session revision it was measured at (the GUI drops stale results)
+    runtime: str = ""
+    findings: list[str] = field(default_factory=list)
+    float_outputs: list[str] = field(default_factory=list)  # why outputs stayed float (auto mode)
+
+    # Headline figures per output: the worst slice's.  NaN where there is no signal.
+    @property
+    def sqnr_db(self) -> dict[str, float]:
+        return {o: _val(self.after[o].headline.sqnr_db) for o in self.outputs}
+
+    @property
+    def cosine(self) -> dict[str, float]:
+        return {o: _val(self.after[o].headline.cosine) for o in self.outputs}
+
+    @property
+    def before_sqnr_db(self) -> dict[str, float]:
+        return {o: _val(self.before[o].headline.sqnr_db) for o in self.outputs}
+
+    @property
+    def before_cosine(self) -> dict[str, float]:
+        return {o: _val(self.before[o].headline.cosine) for o in self.outputs}
+
+    @property
+    def sample_text(self) -> str:
+        n = f"{self.samples} sample{'s' if self.samples != 1 else ''}"
+        return f"{n} in-sample (the calibration samples)" if self.in_sample else f"{n} held out from calibration"
 
     def delta_db(self, output: str) -> float:
         return self.sqnr_db[output] - self.before_sqnr_db[output]
+
+    def headline_text(self, output: str, before: bool = False) -> str:
+        """'output0[4:22] 0.0 dB', or the no-signal sentence."""
+        h = (self.before if before else self.after)[output].headline
+        return f"{h.label}: no signal" if h.no_signal else f"{h.label} {_f(h.sqnr_db)} dB"
 
     def to_dict(self) -> dict:
         def num(x):
             return x if x is not None and math.isfinite(x) else None
 
         return {
-            "samples": self.samples,
-            "outputs": {o: {"sqnr_db": num(self.sqnr_db[o]), "cosine": num(self.cosine[o]),
-                            "before_sqnr_db": num(self.before_sqnr_db[o]),
-                            "before_cosine": num(self.before_cosine[o])} for o in self.outputs},
+            "samples": self.samples, "in_sample": self.in_sample, "held_out": not self.in_sample,
+            "runtime": self.runtime,
+            "outputs": {o: {**self.after[o].to_dict(), "before": self.before[o].to_dict()}
+                        for o in self.outputs},
+            "findings": list(self.findings),
+            "float_outputs": list(self.float_outputs),
             "members": [{"tensor": m.tensor, "group": m.group, "bits_lost": num(m.bits_lost),
                          "before_sqnr_db": num(m.before_sqnr_db), "sqnr_db": num(m.sqnr_db)}
                         for m in self.members],
         }
 
     def text(self) -> str:
-        w = max([len(o) for o in self.outputs] + [6])
-        lines = [f"fidelity on {self.samples} held-back sample(s): SQNR dB / cosine vs the float model",
-                 f"{'output'.ljust(w)}  {'before':>17}  {'after':>17}  {'change':>8}"]
+        rows, notes = [], []
         for o in self.outputs:
-            d = self.delta_db(o)
-            lines.append(f"{o.ljust(w)}  {_f(self.before_sqnr_db[o]):>7} / {self.before_cosine[o]:.5f}"
-                         f"  {_f(self.sqnr_db[o]):>7} / {self.cosine[o]:.5f}  {_f(d, signed=True):>8}")
+            a, b = self.after[o], self.before[o]
+            for k, (fa, fb) in enumerate([(a.whole, b.whole)] + list(zip(a.slices, b.slices))):
+                rows.append((("  " if k else "") + fa.label, _cell(fb), _cell(fa), _change(fb, fa)))
+                if fa.no_signal:
+                    notes.append(f"{fa.label}: {fa.no_signal}")
+        heads = ("output", "before", "after", "change")
+        w = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(heads)]
+        lines = [f"fidelity of the exported model ({self.runtime}) on {self.sample_text}: "
+                 "SQNR dB / cosine vs the float model; an output's headline is its worst slice",
+                 "  ".join([heads[0].ljust(w[0])] + [h.rjust(w[i + 1]) for i, h in enumerate(heads[1:])])]
+        lines += ["  ".join([r[0].ljust(w[0])] + [c.rjust(w[i + 1]) for i, c in enumerate(r[1:])]) for r in rows]
+        for o in self.outputs:
+            if self.after[o].slices:
+                lines.append(f"headline {o}: {self.headline_text(o, True)} -> {self.headline_text(o)}")
+        lines += notes
+        lines += [f"finding: {f}" for f in self.findings]
+        lines += [f"float output: {f}" for f in self.float_outputs]
         if self.members:
             lines.append("group members: quantization SQNR dB, own scale -> shared scale")
             for m in self.members:
                 lines.append(f"  g{m.group} {m.tensor}: {_f(m.before_sqnr_db)} -> {_f(m.sqnr_db)} "
                              f"({m.bits_lost:.2f} bits lost)")
         return "\n".join(lines)
+
+
+def _val(x):
+    return float("nan") if x is None else x
+
+
+def _cell(f: Figure) -> str:
+    return "no signal" if f.no_signal else f"{_f(f.sqnr_db)} / {f.cosine:.5f}"
+
+
+def _change(b: Figure, a: Figure) -> str:
+    if b.no_signal or a.no_signal:
+        return ""
+    return _f(a.sqnr_db - b.sqnr_db if math.isfinite(a.sqnr_db) and math.isfinite(b.sqnr_db) else math.nan,
+              signed=True)
 
 
 def _f(x: float, signed: bool = False) -> str:
@@ -124,7 +206,8 @@ class _Cache:
         self.calib_id = None
         self.float_out: list[dict] | None = None  # per sample: output -> array
         self.tensors: dict[str, list[np.ndarray]] = {}  # member tensor -> per-sample float values
-        self.runs: dict[int, tuple] = {}  # id(dm) -> (dm, per-sample output dicts)
+        self.runs: dict[tuple, tuple] = {}  # (id(dm), float tensors, level) -> (dm, per-sample outputs)
+        self.slices = None
 
 
 _caches: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -138,8 +221,14 @@ def _float_outputs(graph):
                                                onnx.TensorProto.DOUBLE, 0)]
 
 
-def _run(model, base_dir, names, feeds, cancel):
-    sess = make_session(model, base_dir, spinning=False)  # spinning threads starve the GUI
+def runtime_text() -> str:
+    import onnxruntime as ort
+
+    return f"onnxruntime {ort.__version__}, default session options, CPU"
+
+
+def _run(model, base_dir, names, feeds, cancel, level="basic"):
+    sess = make_session(model, base_dir, spinning=False, level=level)  # spinning threads starve the GUI
     res = []
     for feed in feeds:
         if cancel is not None and cancel():
@@ -153,18 +242,18 @@ def _run(model, base_dir, names, feeds, cancel):
     return res
 
 
-def _qdq_outputs(session, dm, cache, outs, feeds, cancel, quantize_outputs):
-    key = (id(dm), quantize_outputs)
+def _qdq_outputs(session, dm, cache, outs, feeds, cancel, float_tensors, level="default"):
+    key = (id(dm), float_tensors, level)
     hit = cache.runs.get(key)
     if hit is not None and hit[0] is dm:
         return hit[1]
     from .export import qdq
 
-    model = qdq.build_qdq_model(session, dm, quantize_outputs=quantize_outputs).model
-    res = _run(model, session.graph.base_dir, outs, feeds, cancel)
+    model = qdq.build_qdq_model(session, dm, float_tensors=float_tensors).model
+    res = _run(model, session.graph.base_dir, outs, feeds, cancel, level)
     # Keep the baseline and the latest domain map only.
-    keep = {(id(session.baseline_domains), quantize_outputs)}
-    cache.runs = {k: v for k, v in cache.runs.items() if k in keep}
+    base = id(session.baseline_domains)
+    cache.runs = {k: v for k, v in cache.runs.items() if k[0] == base}
     cache.runs[key] = (dm, res)
     return res
 
@@ -185,31 +274,72 @@ def _prefetchable(graph, samples: int) -> list[str]:
     return names
 
 
-def _agg(per_sample_ref, per_sample_test, name):
-    ref = np.concatenate([np.asarray(r[name], dtype=np.float64).ravel() for r in per_sample_ref])
-    test = np.concatenate([np.asarray(r[name], dtype=np.float64).ravel() for r in per_sample_test])
-    return sqnr_db(ref, test), cosine(ref, test)
+def _step(ranges, scheme, tensor) -> float | None:
+    """One quantization step of ``tensor`` at its own calibrated range.  Not its domain's scale:
+    a narrow member of a shared domain varies less than the shared step and still carries signal.
+    None for a tensor calibration did not observe (only a constant reference is then no signal)."""
+    r = ranges.get(tensor)
+    if r is None or not all(math.isfinite(x) for x in r):
+        return None
+    return float(qparams_for_range(r[0], r[1], scheme).scale)
 
 
-def measure_session(session, *, cancel=None, quantize_outputs: bool = True) -> Fidelity:
-    """Per-output SQNR/cosine before and after the session's groups, on held-back samples.
+def _figures(ranges, dm, slices, ref_runs, test_runs, outs) -> dict[str, OutputFidelity]:
+    res = {}
+    for o in outs:
+        whole = ErrorSums()
+        parts = [(s, ErrorSums()) for s in slices.get(o, ())]
+        for r, t in zip(ref_runs, test_runs):
+            ref, test = np.asarray(r[o]), np.asarray(t[o])
+            whole.add(ref, test)
+            for s, acc in parts:
+                acc.add(s.take(ref), s.take(test))
+        # One quantization step of the output, or of the slice's source (its own scale).
+        res[o] = OutputFidelity(o, whole.figure(o, _step(ranges, dm.scheme, o)),
+                                [acc.figure(s.label, _step(ranges, dm.scheme, s.source)) for s, acc in parts])
+    return res
 
-    ``quantize_outputs=False`` measures the model exported with ``--float-outputs``.
+
+def _kernel_findings(after_ship, after_fake, outs) -> list[str]:
+    found = []
+    for o in outs:
+        for fs, ff in zip([after_ship[o].whole, *after_ship[o].slices], [after_fake[o].whole, *after_fake[o].slices]):
+            if not (fs.measured and ff.measured) or not (math.isfinite(fs.sqnr_db) and math.isfinite(ff.sqnr_db)):
+                continue
+            if abs(fs.sqnr_db - ff.sqnr_db) > KERNEL_TOLERANCE_DB:
+                found.append(f"{fs.label}: onnxruntime's optimised int8 kernels give {fs.sqnr_db:.2f} dB where "
+                             f"Q/DQ evaluated in float gives {ff.sqnr_db:.2f} dB (tolerance "
+                             f"{KERNEL_TOLERANCE_DB} dB); the figures above are the shipped ones. The first "
+                             "diverging tensor is not located: fused kernels expose no intermediate tensors")
+    return found
+
+
+def measure_session(session, *, cancel=None, quantize_outputs: bool | None = None,
+                    output_mode: OutputMode | None = None, cross_check: bool = False) -> Fidelity:
+    """Per-output (and per-slice) SQNR/cosine before and after the session's groups.
+
+    ``output_mode`` (or the older ``quantize_outputs`` flag) picks the export being measured:
+    AUTO (the default export), QUANTIZE (``--quantize-outputs``) or FLOAT (``--float-outputs``).
     """
+    mode = output_mode_of(quantize_outputs, output_mode)
     cal = session.calibration
     feeds = list(cal.holdout) if cal is not None else []
     if not feeds:
-        raise BadInputError("the fidelity check needs held-back calibration samples; calibrate first")
+        raise BadInputError("the fidelity check needs check samples (held-back or in-sample); calibrate first")
     graph = session.graph
     cache = _caches.get(session)
     if cache is None:
         cache = _caches[session] = _Cache()
     if cache.calib_id is not cal:
         cache.calib_id, cache.float_out, cache.tensors, cache.runs = cal, None, {}, {}
+    if cache.slices is None:
+        cache.slices = output_slices(graph)
     outs = _float_outputs(graph)
     revision = session.revision
     after_dm = session.domains
     before_dm = session.baseline_domains
+    limit = getattr(getattr(session, "options", None), "max_bits_lost", 1.0)
+    float_tensors, why = float_output_tensors(graph, before_dm, mode, limit)
 
     # Float run: outputs, plus the group members we have not fetched yet.
     members = [(g.id, t) for g in session.groups for t in g.members
@@ -228,12 +358,17 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool = True) -> F
         for t in need:
             cache.tensors[t] = [r[t] for r in res]
 
-    before = _qdq_outputs(session, before_dm, cache, outs, feeds, cancel, quantize_outputs)
-    after = _qdq_outputs(session, after_dm, cache, outs, feeds, cancel, quantize_outputs)
-    fid = Fidelity(outs, {}, {}, {}, {}, samples=len(feeds), revision=revision)
-    for o in outs:
-        fid.before_sqnr_db[o], fid.before_cosine[o] = _agg(cache.float_out, before, o)
-        fid.sqnr_db[o], fid.cosine[o] = _agg(cache.float_out, after, o)
+    before = _qdq_outputs(session, before_dm, cache, outs, feeds, cancel, float_tensors)
+    after = _qdq_outputs(session, after_dm, cache, outs, feeds, cancel, float_tensors)
+    ranges = getattr(cal, "ranges", None) or {}
+    fid = Fidelity(outs, _figures(ranges, after_dm, cache.slices, cache.float_out, after, outs),
+                   _figures(ranges, before_dm, cache.slices, cache.float_out, before, outs),
+                   samples=len(feeds), in_sample=bool(getattr(cal, "in_sample", False)), revision=revision,
+                   runtime=runtime_text(), float_outputs=[w.text() for w in why])
+    if cross_check:
+        fake = _qdq_outputs(session, after_dm, cache, outs, feeds, cancel, float_tensors, level="basic")
+        fid.findings += _kernel_findings(fid.after, _figures(ranges, after_dm, cache.slices, cache.float_out,
+                                                             fake, outs), outs)
 
     for gid, t in members:
         vals = np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in cache.tensors[t]])
@@ -245,3 +380,6 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool = True) -> F
             t, gid, bits_lost(after_dm.member_range[t], (d.lo, d.hi), after_dm.scheme),
             sqnr_db(vals, fake_quant(vals, qb)), sqnr_db(vals, fake_quant(vals, qa))))
     return fid
+
+
+__all__ += ["FloatOutput", "runtime_text"]

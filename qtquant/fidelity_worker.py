@@ -33,6 +33,8 @@ class _Holdout:
     """What the child's measure_session reads of a CalibrationResult."""
 
     holdout: list
+    in_sample: bool = False
+    ranges: dict | None = None  # the calibrated ranges: the no-signal rule reads them
 
 
 class Snapshot:
@@ -93,6 +95,7 @@ def _child(conn, cancel_flag) -> None:
 
     from .fidelity import measure_session
     from .graph import graph_from_model
+    from .outputs import OutputMode
 
     session = None
     pending: dict = {}  # slot -> DomainMap being received
@@ -109,13 +112,13 @@ def _child(conn, cancel_flag) -> None:
                 _dm_receive(pending, msg)
                 continue
             if kind == "load":
-                _, model_bytes, path, sha256, holdout = msg
+                _, model_bytes, path, sha256, holdout, in_sample, ranges = msg
                 model = onnx.ModelProto.FromString(model_bytes)
                 graph = graph_from_model(model, path=path, sha256=sha256)
-                session = _ChildSession(graph, _Holdout(holdout))
+                session = _ChildSession(graph, _Holdout(holdout, in_sample, ranges))
                 conn.send(("ok", None))
             elif kind == "measure":
-                _, options, groups, revision, after, before, quantize_outputs = msg
+                _, options, groups, revision, after, before, mode = msg
                 if session is None:
                     raise QtQuantError("the fidelity worker has no model loaded")
                 session.options, session.groups, session.revision = options, groups, revision
@@ -126,7 +129,7 @@ def _child(conn, cancel_flag) -> None:
                     session.baseline_domains = session.domains
                 elif before:
                     session.baseline_domains = pending.pop("before")
-                fid = measure_session(session, cancel=cancel_flag.is_set, quantize_outputs=quantize_outputs)
+                fid = measure_session(session, cancel=cancel_flag.is_set, output_mode=OutputMode(mode))
                 conn.send(("ok", fid))
         except Cancelled:
             conn.send(("cancelled", None))
@@ -218,16 +221,19 @@ class FidelityWorker:
         raise errors.from_name(reply[1], reply[2], "fidelity check failed: {message}")
 
     # -- the check ------------------------------------------------------------------------------
-    def measure(self, session, *, cancel=None, quantize_outputs: bool = True):
+    def measure(self, session, *, cancel=None, quantize_outputs: bool | None = None, output_mode=None):
         """The Fidelity of ``session`` (a Session, or a :class:`Snapshot` of one taken where the
         session is edited: the GUI thread)."""
+        from .fidelity import output_mode_of
+
+        mode = output_mode_of(quantize_outputs, output_mode).value
         after, before = session.domains, session.baseline_domains
         graph, cal = session.graph, session.calibration
         groups, options, revision = session.groups, session.options, session.revision
         if cal is None or not cal.holdout:
             from .errors import BadInputError
 
-            raise BadInputError("the fidelity check needs held-back calibration samples; calibrate first")
+            raise BadInputError("the fidelity check needs check samples (held-back or in-sample); calibrate first")
         with self._lock:
             if cancel is not None and cancel():
                 raise Cancelled("fidelity check cancelled")
@@ -236,7 +242,8 @@ class FidelityWorker:
             if self._loaded is None or self._loaded[0] is not graph or self._loaded[1] is not cal:
                 self._loaded = None
                 self._call(("load", graph.model_bytes(), graph.path, graph.sha256,
-                            list(cal.holdout)), cancel)
+                            list(cal.holdout), bool(getattr(cal, "in_sample", False)),
+                            dict(getattr(cal, "ranges", None) or {})), cancel)
                 self._loaded, self._sent = (graph, cal), (None, None)
             sent_after, sent_before = self._sent
             self._sent = (None, None)  # unknown until the child answers
@@ -249,6 +256,6 @@ class FidelityWorker:
                         self._conn.send(m)
             except (OSError, ValueError):
                 pass  # a dead child: _call reports it
-            res = self._call(("measure", options, groups, revision, new_after, new_before, quantize_outputs), cancel)
+            res = self._call(("measure", options, groups, revision, new_after, new_before, mode), cancel)
             self._sent = (after, before)
             return res

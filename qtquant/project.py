@@ -22,7 +22,7 @@ __all__ = ["PROJECT_FORMAT", "PROJECT_VERSION", "Project", "OpenReport", "projec
            "save_project", "load_project", "open_project"]
 
 PROJECT_FORMAT = "qtquant-project"
-PROJECT_VERSION = 1
+PROJECT_VERSION = 2  # 2: calibration holdout is auto/N/fraction (1 always held back 2 samples)
 
 
 @dataclass
@@ -132,6 +132,10 @@ def load_project(path) -> Project:
         for gr in groups), p, "'groups' must be a list of {name, members: [tensor names]}")
     calib = doc.get("calib", {})
     _expect(isinstance(calib, dict), p, "'calib' must be an object")
+    if ver < 2 and calib.get("holdout") == 2:
+        # Version 1 wrote its fixed default; a user never chose it.  Read it as today's default
+        # (auto), or an old project keeps checking on 2 samples held back from a small set.
+        calib = {k: v for k, v in calib.items() if k != "holdout"}
     for key, typ in (("scheme", str), ("policy", str), ("march", str), ("model_sha256", str)):
         _expect(isinstance(doc.get(key, ""), typ), p, f"{key!r} must be a string")
     _expect(doc.get("scheme", Scheme.SYMMETRIC_INT8.value) in {s.value for s in Scheme}, p, "unknown 'scheme'")

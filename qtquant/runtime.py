@@ -37,13 +37,17 @@ def _has_external(model) -> bool:
 
 
 def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, threads: int = 0,
-                 spinning: bool = True, arena: bool = True):
+                 spinning: bool = True, arena: bool = True, level: str = "basic"):
     """An InferenceSession for an in-memory model whose external data lives in ``base_dir``.
 
     ``spinning=False`` stops idle pool threads from busy-waiting: better when other threads of
     the process (calibration's histogram thread) need the cores.  ``arena=False`` allocates
     with malloc instead of onnxruntime's CPU arena, whose fragmentation made peak memory creep
     up over hundreds of runs that hand their outputs to Python.
+
+    ``level="default"`` keeps onnxruntime's default graph optimisations, as a user's session
+    has them: that is how the fidelity check runs the exported model (Q/DQ pairs fused into
+    int8 kernels).  ``"basic"`` keeps every intermediate tensor observable.
     """
     import onnxruntime as ort
 
@@ -55,9 +59,11 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if not arena:
         so.enable_cpu_mem_arena = False
-    # Extended rather than all: fusions that drop intermediate tensors would hide the
-    # activations we ask for as outputs.
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    if level == "basic":
+        # Fusions that drop intermediate tensors would hide the activations we ask for as outputs.
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    elif level != "default":
+        raise ValueError(f"unknown optimisation level {level!r}")
     try:
         if _has_external(model) and base_dir is not None:
             # The bytes carry no weights (they stay in their files, so >2 GB models work);

@@ -36,7 +36,8 @@ def test_fix_prints_before_after_and_writes_everything(det_path, tmp_path, capsy
     assert int(after) < int(before) and int(change) == int(after) - int(before)
     assert int(after) == 1  # only the flagged head keeps its rescale
     b, a, d = _row(text, "SQNR feat (dB)")
-    assert abs(float(a) - float(b)) < 0.5
+    # Sharing cat1/cat2 moves the neck's scales, which 'feat' reads: a small change, not a collapse.
+    assert abs(float(a) - float(b)) < 1.0
     assert "FLAGGED  head" in text and "mismatched Concats" in text
     onnx.checker.check_model(onnx.load(str(out)), full_check=True)
     assert len(load_plan(plan).groups) >= 1

@@ -72,3 +72,17 @@ def test_save_is_atomic_and_keeps_old_on_failure(session, tmp_path, monkeypatch)
         save_project(session, pp)
     assert pp.read_text() == before
     assert [f.name for f in tmp_path.iterdir() if f.name.startswith(".qtquant-")] == []
+
+
+def test_version_1_fixed_holdout_reads_as_auto(session, tmp_path):
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    doc = json.loads(pp.read_text())
+    assert doc["version"] == 2
+    doc["version"] = 1
+    doc["calib"]["holdout"] = 2  # what version 1 always wrote
+    pp.write_text(json.dumps(doc))
+    s2, _ = open_project(pp)
+    assert s2.options.calib.holdout is None  # auto
+    doc["version"] = 2
+    pp.write_text(json.dumps(doc))
+    assert open_project(pp)[0].options.calib.holdout == 2  # chosen in a version-2 file: kept

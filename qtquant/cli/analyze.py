@@ -6,6 +6,7 @@ import json
 import sys
 
 from .common import add_common, open_session
+from .output_options import add_output_options, output_mode_from_args
 
 NAME = "analyze"
 HELP = "Concat table: ratio, rescales, bits lost, latency; summary"
@@ -16,6 +17,7 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the stable JSON form")
     p.add_argument("--no-perf", action="store_true", help="skip the perf simulation")
     p.add_argument("--no-fidelity", action="store_true", help="skip the SQNR check")
+    add_output_options(p)
 
 
 def _perf(session, args):
@@ -35,7 +37,7 @@ def _fidelity(session, args):
         from ..fidelity import measure_session
     except ImportError:
         return None
-    return measure_session(session)
+    return measure_session(session, output_mode=output_mode_from_args(args), cross_check=True)
 
 
 def run(args) -> int:

@@ -7,6 +7,7 @@ import math
 import sys
 
 from .common import add_common, open_session
+from .output_options import add_output_options, output_mode_from_args
 
 NAME = "fix"
 HELP = "share scales (auto-share, a --plan, or both) and export QDQ ONNX"
@@ -21,12 +22,10 @@ def add_arguments(p) -> None:
     o.add_argument("--plan-out", default=None, metavar="PLAN.json", help="also write the sharing plan")
     o.add_argument("--overrides-out", default=None, metavar="OVERRIDES.json",
                    help="also write onnxruntime TensorQuantOverrides with the same scales")
-    o.add_argument("--float-outputs", action="store_true",
-                   help="leave the model outputs in float (no Q/DQ on them), e.g. for a detection head "
-                        "that joins pixel boxes with [0, 1] scores")
     o.add_argument("--no-fidelity", action="store_true", help="skip the SQNR check")
     o.add_argument("--no-perf", action="store_true", help="skip the latency simulation")
     o.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
+    add_output_options(p)
 
 
 def _counts(concats):
@@ -66,11 +65,38 @@ def before_after_rows(session, fid=None, perf=None) -> list[tuple[str, str, str,
         rows.append(("rescale cost µs", f"{pb.rescale_us:.1f}", f"{pa.rescale_us:.1f}",
                      f"{pa.rescale_us - pb.rescale_us:+.1f}"))
     if fid is not None:
+        rows.append((f"fidelity: {fid.sample_text}", "", "", ""))
         for o in fid.outputs:
-            d = fid.sqnr_db[o] - fid.before_sqnr_db[o]
-            rows.append((f"SQNR {o} (dB)", _fmt(fid.before_sqnr_db[o]), _fmt(fid.sqnr_db[o]),
-                         "-" if math.isnan(d) else f"{d:+.2f}"))
-            rows.append((f"cosine {o}", _fmt(fid.before_cosine[o], 5), _fmt(fid.cosine[o], 5), ""))
+            rows += fidelity_rows(fid, o)
+    return rows
+
+
+def _cell(f) -> str:
+    return "no signal" if f.no_signal else _fmt(f.sqnr_db)
+
+
+def _delta(after, before) -> str:
+    if after.no_signal or before.no_signal:
+        return ""
+    if math.isfinite(after.sqnr_db) and math.isfinite(before.sqnr_db):
+        return f"{after.sqnr_db - before.sqnr_db:+.2f}"
+    return "-"
+
+
+def fidelity_rows(fid, o) -> list[tuple[str, str, str, str]]:
+    """The headline (worst slice, named) and one row per slice of output ``o``."""
+    a, b = fid.after[o], fid.before[o]
+    ha, hb = a.headline, b.headline
+    if not a.slices:
+        rows = [(f"SQNR {o} (dB)", _cell(hb), _cell(ha), _delta(ha, hb))]
+    else:
+        rows = [(f"SQNR {o} worst slice (dB)", f"{_cell(hb)} {hb.label}", f"{_cell(ha)} {ha.label}",
+                 _delta(ha, hb))]
+        rows += [(f"  {sa.label} SQNR dB", _cell(sb), _cell(sa), _delta(sa, sb))
+                 for sa, sb in zip(a.slices, b.slices)]
+    if not ha.no_signal:
+        rows.append((f"cosine {o}" + (f" ({ha.label})" if a.slices else ""),
+                     "-" if hb.cosine is None else _fmt(hb.cosine, 5), _fmt(ha.cosine, 5), ""))
     return rows
 
 
@@ -106,6 +132,7 @@ def run(args) -> int:
 
     if args.plan:
         say(f"plan {args.plan}: {len(session.groups)} group(s)")
+    mode = output_mode_from_args(args)
     report = None
     if args.auto_share:
         from ..autoshare import auto_share
@@ -115,13 +142,19 @@ def run(args) -> int:
     if not args.plan and not args.auto_share:
         say("no --auto-share or --plan given: exporting without shared groups")
 
+    from ..outputs import float_output_tensors
+
+    float_tensors, kept_float = float_output_tensors(session.graph, session.baseline_domains, mode,
+                                                     session.options.max_bits_lost)
+    for k in kept_float:
+        say(f"note: {k.text()}")
     fid = None
     if not args.no_fidelity and session.calibration is not None and session.calibration.holdout:
         from ..fidelity import measure_session
 
-        fid = measure_session(session, quantize_outputs=not args.float_outputs)
+        fid = measure_session(session, output_mode=mode, cross_check=True)
     rows = before_after_rows(session, fid, _perf(session, args))
-    result = export_qdq(session, args.output, quantize_outputs=not args.float_outputs)
+    result = export_qdq(session, args.output, float_tensors=float_tensors)
     written = [result.text()]
     if args.plan_out:
         written.append(f"wrote plan {save_plan(session, args.plan_out)}")
@@ -134,8 +167,13 @@ def run(args) -> int:
                    "grouped": report.grouped, "skipped": [{"concat": c, "reason": r} for c, r in report.skipped],
                    "notes": [{"concat": c, "note": n} for c, n in report.notes]},
                "fidelity": fid.to_dict() if fid is not None else None,
+               "outputs": {"mode": mode.value, "float": sorted(float_tensors),
+                           "kept_float": [k.text() for k in kept_float]},
+               "log": log,
                "groups": [list(g) for g in session.groups.as_lists()],
-               "notes": result.build.notes}
+               "notes": result.build.notes,
+               "export": result.build.to_dict(),
+               "warnings": result.build.warnings()}
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
@@ -145,8 +183,17 @@ def run(args) -> int:
         worst = min(fid.members, key=lambda m: m.sqnr_db - m.before_sqnr_db)
         print(f"group members: {len(fid.members)}; largest drop {worst.before_sqnr_db - worst.sqnr_db:.2f} dB "
               f"on {worst.tensor} ({worst.bits_lost:.2f} bits lost)")
+    if fid is not None:
+        for f in fid.findings:
+            print(f"finding: {f}")
+        for o in fid.outputs:
+            for part in [fid.after[o].whole, *fid.after[o].slices]:
+                if part.no_signal:
+                    print(f"{part.label}: {part.no_signal}")
     for n in result.build.notes:
         print(f"note: {n}")
+    for w in result.build.warnings():
+        print(f"warning: {w}")
     for w in written:
         print(w)
     return 0

@@ -412,20 +412,43 @@ class PerfSummary(QWidget):
             grouped = b.session is not None and len(b.session.groups) > 0
             self.note.setText("updating…" if stale else "(…): change against the unedited model" if grouped else "")
         fid = b.fidelity
-        if fid is not None and getattr(fid, "sqnr_db", None):
-            before = getattr(fid, "before_sqnr_db", {}) or {}
-            parts = []
-            for k, x in fid.sqnr_db.items():
-                if x is None:
-                    continue
-                t = f"{k}: {x:.1f} dB"
-                w = before.get(k)
-                if w is not None and math.isfinite(x) and math.isfinite(w) and abs(x - w) >= 0.005:
-                    t += _delta(f"{x - w:+.2f} dB", x - w, lower_better=False)
-                parts.append(t)
-            v["sqnr"].setText("; ".join(parts))
+        if fid is not None and getattr(fid, "after", None):
+            v["sqnr"].setText(_fidelity_html(fid))
+            v["sqnr"].setToolTip(fid.text().replace("&", "&amp;").replace("<", "&lt;").replace("\n", "<br>"))
         else:
             v["sqnr"].setText("—")
+            v["sqnr"].setToolTip("")
+
+
+def _fidelity_html(fid) -> str:
+    """Each output's headline (its worst slice, named), the change, and the sample count."""
+    parts = []
+    for o in fid.outputs:
+        a, w = fid.after[o].headline, fid.before[o].headline
+        name = _esc(a.label)
+        if a.no_signal:
+            parts.append(f"{name}: <i>no signal</i>")
+            continue
+        t = f"{name}: {a.sqnr_db:.1f} dB" if math.isfinite(a.sqnr_db) else f"{name}: {a.sqnr_db}"
+        if not w.no_signal and math.isfinite(a.sqnr_db) and math.isfinite(w.sqnr_db) \
+                and abs(a.sqnr_db - w.sqnr_db) >= 0.005:
+            t += _delta(f"{a.sqnr_db - w.sqnr_db:+.2f} dB", a.sqnr_db - w.sqnr_db, lower_better=False)
+        parts.append(t)
+    text = "; ".join(parts)
+    text += f'<br><span style="color:#777">on {_esc(fid.sample_text)}'
+    if any(fid.after[o].slices for o in fid.outputs):
+        text += "; worst slice shown"
+    text += "</span>"
+    if any(fid.after[o].headline.no_signal for o in fid.outputs):
+        text += ('<br><span style="color:#b26a00">No signal: the float model\'s output barely varies on these '
+                 "samples. Calibrate on representative data.</span>")
+    if fid.findings:
+        text += f'<br><span style="color:#c62828">{len(fid.findings)} finding(s): see the tooltip</span>'
+    return text
+
+
+def _esc(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _delta(text: str, d: float, lower_better: bool) -> str:

@@ -45,7 +45,16 @@ class ExportOptions:
     overrides: bool = True
     report: bool = True  # HTML and CSV
     png: bool = True
-    float_outputs: bool = False
+    float_outputs: bool = False  # every model output in float (qtquant fix --float-outputs)
+    quantize_outputs: bool = False  # every model output int8 (--quantize-outputs); neither: the default
+
+    @property
+    def output_mode(self):
+        from ..outputs import OutputMode
+
+        if self.float_outputs:
+            return OutputMode.FLOAT
+        return OutputMode.QUANTIZE if self.quantize_outputs else OutputMode.AUTO
 
     def paths(self) -> dict[str, Path]:
         f, s = Path(self.folder), self.stem
@@ -118,9 +127,14 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
     if "model" in paths:
         if not session.ready:
             raise BadInputError("the model has no scales yet: wait for calibration before exporting it")
-        res = export_qdq(session, paths["model"], quantize_outputs=not opts.float_outputs)
+        from ..outputs import float_output_tensors
+
+        keep, kept = float_output_tensors(g, session.baseline_domains, opts.output_mode,
+                                          session.options.max_bits_lost)
+        res = export_qdq(session, paths["model"], float_tensors=keep)
         rep.written += [res.path] + ([res.data_path] if res.data_path else [])
         rep.lines.append(res.text())
+        rep.lines += [f"note: {k.text()}" for k in kept]
         rep.warnings = res.build.warnings()
         rep.lines += [f"warning: {w}" for w in rep.warnings]
         rep.lines += [f"note: {n}" for n in res.build.notes]
@@ -224,7 +238,10 @@ class ExportDialog(QDialog):
         self.checks = {}
         for key, text, tip in (
                 ("model", "Fixed QDQ model (.onnx)", "every group's tensors use one scale initializer (qtquant fix)"),
-                ("float_outputs", "    keep the model outputs in float", "like qtquant fix --float-outputs"),
+                ("float_outputs", "    keep every model output in float", "like qtquant fix --float-outputs"),
+                ("quantize_outputs", "    force every model output to int8",
+                 "like qtquant fix --quantize-outputs; by default an output Concat whose members cannot share "
+                 "one scale stays in float"),
                 ("plan", "Sharing plan (.plan.json)", "groups, members, scale and bits lost: tie the same "
                                                        "observers in your QAT code"),
                 ("overrides", "onnxruntime TensorQuantOverrides (.overrides.json)", "the same scales for "
@@ -233,11 +250,15 @@ class ExportDialog(QDialog):
                 ("png", "Canvas picture (.png)", "the whole graph as drawn, with hulls and colours")):
             cb = QCheckBox(text)
             cb.setToolTip(tip)
-            cb.setChecked(key != "float_outputs")
+            cb.setChecked(key not in ("float_outputs", "quantize_outputs"))
             cb.toggled.connect(self._preview)
             lay.addWidget(cb)
             self.checks[key] = cb
-        self.checks["model"].toggled.connect(self.checks["float_outputs"].setEnabled)
+        fo, qo = self.checks["float_outputs"], self.checks["quantize_outputs"]
+        for cb in (fo, qo):
+            self.checks["model"].toggled.connect(cb.setEnabled)
+        fo.toggled.connect(lambda on: on and qo.setChecked(False))  # the two exclude each other
+        qo.toggled.connect(lambda on: on and fo.setChecked(False))
         self.files = QLabel("")
         self.files.setStyleSheet("color: #555")
         self.files.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -266,4 +287,5 @@ class ExportDialog(QDialog):
                              model=c["model"].isChecked(), plan=c["plan"].isChecked(),
                              overrides=c["overrides"].isChecked(), report=c["report"].isChecked(),
                              png=c["png"].isChecked(),
-                             float_outputs=c["float_outputs"].isChecked() and c["model"].isChecked())
+                             float_outputs=c["float_outputs"].isChecked() and c["model"].isChecked(),
+                             quantize_outputs=c["quantize_outputs"].isChecked() and c["model"].isChecked())

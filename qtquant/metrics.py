@@ -1,0 +1,122 @@
+"""Error figures between a float reference and a test tensor: SQNR, cosine, max abs error.
+
+:class:`ErrorSums` accumulates sums, not arrays, so a check over many samples keeps one
+small record per output slice whatever the sample count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["sqnr_db", "cosine", "ErrorSums", "Figure", "no_signal_reason"]
+
+
+def sqnr_db(ref: np.ndarray, test: np.ndarray) -> float:
+    """10·log10(Σref² / Σ(ref−test)²); +inf when identical."""
+    ref = np.asarray(ref, dtype=np.float64).ravel()
+    test = np.asarray(test, dtype=np.float64).ravel()
+    return _sqnr(float(np.sum(ref ** 2)), float(np.sum((ref - test) ** 2)))
+
+
+def _sqnr(signal: float, noise: float) -> float:
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def _cos(dot: float, na2: float, nb2: float) -> float:
+    if na2 == 0.0 and nb2 == 0.0:
+        return 1.0
+    if na2 == 0.0 or nb2 == 0.0:
+        return 0.0
+    return float(dot / math.sqrt(na2 * nb2))
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = np.asarray(a, dtype=np.float64).ravel()
+    b = np.asarray(b, dtype=np.float64).ravel()
+    return _cos(float(np.dot(a, b)), float(np.dot(a, a)), float(np.dot(b, b)))
+
+
+@dataclass
+class Figure:
+    """One measured part: a model output or one slice of it."""
+
+    label: str
+    sqnr_db: float | None  # None when the reference carries no signal (see ``no_signal``)
+    cosine: float | None
+    max_abs: float | None
+    samples: int
+    no_signal: str = ""  # the sentence shown instead of a number
+
+    @property
+    def measured(self) -> bool:
+        return not self.no_signal
+
+    def to_dict(self) -> dict:
+        def num(x):
+            return x if x is not None and math.isfinite(x) else (None if x is None or math.isnan(x)
+                                                                   else ("inf" if x > 0 else "-inf"))
+
+        d = {"label": self.label, "samples": self.samples, "sqnr_db": num(self.sqnr_db),
+             "cosine": num(self.cosine), "max_abs_error": num(self.max_abs)}
+        if self.no_signal:
+            d["no_signal"] = True
+            d["reason"] = self.no_signal
+        return d
+
+
+def no_signal_reason(lo: float, hi: float, step: float | None, samples: int) -> str:
+    """A sentence when the reference's spread over the samples is below one quantization step."""
+    spread = hi - lo
+    if not math.isfinite(spread) or spread <= 0.0:
+        return (f"no signal: the float model's output is constant ({lo:.3g}) on the {samples} check "
+                "sample(s); calibrate and check on representative data")
+    if step is not None and step > 0 and spread < step:
+        return (f"no signal: the float model's output varies by {spread:.3g}, less than one quantization "
+                f"step ({step:.3g}), on the {samples} check sample(s); use representative data")
+    return ""
+
+
+class ErrorSums:
+    """Running sums over samples for one part of an output."""
+
+    __slots__ = ("ref2", "err2", "dot", "test2", "max_abs", "lo", "hi", "count", "samples")
+
+    def __init__(self):
+        self.ref2 = self.err2 = self.dot = self.test2 = self.max_abs = 0.0
+        self.lo, self.hi = math.inf, -math.inf
+        self.count = self.samples = 0
+
+    def add(self, ref: np.ndarray, test: np.ndarray) -> None:
+        r = np.asarray(ref, dtype=np.float64).ravel()
+        t = np.asarray(test, dtype=np.float64).ravel()
+        e = r - t
+        self.ref2 += float(np.dot(r, r))
+        self.err2 += float(np.dot(e, e))
+        self.dot += float(np.dot(r, t))
+        self.test2 += float(np.dot(t, t))
+        if r.size:
+            self.max_abs = max(self.max_abs, float(np.max(np.abs(e))))
+            self.lo, self.hi = min(self.lo, float(r.min())), max(self.hi, float(r.max()))
+        self.count += r.size
+        self.samples += 1
+
+    @property
+    def sqnr(self) -> float:
+        return _sqnr(self.ref2, self.err2)
+
+    @property
+    def cos(self) -> float:
+        return _cos(self.dot, self.ref2, self.test2)
+
+    def figure(self, label: str, step: float | None) -> Figure:
+        reason = no_signal_reason(self.lo, self.hi, step, self.samples)
+        if reason:
+            return Figure(label, None, None, self.max_abs, self.samples, reason)
+        return Figure(label, self.sqnr, self.cos, self.max_abs, self.samples)

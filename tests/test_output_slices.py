@@ -1,0 +1,163 @@
+"""Per-slice fidelity of output Concats, the float-output default, and the no-signal sentence."""
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from builders import conv_node, save
+from qtquant.cli import main
+from qtquant.fidelity import measure_session
+from qtquant.graph import graph_from_model
+from qtquant.loader import open_model
+from qtquant.metrics import sqnr_db
+from qtquant.outputs import OutputMode, float_output_tensors, output_reached, output_slices
+
+
+def head_model(relabel=True, box_gain=300.0, dead=False) -> onnx.ModelProto:
+    """x → box conv ×gain ‖ class conv → Sigmoid → Concat → (Reshape → Transpose) → y.
+
+    The Concat joins a wide tensor (pixels) with a narrow one ([0, 1] scores), as detection heads do.
+    ``dead=True`` adds an output z = Relu(conv - 1000): zero on any input.
+    """
+    inits, nodes = [], []
+    nodes.append(conv_node(inits, "x", 3, 4, 3, "boxc", seed=1))
+    inits.append(numpy_helper.from_array(np.array(box_gain, np.float32), "gain"))
+    nodes.append(helper.make_node("Mul", ["boxc_out", "gain"], ["box"], name="box_mul"))
+    nodes.append(conv_node(inits, "x", 3, 2, 3, "clsc", gain=3.0, seed=2))
+    nodes.append(helper.make_node("Sigmoid", ["clsc_out"], ["score"], name="sig"))
+    cat_out = "cat_out" if relabel else "y"
+    nodes.append(helper.make_node("Concat", ["box", "score"], [cat_out], name="head", axis=1))
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if relabel:
+        inits.append(numpy_helper.from_array(np.array([1, 6, 64], np.int64), "shp"))
+        nodes.append(helper.make_node("Reshape", ["cat_out", "shp"], ["flat"], name="reshape"))
+        nodes.append(helper.make_node("Transpose", ["flat"], ["y"], name="transpose", perm=[0, 2, 1]))
+    if dead:
+        nodes.append(conv_node(inits, "x", 3, 2, 1, "deadc", seed=3))
+        inits.append(numpy_helper.from_array(np.array(1000.0, np.float32), "thousand"))
+        nodes.append(helper.make_node("Sub", ["deadc_out", "thousand"], ["dead_pre"], name="dead_sub"))
+        nodes.append(helper.make_node("Relu", ["dead_pre"], ["z"], name="dead_relu"))
+        outs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          outs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.fixture(scope="module")
+def head_path(tmp_path_factory):
+    return save(head_model(), tmp_path_factory.mktemp("slices") / "head.onnx")
+
+
+def test_slices_follow_reshape_and_transpose():
+    g = graph_from_model(head_model())
+    sl = output_slices(g)["y"]
+    assert [s.label for s in sl] == ["y[:, 0:4]", "y[:, 4:6]"]
+    assert [s.source for s in sl] == ["box", "score"]
+    # the labels land where the values do: check against the float model
+    sess = ort.InferenceSession(head_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    inner = onnx.helper.make_model(head_model().graph, opset_imports=[helper.make_opsetid("", 17)])
+    inner.graph.output.append(onnx.ValueInfoProto(name="score"))
+    inner.ir_version = 8
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    y, score = ort.InferenceSession(inner.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        ["y", "score"], {"x": x})
+    assert np.array_equal(sl[1].take(y).ravel(), score.reshape(2, 64).T.ravel())
+    assert sess.run(["y"], {"x": x})[0].shape == (1, 64, 6)
+
+
+def test_direct_concat_output_and_reach():
+    g = graph_from_model(head_model(relabel=False))
+    assert [s.label for s in output_slices(g)["y"]] == ["y[0:4]", "y[4:6]"]
+    g2 = graph_from_model(head_model())
+    assert output_reached(g2, "cat_out") == "y" and output_reached(g2, "box") is None
+
+
+def test_worst_slice_is_the_headline_when_quantized(head_path):
+    s = open_model(head_path)
+    s.run_calibration()
+    fid = measure_session(s, output_mode=OutputMode.QUANTIZE)
+    out = fid.after["y"]
+    box, score = out.slices
+    # one int8 scale for pixels and scores: the scores die while the whole looks fine
+    assert out.whole.sqnr_db > 25 and box.sqnr_db > 25
+    assert score.sqnr_db < 10
+    assert out.headline is score and fid.sqnr_db["y"] == score.sqnr_db
+    assert fid.headline_text("y").startswith("y[:, 4:6] ")
+    assert fid.samples == len(s.calibration.holdout) and fid.samples >= 1
+    doc = fid.to_dict()
+    json.dumps(doc, allow_nan=False)
+    assert [x["label"] for x in doc["outputs"]["y"]["slices"]] == ["y[:, 0:4]", "y[:, 4:6]"]
+    assert doc["outputs"]["y"]["headline"] == "y[:, 4:6]" and doc["samples"] == fid.samples
+
+
+def test_auto_keeps_a_mixed_output_concat_in_float(head_path):
+    s = open_model(head_path)
+    s.run_calibration()
+    keep, why = float_output_tensors(s.graph, s.baseline_domains, OutputMode.AUTO, 1.0)
+    assert "cat_out" in keep and "y" in keep and "score" not in keep
+    assert why and "score" in why[0].text() and "--quantize-outputs" in why[0].text()
+    fid = measure_session(s)  # the default export
+    assert fid.after["y"].slices[1].sqnr_db > 25
+    assert fid.float_outputs and "stays in float" in fid.float_outputs[0]
+    # a narrow gap is shared as before: nothing is kept float
+    tame = open_model(save(head_model(box_gain=1.0), head_path.replace("head.onnx", "tame.onnx")))
+    tame.run_calibration()
+    assert float_output_tensors(tame.graph, tame.baseline_domains, OutputMode.AUTO, 1.0)[0] == frozenset()
+
+
+def _ship_sqnr(exported, float_path, feeds):
+    """The exported file run as a user runs it: default options, CPU."""
+    fs = ort.InferenceSession(float_path, providers=["CPUExecutionProvider"])
+    qs = ort.InferenceSession(exported, providers=["CPUExecutionProvider"])
+    ref = np.concatenate([fs.run(["y"], f)[0].ravel() for f in feeds])
+    got = np.concatenate([qs.run(["y"], f)[0].ravel() for f in feeds])
+    return sqnr_db(ref, got)
+
+
+@pytest.mark.parametrize("flag", [[], ["--quantize-outputs"]])
+def test_fix_figure_agrees_with_the_exported_file(head_path, tmp_path, capsys, flag):
+    out = str(tmp_path / "out.onnx")
+    assert main(["fix", head_path, "-o", out, "--no-perf", "--json", *flag]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    fidd = doc["fidelity"]["outputs"]["y"]
+    s = open_model(head_path)
+    s.run_calibration()  # the same seed and samples as the CLI's
+    feeds = list(s.calibration.holdout)
+    assert len(feeds) == doc["fidelity"]["samples"]
+    assert abs(_ship_sqnr(out, head_path, feeds) - fidd["sqnr_db"]) < 0.5
+    assert doc["outputs"]["mode"] == ("quantize" if flag else "auto")
+
+
+def test_fix_table_names_the_worst_slice(head_path, tmp_path, capsys):
+    assert main(["fix", head_path, "-o", str(tmp_path / "o.onnx"), "--no-perf", "--quantize-outputs"]) == 0
+    text = capsys.readouterr().out
+    assert "SQNR y worst slice (dB)" in text and "y[:, 4:6]" in text and "y[:, 0:4] SQNR dB" in text
+    assert "sample" in text
+
+
+def test_no_signal_gets_a_sentence(tmp_path, capsys):
+    p = save(head_model(dead=True), tmp_path / "dead.onnx")
+    s = open_model(p)
+    s.run_calibration()
+    fid = measure_session(s)
+    z = fid.after["z"].headline
+    assert z.sqnr_db is None and "no signal" in z.no_signal and "representative" in z.no_signal
+    assert math.isnan(fid.sqnr_db["z"])
+    assert fid.to_dict()["outputs"]["z"]["reason"] == z.no_signal
+    assert main(["analyze", p, "--no-perf"]) == 0
+    text = capsys.readouterr().out
+    assert "no signal" in text
+    # a reference that varies less than one step of its calibrated scale: no number either
+    tiny = [{"x": np.full((1, 3, 8, 8), 1e-6, np.float32)} for _ in range(2)]
+    s.set_calibration(dataclasses.replace(s.calibration, holdout=tiny, in_sample=False))
+    fid2 = measure_session(s)
+    assert fid2.samples == 2 and "held out" in fid2.sample_text
+    assert all(p_.no_signal for p_ in fid2.after["y"].slices)
