@@ -87,7 +87,9 @@ class OutputFidelity:
         return self.whole
 
     def to_dict(self) -> dict:
-        return {**self.whole.to_dict(), "headline": self.headline.label,
+        """The headline's figures at the top (what a reader of ``sqnr_db`` must see: the worst
+        slice), the whole tensor and each slice below."""
+        return {**self.headline.to_dict(), "headline": self.headline.label, "whole": self.whole.to_dict(),
                 "slices": [s.to_dict() for s in self.slices]}
 
 

@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from .errors import ModelError, ShapeError
 from .modelcheck import (FLOAT_TYPES, apply_input_shapes, check_external_data, check_input_sizes, check_text,
                          file_sha256, infer_shapes, inline_small_external, toposort)
-from .ops import Role, handler_for, passes_through
+from .ops import Role, fused_into_producer, handler_for, passes_through
 from .shapes import format_shape, parse_input_shapes
 
 __all__ = ["Node", "Tensor", "Graph", "load_graph", "graph_from_model", "MIN_OPSET", "MAX_OPSET"]
@@ -211,6 +211,7 @@ class Graph:
                     self._quantized.add(o)
             for t in ins:
                 t.consumers.append(name)
+        self._quantized -= fused_into_producer(self)
 
     # -- views ----------------------------------------------------------------------------
     @property

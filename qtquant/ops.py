@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Callable
 
-__all__ = ["Role", "OpHandler", "handler_for", "register_cost", "REGISTRY", "passes_through"]
+__all__ = ["Role", "OpHandler", "handler_for", "register_cost", "REGISTRY", "passes_through",
+           "FUSED_ACTIVATIONS", "fused_into_producer"]
 
 
 class Role(Enum):
@@ -106,6 +107,38 @@ def passes_through(node, graph) -> bool:
     if h.role is not Role.PASS:
         return False
     return h.pass_if is None or bool(h.pass_if(node, graph))
+
+
+# Activations a compiler folds into the layer that computes their input: the activation is
+# applied to the accumulator before requantizing, so the layer's raw output never exists in
+# int8 and gets no observer.  TFLite stores RELU/RELU6 as a Conv's fused_activation_function;
+# TensorRT fuses a convolution with the pointwise ops after it (SiLU = x·Sigmoid(x) included);
+# NNCF's hardware fusing patterns put no quantizer between a Conv and its activation, SiLU
+# included; onnxruntime's QDQ transformer folds Relu/Clip into QLinearConv.
+FUSED_ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "HardSwish", "HardSigmoid", "Sigmoid",
+                               "Tanh", "Elu", "Selu", "Gelu", "Mish", "Softplus"})
+_FUSING_PRODUCERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+
+def fused_into_producer(graph) -> set[str]:
+    """Activation tensors that exist only inside a fused layer: a Conv/Gemm/MatMul output read
+    by nothing but its activation, and the Sigmoid inside a SiLU (x·Sigmoid(x)) such a layer feeds."""
+    outputs = set(graph.outputs)
+    fused = set()
+    for node in graph.nodes.values():
+        if node.op_type not in _FUSING_PRODUCERS or not node.outputs or node.outputs[0] in outputs:
+            continue
+        out = node.outputs[0]
+        cons = graph.consumers(out)
+        if len(cons) == 1 and cons[0].op_type in FUSED_ACTIVATIONS:
+            fused.add(out)
+        elif len(cons) == 2 and {c.op_type for c in cons} == {"Sigmoid", "Mul"}:
+            sig = next(c for c in cons if c.op_type == "Sigmoid")
+            mul = next(c for c in cons if c.op_type == "Mul")
+            s = sig.outputs[0]
+            if sorted(mul.inputs) == sorted([out, s]) and len(graph.consumers(s)) == 1 and s not in outputs:
+                fused.update((out, s))
+    return fused
 
 
 def register_cost(op_types, fn: Callable) -> None:

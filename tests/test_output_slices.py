@@ -132,7 +132,8 @@ def test_fix_figure_agrees_with_the_exported_file(head_path, tmp_path, capsys, f
     s.run_calibration()  # the same seed and samples as the CLI's
     feeds = list(s.calibration.holdout)
     assert len(feeds) == doc["fidelity"]["samples"]
-    assert abs(_ship_sqnr(out, head_path, feeds) - fidd["sqnr_db"]) < 0.5
+    assert abs(_ship_sqnr(out, head_path, feeds) - fidd["whole"]["sqnr_db"]) < 0.5
+    assert fidd["sqnr_db"] == min(x["sqnr_db"] for x in fidd["slices"])  # the headline is the worst slice
     assert doc["outputs"]["mode"] == ("quantize" if flag else "auto")
 
 
@@ -152,6 +153,7 @@ def test_no_signal_gets_a_sentence(tmp_path, capsys):
     assert z.sqnr_db is None and "no signal" in z.no_signal and "representative" in z.no_signal
     assert math.isnan(fid.sqnr_db["z"])
     assert fid.to_dict()["outputs"]["z"]["reason"] == z.no_signal
+    assert fid.to_dict()["outputs"]["z"]["sqnr_db"] is None
     assert main(["analyze", p, "--no-perf"]) == 0
     text = capsys.readouterr().out
     assert "no signal" in text

@@ -341,6 +341,11 @@ class PerfSummary(QWidget):
             f.setBold(key in ("latency", "fps"))
             lab.setFont(f)
             lab.setWordWrap(key == "sqnr")  # one entry per model output
+            if key == "sqnr":
+                # Room for three lines from the start: a result that arrives later must not grow
+                # the dock (that re-lays out the window and repaints the canvas).
+                lab.setMinimumHeight(3 * lab.fontMetrics().lineSpacing())
+                lab.setAlignment(Qt.AlignLeft | Qt.AlignTop)
             form.addRow(label, lab)
             self.values[key] = lab
         self.note = QLabel("")
@@ -435,15 +440,15 @@ def _fidelity_html(fid) -> str:
             t += _delta(f"{a.sqnr_db - w.sqnr_db:+.2f} dB", a.sqnr_db - w.sqnr_db, lower_better=False)
         parts.append(t)
     text = "; ".join(parts)
-    text += f'<br><span style="color:#777">on {_esc(fid.sample_text)}'
+    kind = "in-sample" if fid.in_sample else "held-out"
+    text += f' <span style="color:#777">({fid.samples} {kind} sample{"s" if fid.samples != 1 else ""}'
     if any(fid.after[o].slices for o in fid.outputs):
-        text += "; worst slice shown"
-    text += "</span>"
+        text += ", worst slice"
+    text += ")</span>"
     if any(fid.after[o].headline.no_signal for o in fid.outputs):
-        text += ('<br><span style="color:#b26a00">No signal: the float model\'s output barely varies on these '
-                 "samples. Calibrate on representative data.</span>")
+        text += ' <span style="color:#b26a00">no signal on these samples: use representative data</span>'
     if fid.findings:
-        text += f'<br><span style="color:#c62828">{len(fid.findings)} finding(s): see the tooltip</span>'
+        text += f' <span style="color:#c62828">{len(fid.findings)} finding(s), see tooltip</span>'
     return text
 
 
