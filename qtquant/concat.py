@@ -1,9 +1,21 @@
-"""Concat analysis: per-input scales, mismatch ratio, rescales and bits lost (DESIGN §3)."""
+"""Concat analysis: per-input scales, mismatch ratio, rescales and bits lost (DESIGN §3).
+
+Two cases beyond "compare each input with the output":
+- **Per-channel inputs** (a QDQ file may quantize an activation per channel): such an input
+  matches only when every channel's scale and zero point equal the reference's.  The worst
+  channel ratio (max over channels of the larger scale over the smaller) is kept.
+- **Float output** (the file has no Q/DQ after the Concat, but its inputs are quantized):
+  a compiler that quantizes the Concat gives the output the scale of one input and
+  requantizes the others.  The Horizon compiler takes the widest input's threshold, so the
+  reference is the input with the largest scale (the first of equals); every input whose
+  scale differs from it counts as a rescale, and the Concat gets a note saying so.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .qdq import channel_scales_of
 from .quant import bits_lost, scales_differ
 
 __all__ = ["ConcatMember", "ConcatInfo", "analyze_concats"]
@@ -15,7 +27,7 @@ class ConcatMember:
     index: int  # input index, or -1 for the output
     producer: str | None
     domain: int | None
-    scale: float | None
+    scale: float | None  # per-channel members: the widest channel
     zero_point: int | None
     lo: float
     hi: float
@@ -24,10 +36,18 @@ class ConcatMember:
     needs_rescale: bool = False
     constant: bool = False
     other_consumers: int = 0  # consumers other than this Concat: they see the shared scale too
+    channel_scales: tuple[float, ...] | None = None  # per-channel quantization read from the file
+    channel_zero_points: tuple[int, ...] | None = None
+    channel_axis: int | None = None
+    worst_channel_ratio: float | None = None  # per-channel members, against the reference scale
 
     @property
     def absmax(self) -> float:
         return max(abs(self.lo), abs(self.hi))
+
+    @property
+    def per_channel(self) -> bool:
+        return self.channel_scales is not None
 
 
 @dataclass
@@ -40,6 +60,8 @@ class ConcatInfo:
     rescales: int
     feeds_output: bool = False
     notes: list[str] = field(default_factory=list)
+    output_float: bool = False  # output left unquantized while inputs are quantized
+    reference_input: int | None = None  # the input whose scale the output would take (output_float)
 
     @property
     def mismatched(self) -> bool:
@@ -48,6 +70,11 @@ class ConcatInfo:
     @property
     def rescale_inputs(self) -> list[int]:
         return [m.index for m in self.inputs if m.needs_rescale]
+
+    @property
+    def worst_channel_ratio(self) -> float | None:
+        rs = [m.worst_channel_ratio for m in self.inputs if m.worst_channel_ratio is not None]
+        return max(rs) if rs else None
 
     def members(self) -> list[ConcatMember]:
         return [*self.inputs, self.output]
@@ -58,7 +85,7 @@ def _member(graph, dm, tensor, index, concat_name, merged) -> ConcatMember:
     own = dm.member_range.get(tensor, (float("nan"), float("nan")))
     t = graph.tensors[tensor]
     q = d.qparams if d else None
-    return ConcatMember(
+    m = ConcatMember(
         tensor=tensor, index=index, producer=t.producer, domain=d.id if d else None,
         scale=q.scale if q else None, zero_point=q.zero_point if q else None,
         lo=own[0], hi=own[1],
@@ -67,6 +94,81 @@ def _member(graph, dm, tensor, index, concat_name, merged) -> ConcatMember:
         constant=t.kind == "weight",
         other_consumers=len([c for c in t.consumers if c != concat_name]),
     )
+    cs = _file_channels(graph, dm, tensor, d)
+    if cs is not None and q is not None:
+        m.channel_scales, m.channel_zero_points, m.channel_axis = cs.scales, cs.zero_points, cs.axis
+    return m
+
+
+def _file_channels(graph, dm, tensor, d):
+    """The file's per-channel scales for this tensor, while its domain is still the file's own.
+
+    A user group gives its members one shared per-tensor scale, so the file's channels no
+    longer apply once the tensor is grouped with anything outside its pass-through chain.
+    """
+    if d is None or d.user_groups:
+        return None
+    chain = dm.natural_of.get(tensor, frozenset((tensor,)))
+    if set(d.members) - chain:
+        return None
+    cs = channel_scales_of(graph, tensor)
+    if cs is not None:
+        return cs
+    # The Q/DQ may sit before a Reshape or a MaxPool that passes the scale on.
+    found = [c for t in chain if (c := channel_scales_of(graph, t)) is not None]
+    return found[0] if len(found) == 1 else None
+
+
+def _ratio(a: float, b: float) -> float:
+    return max(a, b) / min(a, b) if min(a, b) > 0 else float("inf")
+
+
+def _compare(m: ConcatMember, ref_scale: float, ref_zp: int | None) -> bool:
+    """True when ``m`` needs a rescale to ``ref_scale``; sets the worst channel ratio."""
+    if m.channel_scales is None:
+        return scales_differ(m.scale, ref_scale) or (ref_zp is not None and m.zero_point != ref_zp)
+    m.worst_channel_ratio = max(_ratio(s, ref_scale) for s in m.channel_scales)
+    return any(scales_differ(s, ref_scale) for s in m.channel_scales) \
+        or (ref_zp is not None and any(z != ref_zp for z in m.channel_zero_points))
+
+
+def _compare_channels(m: ConcatMember, out: ConcatMember, offset: int | None, width: int | None) -> bool:
+    """An output quantized per channel: compare with the output channels this input fills
+    (on the Concat axis), or channel by channel when both span the same channels."""
+    outs, outz = out.channel_scales, out.channel_zero_points
+    if offset is not None and width is not None and offset + width <= len(outs):
+        outs, outz = outs[offset:offset + width], outz[offset:offset + width]
+    mine = m.channel_scales or (m.scale,) * len(outs)
+    minez = m.channel_zero_points or (m.zero_point,) * len(outs)
+    if len(mine) != len(outs):
+        # Channel counts that cannot be lined up: matching needs one scale on both sides.
+        ref = outs[0]
+        differ = len(set(outs)) > 1 or len(set(outz)) > 1
+        return _compare(m, ref, outz[0]) or differ
+    pairs = list(zip(mine, outs))
+    if m.channel_scales is not None or len(set(outs)) > 1:
+        m.worst_channel_ratio = max(_ratio(a, b) for a, b in pairs)
+    return any(scales_differ(a, b) for a, b in pairs) or any(a != b for a, b in zip(minez, outz))
+
+
+def _same_axis(graph, tensor, a, b) -> bool:
+    shape = graph.tensors[tensor].shape
+    if a is None:
+        return False
+    if a == b:
+        return True
+    return bool(shape) and a % len(shape) == b % len(shape)
+
+
+def _channel_width(graph, tensor, axis) -> int | None:
+    shape = graph.tensors[tensor].shape
+    if not shape:
+        return None
+    try:
+        d = shape[axis]
+    except IndexError:
+        return None
+    return d if isinstance(d, int) and d > 0 else None
 
 
 def analyze_concats(graph, dm) -> list[ConcatInfo]:
@@ -75,6 +177,7 @@ def analyze_concats(graph, dm) -> list[ConcatInfo]:
     infos = []
     for node in graph.concat_nodes():
         out = node.outputs[0]
+        axis = int(node.attrs.get("axis", 0))
         ins = [(i, t) for i, t in enumerate(node.inputs) if t and t in graph.tensors]
         rs = [dm.member_range[t] for _, t in ins if t in dm.member_range]
         if out in dm.member_range:
@@ -83,6 +186,7 @@ def analyze_concats(graph, dm) -> list[ConcatInfo]:
         out_m = _member(graph, dm, out, -1, node.name, merged)
         members = [_member(graph, dm, t, i, node.name, merged) for i, t in ins]
         notes = []
+        live = []
         for m in members:
             if m.constant:
                 # Constants are requantized offline to the output scale: no runtime op.
@@ -90,15 +194,47 @@ def analyze_concats(graph, dm) -> list[ConcatInfo]:
             if m.scale is None:
                 notes.append(f"input {m.index} ({m.tensor}) is not quantized")
                 continue
-            if out_m.scale is not None and scales_differ(m.scale, out_m.scale):
-                m.needs_rescale = True
-            elif out_m.scale is not None and m.zero_point != out_m.zero_point:
-                m.needs_rescale = True
-        scales = [m.scale for m in (*members, out_m) if m.scale and not m.constant]
+            live.append(m)
+        output_float = out_m.scale is None and bool(live)
+        reference = None
+        if output_float:
+            reference = max(live, key=lambda m: m.scale)  # the first of the widest
+            for m in live:
+                m.needs_rescale = _compare(m, reference.scale, reference.zero_point)
+            n = sum(m.needs_rescale for m in live)
+            if n:
+                notes.append(f"output is not quantized in the file; its inputs are compared with input "
+                             f"{reference.index} ({reference.tensor}, the widest, scale {reference.scale:.4g}), "
+                             f"whose scale a compiler would give the output: {n} of {len(live)} need a rescale")
+            else:
+                notes.append(f"output is not quantized in the file; its inputs share one scale "
+                             f"({reference.scale:.4g}), which a compiler would give the output: no rescale")
+        elif out_m.scale is not None:
+            by_index = {m.index: m for m in live}
+            split = out_m.channel_scales is not None and _same_axis(graph, out, out_m.channel_axis, axis)
+            offset = 0
+            for i, t in enumerate(node.inputs):
+                width = _channel_width(graph, t, axis) if t in graph.tensors else None
+                m = by_index.get(i)
+                if m is not None:
+                    if out_m.channel_scales is not None:
+                        m.needs_rescale = _compare_channels(m, out_m, offset if split else None, width)
+                    else:
+                        m.needs_rescale = _compare(m, out_m.scale, out_m.zero_point)
+                offset = offset + width if offset is not None and width is not None else None
+        scales = []
+        for m in (*live, out_m):
+            if m.channel_scales is not None:
+                scales.extend(m.channel_scales)
+            elif m.scale:
+                scales.append(m.scale)
+        scales = [s for s in scales if s > 0]
         ratio = max(scales) / min(scales) if scales else 1.0
         feeds = out in outputs or any(o in outputs for c in graph.consumers(out) for o in c.outputs
                                       if c.handler.role.value == "pass")
-        info = ConcatInfo(node.name, int(node.attrs.get("axis", 0)), members, out_m, ratio,
-                          sum(m.needs_rescale for m in members), feeds_output=feeds, notes=notes)
+        info = ConcatInfo(node.name, axis, members, out_m, ratio,
+                          sum(m.needs_rescale for m in members), feeds_output=feeds, notes=notes,
+                          output_float=output_float,
+                          reference_input=reference.index if reference is not None else None)
         infos.append(info)
     return infos

@@ -9,7 +9,7 @@ import onnx
 from .errors import ModelError
 from .graph import graph_from_model
 from .modelcheck import check_external_data, check_text, file_sha256
-from .qdq import is_qdq_model, strip_qdq
+from .qdq import attach_qdq, is_qdq_model, strip_qdq
 from .session import Options, Session
 
 __all__ = ["open_model"]
@@ -39,4 +39,6 @@ def open_model(path, input_shapes=None, options: Options = Options()) -> Session
         except Exception as e:
             raise ModelError(f"cannot read the QDQ quantization of {p.name}: {e}") from None
     graph = graph_from_model(model, input_shapes or {}, path=p, sha256=sha)
+    if qdq is not None:
+        attach_qdq(graph, qdq)
     return Session(graph, options, qdq=qdq)

@@ -2,7 +2,17 @@
 
 QuantizeLinear/DequantizeLinear pairs are stripped so the rest of qtquant sees the
 float graph; the scale and zero point each activation carried in the file become
-fixed ranges for the domain builder.  Quantized weights are dequantized in place.
+fixed ranges for the domain builder.
+
+Writers lay weights out two ways, and both are weights, per channel or not:
+- onnxruntime: an integer initializer → DequantizeLinear.  The float view holds the
+  dequantized value (the float original is not in the file).
+- NVIDIA ModelOpt: a float initializer (or Constant) → QuantizeLinear → DequantizeLinear.
+  The float view keeps the float original, which is what the file quantizes.
+
+Activations may be quantized per channel (NNCF does so on depthwise-conv inputs).  Their
+per-channel scales are kept in :attr:`QdqInfo.channels`; the domain builder gets the
+envelope range of all channels, and the Concat analysis compares every channel.
 """
 
 from __future__ import annotations
@@ -16,7 +26,20 @@ from onnx import numpy_helper
 from .errors import ModelError
 from .quant import Scheme
 
-__all__ = ["QdqInfo", "is_qdq_model", "strip_qdq"]
+__all__ = ["ChannelScales", "QdqInfo", "is_qdq_model", "strip_qdq", "attach_qdq", "channel_scales_of"]
+
+
+@dataclass(frozen=True)
+class ChannelScales:
+    """Per-channel quantization of one activation, as the file gives it."""
+
+    axis: int
+    scales: tuple[float, ...]
+    zero_points: tuple[int, ...]  # as the scheme counts them: uint8 terms when asymmetric
+
+    @property
+    def uniform(self) -> bool:
+        return len(set(self.scales)) == 1 and len(set(self.zero_points)) == 1
 
 
 @dataclass
@@ -24,12 +47,28 @@ class QdqInfo:
     scheme: Scheme
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
     scales: dict[str, tuple[float, int]] = field(default_factory=dict)  # tensor -> (scale, zero point)
+    channels: dict[str, ChannelScales] = field(default_factory=dict)  # per-channel activations only
     pairs: int = 0
-    weights: int = 0
+    weights: int = 0  # quantized weights of either layout
+    float_weights: int = 0  # of those, float constant → Q → DQ (kept float in the view)
 
 
 def is_qdq_model(model: onnx.ModelProto) -> bool:
     return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+
+
+def attach_qdq(graph, info: QdqInfo) -> None:
+    """Let graph-level analyses (the Concat table) read what the file said about the float view.
+
+    The Concat analysis is handed the graph and the domain map only; the per-channel scales
+    are a property of the file this graph is the float view of, so they travel with it.
+    """
+    graph.qdq_info = info
+
+
+def channel_scales_of(graph, tensor: str) -> ChannelScales | None:
+    info = getattr(graph, "qdq_info", None)
+    return info.channels.get(tensor) if info is not None else None
 
 
 def _const(name, inits, consts, base_dir):
@@ -38,6 +77,10 @@ def _const(name, inits, consts, base_dir):
     if name in consts:
         return consts[name]
     return None
+
+
+def _attr(node, name, default):
+    return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
 def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, QdqInfo]:
@@ -52,12 +95,48 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
                 if a.name == "value":
                     consts[n.output[0]] = numpy_helper.to_array(a.t)
     producer = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    graph_outputs = {o.name for o in g.output}
+    static_memo: dict[str, bool] = {}
+    opened: set[str] = set()
+
+    def static(name: str) -> bool:
+        # Computed from constants only (a weight behind a Transpose or Cast, say): never an activation.
+        todo = [name]
+        while todo:
+            t = todo[-1]
+            if t in static_memo:
+                todo.pop()
+                continue
+            if t in inits or t in consts:
+                static_memo[t] = True
+                todo.pop()
+                continue
+            p = producer.get(t)
+            if p is None or not [i for i in p.input if i]:
+                static_memo[t] = p is not None and p.op_type == "Constant"
+                todo.pop()
+                continue
+            pending = [i for i in p.input if i and i not in static_memo]
+            if pending and t not in opened:
+                opened.add(t)
+                todo.extend(pending)
+                continue
+            for i in pending:  # back at t with inputs still open: a cycle, which is no constant
+                static_memo[i] = False
+            static_memo[t] = all(static_memo[i] for i in p.input if i)
+            todo.pop()
+        return static_memo[name]
+
     rename: dict[str, str] = {}
     drop = set()
-    qparams: dict[str, tuple[float, int, int]] = {}  # float tensor -> (scale, zp, qdtype)
+    qparams: dict[str, tuple[float, int, object]] = {}  # float tensor -> (scale, zp, qdtype)
+    chans: dict[str, tuple[int, np.ndarray, np.ndarray, object]] = {}
     new_inits = []
-    n_weights = 0
-    n_pairs = 0
+    n_weights = n_float_weights = n_pairs = 0
     for n in g.node:
         if n.op_type != "DequantizeLinear":
             continue
@@ -68,9 +147,9 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
             raise ModelError(f"DequantizeLinear {n.name!r} has a scale that is not a constant")
         q = producer.get(src)
         if src in inits or src in consts:
-            # A quantized weight: replace with its float value.
+            # onnxruntime's layout: an integer weight; the float view holds its dequantized value.
             w = _const(src, inits, consts, base_dir).astype(np.float32)
-            axis = next((a.i for a in n.attribute if a.name == "axis"), 1)
+            axis = _attr(n, "axis", 1)
             s = scale.astype(np.float32)
             z = (zp if zp is not None else np.zeros_like(s)).astype(np.float32)
             if s.ndim == 1 and s.size > 1:
@@ -81,17 +160,38 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
             drop.add(id(n))
             n_weights += 1
             continue
-        if q is not None and q.op_type == "QuantizeLinear":
-            x = q.input[0]
-            rename[n.output[0]] = x
-            drop.add(id(n))
+        if q is None or q.op_type != "QuantizeLinear":
+            continue
+        x = q.input[0]
+        rename[n.output[0]] = x
+        drop.add(id(n))
+        if all(c.op_type == "DequantizeLinear" for c in consumers.get(q.output[0], ())) \
+                and q.output[0] not in graph_outputs:
             drop.add(id(q))
-            qdt = (zp.dtype if zp is not None else np.dtype(np.uint8))
-            if scale.size != 1:
-                raise ModelError(f"activation {x!r} is quantized per channel; only per-tensor activations are supported")
-            zpv = int(zp.reshape(-1)[0]) if zp is not None else 0
-            qparams.setdefault(x, (float(scale.reshape(-1)[0]), zpv, qdt))
-            n_pairs += 1
+        if static(x):
+            # ModelOpt's layout: the weight is still float in the file and quantized by this chain.
+            n_weights += 1
+            n_float_weights += 1
+            continue
+        n_pairs += 1
+        qdt = zp.dtype if zp is not None else np.dtype(np.uint8)
+        if _attr(n, "block_size", 0):
+            raise ModelError(f"activation {x!r} is block-quantized; qtquant reads per-tensor and "
+                             "per-channel activations")
+        s = np.asarray(scale, np.float64).reshape(-1)
+        z = (np.asarray(zp).reshape(-1).astype(np.int64) if zp is not None else np.zeros(s.size, np.int64))
+        if z.size == 1 and s.size > 1:
+            z = np.repeat(z, s.size)
+        if s.size == 1:
+            qparams.setdefault(x, (float(s[0]), int(z[0]), qdt))
+            continue
+        if x in qparams or x in chans:
+            continue  # several Q/DQ pairs on one tensor: the first one stands for it, as for per-tensor
+        chans[x] = (int(_attr(n, "axis", 1)), s, z, qdt)
+        # The domain builder and the table's scale column see one number; the widest channel
+        # is the one a per-tensor requantize would have to cover.
+        k = int(np.argmax(s))
+        qparams[x] = (float(s[k]), int(z[k]), qdt)
     # Q nodes whose outputs were all consumed by dropped DQs are gone; remaining Q outputs
     # (feeding something other than a DQ) cannot be represented in the float view.
     kept = [n for n in g.node if id(n) not in drop]
@@ -107,21 +207,38 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
         if o.name in rename:
             # Keep the model's output name: re-emit it with an Identity.
             kept.append(onnx.helper.make_node("Identity", [rename[o.name]], [o.name], name=f"{o.name}_id"))
+    used = {i for n in kept for i in n.input} | graph_outputs
+    # A Constant that only fed a Q/DQ scale or zero point is dead now; left in, it would show as a node.
+    kept = [n for n in kept if n.op_type != "Constant" or any(o in used for o in n.output)]
     del g.node[:]
     g.node.extend(kept)
-    used = {i for n in g.node for i in n.input}
     keep_inits = [t for t in g.initializer if t.name in used]
     del g.initializer[:]
     g.initializer.extend(keep_inits + [t for t in new_inits if t.name in used])
     del g.value_info[:]
-    sym = all(dt == np.int8 and zpv == 0 for _, zpv, dt in qparams.values()) if qparams else True
+
+    def zero_points(x):
+        return chans[x][2] if x in chans else (qparams[x][1],)
+
+    sym = all(dt == np.int8 and not np.any(zero_points(x)) for x, (_, _, dt) in qparams.items()) \
+        if qparams else True
     scheme = Scheme.SYMMETRIC_INT8 if sym else Scheme.ASYMMETRIC_UINT8
-    info = QdqInfo(scheme, pairs=n_pairs, weights=n_weights)
+    info = QdqInfo(scheme, pairs=n_pairs, weights=n_weights, float_weights=n_float_weights)
     for x, (s, zpv, dt) in qparams.items():
         info.scales[x] = (s, zpv)
-        if sym:
+        qmin = -128 if dt == np.int8 else 0
+        if x in chans:
+            axis, cs, cz, _ = chans[x]
+            # Zero points in the terms the domain builder's qparams use (uint8 under the asymmetric
+            # scheme), so that a channel compares with a per-tensor scale like for like.
+            shift = 0 if sym else qmin
+            info.channels[x] = ChannelScales(axis, tuple(float(v) for v in cs), tuple(int(v) - shift for v in cz))
+            if sym:
+                info.ranges[x] = (-127.0 * float(cs.max()), 127.0 * float(cs.max()))
+            else:
+                info.ranges[x] = (float(((qmin - cz) * cs).min()), float(((qmin + 255 - cz) * cs).max()))
+        elif sym:
             info.ranges[x] = (-127.0 * s, 127.0 * s)
         else:
-            qmin = -128 if dt == np.int8 else 0
             info.ranges[x] = ((qmin - zpv) * s, (qmin + 255 - zpv) * s)
     return m, info
