@@ -109,35 +109,61 @@ def passes_through(node, graph) -> bool:
     return h.pass_if is None or bool(h.pass_if(node, graph))
 
 
-# Activations a compiler folds into the layer that computes their input: the activation is
-# applied to the accumulator before requantizing, so the layer's raw output never exists in
-# int8 and gets no observer.  TFLite stores RELU/RELU6 as a Conv's fused_activation_function;
-# TensorRT fuses a convolution with the pointwise ops after it (SiLU = x·Sigmoid(x) included);
-# NNCF's hardware fusing patterns put no quantizer between a Conv and its activation, SiLU
-# included; onnxruntime's QDQ transformer folds Relu/Clip into QLinearConv.
+# What a compiler folds into the layer that computes its input: a BatchNormalization, or an
+# Add/Sub/Mul/Div by a constant, becomes the layer's weights and bias; an activation is applied
+# to the accumulator before requantizing.  So the layer's raw output, and every step up to the
+# last folded op, never exists in int8 and gets no observer.  TFLite stores RELU/RELU6 as a
+# Conv's fused_activation_function; TensorRT fuses a convolution with the pointwise ops after it
+# (x·Sigmoid(x) included); NNCF's hardware fusing patterns put no quantizer between a Conv, its
+# BatchNormalization and its activation (SiLU, HardSwish included); onnxruntime's optimizer
+# folds Conv+BatchNormalization, Conv+Add and Conv+Mul by constants before it quantizes.
 FUSED_ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "HardSwish", "HardSigmoid", "Sigmoid",
                                "Tanh", "Elu", "Selu", "Gelu", "Mish", "Softplus"})
+_FOLDED_AFFINE = frozenset({"BatchNormalization", "Add", "Sub", "Mul", "Div"})
 _FUSING_PRODUCERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+# x·g(x): SiLU (g = Sigmoid) and HardSwish (g = HardSigmoid) written as two ops.
+_GATES = frozenset({"Sigmoid", "HardSigmoid"})
+
+
+def _constant_operand(node, t, graph) -> bool:
+    """``node`` combines ``t`` with constants only (a per-channel scale or shift)."""
+    others = [i for i in node.inputs if i and i != t]
+    if node.op_type == "BatchNormalization":
+        return bool(node.inputs) and node.inputs[0] == t
+    if node.op_type in ("Sub", "Div") and node.inputs and node.inputs[0] != t:
+        return False  # c - x or c / x is not an affine map of x a layer can absorb
+    return len(others) == 1 and graph.constant_value(others[0]) is not None
 
 
 def fused_into_producer(graph) -> set[str]:
-    """Activation tensors that exist only inside a fused layer: a Conv/Gemm/MatMul output read
-    by nothing but its activation, and the Sigmoid inside a SiLU (x·Sigmoid(x)) such a layer feeds."""
+    """Activation tensors that exist only inside a fused layer: a Conv/Gemm/MatMul output read by
+    nothing but what the compiler folds into it (a constant affine op, then an activation, or the
+    gate of x·g(x)), and each folded step but the last."""
     outputs = set(graph.outputs)
-    fused = set()
+    fused: set[str] = set()
     for node in graph.nodes.values():
-        if node.op_type not in _FUSING_PRODUCERS or not node.outputs or node.outputs[0] in outputs:
+        if node.op_type not in _FUSING_PRODUCERS or not node.outputs:
             continue
-        out = node.outputs[0]
-        cons = graph.consumers(out)
-        if len(cons) == 1 and cons[0].op_type in FUSED_ACTIVATIONS:
-            fused.add(out)
-        elif len(cons) == 2 and {c.op_type for c in cons} == {"Sigmoid", "Mul"}:
-            sig = next(c for c in cons if c.op_type == "Sigmoid")
-            mul = next(c for c in cons if c.op_type == "Mul")
-            s = sig.outputs[0]
-            if sorted(mul.inputs) == sorted([out, s]) and len(graph.consumers(s)) == 1 and s not in outputs:
-                fused.update((out, s))
+        t, affine_ok = node.outputs[0], True
+        while t and t not in outputs:
+            cons = graph.consumers(t)
+            if len(cons) == 1:
+                c = cons[0]
+                if affine_ok and c.op_type in _FOLDED_AFFINE and _constant_operand(c, t, graph):
+                    fused.add(t)
+                    t = c.outputs[0]
+                    continue
+                if c.op_type in FUSED_ACTIVATIONS:
+                    fused.add(t)
+                break  # the activation's output is the layer's output
+            if len(cons) == 2 and {c.op_type for c in cons} <= _GATES | {"Mul"}:
+                gate = next((c for c in cons if c.op_type in _GATES), None)
+                mul = next((c for c in cons if c.op_type == "Mul"), None)
+                g = gate.outputs[0] if gate is not None else ""
+                if mul is not None and g and sorted(mul.inputs) == sorted([t, g]) \
+                        and len(graph.consumers(g)) == 1 and g not in outputs:
+                    fused.update((t, g))
+            break
     return fused
 
 

@@ -36,6 +36,9 @@ def member_dict(m, graph) -> dict:
         "needs_rescale": m.needs_rescale,
         "constant": m.constant,
         "other_consumers": m.other_consumers,
+        # Per-channel activation scales read from a QDQ file, and the worst channel against the reference.
+        "channel_scales": list(m.channel_scales) if m.channel_scales is not None else None,
+        "worst_channel_ratio": _num(m.worst_channel_ratio),
     }
 
 
@@ -55,6 +58,9 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
             "rescales": c.rescales,
             "rescale_cost_us": _num(rescale_us.get(c.node, 0.0)) if perf is not None else None,
             "feeds_output": c.feeds_output,
+            "worst_channel_ratio": _num(c.worst_channel_ratio),
+            "output_float": c.output_float,
+            "reference_input": c.reference_input,
             "notes": list(c.notes),
         })
     summary = {
@@ -71,6 +77,8 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
     if fidelity is not None:
         summary["sqnr_db"] = {k: _num(v) for k, v in fidelity.sqnr_db.items()}
         summary["cosine"] = {k: _num(v) for k, v in fidelity.cosine.items()}
+        # Per output and slice, with the sample count and no-signal reasons (DESIGN §6).
+        summary["fidelity"] = fidelity.to_dict()
     doc = {
         "schema_version": SCHEMA_VERSION,
         "model": str(g.path) if g.path else None,
@@ -83,6 +91,8 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
             "source": session.calibration.config.source,
             "observer": session.calibration.config.observer,
             "samples": session.calibration.batches,
+            "check_samples": len(session.calibration.holdout),
+            "check_in_sample": bool(getattr(session.calibration, "in_sample", False)),
         },
         "groups": [list(gr) for gr in session.groups.as_lists()],
         "concats": items,
@@ -101,13 +111,16 @@ def concat_table_text(session, concats=None, perf=None) -> str:
     g = session.graph
     concats = session.concats() if concats is None else concats
     rescale_us = perf.rescale_cost_by_concat() if perf is not None else {}
-    rows = [("concat", "inputs", "ratio", "rescales", "worst bits if shared", "rescale µs", "scales (in → out)")]
+    rows = [("concat", "inputs", "ratio", "rescales", "worst channel", "worst bits if shared", "rescale µs",
+             "scales (in → out)")]
     for c in sorted(concats, key=lambda c: -c.ratio):
         scales = ", ".join(_fmt_scale(m.scale) + ("*" if m.needs_rescale else "") for m in c.inputs)
         worst = max((m.bits_lost_if_shared for m in c.inputs), default=0.0)
+        wch = c.worst_channel_ratio
         rows.append((c.node, str(len(c.inputs)), f"{c.ratio:.2f}", str(c.rescales),
-                     f"{worst:.2f}", f"{rescale_us.get(c.node, 0.0):.1f}" if perf is not None else "-",
-                     f"{scales} → {_fmt_scale(c.output.scale)}"))
+                     "-" if wch is None else f"{wch:.2f}", f"{worst:.2f}",
+                     f"{rescale_us.get(c.node, 0.0):.1f}" if perf is not None else "-",
+                     f"{scales} → {'float' if c.output_float else _fmt_scale(c.output.scale)}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = []
     for k, r in enumerate(rows):
@@ -115,6 +128,14 @@ def concat_table_text(session, concats=None, perf=None) -> str:
                                for i in range(len(widths))) + "  " + r[-1])
         if k == 0:
             lines.append("-" * min(120, sum(widths) + 2 * len(widths) + 20))
+    # Only the notes that explain a rescale count; the rest are in --json and the inspector.
+    for c in sorted(concats, key=lambda c: -c.ratio):
+        if c.rescales:
+            lines.extend(f"note: {c.node}: {n}" for n in c.notes)
+    n_float = sum(1 for c in concats if c.output_float)
+    if n_float:
+        lines.append(f"note: {n_float} Concats have a float output in the file; their inputs were compared with "
+                     "the widest input, whose scale a compiler would give the output")
     n_mis = sum(1 for c in concats if c.rescales)
     lines.append("")
     lines.append(f"{len(concats)} Concats, {n_mis} mismatched, {sum(c.rescales for c in concats)} rescales "
