@@ -231,24 +231,3 @@ def test_jobs_keep_the_in_sample_check(graph, tmp_path):
     two = calibrate(graph, CalibConfig(source=src, jobs=2))
     assert two.in_sample and two.batches == 7 and _ids(two.holdout) == _ids(one.holdout)
     assert two.ranges == one.ranges
-
-
-def test_open_dialog_holdout_field(qtbot, tmp_path, model_file):
-    pytest.importorskip("PySide6")
-    from qtquant.gui.dialogs import OpenDialog, calib_config
-
-    dlg = OpenDialog(model_file, {})
-    qtbot.addWidget(dlg)
-    assert dlg.holdout.text() == "auto" and dlg.count.value() == 16
-    assert calib_config(dlg.values()["calib"]).holdout is None
-    for text, want in (("0", 0), ("5", 5), ("0.2", 0.2), (" Auto ", None)):
-        dlg.holdout.setText(text)
-        vals = dlg.values()["calib"]
-        assert calib_config(vals).holdout == want
-    dlg.holdout.setText("1.5")
-    with pytest.raises(CalibConfigError, match="--holdout"):
-        dlg.values()
-    dlg2 = OpenDialog(model_file, {"calib": {"holdout": "0.2"}})
-    qtbot.addWidget(dlg2)
-    assert dlg2.holdout.text() == "0.2"
-    assert calib_config({}).holdout is None and calib_config({}).count == 16

@@ -1,0 +1,40 @@
+"""Fixtures and hooks for the tests that need Qt (PySide6 and pytest-qt).
+
+Only this folder may import Qt: the root conftest and every test outside ``tests/gui`` run
+without PySide6 installed (CI runs them once in a venv without it).
+"""
+
+import os
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture
+def prompts(monkeypatch):
+    """Every QMessageBox.question is recorded and answered from ``answers`` (default: Discard),
+    so a save/restore prompt can never block a GUI test."""
+    from PySide6.QtWidgets import QMessageBox
+
+    log = {"asked": [], "answers": []}
+
+    def question(parent, title, text, buttons=None, default=None):
+        log["asked"].append((title, text))
+        return log["answers"].pop(0) if log["answers"] else QMessageBox.Discard
+
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(question))
+    return log
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item):
+    """Before pytest-qt closes the test's windows: no unsaved-changes prompt.  A test failing
+    after an edit left its window modified, and the modal prompt on close hung the whole run."""
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance()
+    for w in app.topLevelWidgets() if app is not None else ():
+        if hasattr(w, "show_dialogs"):
+            w.show_dialogs = False
+    return (yield)
