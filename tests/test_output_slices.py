@@ -163,3 +163,23 @@ def test_no_signal_gets_a_sentence(tmp_path, capsys):
     fid2 = measure_session(s)
     assert fid2.samples == 2 and "held out" in fid2.sample_text
     assert all(p_.no_signal for p_ in fid2.after["y"].slices)
+
+
+def test_kernel_divergence_beyond_tolerance_is_a_finding():
+    from qtquant.fidelity import KERNEL_TOLERANCE_DB, OutputFidelity, _kernel_findings
+    from qtquant.metrics import Figure
+
+    def out(db):
+        return {"y": OutputFidelity("y", Figure("y", db, 0.9, 1.0, 4), [Figure("y[0:2]", db, 0.9, 1.0, 4)])}
+
+    assert _kernel_findings(out(20.0), out(20.0 + KERNEL_TOLERANCE_DB / 2), ["y"]) == []
+    found = _kernel_findings(out(-1.0), out(12.4), ["y"])
+    assert len(found) == 2 and "-1.00 dB" in found[0] and "12.40 dB" in found[0]
+
+
+def test_cross_check_runs_on_a_real_export(head_path):
+    s = open_model(head_path)
+    s.run_calibration()
+    fid = measure_session(s, cross_check=True)
+    # onnxruntime's int8 kernels and Q/DQ in float agree on this small model: no finding
+    assert fid.findings == [] and "default session options" in fid.runtime
