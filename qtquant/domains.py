@@ -8,22 +8,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
 
 import numpy as np
 from networkx.utils import UnionFind
 
 from .ops import passes_through
 from .quant import QParams, Scheme, qparams_for_range, range_width
+from .vocab import Policy, TensorKind
 
 __all__ = ["Policy", "Domain", "DomainMap", "build_domains"]
-
-
-class Policy(Enum):
-    UNION = "union"  # min of mins, max of maxes (NNCF, ModelOpt)
-    OUTPUT = "output"  # the Concat output's own calibrated range (TFLite, ONE, AIMET)
-    MAX_INPUT = "max-input"  # the widest input range (DLA qdq-translator)
-    POOLED = "pooled"  # percentile over the members' merged histograms (ModelOpt entropy)
 
 
 @dataclass
@@ -51,6 +44,8 @@ class DomainMap:
     of: dict[str, int]  # tensor -> domain id
     natural_of: dict[str, frozenset] = field(default_factory=dict)  # pass-through-only domain members
     scheme: Scheme = Scheme.SYMMETRIC_INT8
+    # Each tensor's own range before sharing: what bits lost are measured against.
+    member_range: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def domain_of(self, tensor: str) -> Domain | None:
         i = self.of.get(tensor)
@@ -115,7 +110,7 @@ def _policy_range(policy: Policy, members, natural_sets, ranges, graph, hist_poo
 def _constant_range(graph, name):
     """Range of a float constant that a user group pulls into a domain (it is cloned on export)."""
     t = graph.tensors.get(name)
-    if t is None or t.kind != "weight" or not t.is_float:
+    if t is None or t.kind != TensorKind.WEIGHT or not t.is_float:
         return None
     try:
         v = graph.constant_value(name)
@@ -202,6 +197,4 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
         domains[did] = Domain(did, tuple(members), lo, hi, q, fixed=is_fixed, user_groups=tuple(gids))
         for m in members:
             of[m] = did
-    dm = DomainMap(domains, of, natural, scheme)
-    dm.member_range = member_range  # per-tensor own range (before sharing)
-    return dm
+    return DomainMap(domains, of, natural, scheme, member_range)

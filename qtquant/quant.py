@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
+
+from .vocab import Scheme
 
 __all__ = ["Scheme", "QParams", "qparams_for_range", "bits_lost", "SCALE_RTOL", "scales_differ"]
 
 SCALE_RTOL = 1e-6  # relative difference above which two scales count as different
 _TINY = 1e-12
-
-
-class Scheme(Enum):
-    SYMMETRIC_INT8 = "int8-sym"  # Horizon default: zero point 0, scale = absmax / 127
-    ASYMMETRIC_UINT8 = "uint8-asym"  # onnxruntime / TFLite style
-
-    @classmethod
-    def parse(cls, text: str) -> "Scheme":
-        for s in cls:
-            if text in (s.value, s.name.lower(), {"SYMMETRIC_INT8": "sym", "ASYMMETRIC_UINT8": "asym"}[s.name]):
-                return s
-        raise ValueError(text)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,9 @@ import numpy as np
 from ..errors import BadInputError, CalibrationDataError, Cancelled, ModelError
 from ..runtime import input_specs, make_session
 from .augment import augment
-from .observers import OBSERVERS, SCHEMES, abs_percentile, observe, signed_quantile
+from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAULT_PERCENTILE, DEFAULT_SCHEME,
+                     LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, scheme_name)
+from .observers import abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
 from .stats import NonFiniteError, TensorStats
 
@@ -37,9 +39,8 @@ __all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "CalibConfigError"
            "split_samples", "Split", "parse_holdout", "held_back_count", "synthetic_sample_count",
            "DEFAULT_COUNT", "AUTO_HOLDOUT_MIN", "AUTO_HOLDOUT_FRACTION", "CHECK_CAP", "INT_TEXT"]
 
-RESIZE_MODES = ("stretch", "letterbox", "center-crop")
 AUTO_MINMAX_STRIDE = 8
-DEFAULT_COUNT = 16  # the one default for --calib-count and the GUI's "Samples"
+DEFAULT_COUNT = DEFAULT_CALIB_COUNT
 # --holdout auto: a held-out check only pays when enough samples are left to calibrate on; below
 # this the check runs in-sample.  The 20% of 32 is 6 samples held out, 26 calibrated on.
 AUTO_HOLDOUT_MIN = 32
@@ -58,12 +59,10 @@ class CalibConfigError(BadInputError, ValueError):
 
 
 def _scheme_name(value) -> str:
-    v = getattr(value, "value", value)
-    v = {"int8-sym": "sym", "uint8-asym": "asym", "symmetric_int8": "sym", "asymmetric_uint8": "asym"}.get(
-        str(v).lower(), str(v).lower())
-    if v not in SCHEMES:
-        raise CalibConfigError(f"unknown scheme {value!r} (choose sym or asym)")
-    return v
+    try:
+        return scheme_name(value)
+    except ValueError:
+        raise CalibConfigError(f"unknown scheme {value!r} (choose sym or asym)") from None
 
 
 def parse_holdout(value) -> int | float | None:
@@ -102,28 +101,28 @@ class CalibConfig:
 
     source: str = "synthetic"  # "synthetic", a .npy/.npz file, a folder of them, or an image folder
     count: int = DEFAULT_COUNT  # calibration samples (fewer when the data has fewer)
-    observer: str = "minmax"  # one of OBSERVERS
-    percentile: float = 99.99
+    observer: str = DEFAULT_OBSERVER.value  # one of OBSERVERS
+    percentile: float = DEFAULT_PERCENTILE
     seed: int = 0  # shuffling and synthetic data
     # Samples held back for the fidelity check (never calibrated on): None = auto (see
     # held_back_count), an int = that many (0: the check runs in-sample), a float in (0, 1) = that
     # fraction of the samples.  Strings ("auto", "5", "0.2") are accepted and normalised.
     holdout: int | float | None = None
     jobs: int = 1  # worker processes
-    resize: str = "stretch"  # image fitting: stretch | letterbox | center-crop
-    color: str = "rgb"  # rgb | bgr
-    pixel_range: str = "0-1"  # 0-1 | 0-255
+    resize: str = RESIZE_MODES[0]  # image fitting: stretch | letterbox | center-crop
+    color: str = COLOR_ORDERS[0]  # rgb | bgr
+    pixel_range: str = PIXEL_RANGES[0]  # 0-1 | 0-255
     mean: tuple | str | None = None  # per-channel, in the pixel range
     std: tuple | str | None = None
-    layout: str = "nchw"  # nchw | nhwc
-    scheme: str = "sym"  # sym (int8, zero point 0) | asym (uint8)
+    layout: str = LAYOUTS[0]  # nchw | nhwc
+    scheme: str = DEFAULT_SCHEME.short  # sym (int8, zero point 0) | asym (uint8)
     hist_stride: int = 0  # histogram of every n-th value; 0 = auto (see CalibConfig.stride)
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen: normalise once)
         set_("source", str(self.source))
-        choices = {"observer": OBSERVERS, "resize": RESIZE_MODES, "color": ("rgb", "bgr"),
-                   "pixel_range": ("0-1", "0-255"), "layout": ("nchw", "nhwc")}
+        choices = {"observer": OBSERVERS, "resize": RESIZE_MODES, "color": COLOR_ORDERS,
+                   "pixel_range": PIXEL_RANGES, "layout": LAYOUTS}
         for k, allowed in choices.items():
             v = str(getattr(self, k)).lower()
             if v not in allowed:
@@ -151,6 +150,21 @@ class CalibConfig:
             except BadInputError as e:
                 raise CalibConfigError(str(e)) from None
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "CalibConfig":
+        """A config from remembered or stored settings (a project file, the dialog's values).
+
+        Keys that are not fields are ignored: older and newer files carry settings this version
+        does not know.  JSON lists become tuples.  A bad value raises :class:`CalibConfigError`.
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in known}
+        try:
+            return cls(**kw)
+        except CalibConfigError:
+            raise
+        except (TypeError, ValueError) as e:  # e.g. int() of a list: still one line for the user
+            raise CalibConfigError(str(e)) from None
 
     @property
     def stride(self) -> int:

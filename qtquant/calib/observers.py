@@ -16,36 +16,36 @@ import math
 
 import numpy as np
 
+from ..vocab import DEFAULT_OBSERVER, DEFAULT_PERCENTILE, OBSERVERS, SCHEME_NAMES, Observer
 from .stats import BINS, TensorStats
 
 __all__ = ["OBSERVERS", "SCHEMES", "observe", "abs_percentile", "signed_quantile", "mse_threshold",
            "mse_range_asym", "kl_threshold"]
 
-OBSERVERS = ("minmax", "ma-minmax", "percentile", "mse", "kl")
-SCHEMES = ("sym", "asym")
+SCHEMES = SCHEME_NAMES
 _KL_LEVELS = 128  # int8 magnitude levels (TensorRT / pytorch-quantization "entropy")
 _MSE_CANDIDATES = 256  # per side for the asymmetric (lo, hi) search
 
 
-def observe(stats: TensorStats, observer: str = "minmax", scheme: str = "sym",
-            percentile: float = 99.99) -> tuple[float, float] | None:
+def observe(stats: TensorStats, observer: str = DEFAULT_OBSERVER, scheme: str = "sym",
+            percentile: float = DEFAULT_PERCENTILE) -> tuple[float, float] | None:
     """The range ``observer`` picks for one tensor; None when the tensor held no values."""
     if stats.count == 0:
         return None
-    if observer == "minmax":
+    if observer == Observer.MINMAX:
         return float(stats.min), float(stats.max)
-    if observer == "ma-minmax":
+    if observer == Observer.MA_MINMAX:
         lo, hi = stats.ma_range()
         return float(lo), float(hi)
     sym = scheme == "sym"
-    if observer == "percentile":
+    if observer == Observer.PERCENTILE:
         if sym:
             return _clip_sym(stats, abs_percentile(stats, percentile))
         cut = (100.0 - percentile) / 200.0
         return _clip(stats, signed_quantile(stats, cut), signed_quantile(stats, 1.0 - cut))
-    if observer == "mse":
+    if observer == Observer.MSE:
         return _clip_sym(stats, mse_threshold(stats)) if sym else _clip(stats, *mse_range_asym(stats))
-    if observer == "kl":
+    if observer == Observer.KL:
         # TensorRT's entropy calibration is defined on |x|; for asym the threshold clips both sides.
         return _clip_sym(stats, kl_threshold(stats))
     raise ValueError(f"unknown observer {observer!r}")

@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 
 from ..calib import CalibConfig
-from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, DEFAULT_COUNT, INT_TEXT
-from ..domains import Policy
+from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, INT_TEXT
 from ..errors import BadInputError
-from ..quant import Scheme
+from ..perf import MARCHES
+from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_OBSERVER,
+                     DEFAULT_PERCENTILE, DEFAULT_POLICY, DEFAULT_SCHEME, LAYOUTS, OBSERVERS, PIXEL_RANGES,
+                     RESIZE_MODES, SCHEME_NAMES, Policy, Scheme)
 
-__all__ = ["add_common", "options_from_args", "open_session"]
-
-OBSERVERS = ["minmax", "ma-minmax", "percentile", "mse", "kl"]
-MARCHES = ["bernoulli2", "bayes-e", "bayes", "nash-e"]
+__all__ = ["add_common", "options_from_args", "open_session", "OBSERVERS", "MARCHES"]
 
 
 def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
@@ -24,34 +23,35 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                    help="fix a dynamic input shape (repeatable)")
     g.add_argument("--calib", default="synthetic", metavar="PATH|synthetic",
                    help="calibration data: an image folder, .npy/.npz file or folder, or 'synthetic'")
-    g.add_argument("--calib-count", type=int, default=DEFAULT_COUNT, metavar="N",
-                   help=f"calibration samples (default {DEFAULT_COUNT})")
+    g.add_argument("--calib-count", type=int, default=DEFAULT_CALIB_COUNT, metavar="N",
+                   help=f"calibration samples (default {DEFAULT_CALIB_COUNT})")
     g.add_argument("--holdout", type=_holdout_arg, default=None, metavar="N|FRACTION",
                    help=f"samples held back from calibration for the fidelity check: a count (0 = check "
                         f"in-sample on the calibration samples) or a fraction such as 0.2; default auto = "
                         f"{AUTO_HOLDOUT_FRACTION * 100:g}%% from {AUTO_HOLDOUT_MIN} samples on, else in-sample")
-    g.add_argument("--observer", choices=OBSERVERS, default="minmax", help="range observer (default minmax)")
-    g.add_argument("--percentile", type=float, default=99.99, help="percentile for --observer percentile")
-    g.add_argument("--scheme", choices=["sym", "asym"], default="sym",
+    g.add_argument("--observer", choices=OBSERVERS, default=DEFAULT_OBSERVER.value,
+                   help=f"range observer (default {DEFAULT_OBSERVER})")
+    g.add_argument("--percentile", type=float, default=DEFAULT_PERCENTILE, help="percentile for --observer percentile")
+    g.add_argument("--scheme", choices=SCHEME_NAMES, default=DEFAULT_SCHEME.short,
                    help="activation scheme: sym = int8 symmetric (Horizon, default), asym = uint8 asymmetric")
     g.add_argument("--seed", type=int, default=0, help="seed for shuffling and synthetic data")
     g.add_argument("--jobs", type=int, default=1, metavar="N", help="calibration worker processes")
     pre = p.add_argument_group("image preprocessing (for --calib IMAGE_FOLDER)")
-    pre.add_argument("--resize", default="stretch", choices=["stretch", "letterbox", "center-crop"],
+    pre.add_argument("--resize", default=RESIZE_MODES[0], choices=RESIZE_MODES,
                      help="how images are fitted to the input size")
-    pre.add_argument("--color", default="rgb", choices=["rgb", "bgr"])
-    pre.add_argument("--pixel-range", default="0-1", choices=["0-1", "0-255"])
+    pre.add_argument("--color", default=COLOR_ORDERS[0], choices=COLOR_ORDERS)
+    pre.add_argument("--pixel-range", default=PIXEL_RANGES[0], choices=PIXEL_RANGES)
     pre.add_argument("--mean", default=None, metavar="R,G,B", help="per-channel mean, in the pixel range")
     pre.add_argument("--std", default=None, metavar="R,G,B", help="per-channel std, in the pixel range")
-    pre.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
+    pre.add_argument("--layout", default=LAYOUTS[0], choices=LAYOUTS)
     s = p.add_argument_group("sharing and target")
-    s.add_argument("--march", default="bayes-e", help="BPU march: " + ", ".join(MARCHES))
+    s.add_argument("--march", default=DEFAULT_MARCH, help="BPU march: " + ", ".join(MARCHES))
     s.add_argument("--march-file", default=None, metavar="PROFILE.json", help="a march profile file of your own")
     s.add_argument("--plan", default=None, metavar="PLAN.json", help="apply a sharing plan")
-    s.add_argument("--policy", choices=[p.value for p in Policy], default="union",
-                   help="how a shared domain's range is chosen (default union)")
-    s.add_argument("--max-bits-lost", type=float, default=1.0, metavar="BITS",
-                   help="auto-share threshold (default 1.0)")
+    s.add_argument("--policy", choices=[p.value for p in Policy], default=DEFAULT_POLICY.value,
+                   help=f"how a shared domain's range is chosen (default {DEFAULT_POLICY.value})")
+    s.add_argument("--max-bits-lost", type=float, default=DEFAULT_MAX_BITS_LOST, metavar="BITS",
+                   help=f"auto-share threshold (default {DEFAULT_MAX_BITS_LOST})")
 
 
 def _holdout_arg(text: str):
@@ -71,20 +71,17 @@ def _holdout_arg(text: str):
 def calib_config_from_args(args) -> CalibConfig:
     if args.calib_count < 1:
         raise BadInputError("--calib-count must be at least 1")
-    fields = CalibConfig.__dataclass_fields__
-    kw = dict(source=args.calib, count=args.calib_count, observer=args.observer,
-              percentile=args.percentile, seed=args.seed)
-    extra = dict(holdout=getattr(args, "holdout", None), jobs=args.jobs, resize=args.resize, color=args.color,
-                 pixel_range=args.pixel_range, mean=args.mean, std=args.std, layout=args.layout,
-                 scheme=args.scheme)
-    kw.update({k: v for k, v in extra.items() if k in fields})
-    return CalibConfig(**kw)
+    return CalibConfig.from_dict(dict(
+        source=args.calib, count=args.calib_count, observer=args.observer, percentile=args.percentile,
+        seed=args.seed, holdout=getattr(args, "holdout", None), jobs=args.jobs, resize=args.resize,
+        color=args.color, pixel_range=args.pixel_range, mean=args.mean, std=args.std, layout=args.layout,
+        scheme=args.scheme))
 
 
 def options_from_args(args):
     from ..session import Options
 
-    return Options(scheme=Scheme.SYMMETRIC_INT8 if args.scheme == "sym" else Scheme.ASYMMETRIC_UINT8,
+    return Options(scheme=Scheme.parse(args.scheme),
                    policy=Policy(args.policy), march=args.march, max_bits_lost=args.max_bits_lost,
                    calib=calib_config_from_args(args))
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 
 from ..errors import BadInputError
+from ..vocab import OVERLAYS, Overlay
 
 NAME = "screenshot"
 HELP = "render the app window (or its canvas) for MODEL to a PNG, after calibration and simulation"
-
-OVERLAYS = ["none", "latency", "mismatch", "bits"]
 
 
 def add_arguments(p) -> None:
@@ -17,7 +16,8 @@ def add_arguments(p) -> None:
 
     add_common(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="PNG file to write")
-    p.add_argument("--overlay", choices=OVERLAYS, default="none", help="canvas overlay (default none)")
+    p.add_argument("--overlay", choices=OVERLAYS, default=Overlay.NONE.value,
+                   help=f"canvas overlay (default {Overlay.NONE})")
     p.add_argument("--select", metavar="NODE", default=None, help="select this node, centre it and inspect it")
     p.add_argument("--size", default="1600x1000", metavar="WxH", help="window size in pixels (default 1600x1000)")
     p.add_argument("--canvas-only", action="store_true", help="render only the graph canvas")

@@ -1,0 +1,130 @@
+"""The vocabulary: every enum and default the core, the CLI, the GUI and the files share.
+
+One definition each.  The CLI's choices, the dialogs' lists and the project files derive from
+here, so a name can only be spelled one way.  This module imports nothing of the project: every
+layer may use it.
+
+The string-valued kinds are ``StrEnum``: a member equals (and hashes as) its value, so code and
+files that still compare or store the plain strings keep working.
+"""
+
+from __future__ import annotations
+
+from enum import Enum, StrEnum
+
+__all__ = ["Scheme", "SCHEME_NAMES", "scheme_name", "Policy", "Observer", "OBSERVERS", "RESIZE_MODES",
+           "COLOR_ORDERS", "PIXEL_RANGES", "LAYOUTS", "Overlay", "OVERLAYS", "TensorKind", "JobStatus",
+           "ShareAction", "CostClass", "DEFAULT_SCHEME", "DEFAULT_POLICY", "DEFAULT_OBSERVER", "DEFAULT_MARCH",
+           "DEFAULT_CALIB_COUNT", "DEFAULT_PERCENTILE", "DEFAULT_MAX_BITS_LOST"]
+
+
+class Scheme(Enum):
+    SYMMETRIC_INT8 = "int8-sym"  # Horizon default: zero point 0, scale = absmax / 127
+    ASYMMETRIC_UINT8 = "uint8-asym"  # onnxruntime / TFLite style
+
+    @property
+    def short(self) -> str:
+        """``sym`` / ``asym``: how ``--scheme`` and ``CalibConfig.scheme`` spell it."""
+        return "sym" if self is Scheme.SYMMETRIC_INT8 else "asym"
+
+    @classmethod
+    def parse(cls, text) -> "Scheme":
+        """Any spelling in use (``int8-sym``, ``symmetric_int8``, ``sym``, a Scheme), any case."""
+        if isinstance(text, cls):
+            return text
+        t = str(text).strip().lower()
+        for s in cls:
+            if t in (s.value, s.name.lower(), s.short):
+                return s
+        raise ValueError(text)
+
+
+SCHEME_NAMES = tuple(s.short for s in Scheme)
+
+
+def scheme_name(value) -> str:
+    """The short name (``sym`` / ``asym``) of any spelling of a scheme; ValueError otherwise."""
+    return Scheme.parse(value).short
+
+
+class Policy(Enum):
+    UNION = "union"  # min of mins, max of maxes (NNCF, ModelOpt)
+    OUTPUT = "output"  # the Concat output's own calibrated range (TFLite, ONE, AIMET)
+    MAX_INPUT = "max-input"  # the widest input range (DLA qdq-translator)
+    POOLED = "pooled"  # percentile over the members' merged histograms (ModelOpt entropy)
+
+
+class Observer(StrEnum):
+    MINMAX = "minmax"
+    MA_MINMAX = "ma-minmax"
+    PERCENTILE = "percentile"
+    MSE = "mse"
+    KL = "kl"
+
+
+OBSERVERS = tuple(o.value for o in Observer)
+
+
+# Image preprocessing choices (the first of each is the default).
+RESIZE_MODES = ("stretch", "letterbox", "center-crop")
+COLOR_ORDERS = ("rgb", "bgr")
+PIXEL_RANGES = ("0-1", "0-255")
+LAYOUTS = ("nchw", "nhwc")
+
+
+class Overlay(StrEnum):
+    """What the canvas colours nodes by."""
+
+    NONE = "none"
+    LATENCY = "latency"
+    MISMATCH = "mismatch"
+    BITS = "bits"
+
+    @property
+    def label(self) -> str:
+        return {"none": "None", "latency": "Latency", "mismatch": "Mismatch", "bits": "Bits lost"}[self.value]
+
+
+OVERLAYS = tuple(o.value for o in Overlay)
+
+
+class TensorKind(StrEnum):
+    INPUT = "input"  # a float model input
+    WEIGHT = "weight"  # a float constant (initializer, Constant, or folded from constants)
+    ACTIVATION = "activation"  # a float value computed at run time
+    SHAPE = "shape"  # integer/bool values: shapes, indices, masks (never quantized)
+
+
+class JobStatus(StrEnum):
+    RUNNING = "running"
+    DONE = "done"
+    STALE = "stale"  # finished, but the session changed meanwhile
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+class ShareAction(StrEnum):
+    """What auto-share decided for one Concat."""
+
+    GROUPED = "grouped"
+    SKIPPED = "skipped"
+    ALREADY = "already"  # its members already share one domain
+
+
+class CostClass(Enum):
+    """How the perf simulator prices an op (DESIGN §4); declared per op in the op registry."""
+
+    COMPUTE = "compute"  # MACs on the MAC array, channel alignment, fused chains
+    MEMORY = "memory"  # bytes moved, or elements streamed through the vector unit
+    VIEW = "view"  # no data moved
+    SPLIT = "split"  # a view on the channel axis, else a memory op
+    CONCAT = "concat"  # a copy, unless the Concat analysis says it is done in place
+
+
+DEFAULT_SCHEME = Scheme.SYMMETRIC_INT8
+DEFAULT_POLICY = Policy.UNION
+DEFAULT_OBSERVER = Observer.MINMAX
+DEFAULT_MARCH = "bayes-e"
+DEFAULT_CALIB_COUNT = 16  # --calib-count, CalibConfig.count and the GUI's "Samples"
+DEFAULT_PERCENTILE = 99.99
+DEFAULT_MAX_BITS_LOST = 1.0  # the auto-share threshold
