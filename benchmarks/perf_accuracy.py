@@ -1,6 +1,6 @@
 """Perf model accuracy: the simulator's estimates against the public RDK X5 figures (DESIGN §4).
 
-Builds ResNet18, MobileNetV1/V2 and GoogLeNet with ``qtquant.zoo`` (random weights,
+Builds ResNet18, MobileNetV1/V2 and GoogLeNet with ``tests/builders.py`` (random weights,
 calibrated on seeded synthetic data so Concat scales differ as they would after PTQ),
 simulates them on ``bayes-e`` and prints a Markdown table with the error of each row.
 The YOLOv8n rows use the real model (``--yolo``, default ../shared/models/yolov8n_320.onnx,
@@ -16,9 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the model builders live with the tests
 
-from qtquant import zoo  # noqa: E402
+from builders import yolov8n, zoo_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.graph import graph_from_model  # noqa: E402
 from qtquant.loader import open_model  # noqa: E402
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
     opts = Options(march=args.march, calib=CalibConfig(count=args.count))
     rows = []
     for name, public in PUBLIC_X5_MS.items():
-        g = graph_from_model(zoo.build(name, size=224, seed=0), ort_fallback=False)
+        g = graph_from_model(zoo_model(name, size=224, seed=0), ort_fallback=False)
         s = Session(g, opts)
         s.run_calibration()
         rows.append(_row(name, s, public, "incl. CPU pre/post in the public figure"))
@@ -67,7 +69,7 @@ def main(argv=None) -> int:
         rows.append(r)
     else:
         print(f"({args.yolo} not found: real YOLOv8n row skipped)")
-    g = graph_from_model(zoo.yolov8n(640, nc=80, seed=0), ort_fallback=False)
+    g = graph_from_model(yolov8n(640, nc=80, seed=0), ort_fallback=False)
     s = Session(g, opts)
     s.run_calibration()
     rows.append(_row("yolov8n (zoo, 80 classes) @640", s, YOLO_X5["ms"], "compiler estimate; synthetic calib"))

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the model builders live with the tests
 
-from qtquant import zoo  # noqa: E402
+from builders import synthetic_model  # noqa: E402
 from qtquant.concat import analyze_concats  # noqa: E402
 from qtquant.domains import build_domains  # noqa: E402
 from qtquant.graph import graph_from_model, load_graph  # noqa: E402
@@ -87,7 +89,7 @@ def main(argv=None) -> int:
     else:
         print(f"yolov8n: {args.yolo} not found, skipped")
     t = time.perf_counter()
-    g = graph_from_model(zoo.synthetic_model(args.nodes, seed=0), ort_fallback=False)
+    g = graph_from_model(synthetic_model(args.nodes, seed=0), ort_fallback=False)
     print(f"(synthetic graph built and shape-inferred in {time.perf_counter() - t:.2f} s)")
     t_full, t_inc, same = bench(f"synthetic {args.nodes}", g, args.repeat)
     ok &= same

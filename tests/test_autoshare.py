@@ -1,12 +1,11 @@
 """Auto-share: cheap Concats shared, the box/score head flagged with a reason, nested merges."""
 
-from builders import save
+from builders import detector_model, save
 from qtquant.autoshare import auto_share, plan_auto_share
 from qtquant.domains import Policy
 from qtquant.loader import open_model
 from qtquant.quant import bits_lost
 from qtquant.session import Options
-from test_export_builders import detector_model
 
 
 def _session(tmp_path, options=Options(), **kw):

@@ -2,13 +2,12 @@
 
 from dataclasses import replace
 
-from builders import save
+from builders import detector_model, save
 from qtquant.calib import calibrate
 from qtquant.domains import Policy
 from qtquant.groups import share
 from qtquant.loader import open_model
 from qtquant.session import derive
-from test_export_builders import detector_model
 
 
 def test_derived_analyses_are_installed_and_equal_a_fresh_build(tmp_path):

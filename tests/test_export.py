@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from builders import save
+from builders import detector_model, save
 from qtquant.autoshare import auto_share
 from qtquant.errors import BadInputError
 from qtquant.export import qdq as qdq_mod
@@ -17,12 +17,6 @@ from qtquant.export.qdq import build_qdq_model, export_qdq
 from qtquant.fidelity import fake_quant, sqnr_db
 from qtquant.loader import open_model
 from qtquant.runtime import make_session
-from test_export_builders import detector_model
-
-
-@pytest.fixture(scope="module")
-def det_path(tmp_path_factory):
-    return save(detector_model(), tmp_path_factory.mktemp("exp") / "det.onnx")
 
 
 @pytest.fixture

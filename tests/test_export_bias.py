@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from builders import dead_relu_model
 from qtquant.calib import CalibConfig
 from qtquant.domains import Policy
 from qtquant.export import qdq as qdq_mod
@@ -26,49 +27,13 @@ from qtquant.session import Options
 N_CALIB, N_CHECK = 16, 8
 
 
-def _model(path, shared_fc=False):
-    """x -> Conv (tiny weights, negative bias) -> Relu (nearly dead) -> Flatten -> Gemm 'fc' -> y.
-
-    With ``shared_fc`` a second Gemm 'fc2' reads the same weight from an ordinary activation."""
-    rng = np.random.default_rng(0)
-    w1 = (rng.standard_normal((16, 3, 3, 3)) * 1e-7 / np.sqrt(27)).astype(np.float32)
-    fc_b = (rng.choice([-1.0, 1.0], 32) * rng.uniform(0.1, 10.0, 32)).astype(np.float32)
-    inits = [numpy_helper.from_array(w1, "c1.w"),
-             numpy_helper.from_array(np.full(16, -1.5e-7, np.float32), "c1.b"),
-             numpy_helper.from_array((rng.standard_normal((32, 1024)) / 32).astype(np.float32), "fc.w"),
-             numpy_helper.from_array(fc_b, "fc.b")]
-    nodes = [helper.make_node("Conv", ["x", "c1.w", "c1.b"], ["c1_out"], name="c1", kernel_shape=[3, 3],
-                              pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1_out"], ["h"], name="relu"),
-             helper.make_node("Flatten", ["h"], ["hf"], name="flat"),
-             helper.make_node("Gemm", ["hf", "fc.w", "fc.b"], ["y"], name="fc", transB=1)]
-    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])]
-    if shared_fc:
-        inits.append(numpy_helper.from_array(np.full(32, 0.05, np.float32), "fc2.b"))
-        nodes += [helper.make_node("Flatten", ["x"], ["xf0"], name="flat_x"),
-                  helper.make_node("Tile", ["xf0", "reps"], ["xf"], name="tile"),
-                  helper.make_node("Slice", ["xf", "starts", "ends", "axes"], ["xs"], name="slice"),
-                  helper.make_node("Gemm", ["xs", "fc.w", "fc2.b"], ["y2"], name="fc2", transB=1)]
-        inits += [numpy_helper.from_array(np.array([1, 6], np.int64), "reps"),
-                  numpy_helper.from_array(np.array([0], np.int64), "starts"),
-                  numpy_helper.from_array(np.array([1024], np.int64), "ends"),
-                  numpy_helper.from_array(np.array([1], np.int64), "axes")]
-        outs.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 32]))
-    g = helper.make_graph(nodes, "dead_relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                          outs, inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
-
-
 @pytest.fixture(scope="module")
 def data():
     return np.random.default_rng(1).random((N_CALIB + N_CHECK, 1, 3, 8, 8), dtype=np.float32)
 
 
 def _session(tmp_path, data, **kw):
-    path = _model(tmp_path / "dead.onnx", **kw)
+    path = dead_relu_model(tmp_path / "dead.onnx", **kw)
     npz = tmp_path / "calib.npz"
     np.savez(npz, x=data[:N_CALIB].reshape(N_CALIB, 3, 8, 8))
     s = open_model(path, options=Options(calib=CalibConfig(source=str(npz), count=N_CALIB, holdout=0)))
@@ -226,8 +191,7 @@ def test_clipped_constant_is_recorded(tmp_path):
 
 
 def test_ordinary_model_has_no_warnings(tmp_path):
-    from builders import save
-    from test_export_builders import detector_model
+    from builders import detector_model, save
 
     from qtquant.autoshare import auto_share
 

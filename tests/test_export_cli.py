@@ -7,18 +7,11 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from builders import save
 from qtquant.autoshare import auto_share
 from qtquant.cli import main
 from qtquant.export.overrides import load_overrides, overrides_dict, write_overrides
 from qtquant.loader import open_model
 from qtquant.plan import load_plan
-from test_export_builders import detector_model
-
-
-@pytest.fixture(scope="module")
-def det_path(tmp_path_factory):
-    return save(detector_model(), tmp_path_factory.mktemp("cli") / "det.onnx")
 
 
 def _row(out, what):

@@ -6,26 +6,12 @@ import math
 import numpy as np
 import pytest
 
-from builders import save
 from qtquant.cli import main
 from qtquant.errors import BadInputError
 from qtquant.export import qdq as qdq_mod
 from qtquant.fidelity import cosine, measure_session, sqnr_db
 from qtquant.groups import share, unshare
 from qtquant.loader import open_model
-from test_export_builders import detector_model
-
-
-@pytest.fixture(scope="module")
-def det_path(tmp_path_factory):
-    return save(detector_model(), tmp_path_factory.mktemp("fid") / "det.onnx")
-
-
-@pytest.fixture
-def session(det_path):
-    s = open_model(det_path)
-    s.run_calibration()
-    return s
 
 
 def test_metrics_arithmetic():

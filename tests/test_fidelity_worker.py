@@ -4,19 +4,12 @@ import threading
 
 import pytest
 
-from builders import save
 from qtquant.errors import BadInputError, Cancelled, QtQuantError
 from qtquant.fidelity import measure_session
 from qtquant import fidelity_worker
 from qtquant.fidelity_worker import FidelityWorker, Snapshot
 from qtquant.groups import share, unshare
 from qtquant.loader import open_model
-from test_export_builders import detector_model
-
-
-@pytest.fixture(scope="module")
-def det_path(tmp_path_factory):
-    return save(detector_model(), tmp_path_factory.mktemp("fidw") / "det.onnx")
 
 
 @pytest.fixture(scope="module")
@@ -24,13 +17,6 @@ def worker():
     w = FidelityWorker()
     yield w
     w.close()
-
-
-@pytest.fixture
-def session(det_path):
-    s = open_model(det_path)
-    s.run_calibration()
-    return s
 
 
 def same(a, b):

@@ -2,23 +2,10 @@
 
 import pytest
 
-from builders import save
+from builders import fp16_model, save
 from qtquant.errors import QtQuantError, ShareRefused
 from qtquant.groups import GroupSet, remove_member, restore, share, unshare
 from qtquant.loader import open_model
-from test_export_builders import detector_model, fp16_model
-
-
-@pytest.fixture(scope="module")
-def det_path(tmp_path_factory):
-    return save(detector_model(), tmp_path_factory.mktemp("g") / "det.onnx")
-
-
-@pytest.fixture
-def session(det_path):
-    s = open_model(det_path)
-    s.run_calibration()
-    return s
 
 
 def _rescales(s, node):

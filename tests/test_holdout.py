@@ -6,8 +6,8 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
 
+from builders import mul_relu_model
 from qtquant.calib import CalibConfig, calibrate
 from qtquant.calib.cache import calibrate_cached, cache_paths, cache_key, load_cached, save_cache
 from qtquant.calib.engine import CHECK_CAP, CalibConfigError, split_samples
@@ -18,19 +18,9 @@ from qtquant.graph import graph_from_model
 from qtquant.runtime import input_specs
 
 
-def _model():
-    """x [1, 4] -> Mul(3) -> Relu -> y; observed x, m and y."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    nodes = [helper.make_node("Mul", ["x", "three"], ["m"], name="mul"),
-             helper.make_node("Relu", ["m"], ["y"], name="relu")]
-    g = helper.make_graph(nodes, "tiny", [x], [y], [helper.make_tensor("three", TensorProto.FLOAT, [], [3.0])])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
 @pytest.fixture(scope="module")
 def graph():
-    return graph_from_model(_model())
+    return graph_from_model(mul_relu_model())
 
 
 def _folder(path, n, special=None, special_value=50.0):
@@ -143,7 +133,7 @@ def test_cli_option_maps_to_the_config():
 @pytest.fixture
 def model_file(tmp_path):
     p = tmp_path / "m.onnx"
-    onnx.save(_model(), str(p))
+    onnx.save(mul_relu_model(), str(p))
     return str(p)
 
 

@@ -5,7 +5,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qtquant import zoo
+from builders import googlenet, mobilenet_v1, mobilenet_v2, resnet18, resnet50, synthetic_model, yolov8n
 from qtquant.graph import graph_from_model
 from qtquant.perf import macs_of, model_macs
 
@@ -84,31 +84,31 @@ def _gmacs(model):
 
 
 def test_resnet50_v15_is_4_09_gmacs():
-    assert _gmacs(zoo.resnet50(weights="zeros")) == pytest.approx(4.09, abs=0.005)
+    assert _gmacs(resnet50(weights="zeros")) == pytest.approx(4.09, abs=0.005)
 
 
 def test_mobilenet_v2_is_0_30_gmacs():
-    assert _gmacs(zoo.mobilenet_v2(weights="zeros")) == pytest.approx(0.30, abs=0.005)
+    assert _gmacs(mobilenet_v2(weights="zeros")) == pytest.approx(0.30, abs=0.005)
 
 
 def test_other_references():
     # torchvision: ResNet-18 1.81, MobileNetV1 0.57 (paper: 569M mult-adds)
-    assert _gmacs(zoo.resnet18(weights="zeros")) == pytest.approx(1.814, abs=0.005)
-    assert _gmacs(zoo.mobilenet_v1(weights="zeros")) == pytest.approx(0.569, abs=0.002)
-    assert _gmacs(zoo.googlenet(weights="zeros")) == pytest.approx(1.58, abs=0.01)
+    assert _gmacs(resnet18(weights="zeros")) == pytest.approx(1.814, abs=0.005)
+    assert _gmacs(mobilenet_v1(weights="zeros")) == pytest.approx(0.569, abs=0.002)
+    assert _gmacs(googlenet(weights="zeros")) == pytest.approx(1.58, abs=0.01)
 
 
 def test_yolov8n_640_is_4_35_gmacs():
     # Ultralytics quotes 8.7 GFLOPs = 2 x MACs for the 80-class model at 640.
-    assert _gmacs(zoo.yolov8n(640, nc=80, weights="zeros")) == pytest.approx(4.35, rel=0.01)
+    assert _gmacs(yolov8n(640, nc=80, weights="zeros")) == pytest.approx(4.35, rel=0.01)
     # MACs scale with the input area.
-    assert _gmacs(zoo.yolov8n(320, nc=80, weights="zeros")) == pytest.approx(4.372 / 4, rel=0.01)
+    assert _gmacs(yolov8n(320, nc=80, weights="zeros")) == pytest.approx(4.372 / 4, rel=0.01)
 
 
 def test_zoo_models_are_valid_onnx():
-    m = zoo.mobilenet_v2(weights="zeros")
+    m = mobilenet_v2(weights="zeros")
     onnx.checker.check_model(m)
-    m = zoo.synthetic_model(200, seed=1)
+    m = synthetic_model(200, seed=1)
     onnx.checker.check_model(m)
     g = graph_from_model(m, ort_fallback=False)
     assert 200 <= len(g.nodes) < 215

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from builders import synthetic_model
 from qtquant import groups as groups_mod
-from qtquant import zoo
 from qtquant.calib import CalibConfig, CalibrationResult, TensorStats
 from qtquant.concat import analyze_concats
 from qtquant.domains import build_domains
@@ -175,7 +175,7 @@ def test_memory_bound_layer_is_bytes_over_bandwidth():
 
 
 def _synthetic(n, seed=0):
-    g = graph_from_model(zoo.synthetic_model(n, seed=seed), ort_fallback=False)
+    g = graph_from_model(synthetic_model(n, seed=seed), ort_fallback=False)
     rng = np.random.default_rng(seed)
     ranges = {}
     for t in g.observed_tensors:

@@ -5,26 +5,12 @@ import pickle
 
 import pytest
 
-from builders import save
 from qtquant.autoshare import auto_share
 from qtquant.cli import main
 from qtquant.errors import PlanError
 from qtquant.groups import share
 from qtquant.loader import open_model
 from qtquant.plan import apply_plan, apply_plan_file, load_plan, parse_plan, plan_dict, save_plan
-from test_export_builders import detector_model
-
-
-@pytest.fixture(scope="module")
-def det_path(tmp_path_factory):
-    return save(detector_model(), tmp_path_factory.mktemp("plan") / "det.onnx")
-
-
-@pytest.fixture
-def session(det_path):
-    s = open_model(det_path)
-    s.run_calibration()
-    return s
 
 
 def test_schema(session):

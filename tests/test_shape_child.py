@@ -3,11 +3,10 @@
 import onnx
 import pytest
 
-from builders import save
+from builders import detector_model, save
 from qtquant import shape_child
 from qtquant.errors import ShapeError
 from qtquant.graph import load_graph
-from test_export_builders import detector_model
 
 
 @pytest.fixture

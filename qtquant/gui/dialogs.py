@@ -14,9 +14,9 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog
 
 from ..calib import CalibConfig
 from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, DEFAULT_COUNT, parse_holdout
-from ..cli.common import OBSERVERS
 from ..errors import BadInputError
 from ..shapes import parse_input_shape
+from ..vocab import OBSERVERS
 
 __all__ = ["ErrorDialog", "OpenDialog", "ModelSettings", "model_inputs", "default_shape", "calib_config",
            "needs_shapes", "holdout_text"]

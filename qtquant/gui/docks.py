@@ -10,7 +10,7 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
                                QPlainTextEdit, QSizePolicy, QTableView, QVBoxLayout, QWidget)
 
-from ..cli.common import MARCHES
+from ..perf import MARCHES
 from ..shapes import format_shape
 from .groupsdock import GroupsPanel
 from .perfdata import CHART_ROWS, num, rescale_us_by_concat, top_layers

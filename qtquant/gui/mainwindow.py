@@ -17,8 +17,8 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence, QUndoStack
 from PySide6.QtWidgets import (QComboBox, QDockWidget, QFileDialog, QLabel, QMainWindow, QProgressBar, QToolButton,
                                QVBoxLayout, QWidget)
 
-from ..cli.common import MARCHES
 from ..errors import QtQuantError
+from ..perf import MARCHES
 from ..session import Options
 from .canvas import GraphScene, GraphView
 from .controller import Controller

@@ -8,12 +8,12 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings  # noqa: E402
 
+from builders import dead_relu_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.gui.exporting import WARNING_COLUMNS, ExportDialog, ExportOptions, export_files  # noqa: E402
 from qtquant.gui.mainwindow import MainWindow  # noqa: E402
 from qtquant.loader import open_model  # noqa: E402
 from qtquant.session import Options  # noqa: E402
-from test_export_bias import _model  # noqa: E402
 
 
 def _only_model(folder):
@@ -21,7 +21,7 @@ def _only_model(folder):
 
 
 def test_report_text_carries_each_warning_whole(tmp_path):
-    s = open_model(_model(tmp_path / "dead.onnx"), options=Options(calib=CalibConfig(count=4)))
+    s = open_model(dead_relu_model(tmp_path / "dead.onnx"), options=Options(calib=CalibConfig(count=4)))
     s.run_calibration()
     rep = export_files(s, _only_model(tmp_path))
     [w] = rep.warnings
@@ -38,7 +38,7 @@ def test_window_export_dialog_shows_the_warning(qtbot, tmp_path, prompts, monkey
     win.resize(1200, 800)
     win.show()
     try:
-        win.open_model(_model(tmp_path / "dead.onnx"), calib=CalibConfig(count=4))
+        win.open_model(dead_relu_model(tmp_path / "dead.onnx"), calib=CalibConfig(count=4))
         qtbot.waitUntil(lambda: win.controller.spec is not None and win.scene.spec is win.controller.spec
                         and win.bridge.ready and not win.controller.busy, timeout=30000)
         out = tmp_path / "out"

@@ -3,17 +3,18 @@
 import onnx
 import pytest
 
+from builders import mul_relu_model
+
 pytest.importorskip("pytestqt")
 
 from qtquant.calib.engine import CalibConfigError  # noqa: E402
 from qtquant.gui.dialogs import OpenDialog, calib_config  # noqa: E402
-from test_holdout import _model  # noqa: E402
 
 
 @pytest.fixture
 def model_file(tmp_path):
     p = tmp_path / "m.onnx"
-    onnx.save(_model(), str(p))
+    onnx.save(mul_relu_model(), str(p))
     return str(p)
 
 
