@@ -11,12 +11,13 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from .fileio import atomic_file
 
 __all__ = ["build_attention_demo", "build_yolo_neck_demo", "demo_inputs", "write_demo", "demo_model_path",
            "DEMOS"]
@@ -193,14 +194,8 @@ def demo_inputs(model: onnx.ModelProto, count: int = 16, seed: int = 0):
 
 
 def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".onnx", dir=str(path.parent))
-    os.close(fd)
-    try:
-        onnx.save(model, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_file(path) as tmp:
+        onnx.save(model, str(tmp))
 
 
 def write_demo(out_dir, count: int = 16) -> dict[str, Path]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import PlanError, ShareRefused
-from .export.atomic import atomic_write_text, check_output_path
+from .fileio import atomic_write_text
 from .quant import bits_lost
 
 __all__ = ["FORMAT", "VERSION", "Plan", "PlanGroup", "PlanMember", "AppliedPlan", "plan_dict", "save_plan",
@@ -106,9 +106,8 @@ def plan_dict(session) -> dict:
 
 
 def save_plan(session, path) -> Path:
-    graph = session.graph
-    p = check_output_path(path, inputs=[graph.path] if graph.path else [], what="plan file")
-    return atomic_write_text(p, json.dumps(plan_dict(session), indent=2) + "\n")
+    return atomic_write_text(path, json.dumps(plan_dict(session), indent=2) + "\n", inputs=[session.graph.path],
+                             what="plan file")
 
 
 # -- reading ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 from .calib import CalibConfig
 from .domains import Policy
 from .errors import PlanError, QtQuantError
+from .fileio import atomic_write_text
 from .quant import Scheme
 
 __all__ = ["PROJECT_FORMAT", "PROJECT_VERSION", "Project", "OpenReport", "project_from_session",
@@ -93,8 +94,6 @@ def project_from_session(session, path, stats_cache=None) -> Project:
 
 
 def save_project(session, path, stats_cache=None) -> Path:
-    from .export.atomic import atomic_write_text
-
     proj = project_from_session(session, path, stats_cache)
     return atomic_write_text(path, json.dumps(proj.to_dict(), indent=2) + "\n")
 

@@ -60,7 +60,7 @@ def test_bad_project_files(tmp_path, text, match):
 def test_save_is_atomic_and_keeps_old_on_failure(session, tmp_path, monkeypatch):
     pp = save_project(session, tmp_path / "proj.qtquant")
     before = pp.read_text()
-    import qtquant.export.atomic as atomic
+    import qtquant.fileio.atomic as atomic
 
     def boom(*a, **k):
         raise OSError(28, "No space left on device")

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import QtQuantError
+from ..fileio import atomic_file, atomic_write_text
 from ..runtime import input_specs
 from .engine import (AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, CHECK_CAP, CalibConfig, CalibrationResult, calibrate,
                      compute_ranges)
@@ -63,18 +62,6 @@ def cache_paths(cache_dir, key: str) -> tuple[Path, Path]:
     return base.with_suffix(".json"), base.with_suffix(".npz")
 
 
-def _atomic_write(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_cache(graph, result: CalibrationResult, cache_dir) -> Path:
     """Store ``result``'s statistics for ``graph``; returns the JSON file's path."""
     key = cache_key(graph, result.config)
@@ -97,8 +84,10 @@ def save_cache(graph, result: CalibrationResult, cache_dir) -> Path:
            "seconds": result.seconds, "notes": list(result.notes), "tensors": tensors, "holdout": holdout,
            "in_sample": bool(result.in_sample), "arrays": npath.name}
     # The .npz goes first: a .json on disk means a complete entry.
-    _atomic_write(npath, lambda f: np.savez(f, **arrays))
-    _atomic_write(jpath, lambda f: f.write((json.dumps(doc, indent=1) + "\n").encode("utf-8")))
+    npath.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(npath) as tmp, open(tmp, "wb") as f:  # a file object: np.savez would append ".npz" to a path
+        np.savez(f, **arrays)
+    atomic_write_text(jpath, json.dumps(doc, indent=1) + "\n")
     return jpath
 
 
@@ -154,6 +143,6 @@ def calibrate_cached(graph, config: CalibConfig, cache_dir, progress=None, cance
     if cache_dir is not None:
         try:
             save_cache(graph, res, cache_dir)
-        except OSError:
+        except (QtQuantError, OSError):
             pass  # a read-only project folder still calibrates; it just cannot cache
     return res

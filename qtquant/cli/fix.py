@@ -111,7 +111,7 @@ def table_text(rows) -> str:
 
 
 def run(args) -> int:
-    from ..export.atomic import check_output_path
+    from ..fileio import check_output_path
     from ..export.overrides import write_overrides
     from ..export.qdq import export_qdq
     from ..plan import save_plan

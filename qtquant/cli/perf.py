@@ -23,9 +23,9 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ..errors import BadInputError
-    from ..export.atomic import check_output_path
+    from ..fileio import atomic_write_text, check_output_path
     from ..perf import load_march, simulate_session
-    from ..perf.report import csv_text, html_report, layer_table_text, summary_text, write_atomic
+    from ..perf.report import csv_text, html_report, layer_table_text, summary_text
     from ..shapes import format_shape
 
     if args.top is not None and args.top < 1:
@@ -49,11 +49,11 @@ def run(args) -> int:
                 "groups": len(session.groups),
                 "scales": "read from the QDQ file" if session.quantized_file else
                 f"calibrated ({session.calibration.config.source})" if session.calibration else "not calibrated"}
-        write_atomic(args.report, html_report(after, before if grouped else None,
-                                              title=f"qtquant perf — {model} on {march.name}", meta=meta,
-                                              march=march), inputs=inputs, what="report")
+        atomic_write_text(args.report, html_report(after, before if grouped else None,
+                                                   title=f"qtquant perf — {model} on {march.name}", meta=meta,
+                                                   march=march), inputs=inputs, what="report")
     if args.csv:
-        write_atomic(args.csv, csv_text(after), inputs=inputs, what="CSV file")
+        atomic_write_text(args.csv, csv_text(after), inputs=inputs, what="CSV file")
 
     if args.json:
         doc = {

@@ -20,7 +20,7 @@ import onnx
 
 from ..errors import PlanError
 from ..quant import Scheme
-from .atomic import atomic_write_text, check_output_path
+from ..fileio import atomic_write_text
 
 __all__ = ["overrides_dict", "write_overrides", "load_overrides"]
 
@@ -40,9 +40,8 @@ def overrides_dict(session, dm=None) -> dict[str, list[dict]]:
 
 
 def write_overrides(session, path, dm=None) -> Path:
-    graph = session.graph
-    p = check_output_path(path, inputs=[graph.path] if graph.path else [], what="overrides file")
-    return atomic_write_text(p, json.dumps(overrides_dict(session, dm), indent=1, sort_keys=True) + "\n")
+    return atomic_write_text(path, json.dumps(overrides_dict(session, dm), indent=1, sort_keys=True) + "\n",
+                             inputs=[session.graph.path], what="overrides file")
 
 
 def load_overrides(path) -> dict:

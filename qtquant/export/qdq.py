@@ -38,7 +38,7 @@ from onnx import helper, numpy_helper
 from ..errors import BadInputError, ModelError
 from ..ops import handler_for
 from ..quant import Scheme
-from .atomic import atomic_dir, check_output_path, commit
+from ..fileio.atomic import atomic_dir, check_output_path, commit
 
 __all__ = ["QdqBuild", "ExportResult", "BiasAdjustment", "ClipRecord", "build_qdq_model", "export_qdq",
            "PER_CHANNEL_OPSET"]

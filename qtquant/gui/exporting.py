@@ -100,9 +100,9 @@ def snapshot_session(session):
 
 def export_files(session, opts: ExportOptions, image: QImage | None = None, cancelled=None) -> ExportReport:
     """Write the chosen files (worker thread).  ``session`` should be a :func:`snapshot_session`."""
-    from ..export.atomic import atomic_dir, check_output_path, commit
     from ..export.overrides import write_overrides
     from ..export.qdq import export_qdq
+    from ..fileio import atomic_dir, check_output_path, commit
     from ..plan import save_plan
 
     folder = Path(opts.folder)
@@ -162,8 +162,9 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
 
 def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) -> None:
     """What ``qtquant perf --report --csv`` writes, from the same functions."""
+    from ..fileio import atomic_write_text
     from ..perf import load_march, simulate_session
-    from ..perf.report import csv_text, html_report, write_atomic
+    from ..perf.report import csv_text, html_report
     from ..shapes import format_shape
 
     if not session.ready:
@@ -179,10 +180,10 @@ def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) ->
             "scales": "read from the QDQ file" if session.quantized_file else
             f"calibrated ({session.calibration.config.source})" if session.calibration else "not calibrated"}
     inputs = [g.path]
-    write_atomic(html_path, html_report(after, before if grouped else None,
-                                        title=f"qtquant perf — {model} on {march.name}", meta=meta, march=march),
-                 inputs=inputs, what="report")
-    write_atomic(csv_path, csv_text(after), inputs=inputs, what="CSV file")
+    atomic_write_text(html_path, html_report(after, before if grouped else None,
+                                             title=f"qtquant perf — {model} on {march.name}", meta=meta,
+                                             march=march), inputs=inputs, what="report")
+    atomic_write_text(csv_path, csv_text(after), inputs=inputs, what="CSV file")
     rep.written += [html_path, csv_path]
     rep.lines.append(f"wrote perf report {html_path} and layer table {csv_path}")
 

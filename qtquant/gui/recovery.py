@@ -139,7 +139,7 @@ class Recovery(QObject):
             proj = self.win.projects.path
             meta = {"project": str(proj) if proj else None, "model": str(s.graph.path or ""),
                     "groups": len(s.groups), "saved": time.strftime("%Y-%m-%d %H:%M:%S"), "pid": os.getpid()}
-            from ..export.atomic import atomic_write_text
+            from ..fileio import atomic_write_text
 
             atomic_write_text(self.dir / META_NAME, json.dumps(meta, indent=2) + "\n")
         except (QtQuantError, OSError) as e:  # a full or read-only disk: say so once, keep editing

@@ -8,18 +8,11 @@ import io
 import json
 from pathlib import Path
 
-from ..export.atomic import atomic_write_text, check_output_path
 
-__all__ = ["layer_table_text", "summary_text", "comparison_rows", "csv_text", "html_report", "write_atomic",
-           "CSV_COLUMNS"]
+__all__ = ["layer_table_text", "summary_text", "comparison_rows", "csv_text", "html_report", "CSV_COLUMNS"]
 
 CSV_COLUMNS = ["name", "op_type", "macs", "bytes", "ddr_bytes", "compute_us", "memory_us", "overhead_us",
                "total_us", "bound", "is_rescale", "concat", "note"]
-
-
-def write_atomic(path, text: str, *, inputs=(), what: str = "output") -> Path:
-    """Write ``text`` through a temporary file and ``os.replace``; never over one of ``inputs``."""
-    return atomic_write_text(check_output_path(path, inputs=inputs, what=what), text)
 
 
 def _fmt_bytes(n: float) -> str:
