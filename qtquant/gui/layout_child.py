@@ -3,21 +3,18 @@
 python-igraph holds the GIL while its C code ranks and orders the layers (20,000 nodes:
 130-190 ms), so the window would freeze that long while a model opens.  The child gets the
 :class:`~qtquant.gui.layout.LayoutInput` and sends back the :class:`~qtquant.gui.layout.Layout`
-(pickled between this process and its own child only).  Nothing here imports Qt.
+(through :mod:`qtquant.childproc`, pickled between this process and its own child only).
+Nothing here imports Qt.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
-
 import numpy as np
 
-from ..errors import QtQuantError
+from .. import childproc
 from .layout import EdgeRoute, Layout, LayoutInput, layered_layout
 
 __all__ = ["layered_layout_isolated"]
-
-_POLL_S = 0.02
 
 
 def _pack(lay: Layout) -> dict:
@@ -41,39 +38,15 @@ def _unpack(d: dict) -> Layout:
                   d["crossings"], d["seconds"], d["timings"])
 
 
-def _child(inp: LayoutInput, conn) -> None:
-    try:
-        conn.send(("ok", _pack(layered_layout(inp))))
-    except BaseException as e:  # noqa: BLE001 - report, never leave the parent waiting
-        conn.send(("error", f"{type(e).__name__}: {e}"))
-    finally:
-        conn.close()
+def _lay_out(inp: LayoutInput, link) -> dict:
+    return _pack(layered_layout(inp))
 
 
 def layered_layout_isolated(inp: LayoutInput) -> Layout:
-    """:func:`layered_layout` run in a child process (spawned: safe next to Qt's threads)."""
-    ctx = mp.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(inp, send), daemon=True, name="qtquant-layout")
+    """:func:`layered_layout` run in a child process."""
     try:
-        proc.start()
+        packed = childproc.run(_lay_out, inp, name="qtquant-layout", what="the layout process",
+                               failed="layout failed: {message}")
     except OSError:  # no child processes here: lay out in this process
         return layered_layout(inp)
-    send.close()
-    try:
-        while not recv.poll(_POLL_S):
-            if not proc.is_alive():
-                break
-        try:
-            reply = recv.recv()
-        except (EOFError, OSError):
-            proc.join(timeout=2)
-            raise QtQuantError(f"the layout process stopped unexpectedly (exit code {proc.exitcode})") from None
-    finally:
-        recv.close()
-        proc.join(timeout=5)
-        if proc.is_alive():
-            proc.kill()
-    if reply[0] != "ok":
-        raise QtQuantError(f"layout failed: {reply[1]}")
-    return _unpack(reply[1])
+    return _unpack(packed)
