@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 
 from networkx.utils import UnionFind
 
+from .concat import concat_members
 from .domains import Policy, _policy_range
 from .errors import ShareRefused
 from .outputs import output_reached
 from .quant import Scheme, bits_lost, qparams_for_range, range_width, scales_differ
+from .vocab import ShareAction
 
 __all__ = ["AutoShareDecision", "AutoShareReport", "auto_share", "plan_auto_share", "MAX_CLIP"]
 
@@ -30,7 +32,7 @@ MAX_CLIP = 0.01
 @dataclass
 class AutoShareDecision:
     concat: str
-    action: str  # "grouped" | "skipped" | "already"
+    action: ShareAction
     worst_bits: float
     members: tuple[str, ...] = ()
     widest: str | None = None
@@ -48,15 +50,15 @@ class AutoShareReport:
 
     @property
     def grouped(self) -> list[str]:
-        return [d.concat for d in self.decisions if d.action == "grouped"]
+        return [d.concat for d in self.decisions if d.action == ShareAction.GROUPED]
 
     @property
     def skipped(self) -> list[tuple[str, str]]:
-        return [(d.concat, d.reason) for d in self.decisions if d.action == "skipped"]
+        return [(d.concat, d.reason) for d in self.decisions if d.action == ShareAction.SKIPPED]
 
     @property
     def already(self) -> list[str]:
-        return [d.concat for d in self.decisions if d.action == "already"]
+        return [d.concat for d in self.decisions if d.action == ShareAction.ALREADY]
 
     @property
     def notes(self) -> list[tuple[str, str]]:
@@ -67,9 +69,9 @@ class AutoShareReport:
                  f"into {len(self.groups)} groups, {len(self.skipped)} left alone, "
                  f"{len(self.already)} already matched"]
         for d in self.decisions:
-            if d.action == "grouped":
+            if d.action == ShareAction.GROUPED:
                 lines.append(f"  shared   {d.concat}: worst member loses {d.worst_bits:.2f} bits")
-            elif d.action == "skipped":
+            elif d.action == ShareAction.SKIPPED:
                 lines.append(f"  FLAGGED  {d.concat}: {d.reason}" + (f" -> {d.suggestion}" if d.suggestion else ""))
             for n in d.notes:
                 lines.append(f"           note: {n}")
@@ -89,24 +91,6 @@ def _bits(x: float, limit: float) -> str:
     if float(text) <= limit:
         text = f"{x:.3f}"
     return f"{text} bits > {limit:g}"
-
-
-def _concat_members(graph, dm, node) -> tuple[list[str], list[str]]:
-    """(shareable tensors, notes): quantized, non-constant inputs plus the output."""
-    members, notes = [], []
-    for i, t in enumerate(node.inputs):
-        if not t or t not in graph.tensors:
-            continue
-        if graph.tensors[t].kind == "weight":
-            continue  # requantized offline to the output scale: no runtime op, no observer
-        if t not in dm.of:
-            notes.append(f"input {i} ({t}) is not quantized and stays out of the group")
-            continue
-        members.append(t)
-    out = node.outputs[0]
-    if out in dm.of:
-        members.append(out)
-    return list(dict.fromkeys(members)), notes
 
 
 @dataclass
@@ -229,7 +213,8 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
     report = AutoShareReport(limit)
     accepted: dict[str, list[str]] = {}
     for node in graph.concat_nodes():
-        members, notes = _concat_members(graph, dm, node)
+        notes: list[str] = []
+        members = concat_members(graph, node, notes)
         out = node.outputs[0]
         feeds = output_reached(graph, out) is not None
         if feeds:
@@ -238,14 +223,14 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
             continue
         dids = {dm.of[t] for t in members}
         if len({pl.uf[d] for d in dids}) == 1:
-            report.decisions.append(AutoShareDecision(node.name, "already", 0.0, tuple(members), notes=tuple(notes)))
+            report.decisions.append(AutoShareDecision(node.name, ShareAction.ALREADY, 0.0, tuple(members), notes=tuple(notes)))
             continue
         tensors = pl.merged(dids)
         tr = pl.evaluate(tensors)
         rng, worst, wide, narrow = tr.range, tr.worst, tr.wide, tr.narrow
         if rng is None:
             report.decisions.append(AutoShareDecision(
-                node.name, "skipped", 0.0, tuple(members), reason="no calibrated range for its members",
+                node.name, ShareAction.SKIPPED, 0.0, tuple(members), reason="no calibrated range for its members",
                 notes=tuple(notes)))
             continue
         if worst > limit:
@@ -253,7 +238,7 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
             why = (f"{_label(graph, wide, mr[wide], pl.scheme)} next to {_label(graph, narrow, mr[narrow], pl.scheme)}: "
                    f"{_bits(worst, limit)}")
             report.decisions.append(AutoShareDecision(
-                node.name, "skipped", worst, tuple(members), wide, narrow, why,
+                node.name, ShareAction.SKIPPED, worst, tuple(members), wide, narrow, why,
                 _suggest(pl, members, out, limit), tuple(notes)))
             continue
         if tr.clip > MAX_CLIP and pl.policy is not Policy.POOLED:  # pooled clips tails on purpose
@@ -262,12 +247,12 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
                    f"{_label(graph, tr.clipped, (lo, hi), pl.scheme)} ([{lo:.3g}, {hi:.3g}]) by "
                    f"{100 * tr.clip:.0f}% of its range")
             report.decisions.append(AutoShareDecision(
-                node.name, "skipped", worst, tuple(members), wide, narrow, why,
+                node.name, ShareAction.SKIPPED, worst, tuple(members), wide, narrow, why,
                 _suggest(pl, members, out, limit), tuple(notes)))
             continue
         pl.union(dids)
         accepted[node.name] = members
-        report.decisions.append(AutoShareDecision(node.name, "grouped", worst, tuple(members), wide, narrow,
+        report.decisions.append(AutoShareDecision(node.name, ShareAction.GROUPED, worst, tuple(members), wide, narrow,
                                                   notes=tuple(notes)))
     # One group per merged domain: nested Concats end up in a single group.
     by_root: dict = {}
@@ -284,7 +269,8 @@ def auto_share(session, max_bits_lost: float | None = None) -> AutoShareReport:
     made = []
     try:
         for members in groups:
-            names = [d.concat for d in report.decisions if d.action == "grouped" and set(d.members) & set(members)]
+            names = [d.concat for d in report.decisions
+                     if d.action == ShareAction.GROUPED and set(d.members) & set(members)]
             made.append(session.groups.share(session.graph, members, name="auto: " + ", ".join(names[:3])
                                              + (" ..." if len(names) > 3 else "")))
     except ShareRefused:

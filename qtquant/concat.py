@@ -15,10 +15,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .outputs import output_reached
 from .qdq import channel_scales_of
 from .quant import bits_lost, scales_differ
+from .vocab import TensorKind
 
-__all__ = ["ConcatMember", "ConcatInfo", "analyze_concats"]
+__all__ = ["ConcatMember", "ConcatInfo", "analyze_concats", "concat_members"]
+
+
+def concat_members(graph, node, notes: list | None = None) -> list[str]:
+    """The tensors a Concat's group holds: its quantized, non-constant inputs and its output.
+
+    ``node`` is a Node or a node name.  Constant inputs stay out: they are requantized offline to
+    the output scale, so they need no observer and cost no runtime op.  With ``notes`` given, an
+    input left out because it is not quantized is said there.
+    """
+    if isinstance(node, str):
+        node = graph.nodes[node]
+    members = []
+    for i, t in enumerate(node.inputs):
+        if not t or t not in graph.tensors or graph.tensors[t].kind == TensorKind.WEIGHT:
+            continue
+        if not graph.is_quantized(t):
+            if notes is not None:
+                notes.append(f"input {i} ({t}) is not quantized and stays out of the group")
+            continue
+        members.append(t)
+    members += [t for t in node.outputs[:1] if t and graph.is_quantized(t)]
+    return list(dict.fromkeys(members))
 
 
 @dataclass
@@ -91,7 +115,7 @@ def _member(graph, dm, tensor, index, concat_name, merged) -> ConcatMember:
         lo=own[0], hi=own[1],
         bits_lost_if_shared=bits_lost(own, merged, dm.scheme) if merged and own[0] == own[0] else 0.0,
         bits_lost_now=bits_lost(own, (d.lo, d.hi), dm.scheme) if d and own[0] == own[0] and d.lo == d.lo else 0.0,
-        constant=t.kind == "weight",
+        constant=t.kind == TensorKind.WEIGHT,
         other_consumers=len([c for c in t.consumers if c != concat_name]),
     )
     cs = _file_channels(graph, dm, tensor, d)
@@ -173,7 +197,6 @@ def _channel_width(graph, tensor, axis) -> int | None:
 
 def analyze_concats(graph, dm) -> list[ConcatInfo]:
     """One :class:`ConcatInfo` per Concat whose output is a quantized activation."""
-    outputs = set(graph.outputs)
     infos = []
     for node in graph.concat_nodes():
         out = node.outputs[0]
@@ -230,8 +253,7 @@ def analyze_concats(graph, dm) -> list[ConcatInfo]:
                 scales.append(m.scale)
         scales = [s for s in scales if s > 0]
         ratio = max(scales) / min(scales) if scales else 1.0
-        feeds = out in outputs or any(o in outputs for c in graph.consumers(out) for o in c.outputs
-                                      if c.handler.role.value == "pass")
+        feeds = output_reached(graph, out) is not None
         info = ConcatInfo(node.name, axis, members, out_m, ratio,
                           sum(m.needs_rescale for m in members), feeds_output=feeds, notes=notes,
                           output_float=output_float,

@@ -19,6 +19,7 @@ from .modelcheck import (FLOAT_TYPES, apply_input_shapes, check_external_data, c
                          file_sha256, infer_shapes, inline_small_external, toposort)
 from .ops import Role, fused_into_producer, handler_for, passes_through
 from .shapes import format_shape, parse_input_shapes
+from .vocab import TensorKind
 
 __all__ = ["Node", "Tensor", "Graph", "load_graph", "graph_from_model", "MIN_OPSET", "MAX_OPSET"]
 
@@ -65,13 +66,13 @@ class Tensor:
 
     __slots__ = ("name", "_shape", "_type", "elem_type", "kind", "producer", "consumers")
 
-    def __init__(self, name, shape=_UNSET, elem_type=0, kind="activation", producer=None, consumers=None, *,
+    def __init__(self, name, shape=_UNSET, elem_type=0, kind=TensorKind.ACTIVATION, producer=None, consumers=None, *,
                  type_proto=None):
         self.name = name
         self._shape = shape
         self._type = type_proto
         self.elem_type = elem_type  # onnx.TensorProto enum, 0 when unknown
-        self.kind = kind  # "input" | "weight" | "activation" | "shape"
+        self.kind = kind
         self.producer = producer
         self.consumers = [] if consumers is None else consumers
 
@@ -163,16 +164,17 @@ class Graph:
         vi = {v.name: v for v in list(g.value_info) + list(g.output) + list(g.input)}
         for t in g.initializer:
             self.tensors[t.name] = Tensor(t.name, tuple(t.dims), t.data_type,
-                                          "weight" if t.data_type in FLOAT_TYPES else "shape")
+                                          TensorKind.WEIGHT if t.data_type in FLOAT_TYPES else TensorKind.SHAPE)
         for i in g.input:
             if i.name in self.tensors:
                 continue  # old-style models list initializers as inputs
             et = i.type.tensor_type.elem_type
-            self.tensors[i.name] = Tensor(i.name, _dims(i.type), et, "input" if et in FLOAT_TYPES else "shape")
+            kind = TensorKind.INPUT if et in FLOAT_TYPES else TensorKind.SHAPE
+            self.tensors[i.name] = Tensor(i.name, _dims(i.type), et, kind)
             self.inputs.append(i.name)
 
         tensors = self.tensors
-        self._quantized = {n for n, t in tensors.items() if t.kind == "input"}
+        self._quantized = {n for n, t in tensors.items() if t.kind == TensorKind.INPUT}
         order = list(g.node)  # already sorted by graph_from_model
         seen_names: set[str] = set()
         for idx, pnode in enumerate(order):
@@ -188,7 +190,7 @@ class Graph:
                         pnode.attribute)
             self.nodes[name] = node
             ins = [tensors[i] for i in node.inputs if i]
-            static = all(t.kind in ("weight", "shape") for t in ins)
+            static = all(t.kind in (TensorKind.WEIGHT, TensorKind.SHAPE) for t in ins)
             role = handler_for(op).role
             quant_out = role is not Role.NONE
             for o in node.outputs:
@@ -198,16 +200,16 @@ class Graph:
                 vt = v.type if v is not None else None
                 et = vt.tensor_type.elem_type if vt is not None else 0
                 if et and et not in FLOAT_TYPES:
-                    kind = "shape"
+                    kind = TensorKind.SHAPE
                 elif op == "Constant" or (static and ins) or (not ins and role is Role.NONE):
-                    kind = "weight" if (et in FLOAT_TYPES or not et) else "shape"
+                    kind = TensorKind.WEIGHT if (et in FLOAT_TYPES or not et) else TensorKind.SHAPE
                 elif not et and (role is Role.NONE or not any(t.is_float for t in ins)):
-                    kind = "shape"
+                    kind = TensorKind.SHAPE
                 else:
-                    kind = "activation"
+                    kind = TensorKind.ACTIVATION
                 tensors[o] = Tensor(o, _UNSET if vt is not None else None, et, kind, producer=name,
                                     type_proto=vt)
-                if kind == "activation" and quant_out:
+                if kind is TensorKind.ACTIVATION and quant_out:
                     self._quantized.add(o)
             for t in ins:
                 t.consumers.append(name)
@@ -319,7 +321,7 @@ def _default_opset(model) -> int:
 def _ort_fill_shapes(graph: "Graph") -> None:
     """Where onnx shape inference left activation shapes unknown, run onnxruntime once."""
     missing = [n for n, t in graph.tensors.items()
-               if t.kind == "activation" and (t.shape is None or any(d is None for d in t.shape))]
+               if t.kind == TensorKind.ACTIVATION and (t.shape is None or any(d is None for d in t.shape))]
     if not missing:
         return
     from .runtime import run_with_outputs, zeros_feed
@@ -334,7 +336,7 @@ def _ort_fill_shapes(graph: "Graph") -> None:
         if not t.elem_type:
             t.elem_type = onnx.helper.np_dtype_to_tensor_dtype(v.dtype)
             if t.elem_type not in FLOAT_TYPES:
-                t.kind = "shape"
+                t.kind = TensorKind.SHAPE
                 graph._quantized.discard(n)
 
 

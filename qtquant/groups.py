@@ -19,6 +19,7 @@ import onnx
 
 from .errors import ShareRefused
 from .ops import handler_for
+from .vocab import TensorKind
 
 __all__ = ["Group", "GroupSet", "share", "unshare", "remove_member", "restore", "clear"]
 
@@ -64,7 +65,7 @@ def check_member(graph, tensor: str) -> None:
     t = graph.tensors.get(tensor) if isinstance(tensor, str) else None
     if t is None:
         raise ShareRefused(f"tensor {tensor!r} is not in the model")
-    if t.kind == "weight":
+    if t.kind == TensorKind.WEIGHT:
         if not t.is_float:
             raise ShareRefused(f"tensor {tensor!r} is not quantized (it is a {_dtype(t)} constant)")
         user = _per_channel_use(graph, tensor)
@@ -72,7 +73,7 @@ def check_member(graph, tensor: str) -> None:
             raise ShareRefused(f"tensor {tensor!r} is the weight of {user!r}; weights are quantized per channel "
                                "and cannot share an activation scale")
         return  # constants can join: they are cloned and requantized on export
-    if t.kind == "shape":
+    if t.kind == TensorKind.SHAPE:
         raise ShareRefused(f"tensor {tensor!r} is not quantized (it is a {_dtype(t)} shape/index value)")
     if not graph.is_quantized(tensor):
         p = graph.producer(tensor)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..ops import handler_for, register_cost
+from ..vocab import TensorKind
 from .macs import conv_dims, macs_of, numel, shape_of
 
 __all__ = ["LayerCost", "CostContext", "install", "node_cost", "copy_cost", "rescale_cost", "alignment_efficiency"]
@@ -22,6 +23,7 @@ __all__ = ["LayerCost", "CostContext", "install", "node_cost", "copy_cost", "res
 ACT_BYTES = 1  # int8 activations
 WEIGHT_BYTES = 1  # int8 weights
 BIAS_BYTES = 4  # int32 bias
+_RUNTIME = (TensorKind.INPUT, TensorKind.ACTIVATION)  # what the BPU reads and writes per inference
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum")
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
@@ -86,7 +88,7 @@ class CostContext:
     # -- tensors ----------------------------------------------------------------------------
     def is_activation(self, tensor: str) -> bool:
         t = self.graph.tensors.get(tensor) if tensor else None
-        return t is not None and t.kind in ("input", "activation")
+        return t is not None and t.kind in _RUNTIME
 
     def act_bytes(self, tensor: str) -> int:
         b = self._bytes.get(tensor)
@@ -182,9 +184,9 @@ def _input_moves(node, ctx, *, skip_internal: bool, weight_bytes=lambda k: WEIGH
         t = g.tensors.get(i)
         if t is None:
             continue
-        if t.kind in ("input", "activation"):
+        if t.kind in _RUNTIME:
             moves.append(_act_move(ctx, i))
-        elif t.kind == "weight":
+        elif t.kind == TensorKind.WEIGHT:
             moves.append((numel(shape_of(g, i)) * weight_bytes(k), True))
     return moves
 

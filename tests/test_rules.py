@@ -1,0 +1,84 @@
+"""One owner per rule: "feeds a model output" and Concat membership are asked in one place."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from builders import conv_node
+from qtquant.autoshare import plan_auto_share
+from qtquant.concat import concat_members
+from qtquant.graph import graph_from_model
+from qtquant.session import Session
+
+
+def _concat_then(tail, *, gains=(1.0, 8.0), also=()):
+    """x → Conv×len(gains) → Concat → ``tail`` (nodes reading "cat_out" and writing "y").
+
+    ``also(inits)`` returns nodes whose outputs become further Concat inputs."""
+    inits, nodes = [], []
+    for i, g in enumerate(gains):
+        nodes.append(conv_node(inits, "x", 3, 4, 3, f"conv{i}", gain=g, seed=i))
+    cat_in = [n.output[0] for n in nodes]
+    for extra in also:
+        made = extra(inits)
+        nodes += made
+        cat_in.append(made[-1].output[0] if made else inits[-1].name)
+    nodes.append(helper.make_node("Concat", cat_in, ["cat_out"], name="cat", axis=1))
+    nodes += tail(inits)
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    s = Session(graph_from_model(m))
+    s.run_calibration()
+    return s
+
+
+def _conv_tail(inits):
+    head = conv_node(inits, "cat_out", 8, 4, 1, "head")
+    head.output[0] = "y"
+    return [head]
+
+
+def _reshape_transpose_tail(inits):
+    inits.append(numpy_helper.from_array(np.array([1, 8, 64], np.int64), "shape"))
+    return [helper.make_node("Reshape", ["cat_out", "shape"], ["flat"], name="flat"),
+            helper.make_node("Transpose", ["flat"], ["y"], name="tr", perm=[0, 2, 1])]
+
+
+def _linear_resize_tail(inits):
+    inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
+    return [helper.make_node("Resize", ["cat_out", "", "scales"], ["y"], name="up", mode="linear")]
+
+
+def _output_notes(session):
+    report, _ = plan_auto_share(session, 100.0)
+    return [n for _, n in report.notes if "model output" in n]
+
+
+@pytest.mark.parametrize("tail,feeds", [(_conv_tail, False), (_reshape_transpose_tail, True),
+                                        (_linear_resize_tail, False)])
+def test_analysis_and_auto_share_agree_on_feeding_an_output(tail, feeds):
+    s = _concat_then(tail)
+    (info,) = s.concats()
+    assert info.feeds_output is feeds
+    assert bool(_output_notes(s)) is feeds
+
+
+def test_concat_members_leave_out_constants_and_note_unquantized_inputs():
+    def const(inits):
+        inits.append(numpy_helper.from_array(np.ones((1, 2, 8, 8), np.float32), "const"))
+        return []
+
+    def cast(inits):  # a float value no observer sees: Cast is never quantized
+        return [helper.make_node("Cast", ["x"], ["x_cast"], name="cast", to=TensorProto.FLOAT)]
+
+    s = _concat_then(lambda inits: [helper.make_node("Relu", ["cat_out"], ["y"])], also=(const, cast))
+    g = s.graph
+    notes = []
+    assert concat_members(g, "cat", notes) == ["conv0_out", "conv1_out", "cat_out"]
+    assert notes == ["input 3 (x_cast) is not quantized and stays out of the group"]
+    assert concat_members(g, g.nodes["cat"]) == concat_members(g, "cat")
+    report, groups = plan_auto_share(s, 100.0)
+    assert groups == [["conv0_out", "conv1_out", "cat_out"]]
+    assert notes[0] in report.decisions[0].notes
