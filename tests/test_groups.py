@@ -14,7 +14,7 @@ def _rescales(s, node):
 
 def test_share_ties_domain_and_notifies(session):
     events = []
-    session.events.connect(lambda kind, **kw: events.append(kind))
+    session.events.connect(lambda info: events.append(info.signal.name))
     rev = session.revision
     assert _rescales(session, "cat1") >= 1
     g = share(session, ["c0_out", "c1_out", "cat1_out"])

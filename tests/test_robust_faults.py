@@ -84,7 +84,7 @@ def test_onnxruntime_raising_mid_calibration(tmp_path, monkeypatch, fail_at, exc
     monkeypatch.setattr(engine, "make_session", flaky)
     before = _threads()
     events = []
-    s.events.connect(lambda kind, **kw: events.append(kind))
+    s.events.connect(lambda info: events.append(info.signal.name))
     with pytest.raises(QtQuantError) as ei:
         s.run_calibration(progress=lambda d, t: None)
     msg = str(ei.value)

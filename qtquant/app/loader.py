@@ -1,4 +1,4 @@
-"""Open a model file as a :class:`~qtquant.session.Session` (float or QDQ)."""
+"""Open a model file as a :class:`~qtquant.app.Session` (float or QDQ)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import onnx
 
-from .errors import ModelError
-from .graph import graph_from_model
-from .modelcheck import check_external_data, check_text, file_sha256
-from .qdq import attach_qdq, is_qdq_model, strip_qdq
+from ..errors import ModelError
+from ..graph import graph_from_model
+from ..modelcheck import check_external_data, check_text, file_sha256
+from ..qdq import attach_qdq, is_qdq_model, strip_qdq
 from .session import Options, Session
 
 __all__ = ["open_model"]

@@ -102,8 +102,8 @@ class SessionBridge(QObject):
             session.events.connect(self._relay)
         self.sessionReplaced.emit(session)
 
-    def _relay(self, kind, **payload):
-        self._event.emit(kind)
+    def _relay(self, info):  # psygnal EmissionInfo, until the widgets connect to the signals they show
+        self._event.emit(info.signal.name)
 
     @Slot(str)
     def _on_event(self, kind: str) -> None:

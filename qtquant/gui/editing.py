@@ -135,8 +135,8 @@ class Editor(QObject):
         notifies twice: once itself, once as a command)."""
         kinds: list[str] = []
 
-        def note(kind, **payload):
-            if kind not in kinds:
+        def note(info):
+            if (kind := info.signal.name) not in kinds:
                 kinds.append(kind)
 
         session.events.connect(note)

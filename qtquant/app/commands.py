@@ -1,0 +1,316 @@
+"""Edits as command objects (glue style) on one :class:`CommandStack`, the only undo history.
+
+Every edit of a session -- share, ungroup, remove a member, auto-share, any option -- is a
+:class:`Command`.  Group edits undo by restoring the snapshot taken before ``do`` and redo by
+replaying the exact result, so commands stay small and exact.  The GUI presents the stack
+(actions, history view, window-modified mark); it keeps no second one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from psygnal import Signal
+
+from ..domains import Policy
+from ..errors import BadInputError
+from ..quant import Scheme
+from .session import Options
+
+__all__ = ["Command", "ShareCommand", "UngroupCommand", "RemoveMemberCommand", "AutoShareCommand",
+           "SetOptionsCommand", "SetPolicyCommand", "SetMarchCommand", "CompoundCommand", "CommandStack"]
+
+
+class Command:
+    text = "edit"
+
+    def do(self, session) -> None:
+        raise NotImplementedError
+
+    def undo(self, session) -> None:
+        raise NotImplementedError
+
+    @property
+    def changed(self) -> bool:
+        """After ``do``: whether it changed anything (an edit that did not is not recorded)."""
+        return True
+
+
+@dataclass
+class _GroupsCommand(Command):
+    """Base for edits of the group set: undo restores the snapshot taken by ``do``."""
+
+    _before: tuple | None = field(default=None, init=False, repr=False)
+    _after: tuple | None = field(default=None, init=False, repr=False)
+
+    def do(self, session) -> None:
+        with session.batch():
+            if self._after is not None:  # redo: replay the exact result
+                self._restore(session, self._after)
+                return
+            self._before = session.groups.snapshot()
+            try:
+                self.apply(session)
+            except Exception:
+                session.groups.restore(self._before)  # a refused edit changes nothing
+                raise
+            self._after = session.groups.snapshot()
+            if self._after != self._before:
+                session.groups_changed()
+
+    def undo(self, session) -> None:
+        with session.batch():
+            self._restore(session, self._before)
+
+    @staticmethod
+    def _restore(session, snap) -> None:
+        session.groups.restore(snap)
+        session.groups_changed()
+
+    @property
+    def changed(self) -> bool:
+        return self._after is not None and self._after != self._before
+
+    def apply(self, session) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class ShareCommand(_GroupsCommand):
+    tensors: tuple[str, ...] = ()
+    name: str = ""
+    label: str = ""  # the history's text when the gesture has a better name ("Join cat")
+
+    @property
+    def text(self) -> str:
+        return self.label or f"Share {len(self.tensors)} tensors"
+
+    def apply(self, session) -> None:
+        session.groups.share(session.graph, list(self.tensors), self.name)
+
+
+@dataclass
+class UngroupCommand(_GroupsCommand):
+    group_id: int = -1
+
+    @property
+    def text(self) -> str:
+        return f"Ungroup {self.group_id}"
+
+    def apply(self, session) -> None:
+        session.groups.unshare(self.group_id)
+
+
+@dataclass
+class RemoveMemberCommand(_GroupsCommand):
+    group_id: int = -1
+    tensor: str = ""
+
+    @property
+    def text(self) -> str:
+        return f"Remove {self.tensor} from group {self.group_id}"
+
+    def apply(self, session) -> None:
+        session.groups.remove_member(self.group_id, self.tensor)
+
+
+@dataclass
+class AutoShareCommand(_GroupsCommand):
+    max_bits_lost: float = 1.0
+    report: object = field(default=None, init=False, repr=False)
+
+    @property
+    def text(self) -> str:
+        return f"Auto-share (≤ {self.max_bits_lost:g} bits)"
+
+    def apply(self, session) -> None:
+        from ..autoshare import auto_share
+
+        self.report = auto_share(session, self.max_bits_lost)
+
+
+_LABELS = {"scheme": "Scheme", "policy": "Policy", "march": "March", "max_bits_lost": "Auto-share threshold",
+           "calib": "Calibration"}
+
+
+def _shown(key: str, value) -> str:
+    if key == "max_bits_lost":
+        return f"{value:g} bits"
+    if key == "calib":
+        return f"{value.observer} on {value.count} samples ({value.source})"
+    return str(getattr(value, "value", value))
+
+
+class SetOptionsCommand(Command):
+    """Any option change; undo puts the previous values back."""
+
+    def __init__(self, **changes):
+        unknown = set(changes) - Options.field_names()
+        if not changes or unknown:
+            raise BadInputError(f"not an option: {', '.join(sorted(unknown)) or '(none given)'}")
+        try:  # the typed value now, so a bad one is refused before anything changes
+            if "policy" in changes:
+                changes["policy"] = Policy(getattr(changes["policy"], "value", changes["policy"]))
+            if "scheme" in changes:
+                changes["scheme"] = Scheme.parse(changes["scheme"])
+        except ValueError as e:
+            raise BadInputError(f"unknown value {e}") from None
+        self.changes = changes
+        self._old: dict | None = None
+        self._new: dict | None = None
+
+    @property
+    def value(self):
+        """The one new value (for a one-field change)."""
+        return next(iter(self.changes.values()))
+
+    @property
+    def text(self) -> str:
+        if len(self.changes) == 1:
+            (k, v), = self.changes.items()
+            return f"{_LABELS[k]}: {_shown(k, v)}"
+        return "Options: " + ", ".join(_LABELS[k].lower() for k in self.changes)
+
+    def do(self, session) -> None:
+        self._old = {k: getattr(session.options, k) for k in self.changes}
+        session.set_options(**self.changes)
+        self._new = {k: getattr(session.options, k) for k in self.changes}
+
+    def undo(self, session) -> None:
+        session.set_options(**self._old)
+
+    @property
+    def changed(self) -> bool:
+        return self._old is not None and self._old != self._new
+
+
+class SetPolicyCommand(SetOptionsCommand):
+    def __init__(self, value):
+        super().__init__(policy=value)
+
+
+class SetMarchCommand(SetOptionsCommand):
+    def __init__(self, value):
+        super().__init__(march=value)
+
+
+class CompoundCommand(Command):
+    """Several commands as one undo step ("Ungroup 3 groups"); all or nothing."""
+
+    def __init__(self, commands, text: str):
+        self.commands = list(commands)
+        self.text = text
+
+    def do(self, session) -> None:
+        done = []
+        with session.batch():
+            try:
+                for c in self.commands:
+                    c.do(session)
+                    done.append(c)
+            except Exception:
+                for c in reversed(done):
+                    c.undo(session)
+                raise
+
+    def undo(self, session) -> None:
+        with session.batch():
+            for c in reversed(self.commands):
+                c.undo(session)
+
+    @property
+    def changed(self) -> bool:
+        return any(c.changed for c in self.commands)
+
+
+class CommandStack:
+    """The undo history of one session.  ``changed`` fires after every push, undo, redo,
+    clean-state change and clear (the GUI enables Undo/Redo and the modified mark from it)."""
+
+    changed = Signal()
+
+    def __init__(self, session=None):
+        self.session = session
+        self._commands: list[Command] = []
+        self._index = 0  # commands done: the next undo is _commands[_index - 1]
+        self._clean = 0  # the index at the last save; -1 once that state cannot come back
+
+    def push(self, cmd: Command) -> bool:
+        """Do ``cmd`` and record it.  A refused edit raises (QtQuantError) and is not recorded;
+        one that changed nothing returns False and is not recorded either."""
+        if self.session is None:
+            raise BadInputError("open a model first")
+        with self.session.batch():
+            cmd.do(self.session)
+        if not cmd.changed:
+            return False
+        if self._clean > self._index:
+            self._clean = -1
+        del self._commands[self._index:]
+        self._commands.append(cmd)
+        self._index += 1
+        self.changed.emit()
+        return True
+
+    def undo(self) -> Command | None:
+        if not self.can_undo:
+            return None
+        cmd = self._commands[self._index - 1]
+        with self.session.batch():
+            cmd.undo(self.session)
+        self._index -= 1
+        self.changed.emit()
+        return cmd
+
+    def redo(self) -> Command | None:
+        if not self.can_redo:
+            return None
+        cmd = self._commands[self._index]
+        with self.session.batch():
+            cmd.do(self.session)
+        self._index += 1
+        self.changed.emit()
+        return cmd
+
+    @property
+    def can_undo(self) -> bool:
+        return self._index > 0
+
+    @property
+    def can_redo(self) -> bool:
+        return self._index < len(self._commands)
+
+    @property
+    def undo_text(self) -> str:
+        return self._commands[self._index - 1].text if self.can_undo else ""
+
+    @property
+    def redo_text(self) -> str:
+        return self._commands[self._index].text if self.can_redo else ""
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def count(self) -> int:
+        return len(self._commands)
+
+    def texts(self) -> list[str]:
+        """Every command's text, oldest first (done and undone: ``index`` says where we are)."""
+        return [c.text for c in self._commands]
+
+    @property
+    def clean(self) -> bool:
+        return self._index == self._clean
+
+    def set_clean(self) -> None:
+        self._clean = self._index
+        self.changed.emit()
+
+    def clear(self, session=None) -> None:
+        """Forget the history (clean again); ``session``: the stack now edits that one."""
+        if session is not None:
+            self.session = session
+        self._commands, self._index, self._clean = [], 0, 0
+        self.changed.emit()

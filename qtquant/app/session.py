@@ -1,0 +1,258 @@
+"""A working session: one graph, its options, calibration and groups, and every result derived
+from them (domain maps, Concat analyses, perf, fidelity), each tied to the revision it is for.
+
+This is the model object the CLI and the GUI share.  It knows nothing of Qt: views subscribe
+to :attr:`Session.events`, edits arrive as commands (:mod:`qtquant.app.commands`), and
+background work reads a :meth:`Session.snapshot`.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields, replace
+
+from ..calib import CalibConfig, CalibrationResult, calibrate
+from ..concat import analyze_concats
+from ..domains import DomainMap, Policy, build_domains
+from ..groups import GroupSet
+from ..quant import Scheme
+from .events import SessionEvents
+
+__all__ = ["Options", "Session", "Result", "Derived", "derive"]
+
+# Options the domain maps are built from; the others (march, max_bits_lost) leave them valid.
+_DOMAIN_FIELDS = frozenset({"scheme", "policy", "calib"})
+
+
+@dataclass(frozen=True)
+class Options:
+    scheme: Scheme = Scheme.SYMMETRIC_INT8
+    policy: Policy = Policy.UNION
+    march: str = "bayes-e"
+    max_bits_lost: float = 1.0
+    calib: CalibConfig = field(default_factory=CalibConfig)
+
+    def __post_init__(self):
+        # Spelled as text by the CLI, the dialogs and project files: one typed value here.
+        object.__setattr__(self, "scheme", Scheme.parse(self.scheme))
+        object.__setattr__(self, "policy", Policy(self.policy))
+        object.__setattr__(self, "max_bits_lost", float(self.max_bits_lost))
+
+    @classmethod
+    def field_names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in fields(cls))
+
+
+@dataclass(frozen=True)
+class Result:
+    """A background result and the session revision it was computed for."""
+
+    value: object
+    revision: int
+
+
+@dataclass
+class Derived:
+    """Domain maps and Concat analyses of one session state, computed away from the GUI
+    thread (20,000 nodes: some 0.9 s) and installed by :meth:`Session.set_calibration`."""
+
+    calibration: CalibrationResult
+    options: Options
+    groups: tuple
+    domains: DomainMap
+    baseline: DomainMap
+    concats: list
+    baseline_concats: list
+
+
+def domains_for(graph, calibration, options, qdq, groups) -> DomainMap:
+    ranges = calibration.ranges if calibration is not None else {}
+    hist_pool = getattr(calibration, "pooled_range", None) if calibration is not None else None
+    return build_domains(graph, ranges, groups, policy=options.policy, scheme=options.scheme,
+                         fixed=qdq.ranges if qdq else None, hist_pool=hist_pool,
+                         percentile=getattr(options.calib, "percentile", 99.99))
+
+
+def derive(graph, calibration, options: Options, groups, qdq=None) -> Derived:
+    """Everything :meth:`Session.set_calibration` would otherwise compute on first use.
+
+    Pure: pass the session's options and ``groups.as_lists()`` read where the session is
+    edited; the session installs the result only if they still hold.
+    """
+    groups = tuple(tuple(g) for g in groups)
+    dm = domains_for(graph, calibration, options, qdq, groups)
+    base = domains_for(graph, calibration, options, qdq, ()) if groups else dm
+    cs = analyze_concats(graph, dm)
+    return Derived(calibration, options, groups, dm, base, cs, analyze_concats(graph, base) if groups else cs)
+
+
+class Session:
+    def __init__(self, graph, options: Options = Options(), *, qdq=None):
+        self.graph = graph
+        self.options = options
+        self.qdq = qdq  # qtquant.qdq.QdqInfo when the model came quantized
+        self.calibration: CalibrationResult | None = None
+        self.groups = GroupSet()
+        self.events = SessionEvents()
+        self.revision = 0  # bumps on every edit; background results carry it to detect staleness
+        self.perf: Result | None = None
+        self.perf_baseline: Result | None = None  # the same simulation without any user group
+        self.fidelity: Result | None = None
+        self.histograms: dict[str, tuple] = {}  # tensor -> (counts, edges) over the check samples
+        self._dm: DomainMap | None = None
+        self._baseline_dm: DomainMap | None = None
+        self._concat_cache: dict[bool, tuple] = {}  # baseline? -> (DomainMap, analysis)
+        self._batch_depth = 0
+        self._pending: dict[str, tuple] = {}  # kind -> emit args, while a batch is open
+        if qdq is not None:
+            self.options = replace(self.options, scheme=qdq.scheme)
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def quantized_file(self) -> bool:
+        return self.qdq is not None
+
+    @property
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        if self.calibration is not None:
+            return self.calibration.ranges
+        return {}
+
+    @property
+    def ready(self) -> bool:
+        return self.calibration is not None or self.qdq is not None
+
+    def run_calibration(self, progress=None, cancel=None) -> CalibrationResult:
+        res = calibrate(self.graph, self.options.calib, progress=progress, cancel=cancel)
+        self.set_calibration(res)
+        return res
+
+    def set_calibration(self, res: CalibrationResult, derived: Derived | None = None) -> None:
+        """``derived``: :func:`derive` for ``res``, used if the options and groups it was
+        computed for are still the session's."""
+        self.calibration = res
+        self.histograms = {}
+        self._invalidate(domains=True)
+        if derived is not None and derived.calibration is res and derived.options == self.options \
+                and derived.groups == tuple(tuple(g) for g in self.groups.as_lists()):
+            self._dm, self._baseline_dm = derived.domains, derived.baseline
+            self._concat_cache = {False: (derived.domains, derived.concats),
+                                  True: (derived.baseline, derived.baseline_concats)}
+        self._emit("calibrated")
+
+    def set_options(self, **changes) -> None:
+        """Change option fields (commands call this; see ``SetOptionsCommand``).  Fields that
+        already have the value are no change: no event, no new revision."""
+        unknown = set(changes) - Options.field_names()
+        if unknown:
+            raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
+        new = replace(self.options, **changes)
+        changed = {k: getattr(new, k) for k in changes if getattr(new, k) != getattr(self.options, k)}
+        if not changed:
+            return
+        self.options = new
+        if "scheme" in changed and self.calibration is not None:
+            # Same statistics, ranges re-derived for the new scheme (no model run).
+            tag = self.options.scheme.short
+            if getattr(self.calibration.config, "scheme", tag) != tag and hasattr(self.calibration, "recompute"):
+                self.calibration = self.calibration.recompute(scheme=tag)
+            if hasattr(self.options.calib, "scheme"):
+                self.options = replace(self.options, calib=replace(self.options.calib, scheme=tag))
+        self._invalidate(domains=bool(_DOMAIN_FIELDS & changed.keys()))
+        self._emit("options", changed)
+
+    def groups_changed(self) -> None:
+        self._dm = None
+        self._bump()
+        self._emit("groups")
+
+    def _invalidate(self, domains: bool) -> None:
+        if domains:
+            self._dm = self._baseline_dm = None
+        self._bump()
+
+    def _bump(self) -> None:
+        self.revision += 1
+
+    # -- events ---------------------------------------------------------------------------
+    @contextmanager
+    def batch(self):
+        """Hold the events of everything done inside and emit each kind once at the end: one
+        edit is one event per kind, however many steps it takes (auto-share, Ungroup N)."""
+        self._batch_depth += 1
+        try:
+            yield self
+        finally:
+            self._batch_depth -= 1
+            if self._batch_depth == 0 and self._pending:
+                pending, self._pending = self._pending, {}
+                for kind, args in pending.items():
+                    getattr(self.events, kind).emit(*args)
+
+    def _emit(self, kind: str, *args) -> None:
+        if self._batch_depth == 0:
+            getattr(self.events, kind).emit(*args)
+        elif kind == "options" and kind in self._pending:
+            self._pending[kind] = ({**self._pending[kind][0], **args[0]},)
+        else:
+            self._pending[kind] = args
+
+    # -- background results ---------------------------------------------------------------
+    def set_perf(self, value, revision: int, baseline=None) -> bool:
+        """Install a simulation of ``revision`` (and its ungrouped baseline); one for an older
+        revision is dropped (False): the session changed while it ran."""
+        if revision != self.revision:
+            return False
+        self.perf = Result(value, revision)
+        if baseline is not None:
+            self.perf_baseline = Result(baseline, revision)
+        self._emit("perf", self.perf)
+        return True
+
+    def set_fidelity(self, value, revision: int) -> bool:
+        if revision != self.revision:
+            return False
+        self.fidelity = Result(value, revision)
+        self._emit("fidelity", self.fidelity)
+        return True
+
+    def is_stale(self, result: Result | None) -> bool:
+        """True for a result of an older revision (an edit came after it); None is not stale,
+        it is missing."""
+        return result is not None and result.revision != self.revision
+
+    def snapshot(self):
+        """What background work reads, fixed now: see :class:`~qtquant.app.snapshot.Snapshot`."""
+        from .snapshot import Snapshot
+
+        return Snapshot.of(self)
+
+    # -- derived --------------------------------------------------------------------------
+    def _build(self, groups) -> DomainMap:
+        return domains_for(self.graph, self.calibration, self.options, self.qdq, groups)
+
+    @property
+    def domains(self) -> DomainMap:
+        if self._dm is None:
+            self._dm = self._build(self.groups.as_lists())
+        return self._dm
+
+    @property
+    def baseline_domains(self) -> DomainMap:
+        """Domains without any user group: the 'before' of every before/after."""
+        if self._baseline_dm is None:
+            self._baseline_dm = self._build(())
+        return self._baseline_dm
+
+    def concats(self, baseline: bool = False):
+        dm = self.baseline_domains if baseline else self.domains
+        hit = self._concat_cache.get(bool(baseline))
+        if hit is None or hit[0] is not dm:
+            hit = self._concat_cache[bool(baseline)] = (dm, analyze_concats(self.graph, dm))
+        return hit[1]
+
+    def cached_concats(self, baseline: bool = False):
+        """The analysis if it is already built for the current domains, else None (no work)."""
+        dm = self._baseline_dm if baseline else self._dm
+        hit = self._concat_cache.get(bool(baseline))
+        return hit[1] if dm is not None and hit is not None and hit[0] is dm else None

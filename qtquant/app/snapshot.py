@@ -1,0 +1,61 @@
+"""The one frozen view of a session that background work receives.
+
+Perf simulation, fidelity, export, plans and auto-share planning read a session's graph,
+options, calibration, groups and domain maps.  A worker thread must not read the live session:
+the next edit changes it under the worker's feet.  :meth:`Session.snapshot` takes these on the
+GUI thread, at submission; the worker reads only the snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..concat import analyze_concats
+from ..groups import GroupSet
+
+__all__ = ["Snapshot"]
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: caches keyed by a snapshot stay cheap
+class Snapshot:
+    graph: object
+    options: object  # Options
+    calibration: object  # CalibrationResult or None
+    qdq: object  # QdqInfo or None
+    groups: GroupSet  # a private copy: the session's own set keeps changing
+    revision: int
+    domains: object  # DomainMap
+    baseline_domains: object  # DomainMap
+    # baseline? -> analysis; seeded with what the session had built, else computed by the worker.
+    _concats: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, session) -> "Snapshot":
+        seed = {}
+        for baseline in (False, True):
+            hit = session.cached_concats(baseline)
+            if hit is not None:
+                seed[baseline] = hit
+        return cls(session.graph, session.options, session.calibration, session.qdq,
+                   GroupSet(list(session.groups.groups), session.groups.next_id), session.revision,
+                   session.domains, session.baseline_domains, seed)
+
+    @property
+    def ready(self) -> bool:
+        return self.calibration is not None or self.qdq is not None
+
+    @property
+    def quantized_file(self) -> bool:
+        return self.qdq is not None
+
+    @property
+    def ranges(self) -> dict:
+        return self.calibration.ranges if self.calibration is not None else {}
+
+    def concats(self, baseline: bool = False):
+        key = bool(baseline)
+        hit = self._concats.get(key)
+        if hit is None:
+            hit = self._concats[key] = analyze_concats(self.graph,
+                                                       self.baseline_domains if key else self.domains)
+        return hit
