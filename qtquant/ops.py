@@ -1,18 +1,22 @@
 """The op registry: one table that says how each op type treats quantization.
 
 Handlers declare what they need (``PASS`` = "output shares the input's scale"); the
-domain builder and the exporter act on those declarations.  The perf simulator
-registers its cost functions on the same handlers (see :func:`register_cost`).
+domain builder and the exporter act on those declarations.  Each handler also declares
+its :class:`~qtquant.vocab.CostClass`, which the perf simulator prices.  The table is
+fixed at import: nothing registers or patches handlers at run time.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
+from types import MappingProxyType
 from typing import Callable
 
-__all__ = ["Role", "OpHandler", "handler_for", "register_cost", "REGISTRY", "passes_through",
-           "FUSED_ACTIVATIONS", "fused_into_producer"]
+from .vocab import CostClass
+
+__all__ = ["Role", "OpHandler", "handler_for", "REGISTRY", "passes_through", "FUSED_ACTIVATIONS",
+           "fused_into_producer"]
 
 
 class Role(Enum):
@@ -22,7 +26,7 @@ class Role(Enum):
     NONE = "none"  # never quantized (shape math, casts to int, ...)
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpHandler:
     role: Role
     category: str = "other"  # for colouring in the GUI: conv, activation, eltwise, ...
@@ -31,8 +35,8 @@ class OpHandler:
     weight_inputs: dict[int, int] = field(default_factory=dict)
     # Optional predicate refining PASS for attribute-dependent ops (Resize nearest, Pad 0).
     pass_if: Callable | None = None
-    # Perf cost function, set by qtquant.perf.costs.
-    cost: Callable | None = None
+    # Every float op left in a quantized graph runs somewhere; by default it streams its bytes.
+    cost_class: CostClass = CostClass.MEMORY
 
 
 def _resize_nearest(node, graph) -> bool:
@@ -52,12 +56,14 @@ def _h(role: Role, category: str, **kw) -> OpHandler:
     return OpHandler(role=role, category=category, **kw)
 
 
-REGISTRY: dict[str, OpHandler] = {
+_MACS = CostClass.COMPUTE
+
+_REGISTRY: dict[str, OpHandler] = {
     # compute ops with weights
-    "Conv": _h(Role.COMPUTE, "conv", weight_inputs={1: 0}),
-    "ConvTranspose": _h(Role.COMPUTE, "conv", weight_inputs={1: 1}),
-    "MatMul": _h(Role.COMPUTE, "matmul", weight_inputs={1: -1}),
-    "Gemm": _h(Role.COMPUTE, "matmul", weight_inputs={1: 0}),
+    "Conv": _h(Role.COMPUTE, "conv", weight_inputs={1: 0}, cost_class=_MACS),
+    "ConvTranspose": _h(Role.COMPUTE, "conv", weight_inputs={1: 1}, cost_class=_MACS),
+    "MatMul": _h(Role.COMPUTE, "matmul", weight_inputs={1: -1}, cost_class=_MACS),
+    "Gemm": _h(Role.COMPUTE, "matmul", weight_inputs={1: 0}, cost_class=_MACS),
     # activations
     **{op: _h(Role.COMPUTE, "activation") for op in (
         "Relu", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Clip",
@@ -72,12 +78,15 @@ REGISTRY: dict[str, OpHandler] = {
     **{op: _h(Role.COMPUTE, "reduce") for op in (
         "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
         "ReduceL1", "ReduceLogSumExp", "ReduceSumSquare", "GlobalAveragePool",
-        "AveragePool", "GlobalMaxPool", "LpPool", "CumSum", "Einsum", "TopK")},
-    "Concat": _h(Role.CONCAT, "concat"),
-    # ops that only move or select values (DESIGN §3)
+        "AveragePool", "GlobalMaxPool", "LpPool", "CumSum", "TopK")},
+    "Einsum": _h(Role.COMPUTE, "reduce", cost_class=_MACS),
+    "Concat": _h(Role.CONCAT, "concat", cost_class=CostClass.CONCAT),
+    # ops that only move or select values (DESIGN §3); the views among them move no data
+    **{op: _h(Role.PASS, "layout", cost_class=CostClass.VIEW) for op in (
+        "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")},
     **{op: _h(Role.PASS, "layout") for op in (
-        "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split",
-        "Gather", "Identity", "DepthToSpace", "SpaceToDepth", "Expand", "Tile")},
+        "Transpose", "Slice", "Gather", "DepthToSpace", "SpaceToDepth", "Expand", "Tile")},
+    "Split": _h(Role.PASS, "layout", cost_class=CostClass.SPLIT),
     "MaxPool": _h(Role.PASS, "pool"),
     "Resize": _h(Role.PASS, "resize", pass_if=_resize_nearest),
     "Upsample": _h(Role.PASS, "resize", pass_if=_resize_nearest),
@@ -91,7 +100,11 @@ REGISTRY: dict[str, OpHandler] = {
         "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
         "IsNaN", "IsInf", "OneHot", "ScatterND", "ScatterElements", "GatherND",
         "GatherElements", "Loop", "If", "Scan", "SequenceConstruct", "Compress")},
+    # Not in the quantization table (so still reported as unknown and observed), but an
+    # inference runtime drops it: the simulator must not charge it a pass over its data.
+    "Dropout": OpHandler(role=Role.COMPUTE, category="unknown", known=False, cost_class=CostClass.VIEW),
 }
+REGISTRY = MappingProxyType(_REGISTRY)
 
 # Unknown ops get their own observer (the safe choice: never assume they keep scale)
 # and are reported as unknown in the analysis.
@@ -165,9 +178,3 @@ def fused_into_producer(graph) -> set[str]:
                     fused.update((t, g))
             break
     return fused
-
-
-def register_cost(op_types, fn: Callable) -> None:
-    """Attach a perf cost function to op types (creating a default handler if unknown)."""
-    for op in ([op_types] if isinstance(op_types, str) else op_types):
-        REGISTRY[op] = replace(handler_for(op), cost=fn)

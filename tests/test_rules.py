@@ -82,3 +82,19 @@ def test_concat_members_leave_out_constants_and_note_unquantized_inputs():
     report, groups = plan_auto_share(s, 100.0)
     assert groups == [["conv0_out", "conv1_out", "cat_out"]]
     assert notes[0] in report.decisions[0].notes
+
+
+def test_cost_classes_are_declared_in_the_registry_which_no_one_mutates(session):
+    from qtquant.ops import REGISTRY, handler_for
+    from qtquant.perf import simulate_session
+    from qtquant.vocab import CostClass
+
+    before = dict(REGISTRY)
+    simulate_session(session)
+    assert dict(REGISTRY) == before and all(REGISTRY[k] is v for k, v in before.items())
+    with pytest.raises(TypeError):
+        REGISTRY["Conv"] = handler_for("Relu")
+    assert handler_for("Conv").cost_class is CostClass.COMPUTE
+    assert handler_for("Reshape").cost_class is CostClass.VIEW
+    assert handler_for("Dropout").cost_class is CostClass.VIEW and not handler_for("Dropout").known
+    assert handler_for("NoSuchOp").cost_class is CostClass.MEMORY

@@ -1,4 +1,5 @@
-"""Per-op cost functions, registered on the op registry (``qtquant.ops.register_cost``).
+"""Per-op cost functions, one per :class:`~qtquant.vocab.CostClass`; the op registry says which
+class each op is in (``qtquant.ops``).
 
 A cost function is ``fn(node, ctx) -> LayerCost``.  ``ctx`` (:class:`CostContext`) holds
 the graph, the march profile and what the whole-graph passes decided: which activations
@@ -14,32 +15,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..ops import handler_for, register_cost
-from ..vocab import TensorKind
+from ..ops import handler_for
+from ..vocab import CostClass, TensorKind
 from .macs import conv_dims, macs_of, numel, shape_of
 
-__all__ = ["LayerCost", "CostContext", "install", "node_cost", "copy_cost", "rescale_cost", "alignment_efficiency"]
+__all__ = ["LayerCost", "CostContext", "node_cost", "copy_cost", "rescale_cost", "alignment_efficiency"]
 
 ACT_BYTES = 1  # int8 activations
 WEIGHT_BYTES = 1  # int8 weights
 BIAS_BYTES = 4  # int32 bias
 _RUNTIME = (TensorKind.INPUT, TensorKind.ACTIVATION)  # what the BPU reads and writes per inference
-
-COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum")
-VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
-# Every float op left in a quantized graph runs somewhere; these stream through the vector
-# unit or the DMA and are costed by the bytes they move.
-MEMORY_OPS = (
-    "Relu", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Clip", "Elu", "Selu",
-    "Gelu", "Softplus", "Softsign", "Mish", "Exp", "Log", "Sqrt", "Erf", "Softmax", "LogSoftmax", "Abs",
-    "Neg", "Reciprocal", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "ThresholdedRelu", "Celu",
-    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mean", "Sum", "Where", "BatchNormalization",
-    "InstanceNormalization", "LayerNormalization", "GroupNormalization", "LpNormalization",
-    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1",
-    "ReduceLogSumExp", "ReduceSumSquare", "GlobalAveragePool", "AveragePool", "GlobalMaxPool", "LpPool",
-    "MaxPool", "Resize", "Upsample", "CumSum", "TopK", "Transpose", "Slice", "Gather", "Pad",
-    "DepthToSpace", "SpaceToDepth", "Expand", "Tile", "Concat", "Split",
-)
 
 
 @dataclass(frozen=True)
@@ -110,7 +95,7 @@ class CostContext:
         g, fuse = self.graph, self.march.fused_activations
         outputs = set(g.outputs)
         for node in g.nodes.values():
-            if node.op_type not in COMPUTE_OPS or not node.outputs or not self.is_activation(node.outputs[0]):
+            if handler_for(node.op_type).cost_class is not CostClass.COMPUTE or not node.outputs or not self.is_activation(node.outputs[0]):
                 continue
             cur, used_add, chain = node.outputs[0], False, []
             while cur not in outputs:
@@ -304,21 +289,8 @@ def node_cost(node, ctx) -> LayerCost:
         return zero_cost(node, f"fused into {host}")
     if not any(o and ctx.is_activation(o) for o in node.outputs):
         return zero_cost(node, "constant-folded or shape math (not run on the BPU)")
-    h = handler_for(node.op_type)
-    return (h.cost or memory_cost)(node, ctx)  # unknown ops: costed as a pass over their data
+    return COST_FUNCTIONS[handler_for(node.op_type).cost_class](node, ctx)
 
 
-_INSTALLED = False
-
-
-def install() -> None:
-    """Register the cost functions on the op registry (idempotent)."""
-    global _INSTALLED
-    if _INSTALLED:
-        return
-    register_cost(COMPUTE_OPS, compute_cost)
-    register_cost(VIEW_OPS, view_cost)
-    register_cost([op for op in MEMORY_OPS if op not in ("Split", "Concat")], memory_cost)
-    register_cost("Split", split_cost)
-    register_cost("Concat", concat_default_cost)
-    _INSTALLED = True
+COST_FUNCTIONS = {CostClass.COMPUTE: compute_cost, CostClass.MEMORY: memory_cost, CostClass.VIEW: view_cost,
+                  CostClass.SPLIT: split_cost, CostClass.CONCAT: concat_default_cost}

@@ -13,7 +13,7 @@ import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .costs import CostContext, LayerCost, copy_cost, install, node_cost, rescale_cost, zero_cost
+from .costs import CostContext, LayerCost, copy_cost, node_cost, rescale_cost, zero_cost
 from .march import MarchProfile, load_march
 from .macs import shape_of
 
@@ -122,7 +122,6 @@ class Simulator:
     """``Simulator(graph, march).full(concats)`` / ``.update(concats)`` → :class:`PerfResult`."""
 
     def __init__(self, graph, march):
-        install()
         self.graph = graph
         self.march: MarchProfile = load_march(march)
         self._lock = threading.Lock()
