@@ -114,7 +114,7 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
     from PySide6.QtCore import QSettings
 
     from qtquant.calib import CalibConfig
-    from qtquant.gui.layout import igraph_reference
+    from qtquant.app.scene.layout import igraph_reference
     from qtquant.gui.mainwindow import MainWindow
 
     marks = {}

@@ -1,6 +1,6 @@
 """The graph canvas: scene, view (zoom, pan, fit, search jumps), minimap and legend.
 
-The scene is built once per layout from a :class:`~qtquant.gui.spec.SceneSpec` whose
+The scene is built once per layout from a :class:`~qtquant.app.scene.SceneSpec` whose
 coordinates were computed in a worker thread.  Afterwards only looks change
 (:meth:`GraphScene.apply_looks`): overlays never move an item.
 """
@@ -18,7 +18,7 @@ from .dragdrop import NodeDrag
 from .hulls import HullLayer
 from .minimap import Legend, MiniMap
 from .items import LOD_EDGE_LABEL, LOD_FAST, EdgeItem, EdgeLabel, NodeItem, OverviewItem
-from .spec import SceneSpec, spread_ports
+from ..app.scene import SceneSpec, spread_ports
 from .style import NODE_H, NODE_W, TERM_H, TERM_W, category_color
 
 __all__ = ["GraphScene", "GraphView", "MiniMap", "Legend", "ITEM_CLASSES"]

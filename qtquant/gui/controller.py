@@ -25,7 +25,7 @@ from ..shapes import parse_input_shapes
 from .collector import install_collector
 from .jobs import Job, JobManager
 from .perfdata import fidelity_measure, simulator, top_layers
-from .spec import layout_scene, scene_spec
+from ..app.scene import layout_scene, scene_spec
 
 __all__ = ["SessionBridge", "Controller", "PERF_DEBOUNCE_MS", "FIDELITY_DEBOUNCE_MS"]
 

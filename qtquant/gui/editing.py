@@ -26,7 +26,7 @@ from ..commands import (AutoShareCommand, RemoveMemberCommand, SetMarchCommand, 
 from ..domains import Policy
 from ..errors import QtQuantError
 from ..groups import check_member
-from .spec import INPUT_PREFIX, OUTPUT_PREFIX
+from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX
 
 __all__ = ["EditCommand", "Editor", "node_outputs", "concat_members", "split_shareable"]
 

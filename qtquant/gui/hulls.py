@@ -19,7 +19,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QPainterPath, QPainterPathStroker, QPen
 from PySide6.QtWidgets import QGraphicsPathItem
 
-from .spec import INPUT_PREFIX
+from ..app.scene import INPUT_PREFIX
 
 __all__ = ["GROUP_COLORS", "group_color", "GroupHull", "HullLayer", "member_nodes"]
 

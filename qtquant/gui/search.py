@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCompleter, QHBoxLayout, QLabel, QLineEdit, QToolButton, QWidget
 
-from .spec import INPUT_PREFIX
+from ..app.scene import INPUT_PREFIX
 
 __all__ = ["SearchBar", "tensor_home"]
 

@@ -11,12 +11,12 @@ import math
 
 from PySide6.QtGui import QColor, QPainter
 
+from ..app.scene import NODE_H, NODE_W, TERM_H, TERM_W
+
 __all__ = ["CATEGORY_COLORS", "category_color", "MISMATCH_BANDS", "mismatch_band", "mismatch_color",
            "heat_color", "text_color_on", "fmt_us", "fmt_ratio", "fmt_bytes", "fmt_scale", "NODE_W", "NODE_H", "TERM_W",
            "TERM_H", "UNCALIBRATED", "SELECT", "EDGE", "FADED", "paint_ended"]
 
-NODE_W, NODE_H = 172.0, 42.0  # op boxes (scene units)
-TERM_W, TERM_H = 150.0, 34.0  # graph input / output terminals
 
 # Muted fills by op category (qtquant.ops handler categories): the mismatch and heat
 # colours must stand out against them, so they stay light and low in saturation.

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from qtquant.errors import QtQuantError
-from qtquant.gui import layout_child
-from qtquant.gui.layout import LayoutInput, layered_layout
+from qtquant.app.scene import child as layout_child
+from qtquant.app.scene.layout import LayoutInput, layered_layout
 
 
 def diamond_chain(n=30):

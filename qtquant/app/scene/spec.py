@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..shapes import format_shape
+from ...shapes import format_shape
+from ...vocab import TensorKind
 from .layout import Layout, LayoutInput, layered_layout
-from .style import NODE_H, NODE_W, TERM_H, TERM_W
 
 __all__ = ["NodeSpec", "EdgeSpec", "SceneSpec", "scene_spec", "layout_scene", "spread_ports", "shape_text",
-           "INPUT_PREFIX", "OUTPUT_PREFIX"]
+           "INPUT_PREFIX", "OUTPUT_PREFIX", "NODE_W", "NODE_H", "TERM_W", "TERM_H"]
 
 INPUT_PREFIX = "input:"
 OUTPUT_PREFIX = "output:"
+NODE_W, NODE_H = 172.0, 42.0  # op boxes (scene units)
+TERM_W, TERM_H = 150.0, 34.0  # graph input / output terminals
 
 
 @dataclass
@@ -69,7 +71,7 @@ def scene_spec(graph) -> SceneSpec:
             nodes.append(NodeSpec(OUTPUT_PREFIX + t, "output", t, shape_text(graph.tensors[t].shape), "output"))
     edges: list[EdgeSpec] = []
     for t in graph.tensors.values():
-        if t.kind in ("weight",) and t.producer is None:
+        if t.kind == TensorKind.WEIGHT and t.producer is None:
             continue
         src = t.producer if t.producer else (INPUT_PREFIX + t.name if INPUT_PREFIX + t.name in index else None)
         if src is None:
@@ -88,7 +90,7 @@ def scene_spec(graph) -> SceneSpec:
 
 def layout_scene(spec: SceneSpec, graph=None, *, isolate: bool = False) -> SceneSpec:
     """Compute the layout for ``spec`` (in place) and return it; ``isolate``: in a child process
-    (see :mod:`.layout_child`)."""
+    (see :mod:`.child`)."""
     sizes = [(NODE_W, NODE_H) if n.kind == "op" else (TERM_W, TERM_H) for n in spec.nodes]
     anchored = [n.kind == "input" for n in spec.nodes]
     if graph is not None:
@@ -98,7 +100,7 @@ def layout_scene(spec: SceneSpec, graph=None, *, isolate: bool = False) -> Scene
                 anchored[i] = True
     inp = LayoutInput(sizes, [(e.src, e.dst) for e in spec.edges], anchored)
     if isolate:
-        from .layout_child import layered_layout_isolated
+        from .child import layered_layout_isolated
 
         spec.layout = layered_layout_isolated(inp)
     else:
