@@ -18,10 +18,12 @@ from .errors import ModelError, ShapeError
 from .modelcheck import (FLOAT_TYPES, apply_input_shapes, check_external_data, check_input_sizes, check_text,
                          file_sha256, infer_shapes, inline_small_external, toposort)
 from .ops import Role, fused_into_producer, handler_for, passes_through
+from .qdq import is_qdq_model
 from .shapes import format_shape, parse_input_shapes
 from .vocab import TensorKind
 
-__all__ = ["Node", "Tensor", "Graph", "load_graph", "graph_from_model", "MIN_OPSET", "MAX_OPSET"]
+__all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "graph_from_model", "MIN_OPSET",
+           "MAX_OPSET"]
 
 MIN_OPSET = 11
 MAX_OPSET = 23
@@ -359,8 +361,8 @@ def _check_channels(graph: "Graph") -> None:
                              f"{format_shape(graph.tensors[src].shape) if src in graph.tensors else ''})")
 
 
-def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
-    """Load an ONNX file, resolve dynamic dims from ``input_shapes`` and infer shapes."""
+def read_model_file(path) -> tuple[onnx.ModelProto, Path]:
+    """The model in ``path``, without its external data, or a one-line :class:`ModelError`."""
     p = Path(path)
     if not p.exists():
         raise ModelError(f"model file not found: {p}")
@@ -372,6 +374,18 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
         raise ModelError(f"{p.name} is not a readable ONNX model (corrupt or wrong format)") from None
     if not model.graph.node:
         raise ModelError(f"{p.name} is not a readable ONNX model (it has no graph nodes)")
+    return model, p
+
+
+def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
+    """Load a float ONNX file, resolve dynamic dims from ``input_shapes`` and infer shapes.
+
+    A QDQ-quantized file is refused: its graph is only right once its Q/DQ pairs are read into
+    scales, which :func:`qtquant.open_model` (the one way to open any model) does.
+    """
+    model, p = read_model_file(path)
+    if is_qdq_model(model):
+        raise ModelError(f"{p.name} is QDQ-quantized; open it with qtquant.open_model, which reads its scales")
     check_external_data(model, p.parent)
     return graph_from_model(model, input_shapes, path=p, sha256=file_sha256(p), ort_fallback=ort_fallback)
 

@@ -98,3 +98,27 @@ def test_cost_classes_are_declared_in_the_registry_which_no_one_mutates(session)
     assert handler_for("Reshape").cost_class is CostClass.VIEW
     assert handler_for("Dropout").cost_class is CostClass.VIEW and not handler_for("Dropout").known
     assert handler_for("NoSuchOp").cost_class is CostClass.MEMORY
+
+
+def test_one_open_path_load_graph_refuses_qdq_files(tmp_path):
+    import qtquant
+    from qtquant.errors import ModelError
+    from qtquant.graph import load_graph
+
+    from builders import save
+
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq"),
+             helper.make_node("Relu", ["xd"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = save(m, tmp_path / "qdq.onnx")
+    with pytest.raises(ModelError, match="open_model"):
+        load_graph(path)
+    s = qtquant.open_model(path)
+    assert s.quantized_file and "QuantizeLinear" not in {n.op_type for n in s.graph.nodes.values()}
+    assert "open_model" in qtquant.__all__ and "load_graph" not in qtquant.__all__
