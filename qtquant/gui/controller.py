@@ -24,7 +24,7 @@ from ..session import Options, Session, derive
 from ..shapes import parse_input_shapes
 from .collector import install_collector
 from .jobs import Job, JobManager
-from .perfdata import fidelity_measure, simulator, top_layers
+from ..app.views.perfdata import fidelity_measure, simulator, top_layers
 from ..app.scene import layout_scene, scene_spec
 
 __all__ = ["SessionBridge", "Controller", "PERF_DEBOUNCE_MS", "FIDELITY_DEBOUNCE_MS"]

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxL
 from ..perf import MARCHES
 from ..shapes import format_shape
 from .groupsdock import GroupsPanel
-from .perfdata import CHART_ROWS, num, rescale_us_by_concat, top_layers
+from ..app.views.perfdata import CHART_ROWS, num, rescale_us_by_concat, top_layers
 from .style import fmt_bytes, fmt_ratio, fmt_us, mismatch_color, paint_ended
 
 __all__ = ["ModelInfo", "ConcatTableModel", "ConcatList", "GroupsPanel", "PerfSummary", "BarChart", "JobLog"]
@@ -380,7 +380,7 @@ class PerfSummary(QWidget):
         """Totals for the current revision, each with its change against the unedited model."""
         b = self.bridge
         v = self.values
-        from .perfdata import simulator
+        from ..app.views.perfdata import simulator
 
         perf, base = b.perf, b.perf_baseline
         stale = perf is not None and b.perf_revision != b.revision

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QMenu, QT
 
 from ..quant import bits_lost
 from .hulls import group_color
-from .perfdata import rescale_us_by_concat
+from ..app.views.perfdata import rescale_us_by_concat
 from .style import fmt_scale, fmt_us
 
 __all__ = ["MemberRow", "GroupRow", "group_rows", "GroupsPanel"]

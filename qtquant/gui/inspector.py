@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QScrollAr
                                QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ..shapes import format_shape
-from .perfdata import rescale_us_by_concat, rescale_us_for_input
+from ..app.views.perfdata import rescale_us_by_concat, rescale_us_for_input
 from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX, shape_text
 from .style import fmt_ratio, fmt_scale, fmt_us, mismatch_color, paint_ended
 

@@ -2,7 +2,7 @@
 
 Pure functions of (graph, Concat analysis, perf result, mode).  The canvas applies the
 result in place, so switching modes never touches the layout.  Perf results come from
-``qtquant.perf`` when it is installed; :mod:`qtquant.gui.perfdata` adapts them.
+``qtquant.perf`` when it is installed; :mod:`qtquant.app.views.perfdata` adapts them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from PySide6.QtGui import QColor
 
 from .items import Badge
-from .perfdata import node_us
+from ..app.views.perfdata import node_us
 from .style import MISMATCH_BANDS, UNCALIBRATED, fmt_us, heat_color, mismatch_band
 
 __all__ = ["MODES", "MODE_LABELS", "Looks", "compute_looks", "fill_looks", "node_bits"]

@@ -14,7 +14,7 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication, QToolBar
 
 from ..errors import BadInputError, QtQuantError
-from .perfdata import simulator
+from ..app.views.perfdata import simulator
 
 __all__ = ["wait_settled", "take_screenshot", "ScreenshotError"]
 

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.gui.mainwindow import MainWindow  # noqa: E402
-from qtquant.gui.perfdata import simulator  # noqa: E402
+from qtquant.app.views.perfdata import simulator  # noqa: E402
 from qtquant.gui.style import MISMATCH_BANDS  # noqa: E402
 
 GREEN = QColor(MISMATCH_BANDS[0][2]).name()
@@ -505,7 +505,7 @@ def test_closing_with_unsaved_changes_prompts(qtbot, win, prompts, model, tmp_pa
 
 @pytest.mark.skipif(simulator() is None, reason="perf simulator not installed")
 def test_latency_overlay_follows_edits(qtbot, win, model):
-    from qtquant.gui.perfdata import node_us
+    from qtquant.app.views.perfdata import node_us
     from qtquant.gui.style import fmt_us
 
     open_settled(qtbot, win, model)

@@ -16,7 +16,7 @@ __all__ = ["CHART_ROWS", "simulator", "fidelity_measure", "node_us", "rescale_us
 def simulator():
     """``qtquant.perf.simulate_session`` or None."""
     try:
-        from ..perf import simulate_session
+        from ...perf import simulate_session
     except ImportError:
         return None
     return simulate_session
@@ -26,7 +26,7 @@ def fidelity_measure(worker=None):
     """``qtquant.fidelity.measure_session`` or None; with ``worker`` (a
     :class:`~qtquant.fidelity_worker.FidelityWorker`), the same check run in its child process."""
     try:
-        from ..fidelity import measure_session
+        from ...fidelity import measure_session
     except ImportError:
         return None
     return worker.measure if worker is not None else measure_session
