@@ -20,7 +20,7 @@ from .domains import Policy, _policy_range
 from .errors import ShareRefused
 from .outputs import output_reached
 from .quant import Scheme, bits_lost, qparams_for_range, range_width, scales_differ
-from .vocab import ShareAction
+from .vocab import DEFAULT_PERCENTILE, ShareAction
 
 __all__ = ["AutoShareDecision", "AutoShareReport", "auto_share", "plan_auto_share", "MAX_CLIP"]
 
@@ -114,7 +114,7 @@ class _Planner:
         self.policy = session.options.policy
         cal = session.calibration
         self.hist_pool = getattr(cal, "pooled_range", None) if cal is not None else None
-        self.pct = getattr(session.options.calib, "percentile", 99.99)
+        self.pct = getattr(session.options.calib, "percentile", DEFAULT_PERCENTILE)
         self.order = {n: i for i, n in enumerate(self.graph.tensors)}
         self.uf = UnionFind()
         self.tensors: dict[int, list[str]] = {}

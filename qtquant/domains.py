@@ -14,7 +14,7 @@ from networkx.utils import UnionFind
 
 from .ops import passes_through
 from .quant import QParams, Scheme, qparams_for_range, range_width
-from .vocab import Policy, TensorKind
+from .vocab import DEFAULT_PERCENTILE, Policy, TensorKind
 
 __all__ = ["Policy", "Domain", "DomainMap", "build_domains"]
 
@@ -125,7 +125,7 @@ def _constant_range(graph, name):
 def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
                   policy: Policy = Policy.UNION, scheme: Scheme = Scheme.SYMMETRIC_INT8,
                   fixed: dict[str, tuple[float, float]] | None = None,
-                  target_rules=(), hist_pool=None, percentile: float = 99.99) -> DomainMap:
+                  target_rules=(), hist_pool=None, percentile: float = DEFAULT_PERCENTILE) -> DomainMap:
     """Build the scale domains.
 
     ``ranges`` maps observed tensors to their calibrated (lo, hi).  ``groups`` is an

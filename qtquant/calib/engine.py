@@ -30,7 +30,7 @@ from ..errors import BadInputError, CalibrationDataError, Cancelled, ModelError
 from ..runtime import input_specs, make_session
 from .augment import augment
 from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAULT_PERCENTILE, DEFAULT_SCHEME,
-                     LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, scheme_name)
+                     LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, Observer, scheme_name)
 from .observers import abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
 from .stats import NonFiniteError, TensorStats
@@ -174,7 +174,7 @@ class CalibConfig:
         onnxruntime's reduce-only MinMax."""
         if self.hist_stride:
             return self.hist_stride
-        return AUTO_MINMAX_STRIDE if self.observer in ("minmax", "ma-minmax") else 1
+        return AUTO_MINMAX_STRIDE if self.observer in (Observer.MINMAX, Observer.MA_MINMAX) else 1
 
 
 @dataclass
