@@ -116,10 +116,10 @@ class _Receiver:
     def __init__(self):
         self.holes: dict = {}
 
-    def feed(self, conn):
-        """Read one frame: ``None`` while a message is incomplete, then ``(kind, value)``
-        (kind ``"end"`` for a message, ``"progress"`` or ``"stop"``)."""
-        frame = conn.recv()
+    def feed(self, frame: tuple, read_raw):
+        """Take one frame (``read_raw()`` reads the bytes a raw one announces): ``None`` while a
+        message is incomplete, then ``(kind, value)`` (kind ``"end"`` for a message, ``"progress"``
+        or ``"stop"``)."""
         kind = frame[0]
         if kind == "part":
             _, i, chunk = frame
@@ -128,7 +128,7 @@ class _Receiver:
                 (have.update if type(chunk) is dict else have.extend)(chunk)
             return None
         if kind == "raw":
-            self.holes[frame[1]] = conn.recv_bytes()
+            self.holes[frame[1]] = read_raw()
             return None
         if kind == "end" and self.holes:
             value, self.holes = _fill(frame[1], self.holes), {}
@@ -155,10 +155,8 @@ class Link:
 def _reply_to(handler, request, link) -> tuple:
     try:
         return ("ok", handler(request, link))
-    except QtQuantError as e:
-        return ("error", type(e).__name__, str(e))
     except BaseException as e:  # noqa: BLE001 - report, never leave the parent waiting
-        return ("error", "", f"{type(e).__name__}: {e}")
+        return ("error", *errors.to_name(e))
 
 
 def _answer(conn, reply: tuple, part: int) -> bool:
@@ -180,7 +178,7 @@ def _serve(conn, flag, handler, part: int, once: bool) -> None:
         try:
             got = None
             while got is None:
-                got = rx.feed(conn)
+                got = rx.feed(conn.recv(), conn.recv_bytes)
         except (EOFError, OSError):  # the parent is gone
             return
         if got[0] == "stop" or not _answer(conn, _reply_to(handler, got[1], link), part) or once:
@@ -298,7 +296,7 @@ def _gather(children: list[Child], requests: list, cancel, progress, timeout) ->
             for conn in wait(list(pending), POLL_S):
                 i, rx = pending[conn]
                 try:
-                    got = rx.feed(conn)
+                    got = rx.feed(conn.recv(), conn.recv_bytes)
                 except (EOFError, OSError):
                     children[i]._died()
                 if got is None:

@@ -15,6 +15,7 @@ __all__ = [
     "MarchError",
     "Cancelled",
     "from_name",
+    "to_name",
 ]
 
 
@@ -60,9 +61,18 @@ class Cancelled(QtQuantError):
     """A long job was cancelled by the user."""
 
 
-def from_name(name: str, message: str, fallback: str) -> QtQuantError:
-    """The error a child process reported by class name (it cannot send the object: messages
-    between our processes are pickled or JSON).  Unknown or non-qtquant names become a
+def to_name(err: BaseException) -> tuple[str, str]:
+    """What a child process reports of ``err`` for :func:`from_name` to rebuild: a project error
+    by its class name and message, anything else as a message that names its type."""
+    if isinstance(err, QtQuantError):
+        return type(err).__name__, str(err)
+    return "", f"{type(err).__name__}: {err}"
+
+
+def from_name(name: str, message: str, fallback: str = "{message}") -> QtQuantError:
+    """The error a child process reported with :func:`to_name`.  It sends the name, not the
+    object: a foreign exception (onnxruntime's, say) may not unpickle in the parent, and is no
+    error the CLI or the GUI knows how to show.  Unknown or non-qtquant names become a
     :class:`QtQuantError` with ``fallback`` (``{message}`` is filled in)."""
     cls = globals().get(name) if name else None
     if isinstance(cls, type) and issubclass(cls, QtQuantError):

@@ -6,7 +6,8 @@ import pytest
 
 from qtquant.errors import BadInputError, Cancelled, QtQuantError
 from qtquant.fidelity import measure_session
-from qtquant import fidelity_worker
+from qtquant import childproc, fidelity_worker
+from qtquant.domains import DomainMap
 from qtquant.fidelity_worker import FidelityWorker, Snapshot
 from qtquant.groups import share, unshare
 from qtquant.loader import open_model
@@ -81,8 +82,8 @@ def test_cancel_reaches_the_child_and_the_worker_stays_usable(worker, session):
 
 def test_a_dead_child_is_reported_and_replaced(worker, session, monkeypatch):
     worker.measure(session)
-    worker._proc.kill()
-    worker._proc.join()
+    worker._child.process.kill()
+    worker._child.process.join()
     f = worker.measure(session)  # restarted on the next request
     same(f, measure_session(session))
 
@@ -90,12 +91,12 @@ def test_a_dead_child_is_reported_and_replaced(worker, session, monkeypatch):
     def kill_once():
         calls.append(1)  # call 1 is the check before sending
         if len(calls) >= 2 and not killed:
-            killed.append(worker._proc.pid)
-            worker._proc.kill()
+            killed.append(worker._child.process.pid)
+            worker._child.process.kill()
         return False
 
     killed, calls = [], []
-    monkeypatch.setattr(fidelity_worker, "_POLL_S", 0.0001)  # the poll loop runs at once
+    monkeypatch.setattr(childproc, "POLL_S", 0.0001)  # the poll loop runs at once
     worker._loaded = None  # and the request is a reload, which takes some time
     with pytest.raises(QtQuantError, match="stopped unexpectedly") as e:
         worker.measure(session, cancel=kill_once)
@@ -104,14 +105,14 @@ def test_a_dead_child_is_reported_and_replaced(worker, session, monkeypatch):
 
 
 def test_domain_maps_travel_in_small_parts(worker, session, monkeypatch):
-    monkeypatch.setattr(fidelity_worker, "_PART", 3)
     share(session, ["c0_out", "c1_out", "cat1_out"])
-    msgs = list(fidelity_worker._dm_messages("after", session.domains))
-    assert len(msgs) > 4 and all(len(m[3]) <= 3 for m in msgs[1:])
-    pending = {}
-    for m in msgs:
-        fidelity_worker._dm_receive(pending, m)
-    got = pending["after"]
-    assert got.of == session.domains.of and got.member_range == session.domains.member_range
-    assert got.domains == session.domains.domains and got.scheme == session.domains.scheme
+    fields = fidelity_worker._parts(session.domains)
+    part = len(fields)  # the map's fields in one message, each big field in slices of this many entries
+    frames = list(childproc._frames(("measure", fields), part))
+    parts = [f for f, _ in frames if f[0] == "part"]
+    assert len(parts) > 4 and all(len(f[2]) <= part for f in parts)
+    rx = childproc._Receiver()
+    got = [rx.feed(f, lambda: raw) for f, raw in frames][-1]
+    assert got[0] == "end" and DomainMap(**got[1][1]) == session.domains
+    monkeypatch.setattr(worker._child, "part", part)
     same(worker.measure(session), measure_session(session))
