@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from .costs import CostContext, LayerCost, copy_cost, node_cost, rescale_cost, zero_cost
@@ -27,6 +27,27 @@ class _ConcatCost:
     layer: LayerCost  # the Concat itself (zero when done in place)
     rescales: tuple[LayerCost, ...]
     attributable_us: float  # what the mismatch costs: rescales + the copy it forces
+
+
+@dataclass
+class _Tally:
+    """Running totals.  Layers are added in one fixed order, so full and update sum identically."""
+
+    total_us: float = 0.0
+    ddr: int = 0
+    macs: int = 0
+    n_compute: int = 0
+    n_memory: int = 0
+
+    def add(self, lc: LayerCost) -> None:
+        self.total_us += lc.total_us
+        self.ddr += lc.ddr_bytes
+        self.macs += lc.macs
+        if lc.total_us > 0:
+            if lc.bound == "compute":
+                self.n_compute += 1
+            else:
+                self.n_memory += 1
 
 
 @dataclass(eq=False)
@@ -125,7 +146,7 @@ class Simulator:
         self.graph = graph
         self.march: MarchProfile = load_march(march)
         self._lock = threading.Lock()
-        self._state = None  # (ctx, base, base_sum, base_ddr, base_macs, counts)
+        self._state = None  # (ctx, base, the tally of every node but the Concats)
         self._memo: dict = {}
         self._concat_nodes = [n.name for n in graph.nodes.values() if n.op_type == "Concat"]
         self._order = tuple(graph.nodes)
@@ -152,23 +173,12 @@ class Simulator:
     def _compute_base(self):
         ctx = CostContext(self.graph, self.march)
         base = {}
-        total = 0.0
-        ddr = macs = n_compute = n_memory = 0
+        tally = _Tally()
         for node in self.graph.nodes.values():
-            lc = node_cost(node, ctx)
-            if node.op_type == "Concat":
-                base[node.name] = lc  # default (copy) cost, used when no ConcatInfo is given
-                continue
-            base[node.name] = lc
-            total += lc.total_us
-            ddr += lc.ddr_bytes
-            macs += lc.macs
-            if lc.total_us > 0:
-                if lc.bound == "compute":
-                    n_compute += 1
-                else:
-                    n_memory += 1
-        return ctx, base, total, ddr, macs, (n_compute, n_memory)
+            lc = base[node.name] = node_cost(node, ctx)
+            if node.op_type != "Concat":  # a Concat's default (copy) cost counts only when no ConcatInfo is given
+                tally.add(lc)
+        return ctx, base, tally
 
     def _concat_cost(self, info, ctx) -> _ConcatCost:
         node = self.graph.nodes[info.node]
@@ -189,7 +199,8 @@ class Simulator:
         return _ConcatCost(layer, rescales, sum(r.total_us for r in rescales) + extra)
 
     def _assemble(self, concats, state, memo) -> PerfResult:
-        ctx, base, total, ddr, macs, (n_compute, n_memory) = state
+        ctx, base, base_tally = state
+        tally = replace(base_tally)
         by_name = {c.node: c for c in concats}
         ccosts: dict[str, _ConcatCost] = {}
         rescale_us = 0.0
@@ -207,22 +218,15 @@ class Simulator:
                     memo[key] = cc
                 ccosts[name] = cc
             for lc in (*cc.rescales, cc.layer):
-                total += lc.total_us
-                ddr += lc.ddr_bytes
-                if lc.total_us > 0:
-                    if lc.bound == "compute":
-                        n_compute += 1
-                    else:
-                        n_memory += 1
+                tally.add(lc)
             rescale_us += cc.attributable_us
             n_rescales += len(cc.rescales)
         concat_all = {name: ccosts.get(name) or _ConcatCost(base[name], (), 0.0) for name in self._concat_nodes}
         g = self.graph
         model = g.path.name if getattr(g, "path", None) else ""
-        res = PerfResult(self.march.name, total, int(ddr), rescale_us, n_rescales, int(macs), n_compute, n_memory,
-                         model=model, _order=self._order,
-                         _base=base, _concats=concat_all)
-        return res
+        return PerfResult(self.march.name, tally.total_us, int(tally.ddr), rescale_us, n_rescales, int(tally.macs),
+                          tally.n_compute, tally.n_memory, model=model, _order=self._order, _base=base,
+                          _concats=concat_all)
 
 
 def simulate(graph, march, concats=()) -> PerfResult:
