@@ -8,7 +8,7 @@ from qtquant.errors import BadInputError, Cancelled, QtQuantError
 from qtquant.fidelity import measure_session
 from qtquant import childproc, fidelity_worker
 from qtquant.domains import DomainMap
-from qtquant.fidelity_worker import FidelityWorker, Snapshot
+from qtquant.fidelity_worker import FidelityWorker
 from qtquant.groups import share, unshare
 from qtquant.loader import open_model
 
@@ -32,9 +32,9 @@ def same(a, b):
 
 
 def test_child_gives_the_in_process_figures_across_edits(worker, session):
-    same(worker.measure(Snapshot(session)), measure_session(session))
+    same(worker.measure(session.snapshot()), measure_session(session))
     share(session, ["box", "score", "head_out"])
-    snap = Snapshot(session)
+    snap = session.snapshot()
     share(session, ["c0_out", "c1_out", "cat1_out"])  # an edit after the snapshot does not reach it
     f = worker.measure(snap)
     assert f.revision == snap.revision != session.revision
