@@ -1,6 +1,6 @@
 """Sharing plans: the user's groups as versioned JSON, to take back to training.
 
-Schema (version 1; the PyTorch side codes against it)::
+Declared by :class:`Plan` (version 1; qtquant.torch reads plans with the same schema)::
 
     {"format": "qtquant-plan", "version": 1, "model": "yolov8n.onnx", "model_sha256": "...",
      "policy": "union", "scheme": "int8-sym",
@@ -19,8 +19,12 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
 from .errors import PlanError, ShareRefused
 from .fileio import atomic_write_text
+from .fileio.schema import FileModel, NotThisFile, one_line, read_json
 from .quant import bits_lost
 
 __all__ = ["FORMAT", "VERSION", "Plan", "PlanGroup", "PlanMember", "AppliedPlan", "plan_dict", "save_plan",
@@ -28,24 +32,29 @@ __all__ = ["FORMAT", "VERSION", "Plan", "PlanGroup", "PlanMember", "AppliedPlan"
 
 FORMAT = "qtquant-plan"
 VERSION = 1
-MAX_PLAN_BYTES = 64 << 20  # a plan is small; refuse to slurp something huge
 
 
-@dataclass(frozen=True)
-class PlanMember:
+# -- the schema (qtquant.torch reads plans with it too) -----------------------------------------
+
+class PlanMember(FileModel):
     tensor: str
     producer: str | None = None
     producer_op: str = ""
     bits_lost: float = 0.0
+    module: str | None = None  # optional hint for qtquant.torch: a module path or FX node name
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, data):
+        return {"tensor": data} if isinstance(data, str) else data  # just a tensor name
 
 
-@dataclass(frozen=True)
-class PlanGroup:
-    id: int
-    members: tuple[PlanMember, ...]
+class PlanGroup(FileModel):
+    id: int  # absent in the file: the group's position in the list
+    members: tuple[PlanMember, ...] = Field(strict=False)  # lists in JSON, tuples from a plan object
     scale: float | None = None
     zero_point: int | None = None
-    concats: tuple[str, ...] = ()
+    concats: tuple[str, ...] = Field((), strict=False)
     name: str = ""
 
     @property
@@ -53,15 +62,74 @@ class PlanGroup:
         return [m.tensor for m in self.members]
 
 
-@dataclass(frozen=True)
-class Plan:
-    groups: tuple[PlanGroup, ...]
-    version: int = VERSION
+def _hand_written(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("hand_written"))
+
+
+class Plan(FileModel):
+    """A sharing plan.  ``parse_plan`` validates one as qtquant writes it; a hand-written plan
+    (``context={"hand_written": True}``, as qtquant.torch reads dicts) may leave out the format
+    and the version."""
+
+    format: str | None = Field(None, validate_default=True)
+    version: int | None = Field(None, validate_default=True)
+    groups: tuple[PlanGroup, ...] = Field(strict=False)
     model: str | None = None
     model_sha256: str | None = None
     policy: str | None = None
     scheme: str | None = None
-    source: str = ""  # file it came from, for messages
+    source: str = Field("", exclude=True)  # the file it came from, for messages; never read from the file
+
+    @model_validator(mode="before")
+    @classmethod
+    def _source(cls, data, info: ValidationInfo):
+        if isinstance(data, dict):
+            data = {**data, "source": (info.context or {}).get("source", "")}
+        return data
+
+    @field_validator("model", "model_sha256", "policy", "scheme", mode="before")
+    @classmethod
+    def _informative(cls, v):
+        return v if isinstance(v, str) else None  # only shown in warnings: a bad one is just absent
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _format(cls, v, info: ValidationInfo):
+        if v is None and _hand_written(info):
+            return FORMAT
+        if v != FORMAT:
+            raise NotThisFile(f"is not a qtquant plan (format is {v!r}, expected {FORMAT!r})")
+        return v
+
+    @field_validator("version", mode="after")
+    @classmethod
+    def _version(cls, v, info: ValidationInfo):
+        if v is None:
+            if _hand_written(info):
+                return VERSION
+            raise PydanticCustomError("missing", "Field required")
+        if v > VERSION:
+            raise NotThisFile(f"was written by a newer qtquant (plan version {v}; "
+                              f"this qtquant reads version {VERSION} or older)")
+        if v < 1:
+            raise ValueError(f"must be 1 or more, got {v}")
+        return v
+
+    @field_validator("groups", mode="before")
+    @classmethod
+    def _positional_ids(cls, v):
+        if isinstance(v, (list, tuple)):
+            return [{**g, "id": i} if isinstance(g, dict) and g.get("id") is None else g for i, g in enumerate(v)]
+        return v
+
+    @model_validator(mode="after")
+    def _unique_ids(self):
+        seen = set()
+        for i, g in enumerate(self.groups):
+            if g.id in seen:
+                raise ValueError(f"groups[{i}].id {g.id} is used twice")
+            seen.add(g.id)
+        return self
 
 
 @dataclass
@@ -112,97 +180,17 @@ def save_plan(session, path) -> Path:
 
 # -- reading ---------------------------------------------------------------------------------
 
-def _need(obj, key, types, where, src, optional=False):
-    if key not in obj or obj[key] is None:
-        if optional:
-            return None
-        raise PlanError(f"{src}: {where}.{key} is missing")
-    v = obj[key]
-    # bool is an int in Python; a plan saying "id": true is malformed.
-    if isinstance(v, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        raise PlanError(f"{src}: {where}.{key} has the wrong type (bool)")
-    if not isinstance(v, types):
-        want = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
-        raise PlanError(f"{src}: {where}.{key} must be {want}, not {type(v).__name__}")
-    return v
-
-
-def parse_plan(doc, source: str = "plan") -> Plan:
-    """Validate a decoded JSON document into a :class:`Plan`."""
-    src = source
-    if not isinstance(doc, dict):
-        raise PlanError(f"{src} is not a qtquant plan (the top level is not a JSON object)")
-    if doc.get("format") != FORMAT:
-        raise PlanError(f"{src} is not a qtquant plan (format is {doc.get('format')!r}, expected {FORMAT!r})")
-    version = _need(doc, "version", int, "plan", src)
-    if version > VERSION:
-        raise PlanError(f"{src} was written by a newer qtquant (plan version {version}; "
-                        f"this qtquant reads version {VERSION} or older)")
-    if version < 1:
-        raise PlanError(f"{src}: plan version {version} is not valid")
-    raw_groups = _need(doc, "groups", list, "plan", src)
-    groups = []
-    seen_ids = set()
-    for gi, rg in enumerate(raw_groups):
-        where = f"groups[{gi}]"
-        if not isinstance(rg, dict):
-            raise PlanError(f"{src}: {where} must be an object")
-        gid = _need(rg, "id", int, where, src, optional=True)
-        gid = gi if gid is None else gid
-        if gid in seen_ids:
-            raise PlanError(f"{src}: {where}.id {gid} is used twice")
-        seen_ids.add(gid)
-        scale = _need(rg, "scale", (int, float), where, src, optional=True)
-        zp = _need(rg, "zero_point", int, where, src, optional=True)
-        concats = _need(rg, "concats", list, where, src, optional=True) or []
-        if not all(isinstance(c, str) for c in concats):
-            raise PlanError(f"{src}: {where}.concats must be a list of node names")
-        rms = _need(rg, "members", list, where, src)
-        members = []
-        for mi, rm in enumerate(rms):
-            mw = f"{where}.members[{mi}]"
-            if isinstance(rm, str):  # tolerate the short form: just tensor names
-                members.append(PlanMember(rm))
-                continue
-            if not isinstance(rm, dict):
-                raise PlanError(f"{src}: {mw} must be an object")
-            members.append(PlanMember(
-                _need(rm, "tensor", str, mw, src),
-                _need(rm, "producer", str, mw, src, optional=True),
-                _need(rm, "producer_op", str, mw, src, optional=True) or "",
-                float(_need(rm, "bits_lost", (int, float), mw, src, optional=True) or 0.0)))
-        name = _need(rg, "name", str, where, src, optional=True) or ""
-        groups.append(PlanGroup(gid, tuple(members), None if scale is None else float(scale), zp, tuple(concats),
-                                name))
-    return Plan(tuple(groups), version, doc.get("model") if isinstance(doc.get("model"), str) else None,
-                doc.get("model_sha256") if isinstance(doc.get("model_sha256"), str) else None,
-                doc.get("policy") if isinstance(doc.get("policy"), str) else None,
-                doc.get("scheme") if isinstance(doc.get("scheme"), str) else None, source)
-
-
-def load_plan(path) -> Plan:
-    p = Path(path)
-    if not p.exists():
-        raise PlanError(f"plan file not found: {p}")
-    if p.is_dir():
-        raise PlanError(f"{p} is a folder, not a plan file")
+def parse_plan(doc, source: str = "plan", *, hand_written: bool = False) -> Plan:
+    """Validate a decoded JSON document into a :class:`Plan`; a bad one raises a one-line :class:`PlanError`."""
     try:
-        if p.stat().st_size > MAX_PLAN_BYTES:
-            raise PlanError(f"{p.name} is too large to be a qtquant plan")
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise PlanError(f"{p.name} is not a qtquant plan (not UTF-8 text)") from None
-    except OSError as e:
-        raise PlanError(f"cannot read plan {p}: {e.strerror or e}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PlanError(f"{p.name} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except RecursionError:
-        raise PlanError(f"{p.name} is nested too deeply to be a qtquant plan") from None
-    except ValueError as e:  # e.g. an integer literal over Python's 4300-digit limit
-        raise PlanError(f"{p.name} is not a readable qtquant plan ({e})") from None
-    return parse_plan(doc, p.name)
+        return Plan.model_validate(doc, context={"source": source, "hand_written": hand_written})
+    except ValidationError as e:
+        raise PlanError(one_line(e, source, "qtquant plan")) from None
+
+
+def load_plan(path, *, hand_written: bool = False) -> Plan:
+    doc = read_json(path, noun="plan", error=PlanError)
+    return parse_plan(doc, Path(path).name, hand_written=hand_written)
 
 
 # -- applying --------------------------------------------------------------------------------

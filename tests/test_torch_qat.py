@@ -362,7 +362,7 @@ def test_refuses_fixed_qparams_and_bad_plans(tmp_path):
     with pytest.raises(PlanError, match="not found"):
         apply_plan(model, tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(PlanError, match="cannot read plan"):
+    with pytest.raises(PlanError, match="bad.json is not valid JSON"):
         apply_plan(model, tmp_path / "bad.json")
     with pytest.raises(PlanError, match="no observers"):
         apply_plan(MultiScaleAttention(), plan)
