@@ -223,7 +223,8 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
             continue
         dids = {dm.of[t] for t in members}
         if len({pl.uf[d] for d in dids}) == 1:
-            report.decisions.append(AutoShareDecision(node.name, ShareAction.ALREADY, 0.0, tuple(members), notes=tuple(notes)))
+            report.decisions.append(AutoShareDecision(node.name, ShareAction.ALREADY, 0.0, tuple(members),
+                                                      notes=tuple(notes)))
             continue
         tensors = pl.merged(dids)
         tr = pl.evaluate(tensors)
@@ -235,8 +236,8 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
             continue
         if worst > limit:
             mr = dm.member_range
-            why = (f"{_label(graph, wide, mr[wide], pl.scheme)} next to {_label(graph, narrow, mr[narrow], pl.scheme)}: "
-                   f"{_bits(worst, limit)}")
+            why = (f"{_label(graph, wide, mr[wide], pl.scheme)} next to "
+                   f"{_label(graph, narrow, mr[narrow], pl.scheme)}: {_bits(worst, limit)}")
             report.decisions.append(AutoShareDecision(
                 node.name, ShareAction.SKIPPED, worst, tuple(members), wide, narrow, why,
                 _suggest(pl, members, out, limit), tuple(notes)))

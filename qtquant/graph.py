@@ -402,7 +402,8 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     order = toposort(model.graph)  # shape inference needs topological order, and cycles fail here
     del model.graph.node[:]
     model.graph.node.extend(order)
-    shapes = apply_input_shapes(model, parse_input_shapes(input_shapes.items() if isinstance(input_shapes, dict) else input_shapes))
+    given = input_shapes.items() if isinstance(input_shapes, dict) else input_shapes
+    shapes = apply_input_shapes(model, parse_input_shapes(given))
     check_input_sizes(model, shapes)
     if path is not None:
         inline_small_external(model, path.parent)

@@ -4,18 +4,25 @@ One definition each.  The CLI's choices, the dialogs' lists and the project file
 here, so a name can only be spelled one way.  This module imports nothing of the project: every
 layer may use it.
 
-The string-valued kinds are ``StrEnum``: a member equals (and hashes as) its value, so code and
-files that still compare or store the plain strings keep working.
+The string-valued kinds are :class:`StrEnum`: a member equals, hashes, prints and serialises as
+its value, so code and files that still compare or store the plain strings keep working.
 """
 
 from __future__ import annotations
 
-from enum import Enum, StrEnum
+from enum import Enum
 
-__all__ = ["Scheme", "SCHEME_NAMES", "scheme_name", "Policy", "Observer", "OBSERVERS", "RESIZE_MODES",
+__all__ = ["StrEnum", "Scheme", "SCHEME_NAMES", "scheme_name", "Policy", "Observer", "OBSERVERS", "RESIZE_MODES",
            "COLOR_ORDERS", "PIXEL_RANGES", "LAYOUTS", "Overlay", "OVERLAYS", "TensorKind", "JobStatus",
            "ShareAction", "CostClass", "DEFAULT_SCHEME", "DEFAULT_POLICY", "DEFAULT_OBSERVER", "DEFAULT_MARCH",
            "DEFAULT_CALIB_COUNT", "DEFAULT_PERCENTILE", "DEFAULT_MAX_BITS_LOST"]
+
+
+class StrEnum(str, Enum):
+    """``enum.StrEnum`` (Python 3.11), which the supported 3.10 lacks."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
 
 
 class Scheme(Enum):

@@ -67,7 +67,8 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in COMMANDS and not argv[0].startswith("-")):
         if argv and not argv[0].lower().endswith((".onnx", ".qtquant")) and not os.path.exists(argv[0]):
-            build_parser().error(f"unknown command {argv[0]!r} (choose from {', '.join(COMMANDS)}, or give a model file)")
+            build_parser().error(f"unknown command {argv[0]!r} (choose from {', '.join(COMMANDS)}, "
+                                 "or give a model file)")
         return _open_gui(argv)
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -95,7 +95,8 @@ class CostContext:
         g, fuse = self.graph, self.march.fused_activations
         outputs = set(g.outputs)
         for node in g.nodes.values():
-            if handler_for(node.op_type).cost_class is not CostClass.COMPUTE or not node.outputs or not self.is_activation(node.outputs[0]):
+            if handler_for(node.op_type).cost_class is not CostClass.COMPUTE or not node.outputs \
+                    or not self.is_activation(node.outputs[0]):
                 continue
             cur, used_add, chain = node.outputs[0], False, []
             while cur not in outputs:
