@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import onnx
-
 from ..errors import ModelError
-from ..graph import graph_from_model
+from ..graph import graph_from_model, read_model_file
 from ..modelcheck import check_external_data, check_text, file_sha256
 from ..qdq import attach_qdq, is_qdq_model, strip_qdq
 from .session import Options, Session
@@ -16,17 +12,7 @@ __all__ = ["open_model"]
 
 
 def open_model(path, input_shapes=None, options: Options = Options()) -> Session:
-    p = Path(path)
-    if not p.exists():
-        raise ModelError(f"model file not found: {p}")
-    if p.is_dir():
-        raise ModelError(f"{p} is a folder, not an ONNX model file")
-    try:
-        model = onnx.load(str(p), load_external_data=False)
-    except Exception:
-        raise ModelError(f"{p.name} is not a readable ONNX model (corrupt or wrong format)") from None
-    if not model.graph.node:
-        raise ModelError(f"{p.name} is not a readable ONNX model (it has no graph nodes)")
+    model, p = read_model_file(path)
     check_text(model)
     check_external_data(model, p.parent)
     sha = file_sha256(p)
