@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from .errors import PlanError, ShareRefused
 from .fileio import atomic_write_text
-from .fileio.schema import FileModel, NotThisFile, one_line, read_json
+from .fileio.schema import FileModel, check_format, check_version, one_line, read_json
 from .quant import bits_lost
 
 __all__ = ["FORMAT", "VERSION", "Plan", "PlanGroup", "PlanMember", "AppliedPlan", "plan_dict", "save_plan",
@@ -78,14 +77,8 @@ class Plan(FileModel):
     model_sha256: str | None = None
     policy: str | None = None
     scheme: str | None = None
-    source: str = Field("", exclude=True)  # the file it came from, for messages; never read from the file
-
-    @model_validator(mode="before")
-    @classmethod
-    def _source(cls, data, info: ValidationInfo):
-        if isinstance(data, dict):
-            data = {**data, "source": (info.context or {}).get("source", "")}
-        return data
+    source: str = Field("", exclude=True)  # the file it came from, for messages
+    reader_fields = ("source",)
 
     @field_validator("model", "model_sha256", "policy", "scheme", mode="before")
     @classmethod
@@ -95,22 +88,12 @@ class Plan(FileModel):
     @field_validator("format", mode="before")
     @classmethod
     def _format(cls, v, info: ValidationInfo):
-        if v is None and _hand_written(info):
-            return FORMAT
-        if v != FORMAT:
-            raise NotThisFile(f"is not a qtquant plan (format is {v!r}, expected {FORMAT!r})")
-        return v
+        return FORMAT if v is None and _hand_written(info) else check_format(v, FORMAT, "qtquant plan")
 
     @field_validator("version", mode="after")
     @classmethod
     def _version(cls, v, info: ValidationInfo):
-        if v is None:
-            if _hand_written(info):
-                return VERSION
-            raise PydanticCustomError("missing", "Field required")
-        if v > VERSION:
-            raise NotThisFile(f"was written by a newer qtquant (plan version {v}; "
-                              f"this qtquant reads version {VERSION} or older)")
+        v = VERSION if v is None and _hand_written(info) else check_version(v, VERSION, "plan")
         if v < 1:
             raise ValueError(f"must be 1 or more, got {v}")
         return v

@@ -12,33 +12,70 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .calib import CalibConfig
-from .domains import Policy
+from .calib.engine import CalibConfigError
 from .errors import PlanError, QtQuantError
 from .fileio import atomic_write_text
-from .quant import Scheme
+from .fileio.schema import FileModel, check_format, check_version, one_line, read_json
+from .vocab import DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_POLICY, DEFAULT_SCHEME, Policy, Scheme
 
-__all__ = ["PROJECT_FORMAT", "PROJECT_VERSION", "Project", "OpenReport", "project_from_session",
+__all__ = ["PROJECT_FORMAT", "PROJECT_VERSION", "Project", "ProjectGroup", "OpenReport", "project_from_session",
            "save_project", "load_project", "open_project"]
 
 PROJECT_FORMAT = "qtquant-project"
 PROJECT_VERSION = 2  # 2: calibration holdout is auto/N/fraction (1 always held back 2 samples)
 
 
-@dataclass
-class Project:
-    model: str  # as written: relative to the project file when possible
+class ProjectGroup(FileModel):
+    name: str = ""
+    members: tuple[str, ...] = Field(strict=False)  # tensor names
+
+
+def _one_of(values):
+    def check(v):
+        if v not in values:
+            raise ValueError(f"must be one of {', '.join(values)}, got {v!r}")
+        return v
+    return check
+
+
+class Project(FileModel):
+    """The ``.qtquant`` file (its schema); ``path`` is where it was read from, never written."""
+
+    format: str | None = Field(None, validate_default=True)
+    version: int | None = Field(None, validate_default=True)
+    model: str = Field(min_length=1)  # as written: relative to the project file when possible
     model_sha256: str = ""
-    input_shapes: dict[str, list[int]] = field(default_factory=dict)
-    calib: dict = field(default_factory=dict)
-    scheme: str = Scheme.SYMMETRIC_INT8.value
-    policy: str = Policy.UNION.value
-    march: str = "bayes-e"
-    max_bits_lost: float = 1.0
-    groups: list[dict] = field(default_factory=list)  # {"name": str, "members": [tensor, ...]}
+    input_shapes: dict[str, list[Annotated[int, Field(gt=0)]]] = Field(default_factory=dict)
+    calib: dict = Field(default_factory=dict)  # CalibConfig's fields; CalibConfig.from_dict judges them
+    scheme: str = DEFAULT_SCHEME.value
+    policy: str = DEFAULT_POLICY.value
+    march: str = DEFAULT_MARCH
+    max_bits_lost: float = DEFAULT_MAX_BITS_LOST
+    groups: tuple[ProjectGroup, ...] = Field((), strict=False)
     stats_cache: str | None = None
-    path: Path | None = None  # where it was read from (not serialized)
+    path: Path | None = Field(None, exclude=True)
+    reader_fields = ("path",)
+
+    _format = field_validator("format")(lambda v: check_format(v, PROJECT_FORMAT, "qtquant project"))
+    _version = field_validator("version")(lambda v: check_version(v, PROJECT_VERSION, "project"))
+    _scheme = field_validator("scheme")(_one_of([s.value for s in Scheme]))
+    _policy = field_validator("policy")(_one_of([x.value for x in Policy]))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _holdout_of_version_1(cls, data):
+        calib = data.get("calib") if isinstance(data, dict) else None
+        ver = data.get("version") if isinstance(calib, dict) else None
+        if isinstance(ver, int) and ver < 2 and calib.get("holdout") == 2:
+            # Version 1 wrote its fixed default; a user never chose it.  Read it as today's default
+            # (auto), or an old project keeps checking on 2 samples held back from a small set.
+            data = {**data, "calib": {k: v for k, v in calib.items() if k != "holdout"}}
+        return data
 
     def model_path(self) -> Path:
         p = Path(self.model)
@@ -47,9 +84,7 @@ class Project:
         return p
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d.pop("path")
-        return {"format": PROJECT_FORMAT, "version": PROJECT_VERSION, **d}
+        return {**self.model_dump(mode="json"), "format": PROJECT_FORMAT, "version": PROJECT_VERSION}
 
 
 @dataclass
@@ -81,11 +116,14 @@ def project_from_session(session, path, stats_cache=None) -> Project:
     path = Path(path)
     g = session.graph
     o = session.options
+    if g.path is None:
+        raise PlanError("a project refers to its model file: this model was not opened from a file")
     calib = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(o.calib).items()}
     return Project(
-        model=_rel(g.path, path.parent) if g.path else "",
+        format=PROJECT_FORMAT, version=PROJECT_VERSION,
+        model=_rel(g.path, path.parent),
         model_sha256=g.sha256,
-        input_shapes={k: list(v) for k, v in g.input_shapes.items()},
+        input_shapes={k: [int(d) for d in v] for k, v in g.input_shapes.items()},
         calib=calib, scheme=o.scheme.value, policy=o.policy.value, march=o.march,
         max_bits_lost=float(o.max_bits_lost),
         groups=[{"name": gr.name, "members": list(gr.members)} for gr in session.groups],
@@ -98,63 +136,19 @@ def save_project(session, path, stats_cache=None) -> Path:
     return atomic_write_text(path, json.dumps(proj.to_dict(), indent=2) + "\n")
 
 
-def _expect(cond: bool, path: Path, what: str) -> None:
-    if not cond:
-        raise PlanError(f"{path.name} is not a valid qtquant project: {what}")
-
-
 def load_project(path) -> Project:
     p = Path(path)
-    if not p.exists():
-        raise PlanError(f"project file not found: {p}")
+    doc = read_json(p, noun="project", error=PlanError)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as e:  # ValueError: bad UTF-8 or JSON, 4300+ digit ints
-        raise PlanError(f"{p.name} is not a readable qtquant project ({type(e).__name__})") from None
-    _expect(isinstance(doc, dict), p, "not a JSON object")
-    _expect(doc.get("format") == PROJECT_FORMAT, p, f"'format' must be {PROJECT_FORMAT!r}")
-    ver = doc.get("version")
-    _expect(isinstance(ver, int) and not isinstance(ver, bool), p, "'version' must be an integer")
-    if ver > PROJECT_VERSION:
-        raise PlanError(f"{p.name} was written by a newer qtquant (project version {ver}; this one reads "
-                        f"up to {PROJECT_VERSION})")
-    _expect(isinstance(doc.get("model"), str) and doc["model"], p, "'model' must be a path")
-    shapes = doc.get("input_shapes", {})
-    _expect(isinstance(shapes, dict) and all(
-        isinstance(k, str) and isinstance(v, list) and all(isinstance(d, int) and not isinstance(d, bool)
-                                                           and d > 0 for d in v)
-        for k, v in shapes.items()), p, "'input_shapes' must map names to lists of positive integers")
-    groups = doc.get("groups", [])
-    _expect(isinstance(groups, list) and all(
-        isinstance(gr, dict) and isinstance(gr.get("members"), list)
-        and all(isinstance(m, str) for m in gr["members"]) and isinstance(gr.get("name", ""), str)
-        for gr in groups), p, "'groups' must be a list of {name, members: [tensor names]}")
-    calib = doc.get("calib", {})
-    _expect(isinstance(calib, dict), p, "'calib' must be an object")
-    if ver < 2 and calib.get("holdout") == 2:
-        # Version 1 wrote its fixed default; a user never chose it.  Read it as today's default
-        # (auto), or an old project keeps checking on 2 samples held back from a small set.
-        calib = {k: v for k, v in calib.items() if k != "holdout"}
-    for key, typ in (("scheme", str), ("policy", str), ("march", str), ("model_sha256", str)):
-        _expect(isinstance(doc.get(key, ""), typ), p, f"{key!r} must be a string")
-    _expect(doc.get("scheme", Scheme.SYMMETRIC_INT8.value) in {s.value for s in Scheme}, p, "unknown 'scheme'")
-    _expect(doc.get("policy", "union") in {x.value for x in Policy}, p, "unknown 'policy'")
-    mbl = doc.get("max_bits_lost", 1.0)
-    _expect(isinstance(mbl, (int, float)) and not isinstance(mbl, bool), p, "'max_bits_lost' must be a number")
-    sc = doc.get("stats_cache")
-    _expect(sc is None or isinstance(sc, str), p, "'stats_cache' must be a path or null")
-    return Project(model=doc["model"], model_sha256=doc.get("model_sha256", ""), input_shapes=shapes,
-                   calib=calib, scheme=doc.get("scheme", Scheme.SYMMETRIC_INT8.value),
-                   policy=doc.get("policy", "union"), march=doc.get("march", "bayes-e"),
-                   max_bits_lost=float(mbl), groups=groups, stats_cache=sc, path=p)
+        return Project.model_validate(doc, context={"path": p})
+    except ValidationError as e:
+        raise PlanError(one_line(e, p.name, "qtquant project")) from None
 
 
 def _calib_config(d: dict) -> CalibConfig:
-    known = {f.name for f in dataclasses.fields(CalibConfig)}
-    kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in known}
     try:
-        return CalibConfig(**kw)
-    except (TypeError, ValueError) as e:
+        return CalibConfig.from_dict(d)
+    except CalibConfigError as e:
         raise PlanError(f"project calibration settings are invalid: {e}") from None
 
 
@@ -191,13 +185,13 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False):
         report.dropped_groups = len(proj.groups)
         return session, report
     for gr in proj.groups:
-        members = [m for m in gr["members"] if m in session.graph.tensors]
-        report.missing += [m for m in gr["members"] if m not in session.graph.tensors]
+        members = [m for m in gr.members if m in session.graph.tensors]
+        report.missing += [m for m in gr.members if m not in session.graph.tensors]
         if len(members) < 2:
             report.dropped_groups += 1
             continue
         try:
-            session.groups.share(session, members, name=gr.get("name", ""))
+            session.groups.share(session, members, name=gr.name)
         except QtQuantError:
             report.dropped_groups += 1
     if len(session.groups):

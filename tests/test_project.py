@@ -43,7 +43,7 @@ def test_changed_model_remaps_groups_by_name(session, tmp_path):
 
 
 @pytest.mark.parametrize("text,match", [
-    ("{not json", "not a readable"),
+    ("{not json", "not valid JSON"),
     ("[]", "JSON object"),
     ('{"format": "other"}', "format"),
     ('{"format": "qtquant-project", "version": 99, "model": "m.onnx"}', "newer qtquant"),

@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
+from pydantic_core import PydanticCustomError
 
 __all__ = ["FileModel", "NotThisFile", "MAX_FILE_BYTES", "read_json", "loc_text", "problem", "first_problem",
-           "one_line"]
+           "one_line", "check_format", "check_version"]
 
 MAX_FILE_BYTES = 64 << 20  # plans, projects, profiles and cache metadata are small; refuse to slurp a huge one
 
@@ -29,12 +32,36 @@ class FileModel(BaseModel):
 
     model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
 
+    # Fields the reader fills in from the validation context (where the file came from): a
+    # file's own key of that name is never read.
+    reader_fields: ClassVar[tuple[str, ...]] = ()
+
     @model_validator(mode="before")
     @classmethod
-    def _null_is_absent(cls, data):
-        if isinstance(data, dict):
-            return {k: v for k, v in data.items() if v is not None}
+    def _from_file(cls, data, info: ValidationInfo):
+        if not isinstance(data, dict):
+            return data
+        ctx = info.context or {}
+        data = {k: v for k, v in data.items() if v is not None and k not in cls.reader_fields}
+        data.update({k: ctx[k] for k in cls.reader_fields if ctx.get(k) is not None})
         return data
+
+
+def check_format(value, expected: str, what: str) -> str:
+    """A ``format`` field's validator: anything but ``expected`` refuses the whole file."""
+    if value != expected:
+        raise NotThisFile(f"is not a {what} (format is {value!r}, expected {expected!r})")
+    return value
+
+
+def check_version(value, newest: int, noun: str) -> int:
+    """A ``version`` field's validator: required, and not newer than this qtquant reads."""
+    if value is None:
+        raise PydanticCustomError("missing", "Field required")
+    if value > newest:
+        raise NotThisFile(f"was written by a newer qtquant ({noun} version {value}; "
+                          f"this qtquant reads version {newest} or older)")
+    return value
 
 
 class NotThisFile(ValueError):
@@ -79,6 +106,8 @@ def problem(err: dict) -> str:
         return f"must be a finite number, got {v!r}"
     if t == "extra_forbidden":
         return "is not a known key"
+    if t == "string_too_short":
+        return "must not be empty"
     return err["msg"][:1].lower() + err["msg"][1:]  # pydantic's own words for the rare rest
 
 
