@@ -134,13 +134,12 @@ def holdout_text(value) -> str:
 
 def calib_config(values: dict) -> CalibConfig:
     """A CalibConfig from remembered values; keys the engine does not know are left out."""
-    fields = CalibConfig.__dataclass_fields__
-    kw = {k: v for k, v in {**CALIB_DEFAULTS, **values}.items() if k in fields}
+    kw = {**CALIB_DEFAULTS, **values}
     for k in ("mean", "std"):
         if k in kw and not kw[k]:
             kw[k] = None
     kw["count"] = int(kw.get("count", DEFAULT_COUNT))
-    return CalibConfig(**kw)
+    return CalibConfig.from_dict(kw)
 
 
 class OpenDialog(QDialog):
