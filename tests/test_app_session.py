@@ -141,8 +141,8 @@ def test_core_functions_read_only_what_a_snapshot_has(session, tmp_path):
     assert simulate_session(snap, baseline=True).total_ms == live["base"]
     report, groups = plan_auto_share(snap, 1.0)
     assert report.decisions and all(isinstance(g, list) for g in groups)
-    assert [g.members for g in load_plan(save_plan(snap, tmp_path / "p.plan.json")).groups] == \
-        [("c0_out", "c1_out", "cat1_out")]
+    assert [g.tensors for g in load_plan(save_plan(snap, tmp_path / "p.plan.json")).groups] == \
+        [["c0_out", "c1_out", "cat1_out"]]
     json.loads(write_overrides(snap, tmp_path / "o.json").read_text())
     res = export_qdq(snap, tmp_path / "fixed.onnx")
     assert res.path.exists()

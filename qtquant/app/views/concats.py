@@ -1,0 +1,119 @@
+"""The Concat table and the model summary: what the Concats and Model docks show."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ...shapes import format_shape
+from .fmt import fmt_bits, fmt_ratio, fmt_us
+from .palette import mismatch_hex
+from .perfdata import rescale_us_by_concat
+
+__all__ = ["CONCAT_HEADERS", "CONCAT_TIPS", "ConcatRow", "concat_rows", "concat_status", "ModelInfoView",
+           "model_info"]
+
+CONCAT_HEADERS = ("Concat", "In", "Ratio", "Resc.", "Bits", "Gain")
+CONCAT_TIPS = ("Concat node", "number of inputs", "largest scale / smallest scale over inputs and output",
+               "rescale ops the compiler inserts", "worst bits an input loses if all inputs share one scale",
+               "latency saved if the inputs share one scale (rescale cost)")
+
+
+@dataclass(frozen=True)
+class ConcatRow:
+    """One Concat.  The texts are formatted on first use: a table with 2,000 Concats asks
+    only for the rows on screen."""
+
+    name: str
+    inputs: int
+    ratio: float
+    rescales: int
+    worst_bits: float  # the worst an input loses if all inputs share one scale
+    gain_us: float | None  # the rescale cost sharing would save (None: not simulated)
+    info: object = field(repr=False, compare=False)  # the ConcatInfo, for the tooltip
+
+    @property
+    def color(self) -> str:
+        return mismatch_hex(self.ratio, self.rescales)
+
+    def sort_key(self, column: int) -> float | str:
+        v = (self.name, self.inputs, self.ratio, self.rescales, self.worst_bits, self.gain_us)[column]
+        if v is None:
+            return -1.0
+        return v if not isinstance(v, float) or math.isfinite(v) else 1e30
+
+    @cached_property
+    def cells(self) -> tuple[str, ...]:
+        return (self.name, str(self.inputs), fmt_ratio(self.ratio), str(self.rescales), fmt_bits(self.worst_bits),
+                fmt_us(self.gain_us))
+
+    @cached_property
+    def tooltip(self) -> str:
+        return "\n".join(f"in {m.index}: {m.tensor}  scale {m.scale:.4g}" + ("  (rescale)" if m.needs_rescale else "")
+                         for m in self.info.inputs if m.scale) or self.name
+
+
+def _concats(session):
+    return session.concats() if session is not None and session.ready else None
+
+
+def concat_rows(session) -> list[ConcatRow]:
+    """In the analysis' order (the table sorts); empty before calibration."""
+    perf = session.perf.value if session is not None and session.perf is not None else None
+    gains = rescale_us_by_concat(perf)
+    return [ConcatRow(c.node, len(c.inputs), c.ratio, c.rescales,
+                      max((m.bits_lost_if_shared for m in c.inputs if not m.constant), default=0.0),
+                      gains.get(c.node), c) for c in _concats(session) or ()]
+
+
+def _totals(cs) -> tuple[int, int, int]:
+    return len(cs), sum(1 for c in cs if c.rescales), sum(c.rescales for c in cs)
+
+
+def concat_status(session) -> str:
+    """The line under the table."""
+    if session is None:
+        return ""
+    cs = _concats(session)
+    if cs is None:
+        return "Concat scales appear when calibration finishes."
+    n, mismatched, rescales = _totals(cs)
+    return f"{n} Concats, {mismatched} mismatched, {rescales} rescales. Click a row to jump to it."
+
+
+@dataclass(frozen=True)
+class ModelInfoView:
+    model: str = "—"
+    model_tip: str = ""
+    nodes: str = "—"
+    inputs: str = "—"
+    quantization: str = "—"
+    calibration: str = "—"
+    concats: str = "—"
+
+
+def model_info(session) -> ModelInfoView:
+    if session is None:
+        return ModelInfoView()
+    g, o = session.graph, session.options
+    cal = session.calibration
+    if session.quantized_file:
+        calibration = "scales read from the file"
+    elif cal is None:
+        calibration = "not calibrated yet"
+    else:
+        calibration = f"{cal.config.observer} on {cal.batches} samples ({cal.config.source})"
+    cs = _concats(session)
+    if cs is None:
+        concats = f"{len(g.concat_nodes())} (analysis after calibration)"
+    else:
+        n, mismatched, rescales = _totals(cs)
+        concats = f"{n}, {mismatched} mismatched, {rescales} rescales"
+    return ModelInfoView(
+        model=g.path.name if g.path else "(in memory)", model_tip=str(g.path) if g.path else "",
+        nodes=f"{len(g.nodes)} ops, {len(g.tensors)} tensors, opset {g.opset}",
+        inputs=", ".join(f"{k} {format_shape(v)}" for k, v in g.input_shapes.items()) or "—",
+        quantization=("QDQ file, " if session.quantized_file else "float model, ")
+        + f"{o.scheme.value}, policy {o.policy.value}",
+        calibration=calibration, concats=concats)

@@ -1,0 +1,206 @@
+"""Overlay modes: analysis results turned into per-item looks (fills, badges, edge styles).
+
+Pure functions of (graph, Concat analysis, perf result, mode), as frozen values with colours as
+``"#rrggbb"`` strings.  The canvas applies them in place, so switching modes never touches
+the layout.  Many nodes share one look (faded, say): those share one instance, which is safe
+because a look never changes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ...vocab import Overlay
+from .fmt import fmt_us
+from .palette import BAND_EDGE_COLORS, UNCALIBRATED, heat_hex, mismatch_band, mismatch_hex, text_on
+from .perfdata import node_us
+
+__all__ = ["Badge", "NodeLook", "EdgeLook", "Legend", "Looks", "compute_looks", "fill_looks", "node_bits",
+           "rescale_badge"]
+
+RESCALE_BADGE = "#c62828"
+LATENCY_BADGE = "#023858"
+BITS_BADGE = "#7a0177"
+FADED_EDGE = "#d5dbe1"
+RESCALE_EDGE = "#d32f2f"
+BITS_MAX = 8.0  # the bits ramp saturates here
+
+
+@dataclass(frozen=True, slots=True)
+class Badge:
+    text: str
+    bg: str
+    fg: str = ""  # "": readable on bg
+
+    def __post_init__(self):
+        if not self.fg:
+            object.__setattr__(self, "fg", text_on(self.bg))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLook:
+    fill: str | None = None  # None: the item's own category colour
+    badges: tuple[Badge, ...] = ()
+    faded: bool = False
+    border_width: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeLook:
+    color: str | None = None  # None: the default edge colour
+    width: float = 1.3
+    dashed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Legend:
+    mode: str = Overlay.NONE
+    title: str = ""
+    lo: str = ""
+    hi: str = ""
+
+
+@dataclass
+class Looks:
+    nodes: dict = field(default_factory=dict)  # name -> NodeLook
+    edges: dict = field(default_factory=dict)  # (tensor, dst) -> EdgeLook
+    edge_default: EdgeLook | None = None
+    legend: Legend = Legend()
+
+
+PLAIN = NodeLook()
+FADED_LOOK = NodeLook(faded=True)
+FED_LOOK = NodeLook(border_width=2.0)  # mismatch mode: a node feeding a rescale
+_UNCALIBRATED_CONCAT = NodeLook(fill=UNCALIBRATED, border_width=2.0)
+
+
+def rescale_badge(n: int) -> Badge:
+    return Badge(f"+{n} rescale", RESCALE_BADGE)
+
+
+def node_bits(graph, concats) -> dict[str, float]:
+    """Per node: bits lost by its output now (after groups) or, for Concat inputs, if shared."""
+    out: dict[str, float] = {}
+    for c in concats or ():
+        worst = 0.0
+        for m in c.members():
+            if m.constant:
+                continue
+            b = m.bits_lost_now if m.bits_lost_now > 0.01 else m.bits_lost_if_shared
+            if not math.isfinite(b):
+                b = 16.0
+            worst = max(worst, b)
+            if m.producer and m.index >= 0:
+                out[m.producer] = max(out.get(m.producer, 0.0), b)
+        out[c.node] = max(out.get(c.node, 0.0), worst)
+    return out
+
+
+def _concat_base(c) -> NodeLook:
+    return NodeLook(fill=mismatch_hex(c.ratio, c.rescales), border_width=2.0,
+                    badges=(rescale_badge(c.rescales),) if c.rescales else ())
+
+
+def compute_looks(graph, mode: str, concats=None, perf=None) -> Looks:
+    looks = Looks()
+    for _ in fill_looks(looks, graph, mode, concats, perf):
+        pass
+    return looks
+
+
+_STEP = 1000  # nodes between two yields of fill_looks (~3 ms of work in the latency mode)
+
+
+def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: int | None = None):
+    """:func:`compute_looks` as a generator that fills ``looks`` and yields every ``step``
+    nodes, so a 20,000-node graph can be re-coloured across several event-loop turns."""
+    step = step or _STEP
+    info = {c.node: c for c in concats} if concats is not None else {}
+    # Concats first (every mode shows mismatch colour or heat plus the rescale badge).
+    for n in graph.concat_nodes():
+        c = info.get(n.name)
+        looks.nodes[n.name] = _concat_base(c) if c is not None else _UNCALIBRATED_CONCAT
+    rescaled = {}
+    for c in info.values():
+        edge = EdgeLook(BAND_EDGE_COLORS[mismatch_band(c.ratio, c.rescales)], 2.6)
+        for m in c.inputs:
+            if m.needs_rescale:
+                rescaled[(m.tensor, c.node)] = edge
+    looks.edges.update(rescaled)
+    yield
+
+    names = list(graph.nodes)
+    parts = [names[i:i + step] for i in range(0, len(names), step)]  # a yield after each
+    if mode == Overlay.MISMATCH:
+        yield from _mismatch(looks, parts, info, rescaled)
+    elif mode == Overlay.LATENCY:
+        yield from _latency(looks, parts, perf)
+    elif mode == Overlay.BITS:
+        yield from _bits(looks, parts, info, node_bits(graph, concats))
+    else:
+        looks.legend = Legend()
+
+
+def _mismatch(looks, parts, info, rescaled):
+    feeders = {m.producer for c in info.values() for m in c.inputs if m.needs_rescale and m.producer}
+    nodes = looks.nodes
+    for part in parts:
+        for name in part:
+            if name not in nodes:
+                nodes[name] = FED_LOOK if name in feeders else FADED_LOOK
+        yield
+    looks.edge_default = EdgeLook(FADED_EDGE, 1.0)
+    red = EdgeLook(RESCALE_EDGE, 3.2)
+    for key in rescaled:
+        looks.edges[key] = red
+    looks.legend = Legend(Overlay.MISMATCH, "Red edges: Concat inputs that need a rescale")
+
+
+def _latency(looks, parts, perf):
+    us = node_us(perf) if perf is not None else {}
+    if not us:
+        looks.legend = Legend(Overlay.LATENCY, "Latency: not simulated yet")
+        return
+    yield
+    vmax = max(us.values()) or 1.0
+    badge_of: dict[str, Badge] = {}  # few distinct texts: one Badge each
+    nodes = looks.nodes
+    for part in parts:
+        for name in part:
+            v = us.get(name)
+            base = nodes.get(name, PLAIN)
+            if v is None:
+                nodes[name] = FADED_LOOK if base is PLAIN else NodeLook(base.fill, base.badges, True, base.border_width)
+                continue
+            badges = base.badges
+            if v >= 0.005:  # fused ops cost nothing of their own: no "0.00 µs" clutter
+                text = fmt_us(v)
+                b = badge_of.get(text)
+                if b is None:
+                    b = badge_of[text] = Badge(text, LATENCY_BADGE)
+                badges = (b, *badges)
+            nodes[name] = NodeLook(heat_hex(math.sqrt(max(v, 0.0) / vmax), "latency"), badges, base.faded,
+                                   base.border_width)
+        yield
+    looks.legend = Legend(Overlay.LATENCY, "Latency per node (√ scale)", "0", fmt_us(vmax))
+
+
+def _bits(looks, parts, info, bits):
+    yield
+    nodes = looks.nodes
+    for part in parts:
+        for name in part:
+            b = bits.get(name)
+            base = nodes.get(name)
+            if b is None:
+                if base is None:
+                    nodes[name] = FADED_LOOK
+                continue
+            base = base or PLAIN
+            badges = ((Badge(f"−{b:.1f} b", BITS_BADGE),) if b >= 0.05 else ()) + base.badges
+            nodes[name] = NodeLook(heat_hex(min(b, BITS_MAX) / BITS_MAX, "bits"), badges, base.faded,
+                                   2.0 if name in info else 1.0)
+        yield
+    looks.legend = Legend(Overlay.BITS, "Bits lost by sharing (now, or if shared at the Concat)", "0 bits",
+                          f"≥ {BITS_MAX:.0f} bits")

@@ -1,0 +1,143 @@
+"""The perf summary: totals against the unedited model, the slowest layers and the fidelity line.
+
+The labels of the Performance dock show rich text; :meth:`Figure.html` and
+:func:`fidelity_html` give it, every user-supplied name escaped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from html import escape
+
+from .fmt import fmt_bytes, fmt_us
+from .perfdata import num, simulator, top_layers
+
+__all__ = ["Change", "Figure", "PerfSummaryView", "perf_summary", "fidelity_html", "fidelity_tip"]
+
+GOOD, BAD, MUTED, WARN = "#2e7d32", "#c62828", "#777", "#b26a00"
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change against the unedited model, green when it is an improvement."""
+
+    text: str
+    good: bool
+
+    @property
+    def color(self) -> str:
+        return GOOD if self.good else BAD
+
+    def html(self) -> str:
+        return f' <span style="color:{self.color}">({self.text.replace("-", "−")})</span>'
+
+
+def _change(text: str, d: float, lower_better: bool) -> Change:
+    return Change(text, (d < 0) == lower_better)
+
+
+@dataclass(frozen=True)
+class Figure:
+    text: str = "—"
+    change: Change | None = None
+
+    def html(self) -> str:
+        return self.text + (self.change.html() if self.change is not None else "")
+
+
+@dataclass(frozen=True)
+class PerfSummaryView:
+    latency: Figure = Figure()
+    fps: Figure = Figure()
+    ddr: Figure = Figure()
+    rescales: Figure = Figure()
+    rescale_us: Figure = Figure()
+    sqnr_html: str = "—"  # one entry per model output, rich text
+    sqnr_tip: str = ""
+    note: str = ""
+    chart: tuple = ()  # (name, op type, µs) of the slowest layers
+    stale: bool = False  # the perf figures are of an older revision: a new run is on its way
+
+
+def _metric(perf, base, attr, fmt, lower_better, dfmt) -> Figure:
+    now = num(getattr(perf, attr, None))
+    was = num(getattr(base, attr, None)) if base is not None else None
+    if now is None:
+        return Figure()
+    if was is not None and abs(now - was) > 1e-9 * max(1.0, abs(was)):
+        return Figure(fmt(now), _change(dfmt(now - was), now - was, lower_better))
+    return Figure(fmt(now))
+
+
+def _signed(fmt):
+    return lambda d: ("+" if d > 0 else "−") + fmt(abs(d))
+
+
+def _rescales(session) -> Figure:
+    if not session.ready:
+        return Figure()
+    cs, bcs = session.concats(), session.concats(baseline=True)
+    n, m = sum(c.rescales for c in cs), sum(1 for c in cs if c.rescales)
+    was, was_m = sum(c.rescales for c in bcs), sum(1 for c in bcs if c.rescales)
+    text = f"{n} in {m} Concats"
+    if (was, was_m) != (n, m):  # a share can move a rescale to another Concat
+        return Figure(text, _change(f"was {was} in {was_m}", (n - was) or (m - was_m), lower_better=True))
+    return Figure(text)
+
+
+def perf_summary(session) -> PerfSummaryView:
+    """Totals for the current revision, each with its change against the unedited model."""
+    if session is None:
+        return PerfSummaryView()
+    res, base_res = session.perf, session.perf_baseline
+    perf = res.value if res is not None else None
+    base = base_res.value if base_res is not None else None
+    fields = {"rescales": _rescales(session)}
+    fid = session.fidelity.value if session.fidelity is not None else None
+    if fid is not None and getattr(fid, "after", None):
+        fields.update(sqnr_html=fidelity_html(fid), sqnr_tip=fidelity_tip(fid))
+    if perf is None:
+        fields["note"] = "" if simulator() is not None else "The perf simulator is not installed."
+        return PerfSummaryView(**fields)
+    stale = session.is_stale(res)
+    grouped = len(session.groups) > 0
+    return PerfSummaryView(
+        latency=_metric(perf, base, "total_ms", lambda x: f"{x:.3f} ms", True, lambda d: f"{d:+.3f} ms"),
+        fps=_metric(perf, base, "fps", lambda x: f"{x:.1f}", False, lambda d: f"{d:+.1f}"),
+        ddr=_metric(perf, base, "ddr_bytes", fmt_bytes, True, _signed(fmt_bytes)),
+        rescale_us=_metric(perf, base, "rescale_us", fmt_us, True, _signed(fmt_us)),
+        chart=tuple(top_layers(perf)), stale=stale,
+        note="updating…" if stale else "(…): change against the unedited model" if grouped else "", **fields)
+
+
+def fidelity_html(fid) -> str:
+    """Each output's headline (its worst slice, named), the change, and the sample count."""
+    parts = []
+    for o in fid.outputs:
+        a, w = fid.after[o].headline, fid.before[o].headline
+        name = escape(a.label, quote=False)
+        if a.no_signal:
+            parts.append(f"{name}: <i>no signal</i>")
+            continue
+        t = f"{name}: {a.sqnr_db:.1f} dB" if math.isfinite(a.sqnr_db) else f"{name}: {a.sqnr_db}"
+        if not w.no_signal and math.isfinite(a.sqnr_db) and math.isfinite(w.sqnr_db) \
+                and abs(a.sqnr_db - w.sqnr_db) >= 0.005:
+            t += _change(f"{a.sqnr_db - w.sqnr_db:+.2f} dB", a.sqnr_db - w.sqnr_db, lower_better=False).html()
+        parts.append(t)
+    text = "; ".join(parts)
+    kind = "in-sample" if fid.in_sample else "held-out"
+    text += f' <span style="color:{MUTED}">({fid.samples} {kind} sample{"s" if fid.samples != 1 else ""}'
+    if any(fid.after[o].slices for o in fid.outputs):
+        text += ", worst slice"
+    text += ")</span>"
+    if any(fid.after[o].headline.no_signal for o in fid.outputs):
+        text += f' <span style="color:{WARN}">no signal on these samples: use representative data</span>'
+    if fid.findings:
+        text += f' <span style="color:{BAD}">{len(fid.findings)} finding(s), see tooltip</span>'
+    return text
+
+
+def fidelity_tip(fid) -> str:
+    """The whole fidelity report as rich text for a tooltip."""
+    return fid.text().replace("&", "&amp;").replace("<", "&lt;").replace("\n", "<br>")

@@ -1,0 +1,118 @@
+"""View-models built from a Session, headless: what the docks and the canvas show."""
+
+import math
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from qtquant.app import Session
+from qtquant.app.views import palette
+from qtquant.app.views.concats import concat_rows, concat_status, model_info
+from qtquant.app.views.groups import group_rows
+from qtquant.app.views.looks import FADED_LOOK, NodeLook, compute_looks
+from qtquant.app.views.perf import fidelity_html, perf_summary
+from qtquant.groups import share
+from qtquant.perf import simulate_session
+from qtquant.vocab import Overlay
+
+HEX = re.compile(r"^#[0-9a-f]{6}$")
+
+
+def _simulate(s):
+    assert s.set_perf(simulate_session(s), s.revision, simulate_session(s, baseline=True))
+
+
+def test_concat_rows_and_status(session):
+    rows = concat_rows(session)
+    assert [r.name for r in rows] == [c.node for c in session.concats()]
+    r = max(rows, key=lambda r: r.ratio)
+    assert r.rescales > 0 and r.color == palette.mismatch_hex(r.ratio, r.rescales) and HEX.match(r.color)
+    assert r.cells[0] == r.name and r.cells[2].endswith("×") and r.cells[5] == "—"  # no perf yet
+    assert "scale" in r.tooltip and r.sort_key(5) == -1.0 and r.sort_key(2) == r.ratio
+    _simulate(session)
+    assert any(row.gain_us for row in concat_rows(session))
+    assert concat_status(session).startswith(f"{len(rows)} Concats, ")
+    raw = Session(session.graph)  # not calibrated yet
+    assert concat_rows(raw) == [] and concat_status(raw) == "Concat scales appear when calibration finishes."
+    assert model_info(raw).calibration == "not calibrated yet"
+    assert model_info(raw).concats.endswith("(analysis after calibration)")
+    info = model_info(session)
+    assert info.model == "det.onnx" and "mismatched" in info.concats and "policy union" in info.quantization
+
+
+def test_perf_summary_tracks_changes_and_staleness(session):
+    v = perf_summary(session)
+    assert v.latency.text == "—" and v.chart == () and v.rescales.text.endswith("Concats")
+    _simulate(session)
+    v = perf_summary(session)
+    assert v.latency.text.endswith(" ms") and v.latency.change is None and v.chart and not v.stale
+    assert v.note == ""
+    share(session, ["c0_out", "c1_out", "cat1_out"])
+    v = perf_summary(session)
+    assert v.stale and v.note == "updating…"
+    assert v.rescales.change is not None and v.rescales.change.good  # fewer rescales than unedited
+    _simulate(session)
+    v = perf_summary(session)
+    assert not v.stale and v.note == "(…): change against the unedited model"
+    assert v.rescale_us.change is not None and v.rescale_us.change.color == "#2e7d32"
+    assert v.rescale_us.html().endswith("</span>") and "−" in v.rescale_us.html()
+    assert perf_summary(None).sqnr_html == "—"
+
+
+def _figure(label, db, no_signal=False):
+    return SimpleNamespace(label=label, sqnr_db=db, no_signal=no_signal)
+
+
+def test_fidelity_line_escapes_names_and_colours_changes():
+    out = lambda h: SimpleNamespace(headline=h, slices=[1])  # noqa: E731
+    fid = SimpleNamespace(outputs=["a", "b"], samples=1, in_sample=True, findings=["x"],
+                          after={"a": out(_figure("<a>", 30.0)), "b": out(_figure("b", math.inf))},
+                          before={"a": out(_figure("<a>", 32.0)), "b": out(_figure("b", math.inf))})
+    html = fidelity_html(fid)
+    assert html.startswith("&lt;a&gt;: 30.0 dB") and "(−2.00 dB)" in html and "#c62828" in html
+    assert "b: inf" in html and "(1 in-sample sample, worst slice)" in html and "1 finding(s)" in html
+    fid.after["b"] = out(_figure("b", math.nan, no_signal=True))
+    assert "b: <i>no signal</i>" in fidelity_html(fid) and "representative data" in fidelity_html(fid)
+
+
+def test_group_rows(session):
+    assert group_rows(session) == []
+    g = share(session, ["c0_out", "c1_out", "cat1_out"])
+    _simulate(session)
+    (row,) = group_rows(session)
+    assert row.id == g.id and row.title == f"group {g.id}" and row.color == palette.GROUP_COLORS[g.id % 8]
+    assert [m.tensor for m in row.members] == ["c0_out", "c1_out", "cat1_out"]
+    assert row.scale == pytest.approx(session.domains.scale_of("c0_out"))
+    assert row.worst_bits is not None and row.worst_bits >= 0 and row.concats == ("cat1", "cat2")
+    assert row.saved_us is not None and row.saved_us > 0
+    assert row.cells[1] == "3" and "Concats: cat1" in row.tooltip
+    m = row.members[0]
+    assert m.own_scale == pytest.approx(session.baseline_domains.scale_of("c0_out"))
+    assert m.cells[0] == "c0_out" and "produced by c0" in m.tooltip
+
+
+def test_node_looks_per_mode(session):
+    g = session.graph
+    cs = session.concats()
+    bad = next(c for c in cs if c.rescales)
+    for mode in Overlay:
+        looks = compute_looks(g, mode, cs, None)
+        look = looks.nodes[bad.node]
+        if mode != Overlay.BITS:  # there the fill is the bits lost
+            assert look.fill == palette.mismatch_hex(bad.ratio, bad.rescales) and look.border_width == 2.0
+        assert look.badges[-1].text == f"+{bad.rescales} rescale" and look.badges[-1].fg == "#ffffff"
+        fed = next(m for m in bad.inputs if m.needs_rescale)
+        assert HEX.match(looks.edges[(fed.tensor, bad.node)].color)
+        assert looks.legend.mode == mode
+    mm = compute_looks(g, Overlay.MISMATCH, cs)
+    faded = [n for n, lk in mm.nodes.items() if lk.faded]
+    assert faded and all(mm.nodes[n] is FADED_LOOK for n in faded)  # one shared frozen look
+    assert mm.nodes[fed.producer] == NodeLook(border_width=2.0) and mm.edge_default.width == 1.0
+    assert compute_looks(g, Overlay.LATENCY, cs).legend.title == "Latency: not simulated yet"
+    lat = compute_looks(g, Overlay.LATENCY, cs, simulate_session(session))
+    conv = lat.nodes[fed.producer]
+    assert HEX.match(conv.fill) and conv.badges and conv.badges[0].text.endswith("s")
+    bits = compute_looks(g, Overlay.BITS, cs)
+    assert bits.nodes[bad.node].badges[0].text.startswith("−") and bits.legend.hi == "≥ 8 bits"
+    assert compute_looks(g, Overlay.NONE).nodes[bad.node].fill == palette.UNCALIBRATED  # no analysis yet
