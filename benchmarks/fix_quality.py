@@ -35,9 +35,9 @@ from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.export.overrides import load_overrides, write_overrides  # noqa: E402
 from qtquant.export.qdq import export_qdq  # noqa: E402
 from qtquant.fidelity import sqnr_db  # noqa: E402
-from qtquant.loader import open_model  # noqa: E402
+from qtquant.app import open_model  # noqa: E402
 from qtquant.runtime import make_session  # noqa: E402
-from qtquant.session import Options  # noqa: E402
+from qtquant.app import Options  # noqa: E402
 
 
 def rescales_in_file(path, shapes):

@@ -116,7 +116,7 @@ def reference(session):
     """Non-incremental costs on a headless twin of the session (same graph file, same statistics):
     domains + Concat analysis + a cold full simulation; a cold fidelity check."""
     from qtquant.fidelity import measure_session
-    from qtquant.loader import open_model
+    from qtquant.app import open_model
     from qtquant.perf import Simulator, load_march
 
     twin = open_model(session.graph.path, dict(session.graph.input_shapes), session.options)

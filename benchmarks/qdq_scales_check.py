@@ -89,7 +89,7 @@ def main():
             sys.exit(1)
         doc = json.loads(r.stdout)
         ref = dq_scales(onnx.load(str(q)))
-        from qtquant.loader import open_model
+        from qtquant.app import open_model
 
         g = open_model(q).graph
         const = {n.name for n in g.nodes.values() if n.op_type == "Concat" and n.outputs

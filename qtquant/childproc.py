@@ -13,8 +13,8 @@ hostile file also stays in the child and comes back as a one-line error.
   requests).  :class:`Child` keeps a child for as long as the parent wants it (and replaces it
   when it died); :func:`run` and :func:`run_all` start children for one request each.
 - Requests and replies travel in parts: a dict or list with more than ``part`` entries (the whole
-  message, or inside small tuples, lists and dicts of it) goes in slices of ``part`` entries, and
-  long ``bytes`` go raw.  Unpickling a 20,000-entry map in one call holds the receiver's GIL some
+  message, or inside small tuples, lists and dicts of it) goes in slices of ``part`` entries (its
+  entries whole), and long ``bytes`` go raw.  Unpickling a 20,000-entry map in one call holds the receiver's GIL some
   0.1 s (the parent's GUI freezes that long); one part takes a few ms.
 - ``cancel()`` is polled in the parent while it waits.  A cooperative child sees it as
   ``link.cancelled()`` (a flag shared with the parent) and raises

@@ -18,7 +18,7 @@ def det_path(tmp_path_factory):
 @pytest.fixture
 def session(det_path):
     """The detector opened and calibrated (synthetic data), fresh for each test."""
-    from qtquant.loader import open_model
+    from qtquant.app import open_model
 
     s = open_model(det_path)
     s.run_calibration()

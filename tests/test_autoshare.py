@@ -3,9 +3,9 @@
 from builders import detector_model, save
 from qtquant.autoshare import auto_share, plan_auto_share
 from qtquant.domains import Policy
-from qtquant.loader import open_model
+from qtquant.app import open_model
 from qtquant.quant import bits_lost
-from qtquant.session import Options
+from qtquant.app import Options
 
 
 def _session(tmp_path, options=Options(), **kw):

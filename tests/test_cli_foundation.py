@@ -93,7 +93,7 @@ def test_demo_writes_models_and_data(tmp_path, capsys):
     att = tmp_path / "d" / "multiscale_attention.onnx"
     assert att.exists() and (tmp_path / "d" / "yolo_neck.onnx").exists()
     assert len(list((tmp_path / "d" / "multiscale_attention_calib").glob("*.npz"))) == 3
-    from qtquant.loader import open_model
+    from qtquant.app import open_model
 
     s = open_model(att)
     s.run_calibration()

@@ -6,8 +6,8 @@ from builders import detector_model, save
 from qtquant.calib import calibrate
 from qtquant.domains import Policy
 from qtquant.groups import share
-from qtquant.loader import open_model
-from qtquant.session import derive
+from qtquant.app import open_model
+from qtquant.app.session import derive
 
 
 def test_derived_analyses_are_installed_and_equal_a_fresh_build(tmp_path):

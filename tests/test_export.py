@@ -15,7 +15,7 @@ from qtquant.errors import BadInputError
 from qtquant.export import qdq as qdq_mod
 from qtquant.export.qdq import build_qdq_model, export_qdq
 from qtquant.fidelity import fake_quant, sqnr_db
-from qtquant.loader import open_model
+from qtquant.app import open_model
 from qtquant.runtime import make_session
 
 
@@ -306,7 +306,7 @@ def test_float_outputs_option(shared, tmp_path):
 
 def test_asymmetric_uint8_scheme(det_path, tmp_path):
     from qtquant.quant import Scheme
-    from qtquant.session import Options
+    from qtquant.app import Options
 
     s = open_model(det_path, options=Options(scheme=Scheme.ASYMMETRIC_UINT8))
     s.run_calibration()

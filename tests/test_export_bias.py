@@ -21,8 +21,8 @@ from qtquant.domains import Policy
 from qtquant.export import qdq as qdq_mod
 from qtquant.export.qdq import INT32_MAX, build_qdq_model, export_qdq
 from qtquant.fidelity import sqnr_db
-from qtquant.loader import open_model
-from qtquant.session import Options
+from qtquant.app import open_model
+from qtquant.app import Options
 
 N_CALIB, N_CHECK = 16, 8
 

@@ -10,7 +10,7 @@ from onnx import numpy_helper
 from qtquant.autoshare import auto_share
 from qtquant.cli import main
 from qtquant.export.overrides import load_overrides, overrides_dict, write_overrides
-from qtquant.loader import open_model
+from qtquant.app import open_model
 from qtquant.plan import load_plan
 
 

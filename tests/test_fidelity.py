@@ -11,7 +11,7 @@ from qtquant.errors import BadInputError
 from qtquant.export import qdq as qdq_mod
 from qtquant.fidelity import cosine, measure_session, sqnr_db
 from qtquant.groups import share, unshare
-from qtquant.loader import open_model
+from qtquant.app import open_model
 
 
 def test_metrics_arithmetic():

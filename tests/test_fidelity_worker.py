@@ -10,7 +10,7 @@ from qtquant import childproc, fidelity_worker
 from qtquant.domains import DomainMap
 from qtquant.fidelity_worker import FidelityWorker
 from qtquant.groups import share, unshare
-from qtquant.loader import open_model
+from qtquant.app import open_model
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from qtquant.errors import ModelError, QtQuantError, ShapeError
 from qtquant.graph import graph_from_model, load_graph
 from qtquant.ops import Role, handler_for
 from qtquant.runtime import run_with_outputs
-from qtquant.session import Session
+from qtquant.app import Session
 
 
 def _minmax(graph, n=4, seed=0):

@@ -27,10 +27,10 @@ def real_files(tmp_path_factory):
     """A real plan, project and statistics cache of MODEL, written by qtquant itself."""
     from qtquant.calib import CalibConfig
     from qtquant.calib.cache import save_cache
-    from qtquant.loader import open_model
+    from qtquant.app import open_model
     from qtquant.plan import save_plan
     from qtquant.project import save_project
-    from qtquant.session import Options
+    from qtquant.app import Options
 
     d = tmp_path_factory.mktemp("real")
     (d / "model.onnx").write_bytes(MODEL_BYTES)

@@ -274,7 +274,7 @@ def _target_load_graph(d: Path, a: dict):
 
 
 def _target_open_model(d: Path, a: dict):
-    from qtquant.loader import open_model
+    from qtquant.app import open_model
 
     s = open_model(d / a.get("model", "model.onnx"), a.get("shapes") or None)
     return {"nodes": len(s.graph.nodes), "qdq": s.qdq is not None}
@@ -283,9 +283,9 @@ def _target_open_model(d: Path, a: dict):
 def _target_analyze(d: Path, a: dict):
     """Load, calibrate on two synthetic samples, build domains and the Concat report."""
     from qtquant.calib import CalibConfig
-    from qtquant.loader import open_model
+    from qtquant.app import open_model
     from qtquant.report import analysis_dict
-    from qtquant.session import Options
+    from qtquant.app import Options
 
     opts = Options(calib=CalibConfig(count=2, holdout=1))
     s = open_model(d / a.get("model", "model.onnx"), a.get("shapes") or None, opts)
@@ -328,8 +328,8 @@ def _report_json(session) -> dict:
 
 def _calibrated(path: Path, config=None):
     from qtquant.calib import CalibConfig
-    from qtquant.loader import open_model
-    from qtquant.session import Options
+    from qtquant.app import open_model
+    from qtquant.app import Options
 
     s = open_model(path, None, Options(calib=config or CalibConfig(count=2, holdout=1)))
     if not s.quantized_file:
@@ -364,10 +364,10 @@ def _target_calib_cache(d: Path, a: dict):
     """load_cached from a (mutated) cache folder; a hit is used for the report and fidelity."""
     from qtquant.calib import CalibConfig
     from qtquant.calib.cache import load_cached
-    from qtquant.loader import open_model
+    from qtquant.app import open_model
 
     cfg = CalibConfig(count=2, holdout=1)
-    from qtquant.session import Options
+    from qtquant.app import Options
 
     s = open_model(d / "model.onnx", None, Options(calib=cfg))
     res = load_cached(s.graph, cfg, d / "cache")
@@ -440,7 +440,7 @@ def _serve() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     sys.stdout = open(os.devnull, "w")
-    import qtquant.loader  # noqa: F401  (warm imports before the first case)
+    import qtquant.app.loader  # noqa: F401  (warm imports before the first case)
     import qtquant.report  # noqa: F401
 
     proto.write(b'{"ready": true}\n')

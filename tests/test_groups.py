@@ -5,7 +5,7 @@ import pytest
 from builders import fp16_model, save
 from qtquant.errors import QtQuantError, ShareRefused
 from qtquant.groups import GroupSet, remove_member, restore, share, unshare
-from qtquant.loader import open_model
+from qtquant.app import open_model
 
 
 def _rescales(s, node):

@@ -11,9 +11,9 @@ from builders import branchy_concat_model, conv_node, save
 from qtquant.calib import CalibConfig
 from qtquant.domains import Policy
 from qtquant.groups import share
-from qtquant.loader import open_model
+from qtquant.app import open_model
 from qtquant.quant import Scheme
-from qtquant.session import Options
+from qtquant.app import Options
 
 # Inputs of the Concat and its output (narrower than the inputs' union, as a percentile
 # observer or a QDQ file would give).

@@ -14,7 +14,7 @@ from builders import conv_node, save
 from qtquant.cli import main
 from qtquant.fidelity import measure_session
 from qtquant.graph import graph_from_model
-from qtquant.loader import open_model
+from qtquant.app import open_model
 from qtquant.metrics import sqnr_db
 from qtquant.outputs import OutputMode, float_output_tensors, output_reached, output_slices
 

@@ -17,7 +17,7 @@ from qtquant.errors import MarchError
 from qtquant.graph import graph_from_model
 from qtquant.perf import Simulator, load_march, march_names, simulate, simulate_session
 from qtquant.perf.march import PARAMS
-from qtquant.session import Session
+from qtquant.app import Session
 
 
 def _w(name, shape):

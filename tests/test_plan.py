@@ -9,7 +9,7 @@ from qtquant.autoshare import auto_share
 from qtquant.cli import main
 from qtquant.errors import PlanError
 from qtquant.groups import share
-from qtquant.loader import open_model
+from qtquant.app import open_model
 from qtquant.plan import apply_plan, apply_plan_file, load_plan, parse_plan, plan_dict, save_plan
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from builders import branchy_concat_model, save
 from qtquant.errors import PlanError
-from qtquant.loader import open_model
+from qtquant.app import open_model
 from qtquant.project import load_project, open_project, save_project
 
 

@@ -6,7 +6,7 @@ import pytest
 from onnx import numpy_helper
 
 from builders import branchy_concat_model, save
-from qtquant.loader import open_model
+from qtquant.app import open_model
 from qtquant.quant import Scheme
 
 

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builders import save
 from qtquant.cli import main
-from qtquant.loader import open_model
+from qtquant.app import open_model
 
 
 class _B:

@@ -99,8 +99,8 @@ def test_killed_text_writer_leaves_old_file_intact(tmp_path):
 
 EXPORTER = r"""
 import os, sys, signal
-from qtquant.loader import open_model
-from qtquant.session import Options
+from qtquant.app import open_model
+from qtquant.app import Options
 from qtquant.calib import CalibConfig
 from qtquant.export import qdq
 s = open_model(sys.argv[1], None, Options(calib=CalibConfig(count=2, holdout=0)))

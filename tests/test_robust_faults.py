@@ -26,8 +26,8 @@ import pytest
 from builders import branchy_concat_model, save
 from qtquant.calib import CalibConfig
 from qtquant.errors import Cancelled, ModelError, QtQuantError
-from qtquant.loader import open_model
-from qtquant.session import Options
+from qtquant.app import open_model
+from qtquant.app import Options
 
 
 def _session(tmp_path, count=6, holdout=1, jobs=1, name="m.onnx", gains=(1.0, 3.0, 8.0)):

@@ -8,7 +8,7 @@ from builders import conv_node
 from qtquant.autoshare import plan_auto_share
 from qtquant.concat import concat_members
 from qtquant.graph import graph_from_model
-from qtquant.session import Session
+from qtquant.app import Session
 
 
 def _concat_then(tail, *, gains=(1.0, 8.0), also=()):

@@ -25,7 +25,7 @@ from torch.ao.quantization.quantize_fx import convert_fx, prepare_qat_fx  # noqa
 
 from qtquant.cli import main as cli_main  # noqa: E402
 from qtquant.errors import PlanError  # noqa: E402
-from qtquant.loader import open_model  # noqa: E402
+from qtquant.app import open_model  # noqa: E402
 from qtquant.torch import apply_plan, check_shared, export_onnx  # noqa: E402
 
 pytestmark = pytest.mark.torch

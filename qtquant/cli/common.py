@@ -1,4 +1,4 @@
-"""Options shared by the subcommands, and turning them into a :class:`~qtquant.session.Session`."""
+"""Options shared by the subcommands, and turning them into a :class:`~qtquant.app.Session`."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def calib_config_from_args(args) -> CalibConfig:
 
 
 def options_from_args(args):
-    from ..session import Options
+    from ..app import Options
 
     return Options(scheme=Scheme.parse(args.scheme),
                    policy=Policy(args.policy), march=args.march, max_bits_lost=args.max_bits_lost,
@@ -88,7 +88,7 @@ def options_from_args(args):
 
 def open_session(args, *, calibrate: bool = True, progress=None):
     """Load the model named in ``args``, detect QDQ, calibrate when needed, apply --plan."""
-    from ..loader import open_model
+    from ..app import open_model
 
     session = open_model(args.model, args.input_shape, options_from_args(args))
     if calibrate and not session.quantized_file:

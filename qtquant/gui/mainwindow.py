@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QComboBox, QDockWidget, QFileDialog, QLabel, QMai
 
 from ..errors import QtQuantError
 from ..perf import MARCHES
-from ..session import Options
+from ..app import Options
 from .canvas import GraphScene, GraphView
 from .controller import Controller
 from .dialogs import ErrorDialog, ModelSettings, OpenDialog, calib_config, model_inputs, needs_shapes

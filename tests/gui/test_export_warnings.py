@@ -12,8 +12,8 @@ from builders import dead_relu_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.gui.exporting import WARNING_COLUMNS, ExportDialog, ExportOptions, export_files  # noqa: E402
 from qtquant.gui.mainwindow import MainWindow  # noqa: E402
-from qtquant.loader import open_model  # noqa: E402
-from qtquant.session import Options  # noqa: E402
+from qtquant.app import open_model  # noqa: E402
+from qtquant.app import Options  # noqa: E402
 
 
 def _only_model(folder):
