@@ -13,27 +13,101 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Generic, TypeVar
+
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import MarchError
+from ..fileio.schema import FileModel, first_problem, one_line, problem, read_json
 from ..resources import resource_path
 
-__all__ = ["MarchProfile", "load_march", "march_names", "PARAMS"]
+__all__ = ["MarchProfile", "load_march", "march_names", "profile_from_dict", "PARAMS"]
 
-# name -> (type, must be > 0).  Types: "num", "int", "ops" (list of op-type strings).
-PARAMS: dict[str, tuple[str, bool]] = {
-    "frequency_ghz": ("num", True),  # BPU clock
-    "peak_tops": ("num", True),  # int8 TOPS of the whole chip (2 ops per MAC)
-    "cores": ("int", True),  # BPU cores that share peak_tops
-    "cores_per_model": ("int", True),  # cores one model runs on (Horizon: one, unless split)
-    "utilization": ("num", True),  # MAC-array utilization of a well-aligned conv, 0..1
-    "channel_align": ("int", True),  # channel multiple the MAC array is built for
-    "vector_elems_per_cycle": ("num", True),  # elementwise unit throughput (int8 elements)
-    "ddr_gbps": ("num", True),  # sustained DDR bandwidth available to the BPU, GB/s
-    "sram_gbps": ("num", True),  # on-chip buffer bandwidth, GB/s
-    "sram_mb": ("num", True),  # on-chip feature buffer, MB (1e6 bytes)
-    "op_overhead_us": ("num", False),  # fixed cost per scheduled op
-    "fused_activations": ("ops", False),  # ops folded into the preceding Conv/Gemm
-}
+
+# -- the schema of a profile file ------------------------------------------------------------------
+
+def _number(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+        raise ValueError(f"must be a number, got {json.dumps(v, default=str)[:40]}")
+    return float(v)
+
+
+def _whole(v):
+    v = _number(v)
+    if int(v) != v:
+        raise ValueError(f"must be a whole number, got {v:g}")
+    return int(v)
+
+
+Positive = Annotated[float, BeforeValidator(_number), Field(gt=0)]
+NonNegative = Annotated[float, BeforeValidator(_number), Field(ge=0)]
+Fraction = Annotated[float, BeforeValidator(_number), Field(gt=0, le=1)]
+Count = Annotated[int, BeforeValidator(_whole), Field(gt=0)]
+V = TypeVar("V")
+
+
+class Param(FileModel, Generic[V]):
+    """One number of a profile and where it comes from: a published ``source``, or an
+    ``estimate`` that says why this value, so a reader can always tell a fact from a guess."""
+
+    value: V
+    source: str = ""
+    estimate: str = ""
+
+    @model_validator(mode="after")
+    def _provenance(self):
+        if not (self.source.strip() or self.estimate.strip()):
+            raise ValueError('states neither its "source" nor that it is an "estimate"')
+        return self
+
+    @property
+    def provenance(self) -> tuple[str, str]:
+        return ("source", self.source) if self.source.strip() else ("estimate", self.estimate)
+
+
+class Params(FileModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt parameter must not silently fall back
+
+    frequency_ghz: Param[Positive]  # BPU clock
+    peak_tops: Param[Positive]  # int8 TOPS of the whole chip (2 ops per MAC)
+    cores: Param[Count]  # BPU cores that share peak_tops
+    cores_per_model: Param[Count]  # cores one model runs on (Horizon: one, unless split)
+    utilization: Param[Fraction]  # MAC-array utilization of a well-aligned conv
+    channel_align: Param[Count]  # channel multiple the MAC array is built for
+    vector_elems_per_cycle: Param[Positive]  # elementwise unit throughput (int8 elements)
+    ddr_gbps: Param[Positive]  # sustained DDR bandwidth available to the BPU, GB/s
+    sram_gbps: Param[Positive]  # on-chip buffer bandwidth, GB/s
+    sram_mb: Param[Positive]  # on-chip feature buffer, MB (1e6 bytes)
+    op_overhead_us: Param[NonNegative]  # fixed cost per scheduled op
+    fused_activations: Param[list[str]]  # ops folded into the preceding Conv/Gemm
+
+
+PARAMS = tuple(Params.model_fields)
+
+
+class ProfileFile(FileModel):
+    name: str
+    description: str = ""
+    params: Params
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v.strip()
+
+    @field_validator("description", mode="before")
+    @classmethod
+    def _description(cls, v):
+        return v if isinstance(v, str) else ""  # shown only: a bad one is just absent
+
+    @model_validator(mode="after")
+    def _cores(self):
+        used, cores = self.params.cores_per_model.value, self.params.cores.value
+        if used > cores:
+            raise ValueError(f'"cores_per_model" ({used}) exceeds "cores" ({cores})')
+        return self
 
 
 @dataclass(frozen=True)
@@ -129,65 +203,31 @@ _CACHE: dict = {}  # (path, mtime, size) -> MarchProfile: the GUI loads the marc
 
 
 def _load_file(p: Path) -> MarchProfile:
-    where = f"march profile {p.name}"
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise MarchError(f"{where} is not a text file") from None
-    except json.JSONDecodeError as e:
-        raise MarchError(f"{where} is not valid JSON (line {e.lineno}: {e.msg})") from None
-    except OSError as e:
-        raise MarchError(f"cannot read {where}: {e.strerror or e}") from None
-    return profile_from_dict(doc, where=where, path=str(p))
+    return profile_from_dict(read_json(p, noun="march profile", error=MarchError),
+                             where=f"march profile {p.name}", path=str(p))
+
+
+def _message(e: ValidationError, where: str) -> str:
+    loc, err = first_problem(e)
+    if loc[:1] != ("params",) or len(loc) < 2:
+        return one_line(e, where, "qtquant march profile")
+    key = loc[1]
+    if err["type"] == "extra_forbidden":
+        return f'{where}: unknown parameter "{key}" (known: {", ".join(PARAMS)})'
+    if len(loc) == 2 and err["type"] == "missing":
+        return f'{where}: missing parameter "{key}"'
+    if len(loc) == 2 and err["type"] in ("model_type", "dict_type", "model_attributes_type"):
+        return f'{where}: "{key}" must be an object with "value" and "source" or "estimate"'
+    return f'{where}: "{key}" {problem(err)}'
 
 
 def profile_from_dict(doc, *, where: str = "march profile", path: str = "") -> MarchProfile:
     """Validate a parsed profile document (see ``resources/marches/*.json`` for the format)."""
-    if not isinstance(doc, dict):
-        raise MarchError(f"{where} must be a JSON object")
-    name = doc.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise MarchError(f'{where} needs a "name" string')
-    params = doc.get("params")
-    if not isinstance(params, dict):
-        raise MarchError(f'{where} needs a "params" object')
-    unknown = sorted(set(params) - set(PARAMS))
-    if unknown:
-        raise MarchError(f'{where}: unknown parameter "{unknown[0]}" (known: {", ".join(PARAMS)})')
-    values: dict = {}
-    prov: dict = {}
-    for key, (kind, positive) in PARAMS.items():
-        entry = params.get(key)
-        if entry is None:
-            raise MarchError(f'{where}: missing parameter "{key}"')
-        if not isinstance(entry, dict) or "value" not in entry:
-            raise MarchError(f'{where}: "{key}" must be an object with "value" and "source" or "estimate"')
-        has_src = isinstance(entry.get("source"), str) and entry["source"].strip()
-        has_est = isinstance(entry.get("estimate"), str) and entry["estimate"].strip()
-        if not (has_src or has_est):
-            raise MarchError(f'{where}: "{key}" states neither its "source" nor that it is an "estimate"')
-        v = entry["value"]
-        if kind == "ops":
-            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-                raise MarchError(f'{where}: "{key}" must be a list of op type names')
-            v = frozenset(v)
-        else:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
-                raise MarchError(f'{where}: "{key}" must be a number, got {json.dumps(v)[:40]}')
-            if kind == "int":
-                if int(v) != v:
-                    raise MarchError(f'{where}: "{key}" must be a whole number, got {v}')
-                v = int(v)
-            if positive and v <= 0:
-                raise MarchError(f'{where}: "{key}" must be greater than 0, got {v}')
-            if v < 0:
-                raise MarchError(f'{where}: "{key}" must not be negative, got {v}')
-        values[key] = v
-        prov[key] = ("source", entry["source"]) if has_src else ("estimate", entry["estimate"])
-    if values["utilization"] > 1:
-        raise MarchError(f'{where}: "utilization" is a fraction and must be at most 1, got {values["utilization"]}')
-    if values["cores_per_model"] > values["cores"]:
-        raise MarchError(f'{where}: "cores_per_model" ({values["cores_per_model"]}) exceeds "cores" ({values["cores"]})')
-    desc = doc.get("description", "")
-    return MarchProfile(name=name.strip(), description=desc if isinstance(desc, str) else "",
-                        path=path, provenance=prov, **values)
+    try:
+        f = ProfileFile.model_validate(doc)
+    except ValidationError as e:
+        raise MarchError(_message(e, where)) from None
+    params = {k: getattr(f.params, k) for k in PARAMS}
+    values = {k: (frozenset(p.value) if isinstance(p.value, list) else p.value) for k, p in params.items()}
+    return MarchProfile(name=f.name, description=f.description, path=path,
+                        provenance={k: p.provenance for k, p in params.items()}, **values)
