@@ -25,7 +25,7 @@ def test_bulk_of_new_objects_is_frozen_not_walked(clean_gc):
     frozen = gc.get_freeze_count()
     assert c.check() == -1 and c.bulk_freezes == 1
     assert gc.get_freeze_count() >= frozen + len(keep)
-    gcpolicy.release_model()
+    gcpolicy.model_closing()
     assert gc.get_freeze_count() == 0
 
 
@@ -44,8 +44,8 @@ def test_thresholds_pick_the_generation(clean_gc):
         gc.set_threshold(*old)
 
 
-def test_freeze_long_lived(clean_gc):
-    gcpolicy.freeze_long_lived()
+def test_long_lived(clean_gc):
+    gcpolicy.long_lived()
     assert gc.get_freeze_count() > 0
-    gcpolicy.release_model()
+    gcpolicy.model_closing()
     assert gc.get_freeze_count() == 0

@@ -8,28 +8,28 @@ So the app switches the automatic collector off (:meth:`Collector.take_over`) an
 :meth:`Collector.check` from a timer on its own thread, with the usual generation thresholds.
 Objects are still freed by reference counting at once.
 
-Long-lived objects are frozen out of collections (:func:`freeze_long_lived`): a full walk of
+Long-lived objects are frozen out of collections (:func:`long_lived`): a full walk of
 a 20,000-node graph is ~0.1 s (160 ms with its scene, 68 ms with the graph frozen), several
-times per edit.  Replacing the model unfreezes (:func:`release_model`) so its cycles can go.
+times per edit.  Replacing the model unfreezes (:func:`model_closing`) so its cycles can go.
 """
 
 from __future__ import annotations
 
 import gc
 
-__all__ = ["INTERVAL_MS", "BULK_OBJECTS", "Collector", "freeze_long_lived", "release_model"]
+__all__ = ["INTERVAL_MS", "BULK_OBJECTS", "Collector", "long_lived", "model_closing"]
 
 INTERVAL_MS = 250  # how often the app calls Collector.check
 BULK_OBJECTS = 50_000  # new objects since the last check beyond which they are frozen, not walked
 
 
-def freeze_long_lived() -> None:
+def long_lived() -> None:
     """What exists now lives as long as the model (the graph, its statistics, the scene's
     items): leave it out of every later collection.  Reference counting still frees it."""
     gc.freeze()
 
 
-def release_model() -> None:
+def model_closing() -> None:
     """Before another model opens: what was frozen may be garbage now, let the collector see it."""
     gc.unfreeze()
 
@@ -54,7 +54,7 @@ class Collector:
             # A result arrived (statistics, an analysis, 20,000 looks): that many objects born
             # and still alive since the last check live on.  Walking them finds nothing and
             # holds the GIL 10-40 ms; freezing them costs nothing.  A cycle among them is
-            # collected after the next model opens (release_model).
+            # collected after the next model opens (model_closing).
             gc.freeze()
             self.bulk_freezes += 1
             return -1
