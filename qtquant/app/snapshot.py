@@ -9,23 +9,31 @@ GUI thread, at submission; the worker reads only the snapshot.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..concat import analyze_concats
 from ..groups import GroupSet
+
+if TYPE_CHECKING:
+    from ..calib import CalibrationResult
+    from ..domains import DomainMap
+    from ..graph import Graph
+    from ..qdq import QdqInfo
+    from .session import Options
 
 __all__ = ["Snapshot"]
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: caches keyed by a snapshot stay cheap
 class Snapshot:
-    graph: object
-    options: object  # Options
-    calibration: object  # CalibrationResult or None
-    qdq: object  # QdqInfo or None
+    graph: Graph
+    options: Options
+    calibration: CalibrationResult | None
+    qdq: QdqInfo | None
     groups: GroupSet  # a private copy: the session's own set keeps changing
     revision: int
-    domains: object  # DomainMap
-    baseline_domains: object  # DomainMap
+    domains: DomainMap
+    baseline_domains: DomainMap  # without any user group
     # baseline? -> analysis; seeded with what the session had built, else computed by the worker.
     _concats: dict = field(default_factory=dict, repr=False)
 
