@@ -106,7 +106,8 @@ def test_hard_cancel_and_timeout_kill_the_child():
 def test_run_all_gives_each_reply_in_order():
     kids = [childproc.Child(_handle, name=f"qtquant-test-{i}", what=f"test child {i}", once=True) for i in range(2)]
     got = []
-    assert childproc.run_all(kids, [("progress", 2), ("echo", "b")], progress=lambda i, v: got.append((i, v))) == [2, "b"]
+    replies = childproc.run_all(kids, [("progress", 2), ("echo", "b")], progress=lambda i, v: got.append((i, v)))
+    assert replies == [2, "b"]
     assert got == [(0, 0), (0, 1)]
     with pytest.raises(ShapeError):
         childproc.run_all([childproc.Child(_handle, name="qtquant-test-e", what="x", once=True)],

@@ -38,7 +38,8 @@ def _calibrate_share(request, link) -> dict:
                      stride=stride, progress=lambda done, total: link.progress(done))
 
 
-def run_parallel(graph, names, source, refs, jobs: int, *, stride: int = 1, progress=None, cancel=None) -> dict[str, TensorStats]:
+def run_parallel(graph, names, source, refs, jobs: int, *, stride: int = 1, progress=None,
+                 cancel=None) -> dict[str, TensorStats]:
     chunks = [c for c in split_even(list(refs), jobs) if c]
     threads = max(1, (os.cpu_count() or 1) // len(chunks))
     model_bytes = graph.model_bytes()
