@@ -158,8 +158,8 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False):
     When the model's hash differs, groups are re-mapped by tensor name if ``remap``
     (members missing from the model are dropped and listed), else dropped.
     """
-    from .app import open_model
-    from .app import Options
+    from .app.loader import open_model
+    from .app.session import Options
 
     proj = load_project(path)
     opts = Options(scheme=Scheme(proj.scheme), policy=Policy(proj.policy), march=proj.march,
