@@ -19,16 +19,19 @@ import json
 from pathlib import Path
 
 import numpy as np
+from pydantic import Field, ValidationError, field_validator
 
-from ..errors import QtQuantError
+from ..errors import CalibrationDataError, QtQuantError
 from ..fileio import atomic_file, atomic_write_text
+from ..fileio.schema import FileModel, check_format, one_line, read_json
 from ..runtime import input_specs
 from .engine import (AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, CHECK_CAP, CalibConfig, CalibrationResult, calibrate,
                      compute_ranges)
 from .sources import open_source
 from .stats import TensorStats
 
-__all__ = ["cache_key", "cache_paths", "save_cache", "load_cached", "calibrate_cached", "CACHE_FORMAT"]
+__all__ = ["cache_key", "cache_paths", "save_cache", "load_cached", "calibrate_cached", "read_cache_meta",
+           "CacheMeta", "CACHE_FORMAT"]
 
 # 2: --holdout may be auto or a fraction, and the check samples may be in-sample ("in_sample").
 # A format-1 entry (holdout 2, always held out) is a miss, never read as the new meaning.
@@ -51,6 +54,49 @@ def _key_payload(graph, config: CalibConfig) -> dict:
     }
 
 
+class TensorEntry(FileModel):
+    """One observed tensor: :meth:`TensorStats.to_meta` and the name of its histogram array."""
+
+    name: str
+    hist: str | None = None  # key in the .npz
+    min: float
+    max: float
+    exp: int | None = None
+    count: int
+    stride: int
+    samples: int
+    ma_min: tuple[int, float, float] = Field(strict=False)  # (samples, moving average, its weight)
+    ma_max: tuple[int, float, float] = Field(strict=False)
+
+
+class CacheMeta(FileModel):
+    """The ``calib-<key>.json`` half of a cache entry (the arrays are in the ``.npz`` it names)."""
+
+    format: int
+    key: str
+    model_sha256: str = ""
+    batches: int
+    seconds: float = 0.0
+    notes: tuple[str, ...] = Field((), strict=False)
+    tensors: tuple[TensorEntry, ...] = Field(strict=False)
+    holdout: tuple[dict[str, str], ...] = Field(strict=False)  # per check sample: input name -> .npz key
+    in_sample: bool
+    arrays: str = ""
+
+    _format = field_validator("format")(lambda v: check_format(v, CACHE_FORMAT, "statistics cache of this qtquant"))
+
+
+def read_cache_meta(path) -> CacheMeta:
+    """A cache entry's metadata; anything unreadable or malformed raises a one-line
+    :class:`CalibrationDataError` (:func:`load_cached` takes it for a miss)."""
+    p = Path(path)
+    doc = read_json(p, noun="statistics cache", error=CalibrationDataError)
+    try:
+        return CacheMeta.model_validate(doc)
+    except ValidationError as e:
+        raise CalibrationDataError(one_line(e, p.name, "qtquant statistics cache")) from None
+
+
 def cache_key(graph, config: CalibConfig) -> str:
     """Hex key of (model, input shapes, data configuration); the data folder is listed, not read."""
     payload = json.dumps(_key_payload(graph, config), sort_keys=True, separators=(",", ":"))
@@ -68,11 +114,9 @@ def save_cache(graph, result: CalibrationResult, cache_dir) -> Path:
     jpath, npath = cache_paths(cache_dir, key)
     arrays, tensors = {}, []
     for i, (name, s) in enumerate(result.stats.items()):
-        meta = {"name": name, **s.to_meta()}
         if s.hist is not None:
             arrays[f"hist_{i}"] = s.hist
-            meta["hist"] = f"hist_{i}"
-        tensors.append(meta)
+        tensors.append(TensorEntry(name=name, hist=f"hist_{i}" if s.hist is not None else None, **s.to_meta()))
     holdout = []
     for j, feed in enumerate(result.holdout):
         entry = {}
@@ -80,14 +124,14 @@ def save_cache(graph, result: CalibrationResult, cache_dir) -> Path:
             arrays[f"holdout_{j}_{k}"] = np.asarray(arr)
             entry[name] = f"holdout_{j}_{k}"
         holdout.append(entry)
-    doc = {"format": CACHE_FORMAT, "key": key, "model_sha256": graph.sha256, "batches": result.batches,
-           "seconds": result.seconds, "notes": list(result.notes), "tensors": tensors, "holdout": holdout,
-           "in_sample": bool(result.in_sample), "arrays": npath.name}
+    meta = CacheMeta(format=CACHE_FORMAT, key=key, model_sha256=graph.sha256, batches=result.batches,
+                     seconds=float(result.seconds), notes=list(result.notes), tensors=tensors, holdout=holdout,
+                     in_sample=bool(result.in_sample), arrays=npath.name)
     # The .npz goes first: a .json on disk means a complete entry.
     npath.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(npath) as tmp, open(tmp, "wb") as f:  # a file object: np.savez would append ".npz" to a path
         np.savez(f, **arrays)
-    atomic_write_text(jpath, json.dumps(doc, indent=1) + "\n")
+    atomic_write_text(jpath, json.dumps(meta.model_dump(mode="json"), indent=1) + "\n")
     return jpath
 
 
@@ -106,16 +150,17 @@ def load_cached(graph, config: CalibConfig, cache_dir) -> CalibrationResult | No
     if not jpath.is_file() or not npath.is_file():
         return None
     try:
-        doc = json.loads(jpath.read_text(encoding="utf-8"))
-        if doc.get("format") != CACHE_FORMAT or doc.get("key") != key:
-            return None
+        meta = read_cache_meta(jpath)
+    except QtQuantError:
+        return None
+    if meta.key != key:
+        return None
+    try:
         with np.load(npath, allow_pickle=False) as z:
-            stats = {}
-            for meta in doc["tensors"]:
-                hist = z[meta["hist"]] if meta.get("hist") else None
-                stats[meta["name"]] = TensorStats.from_meta(meta, hist)
-            holdout = [{name: z[ref] for name, ref in entry.items()} for entry in doc["holdout"]]
-    except Exception:  # noqa: BLE001 - any unreadable or inconsistent entry is a cache miss (fuzzed)
+            stats = {t.name: TensorStats.from_meta(t.model_dump(), z[t.hist] if t.hist else None)
+                     for t in meta.tensors}
+            holdout = [{name: z[ref] for name, ref in entry.items()} for entry in meta.holdout]
+    except Exception:  # noqa: BLE001 - any unreadable or inconsistent array file is a cache miss (fuzzed)
         return None
     if any(n not in stats for n in graph.observed_tensors):
         return None  # written by a qtquant that observed other tensors
@@ -124,14 +169,8 @@ def load_cached(graph, config: CalibConfig, cache_dir) -> CalibrationResult | No
         if set(feed) != set(specs) or any(tuple(feed[k].shape) != specs[k][0] or feed[k].dtype != specs[k][1]
                                           for k in specs):
             return None
-    try:
-        batches, seconds, notes = int(doc["batches"]), float(doc.get("seconds", 0.0)), list(doc.get("notes", []))
-        in_sample = doc["in_sample"]
-        if not isinstance(in_sample, bool):
-            return None
-    except Exception:  # noqa: BLE001 - a damaged entry is a cache miss, like any other unreadable one
-        return None
-    return CalibrationResult(stats, compute_ranges(stats, config), config, holdout, batches, seconds, notes, in_sample)
+    return CalibrationResult(stats, compute_ranges(stats, config), config, holdout, meta.batches, meta.seconds,
+                             list(meta.notes), meta.in_sample)
 
 
 def calibrate_cached(graph, config: CalibConfig, cache_dir, progress=None, cancel=None) -> CalibrationResult:
