@@ -65,7 +65,7 @@ class Derived:
     baseline_concats: list
 
 
-def domains_for(graph, calibration, options, qdq, groups) -> DomainMap:
+def _domains_for(graph, calibration, options, qdq, groups) -> DomainMap:
     ranges = calibration.ranges if calibration is not None else {}
     hist_pool = getattr(calibration, "pooled_range", None) if calibration is not None else None
     return build_domains(graph, ranges, groups, policy=options.policy, scheme=options.scheme,
@@ -80,8 +80,8 @@ def derive(graph, calibration, options: Options, groups, qdq=None) -> Derived:
     edited; the session installs the result only if they still hold.
     """
     groups = tuple(tuple(g) for g in groups)
-    dm = domains_for(graph, calibration, options, qdq, groups)
-    base = domains_for(graph, calibration, options, qdq, ()) if groups else dm
+    dm = _domains_for(graph, calibration, options, qdq, groups)
+    base = _domains_for(graph, calibration, options, qdq, ()) if groups else dm
     cs = analyze_concats(graph, dm)
     return Derived(calibration, options, groups, dm, base, cs, analyze_concats(graph, base) if groups else cs)
 
@@ -229,7 +229,7 @@ class Session:
 
     # -- derived --------------------------------------------------------------------------
     def _build(self, groups) -> DomainMap:
-        return domains_for(self.graph, self.calibration, self.options, self.qdq, groups)
+        return _domains_for(self.graph, self.calibration, self.options, self.qdq, groups)
 
     @property
     def domains(self) -> DomainMap:
