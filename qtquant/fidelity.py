@@ -160,12 +160,11 @@ class Fidelity:
                 rows.append((("  " if k else "") + fa.label, _cell(fb), _cell(fa), _change(fb, fa)))
                 if fa.no_signal:
                     notes.append(f"{fa.label}: {fa.no_signal}")
-        heads = ("output", "before", "after", "change")
-        w = [max([len(r[i]) for r in rows] + [len(h)]) for i, h in enumerate(heads)]
+        from .tables import text_table
+
         lines = [f"fidelity of the exported model ({self.runtime}) on {self.sample_text}: "
                  "SQNR dB / cosine vs the float model; an output's headline is its worst slice",
-                 "  ".join([heads[0].ljust(w[0])] + [h.rjust(w[i + 1]) for i, h in enumerate(heads[1:])])]
-        lines += ["  ".join([r[0].ljust(w[0])] + [c.rjust(w[i + 1]) for i, c in enumerate(r[1:])]) for r in rows]
+                 text_table(rows, ("output", "before", "after", "change"))]
         for o in self.outputs:
             if self.after[o].slices:
                 lines.append(f"headline {o}: {self.headline_text(o, True)} -> {self.headline_text(o)}")

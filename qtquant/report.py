@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from .shapes import format_shape
+from .tables import text_table
 
 __all__ = ["SCHEMA_VERSION", "analysis_dict", "concat_table_text", "member_dict"]
 
@@ -111,8 +112,7 @@ def concat_table_text(session, concats=None, perf=None) -> str:
     g = session.graph
     concats = session.concats() if concats is None else concats
     rescale_us = perf.rescale_cost_by_concat() if perf is not None else {}
-    rows = [("concat", "inputs", "ratio", "rescales", "worst channel", "worst bits if shared", "rescale µs",
-             "scales (in → out)")]
+    rows = []
     for c in sorted(concats, key=lambda c: -c.ratio):
         scales = ", ".join(_fmt_scale(m.scale) + ("*" if m.needs_rescale else "") for m in c.inputs)
         worst = max((m.bits_lost_if_shared for m in c.inputs), default=0.0)
@@ -121,13 +121,8 @@ def concat_table_text(session, concats=None, perf=None) -> str:
                      "-" if wch is None else f"{wch:.2f}", f"{worst:.2f}",
                      f"{rescale_us.get(c.node, 0.0):.1f}" if perf is not None else "-",
                      f"{scales} → {'float' if c.output_float else _fmt_scale(c.output.scale)}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    lines = []
-    for k, r in enumerate(rows):
-        lines.append("  ".join(r[i].ljust(widths[i]) if i == 0 else r[i].rjust(widths[i])
-                               for i in range(len(widths))) + "  " + r[-1])
-        if k == 0:
-            lines.append("-" * min(120, sum(widths) + 2 * len(widths) + 20))
+    lines = [text_table(rows, ("concat", "inputs", "ratio", "rescales", "worst channel", "worst bits if shared",
+                               "rescale µs", "scales (in → out)"), "lrrrrrrl", rule=True)]
     # Only the notes that explain a rescale count; the rest are in --json and the inspector.
     for c in sorted(concats, key=lambda c: -c.ratio):
         if c.rescales:

@@ -101,19 +101,15 @@ def fidelity_rows(fid, o) -> list[tuple[str, str, str, str]]:
 
 
 def table_text(rows) -> str:
-    head = ("", "before", "after", "change")
-    w = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
-    lines = ["  ".join([head[0].ljust(w[0])] + [head[i].rjust(w[i]) for i in range(1, 4)])]
-    lines.append("-" * (sum(w) + 6))
-    for r in rows:
-        lines.append("  ".join([r[0].ljust(w[0])] + [r[i].rjust(w[i]) for i in range(1, 4)]))
-    return "\n".join(lines)
+    from ..tables import text_table
+
+    return text_table(rows, ("", "before", "after", "change"), rule=True)
 
 
 def run(args) -> int:
-    from ..fileio import check_output_path
     from ..export.overrides import write_overrides
     from ..export.qdq import export_qdq
+    from ..fileio import check_output_path
     from ..plan import save_plan
 
     # Refuse bad output paths before the slow part.

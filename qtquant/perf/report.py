@@ -6,7 +6,8 @@ import csv
 import html
 import io
 import json
-from pathlib import Path
+
+from ..tables import text_table
 
 
 __all__ = ["layer_table_text", "summary_text", "comparison_rows", "csv_text", "html_report", "CSV_COLUMNS"]
@@ -47,13 +48,8 @@ def comparison_rows(after, before=None) -> list[tuple[str, str, str, str]]:
 def summary_text(after, before=None) -> str:
     rows = comparison_rows(after, before)
     if before is None:
-        w = max(len(r[0]) for r in rows)
-        return "\n".join(f"{r[0].ljust(w)}  {r[2]}" for r in rows)
-    head = ("", "before groups", "after groups", "change")
-    table = [head, *rows]
-    widths = [max(len(r[i]) for r in table) for i in range(4)]
-    return "\n".join("  ".join(r[i].ljust(widths[i]) if i == 0 else r[i].rjust(widths[i]) for i in range(4))
-                     for r in table)
+        return text_table([(r[0], r[2]) for r in rows], align="ll")
+    return text_table(rows, ("", "before groups", "after groups", "change"))
 
 
 def layer_table_text(result, top: int | None = None, include_free: bool = False) -> str:
@@ -61,19 +57,13 @@ def layer_table_text(result, top: int | None = None, include_free: bool = False)
     layers = [lc for lc in result.layers if include_free or lc.total_us > 0]
     if top:
         layers = sorted(layers, key=lambda lc: -lc.total_us)[:top]
-    rows = [("layer", "op", "MACs", "bytes", "compute µs", "memory µs", "total µs", "bound")]
+    rows = []
     for lc in layers:
         rows.append((lc.name, lc.op_type, f"{lc.macs / 1e6:.1f}M" if lc.macs else "-", _fmt_bytes(lc.bytes),
                      f"{lc.compute_us:.1f}", f"{lc.memory_us:.1f}", f"{lc.total_us:.1f}",
                      lc.bound + (" (rescale)" if lc.is_rescale else "")))
-    widths = [min(60, max(len(r[i]) for r in rows)) for i in range(len(rows[0]))]
-    out = []
-    for k, r in enumerate(rows):
-        name = r[0] if len(r[0]) <= widths[0] else "…" + r[0][-(widths[0] - 1):]
-        cells = [name.ljust(widths[0]), r[1].ljust(widths[1])] + [r[i].rjust(widths[i]) for i in range(2, 7)] + [r[7]]
-        out.append("  ".join(cells))
-        if k == 0:
-            out.append("-" * (sum(widths) + 2 * len(widths)))
+    out = [text_table(rows, ("layer", "op", "MACs", "bytes", "compute µs", "memory µs", "total µs", "bound"),
+                      "llrrrrrl", rule=True, max_width=60)]
     hidden = len(result.layers) - len(layers)
     if hidden and not top:
         out.append(f"({hidden} free layers not shown: views, fused activations, shape math, in-place Concats)")

@@ -1,0 +1,41 @@
+"""The one text-table helper: every table the CLI prints (analysis, fix, fidelity, perf) is laid out here."""
+
+from __future__ import annotations
+
+__all__ = ["text_table", "clip_left"]
+
+RULE_MAX = 120  # a rule under the header never runs wider than a wide terminal
+
+
+def clip_left(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, keeping its end (ONNX names differ at the end)."""
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def text_table(rows, headers=None, align: str | None = None, *, rule: bool = False,
+               max_width: int | None = None, sep: str = "  ") -> str:
+    """Rows of cells as aligned text.
+
+    ``align`` has one letter per column, ``l`` or ``r``; the default puts the first column
+    (the names) on the left and the numbers on the right.  ``rule`` draws a line of ``-`` under
+    the header.  ``max_width`` clips longer cells from the left.  Lines carry no trailing blanks.
+    """
+    body = [[str(c) for c in r] for r in rows]
+    head = [str(h) for h in headers] if headers is not None else None
+    table = ([head] if head is not None else []) + body
+    if not table:
+        return ""
+    ncols = max(len(r) for r in table)
+    if max_width:
+        table = [[clip_left(c, max_width) for c in r] for r in table]
+    align = align or ("l" + "r" * (ncols - 1))
+    widths = [max((len(r[i]) for r in table if i < len(r)), default=0) for i in range(ncols)]
+
+    def line(r):
+        cells = [c.rjust(widths[i]) if align[i] == "r" else c.ljust(widths[i]) for i, c in enumerate(r)]
+        return sep.join(cells).rstrip()
+
+    lines = [line(r) for r in table]
+    if rule and head is not None:
+        lines.insert(1, "-" * min(RULE_MAX, max(len(x) for x in lines)))
+    return "\n".join(lines)
