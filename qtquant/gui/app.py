@@ -61,5 +61,5 @@ def run_app(model=None) -> int:
         else:
             QTimer.singleShot(0, lambda: win.request_open(model))
     else:
-        QTimer.singleShot(0, win.open_demo)
+        QTimer.singleShot(0, win.opener.open_demo)
     return int(app.exec())

@@ -1,170 +1,53 @@
-"""The Qt bridge over a core Session, and the orchestration of background work.
+"""The orchestration of background work: load -> (layout || calibrate) -> (perf || fidelity).
 
-:class:`SessionBridge` is a thin QObject around a Qt-free
-:class:`~qtquant.session.Session`: it turns the session's events into Qt signals and
-caches what the widgets read (Concat analysis per revision, the latest perf and fidelity
-results).  :class:`Controller` owns the jobs: load -> (layout || calibrate) -> (perf ||
-fidelity).  Worker threads only compute; results are applied here, on the GUI thread,
-and only if they are still current (model generation and session revision).
+:class:`Controller` only schedules jobs and applies their results: the work itself is the
+application layer's and the core's, run in a worker thread on a frozen
+:class:`~qtquant.app.Snapshot`.  Results are installed in the session
+(:meth:`~qtquant.app.Session.set_perf` and friends) on the GUI thread, and only if they are
+still current (model generation and session revision).
 """
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, QTimer, Signal
 
-from ..calib import CalibConfig, calibrate
 from .. import shape_child
-from ..fidelity_worker import FidelityWorker, Snapshot
-from ..session import Options, Session, derive
-from ..shapes import parse_input_shapes
-from .collector import install_collector
-from .jobs import Job, JobManager
-from ..app.views.perfdata import fidelity_measure, simulator, top_layers
+from ..app import Options, Session
 from ..app.scene import layout_scene, scene_spec
+from ..app.session import derive
+from ..app.views.perfdata import fidelity_measure, simulator, top_layers
+from ..calib import CalibConfig, calibrate
+from ..fidelity_worker import FidelityWorker
+from ..shapes import parse_input_shapes
+from ..vocab import JobStatus
+from . import collector
+from .jobs import Job, JobManager
+from .relay import SessionRelay
 
-__all__ = ["SessionBridge", "Controller", "PERF_DEBOUNCE_MS", "FIDELITY_DEBOUNCE_MS"]
+__all__ = ["Controller", "PERF_DEBOUNCE_MS", "FIDELITY_DEBOUNCE_MS"]
 
 # After an edit: the incremental simulator costs a few ms, so it waits only long enough
 # to fold a burst of undo/redo into one run; fidelity runs onnxruntime and waits longer.
 PERF_DEBOUNCE_MS = 15
 FIDELITY_DEBOUNCE_MS = 60
 SETTLE_POLL_MS = 20  # after a calibration: how often to ask whether the views are done
+_MODEL_JOBS = ("layout", "calibrate", "perf", "fidelity", "histogram")
 
 
-def _freeze_heap() -> None:
-    """Exclude what exists now (the graph, the statistics) from garbage collection.
+def tensor_histogram(graph, feeds, tensor: str, bins: int = 128):
+    """(counts, edges) of ``tensor`` over ``feeds`` with onnxruntime, or None without finite values."""
+    import numpy as np
 
-    A full collection walks every object, holding the GIL: with a 20,000-node graph loaded that
-    was some 160 ms (68 ms with the graph frozen), several times per edit.  Frozen objects are
-    still freed by reference counting; opening another model unfreezes them.
-    """
-    gc.freeze()
+    from ..runtime import make_session, with_outputs
 
-
-class _Frozen:
-    """What ``simulate_session`` reads, fixed on the GUI thread at submission.
-
-    The worker then never touches the live session, which the next edit may change.
-    """
-
-    def __init__(self, session, concats, baseline):
-        self.graph = session.graph
-        self.options = session.options
-        self._concats = {False: concats, True: baseline}
-
-    def concats(self, baseline: bool = False):
-        return self._concats[bool(baseline)]
-
-
-class SessionBridge(QObject):
-    """Qt face of one Session.  ``changed(kind)`` follows ``session.events``."""
-
-    sessionReplaced = Signal(object)  # the new Session (or None)
-    changed = Signal(str)  # "calibrated" | "options" | "groups" | ...
-    # After every ``changed`` listener has run: background jobs start here, so they do not
-    # take the GIL from the views refreshing on the GUI thread (0.1 s more on a big graph).
-    settled = Signal(str)
-    perfChanged = Signal()
-    fidelityChanged = Signal()
-    _event = Signal(str)
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.session: Session | None = None
-        self.perf = None
-        self.perf_baseline = None  # the same simulation without any user group (the unedited model)
-        self.fidelity = None
-        self.perf_revision = -1  # session revision the perf result belongs to
-        self.fidelity_revision = -1
-        self._concats = None
-        self._concats_rev = -1
-        self._base_concats = None
-        self._base_dm = None
-        self.hist_cache: dict[str, tuple] = {}  # tensor -> (counts, edges) computed by the GUI
-        # Session events may in principle fire from a worker: re-emit through a queued hop.
-        self._event.connect(self._on_event, Qt.AutoConnection)
-
-    def set_session(self, session: Session | None) -> None:
-        if self.session is not None:
-            self.session.events.disconnect(self._relay)
-        self.session = session
-        self.perf = self.perf_baseline = self.fidelity = None
-        self.perf_revision = self.fidelity_revision = -1
-        self._concats, self._concats_rev = None, -1
-        self._base_concats = self._base_dm = None
-        self.hist_cache = {}
-        if session is not None:
-            session.events.connect(self._relay)
-        self.sessionReplaced.emit(session)
-
-    def _relay(self, info):  # psygnal EmissionInfo, until the widgets connect to the signals they show
-        self._event.emit(info.signal.name)
-
-    @Slot(str)
-    def _on_event(self, kind: str) -> None:
-        if kind == "calibrated":
-            self.hist_cache = {}
-        self.notify(kind)
-
-    def notify(self, kind: str) -> None:
-        """``changed(kind)`` to every view, then ``settled(kind)``."""
-        self.changed.emit(kind)
-        self.settled.emit(kind)
-
-    @property
-    def revision(self) -> int:
-        return self.session.revision if self.session is not None else -1
-
-    @property
-    def graph(self):
-        return self.session.graph if self.session is not None else None
-
-    @property
-    def ready(self) -> bool:
-        return self.session is not None and self.session.ready
-
-    @property
-    def concats(self):
-        """Concat analysis for the current revision, or None before calibration."""
-        s = self.session
-        if s is None or not s.ready:
-            return None
-        if self._concats_rev != s.revision:
-            self._concats = s.concats()
-            self._concats_rev = s.revision
-        return self._concats
-
-    @property
-    def baseline_concats(self):
-        """Concat analysis without user groups (cached until calibration or options change)."""
-        s = self.session
-        if s is None or not s.ready:
-            return None
-        dm = s.baseline_domains
-        if self._base_dm is not dm:
-            self._base_concats, self._base_dm = s.concats(baseline=True), dm
-        return self._base_concats
-
-    def concat(self, name: str):
-        for c in self.concats or ():
-            if c.node == name:
-                return c
-        return None
-
-    def set_perf(self, perf, revision: int, baseline=None) -> None:
-        self.perf, self.perf_revision = perf, revision
-        if baseline is not None:
-            self.perf_baseline = baseline
-        self.perfChanged.emit()
-
-    def set_fidelity(self, fid, revision: int) -> None:
-        self.fidelity, self.fidelity_revision = fid, revision
-        self.fidelityChanged.emit()
+    sess = make_session(with_outputs(graph.model, [tensor]), graph.base_dir)
+    vals = np.concatenate([np.asarray(sess.run([tensor], f)[0], np.float64).ravel() for f in feeds])
+    vals = vals[np.isfinite(vals)]
+    return np.histogram(vals, bins=bins) if vals.size else None
 
 
 class Controller(QObject):
@@ -187,11 +70,13 @@ class Controller(QObject):
     def __init__(self, options: Options | None = None, parent=None, *, auto_calibrate: bool = True,
                  isolate_fidelity: bool = True):
         super().__init__(parent)
-        self.options = options or Options()
+        # Before any model is open: what the first one opens with.  Afterwards the session's
+        # options are the only ones, and the next model starts from them.
+        self._initial = options or Options()
         self.auto_calibrate = auto_calibrate
-        self.bridge = SessionBridge(self)
+        self.relay = SessionRelay(parent=self)
         self.jobs = JobManager(self)
-        install_collector()  # garbage cycles (some hold Qt objects) collected on this thread only
+        collector.install_collector()  # garbage cycles (some hold Qt objects) collected on this thread only
         if shape_child.MIN_NODES is None:  # onnx holds the GIL while it infers shapes
             shape_child.MIN_NODES = self.child_process_nodes
         # The fidelity check runs in a child process: in a thread here, onnxruntime session
@@ -207,8 +92,7 @@ class Controller(QObject):
         self.calibrating = False
         self._calibrate_after_layout = False
         self.jobs.jobFinished.connect(self._on_job_finished)
-        self.bridge.changed.connect(self._on_options)
-        self.bridge.settled.connect(self._on_session_changed)
+        self.relay.settled.connect(self._on_session_changed)
         self._perf_timer = QTimer(self, singleShot=True, interval=PERF_DEBOUNCE_MS)
         self._perf_timer.timeout.connect(self.refresh_perf)
         self._fid_timer = QTimer(self, singleShot=True, interval=FIDELITY_DEBOUNCE_MS)
@@ -221,18 +105,32 @@ class Controller(QObject):
         self._idle_polls = 0
         self._settle_timer.timeout.connect(self._refresh_when_settled)
 
-    # -- model --------------------------------------------------------------------------------
-    def open_model(self, path, input_shapes=None, calib: CalibConfig | None = None) -> Job:
-        """Load in the background; the current model stays until the new one is ready."""
-        from ..loader import open_model
+    @property
+    def session(self) -> Session | None:
+        return self.relay.session
 
+    @property
+    def options(self) -> Options:
+        """The session's options, or (no model open) those the next model opens with."""
+        s = self.relay.session
+        return s.options if s is not None else self._initial
+
+    # -- model --------------------------------------------------------------------------------
+    def _new_generation(self) -> int:
         self.generation += 1
-        gen = self.generation
-        for kind in ("layout", "calibrate", "perf", "fidelity", "histogram"):
+        for kind in _MODEL_JOBS:
             self.jobs.cancel(kind)
         self._stop_timers()
-        gc.unfreeze()  # the model being replaced may be garbage now: let the collector see it
-        opts = replace(self.options, calib=calib) if calib is not None else self.options
+        collector.model_closing()
+        return self.generation
+
+    def open_model(self, path, input_shapes=None, calib: CalibConfig | None = None) -> Job:
+        """Load in the background; the current model stays until the new one is ready."""
+        from ..app import open_model
+
+        gen = self._new_generation()
+        # The next model keeps the user's options (march, policy...), not their calibration.
+        opts = replace(self.options, calib=calib if calib is not None else self._initial.calib)
         shapes = parse_input_shapes(input_shapes.items() if isinstance(input_shapes, dict) else input_shapes)
         p = Path(path)
         self.loadStarted.emit(str(p))
@@ -249,12 +147,11 @@ class Controller(QObject):
                                 stale_key=lambda: self.generation)
 
     def _loaded(self, session: Session, path: Path, gen: int) -> None:
-        _freeze_heap()
+        collector.long_lived()
         self.path = path
         self.spec = None
         self.calibrating = False
-        self.options = replace(session.options, calib=self.options.calib)
-        self.bridge.set_session(session)
+        self.relay.set_session(session)
         self.modelLoaded.emit(session)
         # Layout first, calibration once it is on screen: both hold the GIL for stretches
         # (igraph, onnxruntime session set-up), and the first paint is what the user waits for.
@@ -271,12 +168,7 @@ class Controller(QObject):
         """
         from ..project import open_project
 
-        self.generation += 1
-        gen = self.generation
-        for kind in ("layout", "calibrate", "perf", "fidelity", "histogram"):
-            self.jobs.cancel(kind)
-        self._stop_timers()
-        gc.unfreeze()
+        gen = self._new_generation()
         p = Path(path)
         self.loadStarted.emit(str(p))
 
@@ -294,16 +186,17 @@ class Controller(QObject):
                                 stale_key=lambda: self.generation)
 
     def close_model(self) -> None:
-        gc.unfreeze()
+        collector.model_closing()
+        self._initial = replace(self.options, calib=self._initial.calib)
         self.generation += 1
         self._stop_timers()
         self.jobs.cancel()
-        self.bridge.set_session(None)
+        self.relay.set_session(None)
         self.spec = None
         self.path = None
 
     def start_layout(self) -> Job | None:
-        s = self.bridge.session
+        s = self.session
         if s is None:
             return None
         graph = s.graph
@@ -326,13 +219,13 @@ class Controller(QObject):
 
     # -- calibration ------------------------------------------------------------------------------
     def calibrate(self, config: CalibConfig | None = None) -> Job | None:
-        s = self.bridge.session
+        """Calibrate with ``config`` (the session's own when None).  A new configuration is part
+        of the statistics it produces, not an edit: it is not on the undo stack."""
+        s = self.session
         if s is None:
             return None
-        if config is not None and config != s.options.calib:
-            s.set_options(calib=config)
-        cfg = s.options.calib
-        graph, options, groups, qdq = s.graph, s.options, s.groups.as_lists(), s.qdq
+        cfg = config if config is not None else s.options.calib
+        graph, options, groups, qdq = s.graph, replace(s.options, calib=cfg), s.groups.as_lists(), s.qdq
         isolate = len(graph.nodes) >= self.child_process_nodes
 
         def work(progress, cancelled):
@@ -350,33 +243,30 @@ class Controller(QObject):
 
     def _calibrated(self, result) -> None:
         res, derived = result
-        _freeze_heap()
+        collector.long_lived()
         self.calibrating = False
-        self.bridge.session.set_calibration(res, derived)  # -> "calibrated" event -> refresh()
+        s = self.session
+        with s.batch():  # one "calibrated" for the views, after the options it was made with
+            s.set_options(calib=derived.options.calib)
+            s.set_calibration(res, derived)
         self.calibrationFinished.emit(True)
 
     def _on_job_finished(self, job: Job) -> None:
-        if job.kind == "layout" and job.status == "failed":
+        if job.kind == "layout" and job.status == JobStatus.FAILED:
             self._after_layout()  # no drawing, but the analysis can still run
-        if job.kind == "calibrate" and job.status != "done" and not self.jobs.active("calibrate"):
+        if job.kind == "calibrate" and job.status != JobStatus.DONE and not self.jobs.active("calibrate"):
             self.calibrating = False
             self.calibrationFinished.emit(False)
 
     # -- derived results ----------------------------------------------------------------------------
-    def _on_options(self, kind: str) -> None:
-        if kind == "options":  # before the views refresh: they read self.options
-            s = self.bridge.session
-            if s is not None and s.options.march != self.options.march:  # the next model keeps it
-                self.options = replace(self.options, march=s.options.march)
-
     def _on_session_changed(self, kind: str) -> None:
-        if not self.bridge.ready:
+        if not self.relay.ready:
             return
         if kind == "calibrated":
             self._stop_timers()
             self._idle_polls = 0
             self._settle_timer.start()
-        else:  # an edit: debounced, so a burst of undo/redo runs the simulator once
+        elif kind in ("groups", "options"):  # an edit: debounced, so a burst of undo/redo runs once
             self.schedule_refresh()
 
     def schedule_refresh(self) -> None:
@@ -412,57 +302,50 @@ class Controller(QObject):
 
     def refresh_perf(self) -> Job | None:
         self._perf_timer.stop()
-        s = self.bridge.session
+        s = self.session
         sim = simulator()
         if s is None or not s.ready or sim is None:
             return None
-        # The analyses are built here, on the GUI thread (cached per revision); the worker
-        # only runs the incremental simulator over them.
-        frozen = _Frozen(s, self.bridge.concats, self.bridge.baseline_concats)
-        rev = s.revision
+        snap = s.snapshot()
 
         def work(progress, cancelled):
-            perf = sim(frozen)
+            perf = sim(snap)
             top_layers(perf)  # the perf dock's chart, computed here rather than on the GUI thread
-            return perf, sim(frozen, baseline=True)
+            return perf, sim(snap, baseline=True)
 
-        return self.jobs.submit("perf", f"simulate ({s.options.march})", work,
-                                lambda r: self._perf_done(r, rev), stale_key=self._key)
+        return self.jobs.submit("perf", f"simulate ({snap.options.march})", work,
+                                lambda r: self._perf_done(s, r, snap.revision), stale_key=self._key)
 
     def refresh_fidelity(self) -> Job | None:
         self._fid_timer.stop()
-        s = self.bridge.session
+        s = self.session
         meas = fidelity_measure(self.fidelity_worker)
         if s is None or not s.ready or meas is None or s.calibration is None:
             return None
-        if self.fidelity_worker is not None:
-            s = Snapshot(s)  # taken here: the worker thread must not read a session being edited
-        else:
-            s.domains  # build on the GUI thread once, so the worker only reads it
-            s.baseline_domains
-        rev = s.revision
+        snap = s.snapshot()  # taken here: the worker thread must not read a session being edited
 
         def work(progress, cancelled):  # a newer edit cancels it (supersede) between samples
-            return meas(s, cancel=cancelled)
+            return meas(snap, cancel=cancelled)
 
-        return self.jobs.submit("fidelity", "fidelity", work, lambda r: self._fidelity_done(r, rev),
+        return self.jobs.submit("fidelity", "fidelity", work, lambda r: self._fidelity_done(s, r, snap.revision),
                                 stale_key=self._key)
 
     def _key(self):
-        return (self.generation, self.bridge.revision)
+        s = self.session
+        return self.generation, s.revision if s is not None else -1
 
-    def _perf_done(self, res, rev) -> None:
+    def _perf_done(self, session: Session, res, rev) -> None:
         perf, base = res
-        self.bridge.set_perf(perf, rev, base)
+        session.set_perf(perf, rev, base)
         self.perfFinished.emit()
 
-    def _fidelity_done(self, fid, rev) -> None:
-        self.bridge.set_fidelity(fid, rev)
+    def _fidelity_done(self, session: Session, fid, rev) -> None:
+        session.set_fidelity(fid, rev)
         self.fidelityFinished.emit()
 
     def histogram(self, tensor: str, on_ready) -> Job | None:
         """Histogram of ``tensor`` over the held-out samples, for stats that carry none."""
-        s = self.bridge.session
+        s = self.session
         if s is None or s.calibration is None:
             return None
         feeds = list(getattr(s.calibration, "holdout", None) or [])
@@ -472,31 +355,20 @@ class Controller(QObject):
             feeds = [zeros_feed(s.graph)]
         graph = s.graph
 
-        def work(progress, cancelled):
-            import numpy as np
-
-            from ..runtime import make_session, with_outputs
-
-            sess = make_session(with_outputs(graph.model, [tensor]), graph.base_dir)
-            vals = np.concatenate([np.asarray(sess.run([tensor], f)[0], np.float64).ravel() for f in feeds])
-            vals = vals[np.isfinite(vals)]
-            if not vals.size:
-                return None
-            return np.histogram(vals, bins=128)
-
         def done(res):
             if res is not None:
-                self.bridge.hist_cache[tensor] = res
+                s.histograms[tensor] = res
             on_ready(tensor)
 
-        return self.jobs.submit("histogram", f"histogram {tensor}", work, done, stale_key=self._key)
+        return self.jobs.submit("histogram", f"histogram {tensor}",
+                                lambda progress, cancelled: tensor_histogram(graph, feeds, tensor), done,
+                                stale_key=self._key)
 
     def set_march(self, march: str) -> None:
-        """Not undoable (the window's edits go through the undo stack instead)."""
-        s = self.bridge.session
-        self.options = replace(self.options, march=march)
-        if s is not None and s.options.march != march:
-            s.set_options(march=march)  # "options" event -> refresh()
+        """With no model open: the march the next one opens with (an open model's march is an
+        undoable edit, see :class:`~qtquant.gui.editing.Editor`)."""
+        if self.session is None:
+            self._initial = replace(self._initial, march=march)
 
     def shutdown(self) -> None:
         self._stop_timers()

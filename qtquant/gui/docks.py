@@ -28,9 +28,9 @@ def fixed_width(label: QLabel) -> None:
 
 
 class ModelInfo(QWidget):
-    def __init__(self, bridge, parent=None):
+    def __init__(self, relay, parent=None):
         super().__init__(parent)
-        self.bridge = bridge
+        self.relay = relay
         self.form = QFormLayout(self)
         self.form.setContentsMargins(8, 6, 8, 6)
         self.fields = {}
@@ -41,11 +41,10 @@ class ModelInfo(QWidget):
             fixed_width(lab)
             self.form.addRow(key.capitalize() + ":", lab)
             self.fields[key] = lab
-        bridge.sessionReplaced.connect(lambda s: self.refresh())
-        bridge.changed.connect(lambda k: self.refresh())
+        relay.on_state_change(self.refresh)
 
     def refresh(self) -> None:
-        s = self.bridge.session
+        s = self.relay.session
         if s is None:
             for lab in self.fields.values():
                 lab.setText("—")
@@ -65,7 +64,7 @@ class ModelInfo(QWidget):
             f["calibration"].setText("not calibrated yet")
         else:
             f["calibration"].setText(f"{cal.config.observer} on {cal.batches} samples ({cal.config.source})")
-        cs = self.bridge.concats
+        cs = self.relay.concats()
         if cs is None:
             f["concats"].setText(f"{len(g.concat_nodes())} (analysis after calibration)")
         else:
@@ -83,9 +82,9 @@ class ConcatTableModel(QAbstractTableModel):
             "rescale ops the compiler inserts", "worst bits an input loses if all inputs share one scale",
             "latency saved if the inputs share one scale (rescale cost)"]
 
-    def __init__(self, bridge, parent=None):
+    def __init__(self, relay, parent=None):
         super().__init__(parent)
-        self.bridge = bridge
+        self.relay = relay
         self.rows: list[tuple] = []  # (name, inputs, ratio, rescales, worst bits, gain, ConcatInfo)
         self._cells: dict[str, dict] = {}
         self._sort = (2, Qt.DescendingOrder)
@@ -102,13 +101,21 @@ class ConcatTableModel(QAbstractTableModel):
         return sorted(rows, key=lambda r: self._key(r, col), reverse=order == Qt.DescendingOrder)
 
     def refresh(self) -> None:
+        """Rows for the current analysis, gains from the latest simulation."""
+        cs = self.relay.concats() or []
+        gains = rescale_us_by_concat(self.relay.perf())
+        self._install([(c.node, len(c.inputs), c.ratio, c.rescales,
+                        max((m.bits_lost_if_shared for m in c.inputs if not m.constant), default=0.0),
+                        gains.get(c.node), c) for c in cs])
+
+    def show_perf(self) -> None:
+        """A new simulation: only the Gain column changes (and the order, when sorted by it)."""
+        gains = rescale_us_by_concat(self.relay.perf())
+        self._install([r[:5] + (gains.get(r[0]), r[6]) for r in self.rows])
+
+    def _install(self, rows) -> None:
         """Same Concats as before (an edit, a new perf result): dataChanged, which keeps the
         view's sort and selection; other Concats: a reset."""
-        cs = self.bridge.concats or []
-        gains = rescale_us_by_concat(self.bridge.perf)
-        rows = [(c.node, len(c.inputs), c.ratio, c.rescales,
-                 max((m.bits_lost_if_shared for m in c.inputs if not m.constant), default=0.0),
-                 gains.get(c.node), c) for c in cs]
         rows = self._sorted(rows)
         same = len(rows) == len(self.rows) and {r[0] for r in rows} == {r[0] for r in self.rows}
         if not same:
@@ -185,10 +192,10 @@ class ConcatList(QWidget):
 
     nodeActivated = Signal(str)
 
-    def __init__(self, bridge, parent=None):
+    def __init__(self, relay, parent=None):
         super().__init__(parent)
-        self.bridge = bridge
-        self.model = ConcatTableModel(bridge, self)
+        self.relay = relay
+        self.model = ConcatTableModel(relay, self)
         self.table = QTableView()
         self.table.setModel(self.model)
         self.table.setSortingEnabled(True)
@@ -217,14 +224,13 @@ class ConcatList(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.table)
         lay.addWidget(self.status)
-        bridge.sessionReplaced.connect(lambda s: self.refresh())
-        bridge.changed.connect(lambda k: self.refresh())
-        bridge.perfChanged.connect(self.refresh)
+        relay.on_state_change(self.refresh)
+        relay.perfChanged.connect(self.model.show_perf)
 
     def refresh(self) -> None:
         self.model.refresh()
-        cs = self.bridge.concats
-        if self.bridge.session is None:
+        cs = self.relay.concats()
+        if self.relay.session is None:
             self.status.setText("")
         elif cs is None:
             self.status.setText("Concat scales appear when calibration finishes.")
@@ -322,9 +328,9 @@ class PerfSummary(QWidget):
     marchChanged = Signal(str)
     nodeActivated = Signal(str)
 
-    def __init__(self, bridge, parent=None):
+    def __init__(self, relay, parent=None):
         super().__init__(parent)
-        self.bridge = bridge
+        self.relay = relay
         left = QWidget()
         form = QFormLayout(left)
         form.setContentsMargins(8, 6, 8, 6)
@@ -360,10 +366,9 @@ class PerfSummary(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(left)
         lay.addWidget(self.chart, 1)
-        bridge.perfChanged.connect(self.refresh)
-        bridge.fidelityChanged.connect(self.refresh)
-        bridge.sessionReplaced.connect(lambda s: self.refresh())
-        bridge.changed.connect(lambda k: self.refresh())
+        relay.on_state_change(self.refresh)
+        relay.perfChanged.connect(self.show_perf)
+        relay.fidelityChanged.connect(self.show_fidelity)
 
     def _bar(self, name: str) -> None:
         base = name.split("_rescale_")[0]
@@ -378,13 +383,8 @@ class PerfSummary(QWidget):
 
     def refresh(self) -> None:
         """Totals for the current revision, each with its change against the unedited model."""
-        b = self.bridge
         v = self.values
-        from ..app.views.perfdata import simulator
-
-        perf, base = b.perf, b.perf_baseline
-        stale = perf is not None and b.perf_revision != b.revision
-        cs, bcs = b.concats, b.baseline_concats
+        cs, bcs = self.relay.concats(), self.relay.concats(baseline=True)
         if cs is not None:
             n, m = sum(c.rescales for c in cs), sum(1 for c in cs if c.rescales)
             text = f"{n} in {m} Concats"
@@ -395,6 +395,24 @@ class PerfSummary(QWidget):
             v["rescales"].setText(text)
         else:
             v["rescales"].setText("—")
+        self._show_totals()
+        self._show_sqnr()
+
+    def show_perf(self) -> None:
+        """A new simulation: only its totals and chart change."""
+        self._show_totals()
+
+    def show_fidelity(self) -> None:
+        """A new fidelity check: only the SQNR line changes."""
+        self._show_sqnr()
+
+    def _show_totals(self) -> None:
+        """The simulation's totals and chart ("updating…" while an edit's result is on its way)."""
+        from ..app.views.perfdata import simulator
+
+        s, v = self.relay.session, self.values
+        perf, base = self.relay.perf(), self.relay.perf(baseline=True)
+        stale = s is not None and s.is_stale(s.perf)
         if perf is None:
             for k in ("latency", "fps", "ddr", "rescale_us"):
                 v[k].setText("—")
@@ -414,9 +432,12 @@ class PerfSummary(QWidget):
             metric("ddr", "ddr_bytes", fmt_bytes, True, lambda d: ("+" if d > 0 else "−") + fmt_bytes(abs(d)))
             metric("rescale_us", "rescale_us", fmt_us, True, lambda d: ("+" if d > 0 else "−") + fmt_us(abs(d)))
             self.chart.set_rows(top_layers(perf))
-            grouped = b.session is not None and len(b.session.groups) > 0
+            grouped = s is not None and len(s.groups) > 0
             self.note.setText("updating…" if stale else "(…): change against the unedited model" if grouped else "")
-        fid = b.fidelity
+
+    def _show_sqnr(self) -> None:
+        s, v = self.relay.session, self.values
+        fid = s.fidelity.value if s is not None and s.fidelity is not None else None
         if fid is not None and getattr(fid, "after", None):
             v["sqnr"].setText(_fidelity_html(fid))
             v["sqnr"].setToolTip(fid.text().replace("&", "&amp;").replace("<", "&lt;").replace("\n", "<br>"))

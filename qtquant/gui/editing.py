@@ -1,10 +1,9 @@
-"""Edits in the app: the core's command objects on a QUndoStack, and what the gestures mean.
+"""What the gestures mean: each one becomes a command on the session's one command stack.
 
-Every edit is a core :class:`~qtquant.commands.Command` (Qt-free, tested headless)
-wrapped in :class:`EditCommand`.  The core command runs *before* the push, so a share
-the core refuses (:class:`~qtquant.errors.ShareRefused`) never reaches the stack: the
-reason goes to the status bar and nothing changes.  ``QUndoStack.push`` then calls
-``redo()`` at once, which the adapter skips that first time.
+Every edit is a :class:`~qtquant.app.commands.Command` pushed on the
+:class:`~qtquant.app.CommandStack` that :class:`~qtquant.gui.relay.SessionRelay` holds.  A
+share the core refuses (:class:`~qtquant.errors.ShareRefused`) is not recorded: the reason
+goes to the status bar and nothing changes.
 
 Gestures (:class:`Editor`):
 
@@ -19,35 +18,16 @@ Gestures (:class:`Editor`):
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtGui import QUndoCommand
 
-from ..commands import (AutoShareCommand, RemoveMemberCommand, SetMarchCommand, SetPolicyCommand, ShareCommand,
-                        UngroupCommand)
+from ..app.commands import (AutoShareCommand, CompoundCommand, RemoveMemberCommand, SetOptionsCommand,
+                            ShareCommand, UngroupCommand)
+from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX
+from ..concat import concat_members
 from ..domains import Policy
 from ..errors import QtQuantError
 from ..groups import check_member
-from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX
 
-__all__ = ["EditCommand", "Editor", "node_outputs", "concat_members", "split_shareable"]
-
-
-class EditCommand(QUndoCommand):
-    """A core command on the QUndoStack (already done once when pushed)."""
-
-    def __init__(self, session, core, text: str | None = None):
-        super().__init__(text or core.text)
-        self.session = session
-        self.core = core
-        self._first = True
-
-    def redo(self):
-        if self._first:  # Editor.push ran it to catch a refusal before the push
-            self._first = False
-            return
-        self.core.do(self.session)
-
-    def undo(self):
-        self.core.undo(self.session)
+__all__ = ["Editor", "node_outputs", "split_shareable"]
 
 
 def node_outputs(graph, name: str) -> list[str]:
@@ -59,15 +39,6 @@ def node_outputs(graph, name: str) -> list[str]:
     if node is None:
         return []
     return [t for t in node.outputs if t and t in graph.tensors]
-
-
-def concat_members(graph, name: str) -> list[str]:
-    """A Concat's group: its quantized, non-constant inputs and its output."""
-    node = graph.nodes[name]
-    ts = [t for t in node.inputs if t and t in graph.tensors and graph.tensors[t].kind != "weight"
-          and graph.is_quantized(t)]
-    ts += [t for t in node.outputs[:1] if t and graph.is_quantized(t)]
-    return list(dict.fromkeys(ts))
 
 
 def split_shareable(graph, tensors) -> tuple[list[str], list[tuple[str, str]]]:
@@ -96,63 +67,43 @@ def _short(name: str, n: int = 48) -> str:
 
 
 class Editor(QObject):
-    """Turns gestures into core commands on ``undo_stack``; reports outcomes as one-liners."""
+    """Turns gestures into commands on ``relay.stack``; reports outcomes as one-liners."""
 
     message = Signal(str)  # for the status bar
     autoShared = Signal(object)  # AutoShareReport
 
-    def __init__(self, bridge, undo_stack, parent=None):
+    def __init__(self, relay, parent=None):
         super().__init__(parent)
-        self.bridge = bridge
-        self.undo_stack = undo_stack
+        self.relay = relay
         self.last_message = ""
+
+    @property
+    def session(self):
+        return self.relay.session
 
     def _say(self, text: str) -> None:
         self.last_message = text
         self.message.emit(text)
 
     # -- the one way in ---------------------------------------------------------------------
-    def push(self, core, text: str | None = None, *, refused: str = "Not shared") -> bool:
-        """Run ``core`` on the session; on success put it on the undo stack."""
-        s = self.bridge.session
-        if s is None:
+    def push(self, cmd, *, refused: str = "Not shared", unchanged: str | None = None) -> bool:
+        """Do ``cmd`` on the session and record it; a refusal or a no-op is said and not recorded."""
+        if self.session is None:
             self._say("Open a model first")
             return False
         try:
-            self._do_once(s, core)
+            done = self.relay.stack.push(cmd)
         except QtQuantError as e:  # ShareRefused and friends: one line, nothing changed
             self._say(f"{refused}: {e}")
             return False
-        before = getattr(core, "_before", None)
-        if before is not None and before == getattr(core, "_after", None):
-            self._say("Nothing changed: those tensors already share one observer")
-            return False
-        self.undo_stack.push(EditCommand(s, core, text))
-        return True
-
-    def _do_once(self, session, core) -> None:
-        """``core.do`` with the window refreshed once, however many events it fires (auto-share
-        notifies twice: once itself, once as a command)."""
-        kinds: list[str] = []
-
-        def note(info):
-            if (kind := info.signal.name) not in kinds:
-                kinds.append(kind)
-
-        session.events.connect(note)
-        blocked = self.bridge.blockSignals(True)
-        try:
-            core.do(session)
-        finally:
-            self.bridge.blockSignals(blocked)
-            session.events.disconnect(note)
-            for k in kinds:  # also after a refusal that notified before raising
-                self.bridge.notify(k)
+        if not done and unchanged:
+            self._say(unchanged)
+        return done
 
     # -- grouping ---------------------------------------------------------------------------
     def share_nodes(self, names) -> bool:
         """Share (Ctrl+G) on the canvas selection."""
-        g = self.bridge.graph
+        g = self.session.graph if self.session is not None else None
         if g is None:
             return False
         names = [n for n in names if n]
@@ -166,7 +117,7 @@ class Editor(QObject):
 
     def drop(self, sources, target: str) -> bool:
         """Nodes dropped on ``target``: join a Concat's group, or share outputs with the target."""
-        g = self.bridge.graph
+        g = self.session.graph if self.session is not None else None
         if g is None:
             return False
         sources = [n for n in sources if n != target]
@@ -176,15 +127,15 @@ class Editor(QObject):
                                text=f"Join {_short(target, 40)}")
         return self._share(tensors + node_outputs(g, target), "", strict=True)
 
-    def _share(self, tensors, name: str, *, strict: bool, text: str | None = None) -> bool:
-        g = self.bridge.graph
+    def _share(self, tensors, name: str, *, strict: bool, text: str = "") -> bool:
+        g = self.session.graph
         tensors = _topological(g, dict.fromkeys(tensors))  # members listed in graph order
         ok, bad = split_shareable(g, tensors)
         use = tensors if strict or len(ok) < 2 else ok  # the core names the first refusal
-        core = ShareCommand(tuple(use), name)
-        if not self.push(core, text, refused="Not shared"):
+        if not self.push(ShareCommand(tuple(use), name, label=text), refused="Not shared",
+                         unchanged="Nothing changed: those tensors already share one observer"):
             return False
-        grp = self.bridge.session.groups.group_of(use[0])
+        grp = self.session.groups.group_of(use[0])
         msg = f"Shared {len(use)} tensors" + (f" in group {grp.id} ({len(grp.members)} members)" if grp else "")
         if bad and not strict:
             msg += f"; left out {len(bad)} that cannot be quantized ({_short(bad[0][0], 30)}" + \
@@ -197,12 +148,9 @@ class Editor(QObject):
         if not ids:
             self._say("Select a group (in the Groups dock) or a grouped node first")
             return False
-        if len(ids) == 1:
-            ok = self.push(UngroupCommand(group_id=ids[0]), refused="Not ungrouped")
-        else:
-            self.undo_stack.beginMacro(f"Ungroup {len(ids)} groups")
-            ok = all([self.push(UngroupCommand(group_id=i), refused="Not ungrouped") for i in ids])
-            self.undo_stack.endMacro()
+        cmds = [UngroupCommand(group_id=i) for i in ids]
+        cmd = cmds[0] if len(cmds) == 1 else CompoundCommand(cmds, f"Ungroup {len(ids)} groups")
+        ok = self.push(cmd, refused="Not ungrouped")
         if ok:
             self._say(f"Ungrouped {', '.join(f'group {i}' for i in ids)}")
         return ok
@@ -210,49 +158,52 @@ class Editor(QObject):
     def remove_member(self, group_id: int, tensor: str) -> bool:
         ok = self.push(RemoveMemberCommand(group_id=group_id, tensor=tensor), refused="Not removed")
         if ok:
-            left = self.bridge.session.groups.get(group_id)
+            left = self.session.groups.get(group_id)
             self._say(f"Removed {_short(tensor)} from group {group_id}"
                       + ("" if left is not None else "; the group had one member left and was dissolved"))
         return ok
 
     def auto_share(self, max_bits_lost: float):
-        """Run auto-share; returns its report (also emitted), or None when refused."""
-        s = self.bridge.session
+        """Run auto-share; returns its report (also emitted), or None when refused.  A run that
+        grouped nothing is not an undo step."""
+        s = self.session
         if s is None or not s.ready:
             self._say("Auto-share needs calibrated scales: wait for calibration to finish")
             return None
-        core = AutoShareCommand(max_bits_lost=float(max_bits_lost))
+        cmd = AutoShareCommand(max_bits_lost=float(max_bits_lost))
         try:
-            self._do_once(s, core)
+            self.relay.stack.push(cmd)
         except QtQuantError as e:
             self._say(f"Auto-share refused: {e}")
             return None
-        rep = core.report
-        if core._before != core._after:  # noqa: SLF001 - an unchanged set is not an edit
-            self.undo_stack.push(EditCommand(s, core))
+        rep = cmd.report
         self._say(f"Auto-share (≤ {max_bits_lost:g} bits): {len(rep.grouped)} Concats shared into "
                   f"{len(rep.groups)} groups, {len(rep.skipped)} left alone, {len(rep.already)} already matched")
         self.autoShared.emit(rep)
         return rep
 
     # -- options ----------------------------------------------------------------------------
-    def set_policy(self, policy) -> bool:
-        s = self.bridge.session
-        p = Policy(policy)
-        if s is None or s.options.policy is p:
+    def set_option(self, key: str, value) -> bool:
+        """Any option (policy, march, auto-share threshold) as an undoable edit."""
+        s = self.session
+        if s is None or getattr(s.options, key) == value:
             return False
-        return self.push(SetPolicyCommand(p), refused="Policy not changed")
+        return self.push(SetOptionsCommand(**{key: value}), refused=f"{key.replace('_', ' ').capitalize()} "
+                                                                    f"not changed")
+
+    def set_policy(self, policy) -> bool:
+        return self.set_option("policy", Policy(policy))
 
     def set_march(self, march: str) -> bool:
-        s = self.bridge.session
-        if s is None or s.options.march == march:
-            return False
-        return self.push(SetMarchCommand(march), refused="March not changed")
+        return self.set_option("march", march)
+
+    def set_threshold(self, bits: float) -> bool:
+        return self.set_option("max_bits_lost", float(bits))
 
     # -- queries for the UI -------------------------------------------------------------------
     def groups_of_nodes(self, names) -> list[int]:
         """Ids of the groups holding an output of any of ``names``."""
-        s = self.bridge.session
+        s = self.session
         if s is None:
             return []
         out = []

@@ -5,7 +5,9 @@ The files come from the same core functions as ``qtquant fix`` and ``qtquant per
 (:func:`~qtquant.export.qdq.export_qdq`, :func:`~qtquant.plan.save_plan`,
 :func:`~qtquant.export.overrides.write_overrides`, :mod:`qtquant.perf.report`), so the
 GUI and the CLI write the same bytes for the same session.  :func:`export_files` runs in
-a worker on a snapshot of the session: an edit made while it writes does not leak in.
+a worker on a :class:`~qtquant.app.Snapshot` of the session: an edit made while it writes
+does not leak in.  :class:`ExportController` asks where to write (the dialog), starts that
+job and reports its outcome.
 Every file is written atomically; the first error stops the export with a one-line
 message (the window shows it in a dialog).  What the model export had to give up (a weight
 scale raised so a bias fits int32, a value clipped) comes right after its summary line as
@@ -14,21 +16,18 @@ scale raised so a bias fits int32, a value clipped) comes right after its summar
 
 from __future__ import annotations
 
-import copy
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import QPoint, QRectF, QSettings, Qt
+from PySide6.QtCore import QObject, QPoint, QRectF, QSettings, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
                                QLineEdit, QPushButton, QVBoxLayout, QWidget)
 
 from ..errors import BadInputError
-from ..groups import GroupSet
-from ..session import Events
 
-__all__ = ["ExportOptions", "ExportDialog", "export_files", "snapshot_session", "render_canvas", "ExportReport"]
+__all__ = ["ExportOptions", "ExportDialog", "ExportController", "export_files", "render_canvas", "ExportReport"]
 
 MAX_PNG_SIDE = 16384  # pixels: beyond this the canvas picture is scaled down
 # The report dialog does not wrap (paths must stay one line); warnings are prose, ~100 columns
@@ -90,16 +89,8 @@ class ExportReport:
         return "\n".join(out)
 
 
-def snapshot_session(session):
-    """A private copy for a worker: same graph and calibration, frozen groups, no listeners."""
-    snap = copy.copy(session)
-    snap.groups = GroupSet(list(session.groups.groups), session.groups.next_id)
-    snap.events = Events()
-    return snap
-
-
 def export_files(session, opts: ExportOptions, image: QImage | None = None, cancelled=None) -> ExportReport:
-    """Write the chosen files (worker thread).  ``session`` should be a :func:`snapshot_session`."""
+    """Write the chosen files (worker thread).  ``session``: a Snapshot, or a session no one edits meanwhile."""
     from ..export.overrides import write_overrides
     from ..export.qdq import export_qdq
     from ..fileio import atomic_dir, check_output_path, commit
@@ -290,3 +281,52 @@ class ExportDialog(QDialog):
                              png=c["png"].isChecked(),
                              float_outputs=c["float_outputs"].isChecked() and c["model"].isChecked(),
                              quantize_outputs=c["quantize_outputs"].isChecked() and c["model"].isChecked())
+
+
+class ExportController(QObject):
+    """Export of one session relay's session: the dialog, the background job, the report.
+
+    ``render()`` returns the canvas picture (a QImage), taken on the GUI thread when the
+    export starts."""
+
+    exported = Signal(object)  # ExportReport
+
+    def __init__(self, relay, jobs, settings: QSettings, messages, render, parent=None):
+        super().__init__(parent)
+        self.relay = relay
+        self.jobs = jobs
+        self.settings = settings
+        self.messages = messages
+        self.render = render
+        self.last_export: ExportReport | None = None
+
+    def dialog(self) -> bool:
+        s = self.relay.session
+        if s is None or not s.ready:
+            self.messages.status("Export needs calibrated scales: wait for calibration", 6000)
+            return False
+        folder = self.settings.value("export/folder") or str(s.graph.path.parent if s.graph.path else Path.home())
+        stem = (s.graph.path.stem if s.graph.path else "model") + "_fixed"
+        dlg = ExportDialog(Path(folder), stem, self.messages.widget, self.settings)
+        if dlg.exec() != QDialog.Accepted:
+            return False
+        opts = dlg.values()
+        self.settings.setValue("export/folder", str(opts.folder))
+        self.export(opts)
+        return True
+
+    def export(self, opts: ExportOptions):
+        """Write the files of ``opts`` in the background; returns the job."""
+        image = self.render() if opts.png else None
+        snap = self.relay.session.snapshot()
+
+        def done(rep):
+            self.last_export = rep
+            msg = f"Exported {len(rep.written)} files to {opts.folder}"
+            self.messages.status(msg, 10000)
+            self.messages.log(msg + "\n" + rep.text())
+            self.messages.report("Export", rep.text())
+            self.exported.emit(rep)
+
+        return self.jobs.submit("export", f"export to {Path(opts.folder).name or opts.folder}",
+                                lambda p, c: export_files(snap, opts, image, c), done)

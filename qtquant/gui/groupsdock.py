@@ -8,7 +8,7 @@ and offers Ungroup / Remove member in a context menu.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
@@ -20,7 +20,7 @@ from .hulls import group_color
 from ..app.views.perfdata import rescale_us_by_concat
 from .style import fmt_scale, fmt_us
 
-__all__ = ["MemberRow", "GroupRow", "group_rows", "GroupsPanel"]
+__all__ = ["MemberRow", "GroupRow", "group_rows", "with_savings", "GroupsPanel"]
 
 
 @dataclass
@@ -77,6 +77,7 @@ def group_rows(session, perf=None, baseline_perf=None) -> list[GroupRow]:
     before = rescale_us_by_concat(baseline_perf)
     by_group = _concats_by_group(g, groups)
     rows = []
+    saved_of = _savings(after, before)
     for gr in groups:
         members, worst, scale = [], None, None
         for t in gr.members:
@@ -92,17 +93,29 @@ def group_rows(session, perf=None, baseline_perf=None) -> list[GroupRow]:
                     worst = b if worst is None else max(worst, b)
             members.append(MemberRow(t, p, own, b))
         cats = by_group.get(gr.id, [])
-        saved = None
-        if after and before:
-            saved = sum(before.get(c, 0.0) - after.get(c, 0.0) for c in cats)
-        rows.append(GroupRow(gr.id, gr.name, members, scale, worst, saved, cats, tuple(gr.notes)))
+        rows.append(GroupRow(gr.id, gr.name, members, scale, worst, saved_of(cats), cats, tuple(gr.notes)))
     return rows
+
+
+def _savings(after: dict, before: dict):
+    """Rescale cost saved over some Concats, before minus after (None without both results)."""
+    return lambda cats: sum(before.get(c, 0.0) - after.get(c, 0.0) for c in cats) if after and before else None
+
+
+def with_savings(rows, perf, baseline_perf) -> list[GroupRow]:
+    """``rows`` with the latency saved according to another simulation."""
+    saved_of = _savings(rescale_us_by_concat(perf), rescale_us_by_concat(baseline_perf))
+    return [replace(r, saved_us=saved_of(r.concats)) for r in rows]
 
 
 def _bits_text(b: float | None) -> str:
     if b is None:
         return "—"
     return "∞" if not math.isfinite(b) else f"{b:.2f}"
+
+
+def _saved_text(us: float | None) -> str:
+    return fmt_us(us) if us is not None else "—"
 
 
 def _swatch(color: QColor) -> QIcon:
@@ -137,9 +150,9 @@ class GroupsPanel(QWidget):
             "worst bits a member loses by sharing: log2(absmax(group) / absmax(member))",
             "latency saved: rescale cost of the Concats it touches, before minus after"]
 
-    def __init__(self, bridge, parent=None):
+    def __init__(self, relay, parent=None):
         super().__init__(parent)
-        self.bridge = bridge
+        self.relay = relay
         self.rows: list[GroupRow] = []
         self.tree = QTreeWidget()
         self.tree.setColumnCount(len(self.HEADERS))
@@ -168,13 +181,12 @@ class GroupsPanel(QWidget):
         lay.addWidget(self.tree)
         lay.addWidget(self.hint)
         self._expanded: set[int] = set()
-        bridge.sessionReplaced.connect(lambda s: self.refresh())
-        bridge.changed.connect(lambda k: self.refresh())
-        bridge.perfChanged.connect(self.refresh)
+        relay.on_state_change(self.refresh)
+        relay.perfChanged.connect(self.show_perf)
 
     # -- content ---------------------------------------------------------------------------
     def refresh(self) -> None:
-        s = self.bridge.session
+        s = self.relay.session
         keep = self.selected_group()
         for i in range(self.tree.topLevelItemCount()):
             it = self.tree.topLevelItem(i)
@@ -183,13 +195,13 @@ class GroupsPanel(QWidget):
                 self._expanded.add(gid)
             else:
                 self._expanded.discard(gid)
-        self.rows = group_rows(s, self.bridge.perf, self.bridge.perf_baseline) if s is not None else []
+        self.rows = group_rows(s, self.relay.perf(), self.relay.perf(baseline=True)) if s is not None else []
         self.tree.blockSignals(True)
         self.tree.clear()
         select = None
         for r in self.rows:
             top = QTreeWidgetItem([r.title, str(len(r.members)), fmt_scale(r.scale), _bits_text(r.worst_bits),
-                                   fmt_us(r.saved_us) if r.saved_us is not None else "—"])
+                                   _saved_text(r.saved_us)])
             top.setIcon(0, _swatch(group_color(r.id)))
             top.setData(0, GID_ROLE, r.id)
             tip = [f"group {r.id}" + (f" ({r.name})" if r.name else "") + f": {len(r.members)} tensors"]
@@ -220,6 +232,14 @@ class GroupsPanel(QWidget):
             self.groupSelected.emit(-1)
         self.hint.setVisible(not self.rows)
 
+    def show_perf(self) -> None:
+        """A new simulation changes only the Saved column: the tree keeps its items."""
+        self.rows = with_savings(self.rows, self.relay.perf(), self.relay.perf(baseline=True))
+        for r in self.rows:
+            it = self.item_of(r.id)
+            if it is not None:
+                it.setText(4, _saved_text(r.saved_us))
+
     def row(self, gid: int) -> GroupRow | None:
         return next((r for r in self.rows if r.id == gid), None)
 
@@ -248,7 +268,7 @@ class GroupsPanel(QWidget):
 
     def _activated(self, item, col) -> None:
         t = item.data(0, TENSOR_ROLE)
-        s = self.bridge.session
+        s = self.relay.session
         if t and s is not None and t in s.graph.tensors and s.graph.tensors[t].producer:
             self.nodeActivated.emit(s.graph.tensors[t].producer)
 

@@ -158,9 +158,9 @@ class Inspector(QScrollArea):
     tensorActivated = Signal(str)
     histogramWanted = Signal(str)  # tensor whose histogram is not in the calibration stats
 
-    def __init__(self, bridge, parent=None):
+    def __init__(self, relay, parent=None):
         super().__init__(parent)
-        self.bridge = bridge
+        self.relay = relay
         self.node: str | None = None
         self.tensor: str | None = None
         self._others = 0
@@ -198,15 +198,19 @@ class Inspector(QScrollArea):
         lay.addStretch(1)
         self.setWidget(body)
         self._show_node_sections(False)
-        bridge.changed.connect(lambda kind: self.refresh())
-        bridge.perfChanged.connect(self.refresh)
-        bridge.sessionReplaced.connect(lambda s: self.show_node(None))
+        for sig in (relay.calibrated, relay.optionsChanged, relay.groupsChanged):
+            sig.connect(self.refresh)
+        relay.perfChanged.connect(self.show_perf)
+        relay.sessionReplaced.connect(self._session_replaced)
 
     def _show_node_sections(self, on: bool, concat: bool = False) -> None:
         for key in ("attrs_label", "attrs", "tensors_label", "tensors", "hist"):
             self._sections[key].setVisible(on)
         self.concat_title.setVisible(on and concat)
         self.concat.setVisible(on and concat)
+
+    def _session_replaced(self) -> None:
+        self.show_node(None)
 
     # -- public ---------------------------------------------------------------------------
     def show_node(self, name: str | None, others: int = 0) -> None:
@@ -217,7 +221,7 @@ class Inspector(QScrollArea):
         self.refresh()
 
     def refresh(self) -> None:
-        s = self.bridge.session
+        s = self.relay.session
         name = self.node
         if s is not None and name is None and getattr(self, "_others", 0) > 1:
             self.title.setText(f"{self._others} nodes selected")
@@ -250,7 +254,7 @@ class Inspector(QScrollArea):
         if node is None:
             self.show_node(None)
             return
-        info = self.bridge.concat(name) if node.op_type == "Concat" else None
+        info = self.relay.concat(name) if node.op_type == "Concat" else None
         self.title.setText(node.op_type)
         self.name_label.setText(node.name)
         h = node.handler
@@ -275,7 +279,7 @@ class Inspector(QScrollArea):
                                  f"input scale too")
             if info.feeds_output:
                 notes.append("this Concat feeds a graph output")
-        elif node.op_type == "Concat" and not self.bridge.ready:
+        elif node.op_type == "Concat" and not self.relay.ready:
             notes.append("Scales appear when calibration finishes.")
         for t in node.outputs:
             gr = s.groups.group_of(t) if t else None
@@ -295,7 +299,7 @@ class Inspector(QScrollArea):
 
     # -- tensors and histogram ---------------------------------------------------------------
     def _tensor_info(self, t: str):
-        s = self.bridge.session
+        s = self.relay.session
         g = s.graph
         tt = g.tensors.get(t)
         shape = shape_text(tt.shape) if tt is not None else "?"
@@ -320,7 +324,7 @@ class Inspector(QScrollArea):
         _fill(self.tensors, out)
         self.tensors.blockSignals(False)
         # Default histogram: the first quantized output, else the first quantized input.
-        g = self.bridge.graph
+        g = self.relay.session.graph
         pick = self.tensor if self.tensor in self._tensor_rows else None
         if pick is None:
             outs = [t for d, t in rows if d == "out" and g.is_quantized(t)]
@@ -341,7 +345,7 @@ class Inspector(QScrollArea):
 
     def show_tensor(self, t: str | None) -> None:
         self.tensor = t
-        s = self.bridge.session
+        s = self.relay.session
         if t is None or s is None:
             self.hist.clear("This node has no quantized tensor.")
             return
@@ -357,7 +361,7 @@ class Inspector(QScrollArea):
         if stats is not None and getattr(stats, "hist", None) is not None and getattr(stats, "edges", None) is not None:
             self.hist.set_data(t, stats.hist, stats.edges, clip)
             return
-        cached = self.bridge.hist_cache.get(t)
+        cached = s.histograms.get(t)
         if cached is not None:
             self.hist.set_data(t, cached[0], cached[1], clip)
             return
@@ -365,7 +369,7 @@ class Inspector(QScrollArea):
         self.histogramWanted.emit(t)
 
     def _stats_for(self, t: str):
-        s = self.bridge.session
+        s = self.relay.session
         cal = s.calibration
         if cal is None:
             return None
@@ -379,8 +383,14 @@ class Inspector(QScrollArea):
         return None
 
     # -- concat table ------------------------------------------------------------------------
+    def show_perf(self) -> None:
+        """A new simulation changes only the rescale costs in the Concat table."""
+        info = self.relay.concat(self.node) if self.node and not self.concat.isHidden() else None
+        if info is not None:
+            self._fill_concat(info)
+
     def _fill_concat(self, info) -> None:
-        perf = self.bridge.perf
+        perf = self.relay.perf()
         members = [m for m in info.members() if m.scale]
         smin = min((m.scale for m in members if not m.constant), default=None)
         total = rescale_us_by_concat(perf).get(info.node) if perf is not None else None

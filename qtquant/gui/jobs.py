@@ -22,6 +22,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Qt, Signal, Slot
 
 from ..errors import Cancelled, QtQuantError
+from ..vocab import JobStatus
 
 __all__ = ["Job", "JobManager", "error_text"]
 
@@ -48,11 +49,12 @@ class Job:
     stale_key: Callable | None
     cancellable: bool
     supersede: bool = True
+    quiet: bool = False  # a failure goes to on_error only, not to jobFailed (the error dialog)
     started: float = field(default_factory=time.perf_counter)
     cancel_event: threading.Event = field(default_factory=threading.Event)
     done: int = 0
     total: int = 0
-    status: str = "running"  # running | done | stale | cancelled | failed
+    status: JobStatus = JobStatus.RUNNING
     seconds: float = 0.0
 
     @property
@@ -132,7 +134,7 @@ class JobManager(QObject):
     def submit(self, kind: str, label: str, fn: Callable[[Callable, Callable], Any],
                on_done: Callable[[Any], None] | None = None, *, on_error: Callable | None = None,
                stale_key: Callable[[], Any] | None = None, cancellable: bool = False,
-               supersede: bool = True) -> Job:
+               supersede: bool = True, quiet: bool = False) -> Job:
         """Run ``fn(progress, cancelled)`` in a worker; ``on_done(result)`` runs on the GUI thread.
 
         The result is dropped if ``stale_key()`` differs at completion from its value now,
@@ -143,7 +145,7 @@ class JobManager(QObject):
             if old in self._jobs:
                 self._jobs[old][0].cancel()
         job = Job(next(self._ids), kind, label, fn, on_done, on_error,
-                  stale_key() if stale_key else None, stale_key, cancellable, supersede)
+                  stale_key() if stale_key else None, stale_key, cancellable, supersede, quiet)
         sig = _Signals()
         sig.progress.connect(self._on_progress, Qt.QueuedConnection)
         sig.finished.connect(self._on_finished, Qt.QueuedConnection)
@@ -179,7 +181,7 @@ class JobManager(QObject):
             return True
         return job.stale_key is not None and job.stale_key() != job.key
 
-    def _finish(self, job: Job, status: str) -> None:
+    def _finish(self, job: Job, status: JobStatus) -> None:
         job.status = status
         job.seconds = time.perf_counter() - job.started
         self._jobs.pop(job.id, None)
@@ -203,16 +205,16 @@ class JobManager(QObject):
             return
         job = entry[0]
         if self._stale(job) or (job.cancelled and job.cancellable):
-            self._finish(job, "stale" if not job.cancelled else "cancelled")
+            self._finish(job, JobStatus.STALE if not job.cancelled else JobStatus.CANCELLED)
             return
         try:
             if job.on_done is not None:
                 job.on_done(result)
         except BaseException as e:  # noqa: BLE001 - applying a result must not kill the app
-            self._finish(job, "failed")
+            self._finish(job, JobStatus.FAILED)
             self.jobFailed.emit(job, error_text(e), traceback.format_exc())
             return
-        self._finish(job, "done")
+        self._finish(job, JobStatus.DONE)
 
     @Slot(int, object)
     def _on_failed(self, jid, payload):
@@ -222,15 +224,16 @@ class JobManager(QObject):
         job = entry[0]
         exc, details = payload
         if isinstance(exc, Cancelled) or job.cancelled:
-            self._finish(job, "cancelled" if job.cancelled or isinstance(exc, Cancelled) else "stale")
+            self._finish(job, JobStatus.CANCELLED)
             return
         if self._stale(job):
-            self._finish(job, "stale")
+            self._finish(job, JobStatus.STALE)
             return
-        self._finish(job, "failed")
+        self._finish(job, JobStatus.FAILED)
         if job.on_error is not None:
             try:
                 job.on_error(exc)
             except BaseException:  # noqa: BLE001
                 pass
-        self.jobFailed.emit(job, error_text(exc), details)
+        if not job.quiet:
+            self.jobFailed.emit(job, error_text(exc), details)

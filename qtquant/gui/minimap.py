@@ -8,6 +8,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QImage, QLinearGradient, QPainter, QPen
 from PySide6.QtWidgets import QWidget
 
+from ..vocab import Overlay
 from .style import MISMATCH_BANDS, SELECT, heat_color, paint_ended
 
 __all__ = ["MiniMap", "Legend"]
@@ -186,7 +187,7 @@ class Legend(QWidget):
     def __init__(self, view):
         super().__init__(view)
         self.setAttribute(Qt.WA_TransparentForMouseEvents)
-        self.mode = "none"
+        self.mode = Overlay.NONE
         self.title = ""
         self.lo_text = self.hi_text = ""
         self._resize()
@@ -197,7 +198,7 @@ class Legend(QWidget):
         self.update()
 
     def _resize(self) -> None:
-        h = 50 + (44 if self.mode in ("latency", "bits") else 20 if self.title else 0)
+        h = 50 + (44 if self.mode in (Overlay.LATENCY, Overlay.BITS) else 20 if self.title else 0)
         self.setFixedSize(330, h)
 
     def paintEvent(self, ev):
@@ -223,7 +224,7 @@ class Legend(QWidget):
             x += 78
         if self.title:
             p.drawText(QRectF(10, 48, 310, 16), Qt.AlignLeft | Qt.AlignVCenter, self.title)
-        if self.mode in ("latency", "bits"):
+        if self.mode in (Overlay.LATENCY, Overlay.BITS):
             g = QLinearGradient(10, 0, 320, 0)
             for i in range(9):
                 g.setColorAt(i / 8, heat_color(i / 8, self.mode))

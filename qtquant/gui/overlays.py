@@ -14,12 +14,10 @@ from PySide6.QtGui import QColor
 
 from .items import Badge
 from ..app.views.perfdata import node_us
+from ..vocab import Overlay
 from .style import MISMATCH_BANDS, UNCALIBRATED, fmt_us, heat_color, mismatch_band
 
-__all__ = ["MODES", "MODE_LABELS", "Looks", "compute_looks", "fill_looks", "node_bits"]
-
-MODES = ["none", "latency", "mismatch", "bits"]
-MODE_LABELS = {"none": "None", "latency": "Latency", "mismatch": "Mismatch", "bits": "Bits lost"}
+__all__ = ["Looks", "compute_looks", "fill_looks", "node_bits"]
 RESCALE_BADGE = QColor("#c62828")
 LATENCY_BADGE = QColor("#023858")
 BITS_BADGE = QColor("#7a0177")
@@ -31,7 +29,7 @@ class Looks:
     nodes: dict = field(default_factory=dict)  # name -> kwargs for NodeItem.set_look
     edges: dict = field(default_factory=dict)  # (tensor, dst) -> kwargs for EdgeItem.set_style
     edge_default: dict | None = None
-    legend: tuple = ("none", "", "", "")  # (mode, title, lo, hi) for the Legend widget
+    legend: tuple = (Overlay.NONE, "", "", "")  # (mode, title, lo, hi) for the Legend widget
 
 
 def rescale_badge(n: int) -> Badge:
@@ -96,7 +94,7 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
 
     names = list(graph.nodes)
     parts = [names[i:i + step] for i in range(0, len(names), step)]  # a yield after each
-    if mode == "mismatch":
+    if mode == Overlay.MISMATCH:
         feeders = {m.producer for c in info.values() for m in c.inputs if m.needs_rescale and m.producer}
         nodes = looks.nodes
         for part in parts:
@@ -108,11 +106,11 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
         looks.edge_default = {"color": FADED_EDGE, "width": 1.0}
         for key, col in rescaled.items():
             looks.edges[key] = {"color": QColor("#d32f2f"), "width": 3.2}
-        looks.legend = ("mismatch", "Red edges: Concat inputs that need a rescale", "", "")
-    elif mode == "latency":
+        looks.legend = (Overlay.MISMATCH, "Red edges: Concat inputs that need a rescale", "", "")
+    elif mode == Overlay.LATENCY:
         us = node_us(perf) if perf is not None else {}
         if not us:
-            looks.legend = ("latency", "Latency: not simulated yet", "", "")
+            looks.legend = (Overlay.LATENCY, "Latency: not simulated yet", "", "")
             return
         yield
         vmax = max(us.values()) or 1.0
@@ -134,8 +132,8 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
                 looks.nodes[name] = {**base, "fill": heat_color(math.sqrt(max(v, 0.0) / vmax), "latency"),
                                      "badges": badges}
             yield
-        looks.legend = ("latency", "Latency per node (√ scale)", "0", fmt_us(vmax))
-    elif mode == "bits":
+        looks.legend = (Overlay.LATENCY, "Latency per node (√ scale)", "0", fmt_us(vmax))
+    elif mode == Overlay.BITS:
         bits = node_bits(graph, concats)
         vmax = 8.0
         yield
@@ -153,7 +151,7 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
                 looks.nodes[name] = {**base, "fill": heat_color(min(b, vmax) / vmax, "bits"), "badges": badges,
                                      "border_width": 2.0 if name in info else 1.0}
             yield
-        looks.legend = ("bits", "Bits lost by sharing (now, or if shared at the Concat)", "0 bits",
+        looks.legend = (Overlay.BITS, "Bits lost by sharing (now, or if shared at the Concat)", "0 bits",
                         f"≥ {vmax:.0f} bits")
     else:
-        looks.legend = ("none", "", "", "")
+        looks.legend = (Overlay.NONE, "", "", "")

@@ -3,9 +3,11 @@
 A project stores the model path and hash, input shapes, calibration configuration,
 options and groups (:mod:`qtquant.project`, written atomically), plus a link to the
 calibration statistics, which are saved next to it (``NAME.stats/``, the
-:mod:`qtquant.calib.cache` format) so reopening it does not calibrate again.  "Unsaved"
-means the undo stack is away from its clean index, or groups were re-mapped onto a
-changed model since the project was opened.
+:mod:`qtquant.calib.cache` format) so reopening it does not calibrate again.  The project
+file is small and written at once; the statistics (histograms of every tensor) are written
+by a background job, never on the GUI thread.  "Unsaved" means the command stack is away
+from its clean state, or groups were re-mapped onto a changed model since the project was
+opened.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from ..errors import QtQuantError
 
-__all__ = ["PROJECT_SUFFIX", "stats_dir", "save_project_files", "ProjectIO"]
+__all__ = ["PROJECT_SUFFIX", "stats_dir", "statistics_job", "ProjectController"]
 
 PROJECT_SUFFIX = ".qtquant"
 
@@ -27,45 +29,43 @@ def stats_dir(project_path) -> Path:
     return p.with_name(p.stem + ".stats")
 
 
-def save_project_files(session, path) -> tuple[Path, Path | None, str]:
-    """Write the statistics cache (when there is one to write) and the project file.
+def statistics_job(graph, calibration, cache: Path, *, replace: bool = False):
+    """The worker function of a job writing ``calibration``'s statistics to ``cache``, once per
+    key (they depend on the data only).  ``replace``: clear a cache written for other data."""
 
-    Returns (project path, statistics folder or None, a note for the user or "").
-    """
-    from ..calib.cache import cache_key, cache_paths, save_cache
-    from ..project import save_project
+    def work(progress, cancelled) -> Path:
+        import shutil
 
-    path = Path(path)
-    if path.suffix != PROJECT_SUFFIX:
-        path = path.with_name(path.name + PROJECT_SUFFIX)
-    cache, note = None, ""
-    cal = session.calibration
-    if cal is not None and not session.quantized_file:
-        cache = stats_dir(path)
-        try:
-            j, n = cache_paths(cache, cache_key(session.graph, cal.config))
-            if not (j.is_file() and n.is_file()):  # statistics depend on the data only: write once
-                save_cache(session.graph, cal, cache)
-        except (QtQuantError, OSError) as e:  # the data moved, or the folder is read-only
-            cache, note = None, f"statistics not cached ({e}); opening the project will calibrate again"
-    save_project(session, path, stats_cache=cache)
-    return path, cache, note
+        from ..calib.cache import cache_key, cache_paths, save_cache
+
+        j, n = cache_paths(cache, cache_key(graph, calibration.config))
+        if not (j.is_file() and n.is_file()):
+            if replace:
+                shutil.rmtree(cache, ignore_errors=True)
+            save_cache(graph, calibration, cache)
+        return cache
+
+    return work
 
 
-class ProjectIO(QObject):
-    """The window's project file: which one is open, saving, opening, prompting."""
+class ProjectController(QObject):
+    """Which project file is open, saving, opening and prompting, for one session relay."""
 
     pathChanged = Signal(object)  # Path or None
+    saved = Signal(object)  # the project file's Path (the window lists it in Open Recent)
 
-    def __init__(self, window):
-        super().__init__(window)
-        self.win = window
+    def __init__(self, relay, controller, messages, parent=None):
+        super().__init__(parent)
+        self.relay = relay
+        self.controller = controller
+        self.messages = messages
         self.path: Path | None = None
         self.remapped = False  # groups re-mapped onto a changed model: unsaved until saved
         self._opening: Path | None = None  # the project whose model is loading, if any
         self.last_report = None  # qtquant.project.OpenReport of the last opened project
-        window.controller.loadStarted.connect(self._load_started)
-        window.controller.loadFailed.connect(self._load_failed)
+        controller.loadStarted.connect(self._load_started)
+        controller.loadFailed.connect(self._load_failed)
+        controller.calibrationFinished.connect(self._calibrated)
 
     def _load_started(self, path: str) -> None:
         self._opening = Path(path) if path.lower().endswith(PROJECT_SUFFIX) else None
@@ -76,7 +76,7 @@ class ProjectIO(QObject):
     # -- state ------------------------------------------------------------------------------
     @property
     def modified(self) -> bool:
-        return self.remapped or not self.win.undo_stack.isClean()
+        return self.remapped or not self.relay.stack.clean
 
     def model_opened(self) -> None:
         """A model (or a project's model) replaced the session."""
@@ -94,52 +94,68 @@ class ProjectIO(QObject):
         return self.save_to(self.path)
 
     def save_as(self) -> bool:
-        s = self.win.bridge.session
+        s = self.relay.session
         if s is None:
             return False
         start = self.path or (s.graph.path.with_suffix(PROJECT_SUFFIX) if s.graph.path else Path.home() / "untitled")
-        p, _ = QFileDialog.getSaveFileName(self.win, "Save project", str(start),
+        p, _ = QFileDialog.getSaveFileName(self.messages.widget, "Save project", str(start),
                                            f"qtquant projects (*{PROJECT_SUFFIX})")
         return self.save_to(p) if p else False
 
     def save_to(self, path) -> bool:
-        s = self.win.bridge.session
+        """Write the project file now and its statistics in the background (:attr:`statistics`
+        is that job, None when there is nothing to write)."""
+        from ..project import save_project
+
+        s = self.relay.session
         if s is None:
-            self.win.statusBar().showMessage("Nothing to save: open a model first", 5000)
+            self.messages.status("Nothing to save: open a model first", 5000)
             return False
+        path = Path(path)
+        if path.suffix != PROJECT_SUFFIX:
+            path = path.with_name(path.name + PROJECT_SUFFIX)
+        cache = stats_dir(path) if s.calibration is not None and not s.quantized_file else None
         try:
-            path, cache, note = save_project_files(s, path)
+            save_project(s, path, stats_cache=cache)
         except (QtQuantError, OSError) as e:
-            self.win.show_error("Cannot save the project", str(e))
+            self.messages.error("Cannot save the project", str(e))
             return False
         self.path = path
         self.remapped = False
-        self.win.undo_stack.setClean()
+        self.relay.stack.set_clean()
         self.pathChanged.emit(path)
-        self.win.add_recent(path)
-        msg = f"Saved {path.name}" + (f" with statistics in {cache.name}/" if cache else "")
-        self.win.statusBar().showMessage(msg + (f"; {note}" if note else ""), 8000)
-        self.win.job_log.log(msg + (f"; {note}" if note else ""))
+        self.saved.emit(path)
+        self.messages.say(f"Saved {path.name}" + (f" with statistics in {cache.name}/" if cache else ""), 8000)
+        if cache is not None:
+            self.write_statistics(cache, failed="statistics not cached ({error}); opening the project will "
+                                                "calibrate again")
         return True
 
-    def cache_statistics(self) -> None:
-        """After a calibration in an open project: keep its statistics next to the project."""
-        s = self.win.bridge.session
-        if self.path is None or s is None or s.calibration is None or s.quantized_file:
-            return
-        from ..calib.cache import save_cache
+    def write_statistics(self, cache: Path, *, failed: str = "", replace: bool = False):
+        """Submit the job writing the session's statistics to ``cache``; returns it."""
+        s = self.relay.session
 
-        try:
-            save_cache(s.graph, s.calibration, stats_dir(self.path))
-        except (QtQuantError, OSError):
-            pass  # a read-only project folder: the next open calibrates again
+        def on_error(e):
+            if failed:
+                self.messages.log(failed.format(error=e))
+
+        # The job's own failure message would open an error dialog: a cache is only a speed-up.
+        return self.controller.jobs.submit("statistics", f"write statistics to {cache.name}/",
+                                           statistics_job(s.graph, s.calibration, cache, replace=replace),
+                                           on_error=on_error, supersede=False, quiet=True)
+
+    def _calibrated(self, ok: bool) -> None:
+        """After a calibration in an open project: keep its statistics next to the project."""
+        s = self.relay.session
+        if ok and self.path is not None and s is not None and s.calibration is not None and not s.quantized_file:
+            self.write_statistics(stats_dir(self.path))  # a read-only project folder: the next open calibrates
 
     # -- opening ----------------------------------------------------------------------------
     def open(self, path):
         """Open ``path`` in the background; returns the job."""
-        return self.win.controller.open_project(path, on_opened=self._opened)
+        return self.controller.open_project(path, on_opened=self.opened)
 
-    def _opened(self, session, report) -> bool:
+    def opened(self, session, report) -> bool:
         """GUI thread, before the session is shown: decide about groups on a changed model."""
         self.last_report = report
         report.dropped_all = False
@@ -147,30 +163,27 @@ class ProjectIO(QObject):
             n = len(session.groups)
             text = (f"{report.message().capitalize()}.\n\nRe-map the project's groups onto the model by tensor "
                     f"name? {n} group(s) can be re-mapped; No opens the model without groups.")
-            keep = True
-            if self.win.show_dialogs:
-                ans = QMessageBox.question(self.win, "The model changed", text,
-                                           QMessageBox.Yes | QMessageBox.No, QMessageBox.Yes)
-                keep = ans == QMessageBox.Yes
+            keep = self.messages.ask("The model changed", text, QMessageBox.Yes | QMessageBox.No,
+                                     QMessageBox.Yes) == QMessageBox.Yes
             if not keep:
                 session.groups.clear()
                 session.groups_changed()
                 report.dropped_all = True
-            self.win.job_log.log(f"project: {report.message()}; groups "
-                                 + ("re-mapped by tensor name" if keep else "dropped"))
+            self.messages.log(f"project: {report.message()}; groups "
+                              + ("re-mapped by tensor name" if keep else "dropped"))
         if report.stats_from_cache:
-            self.win.job_log.log("project: calibration statistics read from the project's cache")
+            self.messages.log("project: calibration statistics read from the project's cache")
         return True
 
     # -- prompting --------------------------------------------------------------------------
     def maybe_save(self) -> bool:
         """Ask before unsaved changes are lost; False means stop (the user cancelled)."""
-        if not self.modified or self.win.bridge.session is None or not self.win.show_dialogs:
+        if not self.modified or self.relay.session is None:
             return True
         name = self.path.name if self.path else "the current model"
-        ans = QMessageBox.question(self.win, "Unsaved changes",
-                                   f"Save the changes to {name} as a project before closing it?",
-                                   QMessageBox.Save | QMessageBox.Discard | QMessageBox.Cancel, QMessageBox.Save)
+        ans = self.messages.ask("Unsaved changes", f"Save the changes to {name} as a project before closing it?",
+                                QMessageBox.Save | QMessageBox.Discard | QMessageBox.Cancel, QMessageBox.Save,
+                                quiet=QMessageBox.Discard)
         if ans == QMessageBox.Save:
             return self.save()
         return ans == QMessageBox.Discard

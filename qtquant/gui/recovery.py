@@ -1,10 +1,10 @@
 """Autosave of unsaved edits and recovery after a crash.
 
-While the window has unsaved changes (:attr:`ProjectIO.modified`), the project (model
-path, options, calibration configuration, groups) is written to ``autosave.json`` in the
-recovery folder, a second or so after each edit and every :data:`AUTOSAVE_MS`; the
-calibration statistics go next to it once (``autosave.stats/``) so a restore does not
-calibrate again.  A clean close, a save or discarding the edits removes the file; if it is
+While the window has unsaved changes (:attr:`ProjectController.modified`), the project
+(model path, options, calibration configuration, groups) is written to ``autosave.json`` in
+the recovery folder, a second or so after each edit and every :data:`AUTOSAVE_MS`; the
+calibration statistics go next to it once (``autosave.stats/``, by a background job) so a
+restore does not calibrate again.  A clean close, a save or discarding the edits removes the file; if it is
 still there at the next start, the app offers it back.
 
 The recovery folder is, in order: ``QTQUANT_RECOVERY_DIR``, the settings key
@@ -25,6 +25,7 @@ from PySide6.QtCore import QObject, QStandardPaths, QTimer
 from PySide6.QtWidgets import QMessageBox
 
 from ..errors import QtQuantError
+from .projects import statistics_job
 
 __all__ = ["AUTOSAVE_MS", "EDIT_DEBOUNCE_MS", "ENV_VAR", "recovery_dir", "Recovery"]
 
@@ -52,27 +53,28 @@ def recovery_dir(settings, app_settings: bool) -> Path | None:
 
 
 class Recovery(QObject):
-    """The window's autosave timer, recovery file and restore prompt."""
+    """The autosave timer, recovery file and restore prompt of one session relay's projects."""
 
-    def __init__(self, window, folder: Path | None):
-        super().__init__(window)
-        self.win = window
+    def __init__(self, relay, projects, controller, messages, folder: Path | None, parent=None):
+        super().__init__(parent)
+        self.relay, self.projects, self.controller, self.messages = relay, projects, controller, messages
         self.dir = folder
         self.restored = False  # the last offer() restored the autosave
         self.last_error = ""
         self.writes = 0
         self._restoring: dict | None = None
         self._dirty = False
+        self._seen = (relay.stack.index, relay.stack.clean)  # the stack state last handled
+        self._stats_for = None  # (graph, calibration) whose statistics the autosave folder holds
         self._edit_timer = QTimer(self, singleShot=True, interval=EDIT_DEBOUNCE_MS)
         self._edit_timer.timeout.connect(self.autosave)
         self._timer = QTimer(self, interval=AUTOSAVE_MS)
         self._timer.timeout.connect(self._tick)
         if folder is None:
             return
-        window.undo_stack.indexChanged.connect(self._edited)
-        window.undo_stack.cleanChanged.connect(self._clean_changed)
-        window.controller.modelLoaded.connect(self._model_loaded)
-        window.projects.pathChanged.connect(self._path_changed)  # a save of a restored (remapped) state
+        relay.stackChanged.connect(self._stack_changed)
+        controller.modelLoaded.connect(self._model_loaded)
+        projects.pathChanged.connect(self._path_changed)  # a save of a restored (remapped) state
         self._timer.start()
 
     # -- paths ----------------------------------------------------------------------------------
@@ -96,6 +98,14 @@ class Recovery(QObject):
             return {}
 
     # -- autosaving --------------------------------------------------------------------------------
+    def _stack_changed(self) -> None:
+        st = self.relay.stack
+        seen, self._seen = self._seen, (st.index, st.clean)
+        if st.index != seen[0] or st.count == 0:  # an undo step, or the history starting over
+            self._edited()
+        if st.clean and not seen[1]:
+            self._clean_changed(True)
+
     def _edited(self, *_) -> None:
         self._dirty = True
         self._edit_timer.start()
@@ -105,12 +115,12 @@ class Recovery(QObject):
             self.autosave()
 
     def _clean_changed(self, clean: bool) -> None:
-        if clean and not self.win.projects.modified:  # saved, or undone back to the saved state
+        if clean and not self.projects.modified:  # saved, or undone back to the saved state
             self._edit_timer.stop()
             self.discard()
 
     def _path_changed(self, _path) -> None:
-        if self._restoring is None and not self.win.projects.modified and self.pending():
+        if self._restoring is None and not self.projects.modified and self.pending():
             self._edit_timer.stop()
             self.discard()
 
@@ -118,16 +128,16 @@ class Recovery(QObject):
         if self._restoring is not None:
             self._after_restore(self._restoring)
             self._restoring = None
-        elif not self.win.projects.modified:  # the user let the old edits go (save prompt)
+        elif not self.projects.modified:  # the user let the old edits go (save prompt)
             self.discard()
 
     def autosave(self) -> bool:
         """Write the recovery file now if there are unsaved changes (else remove it)."""
         self._edit_timer.stop()
-        s = self.win.bridge.session
+        s = self.relay.session
         if self.dir is None or s is None:
             return False
-        if not self.win.projects.modified:
+        if not self.projects.modified:
             self.discard()
             return False
         from ..project import save_project
@@ -136,7 +146,7 @@ class Recovery(QObject):
             self.dir.mkdir(parents=True, exist_ok=True)
             cache = self._write_stats(s)
             save_project(s, self.dir / PROJECT_NAME, stats_cache=cache)  # atomic: a crash mid-write keeps the old
-            proj = self.win.projects.path
+            proj = self.projects.path
             meta = {"project": str(proj) if proj else None, "model": str(s.graph.path or ""),
                     "groups": len(s.groups), "saved": time.strftime("%Y-%m-%d %H:%M:%S"), "pid": os.getpid()}
             from ..fileio import atomic_write_text
@@ -144,7 +154,7 @@ class Recovery(QObject):
             atomic_write_text(self.dir / META_NAME, json.dumps(meta, indent=2) + "\n")
         except (QtQuantError, OSError) as e:  # a full or read-only disk: say so once, keep editing
             if str(e) != self.last_error:
-                self.win.job_log.log(f"autosave failed: {e}")
+                self.messages.log(f"autosave failed: {e}")
             self.last_error = str(e)
             return False
         self._dirty = False
@@ -153,19 +163,17 @@ class Recovery(QObject):
         return True
 
     def _write_stats(self, s) -> Path | None:
+        """The statistics folder the autosave points to; written by a job, once per calibration
+        (a failure there only means that restoring calibrates again)."""
         cal = s.calibration
         if cal is None or s.quantized_file:
             return None
-        from ..calib.cache import cache_key, cache_paths, save_cache
-
         cache = self.dir / STATS_NAME
-        try:
-            j, n = cache_paths(cache, cache_key(s.graph, cal.config))
-            if not (j.is_file() and n.is_file()):  # statistics depend on the data only: written once
-                shutil.rmtree(cache, ignore_errors=True)
-                save_cache(s.graph, cal, cache)
-        except (QtQuantError, OSError):
-            return None  # restoring calibrates again
+        if self._stats_for != (s.graph, cal):
+            self._stats_for = (s.graph, cal)
+            self.controller.jobs.submit("statistics", "autosave statistics", statistics_job(s.graph, cal, cache,
+                                                                                            replace=True),
+                                        supersede=False, quiet=True)
         return cache
 
     def discard(self) -> None:
@@ -181,6 +189,7 @@ class Recovery(QObject):
             except OSError:
                 pass
         shutil.rmtree(self.dir / STATS_NAME, ignore_errors=True)
+        self._stats_for = None
 
     def stop(self) -> None:
         self._timer.stop()
@@ -200,8 +209,8 @@ class Recovery(QObject):
         text = (f"qtquant did not close cleanly. Unsaved changes to {what} ({meta.get('groups', '?')} group(s), "
                 f"autosaved {meta.get('saved', 'earlier')}) can be restored.\n\n"
                 "Open restores them; Discard deletes them; Cancel keeps them for the next start.")
-        ans = QMessageBox.question(self.win, "Recover unsaved changes", text,
-                                   QMessageBox.Open | QMessageBox.Discard | QMessageBox.Cancel, QMessageBox.Open)
+        ans = self.messages.ask("Recover unsaved changes", text,
+                                QMessageBox.Open | QMessageBox.Discard | QMessageBox.Cancel, QMessageBox.Open)
         if ans == QMessageBox.Discard:
             self.discard()
             return False
@@ -215,9 +224,9 @@ class Recovery(QObject):
         meta = self.meta() if meta is None else meta
         self._restoring = meta
         self.restored = True
-        self.win.job_log.log(f"recovery: restoring {self.project_path}")
-        job = self.win.controller.open_project(self.project_path, on_opened=self.win.projects._opened)
-        job_failed = self.win.controller.loadFailed
+        self.messages.log(f"recovery: restoring {self.project_path}")
+        job = self.controller.open_project(self.project_path, on_opened=self.projects.opened)
+        job_failed = self.controller.loadFailed
 
         def failed(_msg, sig=job_failed):
             self._restoring = None
@@ -230,12 +239,12 @@ class Recovery(QObject):
         return job
 
     def _after_restore(self, meta: dict) -> None:
-        pio = self.win.projects
+        pio = self.projects
         p = meta.get("project")
         pio.path = Path(p) if p else None  # Save goes back to the user's project, never the autosave
         pio.remapped = True  # unsaved until saved: closing asks, and autosave keeps the file
         pio.pathChanged.emit(pio.path)
         self._dirty = True  # written again soon, so a second crash still has it
         self._edit_timer.start()
-        self.win.statusBar().showMessage("Restored unsaved changes; save them to keep them", 10000)
-        self.win.job_log.log("recovery: restored unsaved changes")
+        self.messages.status("Restored unsaved changes; save them to keep them", 10000)
+        self.messages.log("recovery: restored unsaved changes")

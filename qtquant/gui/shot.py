@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QApplication, QToolBar
 
 from ..errors import BadInputError, QtQuantError
 from ..app.views.perfdata import simulator
+from ..vocab import Overlay
 
 __all__ = ["wait_settled", "take_screenshot", "ScreenshotError"]
 
@@ -34,10 +35,10 @@ def wait_settled(win, timeout: float = 120.0, *, need_perf: bool = True) -> None
             raise ScreenshotError(win.errors[0][1])
         c = win.controller
         done = (c.spec is not None and win.scene.spec is c.spec and not c.busy
-                and c.bridge.ready and (c.bridge.perf is not None or not want_perf))
+                and c.relay.ready and (c.session.perf is not None or not want_perf))
         if done:
             return
-        if c.bridge.session is not None and not c.bridge.ready and not win.jobs.busy and c.spec is not None:
+        if c.session is not None and not c.relay.ready and not win.jobs.busy and c.spec is not None:
             raise ScreenshotError("calibration did not finish")
         if time.monotonic() - t0 > timeout:
             raise ScreenshotError(f"timed out after {timeout:.0f} s waiting for background jobs")
@@ -63,7 +64,7 @@ def _quiet_qpa() -> None:
     prev = qInstallMessageHandler(handler)
 
 
-def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str = "none",
+def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str = Overlay.NONE,
                     select: str | None = None, size=(1600, 1000), canvas_only: bool = False,
                     plan: str | None = None, timeout: float = 180.0) -> Path:
     from .app import make_app
@@ -91,8 +92,8 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
                 from ..plan import apply_plan_file
             except ImportError:
                 raise BadInputError("--plan needs the sharing-plan module, which is not installed") from None
-            apply_plan_file(win.bridge.session, plan)
-            win.bridge.session.groups_changed()
+            apply_plan_file(win.session, plan)
+            win.session.groups_changed()
         wait_settled(win, timeout)
         win.set_overlay(overlay)
         if select:

@@ -40,7 +40,7 @@ def test_window_export_dialog_shows_the_warning(qtbot, tmp_path, prompts, monkey
     try:
         win.open_model(dead_relu_model(tmp_path / "dead.onnx"), calib=CalibConfig(count=4))
         qtbot.waitUntil(lambda: win.controller.spec is not None and win.scene.spec is win.controller.spec
-                        and win.bridge.ready and not win.controller.busy, timeout=30000)
+                        and win.relay.ready and not win.controller.busy, timeout=30000)
         out = tmp_path / "out"
         out.mkdir()
         win.settings.setValue("export/folder", str(out))

@@ -99,11 +99,11 @@ def visible_rect(win):
 
 def test_open_calibrate_colours_and_badges(qtbot, win, model):
     open_and_settle(qtbot, win, model)
-    g = win.bridge.graph
+    g = win.session.graph
     # every op plus the input and the four output terminals is on the canvas
     assert set(g.nodes) <= set(win.scene.nodes)
     assert "input:x" in win.scene.nodes and len(win.scene.nodes) == len(g.nodes) + 1 + 4
-    info = {c.node: c for c in win.bridge.concats}
+    info = {c.node: c for c in win.relay.concats()}
     for cat, (k, band) in CATS.items():
         c = info[cat]
         assert c.ratio == pytest.approx(k, rel=1e-4)
@@ -135,7 +135,7 @@ def test_demo_concats_are_mismatched(qtbot, win, tmp_path):
     p = tmp_path / "demo.onnx"
     onnx.save(build_attention_demo(), str(p))
     open_and_settle(qtbot, win, p)
-    cs = {c.node: c for c in win.bridge.concats}
+    cs = {c.node: c for c in win.relay.concats()}
     assert set(cs) == {"attn/k_cat", "attn/v_cat"}
     for name, c in cs.items():
         assert c.rescales >= 1 and c.ratio > 1.2  # the demo exists to show mismatched windows
@@ -151,7 +151,7 @@ def test_uncalibrated_concats_are_grey_until_calibration(qtbot, settings, model)
     with qtbot.waitSignal(w.controller.layoutReady, timeout=20000):
         w.open_model(model)
     qtbot.waitUntil(lambda: w.scene.spec is not None)
-    assert w.bridge.concats is None
+    assert w.relay.concats() is None
     assert w.scene.nodes["cat_red"].badge_texts == []
     assert w.scene.nodes["cat_red"].fill.name() == "#bdbdbd"
     with qtbot.waitSignal(w.controller.calibrationFinished, timeout=20000):
@@ -176,7 +176,7 @@ def test_click_node_shows_inspector_and_histogram(qtbot, win, model):
             for r in range(ins.tensors.rowCount())]
     assert [r[0] for r in rows] == ["in", "in", "out"]
     assert rows[2][1] == "cat_orange_out" and rows[2][2] == "1×6×8×8"
-    out_scale = win.bridge.session.domains.scale_of("cat_orange_out")
+    out_scale = win.session.domains.scale_of("cat_orange_out")
     assert float(rows[2][4]) == pytest.approx(out_scale, rel=1e-3)
     assert rows[0][3].startswith("[")
     # histogram of the output, clipping thresholds at the quantization range
@@ -281,7 +281,7 @@ def test_overlays_recolour_in_place(qtbot, win, model):
     open_and_settle(qtbot, win, model)
     pos_before = {n: it.pos() for n, it in win.scene.nodes.items()}
     items_before = set(map(id, win.scene.items()))
-    combo = win.overlay_combo
+    combo = win.option_widgets.overlay
 
     combo.setCurrentIndex(combo.findData("mismatch"))
     assert win.overlay == "mismatch"
@@ -294,16 +294,16 @@ def test_overlays_recolour_in_place(qtbot, win, model):
     assert edges[("mul_a_out", "cat_red")].color.name() == "#d32f2f"
 
     combo.setCurrentIndex(combo.findData("bits"))
-    bits = node_bits(win.bridge.graph, win.bridge.concats)
+    bits = node_bits(win.session.graph, win.relay.concats())
     assert bits["cat_red"] == pytest.approx(np.log2(20.0), abs=0.01)
     assert win.scene.nodes["cat_red"].fill == heat_color(bits["cat_red"] / 8.0, "bits")
     assert any(t.startswith("−4.3") for t in win.scene.nodes["cat_red"].badge_texts)
     assert win.scene.nodes["cat_red_relu"].faded
 
     if simulator() is not None:
-        qtbot.waitUntil(lambda: win.bridge.perf is not None, timeout=20000)
+        qtbot.waitUntil(lambda: win.relay.perf() is not None, timeout=20000)
         combo.setCurrentIndex(combo.findData("latency"))
-        us = node_us(win.bridge.perf)
+        us = node_us(win.relay.perf())
         slowest = max(us, key=us.get)
         item = win.scene.nodes[slowest]
         assert item.badge_texts[0] == fmt_us(us[slowest])
@@ -320,27 +320,27 @@ def test_overlays_recolour_in_place(qtbot, win, model):
     assert set(map(id, win.scene.items())) == items_before
     assert all(win.scene.nodes[n].pos() == p for n, p in pos_before.items())
     # the View menu's radio actions follow the combo
-    checked = [a.data() for a in win.overlay_actions.actions() if a.isChecked()]
+    checked = [a.data() for a in win.window_actions.overlay_actions.actions() if a.isChecked()]
     assert checked == ["none"]
 
 
 @pytest.mark.skipif(simulator() is None, reason="perf simulator not installed")
 def test_perf_dock_and_march_resimulates(qtbot, win, model):
     open_and_settle(qtbot, win, model)
-    qtbot.waitUntil(lambda: win.bridge.perf is not None, timeout=20000)
+    qtbot.waitUntil(lambda: win.relay.perf() is not None, timeout=20000)
     ps = win.perf_summary
     assert ps.values["latency"].text().endswith("ms")
     assert ps.values["rescales"].text() == "3 in 3 Concats"
     assert ps.chart.rows
-    rev = win.bridge.revision
+    rev = win.session.revision
     with qtbot.waitSignal(win.controller.perfFinished, timeout=20000):
         ps.march.setCurrentText("nash-e")
-    assert win.bridge.session.options.march == "nash-e"
-    assert win.march_combo.currentText() == "nash-e"
-    assert win.bridge.perf_revision == win.bridge.revision > rev
-    assert getattr(win.bridge.perf, "march", "nash-e") == "nash-e"
-    assert win.undo_stack.count() == 1  # the march change is an undoable edit...
-    win.undo_stack.setClean()  # ...which closing the window would otherwise ask to save
+    assert win.session.options.march == "nash-e"
+    assert win.option_widgets.march.currentText() == "nash-e"
+    assert win.session.perf.revision == win.session.revision > rev
+    assert getattr(win.relay.perf(), "march", "nash-e") == "nash-e"
+    assert win.stack.count == 1  # the march change is an undoable edit...
+    win.stack.set_clean()  # ...which closing the window would otherwise ask to save
 
 
 # -- background jobs ----------------------------------------------------------------------------------
@@ -349,14 +349,14 @@ def test_perf_dock_and_march_resimulates(qtbot, win, model):
 def test_cancel_long_calibration_keeps_window_usable(qtbot, win, model):
     with qtbot.waitSignal(win.controller.layoutReady, timeout=20000):
         win.open_model(model, calib=CalibConfig(count=200000))
-    qtbot.waitUntil(lambda: win.controller.calibrating and win.progress.isVisible(), timeout=10000)
+    qtbot.waitUntil(lambda: win.controller.calibrating and win.progress.bar.isVisible(), timeout=10000)
     qtbot.waitUntil(lambda: any(j.kind == "calibrate" and j.done > 0 for j in win.jobs.active()), timeout=20000)
-    assert win.cancel_button.isVisible()
+    assert win.progress.cancel_button.isVisible()
     with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000) as blocker:
-        qtbot.mouseClick(win.cancel_button, Qt.LeftButton)
+        qtbot.mouseClick(win.progress.cancel_button, Qt.LeftButton)
     assert blocker.args == [False]
     qtbot.waitUntil(lambda: not win.jobs.busy, timeout=10000)
-    qtbot.waitUntil(lambda: not win.progress.isVisible() and not win.cancel_button.isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: not win.progress.bar.isVisible() and not win.progress.cancel_button.isVisible(), timeout=5000)
     assert not win.errors and not win.error_dialogs  # cancelling is not an error
     assert any("cancelled" in e for e in win.job_log.entries)
     # still usable: select, search, and a new calibration runs to the end
@@ -383,7 +383,7 @@ def test_corrupt_model_shows_error_dialog(qtbot, win, model, tmp_path):
     assert dlg.details.isVisibleTo(dlg)
     dlg.close()
     # the previous model stays open and usable
-    assert win.bridge.graph.path == model
+    assert win.session.graph.path == model
     assert "cat_red" in win.scene.nodes and not win.jobs.busy
 
 
@@ -454,13 +454,13 @@ def test_open_dialog_defaults_and_remembered_values(qtbot, settings, tmp_path):
 
 def test_request_open_uses_remembered_shapes_without_asking(qtbot, win, tmp_path, monkeypatch):
     p = band_model(tmp_path / "dyn.onnx", dynamic=True)
-    win.model_settings.save(p, {"shapes": {"x": "1x3x16x16"}, "calib": {"count": 3}})
+    win.opener.model_settings.save(p, {"shapes": {"x": "1x3x16x16"}, "calib": {"count": 3}})
     monkeypatch.setattr(OpenDialog, "exec", lambda self: pytest.fail("dialog shown"))
     with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000):
         assert win.request_open(p)
-    assert win.bridge.graph.input_shapes == {"x": (1, 3, 16, 16)}
-    assert win.recent_files()[0] == str(p.resolve())
-    assert win.recent_menu.actions()[0].text() == "dyn.onnx"
+    assert win.session.graph.input_shapes == {"x": (1, 3, 16, 16)}
+    assert win.opener.recent_files()[0] == str(p.resolve())
+    assert win.window_actions.recent_menu.actions()[0].text() == "dyn.onnx"
 
 
 def test_drop_opens_model_through_dialog(qtbot, win, model, monkeypatch):
@@ -473,7 +473,7 @@ def test_drop_opens_model_through_dialog(qtbot, win, model, monkeypatch):
     ev = QDropEvent(QPointF(10, 10), Qt.CopyAction, md, Qt.LeftButton, Qt.NoModifier)
     with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000):
         win.dropEvent(ev)
-    assert win.bridge.graph.path == model
+    assert win.session.graph.path == model
 
 
 @pytest.mark.slow
@@ -516,8 +516,8 @@ def test_qtquant_command_opens_model_and_demo(qtbot, tmp_path, monkeypatch, mode
     class App:  # stands in for the event loop: wait for the analysis, then close the window
         def exec(self):
             win = [w for w in real.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()][-1]
-            qtbot.waitUntil(lambda: win.bridge.concats is not None and win.scene.spec is not None, timeout=30000)
-            seen.append((win.bridge.graph.path.name, sorted(c.node for c in win.bridge.concats if c.rescales)))
+            qtbot.waitUntil(lambda: win.relay.concats() is not None and win.scene.spec is not None, timeout=30000)
+            seen.append((win.session.graph.path.name, sorted(c.node for c in win.relay.concats() if c.rescales)))
             qtbot.waitUntil(lambda: not win.controller.busy, timeout=30000)
             win.close()
             return 0

@@ -85,7 +85,7 @@ def model(tmp_path):
 def settle(qtbot, win, timeout=20000):
     """Layout on the canvas, scales ready, no job running or debounced refresh pending."""
     qtbot.waitUntil(lambda: win.controller.spec is not None and win.scene.spec is win.controller.spec
-                    and win.bridge.ready and not win.controller.busy, timeout=timeout)
+                    and win.relay.ready and not win.controller.busy, timeout=timeout)
 
 
 def open_settled(qtbot, win, path, count=4):
@@ -146,13 +146,17 @@ def press_keys(qtbot, win, key, modifiers):
 
 
 def concat(win, name):
-    return win.bridge.concat(name)
+    return win.relay.concat(name)
 
 
 def perf_settled(qtbot, win):
     if simulator() is not None:
-        qtbot.waitUntil(lambda: win.bridge.perf is not None and win.bridge.perf_revision == win.bridge.revision
+        qtbot.waitUntil(lambda: win.relay.perf() is not None and win.session.perf.revision == win.session.revision
                         and not win.controller.busy, timeout=20000)
+
+
+def statistics_written(qtbot, win):
+    qtbot.waitUntil(lambda: not win.jobs.active("statistics"), timeout=20000)
 
 
 def state(win):
@@ -162,7 +166,7 @@ def state(win):
     return {"fills": {n: sc.nodes[n].fill.name() for n in ("cat1", "cat2")},
             "badges": {n: sc.nodes[n].badge_texts for n in ("cat1", "cat2")},
             "latency": ps["latency"].text(), "rescales": ps["rescales"].text(),
-            "groups": [tuple(g.members) for g in win.bridge.session.groups],
+            "groups": [tuple(g.members) for g in win.session.groups],
             "hulls": sorted(sc.hulls.hulls), "rows": win.groups_panel.tree.topLevelItemCount()}
 
 
@@ -179,7 +183,7 @@ def test_rubber_band_ctrl_g_shares_and_concat_turns_green(qtbot, win, model):
     assert sorted(win.scene.selected_names()) == ["br_a", "br_b", "br_c", "cat1"]
     assert win.actions_by_name["share"].isEnabled()
     press_keys(qtbot, win, Qt.Key_G, Qt.ControlModifier)
-    groups = list(win.bridge.session.groups)
+    groups = list(win.session.groups)
     assert [g.members for g in groups] == [("br_a_out", "br_b_out", "br_c_out", "cat1_out")]
     # the Concat turns green, its badge disappears, its input edges are no longer highlighted
     assert win.scene.nodes["cat1"].fill.name() == GREEN
@@ -196,7 +200,7 @@ def test_rubber_band_ctrl_g_shares_and_concat_turns_green(qtbot, win, model):
     assert win.groups_panel.tree.topLevelItemCount() == 1
     row = win.groups_panel.rows[0]
     assert row.worst_bits == pytest.approx(np.log2(6.0), abs=0.01)  # x*1 next to x*6
-    assert row.scale == pytest.approx(win.bridge.session.domains.scale_of("cat1_out"))
+    assert row.scale == pytest.approx(win.session.domains.scale_of("cat1_out"))
     assert "Shared 4 tensors" in win.statusBar().currentMessage()
     # the summary refreshes in the background and shows the change against the unedited model
     perf_settled(qtbot, win)
@@ -204,11 +208,11 @@ def test_rubber_band_ctrl_g_shares_and_concat_turns_green(qtbot, win, model):
     assert "was 3" in win.perf_summary.values["rescales"].text()
     row = win.groups_panel.rows[0]  # rebuilt with the new perf result
     if simulator() is not None:
-        assert win.bridge.perf.rescale_count == 1 and win.bridge.perf_baseline.rescale_count == 3
-        assert row.saved_us == pytest.approx(win.bridge.perf_baseline.rescale_cost_by_concat()["cat1"])
+        assert win.relay.perf().rescale_count == 1 and win.relay.perf(baseline=True).rescale_count == 3
+        assert row.saved_us == pytest.approx(win.relay.perf(baseline=True).rescale_cost_by_concat()["cat1"])
         assert row.saved_us > 0
-    qtbot.waitUntil(lambda: win.bridge.fidelity is not None
-                    and win.bridge.fidelity_revision == win.bridge.revision, timeout=20000)
+    qtbot.waitUntil(lambda: win.session.fidelity is not None
+                    and win.session.fidelity.revision == win.session.revision, timeout=20000)
     assert "y1:" in win.perf_summary.values["sqnr"].text()
 
 
@@ -217,52 +221,52 @@ def test_drag_selection_onto_concat_joins_its_group(qtbot, win, model):
     rubber_band(win, ["br_d", "br_e"])
     assert sorted(win.scene.selected_names()) == ["br_d", "br_e"]
     drag_node(win, "br_d", "cat2")  # the pressed node is selected: the whole selection is dragged
-    assert [g.members for g in win.bridge.session.groups] == [("br_d_out", "br_e_out", "cat2_out")]
+    assert [g.members for g in win.session.groups] == [("br_d_out", "br_e_out", "cat2_out")]
     assert win.scene.nodes["cat2"].fill.name() == GREEN and win.scene.nodes["cat2"].badge_texts == []
     assert sorted(win.scene.selected_names()) == ["br_d", "br_e"]  # a drag keeps the selection
     # a single node onto a Concat joins it too (its inputs and output come along)
     win.scene.clearSelection()
     drag_node(win, "br_c", "cat1")
-    g1 = win.bridge.session.groups.group_of("cat1_out")
+    g1 = win.session.groups.group_of("cat1_out")
     assert set(g1.members) == {"br_a_out", "br_b_out", "br_c_out", "cat1_out"}
     assert win.scene.nodes["cat1"].fill.name() == GREEN
     assert len(win.scene.hulls.hulls) == 2
     colours = {h.color.name() for h in win.scene.hulls.hulls.values()}
     assert len(colours) == 2  # one colour per group
-    assert win.undo_stack.count() == 2
+    assert win.stack.count == 2
 
 
 def test_drag_node_onto_node_shares_their_outputs(qtbot, win, model):
     open_settled(qtbot, win, model)
     drag_node(win, "br_b", "br_c")  # x*3 with x*6: only x*1 still needs a rescale at cat1
-    assert [g.members for g in win.bridge.session.groups] == [("br_b_out", "br_c_out")]
+    assert [g.members for g in win.session.groups] == [("br_b_out", "br_c_out")]
     assert concat(win, "cat1").rescales == 1
     assert win.scene.nodes["cat1"].badge_texts == ["+1 rescale"]
     # a click without moving is a selection, not a drop
     win.scene.clearSelection()
     qtbot.mouseClick(win.view.viewport(), Qt.LeftButton, Qt.NoModifier, at(win, "br_a"))
-    assert win.scene.selected_names() == ["br_a"] and win.undo_stack.count() == 1
+    assert win.scene.selected_names() == ["br_a"] and win.stack.count == 1
     # releasing over empty space changes nothing
     drag(win.view, at(win, "br_a"), at(win, "br_a") + QPoint(0, 60))
-    assert win.undo_stack.count() == 1 and not win.view.drag.pending
+    assert win.stack.count == 1 and not win.view.drag.pending
 
 
 def test_refused_share_changes_nothing_and_says_why(qtbot, win, model):
     open_settled(qtbot, win, model)
     before = state(win)
-    rev = win.bridge.revision
+    rev = win.session.revision
     drag_node(win, "relu2", "shape")  # Relu's output with Shape's int64 output
     assert "not quantized" in win.statusBar().currentMessage()
     assert "r2_shape" in win.statusBar().currentMessage()
-    assert win.bridge.revision == rev and len(win.bridge.session.groups) == 0
-    assert win.undo_stack.count() == 0 and not win.actions_by_name["undo"].isEnabled()
+    assert win.session.revision == rev and len(win.session.groups) == 0
+    assert win.stack.count == 0 and not win.actions_by_name["undo"].isEnabled()
     assert state(win) == before
     # Ctrl+G on a lone non-Concat node: nothing to tie it to
     win.scene.clearSelection()
     win.scene.nodes["br_a"].setSelected(True)
     press_keys(qtbot, win, Qt.Key_G, Qt.ControlModifier)
     assert "at least two tensors" in win.statusBar().currentMessage()
-    assert win.undo_stack.count() == 0 and state(win) == before
+    assert win.stack.count == 0 and state(win) == before
     assert not win.errors  # a refusal is a status message, not an error dialog
 
 
@@ -285,17 +289,17 @@ def test_undo_redo_restore_colours_and_numbers(qtbot, win, model):
     perf_settled(qtbot, win)
     assert state(win) == after
     # the history lists the edits; policy and march changes are undoable too
-    win.policy_combo.setCurrentIndex(win.policy_combo.findData("max-input"))
-    assert win.bridge.session.options.policy.value == "max-input"
-    win.march_combo.setCurrentText("nash-e")
-    assert win.bridge.session.options.march == "nash-e"
-    assert [win.undo_stack.text(i) for i in range(win.undo_stack.count())] == \
+    win.option_widgets.policy.setCurrentIndex(win.option_widgets.policy.findData("max-input"))
+    assert win.session.options.policy.value == "max-input"
+    win.option_widgets.march.setCurrentText("nash-e")
+    assert win.session.options.march == "nash-e"
+    assert [win.stack.texts()[i] for i in range(win.stack.count)] == \
         ["Join cat1", "Policy: max-input", "March: nash-e"]
     assert win.undo_view.model().rowCount() == 4  # plus the "<unedited model>" row
-    win.undo_stack.undo()
-    assert win.bridge.session.options.march == "bayes-e" and win.march_combo.currentText() == "bayes-e"
-    win.undo_stack.undo()
-    assert win.bridge.session.options.policy.value == "union" and win.policy_combo.currentData() == "union"
+    win.stack.undo()
+    assert win.session.options.march == "bayes-e" and win.option_widgets.march.currentText() == "bayes-e"
+    win.stack.undo()
+    assert win.session.options.policy.value == "union" and win.option_widgets.policy.currentData() == "union"
     perf_settled(qtbot, win)
     assert state(win) == after
 
@@ -303,28 +307,28 @@ def test_undo_redo_restore_colours_and_numbers(qtbot, win, model):
 def test_ungroup_and_remove_member(qtbot, win, model):
     open_settled(qtbot, win, model)
     drag_node(win, "br_c", "cat1")
-    gid = win.bridge.session.groups.group_of("cat1_out").id
+    gid = win.session.groups.group_of("cat1_out").id
     # selecting the group in the dock highlights its hull; Ctrl+Shift+G dissolves it
     win.groups_panel.select_group(gid)
     assert win.scene.hulls.highlighted == gid and win.scene.hulls.hulls[gid].emphasis == 1
     press_keys(qtbot, win, Qt.Key_G, Qt.ControlModifier | Qt.ShiftModifier)
-    assert len(win.bridge.session.groups) == 0 and not win.scene.hulls.hulls
+    assert len(win.session.groups) == 0 and not win.scene.hulls.hulls
     assert win.scene.nodes["cat1"].fill.name() == ORANGE
-    win.undo_stack.undo()
-    assert len(win.bridge.session.groups) == 1 and gid in win.scene.hulls.hulls
+    win.stack.undo()
+    assert len(win.session.groups) == 1 and gid in win.scene.hulls.hulls
     # remove one member from the canvas context menu of its producer
     win.view.centerOn(win.scene.nodes["br_a"])
     win.view.contextRequested.emit("br_a", win.view.viewport().mapToGlobal(at(win, "br_a")))
-    acts = {a.text(): a for a in win.context_menu.actions()}
+    acts = {a.text(): a for a in win.edits.context_menu.actions()}
     acts[f"Remove br_a_out from group {gid}"].trigger()
-    win.context_menu.close()
-    assert set(win.bridge.session.groups.get(gid).members) == {"br_b_out", "br_c_out", "cat1_out"}
+    win.edits.context_menu.close()
+    assert set(win.session.groups.get(gid).members) == {"br_b_out", "br_c_out", "cat1_out"}
     assert concat(win, "cat1").rescales == 1
     # and from the Groups dock (member row, context-menu signal)
     win.groups_panel.removeMemberRequested.emit(gid, "br_b_out")
-    assert set(win.bridge.session.groups.get(gid).members) == {"br_c_out", "cat1_out"}
+    assert set(win.session.groups.get(gid).members) == {"br_c_out", "cat1_out"}
     # the undone Ungroup was dropped from the stack by the new edits
-    assert [win.undo_stack.text(i) for i in range(win.undo_stack.count())] == \
+    assert [win.stack.texts()[i] for i in range(win.stack.count)] == \
         ["Join cat1", f"Remove br_a_out from group {gid}", f"Remove br_b_out from group {gid}"]
 
 
@@ -338,18 +342,18 @@ def test_auto_share_on_the_demos_removes_the_expected_rescales(qtbot, win, tmp_p
     p = tmp_path / f"{demo}.onnx"
     onnx.save(build_attention_demo() if demo == "attention" else build_yolo_neck_demo(), str(p))
     open_settled(qtbot, win, p)
-    cats = {c.node: c.rescales for c in win.bridge.concats}
+    cats = {c.node: c.rescales for c in win.relay.concats()}
     if demo == "attention":
         # k and v join 3x3/7x7/9x9 windows: sharing costs 2.3-2.7 bits, over the default 1
         assert cats == {"attn/k_cat": 2, "attn/v_cat": 2}
-        win.autoshare_bits.setValue(1.0)
+        win.option_widgets.bits.setValue(1.0)
         win.actions_by_name["autoshare"].trigger()
         rep = win.last_autoshare
         assert rep.grouped == [] and sorted(c for c, _ in rep.skipped) == ["attn/k_cat", "attn/v_cat"]
         assert all("bits > 1" in why for _, why in rep.skipped)
-        assert win.undo_stack.count() == 0  # nothing grouped, nothing to undo
+        assert win.stack.count == 0  # nothing grouped, nothing to undo
         assert "0 Concats shared" in win.statusBar().currentMessage()
-        win.autoshare_bits.setValue(3.0)
+        win.option_widgets.bits.setValue(3.0)
         win.actions_by_name["autoshare"].trigger()
         assert sorted(win.last_autoshare.grouped) == ["attn/k_cat", "attn/v_cat"]
         expect = {"attn/k_cat": 0, "attn/v_cat": 0}
@@ -359,18 +363,20 @@ def test_auto_share_on_the_demos_removes_the_expected_rescales(qtbot, win, tmp_p
         rep = win.last_autoshare
         assert [c for c, _ in rep.skipped] == ["model.14/head_cat"]
         expect = {n: (cats[n] if n == "model.14/head_cat" else 0) for n in cats}
-    got = {c.node: c.rescales for c in win.bridge.concats}
+    got = {c.node: c.rescales for c in win.relay.concats()}
     assert got == expect
     for n, r in got.items():
         item = win.scene.nodes[n]
         assert (item.badge_texts == []) == (r == 0)
         if r == 0:
             assert item.fill.name() == GREEN
-    assert len(win.scene.hulls.hulls) == len(win.bridge.session.groups) > 0
-    assert win.undo_stack.count() == 1 and win.undo_stack.text(0).startswith("Auto-share")
+    assert len(win.scene.hulls.hulls) == len(win.session.groups) > 0
+    # the threshold is an option like any other: its change is an undo step of its own
+    assert win.stack.texts() == (["Auto-share threshold: 3 bits", "Auto-share (≤ 3 bits)"] if demo == "attention"
+                                 else ["Auto-share (≤ 1 bits)"])
     assert win.report_dialogs and "auto-share" in win.report_dialogs[-1].text.toPlainText()
-    win.undo_stack.undo()
-    assert {c.node: c.rescales for c in win.bridge.concats} == cats
+    win.stack.undo()
+    assert {c.node: c.rescales for c in win.relay.concats()} == cats
 
 
 # -- export ---------------------------------------------------------------------------------------------
@@ -411,7 +417,7 @@ def test_export_writes_files_onnx_checker_accepts(qtbot, win, model, tmp_path, m
     # the same bytes as the CLI's writers, from the same functions
     from qtquant.plan import plan_dict
 
-    assert plan == json.loads(json.dumps(plan_dict(win.bridge.session)))
+    assert plan == json.loads(json.dumps(plan_dict(win.session)))
     # an unwritable destination becomes an error dialog with a one-line message
     win.settings.setValue("export/folder", str(tmp_path / "missing"))
     n = len(win.errors)
@@ -431,15 +437,17 @@ def test_project_round_trips_with_cached_statistics(qtbot, make_win, prompts, mo
     w1 = make_win()
     open_settled(qtbot, w1, model)
     drag_node(w1, "br_c", "cat1")
-    w1.policy_combo.setCurrentIndex(w1.policy_combo.findData("max-input"))
-    w1.autoshare_bits.setValue(2.5)
+    w1.option_widgets.policy.setCurrentIndex(w1.option_widgets.policy.findData("max-input"))
+    w1.option_widgets.bits.setValue(2.5)
     assert w1.isWindowModified()
     proj = tmp_path / "work.qtquant"
     assert w1.projects.save_to(proj)
-    assert proj.is_file() and (tmp_path / "work.stats").is_dir()
-    assert not w1.isWindowModified() and w1.undo_stack.isClean()
+    assert proj.is_file()
+    statistics_written(qtbot, w1)  # in the background, not on the GUI thread
+    assert (tmp_path / "work.stats").is_dir()
+    assert not w1.isWindowModified() and w1.stack.clean
     assert w1.windowTitle().startswith("work.qtquant")
-    groups = [g.members for g in w1.bridge.session.groups]
+    groups = [g.members for g in w1.session.groups]
     # a second window opens it by drag and drop: groups, options, statistics (no calibration)
     w2 = make_win()
     md = QMimeData()
@@ -447,15 +455,15 @@ def test_project_round_trips_with_cached_statistics(qtbot, make_win, prompts, mo
     with qtbot.waitSignal(w2.controller.modelLoaded, timeout=20000):
         w2.dropEvent(QDropEvent(QPointF(10, 10), Qt.CopyAction, md, Qt.LeftButton, Qt.NoModifier))
     settle(qtbot, w2)
-    s2 = w2.bridge.session
+    s2 = w2.session
     assert [g.members for g in s2.groups] == groups
-    assert s2.options.policy.value == "max-input" and w2.policy_combo.currentData() == "max-input"
-    assert s2.options.max_bits_lost == 2.5 and w2.autoshare_bits.value() == 2.5
+    assert s2.options.policy.value == "max-input" and w2.option_widgets.policy.currentData() == "max-input"
+    assert s2.options.max_bits_lost == 2.5 and w2.option_widgets.bits.value() == 2.5
     assert w2.projects.last_report.stats_from_cache
     assert not any(j.kind == "calibrate" for j in w2.jobs.history)
-    assert s2.calibration.ranges == w1.bridge.session.calibration.ranges
+    assert s2.calibration.ranges == w1.session.calibration.ranges
     assert w2.scene.nodes["cat1"].fill.name() == GREEN and len(w2.scene.hulls.hulls) == 1
-    assert w2.projects.path == proj and not w2.isWindowModified() and w2.undo_stack.count() == 0
+    assert w2.projects.path == proj and not w2.isWindowModified() and w2.stack.count == 0
     # the model changes: the window warns and offers to re-map the groups by tensor name
     edit_model(model, k_e=5.0)
     prompts["answers"] = [QMessageBox.Yes]
@@ -463,13 +471,13 @@ def test_project_round_trips_with_cached_statistics(qtbot, make_win, prompts, mo
         w2.open_project(proj)
     settle(qtbot, w2)
     assert prompts["asked"][-1][0] == "The model changed"
-    assert [g.members for g in w2.bridge.session.groups] == groups
+    assert [g.members for g in w2.session.groups] == groups
     assert w2.projects.modified  # re-mapped: the project file no longer matches the model
     prompts["answers"] = [QMessageBox.Discard, QMessageBox.No]  # discard the re-map, drop the groups
     with qtbot.waitSignal(w2.controller.modelLoaded, timeout=20000):
         w2.open_project(proj)
     settle(qtbot, w2)
-    assert len(w2.bridge.session.groups) == 0 and not w2.scene.hulls.hulls
+    assert len(w2.session.groups) == 0 and not w2.scene.hulls.hulls
 
 
 def test_closing_with_unsaved_changes_prompts(qtbot, win, prompts, model, tmp_path):
@@ -493,7 +501,7 @@ def test_closing_with_unsaved_changes_prompts(qtbot, win, prompts, model, tmp_pa
     assert target.is_file() and json.loads(target.read_text())["groups"]
     # undoing back to the saved state is clean again; Discard closes without writing
     win.show()
-    win.undo_stack.undo()
+    win.stack.undo()
     assert win.isWindowModified()
     prompts["answers"] = [QMessageBox.Discard]
     mtime = target.stat().st_mtime_ns
@@ -511,13 +519,13 @@ def test_latency_overlay_follows_edits(qtbot, win, model):
     open_settled(qtbot, win, model)
     perf_settled(qtbot, win)
     win.set_overlay("latency")
-    us = node_us(win.bridge.perf)["cat1"]  # a mismatched channel Concat: a copy plus two rescales
+    us = node_us(win.relay.perf())["cat1"]  # a mismatched channel Concat: a copy plus two rescales
     assert us > 0 and fmt_us(us) in win.scene.nodes["cat1"].badge_texts
     drag_node(win, "br_c", "cat1")
     perf_settled(qtbot, win)
-    assert node_us(win.bridge.perf)["cat1"] == 0  # done in place now
+    assert node_us(win.relay.perf())["cat1"] == 0  # done in place now
     assert not any(t.endswith("µs") for t in win.scene.nodes["cat1"].badge_texts)
-    win.undo_stack.undo()
+    win.stack.undo()
     perf_settled(qtbot, win)
     assert fmt_us(us) in win.scene.nodes["cat1"].badge_texts
 
@@ -535,7 +543,7 @@ def test_escape_cancels_a_drag_and_the_dock_menu_ungroups(qtbot, win, model):
     assert any(it.zValue() == 3 for it in win.scene.items())  # the dashed link follows the cursor
     qtbot.keyClick(view, Qt.Key_Escape)
     _send(view, QEvent.MouseButtonRelease, b, Qt.NoButton)
-    assert len(win.bridge.session.groups) == 0 and win.undo_stack.count() == 0
+    assert len(win.session.groups) == 0 and win.stack.count == 0
     assert not any(it.zValue() == 3 for it in win.scene.items())
     # the Groups dock's context menu: Ungroup on a group row
     drag_node(win, "br_c", "cat1")
@@ -545,7 +553,7 @@ def test_escape_cancels_a_drag_and_the_dock_menu_ungroups(qtbot, win, model):
     acts = {a.text(): a for a in win.groups_panel.menu.actions()}
     win.groups_panel.menu.close()
     next(a for t, a in acts.items() if t.startswith("Ungroup")).trigger()
-    assert len(win.bridge.session.groups) == 0 and tree.topLevelItemCount() == 0
+    assert len(win.session.groups) == 0 and tree.topLevelItemCount() == 0
 
 
 def test_hull_shape_is_one_region_around_its_members():
@@ -576,8 +584,8 @@ def test_broken_project_is_a_one_line_error_and_the_entry_point_opens_projects(q
     bad.write_text("{not json")
     win.open_project(bad)
     qtbot.waitUntil(lambda: bool(win.errors), timeout=20000)
-    assert "not a readable qtquant project" in win.errors[-1][1] and "\n" not in win.errors[-1][1]
-    assert win.bridge.session is None  # nothing half-open
+    assert "bad.qtquant" in win.errors[-1][1] and "\n" not in win.errors[-1][1]
+    assert win.session is None  # nothing half-open
     open_settled(qtbot, win, model)
     assert win.projects.path is None and win.windowTitle().startswith("edit.onnx")  # not the failed project
     # a good project through `qtquant PROJECT.qtquant`
@@ -585,6 +593,7 @@ def test_broken_project_is_a_one_line_error_and_the_entry_point_opens_projects(q
     drag_node(win, "br_c", "cat1")
     proj = tmp_path / "p.qtquant"
     assert win.projects.save_to(proj)
+    statistics_written(qtbot, win)
     QSettings.setPath(QSettings.IniFormat, QSettings.UserScope, str(tmp_path / "config"))
     QSettings.setPath(QSettings.NativeFormat, QSettings.UserScope, str(tmp_path / "config"))
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
@@ -594,9 +603,9 @@ def test_broken_project_is_a_one_line_error_and_the_entry_point_opens_projects(q
     class App:  # stands in for the event loop
         def exec(self):
             w = [x for x in real.topLevelWidgets() if isinstance(x, MainWindow) and x.isVisible() and x is not win][-1]
-            qtbot.waitUntil(lambda: w.bridge.ready and w.scene.spec is not None and not w.controller.busy,
+            qtbot.waitUntil(lambda: w.relay.ready and w.scene.spec is not None and not w.controller.busy,
                             timeout=30000)
-            seen.append(([g.members for g in w.bridge.session.groups], w.projects.path))
+            seen.append(([g.members for g in w.session.groups], w.projects.path))
             w.close()
             return 0
 

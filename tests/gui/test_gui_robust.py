@@ -48,7 +48,7 @@ def make_win(qtbot, tmp_path, prompts, rec_dir):
 
     yield make
     for w in made:
-        w.undo_stack.setClean()  # teardown closes the windows: no save prompt
+        w.stack.set_clean()  # teardown closes the windows: no save prompt
         w.projects.remapped = False
         w.controller.shutdown()
 
@@ -72,7 +72,7 @@ def crash(win):
 
 
 def groups(win):
-    s = win.bridge.session
+    s = win.session
     return [sorted(g.members) for g in s.groups] if s is not None else None
 
 
@@ -91,11 +91,11 @@ def test_autosave_after_an_edit_and_restore_after_a_crash(qtbot, make_win, model
 
     prompts["answers"] = [QMessageBox.Open]
     w2 = make_win("settings.ini")
-    qtbot.waitUntil(lambda: groups(w2) == [CAT1] and w2.bridge.ready, timeout=20000)
+    qtbot.waitUntil(lambda: groups(w2) == [CAT1] and w2.relay.ready, timeout=20000)
     assert prompts["asked"][0][0] == "Recover unsaved changes"
     assert "1 group(s)" in prompts["asked"][0][1]
     assert w2.recovery.restored
-    assert w2.bridge.session.calibration is not None and not w2.controller.calibrating  # from the cache
+    assert w2.session.calibration is not None and not w2.controller.calibrating  # from the cache
     assert w2.projects.modified and w2.projects.path is None  # unsaved, and Save never targets the autosave
     assert "edit.onnx" in w2.windowTitle()
     settle(qtbot, w2)
@@ -118,8 +118,8 @@ def test_saving_a_restored_state_removes_the_autosave(qtbot, make_win, model, pr
     prompts["answers"] = [QMessageBox.Open]
     w2 = make_win(offer_recovery=False)
     assert w2.recovery.offer()
-    qtbot.waitUntil(lambda: groups(w2) == [CAT1] and w2.bridge.ready, timeout=20000)
-    assert w2.undo_stack.isClean() and w2.projects.modified  # unsaved without an undo entry
+    qtbot.waitUntil(lambda: groups(w2) == [CAT1] and w2.relay.ready, timeout=20000)
+    assert w2.stack.clean and w2.projects.modified  # unsaved without an undo entry
     assert w2.projects.save_to(tmp_path / "saved.qtquant")
     assert not w2.projects.modified and not w2.recovery.pending()
 
@@ -129,9 +129,9 @@ def test_save_undo_and_clean_close_remove_the_autosave(qtbot, make_win, model, r
     open_settled(qtbot, w, model)
     w.editor.share_nodes(["cat1"])
     assert w.recovery.autosave() and w.recovery.pending()
-    w.undo_stack.undo()  # back to the unedited model: nothing to recover
+    w.stack.undo()  # back to the unedited model: nothing to recover
     assert not w.recovery.pending()
-    w.undo_stack.redo()
+    w.stack.redo()
     assert w.recovery.autosave() and w.recovery.pending()
     assert w.projects.save_to(tmp_path / "p.qtquant")  # saved: nothing to recover
     assert not w.recovery.pending()
@@ -140,7 +140,7 @@ def test_save_undo_and_clean_close_remove_the_autosave(qtbot, make_win, model, r
     assert w.recovery.autosave()
     meta = w.recovery.meta()
     assert meta["project"].endswith("p.qtquant") and meta["groups"] == 2
-    w.undo_stack.setClean()
+    w.stack.set_clean()
     w.close()
     assert not w.recovery.pending()
 
@@ -156,7 +156,7 @@ def test_offer_discard_deletes_cancel_keeps(qtbot, make_win, model, prompts, rec
     assert w2.recovery.offer() is False and w2.recovery.pending()  # kept for the next start
     prompts["answers"] = [QMessageBox.Discard]
     assert w2.recovery.offer() is False and not w2.recovery.pending()
-    assert w2.bridge.session is None
+    assert w2.session is None
     assert w2.recovery.offer() is False and len(prompts["asked"]) == 2  # nothing left to offer
 
 
@@ -173,7 +173,7 @@ def test_restore_of_a_vanished_model_is_an_error_dialog(qtbot, make_win, model, 
     qtbot.waitUntil(lambda: bool(w2.errors), timeout=10000)
     title, msg, _ = w2.errors[0]
     assert "\n" not in msg and "Traceback" not in msg
-    assert w2.bridge.session is None and w2.recovery.pending()  # the file stays for another try
+    assert w2.session is None and w2.recovery.pending()  # the file stays for another try
 
 
 def test_windows_on_other_settings_never_autosave(qtbot, tmp_path, monkeypatch):
@@ -250,15 +250,15 @@ def test_onnxruntime_raising_mid_calibration(qtbot, make_win, model, monkeypatch
     assert "onnxruntime failed on synthetic sample" in msg and "RUNTIME_EXCEPTION" in msg  # the core's own error
     assert w.error_dialogs and w.error_dialogs[-1].isVisible()  # the dialog, not a traceback
     qtbot.waitUntil(lambda: not w.controller.busy, timeout=10000)
-    assert w.bridge.session.calibration is None and not w.bridge.ready  # nothing half-calibrated applied
-    assert not w.controller.calibrating and not w.progress.isVisible()
+    assert w.session.calibration is None and not w.relay.ready  # nothing half-calibrated applied
+    assert not w.controller.calibrating and not w.progress.bar.isVisible()
     assert w.scene.nodes.get("cat1") is not None  # the canvas is still there
     # Still usable: the fault gone, calibrating again works.
     undo()
     w.error_dialogs[-1].close()
     w.controller.calibrate()
     settle(qtbot, w)
-    assert w.bridge.concat("cat1").rescales == 2
+    assert w.relay.concat("cat1").rescales == 2
 
 
 @pytest.mark.parametrize("point", [0, 1, 3, 4])
@@ -271,22 +271,22 @@ def test_cancel_calibration_at_several_points(qtbot, make_win, model, monkeypatc
     w.controller.calibrationFinished.connect(stopped.append)
     if point == 0:
         qtbot.waitUntil(lambda: bool(w.jobs.active("calibrate")), timeout=20000)
-        qtbot.mouseClick(w.cancel_button, Qt.LeftButton)
+        qtbot.mouseClick(w.progress.cancel_button, Qt.LeftButton)
     else:
         qtbot.waitUntil(reached.is_set, timeout=20000)
-        qtbot.waitUntil(w.cancel_button.isVisible, timeout=5000)
-        qtbot.mouseClick(w.cancel_button, Qt.LeftButton)
+        qtbot.waitUntil(w.progress.cancel_button.isVisible, timeout=5000)
+        qtbot.mouseClick(w.progress.cancel_button, Qt.LeftButton)
         release.set()
     qtbot.waitUntil(lambda: stopped == [False], timeout=20000)
     job = [j for j in w.jobs.history if j.kind == "calibrate"][-1]
     assert job.status == "cancelled"
-    assert w.bridge.session.calibration is None  # even a finished result is dropped once cancelled
+    assert w.session.calibration is None  # even a finished result is dropped once cancelled
     assert not w.errors and not w.controller.calibrating
-    qtbot.waitUntil(lambda: not w.progress.isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: not w.progress.bar.isVisible(), timeout=5000)
     release.set()
     w.controller.calibrate()  # and it can run again
     settle(qtbot, w)
-    assert w.bridge.concat("cat1").rescales == 2
+    assert w.relay.concat("cat1").rescales == 2
 
 
 @pytest.mark.parametrize("kind", ["perf", "fidelity"])
@@ -311,20 +311,22 @@ def test_edit_while_a_job_runs_applies_only_the_newest(qtbot, make_win, model, m
         return r
 
     monkeypatch.setattr(ctl, "simulator" if kind == "perf" else "fidelity_measure", lambda *a: slow)
-    rev0 = w.bridge.revision
+    rev0 = w.session.revision
     (w.controller.refresh_perf if kind == "perf" else w.controller.refresh_fidelity)()
     qtbot.waitUntil(entered.is_set, timeout=10000)
     assert w.editor.share_nodes(["cat1"])  # the user edits while the job runs
-    rev1 = w.bridge.revision
+    rev1 = w.session.revision
     assert rev1 != rev0
-    attr = "perf_revision" if kind == "perf" else "fidelity_revision"
-    qtbot.waitUntil(lambda: getattr(w.bridge, attr) == rev1, timeout=20000)
-    newest = getattr(w.bridge, kind)
+    def result():
+        return getattr(w.session, kind)
+
+    qtbot.waitUntil(lambda: result() is not None and result().revision == rev1, timeout=20000)
+    newest = result()
     gate.set()  # the old job now finishes...
     qtbot.waitUntil(lambda: not w.controller.busy, timeout=20000)
     old = [j for j in w.jobs.history if j.kind == kind][-2]
     assert old.status in ("stale", "cancelled")  # ...and is dropped
-    assert getattr(w.bridge, attr) == rev1 and getattr(w.bridge, kind) is newest
+    assert result() is newest and not w.session.is_stale(newest)
     assert not w.errors
 
 
@@ -352,7 +354,7 @@ def test_opening_a_second_model_while_the_first_calibrates(qtbot, make_win, mode
     second = other_model(tmp_path / "other.onnx")
     w.open_model(second, calib=CalibConfig(count=4))
     # Not settle(): the first job still holds a worker, so the controller stays busy until released.
-    qtbot.waitUntil(lambda: w.bridge.ready and w.bridge.graph.path == second and w.scene.spec is not None
+    qtbot.waitUntil(lambda: w.relay.ready and w.session.graph.path == second and w.scene.spec is not None
                     and w.scene.spec is w.controller.spec, timeout=20000)
     assert [j.status for j in w.jobs.history if j.kind == "calibrate"][0] == "running"  # still in flight
     release.set()  # the first calibration completes after the switch
@@ -360,9 +362,9 @@ def test_opening_a_second_model_while_the_first_calibrates(qtbot, make_win, mode
     first_job = [j for j in w.jobs.history if j.kind == "calibrate"][0]
     assert first_job.status in ("stale", "cancelled")
     assert [p.name for p in calls] == ["edit.onnx", "other.onnx"]
-    assert w.controller.path == second and w.bridge.graph.path == second
+    assert w.controller.path == second and w.session.graph.path == second
     assert set(w.scene.nodes) >= {"other_mul", "other_relu"} and "cat1" not in w.scene.nodes
-    assert set(w.bridge.session.calibration.ranges) <= set(w.bridge.graph.tensors)  # the second model's
+    assert set(w.session.calibration.ranges) <= set(w.session.graph.tensors)  # the second model's
     assert "other.onnx" in w.windowTitle() and not w.errors
 
 
@@ -377,7 +379,7 @@ def test_corrupt_model_gives_the_error_dialog(qtbot, make_win, model, tmp_path, 
     qtbot.waitUntil(lambda: bool(w.errors), timeout=20000)
     one_line(w)
     assert w.error_dialogs and w.error_dialogs[-1].isVisible()
-    assert w.bridge.session is None and w.controller.path is None
+    assert w.session is None and w.controller.path is None
     open_settled(qtbot, w, model)  # usable afterwards
     assert "cat1" in w.scene.nodes
 
@@ -390,19 +392,19 @@ def test_bad_project_gives_the_error_dialog(qtbot, make_win, model, tmp_path, co
     w.editor.share_nodes(["cat1"])
     p = tmp_path / "bad.qtquant"
     p.write_text(content)
-    w.undo_stack.setClean()
+    w.stack.set_clean()
     w.open_project(p, ask=False)
     qtbot.waitUntil(lambda: bool(w.errors), timeout=20000)
     one_line(w)
     # The open model stays, with its groups, and the window is not renamed after the bad file.
-    assert w.bridge.graph.path == model and groups(w) == [CAT1]
+    assert w.session.graph.path == model and groups(w) == [CAT1]
     assert w.projects.path is None and "bad" not in w.windowTitle()
 
 
 # -- the scene is built in slices ---------------------------------------------------------------------
 def test_scene_builds_in_slices_and_a_newer_model_drops_a_half_built_one(qtbot, make_win, model, monkeypatch,
                                                                           tmp_path):
-    import qtquant.gui.mainwindow as mw
+    import qtquant.gui.canvasview as mw
     from qtquant.gui.canvas import GraphScene
 
     real = GraphScene.build_steps
@@ -410,7 +412,7 @@ def test_scene_builds_in_slices_and_a_newer_model_drops_a_half_built_one(qtbot, 
     monkeypatch.setattr(GraphScene, "build_steps", lambda self, spec, chunk=400: real(self, spec, chunk=2))
     w = make_win()
     slices = []
-    w._build_timer.timeout.connect(lambda: slices.append(len(w.scene.nodes)))
+    w.canvas._build_timer.timeout.connect(lambda: slices.append(len(w.scene.nodes)))
     w.open_model(model, calib=CalibConfig(count=4))
     settle(qtbot, w)
     assert len(slices) >= 5 and slices == sorted(slices)  # built over several event-loop turns
@@ -418,12 +420,12 @@ def test_scene_builds_in_slices_and_a_newer_model_drops_a_half_built_one(qtbot, 
     assert w.scene.nodes["cat1"].badge_texts == ["+2 rescale"]  # looks applied once complete
 
     second = other_model(tmp_path / "other.onnx")
-    built, real_built = [], w._scene_built
-    monkeypatch.setattr(w, "_scene_built", lambda spec: (built.append(spec), real_built(spec)))
-    w._build_timer.setInterval(200)  # ~15 slices: seconds, while the second model loads in milliseconds
+    built = []
+    w.canvas.built.connect(built.append)
+    w.canvas._build_timer.setInterval(200)  # ~15 slices: seconds, while the second model loads in milliseconds
     with qtbot.waitSignal(w.controller.layoutReady, timeout=20000) as first:
         w.open_model(model, calib=CalibConfig(count=4))
-    assert w._build is not None and w.scene.spec is None  # half built...
+    assert w.canvas._build is not None and w.scene.spec is None  # half built...
     w.open_model(second, calib=CalibConfig(count=4))  # ...when another model opens
     settle(qtbot, w)
     assert first.args[0] not in built and len(built) == 1  # the first scene was never finished
@@ -456,10 +458,10 @@ def test_big_model_path_calibrates_in_a_child_process(qtbot, make_win, model):
     w.controller.child_process_nodes = 0
     w.open_model(model, calib=CalibConfig(count=4))
     settle(qtbot, w)
-    assert w.bridge.session.calibration.batches == ref.bridge.session.calibration.batches
-    assert w.bridge.session.calibration.ranges == ref.bridge.session.calibration.ranges
-    assert [(c.node, c.rescales) for c in w.bridge.concats] == [(c.node, c.rescales) for c in ref.bridge.concats]
-    assert w.bridge.fidelity is not None and w.bridge.fidelity.sqnr_db == ref.bridge.fidelity.sqnr_db
+    assert w.session.calibration.batches == ref.session.calibration.batches
+    assert w.session.calibration.ranges == ref.session.calibration.ranges
+    assert [(c.node, c.rescales) for c in w.relay.concats()] == [(c.node, c.rescales) for c in ref.relay.concats()]
+    assert w.session.fidelity is not None and w.session.fidelity.value.sqnr_db == ref.session.fidelity.value.sqnr_db
     assert not w.errors
 
 

@@ -33,7 +33,7 @@ def win(qtbot, tmp_path):
 @pytest.fixture
 def opened(qtbot, win, tmp_path):
     open_and_settle(qtbot, win, band_model(tmp_path / "bands.onnx"))
-    qtbot.waitUntil(lambda: win.bridge.perf is not None and not win.controller.busy, timeout=20000)
+    qtbot.waitUntil(lambda: win.relay.perf() is not None and not win.controller.busy, timeout=20000)
     return win
 
 
@@ -44,7 +44,7 @@ def _state(win):
 
 @pytest.mark.parametrize("mode", ["latency", "bits", "mismatch"])
 def test_fill_looks_in_steps_equals_compute_looks(opened, mode):
-    g, cs, perf = opened.bridge.graph, opened.bridge.concats, opened.bridge.perf
+    g, cs, perf = opened.session.graph, opened.relay.concats(), opened.relay.perf()
     whole = compute_looks(g, mode, cs, perf)
     looks = Looks()
     steps = sum(1 for _ in fill_looks(looks, g, mode, cs, perf, step=2))
@@ -77,7 +77,7 @@ def test_looks_computed_over_turns_end_as_in_one_pass(qtbot, opened, monkeypatch
     assert _state(win) != results["latency"]
     qtbot.waitUntil(lambda: not win.scene.looks_pending, timeout=10000)
     assert _state(win) == results["latency"]
-    assert len(turns) >= len(win.bridge.graph.nodes)
+    assert len(turns) >= len(win.session.graph.nodes)
     # A new overlay while one is being computed: the old computation is dropped.
     win.set_overlay("none")
     win.set_overlay("latency")
@@ -105,13 +105,13 @@ def test_direct_apply_looks_replaces_a_computation_under_way(qtbot, opened, monk
 
 def test_jobs_start_after_every_view_has_refreshed(qtbot, win, tmp_path):
     """On calibration the simulator and the fidelity check are submitted only once every
-    ``changed`` listener ran: a worker started earlier would take the GIL from them."""
+    ``calibrated`` listener ran: a worker started earlier would take the GIL from them."""
     seen = []
-    win.bridge.changed.connect(lambda k: seen.append((k, sorted(j.kind for j in win.jobs.active()))))
+    win.relay.calibrated.connect(lambda: seen.append(("calibrated", sorted(j.kind for j in win.jobs.active()))))
     settled = []
-    win.bridge.settled.connect(lambda k: settled.append(k))
+    win.relay.settled.connect(lambda k: settled.append(k))
     open_and_settle(qtbot, win, band_model(tmp_path / "bands.onnx"))
-    qtbot.waitUntil(lambda: win.bridge.perf is not None and not win.controller.busy, timeout=20000)
+    qtbot.waitUntil(lambda: win.relay.perf() is not None and not win.controller.busy, timeout=20000)
     cal = [kinds for k, kinds in seen if k == "calibrated"]
     assert cal and "perf" not in cal[0] and "fidelity" not in cal[0]
     assert "calibrated" in settled
@@ -120,11 +120,11 @@ def test_jobs_start_after_every_view_has_refreshed(qtbot, win, tmp_path):
 
 def test_search_completer_made_when_the_bar_opens(qtbot, opened):
     bar = opened.search_bar
-    bar.set_graph(opened.bridge.graph)
+    bar.set_graph(opened.session.graph)
     assert bar.edit.completer() is None or bar._completer_for is None
     bar.open()
     comp = bar.edit.completer()
-    assert comp is not None and bar._completer_for is opened.bridge.graph
+    assert comp is not None and bar._completer_for is opened.session.graph
     words = comp.model().stringList() if hasattr(comp.model(), "stringList") else []
     assert "cat_red" in words
 
@@ -154,7 +154,7 @@ def test_docks_keep_their_size_when_results_arrive(qtbot, win, tmp_path):
     win.controller.calibrationFinished.connect(
         lambda ok: resizes.append(win.view.viewport().size().toTuple()))
     open_and_settle(qtbot, win, band_model(tmp_path / "bands.onnx"))
-    qtbot.waitUntil(lambda: win.bridge.perf is not None and win.bridge.fidelity is not None
+    qtbot.waitUntil(lambda: win.relay.perf() is not None and win.session.fidelity is not None
                     and not win.controller.busy, timeout=20000)
     qtbot.wait(50)
     after = {k: d.size().toTuple() for k, d in win.docks.items() if d.isVisible()}
@@ -176,7 +176,7 @@ def test_simulation_after_calibration_waits_for_the_canvas(qtbot, win, tmp_path)
     assert not any(j.kind in ("perf", "fidelity") for j in win.jobs.history)
     assert win.controller.busy and not win.jobs.busy  # waiting, and says so
     state["busy"] = False
-    qtbot.waitUntil(lambda: win.bridge.perf is not None and win.bridge.fidelity is not None
+    qtbot.waitUntil(lambda: win.relay.perf() is not None and win.session.fidelity is not None
                     and not win.controller.busy, timeout=20000)
     # A new calibration while the canvas is still busy: still nothing started early.
     state["busy"] = True
@@ -207,7 +207,7 @@ def test_model_serialized_in_the_load_job_only(qtbot, win, tmp_path, monkeypatch
     win.controller.child_process_nodes = 1  # calibration in a child process too
     with qtbot.waitSignal(win.controller.calibrationFinished, timeout=30000):
         win.open_model(band_model(tmp_path / "bands.onnx"))
-    qtbot.waitUntil(lambda: win.bridge.fidelity is not None and not win.controller.busy, timeout=30000)
+    qtbot.waitUntil(lambda: win.session.fidelity is not None and not win.controller.busy, timeout=30000)
     assert len(made) >= 3 and made[0] is False and all(made[1:])  # load, calibration, fidelity
 
 

@@ -1,0 +1,102 @@
+"""Editing on the canvas and in the Groups dock: what is selected, what Share / Ungroup act on,
+and the canvas context menu.
+
+:class:`CanvasEditing` is given every widget it works with; the gestures themselves are
+:class:`~qtquant.gui.editing.Editor`'s, which turns them into commands.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QMenu
+from shiboken6 import isValid
+
+from .editing import node_outputs
+
+__all__ = ["CanvasEditing"]
+
+
+class CanvasEditing(QObject):
+    def __init__(self, relay, editor, scene, view, canvas, groups_panel, actions, parent=None):
+        super().__init__(parent)
+        self.relay, self.editor, self.scene, self.view = relay, editor, scene, view
+        self.canvas, self.groups_panel, self.actions = canvas, groups_panel, actions
+        self.context_menu: QMenu | None = None  # the last one shown (tests read it)
+        scene.selectionChanged.connect(self._selection_changed)
+        view.nodesDropped.connect(editor.drop)
+        view.contextRequested.connect(self.show_context_menu)
+        groups_panel.groupSelected.connect(self._group_selected)
+        groups_panel.ungroupRequested.connect(editor.ungroup)
+        groups_panel.removeMemberRequested.connect(editor.remove_member)
+        for sig in (relay.sessionReplaced, relay.calibrated, relay.groupsChanged):
+            sig.connect(self.update_actions)
+
+    # -- gestures --------------------------------------------------------------------------------
+    def share_selection(self) -> bool:
+        return self.editor.share_nodes(self.scene.selected_names())
+
+    def ungroup_ids(self) -> list[int]:
+        s = self.relay.session
+        if s is None:
+            return []
+        focus = self.canvas.group_focus
+        if focus is not None and s.groups.get(focus) is not None:
+            return [focus]
+        return self.editor.groups_of_nodes(self.scene.selected_names())
+
+    def ungroup_selection(self) -> bool:
+        return self.editor.ungroup(self.ungroup_ids())
+
+    def auto_share(self):
+        s = self.relay.session
+        return self.editor.auto_share(s.options.max_bits_lost if s is not None else 1.0)
+
+    # -- state -----------------------------------------------------------------------------------
+    def update_actions(self, *_) -> None:
+        s = self.relay.session
+        self.actions.update_enabled(selection=s is not None and bool(self.scene.selected_names()),
+                                    ungroup=bool(self.ungroup_ids()))
+
+    def _selection_changed(self) -> None:
+        if not isValid(self.scene):  # the window is being destroyed: the scene goes first
+            return
+        if self.scene.selected_names():  # a canvas selection replaces the group picked in the dock
+            tree = self.groups_panel.tree
+            blocked = tree.blockSignals(True)
+            tree.clearSelection()
+            tree.blockSignals(blocked)
+            self.canvas.group_focus = None
+            self.scene.hulls.highlight(None)
+        self.update_actions()
+
+    def _group_selected(self, gid: int) -> None:
+        self.canvas.focus_group(None if gid < 0 else gid)
+        self.update_actions()
+
+    def show_context_menu(self, name: str, global_pos) -> None:
+        s = self.relay.session
+        if s is None:
+            return
+        A = self.actions.by_name
+        menu = QMenu(self.view)
+        g = s.graph
+        if len(self.scene.selected_names()) > 1:
+            menu.addAction(A["share"])
+        elif name in g.nodes and g.nodes[name].op_type == "Concat":
+            # The key is shown, not bound: a second action on Ctrl+G would make the key ambiguous.
+            shown = A["share"].shortcut().toString()
+            menu.addAction(f"Share this Concat's inputs and output\t{shown}", self.share_selection)
+        for t in node_outputs(g, name) if name else []:
+            gr = s.groups.group_of(t)
+            if gr is not None:
+                menu.addAction(f"Remove {t} from group {gr.id}",
+                               lambda gid=gr.id, t=t: self.editor.remove_member(gid, t))
+        if self.ungroup_ids():
+            menu.addAction(A["ungroup"])
+        if menu.actions():
+            menu.addSeparator()
+        menu.addAction(A["autoshare"])
+        if self.context_menu is not None:
+            self.context_menu.deleteLater()
+        self.context_menu = menu
+        menu.popup(global_pos)

@@ -1,0 +1,120 @@
+"""Opening models and projects from the window: the open dialog (settings remembered per
+model), the demo, recalibration with other data, Open Recent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QFileDialog
+
+from ..errors import QtQuantError
+from .dialogs import ModelSettings, OpenDialog, calib_config, model_inputs, needs_shapes
+from .projects import PROJECT_SUFFIX
+
+__all__ = ["ModelOpener", "MAX_RECENT"]
+
+MAX_RECENT = 10
+
+
+class ModelOpener(QObject):
+    def __init__(self, controller, projects, settings, messages, recent_menu, parent=None):
+        super().__init__(parent)
+        self.controller, self.projects, self.settings, self.messages = controller, projects, settings, messages
+        self.model_settings = ModelSettings(settings)
+        self.recent_menu = recent_menu
+        projects.saved.connect(self.add_recent)
+        self._rebuild_recent()
+
+    def open_model(self, path, input_shapes=None, calib=None):
+        """Open ``path`` with explicit shapes/calibration (no dialog).  Returns the load job."""
+        return self.controller.open_model(path, input_shapes, calib)
+
+    def request_open(self, path, ask: bool | None = None) -> bool:
+        """Open with remembered settings; ask first when ``ask`` or when shapes are unresolved."""
+        path = Path(path)
+        if path.suffix.lower() == PROJECT_SUFFIX:
+            return self.open_project(path) is not None
+        if not self.projects.maybe_save():
+            return False
+        rem = self.model_settings.load(path)
+        if ask is None:
+            ask = needs_shapes(model_inputs(path)) and not rem.get("shapes")
+        values = rem
+        if ask and self.messages.show_dialogs:
+            dlg = OpenDialog(path, rem, self.messages.widget)
+            if dlg.exec() != OpenDialog.Accepted:
+                return False
+            values = dlg.values()
+            self.model_settings.save(path, values)
+        shapes = {k: tuple(int(x) for x in v.lower().split("x")) for k, v in values.get("shapes", {}).items()}
+        self.open_model(path, shapes, calib_config(values.get("calib", {})))
+        return True
+
+    def open_project(self, path, ask: bool = True):
+        """Open a ``.qtquant`` project (after the unsaved-changes prompt when ``ask``)."""
+        if ask and not self.projects.maybe_save():
+            return None
+        return self.projects.open(path)
+
+    def _start_folder(self) -> str:
+        p = self.projects.path or self.controller.path
+        return str(p.parent) if p else str(Path.home())
+
+    def open_dialog(self) -> None:
+        p, _ = QFileDialog.getOpenFileName(self.messages.widget, "Open ONNX model", str(self.controller.path.parent)
+                                           if self.controller.path else str(Path.home()),
+                                           "ONNX models (*.onnx);;All files (*)")
+        if p:
+            self.request_open(p, ask=True)
+
+    def open_project_dialog(self) -> None:
+        if not self.projects.maybe_save():
+            return
+        p, _ = QFileDialog.getOpenFileName(self.messages.widget, "Open project", self._start_folder(),
+                                           f"qtquant projects (*{PROJECT_SUFFIX});;All files (*)")
+        if p:
+            self.open_project(p, ask=False)
+
+    def open_demo(self) -> None:
+        from ..demo import demo_model_path
+
+        try:
+            self.request_open(demo_model_path(), ask=False)
+        except (OSError, QtQuantError) as e:
+            self.messages.error("Cannot write the demo model", str(e))
+
+    def calibrate_dialog(self) -> None:
+        path = self.controller.path
+        if path is None or self.controller.session is None:
+            return
+        rem = self.model_settings.load(path)
+        dlg = OpenDialog(path, rem, self.messages.widget, shapes_editable=False, title="Calibrate")
+        if dlg.exec() != OpenDialog.Accepted:
+            return
+        values = dlg.values()
+        values["shapes"] = rem.get("shapes", values["shapes"])
+        self.model_settings.save(path, values)
+        self.controller.calibrate(calib_config(values["calib"]))
+
+    # -- recent files ---------------------------------------------------------------------------
+    def recent_files(self) -> list[str]:
+        v = self.settings.value("recent", [])
+        if isinstance(v, str):
+            v = [v]
+        return [p for p in (v or []) if p]
+
+    def add_recent(self, path) -> None:
+        p = str(Path(path).resolve())
+        rec = [p] + [r for r in self.recent_files() if r != p]
+        self.settings.setValue("recent", rec[:MAX_RECENT])
+        self._rebuild_recent()
+
+    def _rebuild_recent(self) -> None:
+        self.recent_menu.clear()
+        rec = self.recent_files()
+        for p in rec:
+            a = self.recent_menu.addAction(Path(p).name)
+            a.setToolTip(p)
+            a.triggered.connect(lambda checked=False, p=p: self.request_open(p))
+        self.recent_menu.setEnabled(bool(rec))
