@@ -86,7 +86,8 @@ def _child_ort(model: Path, data: Path, n: int, method: str) -> dict:
         cal.collect_data(Reader())
         data_ = cal.compute_data()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    ranges = {k: [float(np.asarray(v.range_value[0]).reshape(-1)[0]), float(np.asarray(v.range_value[1]).reshape(-1)[0])]
+    ranges = {k: [float(np.asarray(v.range_value[0]).reshape(-1)[0]),
+                  float(np.asarray(v.range_value[1]).reshape(-1)[0])]
               for k, v in data_.data.items()}
     return {"wall": wall, "cpu": cpu, "rss": _rss_mb(), "base_rss": base, "ranges": ranges}
 

@@ -126,7 +126,8 @@ def main(argv=None) -> int:
             results[label] = (r, m, q, secs)
 
     w = max(len(n) for n in names) + 10
-    head = f"{'variant':<14} {'rescales':>8} {'mismatched':>10} " + " ".join(f"{'SQNR ' + n + ' dB':>{w}}" for n in names)
+    head = (f"{'variant':<14} {'rescales':>8} {'mismatched':>10} "
+            + " ".join(f"{'SQNR ' + n + ' dB':>{w}}" for n in names))
     print()
     print(head + f" {'time s':>7}")
     print("-" * (len(head) + 8))

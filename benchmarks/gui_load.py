@@ -188,7 +188,8 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
     res = {
         "label": label, "nodes": len(win.bridge.graph.nodes), "items": len(spec.nodes), "edges": len(edges),
         "first_paint_s": t_paint - t0, "load_s": marks["loaded"] - t0, "layout_s": marks["layout"] - marks["loaded"],
-        "build_s": marks["built"] - marks["layout"], "paint_s": t_paint - marks["built"], "colours_s": t_colours - t0, "engine_s": lay.seconds,
+        "build_s": marks["built"] - marks["layout"], "paint_s": t_paint - marks["built"], "colours_s": t_colours - t0,
+        "engine_s": lay.seconds,
         "engine_x": lay.crossings, "igraph_s": ig_t, "igraph_x": ig_x, "pan_readable": pan_readable,
         "pan_fit": pan_fit, "fit_paint_ms": fit_paint, "fit_zoom": win.view.zoom,
     }

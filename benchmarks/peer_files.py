@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -145,7 +144,8 @@ def peer_python(root: Path, peer: str, install: bool, log) -> Path | None:
     log(f"{peer}: pip install {' '.join(PEER_PACKAGES[peer])} (this can take minutes)")
     r = subprocess.run([str(py), "-m", "pip", "install", "-q", *PEER_PACKAGES[peer]], capture_output=True, text=True)
     if r.returncode:
-        log(f"{peer}: pip install failed, skipped: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+        why = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode
+        log(f"{peer}: pip install failed, skipped: {why}")
         return None
     have = subprocess.run([str(py), "-c", f"import {PEER_IMPORT[peer]}"], capture_output=True, text=True)
     if have.returncode:

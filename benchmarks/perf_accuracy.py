@@ -75,11 +75,13 @@ def main(argv=None) -> int:
     rows.append(_row("yolov8n (zoo, 80 classes) @640", s, YOLO_X5["ms"], "compiler estimate; synthetic calib"))
 
     print(f"march {args.march}; estimates vs public figures (error = (sim - public) / public)\n")
-    print("| model | GMACs | simulated ms | public ms | error | DDR MB/frame | rescales (µs) | compute-bound share | note |")
+    print("| model | GMACs | simulated ms | public ms | error | DDR MB/frame | rescales (µs) "
+          "| compute-bound share | note |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         print(f"| {r['model']} | {r['gmacs']:.3f} | {r['sim_ms']:.3f} | {r['public_ms']:.2f} | {r['err']:+.0f}% | "
-              f"{r['ddr_mb']:.2f} | {r['rescales']} ({r['rescale_us']:.0f}) | {r['compute_share']:.0f}% | {r['note']} |")
+              f"{r['ddr_mb']:.2f} | {r['rescales']} ({r['rescale_us']:.0f}) | {r['compute_share']:.0f}% "
+              f"| {r['note']} |")
     cls = [r for r in rows if r["model"] in PUBLIC_X5_MS]
     mean_abs = sum(abs(r["err"]) for r in cls) / len(cls)
     print(f"\nclassification rows: mean |error| {mean_abs:.0f}%; every estimate is "

@@ -22,7 +22,8 @@ def test_derived_analyses_are_installed_and_equal_a_fresh_build(tmp_path):
     fresh = open_model(s.graph.path)
     fresh.set_calibration(res)
     share(fresh, ["c0_out", "c1_out", "cat1_out"])
-    assert [(c.node, c.ratio, c.rescales) for c in fresh.concats()] == [(c.node, c.ratio, c.rescales) for c in d.concats]
+    assert ([(c.node, c.ratio, c.rescales) for c in fresh.concats()]
+            == [(c.node, c.ratio, c.rescales) for c in d.concats])
     assert [(c.node, c.rescales) for c in fresh.concats(baseline=True)] == \
         [(c.node, c.rescales) for c in d.baseline_concats]
     assert sum(c.rescales for c in d.concats) < sum(c.rescales for c in d.baseline_concats)

@@ -129,7 +129,8 @@ def report(target: str) -> Tally:
     if out:
         with open(out, "a", encoding="utf-8") as f:
             f.write(json.dumps({"target": t.target, "cases": t.cases, "ok": t.ok, "errors": t.errors,
-                                "bad": t.bad, "misses": t.misses, "seconds": round(t.seconds, 2), "samples": t.samples}) + "\n")
+                                "bad": t.bad, "misses": t.misses, "seconds": round(t.seconds, 2),
+                                "samples": t.samples}) + "\n")
     return t
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
