@@ -169,6 +169,75 @@ def dead_relu_model(path, shared_fc=False):
     return path
 
 
+# -- models the GUI tests open --------------------------------------------------------------------
+# Concat name -> (gain of its second input, expected mismatch band)
+BAND_CATS = {"cat_equal": (1.0, 0), "cat_yellow": (1.5, 1), "cat_orange": (4.0, 2), "cat_red": (20.0, 3)}
+
+
+def band_model(path, hw=8, dynamic=False):
+    """x -> Mul(x, k) branches -> four Concats with ratios 1, 1.5, 4 and 20."""
+    nodes, inits = [], []
+
+    def mul(name, k):
+        inits.append(numpy_helper.from_array(np.array(k, np.float32), f"{name}_k"))
+        nodes.append(helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_out"], name=name))
+        return f"{name}_out"
+
+    a = mul("mul_a", 1.0)
+    outs = []
+    for cat, (k, _) in BAND_CATS.items():
+        b = mul(f"mul_{cat}", k)
+        nodes.append(helper.make_node("Concat", [a, b], [f"{cat}_out"], name=cat, axis=1))
+        nodes.append(helper.make_node("Relu", [f"{cat}_out"], [f"{cat}_y"], name=f"{cat}_relu"))
+        outs.append(helper.make_tensor_value_info(f"{cat}_y", TensorProto.FLOAT, None))
+    dims = [1, 3, "h", "w"] if dynamic else [1, 3, hw, hw]
+    g = helper.make_graph(nodes, "bands", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)], outs,
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def edit_model(path, k_e: float = 4.0):
+    """x -> Mul branches (1, 3, 6) -> Concat cat1; x -> Mul (0.5, ``k_e``) -> Concat cat2 -> Relu -> Reshape."""
+    nodes, inits = [], []
+
+    def mul(name, k):
+        inits.append(numpy_helper.from_array(np.array(k, np.float32), f"{name}_k"))
+        nodes.append(helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_out"], name=name))
+        return f"{name}_out"
+
+    a, b, c = mul("br_a", 1.0), mul("br_b", 3.0), mul("br_c", 6.0)
+    nodes.append(helper.make_node("Concat", [a, b, c], ["cat1_out"], name="cat1", axis=1))
+    nodes.append(helper.make_node("Relu", ["cat1_out"], ["y1"], name="relu1"))
+    d, e = mul("br_d", 0.5), mul("br_e", k_e)
+    nodes.append(helper.make_node("Concat", [d, e], ["cat2_out"], name="cat2", axis=1))
+    nodes.append(helper.make_node("Relu", ["cat2_out"], ["r2"], name="relu2"))
+    nodes.append(helper.make_node("Shape", ["r2"], ["r2_shape"], name="shape"))
+    nodes.append(helper.make_node("Reshape", ["r2", "r2_shape"], ["y2"], name="reshape"))
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y1", "y2")]
+    g = helper.make_graph(nodes, "edit", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          outs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def other_model(path):
+    """x -> Mul(2) -> Relu -> y: a second, unrelated model to open."""
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "k2")]
+    nodes = [helper.make_node("Mul", ["x", "k2"], ["m"], name="other_mul"),
+             helper.make_node("Relu", ["m"], ["y"], name="other_relu")]
+    g = helper.make_graph(nodes, "other", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
 # -- reference architectures ---------------------------------------------------------------------
 # Built with `onnx.helper` (random weights), and a synthetic graph.
 #

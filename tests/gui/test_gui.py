@@ -11,12 +11,13 @@ import threading
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QPoint, QSettings, Qt  # noqa: E402
 
+from builders import BAND_CATS as CATS  # noqa: E402
+from builders import band_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.gui.dialogs import ErrorDialog, ModelSettings, OpenDialog, calib_config  # noqa: E402
 from qtquant.gui.mainwindow import MainWindow  # noqa: E402
@@ -24,33 +25,6 @@ from qtquant.gui.overlays import node_bits  # noqa: E402
 from qtquant.app.views.perfdata import node_us, simulator  # noqa: E402
 from qtquant.gui.style import MISMATCH_BANDS, fmt_us, heat_color, mismatch_band, mismatch_color  # noqa: E402
 
-# Concat name -> (gain of its second input, expected band)
-CATS = {"cat_equal": (1.0, 0), "cat_yellow": (1.5, 1), "cat_orange": (4.0, 2), "cat_red": (20.0, 3)}
-
-
-def band_model(path, hw=8, dynamic=False):
-    """x -> Mul(x, k) branches -> four Concats with ratios 1, 1.5, 4 and 20."""
-    nodes, inits = [], []
-
-    def mul(name, k):
-        inits.append(numpy_helper.from_array(np.array(k, np.float32), f"{name}_k"))
-        nodes.append(helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_out"], name=name))
-        return f"{name}_out"
-
-    a = mul("mul_a", 1.0)
-    outs = []
-    for cat, (k, _) in CATS.items():
-        b = mul(f"mul_{cat}", k)
-        nodes.append(helper.make_node("Concat", [a, b], [f"{cat}_out"], name=cat, axis=1))
-        nodes.append(helper.make_node("Relu", [f"{cat}_out"], [f"{cat}_y"], name=f"{cat}_relu"))
-        outs.append(helper.make_tensor_value_info(f"{cat}_y", TensorProto.FLOAT, None))
-    dims = [1, 3, "h", "w"] if dynamic else [1, 3, hw, hw]
-    g = helper.make_graph(nodes, "bands", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)], outs,
-                          inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
 
 
 @pytest.fixture
@@ -356,7 +330,8 @@ def test_cancel_long_calibration_keeps_window_usable(qtbot, win, model):
         qtbot.mouseClick(win.progress.cancel_button, Qt.LeftButton)
     assert blocker.args == [False]
     qtbot.waitUntil(lambda: not win.jobs.busy, timeout=10000)
-    qtbot.waitUntil(lambda: not win.progress.bar.isVisible() and not win.progress.cancel_button.isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: not win.progress.bar.isVisible() and not win.progress.cancel_button.isVisible(),
+                    timeout=5000)
     assert not win.errors and not win.error_dialogs  # cancelling is not an error
     assert any("cancelled" in e for e in win.job_log.entries)
     # still usable: select, search, and a new calibration runs to the end

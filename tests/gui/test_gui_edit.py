@@ -12,7 +12,6 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("pytestqt")
 
@@ -20,6 +19,7 @@ from PySide6.QtCore import QEvent, QPoint, QPointF, QSettings, Qt  # noqa: E402
 from PySide6.QtGui import QColor, QMouseEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 
+from builders import edit_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.gui.mainwindow import MainWindow  # noqa: E402
 from qtquant.app.views.perfdata import simulator  # noqa: E402
@@ -27,32 +27,6 @@ from qtquant.gui.style import MISMATCH_BANDS  # noqa: E402
 
 GREEN = QColor(MISMATCH_BANDS[0][2]).name()
 ORANGE = QColor(MISMATCH_BANDS[2][2]).name()
-
-
-def edit_model(path, k_e: float = 4.0):
-    nodes, inits = [], []
-
-    def mul(name, k):
-        inits.append(numpy_helper.from_array(np.array(k, np.float32), f"{name}_k"))
-        nodes.append(helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_out"], name=name))
-        return f"{name}_out"
-
-    a, b, c = mul("br_a", 1.0), mul("br_b", 3.0), mul("br_c", 6.0)
-    nodes.append(helper.make_node("Concat", [a, b, c], ["cat1_out"], name="cat1", axis=1))
-    nodes.append(helper.make_node("Relu", ["cat1_out"], ["y1"], name="relu1"))
-    d, e = mul("br_d", 0.5), mul("br_e", k_e)
-    nodes.append(helper.make_node("Concat", [d, e], ["cat2_out"], name="cat2", axis=1))
-    nodes.append(helper.make_node("Relu", ["cat2_out"], ["r2"], name="relu2"))
-    nodes.append(helper.make_node("Shape", ["r2"], ["r2_shape"], name="shape"))
-    nodes.append(helper.make_node("Reshape", ["r2", "r2_shape"], ["y2"], name="reshape"))
-    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y1", "y2")]
-    g = helper.make_graph(nodes, "edit", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                          outs, inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
-
 
 
 @pytest.fixture

@@ -17,10 +17,11 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings, Qt  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
+from builders import edit_model, other_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.gui import recovery as recovery_mod  # noqa: E402
 from qtquant.gui.mainwindow import MainWindow  # noqa: E402
-from test_gui_edit import edit_model, settle  # noqa: E402
+from test_gui_edit import settle  # noqa: E402
 
 CAT1 = ["br_a_out", "br_b_out", "br_c_out", "cat1_out"]
 
@@ -328,22 +329,6 @@ def test_edit_while_a_job_runs_applies_only_the_newest(qtbot, make_win, model, m
     assert old.status in ("stale", "cancelled")  # ...and is dropped
     assert result() is newest and not w.session.is_stale(newest)
     assert not w.errors
-
-
-def other_model(path):
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "k2")]
-    nodes = [helper.make_node("Mul", ["x", "k2"], ["m"], name="other_mul"),
-             helper.make_node("Relu", ["m"], ["y"], name="other_relu")]
-    g = helper.make_graph(nodes, "other", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
 
 
 def test_opening_a_second_model_while_the_first_calibrates(qtbot, make_win, model, monkeypatch, tmp_path):

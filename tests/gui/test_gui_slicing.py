@@ -17,7 +17,8 @@ from qtquant.gui.overlays import Looks, compute_looks, fill_looks  # noqa: E402
 from qtquant.gui.style import RAMPS, heat_color  # noqa: E402
 from PySide6.QtGui import QColor  # noqa: E402
 
-from test_gui import band_model, open_and_settle  # noqa: E402
+from builders import band_model  # noqa: E402
+from test_gui import open_and_settle  # noqa: E402
 
 
 @pytest.fixture
