@@ -19,27 +19,15 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from . import childproc
 from .errors import BadInputError, Cancelled
 
-__all__ = ["FidelityWorker", "Snapshot"]
+if TYPE_CHECKING:
+    from .app.snapshot import Snapshot
 
-
-class Snapshot:
-    """What a fidelity request reads of a Session, fixed at one moment (on the GUI thread):
-    the worker thread that sends it must not read a session the next edit is changing."""
-
-    def __init__(self, session):
-        from .groups import GroupSet
-
-        self.graph = session.graph
-        self.calibration = session.calibration
-        self.options = session.options
-        self.revision = session.revision
-        self.groups = GroupSet(list(session.groups.groups), session.groups.next_id)
-        self.domains = session.domains
-        self.baseline_domains = session.baseline_domains
+__all__ = ["FidelityWorker"]
 
 
 @dataclass
@@ -132,7 +120,7 @@ class FidelityWorker:
         with self._lock:
             self._child.close()
 
-    def measure(self, snapshot, *, cancel=None, quantize_outputs: bool | None = None, output_mode=None):
+    def measure(self, snapshot: "Snapshot", *, cancel=None, quantize_outputs: bool | None = None, output_mode=None):
         """The Fidelity of ``snapshot``: a :class:`qtquant.app.Snapshot` taken where the session is
         edited (the GUI thread), or a session no one edits meanwhile."""
         from .fidelity import output_mode_of
