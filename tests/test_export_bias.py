@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from builders import dead_relu_model
 from qtquant.calib import CalibConfig
 from qtquant.domains import Policy
-from qtquant.export import qdq as qdq_mod
+from qtquant.export import weights as weights_mod
 from qtquant.export.qdq import INT32_MAX, build_qdq_model, export_qdq
 from qtquant.fidelity import sqnr_db
 from qtquant.app import open_model
@@ -102,7 +102,7 @@ def test_dead_relu_gemm_bias_fits_and_matches_onnxruntime(tmp_path, data):
 def test_without_the_adjustment_the_bias_clips_and_is_recorded(tmp_path, data, monkeypatch):
     """The old exporter in effect: the bias saturates at +-2^31 steps of ~1e-13, the output is ~0."""
     s = _session(tmp_path, data)
-    monkeypatch.setattr(qdq_mod, "_bias_fit_scale", lambda bias, x_scale, w_scale, reserve: w_scale)
+    monkeypatch.setattr(weights_mod, "_bias_fit_scale", lambda bias, x_scale, w_scale, reserve: w_scale)
     res = export_qdq(s, tmp_path / "old.onnx")
     ref = _run(s.graph.path, data)
     assert sqnr_db(ref, _run(res.path, data)) < 1.0
@@ -139,10 +139,10 @@ def test_shared_weight_is_copied_for_the_raised_scale(tmp_path, data):
 
 def test_per_tensor_weight_scale_is_raised_once():
     bias = np.array([3.0, -7.0, 0.5])
-    out = qdq_mod._bias_fit_scale(bias, 1e-10, np.array(1e-3, np.float32), 0)
+    out = weights_mod._bias_fit_scale(bias, 1e-10, np.array(1e-3, np.float32), 0)
     assert out.ndim == 0 and float(out) * np.float32(1e-10) * INT32_MAX >= 7.0
     assert float(out) < 1e-3 * 1.0 + 7.0 / (INT32_MAX * 1e-10) * 1.01
-    unchanged = qdq_mod._bias_fit_scale(bias, 1.0, np.array([1e-3] * 3, np.float32), 0)
+    unchanged = weights_mod._bias_fit_scale(bias, 1.0, np.array([1e-3] * 3, np.float32), 0)
     assert np.array_equal(unchanged, np.array([1e-3] * 3, np.float32))
 
 
