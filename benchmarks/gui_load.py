@@ -178,7 +178,7 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
         return statistics.median(times), sorted(times)[int(len(times) * 0.95) - 1]
 
     win.view.set_zoom(1.0)
-    win.view.centerOn(win.scene.nodes[next(iter(win.bridge.graph.nodes))])
+    win.view.centerOn(win.scene.nodes[next(iter(win.session.graph.nodes))])
     pan_readable = pan()
     win.view.fit()
     pan_fit = pan()
@@ -186,7 +186,7 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
     vp.repaint()
     fit_paint = (time.perf_counter() - t) * 1000
     res = {
-        "label": label, "nodes": len(win.bridge.graph.nodes), "items": len(spec.nodes), "edges": len(edges),
+        "label": label, "nodes": len(win.session.graph.nodes), "items": len(spec.nodes), "edges": len(edges),
         "first_paint_s": t_paint - t0, "load_s": marks["loaded"] - t0, "layout_s": marks["layout"] - marks["loaded"],
         "build_s": marks["built"] - marks["layout"], "paint_s": t_paint - marks["built"], "colours_s": t_colours - t0,
         "engine_s": lay.seconds,

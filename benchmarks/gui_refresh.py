@@ -49,7 +49,7 @@ def pump(app, cond, timeout=120.0) -> float:
 
 def edits(win):
     """(label, callable) pairs: one round of typical editing on yolov8n."""
-    ed, us = win.editor, win.undo_stack
+    ed, us = win.editor, win.stack
     head_box, head_cls = "/model.22/cv2.0/cv2.0.2/Conv", "/model.22/cv3.0/cv3.0.2/Conv"
     return [
         ("drop box branch on class branch", lambda: ed.drop([head_box], head_cls)),
@@ -78,9 +78,9 @@ def run(model, shapes, calib, rounds: int, overlay: str):
     win.resize(1600, 1000)
     win.show()
     win.open_model(model, shapes, CalibConfig(source=calib))
-    c, b = win.controller, win.bridge
-    pump(app, lambda: c.spec is not None and win.scene.spec is c.spec and b.ready and not c.busy
-         and b.fidelity is not None)
+    c, s = win.controller, (lambda: win.session)
+    pump(app, lambda: c.spec is not None and win.scene.spec is c.spec and win.relay.ready and not c.busy
+         and s().fidelity is not None)
     win.set_overlay(overlay)
     win.view.set_zoom(0.8)
     win.view.centerOn(win.scene.nodes["/model.22/Concat"])
@@ -92,19 +92,19 @@ def run(model, shapes, calib, rounds: int, overlay: str):
             fn()
             win.view.viewport().repaint()
             t_canvas = time.perf_counter()
-            rev = b.revision
-            t_perf = pump(app, lambda: b.perf_revision == rev)
+            rev = s().revision
+            t_perf = pump(app, lambda: s().perf.revision == rev)
             win.perf_summary.repaint()
             win.view.viewport().repaint()
             t_perf = time.perf_counter()
-            t_fid = pump(app, lambda: b.fidelity_revision == rev)
+            t_fid = pump(app, lambda: s().fidelity.revision == rev)
             win.perf_summary.repaint()
             t_fid = time.perf_counter()
             rows.append((label, (t_canvas - t0) * 1e3, (t_perf - t0) * 1e3, (t_fid - t0) * 1e3))
             pump(app, lambda: not c.busy)
-    session = b.session
+    session = s()
     refs = reference(session)
-    win.undo_stack.setClean()
+    win.stack.set_clean()
     win.close()
     win.deleteLater()
     app.processEvents()

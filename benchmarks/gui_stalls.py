@@ -176,9 +176,9 @@ def measure(app, path: Path | None, period_ms: int, calib_count: int, idle_s: fl
     probe.stop()
     res = probe.summary()
     res["seconds"] = time.perf_counter() - t0
-    res["nodes"] = len(win.bridge.graph.nodes) if path is not None else 0
+    res["nodes"] = len(win.session.graph.nodes) if path is not None else 0
     res["jobs"] = ", ".join(f"{j.kind} {j.status} {j.seconds:.1f} s" for j in win.jobs.history)
-    if path is not None and (win.errors or not win.bridge.ready or win.bridge.fidelity is None):
+    if path is not None and (win.errors or not win.relay.ready or win.session.fidelity is None):
         raise SystemExit(f"{path.name}: opening failed: {win.errors or 'not calibrated'}; jobs: {res['jobs']}")
     win.close()
     win.controller.shutdown()

@@ -160,11 +160,10 @@ class GraphScene(QGraphicsScene):
         self.items(QRectF(0, 0, 1e-3, 1e-3))
 
     # -- looks ----------------------------------------------------------------------------
-    def apply_looks(self, node_looks: dict, edge_styles: dict, edge_default: dict | None = None, *,
-                    now: bool = True) -> None:
-        """``node_looks[name] = dict(fill=, badges=, faded=, border_width=)``; missing -> defaults.
+    def apply_looks(self, node_looks: dict, edge_styles: dict, edge_default=None, *, now: bool = True) -> None:
+        """``node_looks[name]``: a :class:`~qtquant.app.views.looks.NodeLook`; missing -> the plain look.
 
-        ``edge_styles[(tensor, dst)] = dict(color=, width=, dashed=)``; others get ``edge_default``.
+        ``edge_styles[(tensor, dst)]``: an ``EdgeLook``; others get ``edge_default``.
         Only items whose look differs from the last call are visited: after an edit on a
         20,000-node graph that is a few Concats, not 50,000 items.
         """
@@ -175,7 +174,7 @@ class GraphScene(QGraphicsScene):
             if look != prev_nodes.get(name):
                 item = self.nodes.get(name)
                 if item is not None:
-                    self._pending_nodes[item] = look or {}
+                    self._pending_nodes[item] = look
         if edge_default == prev_default:
             todo = [e for k in edge_styles.keys() | prev_edges.keys() if edge_styles.get(k) != prev_edges.get(k)
                     for e in self._edge_index.get(k, ())]
@@ -221,13 +220,13 @@ class GraphScene(QGraphicsScene):
         while self._pending_nodes and n < APPLY_SLICE:
             item, look = self._pending_nodes.popitem()
             key = item._look_key
-            item.set_look(**look)
+            item.set_look(look)
             self._looks_dirty |= item._look_key != key
             n += 1
         while self._pending_edges and n < APPLY_SLICE:
             e, st = self._pending_edges.popitem()
             key = e._style_key
-            e.set_style(**(st or self._edge_default or {}))
+            e.set_style(st or self._edge_default)
             self._looks_dirty |= e._style_key != key
             z = 1.2 if st else 1
             if e.zValue() != z:

@@ -11,9 +11,9 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from ..app.views.looks import Looks, fill_looks
 from ..vocab import OVERLAYS, Overlay
 from . import collector
-from .overlays import Looks, fill_looks
 
 __all__ = ["CanvasPresenter", "BUILD_SLICE_MS"]
 
@@ -88,7 +88,8 @@ class CanvasPresenter(QObject):
         looks = Looks()
 
         def finish():
-            self.view.legend.set_overlay(*looks.legend)
+            lg = looks.legend
+            self.view.legend.set_overlay(lg.mode, lg.title, lg.lo, lg.hi)
             return looks.nodes, looks.edges, looks.edge_default
 
         # Computed in slices: a heat overlay of 20,000 nodes is ~80 ms of Python.

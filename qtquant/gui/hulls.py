@@ -20,13 +20,10 @@ from PySide6.QtGui import QBrush, QColor, QPainterPath, QPainterPathStroker, QPe
 from PySide6.QtWidgets import QGraphicsPathItem
 
 from ..app.scene import INPUT_PREFIX
+from ..app.views.palette import group_hex
+from .style import qcolor
 
-__all__ = ["GROUP_COLORS", "group_color", "GroupHull", "HullLayer", "member_nodes"]
-
-# One colour per group, away from the Concat mismatch bands (green, yellow, orange, red)
-# and from the op-category pastels, so a hull never reads as a mismatch colour.  Blue,
-# the selection colour, comes last.
-GROUP_COLORS = ["#8e24aa", "#00897b", "#c2185b", "#3949ab", "#6d4c41", "#00acc1", "#546e7a", "#1e88e5"]
+__all__ = ["group_color", "GroupHull", "HullLayer", "member_nodes"]
 NEIGHBOUR_GAP = 60.0  # same-row members closer than this share one box (nothing fits between)
 PAD = 13.0  # scene units around a member box
 HULL_Z = 0.3
@@ -34,7 +31,7 @@ HULL_Z = 0.3
 
 def group_color(group_id: int) -> QColor:
     """Stable per group: ids survive undo/redo (snapshots), so colours do too."""
-    return QColor(GROUP_COLORS[group_id % len(GROUP_COLORS)])
+    return QColor(qcolor(group_hex(group_id)))
 
 
 def member_nodes(graph, members) -> dict[str, list[str]]:

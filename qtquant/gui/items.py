@@ -3,21 +3,21 @@
 Painting is level-of-detail aware: the item asks the painter how large one scene unit is
 on screen and skips text, borders and badges that would be illegible.  Zoomed out, a
 node is a single ``fillRect``, which keeps a 5,000-node overview cheap to repaint.
-Overlays change an item's fill and badges in place (:meth:`NodeItem.set_look`); the
-layout never reruns for a colour change.
+Overlays change an item's fill and badges in place (:meth:`NodeItem.set_look` with a frozen
+:class:`~qtquant.app.views.looks.NodeLook`); the layout never reruns for a colour change.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem
 
-from .style import EDGE, SELECT, text_color_on
+from ..app.views.looks import EdgeLook, NodeLook
+from ..app.views.palette import EDGE as EDGE_HEX
+from .style import SELECT, qcolor, text_color_on
 
-__all__ = ["Badge", "NodeItem", "EdgeItem", "EdgeLabel", "OverviewItem", "LOD_FAST", "LOD_TITLE", "LOD_NAME", "LOD_EDGE_LABEL",
+__all__ = ["NodeItem", "EdgeItem", "EdgeLabel", "OverviewItem", "LOD_FAST", "LOD_TITLE", "LOD_NAME", "LOD_EDGE_LABEL",
            "LOD_BADGE_TEXT", "FONTS"]
 
 # Level-of-detail thresholds (screen pixels per scene unit).  Text is drawn only where
@@ -61,15 +61,7 @@ class _Fonts:
 FONTS = _Fonts()
 
 
-@dataclass
-class Badge:
-    text: str
-    bg: QColor
-    fg: QColor = None  # type: ignore[assignment]
-
-    def __post_init__(self):
-        if self.fg is None:
-            self.fg = text_color_on(self.bg)
+PLAIN = NodeLook()
 
 
 class NodeItem(QGraphicsRectItem):
@@ -92,14 +84,15 @@ class NodeItem(QGraphicsRectItem):
         self.base_fill = QColor(base)
         self.fill = QColor(base)
         self._text = text_color_on(self.fill)
-        self.badges: list[Badge] = []
+        self.badges: tuple = ()  # qtquant.app.views.looks.Badge
         self.faded = False
         self.flash = False
         self.border_width = 1.0
         self.subtitle = FONTS.name_metrics.elidedText(subtitle, Qt.ElideMiddle, width - 14)
         self.full_subtitle = subtitle
-        self._badge_geom: list[tuple[QRectF, Badge]] = []
-        self._look_key = (self.base_fill.rgba(), False, 1.0, ())
+        self._badge_geom: list[tuple[QRectF, object]] = []
+        self._look_key = PLAIN  # the look applied: a NodeLook is its own change key
+        self.colour_key = (self.base_fill.rgba(), False)  # (fill RGBA, faded): what the minimap groups by
         self.setPen(Qt.NoPen)
         self.setRect(self._bounds_for(()))
         self.setFlag(QGraphicsItem.ItemIsSelectable, True)
@@ -108,18 +101,19 @@ class NodeItem(QGraphicsRectItem):
         self.setZValue(2)
 
     # -- look -----------------------------------------------------------------------------
-    def set_look(self, fill: QColor | None = None, badges: list[Badge] | None = None, faded: bool = False,
-                 border_width: float = 1.0) -> None:
-        key = ((fill or self.base_fill).rgba(), faded, border_width,
-               tuple((b.text, b.bg.rgba()) for b in badges or ()))
-        if key == self._look_key:  # most items keep their look across a refresh: skip the work
+    def set_look(self, look: NodeLook | None = None) -> None:
+        look = look or PLAIN
+        if look == self._look_key:  # most items keep their look across a refresh: skip the work
             return
-        self._look_key = key
-        self.fill = QColor(fill) if fill is not None else QColor(self.base_fill)
+        self._look_key = look
+        self.fill = qcolor(look.fill) if look.fill is not None else self.base_fill
         self._text = text_color_on(self.fill)
-        self.badges = list(badges or [])
-        self.faded = faded
-        self.border_width = border_width
+        self.badges = look.badges
+        self.faded = look.faded
+        self.border_width = look.border_width
+        # Kept here: the minimap groups 20,000 nodes by it per refresh, and a Qt call per node
+        # for the fill was most of that refresh.
+        self.colour_key = (self.fill.rgba(), look.faded)
         self._layout_badges()
         self.update()
 
@@ -140,12 +134,6 @@ class NodeItem(QGraphicsRectItem):
             # Only badges wider than the node move its bounds: a geometry change re-indexes
             # the item in the scene, which for a recolour of 2,000 Concats costs Qt ~0.1 s.
             self.setRect(bounds)
-
-    @property
-    def colour_key(self) -> tuple[int, bool]:
-        """(fill RGBA, faded), kept from set_look: the minimap groups 20,000 nodes by it per
-        refresh, and a Qt call per node for the fill was most of that refresh."""
-        return self._look_key[:2]
 
     @property
     def badge_texts(self) -> list[str]:
@@ -182,7 +170,7 @@ class NodeItem(QGraphicsRectItem):
                 p.setBrush(Qt.NoBrush)
                 p.drawRect(r)
             for g, b in self._badge_geom:
-                p.fillRect(g, b.bg)
+                p.fillRect(g, qcolor(b.bg))
             return
         if selected or self.flash:
             p.setPen(Qt.NoPen)
@@ -209,11 +197,12 @@ class NodeItem(QGraphicsRectItem):
                 p.setFont(FONTS.title)
                 p.drawText(r, Qt.AlignCenter, self.title)
         for g, b in self._badge_geom:
-            p.setPen(QPen(b.bg.darker(130), 1))
-            p.setBrush(b.bg)
+            bg = qcolor(b.bg)
+            p.setPen(QPen(bg.darker(130), 1))
+            p.setBrush(bg)
             p.drawRoundedRect(g, 9, 9)
             if lod >= LOD_BADGE_TEXT:
-                p.setPen(b.fg)
+                p.setPen(qcolor(b.fg))
                 p.setFont(FONTS.badge)
                 p.drawText(g, Qt.AlignCenter, b.text)
 
@@ -255,14 +244,15 @@ class EdgeItem(QGraphicsPathItem):
         self.setZValue(1)
         self.set_style()
 
-    def set_style(self, color: QColor | None = None, width: float = 1.3, dashed: bool = False) -> None:
-        key = ((color or EDGE).rgba(), width, dashed)
+    def set_style(self, look: EdgeLook | None = None) -> None:
+        key = (look.color or EDGE_HEX, look.width, look.dashed) if look is not None else (EDGE_HEX, 1.3, False)
         if key == self._style_key:
             return
         self._style_key = key
+        color, width, dashed = key
         pen = _PENS.get(key)
         if pen is None:  # a handful of distinct styles: build each pen once
-            pen = _PENS[key] = QPen(color or EDGE, width)
+            pen = _PENS[key] = QPen(qcolor(color), width)
             pen.setCapStyle(Qt.RoundCap)
             pen.setJoinStyle(Qt.RoundJoin)
             if dashed:

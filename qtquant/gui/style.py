@@ -1,8 +1,7 @@
-"""Colours, sizes and number formats shared by the canvas and the docks.
+"""Colours, sizes and number formats shared by the canvas and the docks, as Qt values.
 
-Every colour decision lives here so the canvas, the legend, the Concat list and the
-screenshots agree.  Colour functions return ``QColor``; the band logic itself is plain
-arithmetic (:func:`mismatch_band`) so tests can check it without pixels.
+The decisions live in :mod:`qtquant.app.views.palette` (colours as ``"#rrggbb"``) and
+:mod:`qtquant.app.views.fmt`; this module only turns them into ``QColor``.
 """
 
 from __future__ import annotations
@@ -15,13 +14,25 @@ from ..app.views import palette
 from ..app.views.palette import CATEGORY_COLORS, MISMATCH_BANDS, RAMPS, mismatch_band
 
 __all__ = ["CATEGORY_COLORS", "category_color", "MISMATCH_BANDS", "mismatch_band", "mismatch_color",
-           "heat_color", "text_color_on", "fmt_us", "fmt_ratio", "fmt_bytes", "fmt_scale", "NODE_W", "NODE_H", "TERM_W",
+           "heat_color", "text_color_on", "qcolor", "fmt_us", "fmt_ratio", "fmt_bytes", "fmt_scale", "NODE_W", "NODE_H", "TERM_W",
            "TERM_H", "UNCALIBRATED", "SELECT", "EDGE", "FADED", "paint_ended"]
 
 UNCALIBRATED = QColor(palette.UNCALIBRATED)
 SELECT = QColor(palette.SELECT)
 EDGE = QColor(palette.EDGE)
 FADED = QColor(palette.FADED)
+
+
+_QCOLORS: dict[str, QColor] = {}
+
+
+def qcolor(hex_color: str) -> QColor:
+    """The QColor of a view-model colour, made once per colour (20,000 looks share a few dozen).
+    Shared: callers copy before changing it."""
+    c = _QCOLORS.get(hex_color)
+    if c is None:
+        c = _QCOLORS[hex_color] = QColor(hex_color)
+    return c
 
 
 def category_color(category: str) -> QColor:

@@ -21,7 +21,7 @@ from builders import band_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.gui.dialogs import ErrorDialog, ModelSettings, OpenDialog, calib_config  # noqa: E402
 from qtquant.gui.mainwindow import MainWindow  # noqa: E402
-from qtquant.gui.overlays import node_bits  # noqa: E402
+from qtquant.app.views.looks import node_bits  # noqa: E402
 from qtquant.app.views.perfdata import node_us, simulator  # noqa: E402
 from qtquant.gui.style import MISMATCH_BANDS, fmt_us, heat_color, mismatch_band, mismatch_color  # noqa: E402
 
