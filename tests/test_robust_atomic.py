@@ -43,6 +43,12 @@ def _start(code: str, *args) -> subprocess.Popen:
     return p
 
 
+def _finish(p: subprocess.Popen) -> None:
+    p.wait()
+    p.stdout.close()
+    p.stderr.close()
+
+
 def _kill_after(p: subprocess.Popen, delay: float) -> bool:
     """SIGKILL ``p`` after ``delay`` seconds; True when it was still running then."""
     end = time.monotonic() + delay
@@ -53,9 +59,7 @@ def _kill_after(p: subprocess.Popen, delay: float) -> bool:
     alive = p.poll() is None
     if alive:
         os.kill(p.pid, signal.SIGKILL)
-    p.wait()
-    p.stdout.close()
-    p.stderr.close()
+    _finish(p)
     return alive
 
 
@@ -75,9 +79,7 @@ def test_killed_text_writer_leaves_old_file_intact(tmp_path):
     t0 = time.monotonic()
     assert p.stdout.readline().strip() == "DONE"
     span = time.monotonic() - t0
-    p.wait()
-    p.stdout.close()
-    p.stderr.close()
+    _finish(p)
     assert hashlib.sha256(target.read_bytes()).hexdigest() == new_sha
 
     killed = mid_write = k = 0
@@ -145,9 +147,7 @@ def test_killed_export_leaves_old_model_intact(tmp_path):
     out = tmp_path / "fixed.onnx"
     p = _export(src_old, out)
     assert p.stdout.readline().strip() == "DONE", p.stderr.read()
-    p.wait()
-    p.stdout.close()
-    p.stderr.close()
+    _finish(p)
     old_bytes = out.read_bytes()
     old_y = _fingerprint(out)
 
@@ -155,9 +155,7 @@ def test_killed_export_leaves_old_model_intact(tmp_path):
     t0 = time.monotonic()
     assert p.stdout.readline().strip() == "DONE"
     span = time.monotonic() - t0
-    p.wait()
-    p.stdout.close()
-    p.stderr.close()
+    _finish(p)
     new_bytes = (tmp_path / "probe.onnx").read_bytes()
     assert new_bytes != old_bytes
 
@@ -186,9 +184,7 @@ def test_kill_between_weight_and_model_rename_keeps_a_consistent_pair(tmp_path):
     out = tmp_path / "fixed.onnx"
     p = _export(src_old, out, "external")
     assert p.stdout.readline().strip() == "DONE", p.stderr.read()
-    p.wait()
-    p.stdout.close()
-    p.stderr.close()
+    _finish(p)
     assert list(tmp_path.glob("fixed.onnx.*.data"))
     import onnxruntime as ort
 
@@ -196,9 +192,7 @@ def test_kill_between_weight_and_model_rename_keeps_a_consistent_pair(tmp_path):
     old_y = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
     p = _export(src_new, out, "between")
-    p.wait()
-    p.stdout.close()
-    p.stderr.close()
+    _finish(p)
     assert p.returncode == -signal.SIGKILL
     y = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(y, old_y)  # the old model with the old weights, whole
