@@ -162,8 +162,8 @@ def test_profile_whole_numbers_may_be_written_as_floats(tmp_path):
 def cache_entry(tmp_path_factory):
     from qtquant.calib import CalibConfig
     from qtquant.calib.cache import save_cache
-    from qtquant.loader import open_model
-    from qtquant.session import Options
+    from qtquant.app import open_model
+    from qtquant.app import Options
 
     d = tmp_path_factory.mktemp("cache")
     s = open_model(save(branchy_concat_model(shape=(1, 3, 8, 8)), d / "m.onnx"), None,

@@ -23,7 +23,7 @@ class _Tags(HTMLParser):
 
 
 def _report(tmp_path, **kw):
-    from qtquant.loader import open_model
+    from qtquant.app import open_model
     from qtquant.perf import load_march, simulate_session
     from qtquant.perf.report import html_report
 
