@@ -328,9 +328,11 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     if not feeds:
         raise BadInputError("the fidelity check needs check samples (held-back or in-sample); calibrate first")
     graph = session.graph
-    cache = _caches.get(session)
+    # Per graph, not per session object: the app hands a new Snapshot to every check, and the
+    # float run and prefetched activations hold for the graph and calibration alike.
+    cache = _caches.get(graph)
     if cache is None:
-        cache = _caches[session] = _Cache()
+        cache = _caches[graph] = _Cache()
     if cache.calib_id is not cal:
         cache.calib_id, cache.float_out, cache.tensors, cache.runs = cal, None, {}, {}
     if cache.slices is None:
