@@ -1,7 +1,7 @@
 """Locating the data files under the top-level ``resources/`` folder.
 
-In a source checkout (editable install) they sit next to the package; a wheel ships
-them as ``qtquant/resources`` package data (mapped in pyproject.toml).
+In a source checkout (editable install) they sit next to the package; ``qtquant/_resources``
+is a link to that folder, through which a wheel ships them as package data (pyproject.toml).
 """
 
 from __future__ import annotations
