@@ -107,21 +107,13 @@ class Fidelity:
     float_outputs: list[str] = field(default_factory=list)  # why outputs stayed float (auto mode)
 
     # Headline figures per output: the worst slice's.  NaN where there is no signal.
-    @property
-    def sqnr_db(self) -> dict[str, float]:
-        return {o: _val(self.after[o].headline.sqnr_db) for o in self.outputs}
+    def _headlines(self, side: dict, attr: str) -> dict[str, float]:
+        return {o: _val(getattr(side[o].headline, attr)) for o in self.outputs}
 
-    @property
-    def cosine(self) -> dict[str, float]:
-        return {o: _val(self.after[o].headline.cosine) for o in self.outputs}
-
-    @property
-    def before_sqnr_db(self) -> dict[str, float]:
-        return {o: _val(self.before[o].headline.sqnr_db) for o in self.outputs}
-
-    @property
-    def before_cosine(self) -> dict[str, float]:
-        return {o: _val(self.before[o].headline.cosine) for o in self.outputs}
+    sqnr_db = property(lambda self: self._headlines(self.after, "sqnr_db"))
+    cosine = property(lambda self: self._headlines(self.after, "cosine"))
+    before_sqnr_db = property(lambda self: self._headlines(self.before, "sqnr_db"))
+    before_cosine = property(lambda self: self._headlines(self.before, "cosine"))
 
     @property
     def sample_text(self) -> str:
