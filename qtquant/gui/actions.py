@@ -98,6 +98,10 @@ class OptionWidgets(QObject):
         self.bits.setToolTip("Auto-share threshold: the most bits any member may lose by sharing")
         self.bits.valueChanged.connect(self.thresholdChosen)
 
+    def commit(self) -> None:
+        """A threshold typed but not yet entered counts as chosen (Auto-share reads the option)."""
+        self.bits.interpretText()
+
     def show_options(self, options) -> None:
         self.show_march(options.march)
         _quietly(self.bits, lambda: self.bits.setValue(options.max_bits_lost))

@@ -129,7 +129,7 @@ class MainWindow(QMainWindow):
         v = self.view
         return {"open": lambda: self.opener.open_dialog(), "demo": lambda: self.opener.open_demo(),
                 "calibrate": lambda: self.opener.calibrate_dialog(), "share": lambda: self.edits.share_selection(),
-                "ungroup": lambda: self.edits.ungroup_selection(), "autoshare": lambda: self.edits.auto_share(),
+                "ungroup": lambda: self.edits.ungroup_selection(), "autoshare": self._auto_share,
                 "export": self.exports.dialog, "open_project": lambda: self.opener.open_project_dialog(),
                 "save_project": self.projects.save, "save_project_as": self.projects.save_as,
                 "find": self.search_bar.open, "fit": v.fit, "zoom_in": lambda: v.set_zoom(v.zoom * 1.25),
@@ -161,8 +161,7 @@ class MainWindow(QMainWindow):
         for w in (self.concat_list, self.perf_summary, self.groups_panel):
             w.nodeActivated.connect(self.jump_to)
         self.perf_summary.marchChanged.connect(self.set_march)
-        self.inspector.histogramWanted.connect(
-            lambda t: c.histogram(t, lambda tt: self.inspector.show_tensor(tt) if self.inspector.tensor == tt else None))
+        self.inspector.histogramWanted.connect(lambda t: c.histogram(t, self._histogram_ready))
         self.view.zoomChanged.connect(lambda z: self.zoom_label.setText(f"{z * 100:.0f}%"))
 
     # -- what the parts share ------------------------------------------------------------------
@@ -189,22 +188,6 @@ class MainWindow(QMainWindow):
     @property
     def errors(self) -> list:
         return self.messages.errors
-
-    @property
-    def error_dialogs(self) -> list:
-        return self.messages.error_dialogs
-
-    @property
-    def report_dialogs(self) -> list:
-        return self.messages.report_dialogs
-
-    @property
-    def overlay(self):
-        return self.canvas.overlay
-
-    @property
-    def last_export(self):
-        return self.exports.last_export
 
     # -- opening --------------------------------------------------------------------------------
     def open_model(self, path, input_shapes=None, calib=None):
@@ -259,6 +242,14 @@ class MainWindow(QMainWindow):
             self.messages.status("Calibration stopped", 8000)
             self.canvas.apply_looks()  # on success the "calibrated" event has applied them already
         self.edits.update_actions()
+
+    def _auto_share(self):
+        self.option_widgets.commit()
+        return self.edits.auto_share()
+
+    def _histogram_ready(self, tensor: str) -> None:
+        if self.inspector.tensor == tensor:  # still the one shown
+            self.inspector.show_tensor(tensor)
 
     def _show_autoshare_report(self, report) -> None:
         self.last_autoshare = report

@@ -14,8 +14,8 @@ from ..app.views import palette
 from ..app.views.palette import CATEGORY_COLORS, MISMATCH_BANDS, RAMPS, mismatch_band
 
 __all__ = ["CATEGORY_COLORS", "category_color", "MISMATCH_BANDS", "mismatch_band", "mismatch_color",
-           "heat_color", "text_color_on", "qcolor", "fmt_us", "fmt_ratio", "fmt_bytes", "fmt_scale", "NODE_W", "NODE_H", "TERM_W",
-           "TERM_H", "UNCALIBRATED", "SELECT", "EDGE", "FADED", "paint_ended"]
+           "heat_color", "text_color_on", "qcolor", "fmt_us", "fmt_ratio", "fmt_bytes", "fmt_scale", "NODE_W",
+           "NODE_H", "TERM_W", "TERM_H", "UNCALIBRATED", "SELECT", "EDGE", "FADED", "paint_ended"]
 
 UNCALIBRATED = QColor(palette.UNCALIBRATED)
 SELECT = QColor(palette.SELECT)

@@ -27,6 +27,35 @@ def prompts(monkeypatch):
     return log
 
 
+@pytest.fixture
+def make_win(qtbot, tmp_path, prompts):
+    """``make_win(settings_name=None, recovery_dir=None, size=(1400, 900), **MainWindow kwargs)``:
+    a shown main window on its own settings file (one per window unless named), closed at the
+    end without a save prompt."""
+    from PySide6.QtCore import QSettings
+
+    from qtquant.gui.mainwindow import MainWindow
+
+    made = []
+
+    def make(settings_name=None, *, recovery_dir=None, size=(1400, 900), **kw):
+        st = QSettings(str(tmp_path / (settings_name or f"settings{len(made)}.ini")), QSettings.IniFormat)
+        if recovery_dir is not None:
+            st.setValue("recovery/dir", str(recovery_dir))
+        w = MainWindow(st, **kw)
+        qtbot.addWidget(w)
+        w.resize(*size)
+        w.show()
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.stack.set_clean()  # teardown closes the windows: no save prompt
+        w.projects.remapped = False
+        w.controller.shutdown()
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_teardown(item):
     """Before pytest-qt closes the test's windows: no unsaved-changes prompt.  A test failing

@@ -103,7 +103,8 @@ def test_concat_list_rows_follow_edits_keep_the_selection_and_jump(qtbot, sessio
     assert [i.row() for i in w.table.selectionModel().selectedRows()] == [r]  # still on cat1
     assert w.status.text().startswith("2 Concats, 1 mismatched, 1 rescales")
     with qtbot.waitSignal(w.nodeActivated) as hit:
-        qtbot.mouseClick(w.table.viewport(), Qt.LeftButton, pos=w.table.visualRect(m.index(w.row_of("cat2"), 0)).center())
+        cell = w.table.visualRect(m.index(w.row_of("cat2"), 0))
+        qtbot.mouseClick(w.table.viewport(), Qt.LeftButton, pos=cell.center())
     assert hit.args == ["cat2"]
 
 

@@ -45,10 +45,11 @@ def test_window_export_dialog_shows_the_warning(qtbot, tmp_path, prompts, monkey
         out.mkdir()
         win.settings.setValue("export/folder", str(out))
         monkeypatch.setattr(ExportDialog, "exec", lambda self: ExportDialog.Accepted)
-        n = len(win.report_dialogs)
+        n = len(win.messages.report_dialogs)
         win.actions_by_name["export"].trigger()
-        qtbot.waitUntil(lambda: win.last_export is not None and len(win.report_dialogs) > n, timeout=30000)
-        text = win.report_dialogs[-1].text.toPlainText()
+        qtbot.waitUntil(lambda: win.exports.last_export is not None and len(win.messages.report_dialogs) > n,
+                        timeout=30000)
+        text = win.messages.report_dialogs[-1].text.toPlainText()
         assert "warning: bias of Gemm 'fc' did not fit int32" in text
         assert "bits of weight precision" in " ".join(text.split())
     finally:

@@ -258,7 +258,7 @@ def test_overlays_recolour_in_place(qtbot, win, model):
     combo = win.option_widgets.overlay
 
     combo.setCurrentIndex(combo.findData("mismatch"))
-    assert win.overlay == "mismatch"
+    assert win.canvas.overlay == "mismatch"
     assert win.scene.nodes["cat_red_relu"].faded
     # mul_a's output is the input every mismatched Concat rescales; x*20 already has the output scale
     assert not win.scene.nodes["mul_a"].faded
@@ -332,7 +332,7 @@ def test_cancel_long_calibration_keeps_window_usable(qtbot, win, model):
     qtbot.waitUntil(lambda: not win.jobs.busy, timeout=10000)
     qtbot.waitUntil(lambda: not win.progress.bar.isVisible() and not win.progress.cancel_button.isVisible(),
                     timeout=5000)
-    assert not win.errors and not win.error_dialogs  # cancelling is not an error
+    assert not win.errors and not win.messages.error_dialogs  # cancelling is not an error
     assert any("cancelled" in e for e in win.job_log.entries)
     # still usable: select, search, and a new calibration runs to the end
     click_node(qtbot, win, "cat_red")
@@ -349,8 +349,8 @@ def test_corrupt_model_shows_error_dialog(qtbot, win, model, tmp_path):
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"\x08\x07garbage that is not protobuf" * 10)
     win.open_model(bad)
-    qtbot.waitUntil(lambda: bool(win.error_dialogs), timeout=10000)
-    dlg = win.error_dialogs[-1]
+    qtbot.waitUntil(lambda: bool(win.messages.error_dialogs), timeout=10000)
+    dlg = win.messages.error_dialogs[-1]
     assert isinstance(dlg, ErrorDialog) and not dlg.isModal()
     assert "broken.onnx is not a readable ONNX model" in dlg.message
     assert "\n" not in dlg.message
@@ -374,8 +374,8 @@ def test_unexpected_exception_in_job_becomes_dialog(qtbot, win):
         raise RuntimeError("kaboom\nsecond line")
 
     win.jobs.submit("test", "test job", boom)
-    qtbot.waitUntil(lambda: bool(win.error_dialogs), timeout=10000)
-    dlg = win.error_dialogs[-1]
+    qtbot.waitUntil(lambda: bool(win.messages.error_dialogs), timeout=10000)
+    dlg = win.messages.error_dialogs[-1]
     assert dlg.message == "unexpected RuntimeError: kaboom second line"
     assert "Traceback" in dlg.details.toPlainText()
 

@@ -20,30 +20,13 @@ from PySide6.QtGui import QColor, QMouseEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 
 from builders import edit_model  # noqa: E402
-from qtquant.calib import CalibConfig  # noqa: E402
+from guikit import open_settled, settle  # noqa: E402
 from qtquant.gui.mainwindow import MainWindow  # noqa: E402
 from qtquant.app.views.perfdata import simulator  # noqa: E402
 from qtquant.gui.style import MISMATCH_BANDS  # noqa: E402
 
 GREEN = QColor(MISMATCH_BANDS[0][2]).name()
 ORANGE = QColor(MISMATCH_BANDS[2][2]).name()
-
-
-@pytest.fixture
-def make_win(qtbot, tmp_path, prompts):
-    made = []
-
-    def make():
-        w = MainWindow(QSettings(str(tmp_path / f"settings{len(made)}.ini"), QSettings.IniFormat))
-        qtbot.addWidget(w)
-        w.resize(1400, 900)
-        w.show()
-        made.append(w)
-        return w
-
-    yield make
-    for w in made:
-        w.controller.shutdown()
 
 
 @pytest.fixture
@@ -54,18 +37,6 @@ def win(make_win):
 @pytest.fixture
 def model(tmp_path):
     return edit_model(tmp_path / "edit.onnx")
-
-
-def settle(qtbot, win, timeout=20000):
-    """Layout on the canvas, scales ready, no job running or debounced refresh pending."""
-    qtbot.waitUntil(lambda: win.controller.spec is not None and win.scene.spec is win.controller.spec
-                    and win.relay.ready and not win.controller.busy, timeout=timeout)
-
-
-def open_settled(qtbot, win, path, count=4):
-    win.open_model(path, calib=CalibConfig(count=count))
-    settle(qtbot, win)
-    win.view.set_zoom(1.0)
 
 
 def _send(view, kind, pos, buttons, modifiers=Qt.NoModifier):
@@ -348,7 +319,7 @@ def test_auto_share_on_the_demos_removes_the_expected_rescales(qtbot, win, tmp_p
     # the threshold is an option like any other: its change is an undo step of its own
     assert win.stack.texts() == (["Auto-share threshold: 3 bits", "Auto-share (≤ 3 bits)"] if demo == "attention"
                                  else ["Auto-share (≤ 1 bits)"])
-    assert win.report_dialogs and "auto-share" in win.report_dialogs[-1].text.toPlainText()
+    assert win.messages.report_dialogs and "auto-share" in win.messages.report_dialogs[-1].text.toPlainText()
     win.stack.undo()
     assert {c.node: c.rescales for c in win.relay.concats()} == cats
 
@@ -370,7 +341,7 @@ def test_export_writes_files_onnx_checker_accepts(qtbot, win, model, tmp_path, m
     monkeypatch.setattr(ExportDialog, "exec", lambda self: ExportDialog.Accepted)
     assert win.actions_by_name["export"].isEnabled()
     win.actions_by_name["export"].trigger()
-    qtbot.waitUntil(lambda: win.last_export is not None, timeout=30000)
+    qtbot.waitUntil(lambda: win.exports.last_export is not None, timeout=30000)
     names = sorted(p.name for p in out.iterdir())
     assert names == ["edit_fixed.onnx", "edit_fixed.overrides.json", "edit_fixed.perf.csv", "edit_fixed.perf.html",
                      "edit_fixed.plan.json", "edit_fixed.png"]
@@ -398,7 +369,7 @@ def test_export_writes_files_onnx_checker_accepts(qtbot, win, model, tmp_path, m
     win.actions_by_name["export"].trigger()
     qtbot.waitUntil(lambda: len(win.errors) > n, timeout=20000)
     assert "does not exist" in win.errors[-1][1] and "\n" not in win.errors[-1][1]
-    assert win.error_dialogs
+    assert win.messages.error_dialogs
 
 
 # -- projects -------------------------------------------------------------------------------------------

@@ -8,36 +8,16 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QSettings, Qt  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QAction, QKeySequence  # noqa: E402
 
 from builders import edit_model  # noqa: E402
+from guikit import open_settled  # noqa: E402
 from qtquant.app.views.perfdata import fidelity_measure, simulator  # noqa: E402
-from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.gui import canvasview, docks, inspector  # noqa: E402
 from qtquant.gui.actions import key_conflicts, redo_keys  # noqa: E402
-from qtquant.gui.mainwindow import MainWindow  # noqa: E402
 
 CAT1 = ("br_a_out", "br_b_out", "br_c_out", "cat1_out")
-
-
-@pytest.fixture
-def make_win(qtbot, tmp_path, prompts):
-    def make():
-        w = MainWindow(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
-        qtbot.addWidget(w)
-        w.resize(1400, 900)
-        w.show()
-        return w
-
-    return make
-
-
-def open_settled(qtbot, win, path):
-    win.open_model(path, calib=CalibConfig(count=4))
-    qtbot.waitUntil(lambda: win.controller.spec is not None and win.scene.spec is win.controller.spec
-                    and win.relay.ready and not win.controller.busy, timeout=20000)
-    win.view.set_zoom(1.0)
 
 
 def results_in(qtbot, win):

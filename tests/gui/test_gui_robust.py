@@ -21,7 +21,8 @@ from builders import edit_model, other_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.gui import recovery as recovery_mod  # noqa: E402
 from qtquant.gui.mainwindow import MainWindow  # noqa: E402
-from test_gui_edit import settle  # noqa: E402
+import guikit  # noqa: E402
+from guikit import settle  # noqa: E402
 
 CAT1 = ["br_a_out", "br_b_out", "br_c_out", "cat1_out"]
 
@@ -34,24 +35,10 @@ def rec_dir(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def make_win(qtbot, tmp_path, prompts, rec_dir):
-    made = []
-
-    def make(settings_name="settings.ini", **kw):
-        st = QSettings(str(tmp_path / settings_name), QSettings.IniFormat)
-        st.setValue("recovery/dir", str(rec_dir))
-        w = MainWindow(st, **kw)
-        qtbot.addWidget(w)
-        w.resize(1200, 800)
-        w.show()
-        made.append(w)
-        return w
-
-    yield make
-    for w in made:
-        w.stack.set_clean()  # teardown closes the windows: no save prompt
-        w.projects.remapped = False
-        w.controller.shutdown()
+def make_win(make_win, rec_dir):
+    """Windows on one settings file whose recovery folder is ``rec_dir``."""
+    return lambda settings_name="settings.ini", **kw: make_win(settings_name, recovery_dir=rec_dir, size=(1200, 800),
+                                                               **kw)
 
 
 @pytest.fixture
@@ -60,8 +47,7 @@ def model(tmp_path):
 
 
 def open_settled(qtbot, win, path, count=4):
-    win.open_model(path, calib=CalibConfig(count=count))
-    settle(qtbot, win)
+    guikit.open_settled(qtbot, win, path, count, zoom=None)
 
 
 def crash(win):
@@ -70,6 +56,16 @@ def crash(win):
     win.controller.shutdown()
     win.setAttribute(Qt.WA_DeleteOnClose, False)
     win.hide()
+
+
+def edited_then_crashed(qtbot, make_win, model):
+    """A window that shared cat1, autosaved and crashed: the recovery file stays behind."""
+    w = make_win()
+    open_settled(qtbot, w, model)
+    w.editor.share_nodes(["cat1"])
+    assert w.recovery.autosave()
+    crash(w)
+    return w
 
 
 def groups(win):
@@ -87,6 +83,7 @@ def test_autosave_after_an_edit_and_restore_after_a_crash(qtbot, make_win, model
     qtbot.waitUntil(w1.recovery.pending, timeout=recovery_mod.EDIT_DEBOUNCE_MS + 5000)  # debounced write
     doc = json.loads((rec_dir / recovery_mod.PROJECT_NAME).read_text())
     assert [sorted(g["members"]) for g in doc["groups"]] == [CAT1]
+    qtbot.waitUntil(lambda: not w1.jobs.active("statistics"), timeout=20000)  # written off the GUI thread
     assert (rec_dir / recovery_mod.STATS_NAME).is_dir()  # the restore needs no calibration
     crash(w1)
 
@@ -111,11 +108,7 @@ def test_autosave_after_an_edit_and_restore_after_a_crash(qtbot, make_win, model
 
 
 def test_saving_a_restored_state_removes_the_autosave(qtbot, make_win, model, prompts, rec_dir, tmp_path):
-    w1 = make_win()
-    open_settled(qtbot, w1, model)
-    w1.editor.share_nodes(["cat1"])
-    assert w1.recovery.autosave()
-    crash(w1)
+    edited_then_crashed(qtbot, make_win, model)
     prompts["answers"] = [QMessageBox.Open]
     w2 = make_win(offer_recovery=False)
     assert w2.recovery.offer()
@@ -147,11 +140,7 @@ def test_save_undo_and_clean_close_remove_the_autosave(qtbot, make_win, model, r
 
 
 def test_offer_discard_deletes_cancel_keeps(qtbot, make_win, model, prompts, rec_dir):
-    w1 = make_win()
-    open_settled(qtbot, w1, model)
-    w1.editor.share_nodes(["cat1"])
-    assert w1.recovery.autosave()
-    crash(w1)
+    edited_then_crashed(qtbot, make_win, model)
     prompts["answers"] = [QMessageBox.Cancel]
     w2 = make_win(offer_recovery=False)
     assert w2.recovery.offer() is False and w2.recovery.pending()  # kept for the next start
@@ -162,11 +151,7 @@ def test_offer_discard_deletes_cancel_keeps(qtbot, make_win, model, prompts, rec
 
 
 def test_restore_of_a_vanished_model_is_an_error_dialog(qtbot, make_win, model, prompts, rec_dir):
-    w1 = make_win()
-    open_settled(qtbot, w1, model)
-    w1.editor.share_nodes(["cat1"])
-    assert w1.recovery.autosave()
-    crash(w1)
+    edited_then_crashed(qtbot, make_win, model)
     model.unlink()
     prompts["answers"] = [QMessageBox.Open]
     w2 = make_win(show_dialogs=False)  # errors recorded, not shown
@@ -249,14 +234,14 @@ def test_onnxruntime_raising_mid_calibration(qtbot, make_win, model, monkeypatch
     title, msg = one_line(w)
     assert title == "Calibrate (synthetic, 6 samples) failed"
     assert "onnxruntime failed on synthetic sample" in msg and "RUNTIME_EXCEPTION" in msg  # the core's own error
-    assert w.error_dialogs and w.error_dialogs[-1].isVisible()  # the dialog, not a traceback
+    assert w.messages.error_dialogs and w.messages.error_dialogs[-1].isVisible()  # the dialog, not a traceback
     qtbot.waitUntil(lambda: not w.controller.busy, timeout=10000)
     assert w.session.calibration is None and not w.relay.ready  # nothing half-calibrated applied
     assert not w.controller.calibrating and not w.progress.bar.isVisible()
     assert w.scene.nodes.get("cat1") is not None  # the canvas is still there
     # Still usable: the fault gone, calibrating again works.
     undo()
-    w.error_dialogs[-1].close()
+    w.messages.error_dialogs[-1].close()
     w.controller.calibrate()
     settle(qtbot, w)
     assert w.relay.concat("cat1").rescales == 2
@@ -363,7 +348,7 @@ def test_corrupt_model_gives_the_error_dialog(qtbot, make_win, model, tmp_path, 
     w.open_model(p)
     qtbot.waitUntil(lambda: bool(w.errors), timeout=20000)
     one_line(w)
-    assert w.error_dialogs and w.error_dialogs[-1].isVisible()
+    assert w.messages.error_dialogs and w.messages.error_dialogs[-1].isVisible()
     assert w.session is None and w.controller.path is None
     open_settled(qtbot, w, model)  # usable afterwards
     assert "cat1" in w.scene.nodes

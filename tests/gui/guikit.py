@@ -1,0 +1,20 @@
+"""Waiting for the window in the GUI tests (importable from every test module of this folder)."""
+
+from __future__ import annotations
+
+from qtquant.calib import CalibConfig
+
+__all__ = ["settle", "open_settled"]
+
+
+def settle(qtbot, win, timeout=20000):
+    """Layout on the canvas, scales ready, no job running or debounced refresh pending."""
+    qtbot.waitUntil(lambda: win.controller.spec is not None and win.scene.spec is win.controller.spec
+                    and win.relay.ready and not win.controller.busy, timeout=timeout)
+
+
+def open_settled(qtbot, win, path, count=4, zoom=1.0):
+    win.open_model(path, calib=CalibConfig(count=count))
+    settle(qtbot, win)
+    if zoom is not None:
+        win.view.set_zoom(zoom)
