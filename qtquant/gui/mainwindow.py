@@ -73,7 +73,7 @@ class MainWindow(QMainWindow):
         self.window_actions = WindowActions(self, self._slots(), self.relay, self.docks["history"])
         self.option_widgets = self.window_actions.options  # overlay, march, policy, auto-share threshold
         self.window_actions.build_toolbar()
-        self.window_actions.build_menus(d for k, d in self.docks.items() if k != "history")
+        self.window_actions.build_menus(self.docks.values())
         self.edits = CanvasEditing(self.relay, self.editor, self.scene, self.view, self.canvas, self.groups_panel,
                                    self.window_actions, self)
         self.opener = ModelOpener(c, self.projects, self.settings, self.messages, self.window_actions.recent_menu, self)
