@@ -22,6 +22,18 @@ __all__ = ["ErrorDialog", "OpenDialog", "ModelSettings", "model_inputs", "defaul
            "needs_shapes", "holdout_text"]
 
 
+def path_row(edit: QLineEdit, browse) -> QWidget:
+    """A path field with its "Browse…" button (``browse()`` fills the field)."""
+    button = QPushButton("Browse…")
+    button.clicked.connect(browse)
+    row = QWidget()
+    rl = QHBoxLayout(row)
+    rl.setContentsMargins(0, 0, 0, 0)
+    rl.addWidget(edit, 1)
+    rl.addWidget(button)
+    return row
+
+
 class ErrorDialog(QDialog):
     """One-line message, with the traceback behind a "Details" toggle.  Not modal."""
 
@@ -179,13 +191,7 @@ class OpenDialog(QDialog):
         self.source_path = QLineEdit("" if src == "synthetic" else src)
         self.source_kind.setCurrentIndex(0 if src == "synthetic" else (2 if str(src).endswith((".npy", ".npz"))
                                                                         else 1))
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._browse)
-        row = QWidget()
-        rl = QHBoxLayout(row)
-        rl.setContentsMargins(0, 0, 0, 0)
-        rl.addWidget(self.source_path, 1)
-        rl.addWidget(browse)
+        row = path_row(self.source_path, self._browse)
         self.count = QSpinBox()
         self.count.setRange(1, 100000)
         self.count.setValue(int(cal["count"]))

@@ -22,10 +22,11 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QPoint, QRectF, QSettings, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter
-from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
-                               QLineEdit, QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QLabel,
+                               QLineEdit, QVBoxLayout)
 
 from ..errors import BadInputError
+from .dialogs import path_row
 
 __all__ = ["ExportOptions", "ExportDialog", "ExportController", "export_files", "render_canvas", "ExportReport"]
 
@@ -216,13 +217,7 @@ class ExportDialog(QDialog):
         lay = QVBoxLayout(self)
         form = QFormLayout()
         self.folder = QLineEdit(str(folder))
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._browse)
-        row = QWidget()
-        rl = QHBoxLayout(row)
-        rl.setContentsMargins(0, 0, 0, 0)
-        rl.addWidget(self.folder, 1)
-        rl.addWidget(browse)
+        row = path_row(self.folder, self._browse)
         self.stem = QLineEdit(stem)
         form.addRow("Folder:", row)
         form.addRow("Base name:", self.stem)

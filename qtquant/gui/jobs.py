@@ -189,21 +189,24 @@ class JobManager(QObject):
         if not self._jobs:
             self.idle.emit()
 
+    def _running(self, jid: int) -> Job | None:
+        """The job with id ``jid`` if it is still running (a late signal of a finished one: None)."""
+        entry = self._jobs.get(jid)
+        return entry[0] if entry is not None else None
+
     @Slot(int, int, int)
     def _on_progress(self, jid, done, total):
-        entry = self._jobs.get(jid)
-        if entry is None:
+        job = self._running(jid)
+        if job is None:
             return
-        job = entry[0]
         job.done, job.total = done, total
         self.jobProgress.emit(job)
 
     @Slot(int, object)
     def _on_finished(self, jid, result):
-        entry = self._jobs.get(jid)
-        if entry is None:
+        job = self._running(jid)
+        if job is None:
             return
-        job = entry[0]
         if self._stale(job) or (job.cancelled and job.cancellable):
             self._finish(job, JobStatus.STALE if not job.cancelled else JobStatus.CANCELLED)
             return
@@ -218,10 +221,9 @@ class JobManager(QObject):
 
     @Slot(int, object)
     def _on_failed(self, jid, payload):
-        entry = self._jobs.get(jid)
-        if entry is None:
+        job = self._running(jid)
+        if job is None:
             return
-        job = entry[0]
         exc, details = payload
         if isinstance(exc, Cancelled) or job.cancelled:
             self._finish(job, JobStatus.CANCELLED)
