@@ -170,13 +170,15 @@ class GraphScene(QGraphicsScene):
         self._computing = None  # these looks replace any still being computed
         prev_nodes, prev_edges, prev_default = self._applied
         for name in node_looks.keys() | prev_nodes.keys():
-            look = node_looks.get(name)
-            if look != prev_nodes.get(name):
+            look, prev = node_looks.get(name), prev_nodes.get(name)
+            # Most nodes keep the very same shared look object: "is" spares a comparison call.
+            if look is not prev and look != prev:
                 item = self.nodes.get(name)
                 if item is not None:
                     self._pending_nodes[item] = look
         if edge_default == prev_default:
-            todo = [e for k in edge_styles.keys() | prev_edges.keys() if edge_styles.get(k) != prev_edges.get(k)
+            todo = [e for k in edge_styles.keys() | prev_edges.keys()
+                    if edge_styles.get(k) is not prev_edges.get(k) and edge_styles.get(k) != prev_edges.get(k)
                     for e in self._edge_index.get(k, ())]
         else:
             todo = self.edges

@@ -103,7 +103,7 @@ class NodeItem(QGraphicsRectItem):
     # -- look -----------------------------------------------------------------------------
     def set_look(self, look: NodeLook | None = None) -> None:
         look = look or PLAIN
-        if look == self._look_key:  # most items keep their look across a refresh: skip the work
+        if look is self._look_key or look == self._look_key:  # most items keep their look: skip the work
             return
         self._look_key = look
         self.fill = qcolor(look.fill) if look.fill is not None else self.base_fill
