@@ -15,6 +15,7 @@ import onnx
 from onnx import numpy_helper
 
 from .errors import ModelError, ShapeError
+from .fileio.paths import existing_file
 from .modelcheck import (FLOAT_TYPES, apply_input_shapes, check_external_data, check_input_sizes, check_text,
                          file_sha256, infer_shapes, inline_small_external, toposort)
 from .ops import Role, fused_into_producer, handler_for, passes_through
@@ -363,11 +364,7 @@ def _check_channels(graph: "Graph") -> None:
 
 def read_model_file(path) -> tuple[onnx.ModelProto, Path]:
     """The model in ``path``, without its external data, or a one-line :class:`ModelError`."""
-    p = Path(path)
-    if not p.exists():
-        raise ModelError(f"model file not found: {p}")
-    if p.is_dir():
-        raise ModelError(f"{p} is a folder, not an ONNX model file")
+    p = existing_file(path, ModelError, noun="model", folder_noun="ONNX model")
     try:
         model = onnx.load(str(p), load_external_data=False)
     except Exception:

@@ -9,12 +9,13 @@ the project's one-line error, never in pydantic's multi-line ``ValidationError``
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
 from pydantic_core import PydanticCustomError
+
+from .paths import existing_file
 
 __all__ = ["FileModel", "NotThisFile", "MAX_FILE_BYTES", "read_json", "loc_text", "problem", "first_problem",
            "one_line", "check_format", "check_version"]
@@ -134,11 +135,7 @@ def read_json(path, *, noun: str, error: type[Exception], max_bytes: int = MAX_F
 
     ``noun`` names the kind of file in the messages ("plan", "project", "march profile").
     """
-    p = Path(path)
-    if not p.exists():
-        raise error(f"{noun} file not found: {p}")
-    if p.is_dir():
-        raise error(f"{p} is a folder, not a {noun} file")
+    p = existing_file(path, error, noun=noun)
     try:
         if p.stat().st_size > max_bytes:
             raise error(f"{p.name} is too large to be a {noun} file")
