@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import shlex
 import subprocess
@@ -37,9 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_common import cosine, default_qtquant, list_images, load_image, rel, sqnr_db  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 DB_THRESH = 0.3  # DBNet's binarization threshold (PaddleOCR det_db_thresh)
@@ -51,47 +51,6 @@ WORDS = ("invoice total amount paid due date order number customer account balan
 
 
 # -- measuring ----------------------------------------------------------------------------------
-
-def sqnr_db(ref, test) -> float:
-    ref = np.asarray(ref, np.float64).ravel()
-    test = np.asarray(test, np.float64).ravel()
-    noise = float(np.sum((ref - test) ** 2))
-    signal = float(np.sum(ref ** 2))
-    if noise == 0.0:
-        return math.inf
-    if signal == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(signal / noise)
-
-
-def cosine(a, b) -> float:
-    a = np.asarray(a, np.float64).ravel()
-    b = np.asarray(b, np.float64).ravel()
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    if na == 0.0 or nb == 0.0:
-        return 1.0 if na == nb else 0.0
-    return float(np.dot(a, b) / (na * nb))
-
-
-def list_images(folder: Path) -> list[Path]:
-    out = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        out += [Path(dirpath) / f for f in sorted(filenames)
-                if not f.startswith(".") and os.path.splitext(f)[1].lower() in IMAGE_EXTS]
-    return out
-
-
-def load_image(path: Path, h: int, w: int) -> np.ndarray:
-    """qtquant's preprocessing with --mean/--std: EXIF, RGB, stretch (bilinear), /255, (x-mean)/std, NCHW."""
-    from PIL import Image, ImageOps
-
-    with Image.open(path) as im:
-        im = ImageOps.exif_transpose(im).convert("RGB").resize((w, h), Image.Resampling.BILINEAR)
-        x = np.asarray(im, dtype=np.float32)
-    x = x / np.float32(255.0)
-    x = (x - np.asarray(MEAN, np.float32)) / np.asarray(STD, np.float32)
-    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
 
 
 def session(path: Path):
@@ -156,19 +115,6 @@ def render_text_images(folder: Path, count: int, h: int, w: int, seed: int) -> s
 # -- qtquant's report ---------------------------------------------------------------------------
 
 _NUM = re.compile(r"[-+]?(?:\d+\.\d*|\d*\.\d+)(?:[eE][-+]?\d+)?|[-+]?\binf\b|\bnan\b")
-
-
-def default_qtquant() -> list[str]:
-    beside = Path(sys.executable).parent / "qtquant"
-    return [str(beside)] if beside.exists() else [sys.executable, "-m", "qtquant"]
-
-
-def rel(p) -> str:
-    try:
-        r = os.path.relpath(p)
-        return r if len(r) < len(str(p)) else str(p)
-    except ValueError:
-        return str(p)
 
 
 def run_qtquant(qtq, args, show=True):
@@ -410,8 +356,8 @@ def main(argv=None) -> int:
     # independent look at the float model's output on both data sets
     photos = list_images(photos_dir)
     texts = list_images(text_dir)
-    photo_feeds = [load_image(p, h, w) for p in photos]
-    text_feeds = [load_image(p, h, w) for p in texts]
+    photo_feeds = [load_image(p, h, w, MEAN, STD) for p in photos]
+    text_feeds = [load_image(p, h, w, MEAN, STD) for p in texts]
     out_name, _, ref_photos = run_all(model, photo_feeds)
     _, _, ref_text = run_all(model, text_feeds)
     print(f"\nmodel output {out_name}; onnxruntime default SessionOptions, CPUExecutionProvider")

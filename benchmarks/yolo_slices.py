@@ -45,9 +45,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_common import cosine, default_qtquant, list_images, load_image, rel, sqnr_db  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
-IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
 PASS_THROUGH = ("Identity", "Cast")  # ops between the Concat and the output that keep the layout
 
 CLASS_MIN_DB = 9.0
@@ -57,46 +58,6 @@ PEERS = "NNCF 3.4: 9.3 dB, ModelOpt 0.47: 16.3 dB"
 
 
 # -- measuring ----------------------------------------------------------------------------------
-
-def sqnr_db(ref: np.ndarray, test: np.ndarray) -> float:
-    ref = np.asarray(ref, np.float64).ravel()
-    test = np.asarray(test, np.float64).ravel()
-    noise = float(np.sum((ref - test) ** 2))
-    signal = float(np.sum(ref ** 2))
-    if noise == 0.0:
-        return math.inf
-    if signal == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(signal / noise)
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a = np.asarray(a, np.float64).ravel()
-    b = np.asarray(b, np.float64).ravel()
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    if na == 0.0 or nb == 0.0:
-        return 1.0 if na == nb else 0.0
-    return float(np.dot(a, b) / (na * nb))
-
-
-def list_images(folder: Path) -> list[Path]:
-    out = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        out += [Path(dirpath) / f for f in sorted(filenames)
-                if not f.startswith(".") and os.path.splitext(f)[1].lower() in IMAGE_EXTS]
-    return out
-
-
-def load_image(path: Path, h: int, w: int) -> np.ndarray:
-    """qtquant's default: EXIF orientation, RGB, stretch (bilinear), /255 in float32, NCHW, batch 1."""
-    from PIL import Image, ImageOps
-
-    with Image.open(path) as im:
-        im = ImageOps.exif_transpose(im).convert("RGB").resize((w, h), Image.Resampling.BILINEAR)
-        x = np.asarray(im, dtype=np.float32)
-    x = x / np.float32(255.0)
-    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
 
 
 def run_model(path: Path, feeds: list[dict], output: str) -> list[np.ndarray]:
@@ -305,18 +266,6 @@ def text_slices(stdout: str, output: str) -> dict[tuple[int, int], float | None]
 
 
 # -- running qtquant ----------------------------------------------------------------------------
-
-def default_qtquant() -> list[str]:
-    beside = Path(sys.executable).parent / "qtquant"
-    return [str(beside)] if beside.exists() else [sys.executable, "-m", "qtquant"]
-
-
-def rel(p) -> str:
-    try:
-        r = os.path.relpath(p)
-        return r if len(r) < len(str(p)) else str(p)
-    except ValueError:
-        return str(p)
 
 
 def run_fix(qtq, model, shape_arg, calib, out, auto_share, extra, want_json):

@@ -1,0 +1,71 @@
+"""What the fidelity benchmark scripts share: reading images as qtquant does, the error figures
+(written here independently of qtquant.metrics, so the scripts check qtquant rather than reuse it),
+and running qtquant as a user does."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
+
+
+def sqnr_db(ref, test) -> float:
+    ref = np.asarray(ref, np.float64).ravel()
+    test = np.asarray(test, np.float64).ravel()
+    noise = float(np.sum((ref - test) ** 2))
+    signal = float(np.sum(ref ** 2))
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def cosine(a, b) -> float:
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0.0 or nb == 0.0:
+        return 1.0 if na == nb else 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+def list_images(folder: Path) -> list[Path]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        out += [Path(dirpath) / f for f in sorted(filenames)
+                if not f.startswith(".") and os.path.splitext(f)[1].lower() in IMAGE_EXTS]
+    return out
+
+
+def load_image(path: Path, h: int, w: int, mean=None, std=None) -> np.ndarray:
+    """qtquant's preprocessing: EXIF orientation, RGB, stretch (bilinear), /255 in float32, then
+    (x - mean) / std when given, NCHW, batch 1."""
+    from PIL import Image, ImageOps
+
+    with Image.open(path) as im:
+        im = ImageOps.exif_transpose(im).convert("RGB").resize((w, h), Image.Resampling.BILINEAR)
+        x = np.asarray(im, dtype=np.float32)
+    x = x / np.float32(255.0)
+    if mean is not None:
+        x = (x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
+
+
+def default_qtquant() -> list[str]:
+    beside = Path(sys.executable).parent / "qtquant"
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "qtquant"]
+
+
+def rel(p) -> str:
+    try:
+        r = os.path.relpath(p)
+        return r if len(r) < len(str(p)) else str(p)
+    except ValueError:
+        return str(p)
