@@ -55,6 +55,21 @@ def save(model, path) -> str:
     return str(path)
 
 
+def save_graph(graph, path) -> str:
+    """``graph`` as an opset-17 model saved at ``path`` (what the path-taking builders return)."""
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def mul_branch(nodes, inits, name, k, src="x") -> str:
+    """``src * k`` as a Mul node named ``name``; its output's name."""
+    inits.append(numpy_helper.from_array(np.array(k, np.float32), f"{name}_k"))
+    nodes.append(helper.make_node("Mul", [src, f"{name}_k"], [f"{name}_out"], name=name))
+    return f"{name}_out"
+
+
 def detector_model(gains=(1.0, 1.3, 1.2), box_gain=300.0, shape=(1, 3, 16, 16), opset=17,
                    metadata=True) -> onnx.ModelProto:
     """A small detector-like model for the sharing/export/fidelity tests, with the cases that matter:
@@ -163,10 +178,7 @@ def dead_relu_model(path, shared_fc=False):
         outs.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 32]))
     g = helper.make_graph(nodes, "dead_relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                           outs, inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return save_graph(g, path)
 
 
 # -- models the GUI tests open --------------------------------------------------------------------
@@ -179,9 +191,7 @@ def band_model(path, hw=8, dynamic=False):
     nodes, inits = [], []
 
     def mul(name, k):
-        inits.append(numpy_helper.from_array(np.array(k, np.float32), f"{name}_k"))
-        nodes.append(helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_out"], name=name))
-        return f"{name}_out"
+        return mul_branch(nodes, inits, name, k)
 
     a = mul("mul_a", 1.0)
     outs = []
@@ -193,10 +203,7 @@ def band_model(path, hw=8, dynamic=False):
     dims = [1, 3, "h", "w"] if dynamic else [1, 3, hw, hw]
     g = helper.make_graph(nodes, "bands", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)], outs,
                           inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return save_graph(g, path)
 
 
 def edit_model(path, k_e: float = 4.0):
@@ -204,9 +211,7 @@ def edit_model(path, k_e: float = 4.0):
     nodes, inits = [], []
 
     def mul(name, k):
-        inits.append(numpy_helper.from_array(np.array(k, np.float32), f"{name}_k"))
-        nodes.append(helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_out"], name=name))
-        return f"{name}_out"
+        return mul_branch(nodes, inits, name, k)
 
     a, b, c = mul("br_a", 1.0), mul("br_b", 3.0), mul("br_c", 6.0)
     nodes.append(helper.make_node("Concat", [a, b, c], ["cat1_out"], name="cat1", axis=1))
@@ -219,10 +224,7 @@ def edit_model(path, k_e: float = 4.0):
     outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y1", "y2")]
     g = helper.make_graph(nodes, "edit", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                           outs, inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return save_graph(g, path)
 
 
 def other_model(path):
@@ -232,10 +234,7 @@ def other_model(path):
              helper.make_node("Relu", ["m"], ["y"], name="other_relu")]
     g = helper.make_graph(nodes, "other", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return save_graph(g, path)
 
 
 # -- reference architectures ---------------------------------------------------------------------

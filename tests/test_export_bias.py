@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from builders import dead_relu_model
+from builders import dead_relu_model, save_graph
 from qtquant.calib import CalibConfig
 from qtquant.domains import Policy
 from qtquant.export import weights as weights_mod
@@ -163,10 +163,7 @@ def _concat_model(path):
     outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("cat_out", "y0")]
     g = helper.make_graph(nodes, "cat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                           outs, inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return save_graph(g, path)
 
 
 def test_clipped_constant_is_recorded(tmp_path):
