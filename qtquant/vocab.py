@@ -14,7 +14,8 @@ from enum import Enum
 
 __all__ = ["StrEnum", "Scheme", "SCHEME_NAMES", "scheme_name", "Policy", "Observer", "OBSERVERS", "RESIZE_MODES",
            "COLOR_ORDERS", "PIXEL_RANGES", "LAYOUTS", "Overlay", "OVERLAYS", "TensorKind", "JobStatus",
-           "ShareAction", "CostClass", "DEFAULT_SCHEME", "DEFAULT_POLICY", "DEFAULT_OBSERVER", "DEFAULT_MARCH",
+           "ShareAction", "Precision", "PRECISIONS", "CostClass",
+           "DEFAULT_SCHEME", "DEFAULT_POLICY", "DEFAULT_OBSERVER", "DEFAULT_MARCH",
            "DEFAULT_CALIB_COUNT", "DEFAULT_PERCENTILE", "DEFAULT_MAX_BITS_LOST"]
 
 
@@ -116,6 +117,25 @@ class ShareAction(StrEnum):
     GROUPED = "grouped"
     SKIPPED = "skipped"
     ALREADY = "already"  # its members already share one domain
+
+
+class Precision(StrEnum):
+    """What a tensor (or the node producing it) is computed in on the target.
+
+    INT8 is the default for every quantized tensor; INT16 costs more on the BPU; FLOAT means no Q/DQ
+    on export and, on the target, the producing node runs on the CPU.
+    """
+
+    INT8 = "int8"
+    INT16 = "int16"
+    FLOAT = "float"
+
+    @property
+    def label(self) -> str:
+        return {"int8": "int8", "int16": "int16", "float": "float (CPU)"}[self.value]
+
+
+PRECISIONS = tuple(p.value for p in Precision)
 
 
 class CostClass(Enum):
