@@ -231,6 +231,10 @@ class Session:
     def _build(self, groups) -> DomainMap:
         return _domains_for(self.graph, self.calibration, self.options, self.qdq, groups)
 
+    def domains_with(self, groups) -> DomainMap:
+        """The domains if ``groups`` (lists of tensors) were the user's groups: a preview, nothing cached."""
+        return self._build(groups)
+
     @property
     def domains(self) -> DomainMap:
         if self._dm is None:

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QMenu
 from shiboken6 import isValid
 
 from .editing import node_outputs
+from .sharedialog import ShareConfirmDialog
 
 __all__ = ["CanvasEditing"]
 
@@ -22,8 +23,10 @@ class CanvasEditing(QObject):
         self.relay, self.editor, self.scene, self.view = relay, editor, scene, view
         self.canvas, self.groups_panel, self.actions = canvas, groups_panel, actions
         self.context_menu: QMenu | None = None  # the last one shown (tests read it)
+        self.confirm: ShareConfirmDialog | None = None  # the open share confirmation
         scene.selectionChanged.connect(self._selection_changed)
         view.nodesDropped.connect(editor.drop)
+        editor.proposed.connect(self.confirm_share)
         view.contextRequested.connect(self.show_context_menu)
         groups_panel.groupSelected.connect(self._group_selected)
         groups_panel.ungroupRequested.connect(editor.ungroup)
@@ -34,6 +37,15 @@ class CanvasEditing(QObject):
     # -- gestures --------------------------------------------------------------------------------
     def share_selection(self) -> bool:
         return self.editor.share_nodes(self.scene.selected_names())
+
+    def confirm_share(self, plan) -> None:
+        """Show what Share would do; Enter commits it, Escape changes nothing."""
+        if self.confirm is not None:
+            self.confirm.close()
+            self.confirm.deleteLater()
+        self.confirm = d = ShareConfirmDialog(plan, self.view.window())
+        d.accepted.connect(lambda: self.editor.commit_plan(plan))
+        d.open()
 
     def ungroup_ids(self) -> list[int]:
         s = self.relay.session

@@ -7,9 +7,11 @@ goes to the status bar and nothing changes.
 
 Gestures (:class:`Editor`):
 
-* Share (Ctrl+G) on the selection ties the selected nodes' output tensors; a single
-  selected Concat shares its inputs and output.  Outputs that cannot be quantized (a
-  Shape op caught by the rubber band) are left out and named in the message.
+* Share (Ctrl+G) on a single selected Concat shares its inputs and output at once.  On a
+  larger selection it proposes only the tensors feeding the selected Concat(s) through
+  pass-through ops (none selected: the largest set feeding one Concat), see
+  :func:`~qtquant.app.shareplan.plan_share`; :attr:`Editor.proposed` carries the proposal
+  to the confirmation dialog and :meth:`Editor.commit_plan` does it.
 * Dropping nodes on a Concat joins its group: the dropped nodes' outputs, the Concat's
   quantized inputs and its output.  Dropping on any other node shares the outputs of
   both.  Drops are strict: every tensor must be shareable, or nothing changes.
@@ -22,6 +24,7 @@ from PySide6.QtCore import QObject, Signal
 from ..app.commands import (AutoShareCommand, CompoundCommand, RemoveMemberCommand, SetOptionsCommand,
                             ShareCommand, UngroupCommand)
 from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX
+from ..app.shareplan import plan_share
 from ..concat import concat_members
 from ..domains import Policy
 from ..errors import QtQuantError
@@ -71,6 +74,7 @@ class Editor(QObject):
 
     message = Signal(str)  # for the status bar
     autoShared = Signal(object)  # AutoShareReport
+    proposed = Signal(object)  # SharePlan awaiting the user's confirmation
 
     def __init__(self, relay, parent=None):
         super().__init__(parent)
@@ -112,8 +116,22 @@ class Editor(QObject):
             return False
         if len(names) == 1 and names[0] in g.nodes and g.nodes[names[0]].op_type == "Concat":
             return self._share(concat_members(g, names[0]), names[0], strict=True)
-        tensors = [t for n in names for t in node_outputs(g, n)]
-        return self._share(tensors, "", strict=False)
+        plan = plan_share(self.session, names)
+        if plan is None:
+            self._say("Not shared: select a Concat, or at least two tensors feeding one "
+                      "(drag a node onto another to share just their outputs)")
+            return False
+        self.proposed.emit(plan)
+        return True
+
+    def commit_plan(self, plan) -> bool:
+        """The confirmed proposal: its members share one observer (one undo step)."""
+        name = plan.concats[0] if len(plan.concats) == 1 else ""
+        ok = self._share(plan.members, name, strict=True)
+        if ok and (plan.left_out or plan.unquantized):
+            self._say(self.last_message + f"; left out {len(plan.left_out) + plan.unquantized} that feed no "
+                      f"selected Concat or cannot be quantized")
+        return ok
 
     def drop(self, sources, target: str) -> bool:
         """Nodes dropped on ``target``: join a Concat's group, or share outputs with the target."""

@@ -90,6 +90,15 @@ def press_keys(qtbot, win, key, modifiers):
     qtbot.keyClick(win.view, key, modifiers)
 
 
+def confirm_share(qtbot, win, key=Qt.Key_Return):
+    """The share confirmation is up; one key answers it.  Returns the dialog."""
+    qtbot.waitUntil(lambda: win.edits.confirm is not None and win.edits.confirm.isVisible(), timeout=5000)
+    d = win.edits.confirm
+    qtbot.keyClick(d.focusWidget() or d, key)
+    qtbot.waitUntil(lambda: not d.isVisible(), timeout=5000)
+    return d
+
+
 def concat(win, name):
     return win.relay.concat(name)
 
@@ -128,6 +137,7 @@ def test_rubber_band_ctrl_g_shares_and_concat_turns_green(qtbot, win, model):
     assert sorted(win.scene.selected_names()) == ["br_a", "br_b", "br_c", "cat1"]
     assert win.actions_by_name["share"].isEnabled()
     press_keys(qtbot, win, Qt.Key_G, Qt.ControlModifier)
+    confirm_share(qtbot, win)
     groups = list(win.session.groups)
     assert [g.members for g in groups] == [("br_a_out", "br_b_out", "br_c_out", "cat1_out")]
     # the Concat turns green, its badge disappears, its input edges are no longer highlighted
@@ -159,6 +169,36 @@ def test_rubber_band_ctrl_g_shares_and_concat_turns_green(qtbot, win, model):
     qtbot.waitUntil(lambda: win.session.fidelity is not None
                     and win.session.fidelity.revision == win.session.revision, timeout=20000)
     assert "y1:" in win.perf_summary.values["sqnr"].text()
+
+
+def test_share_on_a_selection_proposes_only_what_feeds_the_concat(qtbot, win, model):
+    """Issue 20: the rectangle over cat1's branches also caught br_d (which feeds cat2); it
+    used to join the group and lose bits without a word.  Now the dialog shows the members and
+    the bits each would lose, leaves br_d out, and Enter confirms."""
+    open_settled(qtbot, win, model)
+    for n in ("br_a", "br_b", "br_c", "cat1", "br_d"):
+        win.scene.nodes[n].setSelected(True)
+    press_keys(qtbot, win, Qt.Key_G, Qt.ControlModifier)
+    qtbot.waitUntil(lambda: win.edits.confirm is not None and win.edits.confirm.isVisible(), timeout=5000)
+    d = win.edits.confirm
+    rows = [(d.table.item(r, 0).text(), d.table.item(r, 2).text()) for r in range(d.table.rowCount())]
+    assert rows == [("br_a_out", f"{np.log2(6.0):.2f}"), ("br_b_out", f"{np.log2(2.0):.2f}"),
+                    ("br_c_out", "0.00"), ("cat1_out", "0.00")]
+    assert "br_d_out" in d.notes.text() and "does not feed cat1" in d.notes.text()
+    assert "worst member loses 2.58 bits" in d.headline.text()
+    assert win.session.groups.as_lists() == []  # nothing yet: the user has not answered
+    qtbot.keyClick(d.focusWidget() or d, Qt.Key_Escape)  # Escape: nothing changes
+    assert win.session.groups.as_lists() == [] and win.stack.count == 0
+    press_keys(qtbot, win, Qt.Key_G, Qt.ControlModifier)
+    confirm_share(qtbot, win)  # one key confirms
+    assert win.session.groups.as_lists() == [("br_a_out", "br_b_out", "br_c_out", "cat1_out")]
+    assert win.stack.count == 1 and "left out 1" in win.statusBar().currentMessage()
+    # Ctrl+G on a lone Concat needs no confirmation (it does exactly what it says)
+    win.scene.clearSelection()
+    win.scene.nodes["cat2"].setSelected(True)
+    press_keys(qtbot, win, Qt.Key_G, Qt.ControlModifier)
+    assert ("br_d_out", "br_e_out", "cat2_out") in win.session.groups.as_lists()
+    assert not win.edits.confirm.isVisible()
 
 
 def test_drag_selection_onto_concat_joins_its_group(qtbot, win, model):
@@ -210,7 +250,7 @@ def test_refused_share_changes_nothing_and_says_why(qtbot, win, model):
     win.scene.clearSelection()
     win.scene.nodes["br_a"].setSelected(True)
     press_keys(qtbot, win, Qt.Key_G, Qt.ControlModifier)
-    assert "at least two tensors" in win.statusBar().currentMessage()
+    assert "at least two tensors feeding one" in win.statusBar().currentMessage()
     assert win.stack.count == 0 and state(win) == before
     assert not win.errors  # a refusal is a status message, not an error dialog
 
