@@ -212,6 +212,7 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
     graph, dm = pl.graph, pl.dm
     report = AutoShareReport(limit)
     accepted: dict[str, list[str]] = {}
+    touched: set[int] = set()  # domains an accepted share merged
     for node in graph.concat_nodes():
         notes: list[str] = []
         members = concat_members(graph, node, notes)
@@ -225,6 +226,14 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
         if len({pl.uf[d] for d in dids}) == 1:
             report.decisions.append(AutoShareDecision(node.name, ShareAction.ALREADY, 0.0, tuple(members),
                                                       notes=tuple(notes)))
+            continue
+        if node.name in dm.concat_source and not (dids & touched) and not any(
+                scales_differ(dm.scale_of(t) or 0.0, dm.scale_of(out) or 0.0) for t in members if t != out):
+            # The target's rule already gives the output its inputs' one scale: no rescale to save
+            # (unless an earlier share moved one of its members: then it is judged as usual).
+            report.decisions.append(AutoShareDecision(
+                node.name, ShareAction.ALREADY, 0.0, tuple(members),
+                notes=(*notes, f"no rescale under the target's Concat rule ({dm.concat_rule})")))
             continue
         tensors = pl.merged(dids)
         tr = pl.evaluate(tensors)
@@ -252,6 +261,7 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
                 _suggest(pl, members, out, limit), tuple(notes)))
             continue
         pl.union(dids)
+        touched |= dids
         accepted[node.name] = members
         report.decisions.append(AutoShareDecision(node.name, ShareAction.GROUPED, worst, tuple(members), wide, narrow,
                                                   notes=tuple(notes)))

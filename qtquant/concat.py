@@ -9,18 +9,30 @@ Two cases beyond "compare each input with the output":
   requantizes the others.  The Horizon compiler takes the widest input's threshold, so the
   reference is the input with the largest scale (the first of equals); every input whose
   scale differs from it counts as a rescale, and the Concat gets a note saying so.
+
+Under a target whose rule is :attr:`ConcatScaleRule.WIDEST_INPUT` (the Horizon marches) the
+domain map already gave the output its widest input's scale (:func:`~qtquant.domains.concat_scale_source`);
+:attr:`ConcatInfo.reference_input` names that input, and :meth:`ConcatInfo.rescale_nodes` the
+requantize nodes the compiler inserts for the others, under its own names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .domains import concat_scale_source
 from .outputs import output_reached
 from .qdq import channel_scales_of
 from .quant import bits_lost, scales_differ
-from .vocab import TensorKind
+from .vocab import ConcatScaleRule, TensorKind
 
-__all__ = ["ConcatMember", "ConcatInfo", "analyze_concats", "concat_members"]
+__all__ = ["ConcatMember", "ConcatInfo", "analyze_concats", "concat_members", "rescale_node_names"]
+
+
+def rescale_node_names(concat: str, tensor: str, index: int) -> tuple[str, str]:
+    """The names compilers give the rescale of input ``index`` (``tensor``) of Concat ``concat``:
+    the X5 hb_mapper log's ``<tensor>_calibrated_Requantize`` and perf_model's ``<concat>_rescale_<i>``."""
+    return f"{tensor}_calibrated_Requantize", f"{concat}_rescale_{index}"
 
 
 def concat_members(graph, node, notes: list | None = None) -> list[str]:
@@ -85,7 +97,9 @@ class ConcatInfo:
     feeds_output: bool = False
     notes: list[str] = field(default_factory=list)
     output_float: bool = False  # output left unquantized while inputs are quantized
-    reference_input: int | None = None  # the input whose scale the output would take (output_float)
+    # The input whose scale the output takes: by the target's rule, or (output_float) would take.
+    reference_input: int | None = None
+    rule_note: str = ""  # how the target's rule chose the output scale (empty: its own scale)
 
     @property
     def mismatched(self) -> bool:
@@ -102,6 +116,10 @@ class ConcatInfo:
 
     def members(self) -> list[ConcatMember]:
         return [*self.inputs, self.output]
+
+    def rescale_nodes(self) -> list[tuple[str, str]]:
+        """Per input that needs a rescale: (X5 name, perf_model name), see :func:`rescale_node_names`."""
+        return [rescale_node_names(self.node, m.tensor, m.index) for m in self.inputs if m.needs_rescale]
 
 
 def _member(graph, dm, tensor, index, concat_name, merged) -> ConcatMember:
@@ -209,6 +227,7 @@ def analyze_concats(graph, dm) -> list[ConcatInfo]:
         out_m = _member(graph, dm, out, -1, node.name, merged)
         members = [_member(graph, dm, t, i, node.name, merged) for i, t in ins]
         notes = []
+        rule_note = ""
         live = []
         for m in members:
             if m.constant:
@@ -221,7 +240,9 @@ def analyze_concats(graph, dm) -> list[ConcatInfo]:
         output_float = out_m.scale is None and bool(live)
         reference = None
         if output_float:
-            reference = max(live, key=lambda m: m.scale)  # the first of the widest
+            # What a compiler that quantizes the Concat would do: the Horizon rule.
+            k = concat_scale_source(ConcatScaleRule.WIDEST_INPUT, [m.scale for m in live])
+            reference = live[k or 0]
             for m in live:
                 m.needs_rescale = _compare(m, reference.scale, reference.zero_point)
             n = sum(m.needs_rescale for m in live)
@@ -233,6 +254,11 @@ def analyze_concats(graph, dm) -> list[ConcatInfo]:
                 notes.append(f"output is not quantized in the file; its inputs share one scale "
                              f"({reference.scale:.4g}), which a compiler would give the output: no rescale")
         elif out_m.scale is not None:
+            src = dm.concat_source.get(node.name)
+            reference = next((m for m in live if m.tensor == src), None) if src else None
+            if reference is not None:
+                rule_note = (f"output takes the scale of input {reference.index} ({reference.tensor}, the widest, "
+                             f"scale {reference.scale:.4g}) by the target's Concat rule ({dm.concat_rule})")
             by_index = {m.index: m for m in live}
             split = out_m.channel_scales is not None and _same_axis(graph, out, out_m.channel_axis, axis)
             offset = 0
@@ -257,6 +283,7 @@ def analyze_concats(graph, dm) -> list[ConcatInfo]:
         info = ConcatInfo(node.name, axis, members, out_m, ratio,
                           sum(m.needs_rescale for m in members), feeds_output=feeds, notes=notes,
                           output_float=output_float,
-                          reference_input=reference.index if reference is not None else None)
+                          reference_input=reference.index if reference is not None else None,
+                          rule_note=rule_note)
         infos.append(info)
     return infos

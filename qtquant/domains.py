@@ -2,6 +2,9 @@
 
 Built with union-find from three sources: pass-through ops, the user's groups, and
 target rules.  A domain's range comes from its members under a :class:`Policy`.
+
+A Concat output that no group or file scale decides takes its scale by the target's
+:class:`ConcatScaleRule` (:func:`concat_scale_source` is that rule, the one place it is spelt).
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from networkx.utils import UnionFind
 
 from .ops import passes_through
 from .quant import QParams, Scheme, qparams_for_range, range_width
-from .vocab import DEFAULT_PERCENTILE, Policy, TensorKind
+from .vocab import DEFAULT_PERCENTILE, ConcatScaleRule, Policy, TensorKind
 
-__all__ = ["Policy", "Domain", "DomainMap", "build_domains"]
+__all__ = ["Policy", "Domain", "DomainMap", "build_domains", "concat_scale_source", "ConcatScaleRule"]
 
 
 @dataclass
@@ -46,6 +49,11 @@ class DomainMap:
     scheme: Scheme = Scheme.SYMMETRIC_INT8
     # Each tensor's own range before sharing: what bits lost are measured against.
     member_range: dict[str, tuple[float, float]] = field(default_factory=dict)
+    concat_rule: ConcatScaleRule = ConcatScaleRule.OWN
+    # Concat node -> the input tensor whose scale its output took under ``concat_rule``.
+    concat_source: dict[str, str] = field(default_factory=dict)
+    # domain id -> the domain whose qparams it took (the export points both at one initializer).
+    scale_from: dict[int, int] = field(default_factory=dict)
 
     def domain_of(self, tensor: str) -> Domain | None:
         i = self.of.get(tensor)
@@ -58,6 +66,50 @@ class DomainMap:
     def qparams_of(self, tensor: str) -> QParams | None:
         d = self.domain_of(tensor)
         return d.qparams if d else None
+
+
+def concat_scale_source(rule: ConcatScaleRule, scales) -> int | None:
+    """The position in ``scales`` (a Concat's quantized inputs, in order) of the input whose scale
+    the output takes under ``rule``; None when the output keeps its own scale.
+
+    WIDEST_INPUT: the input with the largest scale, i.e. the widest range (the first of equals),
+    as the Horizon compiler picks it; the others are requantized to it.
+    """
+    if ConcatScaleRule(rule) is ConcatScaleRule.OWN:
+        return None
+    best = None
+    for i, s in enumerate(scales):
+        if s is not None and s > 0 and (best is None or s > scales[best]):
+            best = i
+    return best
+
+
+def _apply_concat_rule(graph, domains, of, natural, rule) -> tuple[dict, dict]:
+    """Give each Concat output its rule's input scale, in graph order (a Concat feeding a Concat
+    passes its chosen scale on).  An output grouped by the user, tied by a target rule or read
+    from a QDQ file keeps that scale: the rule is only the compiler's default."""
+    sources: dict[str, str] = {}
+    scale_from: dict[int, int] = {}
+    if ConcatScaleRule(rule) is ConcatScaleRule.OWN:
+        return sources, scale_from
+    for node in graph.concat_nodes():
+        out = node.outputs[0]
+        did = of.get(out)
+        if did is None:
+            continue
+        d = domains[did]
+        if d.fixed or d.user_groups or len(d.members) != len(natural.get(out, ())):
+            continue
+        ins = [t for t in dict.fromkeys(node.inputs) if t and graph.is_quantized(t) and t in of
+               and of[t] != did and domains[of[t]].qparams is not None]
+        k = concat_scale_source(rule, [domains[of[t]].scale for t in ins])
+        if k is None:
+            continue
+        src = domains[of[ins[k]]]
+        d.lo, d.hi, d.qparams = src.lo, src.hi, src.qparams
+        sources[node.name] = ins[k]
+        scale_from[did] = scale_from.get(src.id, src.id)
+    return sources, scale_from
 
 
 def _natural_sets(graph, fixed: dict | None) -> UnionFind:
@@ -125,13 +177,15 @@ def _constant_range(graph, name):
 def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
                   policy: Policy = Policy.UNION, scheme: Scheme = Scheme.SYMMETRIC_INT8,
                   fixed: dict[str, tuple[float, float]] | None = None,
-                  target_rules=(), hist_pool=None, percentile: float = DEFAULT_PERCENTILE) -> DomainMap:
+                  target_rules=(), hist_pool=None, percentile: float = DEFAULT_PERCENTILE,
+                  concat_rule: ConcatScaleRule = ConcatScaleRule.OWN) -> DomainMap:
     """Build the scale domains.
 
     ``ranges`` maps observed tensors to their calibrated (lo, hi).  ``groups`` is an
     iterable of tensor-name collections the user tied together.  ``fixed`` gives
     ranges read from a QDQ file; those keep their file scale unless a group joins them.
     ``hist_pool(members, pct)`` returns a pooled-percentile range (Policy.POOLED).
+    ``concat_rule`` is the target's Concat output-scale rule (its march profile).
     """
     uf = _natural_sets(graph, fixed)
     natural = {}
@@ -197,4 +251,5 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
         domains[did] = Domain(did, tuple(members), lo, hi, q, fixed=is_fixed, user_groups=tuple(gids))
         for m in members:
             of[m] = did
-    return DomainMap(domains, of, natural, scheme, member_range)
+    sources, scale_from = _apply_concat_rule(graph, domains, of, natural, concat_rule)
+    return DomainMap(domains, of, natural, scheme, member_range, ConcatScaleRule(concat_rule), sources, scale_from)

@@ -6,6 +6,7 @@ multi-gigabyte model costs no more to open than its structure.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from functools import cached_property
 from pathlib import Path
@@ -24,7 +25,7 @@ from .shapes import format_shape, parse_input_shapes
 from .vocab import TensorKind
 
 __all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "graph_from_model", "MIN_OPSET",
-           "MAX_OPSET"]
+           "MAX_OPSET", "parse_cut", "cut_model"]
 
 MIN_OPSET = 11
 MAX_OPSET = 23
@@ -144,8 +145,10 @@ KEEP_MODEL_BYTES = 64 << 20  # Graph.model_bytes keeps serialized models up to t
 class Graph:
     """A loaded, shape-resolved ONNX graph.  Plain data plus topological views."""
 
-    def __init__(self, model: onnx.ModelProto, path: Path | None, input_shapes: dict, sha256: str):
+    def __init__(self, model: onnx.ModelProto, path: Path | None, input_shapes: dict, sha256: str,
+                 cut: tuple[str, ...] = ()):
         self.model = model
+        self.cut = tuple(cut)  # the tensors the file's graph was cut at (its outputs now); () = whole file
         self.path = path
         self.base_dir = path.parent if path else Path.cwd()
         self.input_shapes = dict(input_shapes)
@@ -374,6 +377,79 @@ def read_model_file(path) -> tuple[onnx.ModelProto, Path]:
     return model, p
 
 
+def parse_cut(cut) -> tuple[str, ...]:
+    """``--cut`` text (``a,b``), or a list of names, as a tuple of tensor names (order kept, no repeats)."""
+    if not cut:
+        return ()
+    parts = cut.split(",") if isinstance(cut, str) else [p for c in cut for p in str(c).split(",")]
+    return tuple(dict.fromkeys(p.strip() for p in parts if p.strip()))
+
+
+def _subgraph_names(node) -> set[str]:
+    """Names a node's subgraphs (If/Loop/Scan bodies) read: outer-scope values it needs too."""
+    names: set[str] = set()
+    for a in node.attribute:
+        for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                   list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+            for n in sg.node:
+                names.update(i for i in n.input if i)
+                names |= _subgraph_names(n)
+    return names
+
+
+def cut_model(model: onnx.ModelProto, cut) -> None:
+    """Cut ``model`` in place to the subgraph that ends at the tensors ``cut``, as
+    ``onnx.utils.extract_model`` does: the outputs become ``cut``, the inputs stay, nodes
+    (and initializers) nothing in ``cut`` needs are dropped.  A name that is not a tensor the
+    graph computes or reads is a one-line :class:`ModelError`, naming a close match if any."""
+    cut = parse_cut(cut)
+    if not cut:
+        return
+    g = model.graph
+    producer = {o: n for n in g.node for o in n.output if o}
+    inputs = {i.name for i in g.input}
+    known = set(producer) | inputs
+    weights = {t.name for t in g.initializer}
+    for t in cut:
+        if t in known and t not in weights:
+            continue
+        if t in weights:
+            raise ModelError(f"cannot cut at {t!r}: it is a weight of the model, not a tensor it computes")
+        close = difflib.get_close_matches(t, sorted(known - weights), n=1, cutoff=0.6)
+        raise ModelError(f"cannot cut at {t!r}: the model has no tensor of that name"
+                         + (f" (did you mean {close[0]!r}?)" if close else ""))
+    needed = set(cut)
+    kept: set[int] = set()
+    stack = list(cut)
+    while stack:
+        n = producer.get(stack.pop())
+        if n is None or id(n) in kept:
+            continue
+        kept.add(id(n))
+        for i in [*n.input, *_subgraph_names(n)]:
+            if i and i not in needed:
+                needed.add(i)
+                stack.append(i)
+    vi = {v.name: v for v in [*g.value_info, *g.input, *g.output]}
+    outs = []
+    for t in cut:
+        o = onnx.ValueInfoProto()
+        if t in vi:
+            o.CopyFrom(vi[t])
+        else:
+            o.name = t  # typed by shape inference
+        outs.append(o)
+    nodes = [n for n in g.node if id(n) in kept]
+    # Initializers listed as inputs (old-style models) stay: the inputs are unchanged.
+    inits = [t for t in g.initializer if t.name in needed or t.name in inputs]
+    infos = [v for v in g.value_info if v.name in needed and v.name not in set(cut)]
+    del g.node[:], g.initializer[:], g.value_info[:], g.output[:]
+    g.node.extend(nodes)
+    g.initializer.extend(inits)
+    g.value_info.extend(infos)
+    g.output.extend(outs)
+
+
 def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
     """Load a float ONNX file, resolve dynamic dims from ``input_shapes`` and infer shapes.
 
@@ -388,8 +464,10 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
 
 
 def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | None = None,
-                     sha256: str = "", ort_fallback: bool = True) -> Graph:
+                     sha256: str = "", ort_fallback: bool = True, cut=()) -> Graph:
+    """``cut``: tensor names the graph is cut at (:func:`cut_model`); ``sha256`` stays the file's."""
     check_text(model)
+    cut = parse_cut(cut)
     if not model.graph.output:
         raise ModelError("the model declares no outputs; nothing it computes can be checked or run")
     opset = _default_opset(model)
@@ -399,6 +477,8 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     order = toposort(model.graph)  # shape inference needs topological order, and cycles fail here
     del model.graph.node[:]
     model.graph.node.extend(order)
+    if cut:
+        cut_model(model, cut)  # before shape inference: the cut graph is all it needs to type
     given = input_shapes.items() if isinstance(input_shapes, dict) else input_shapes
     shapes = apply_input_shapes(model, parse_input_shapes(given))
     check_input_sizes(model, shapes)
@@ -407,7 +487,7 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     inferred = infer_shapes(model)
     if not sha256:
         sha256 = hashlib.sha256(model.SerializeToString()).hexdigest()
-    graph = Graph(inferred, path, shapes, sha256)
+    graph = Graph(inferred, path, shapes, sha256, cut)
     _check_channels(graph)
     if ort_fallback:
         _ort_fill_shapes(graph)

@@ -8,7 +8,9 @@ Declared by :class:`Plan` (version 1; qtquant.torch reads plans with the same sc
                  "members": [{"tensor": "...", "producer": "node name or null",
                               "producer_op": "Conv", "bits_lost": 0.41}]}]}
 
-Readers ignore unknown keys, so later minor additions stay readable.  JSON only: a plan
+``cut`` (optional, absent or ``[]`` for the whole file) names the tensors the model was cut at
+(``--cut``): applying a plan to another cut warns.  Readers ignore unknown keys, so later
+minor additions stay readable.  JSON only: a plan
 is data from somewhere else and is never unpickled or evaluated.
 """
 
@@ -77,6 +79,7 @@ class Plan(FileModel):
     model_sha256: str | None = None
     policy: str | None = None
     scheme: str | None = None
+    cut: tuple[str, ...] = Field((), strict=False)  # the tensors the model was cut at; () = whole file
     source: str = Field("", exclude=True)  # the file it came from, for messages
     reader_fields = ("source",)
 
@@ -153,7 +156,7 @@ def plan_dict(session) -> dict:
     return {"format": FORMAT, "version": VERSION,
             "model": graph.path.name if graph.path else None, "model_sha256": graph.sha256 or None,
             "policy": session.options.policy.value, "scheme": session.options.scheme.value,
-            "groups": groups}
+            "cut": list(graph.cut), "groups": groups}
 
 
 def save_plan(session, path) -> Path:
@@ -187,11 +190,15 @@ def apply_plan(session, plan: Plan, *, replace: bool = True) -> AppliedPlan:
     graph = session.graph
     src = plan.source or "plan"
     missing = list(dict.fromkeys(m.tensor for g in plan.groups for m in g.members if m.tensor not in graph.tensors))
+    cut = tuple(getattr(graph, "cut", ()))
     if missing:
         shown = ", ".join(repr(t) for t in missing[:5])
         more = f" (+{len(missing) - 5} more)" if len(missing) > 5 else ""
-        raise PlanError(f"{src} names {len(missing)} tensor(s) missing from the model: {shown}{more}")
+        hint = f"; {_cut_text(plan.cut, cut)}" if tuple(plan.cut) != cut else ""
+        raise PlanError(f"{src} names {len(missing)} tensor(s) missing from the model: {shown}{more}{hint}")
     res = AppliedPlan()
+    if tuple(plan.cut) != cut:
+        res.warnings.append(f"{src}: {_cut_text(plan.cut, cut)}; its tensor names are all here, so it is applied")
     if plan.model_sha256 and graph.sha256 and plan.model_sha256 != graph.sha256:
         res.warnings.append(f"{src} was made for a different file ({plan.model or 'unknown'}); "
                             "tensor names match, so it is applied")
@@ -219,6 +226,14 @@ def apply_plan(session, plan: Plan, *, replace: bool = True) -> AppliedPlan:
     res.groups = [final[x.id] for x in {x.id: x for x in made}.values() if x.id in final]
     session.groups_changed()
     return res
+
+
+def _cut_text(plan_cut, cut) -> str:
+    def say(c):
+        if not c:
+            return "the whole model"
+        return "the model cut at " + ", ".join(repr(t) for t in c[:6]) + (" ..." if len(c) > 6 else "")
+    return f"it was made on {say(tuple(plan_cut))}, this is {say(tuple(cut))}"
 
 
 def apply_plan_file(session, path, *, replace: bool = True) -> AppliedPlan:

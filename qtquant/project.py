@@ -57,6 +57,7 @@ class Project(FileModel):
     march: str = DEFAULT_MARCH
     max_bits_lost: float = DEFAULT_MAX_BITS_LOST
     groups: tuple[ProjectGroup, ...] = Field((), strict=False)
+    cut: tuple[str, ...] = Field((), strict=False)  # --cut: the tensors the model is cut at; () = whole file
     stats_cache: str | None = None
     path: Path | None = Field(None, exclude=True)
     reader_fields = ("path",)
@@ -127,6 +128,7 @@ def project_from_session(session, path, stats_cache=None) -> Project:
         calib=calib, scheme=o.scheme.value, policy=o.policy.value, march=o.march,
         max_bits_lost=float(o.max_bits_lost),
         groups=[{"name": gr.name, "members": list(gr.members)} for gr in session.groups],
+        cut=list(g.cut),
         stats_cache=_rel(Path(stats_cache), path.parent) if stats_cache else None,
     )
 
@@ -164,7 +166,8 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False):
     proj = load_project(path)
     opts = Options(scheme=Scheme(proj.scheme), policy=Policy(proj.policy), march=proj.march,
                    max_bits_lost=proj.max_bits_lost, calib=_calib_config(proj.calib))
-    session = open_model(proj.model_path(), {k: tuple(v) for k, v in proj.input_shapes.items()}, opts)
+    session = open_model(proj.model_path(), {k: tuple(v) for k, v in proj.input_shapes.items()}, opts,
+                         cut=proj.cut)
     report = OpenReport(model_changed=bool(proj.model_sha256) and proj.model_sha256 != session.graph.sha256)
     if proj.stats_cache and not session.quantized_file:
         cache_dir = Path(proj.stats_cache)

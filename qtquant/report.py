@@ -6,8 +6,9 @@ import math
 
 from .shapes import format_shape
 from .tables import text_table
+from .vocab import ConcatScaleRule
 
-__all__ = ["SCHEMA_VERSION", "analysis_dict", "concat_table_text", "member_dict"]
+__all__ = ["SCHEMA_VERSION", "analysis_dict", "concat_table_text", "member_dict", "cut_text"]
 
 SCHEMA_VERSION = 1
 
@@ -62,6 +63,10 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
             "worst_channel_ratio": _num(c.worst_channel_ratio),
             "output_float": c.output_float,
             "reference_input": c.reference_input,
+            # The requantize nodes a compiler inserts, under its own names (X5 hb_mapper, perf_model).
+            "rescale_nodes": [{"input": m.index, "tensor": m.tensor, "x5": x5, "perf_model": pm}
+                              for m, (x5, pm) in zip((m for m in c.inputs if m.needs_rescale), c.rescale_nodes())],
+            "rule_note": c.rule_note or None,
             "notes": list(c.notes),
         })
     summary = {
@@ -73,6 +78,7 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
         "ddr_bytes": perf.ddr_bytes if perf is not None else None,
         "rescale_cost_us": _num(perf.rescale_us) if perf is not None else None,
         "march": session.options.march if perf is not None else None,
+        "concat_rule": str(_rule(session)),
         "sqnr_db": None,
     }
     if fidelity is not None:
@@ -85,6 +91,7 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
         "model": str(g.path) if g.path else None,
         "model_sha256": g.sha256,
         "input_shapes": {k: list(v) for k, v in g.input_shapes.items()},
+        "cut": list(getattr(g, "cut", ())),  # --cut: the graph ends at these tensors ([] = the whole file)
         "quantized_input": session.quantized_file,
         "scheme": session.options.scheme.value,
         "policy": session.options.policy.value,
@@ -104,6 +111,23 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
     return doc
 
 
+def cut_text(graph) -> str:
+    """``, cut at N tensors`` for a graph opened with --cut (empty for the whole file)."""
+    cut = getattr(graph, "cut", ())
+    return f", cut at {len(cut)} tensor{'s' if len(cut) != 1 else ''} (--cut)" if cut else ""
+
+
+def _rule(session):
+    """The Concat output-scale rule the analysis was made under (the march's)."""
+    return session.domains.concat_rule
+
+
+def _rule_text(rule) -> str:
+    if rule == ConcatScaleRule.WIDEST_INPUT:
+        return "the widest input's (rule widest-input); only the other inputs are rescaled"
+    return "its own calibrated scale (rule own); every input whose scale differs is rescaled"
+
+
 def _fmt_scale(s):
     return "-" if s is None else f"{s:.4g}"
 
@@ -114,7 +138,8 @@ def concat_table_text(session, concats=None, perf=None) -> str:
     rescale_us = perf.rescale_cost_by_concat() if perf is not None else {}
     rows = []
     for c in sorted(concats, key=lambda c: -c.ratio):
-        scales = ", ".join(_fmt_scale(m.scale) + ("*" if m.needs_rescale else "") for m in c.inputs)
+        scales = ", ".join(_fmt_scale(m.scale) + ("*" if m.needs_rescale else "")
+                           + ("^" if m.index == c.reference_input and not c.output_float else "") for m in c.inputs)
         worst = max((m.bits_lost_if_shared for m in c.inputs), default=0.0)
         wch = c.worst_channel_ratio
         rows.append((c.node, str(len(c.inputs)), f"{c.ratio:.2f}", str(c.rescales),
@@ -127,6 +152,11 @@ def concat_table_text(session, concats=None, perf=None) -> str:
     for c in sorted(concats, key=lambda c: -c.ratio):
         if c.rescales:
             lines.extend(f"note: {c.node}: {n}" for n in c.notes)
+    names = [(c.node, n) for c in concats for n in c.rescale_nodes()]
+    if names:
+        lines.append("")
+        lines.append(f"rescale nodes ({len(names)}), as the compilers name them (X5 hb_mapper / perf_model):")
+        lines.extend(f"  {x5} / {pm}" for _, (x5, pm) in names)
     n_float = sum(1 for c in concats if c.output_float)
     if n_float:
         lines.append(f"note: {n_float} Concats have a float output in the file; their inputs were compared with "
@@ -134,12 +164,14 @@ def concat_table_text(session, concats=None, perf=None) -> str:
     n_mis = sum(1 for c in concats if c.rescales)
     lines.append("")
     lines.append(f"{len(concats)} Concats, {n_mis} mismatched, {sum(c.rescales for c in concats)} rescales "
-                 f"(* = input needs a rescale)")
+                 f"(* = input needs a rescale" + ("; ^ = the input whose scale the output takes)"
+                                                  if any(c.rule_note for c in concats) else ")"))
+    lines.append(f"Concat output scale on {session.options.march}: {_rule_text(_rule(session))}")
     if perf is not None:
         lines.append(f"latency {perf.total_ms:.3f} ms ({perf.fps:.1f} FPS) on {session.options.march}, "
                      f"rescales cost {perf.rescale_us:.1f} µs, DDR {perf.ddr_bytes / 1e6:.2f} MB/frame")
     shapes = ", ".join(f"{k}={format_shape(v)}" for k, v in g.input_shapes.items())
-    lines.append(f"model {g.path.name if g.path else '?'} ({len(g.nodes)} nodes, {shapes}); "
+    lines.append(f"model {g.path.name if g.path else '?'} ({len(g.nodes)} nodes, {shapes}{cut_text(g)}); "
                  + ("scales read from the QDQ file" if session.quantized_file else
                     f"calibrated with {session.calibration.config.observer} on "
                     f"{session.calibration.batches} samples of {session.calibration.config.source}"

@@ -14,7 +14,7 @@ from enum import Enum
 
 __all__ = ["StrEnum", "Scheme", "SCHEME_NAMES", "scheme_name", "Policy", "Observer", "OBSERVERS", "RESIZE_MODES",
            "COLOR_ORDERS", "PIXEL_RANGES", "LAYOUTS", "Overlay", "OVERLAYS", "TensorKind", "JobStatus",
-           "ShareAction", "Precision", "PRECISIONS", "CostClass",
+           "ShareAction", "Precision", "PRECISIONS", "CostClass", "ConcatScaleRule",
            "DEFAULT_SCHEME", "DEFAULT_POLICY", "DEFAULT_OBSERVER", "DEFAULT_MARCH",
            "DEFAULT_CALIB_COUNT", "DEFAULT_PERCENTILE", "DEFAULT_MAX_BITS_LOST"]
 
@@ -146,6 +146,15 @@ class CostClass(Enum):
     VIEW = "view"  # no data moved
     SPLIT = "split"  # a view on the channel axis, else a memory op
     CONCAT = "concat"  # a copy, unless the Concat analysis says it is done in place
+
+
+class ConcatScaleRule(StrEnum):
+    """How a target's compiler picks a Concat's output scale; stated per march in its profile."""
+
+    OWN = "own"  # the output keeps its own calibrated scale; every input that differs is rescaled
+    # Horizon (hbdk): the output takes the scale of its widest input; only the others are
+    # requantized (the X5 compile log names them <tensor>_calibrated_Requantize).
+    WIDEST_INPUT = "widest-input"
 
 
 DEFAULT_SCHEME = Scheme.SYMMETRIC_INT8

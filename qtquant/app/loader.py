@@ -11,7 +11,9 @@ from .session import Options, Session
 __all__ = ["open_model"]
 
 
-def open_model(path, input_shapes=None, options: Options = Options()) -> Session:
+def open_model(path, input_shapes=None, options: Options = Options(), *, cut=()) -> Session:
+    """``cut``: tensor names (or ``a,b`` text) the graph is cut at: the session works on the
+    subgraph that ends there (:func:`qtquant.graph.cut_model`)."""
     model, p = read_model_file(path)
     check_text(model)
     check_external_data(model, p.parent)
@@ -24,7 +26,7 @@ def open_model(path, input_shapes=None, options: Options = Options()) -> Session
             raise
         except Exception as e:
             raise ModelError(f"cannot read the QDQ quantization of {p.name}: {e}") from None
-    graph = graph_from_model(model, input_shapes or {}, path=p, sha256=sha)
+    graph = graph_from_model(model, input_shapes or {}, path=p, sha256=sha, cut=cut)
     if qdq is not None:
         attach_qdq(graph, qdq)
     return Session(graph, options, qdq=qdq)

@@ -18,10 +18,11 @@ from ..groups import GroupSet
 from ..quant import Scheme
 from .events import SessionEvents
 
-__all__ = ["Options", "Session", "Result", "Derived", "derive"]
+__all__ = ["Options", "Session", "Result", "Derived", "derive", "concat_rule"]
 
-# Options the domain maps are built from; the others (march, max_bits_lost) leave them valid.
-_DOMAIN_FIELDS = frozenset({"scheme", "policy", "calib"})
+# Options the domain maps are built from (the march: its Concat output-scale rule); the others
+# (max_bits_lost) leave them valid.
+_DOMAIN_FIELDS = frozenset({"scheme", "policy", "calib", "march"})
 
 
 @dataclass(frozen=True)
@@ -65,12 +66,20 @@ class Derived:
     baseline_concats: list
 
 
+def concat_rule(options: Options):
+    """The Concat output-scale rule of the options' march (its profile states it)."""
+    from ..perf import load_march  # cached per file: cheap on every rebuild
+
+    return load_march(options.march).concat_output_scale
+
+
 def _domains_for(graph, calibration, options, qdq, groups) -> DomainMap:
     ranges = calibration.ranges if calibration is not None else {}
     hist_pool = getattr(calibration, "pooled_range", None) if calibration is not None else None
     return build_domains(graph, ranges, groups, policy=options.policy, scheme=options.scheme,
                          fixed=qdq.ranges if qdq else None, hist_pool=hist_pool,
-                         percentile=getattr(options.calib, "percentile", 99.99))
+                         percentile=getattr(options.calib, "percentile", 99.99),
+                         concat_rule=concat_rule(options))
 
 
 def derive(graph, calibration, options: Options, groups, qdq=None) -> Derived:

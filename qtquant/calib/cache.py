@@ -51,6 +51,8 @@ def _key_payload(graph, config: CalibConfig) -> dict:
         "stride": config.stride,  # a subsampled histogram is not what a percentile user expects
         # The split follows from these too: another rule would calibrate on other samples.
         "split": [AUTO_HOLDOUT_MIN, AUTO_HOLDOUT_FRACTION, CHECK_CAP],
+        # A cut graph observes fewer tensors than its file: its statistics are its own.
+        **({"cut": list(graph.cut)} if getattr(graph, "cut", ()) else {}),
     }
 
 

@@ -21,6 +21,9 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     g = p.add_argument_group("model and calibration")
     g.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x640x640",
                    help="fix a dynamic input shape (repeatable)")
+    g.add_argument("--cut", default=None, metavar="TENSOR[,TENSOR...]",
+                   help="work on the subgraph that ends at these tensors (they become the outputs; the inputs "
+                        "stay), e.g. a detector cut before its CPU-side decode")
     g.add_argument("--calib", default="synthetic", metavar="PATH|synthetic",
                    help="calibration data: an image folder, .npy/.npz file or folder, or 'synthetic'")
     g.add_argument("--calib-count", type=int, default=DEFAULT_CALIB_COUNT, metavar="N",
@@ -81,8 +84,10 @@ def calib_config_from_args(args) -> CalibConfig:
 def options_from_args(args):
     from ..app import Options
 
+    # A --march-file is the march everywhere, its Concat output-scale rule included.
+    march = getattr(args, "march_file", None) or args.march
     return Options(scheme=Scheme.parse(args.scheme),
-                   policy=Policy(args.policy), march=args.march, max_bits_lost=args.max_bits_lost,
+                   policy=Policy(args.policy), march=march, max_bits_lost=args.max_bits_lost,
                    calib=calib_config_from_args(args))
 
 
@@ -90,7 +95,7 @@ def open_session(args, *, calibrate: bool = True, progress=None):
     """Load the model named in ``args``, detect QDQ, calibrate when needed, apply --plan."""
     from ..app import open_model
 
-    session = open_model(args.model, args.input_shape, options_from_args(args))
+    session = open_model(args.model, args.input_shape, options_from_args(args), cut=getattr(args, "cut", None) or ())
     if calibrate and not session.quantized_file:
         session.run_calibration(progress=progress)
     if getattr(args, "plan", None):

@@ -26,6 +26,7 @@ def run(args) -> int:
     from ..fileio import atomic_write_text, check_output_path
     from ..perf import load_march, simulate_session
     from ..perf.report import csv_text, html_report, layer_table_text, summary_text
+    from ..report import cut_text
     from ..shapes import format_shape
 
     if args.top is not None and args.top < 1:
@@ -45,7 +46,7 @@ def run(args) -> int:
     inputs = [g.path, args.plan, args.march_file]
 
     if args.report:
-        meta = {"model": model, "input": shapes, "march": march.name, "nodes": len(g.nodes),
+        meta = {"model": model, "input": shapes + cut_text(g), "march": march.name, "nodes": len(g.nodes),
                 "groups": len(session.groups),
                 "scales": "read from the QDQ file" if session.quantized_file else
                 f"calibrated ({session.calibration.config.source})" if session.calibration else "not calibrated"}
@@ -61,6 +62,7 @@ def run(args) -> int:
             "model": str(g.path) if g.path else None,
             "model_sha256": g.sha256,
             "input_shapes": {k: list(v) for k, v in g.input_shapes.items()},
+            "cut": list(g.cut),
             "march": march.to_dict(),
             "groups": [list(m) for m in session.groups.as_lists()],
             "before": before.to_dict(),
@@ -72,7 +74,7 @@ def run(args) -> int:
 
     print(layer_table_text(after, top=args.top))
     print()
-    print(f"{model} ({shapes}) on {march.name}" + (f", {len(session.groups)} group(s)" if grouped else ""))
+    print(f"{model} ({shapes}{cut_text(g)}) on {march.name}" + (f", {len(session.groups)} group(s)" if grouped else ""))
     print(summary_text(after, before if grouped else None))
     if args.report:
         print(f"report written to {args.report}")

@@ -13,6 +13,8 @@
 - Constants that join a domain (or feed a Concat) are cloned and quantized with the
   domain's scale; the original initializer is never changed in place.  Other float
   constants (Add/Mul operands, anchors) stay float.
+- A Concat output whose scale the target's rule took from an input (Horizon: the widest) points
+  at that input's scale initializers.
 - Model outputs keep their names: the producer writes ``<name>_prequant`` and the
   DequantizeLinear writes ``<name>``.
 - Activations named in ``float_tensors`` get no Q/DQ pair; a bias whose node reads a float
@@ -117,7 +119,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     model = onnx.ModelProto()
     model.CopyFrom(base)
     del model.graph.value_info[:]  # recomputed by any consumer; stale shapes would only mislead
-    build = QdqBuild(model, opset, notes=list(base_notes))
+    build = QdqBuild(model, opset, notes=list(base_notes), cut=tuple(getattr(graph, "cut", ())))
     rw = Rewrite(model)
     missing = [n for n in graph.nodes if n not in rw.nodes]
     if missing:
@@ -127,6 +129,9 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     domain_inits: dict[int, tuple[str, str]] = {}
 
     def domain_qp(did):
+        # A Concat output that took an input's scale by the target's rule uses that input's
+        # initializers: the file shows the compiler's one threshold.
+        did = dm.scale_from.get(did, did)
         d = dm.domains[did]
         if did not in domain_inits:
             s = rw.add_init(np.array(d.qparams.scale, dtype=np.float32), rw.fresh(f"qtq_d{did}_scale"))

@@ -118,6 +118,7 @@ class QdqBuild:
     scale_of: dict[str, str] = field(default_factory=dict)  # tensor -> name of its scale initializer
     bias_adjusted: list[BiasAdjustment] = field(default_factory=list)
     clipped: list[ClipRecord] = field(default_factory=list)
+    cut: tuple[str, ...] = ()  # the graph was cut at these tensors (--cut): the file holds only that part
 
     def warnings(self) -> list[str]:
         """One line per weight scale raised for a bias and per tensor still clipped (kept out of
@@ -142,4 +143,7 @@ class ExportResult:
              f"{b.weights} weights per channel, {b.biases} int32 biases, {b.constants} cloned constants")
         if self.data_path:
             s += f"; weights in {self.data_path.name}"
+        if b.cut:
+            s += (f"; the cut graph (--cut): it ends at {', '.join(b.cut[:6])}{' ...' if len(b.cut) > 6 else ''}, "
+                  "the nodes after them are not in the file")
         return s

@@ -124,8 +124,9 @@ class Controller(QObject):
         collector.model_closing()
         return self.generation
 
-    def open_model(self, path, input_shapes=None, calib: CalibConfig | None = None) -> Job:
-        """Load in the background; the current model stays until the new one is ready."""
+    def open_model(self, path, input_shapes=None, calib: CalibConfig | None = None, cut=()) -> Job:
+        """Load in the background; the current model stays until the new one is ready.
+        ``cut``: tensor names the graph is cut at (the open dialog's "Cut at")."""
         from ..app import open_model
 
         gen = self._new_generation()
@@ -136,7 +137,7 @@ class Controller(QObject):
         self.loadStarted.emit(str(p))
 
         def work(progress, cancelled):
-            s = open_model(p, shapes, opts)
+            s = open_model(p, shapes, opts, cut=cut)
             # Serialized here, while nothing is drawn yet: later the calibration and fidelity
             # children need the bytes, and encoding holds the GIL, freezing a big graph's window.
             s.graph.prepare_model_bytes()

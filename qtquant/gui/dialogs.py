@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog
 from ..calib import CalibConfig
 from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, DEFAULT_COUNT, parse_holdout
 from ..errors import BadInputError
+from ..graph import parse_cut
 from ..shapes import parse_input_shape
 from ..vocab import OBSERVERS
 
@@ -180,6 +181,13 @@ class OpenDialog(QDialog):
             self.shape_edits[name] = e
         if not inputs:
             sf.addRow(QLabel("(could not read the model's inputs)"))
+        # --cut: the model becomes the subgraph ending at these tensors (e.g. a detector's head convs).
+        self.cut_edit = QLineEdit(rem.get("cut") if isinstance(rem.get("cut"), str) else "")
+        self.cut_edit.setPlaceholderText("whole model (or TENSOR,TENSOR...)")
+        self.cut_edit.setToolTip("Cut the graph at these tensors, comma-separated: they become the outputs,\n"
+                                 "the inputs stay, and the nodes after them are dropped (like --cut).")
+        self.cut_edit.setEnabled(shapes_editable)
+        sf.addRow("Cut at:", self.cut_edit)
         lay.addWidget(shapes_box)
 
         cal = {**CALIB_DEFAULTS, **rem.get("calib", {})}
@@ -292,7 +300,7 @@ class OpenDialog(QDialog):
                  "color": self.color.currentText(), "pixel_range": self.pixel_range.currentText(),
                  "mean": self.mean.text().strip(), "std": self.std.text().strip(),
                  "layout": self.layout_combo.currentText()}
-        return {"shapes": shapes, "calib": calib}
+        return {"shapes": shapes, "calib": calib, "cut": ",".join(parse_cut(self.cut_edit.text()))}
 
     def _accept(self) -> None:
         try:

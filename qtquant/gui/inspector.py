@@ -10,6 +10,7 @@ from PySide6.QtGui import QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QScrollArea, QSizePolicy, QTableWidget,
                                QTableWidgetItem, QVBoxLayout, QWidget)
 
+from ..concat import rescale_node_names
 from ..shapes import format_shape
 from ..app.views.perfdata import rescale_us_by_concat, rescale_us_for_input
 from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX, shape_text
@@ -405,10 +406,12 @@ class Inspector(QScrollArea):
                 if c is None and total is not None and info.rescales:
                     c = total / info.rescales  # simulator lists only the total: split evenly
                 cost = fmt_us(c)
-                resc = "needs a rescale"
+                resc = "needs a rescale, named " + " / ".join(rescale_node_names(info.node, m.tensor, m.index))
             else:
                 cost = "constant" if m.constant else "no rescale"
-                resc = "requantized offline" if m.constant else "same scale as the output"
+                resc = "requantized offline" if m.constant else (
+                    "the output takes this scale (the target's Concat rule)" if m.index == info.reference_input
+                    and not info.output_float else "same scale as the output")
             bits = f"{m.bits_lost_if_shared:.2f}" if math.isfinite(m.bits_lost_if_shared) else "∞"
             idx = QTableWidgetItem("out" if m.index < 0 else str(m.index))
             if m.needs_rescale:

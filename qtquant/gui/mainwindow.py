@@ -226,7 +226,8 @@ class MainWindow(QMainWindow):
         self.edits.update_actions()
         if g.path:
             self.opener.add_recent(g.path)
-        self.messages.log(f"opened {g.path or 'model'}: {len(g.nodes)} nodes, {len(g.concat_nodes())} Concats")
+        self.messages.log(f"opened {g.path or 'model'}: {len(g.nodes)} nodes, {len(g.concat_nodes())} Concats"
+                          + (f", cut at {', '.join(g.cut)}" if g.cut else ""))
 
     def _scene_built(self, spec) -> None:
         lay = spec.layout
@@ -268,6 +269,8 @@ class MainWindow(QMainWindow):
             self.setWindowTitle("qtquant")
             return
         name = self.projects.path.name if self.projects.path else (s.graph.path.name if s.graph.path else "model")
+        cut = getattr(s.graph, "cut", ())  # --cut / the open dialog's "Cut at": say it is not the whole file
+        name += f" (cut at {len(cut)} tensor{'s' if len(cut) != 1 else ''})" if cut else ""
         self.setWindowTitle(f"{name}[*] — qtquant")
         self.setWindowModified(self.projects.modified)
 

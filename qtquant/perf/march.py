@@ -20,6 +20,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_
 from ..errors import MarchError
 from ..fileio.schema import FileModel, first_problem, one_line, problem, read_json
 from ..resources import resource_path
+from ..vocab import ConcatScaleRule
 
 __all__ = ["MarchProfile", "load_march", "march_names", "profile_from_dict", "PARAMS"]
 
@@ -37,6 +38,14 @@ def _whole(v):
     if int(v) != v:
         raise ValueError(f"must be a whole number, got {v:g}")
     return int(v)
+
+
+def _rule(v):
+    try:
+        return ConcatScaleRule(v)
+    except ValueError:
+        raise ValueError(f"must be one of {', '.join(r.value for r in ConcatScaleRule)}, "
+                         f"got {json.dumps(v, default=str)[:40]}") from None
 
 
 Positive = Annotated[float, BeforeValidator(_number), Field(gt=0)]
@@ -80,6 +89,8 @@ class Params(FileModel):
     sram_mb: Param[Positive]  # on-chip feature buffer, MB (1e6 bytes)
     op_overhead_us: Param[NonNegative]  # fixed cost per scheduled op
     fused_activations: Param[list[str]]  # ops folded into the preceding Conv/Gemm
+    # How the compiler picks a Concat's output scale (qtquant.concatrule); absent: its own scale.
+    concat_output_scale: Param[Annotated[ConcatScaleRule, BeforeValidator(_rule)]] | None = None
 
 
 PARAMS = tuple(Params.model_fields)
@@ -126,6 +137,7 @@ class MarchProfile:
     sram_mb: float
     op_overhead_us: float
     fused_activations: frozenset
+    concat_output_scale: ConcatScaleRule = ConcatScaleRule.OWN
     path: str = ""
     provenance: dict = field(default_factory=dict, compare=False)  # param -> ("source"|"estimate", text)
 
@@ -227,7 +239,7 @@ def profile_from_dict(doc, *, where: str = "march profile", path: str = "") -> M
         f = ProfileFile.model_validate(doc)
     except ValidationError as e:
         raise MarchError(_message(e, where)) from None
-    params = {k: getattr(f.params, k) for k in PARAMS}
+    params = {k: getattr(f.params, k) for k in PARAMS if getattr(f.params, k) is not None}
     values = {k: (frozenset(p.value) if isinstance(p.value, list) else p.value) for k, p in params.items()}
     return MarchProfile(name=f.name, description=f.description, path=path,
                         provenance={k: p.provenance for k, p in params.items()}, **values)

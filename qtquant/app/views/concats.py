@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ...concat import rescale_node_names
 from ...shapes import format_shape
 from .fmt import fmt_bits, fmt_ratio, fmt_us
 from .palette import mismatch_hex
@@ -50,8 +51,14 @@ class ConcatRow:
 
     @cached_property
     def tooltip(self) -> str:
-        return "\n".join(f"in {m.index}: {m.tensor}  scale {m.scale:.4g}" + ("  (rescale)" if m.needs_rescale else "")
-                         for m in self.info.inputs if m.scale) or self.name
+        info = self.info
+        lines = [f"in {m.index}: {m.tensor}  scale {m.scale:.4g}"
+                 + ("  (rescale: " + " / ".join(rescale_node_names(info.node, m.tensor, m.index)) + ")"
+                    if m.needs_rescale else "")
+                 + ("  (the output takes this scale)" if m.index == info.reference_input and not info.output_float
+                    else "")
+                 for m in info.inputs if m.scale]
+        return "\n".join(lines) or self.name
 
 
 def _concats(session):

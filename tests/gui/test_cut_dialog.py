@@ -1,0 +1,56 @@
+"""The open dialog's "Cut at" field: typed by the user, it opens the subgraph ending at those
+tensors (like ``--cut``); a name the model lacks is an error dialog, and the model stays open."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
+
+from builders import branchy_concat_model, save  # noqa: E402
+from qtquant.gui.dialogs import OpenDialog  # noqa: E402
+
+
+def _type_cut_and_ok(qtbot, monkeypatch, text):
+    def run(dlg):
+        qtbot.addWidget(dlg)
+        dlg.count.setValue(3)
+        qtbot.keyClicks(dlg.cut_edit, text)
+        qtbot.mouseClick(dlg.findChild(QDialogButtonBox).button(QDialogButtonBox.Ok), Qt.LeftButton)
+        return dlg.result()
+
+    monkeypatch.setattr(OpenDialog, "exec", run)
+
+
+def test_cut_field_opens_the_cut_model(qtbot, make_win, tmp_path, monkeypatch):
+    win = make_win()
+    p = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx")
+    _type_cut_and_ok(qtbot, monkeypatch, "conv0_out, cat_out")
+    with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000):
+        assert win.request_open(p, ask=True)
+    g = win.session.graph
+    assert g.cut == ("conv0_out", "cat_out") and g.outputs == ["conv0_out", "cat_out"]
+    assert "final_relu" not in g.nodes and "final_relu" not in win.scene.nodes
+    assert "(cut at 2 tensors)" in win.windowTitle()
+    # Remembered for this model, like its shapes and calibration.
+    assert win.opener.model_settings.load(p)["cut"] == "conv0_out,cat_out"
+    dlg = OpenDialog(p, win.opener.model_settings.load(p))
+    qtbot.addWidget(dlg)
+    assert dlg.cut_edit.text() == "conv0_out,cat_out"
+
+
+def test_bad_cut_name_is_an_error_dialog(qtbot, make_win, tmp_path, monkeypatch):
+    win = make_win()
+    win.messages.show_dialogs = True
+    p = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx")
+    _type_cut_and_ok(qtbot, monkeypatch, "conv0_otu")
+    assert win.request_open(p, ask=True)
+    qtbot.waitUntil(lambda: bool(win.messages.errors), timeout=20000)
+    _, msg, _ = win.messages.errors[-1]
+    assert msg == "cannot cut at 'conv0_otu': the model has no tensor of that name (did you mean 'conv0_out'?)"
+    assert win.messages.error_dialogs and win.messages.error_dialogs[-1].isVisible()
+    win.messages.close_dialogs()
+    assert win.session is None  # nothing half-opened
