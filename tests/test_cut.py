@@ -155,3 +155,12 @@ def test_cut_calibration_cache_key_differs(model_file):
 
     whole, cut = open_model(model_file), open_model(model_file, cut=CUT)
     assert cache_key(whole.graph, CalibConfig()) != cache_key(cut.graph, CalibConfig())
+
+
+def test_model_info_says_the_model_is_cut(model_file):
+    from qtquant.app.views.concats import model_info
+
+    info = model_info(open_model(model_file, cut=CUT))
+    assert info.model == "m.onnx (cut at 2 tensors)" and "cut at: conv0_out, conv2_out" in info.model_tip
+    assert "Concat output: widest input's scale" in info.quantization  # bayes-e, a Horizon march
+    assert model_info(open_model(model_file)).model == "m.onnx"

@@ -47,6 +47,6 @@ def run(args) -> int:
         raise BadInputError(f"the desktop app is not available ({e})") from None
     out = take_screenshot(args.model, args.output, input_shapes=args.input_shape, options=options,
                           overlay=args.overlay, select=args.select, size=size, canvas_only=args.canvas_only,
-                          plan=args.plan, timeout=args.timeout)
+                          plan=args.plan, timeout=args.timeout, cut=args.cut or ())
     print(f"wrote {out}")
     return 0

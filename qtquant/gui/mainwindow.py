@@ -190,9 +190,9 @@ class MainWindow(QMainWindow):
         return self.messages.errors
 
     # -- opening --------------------------------------------------------------------------------
-    def open_model(self, path, input_shapes=None, calib=None):
+    def open_model(self, path, input_shapes=None, calib=None, cut=()):
         """Open ``path`` with explicit shapes/calibration (no dialog).  Returns the load job."""
-        return self.opener.open_model(path, input_shapes, calib)
+        return self.opener.open_model(path, input_shapes, calib, cut)
 
     def request_open(self, path, ask: bool | None = None) -> bool:
         return self.opener.request_open(path, ask)

@@ -66,7 +66,7 @@ def _quiet_qpa() -> None:
 
 def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str = Overlay.NONE,
                     select: str | None = None, size=(1600, 1000), canvas_only: bool = False,
-                    plan: str | None = None, timeout: float = 180.0) -> Path:
+                    plan: str | None = None, timeout: float = 180.0, cut=()) -> Path:
     from .app import make_app
     from .mainwindow import MainWindow
 
@@ -85,7 +85,7 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             win.statusBar().hide()
         win.resize(*size)
         win.show()
-        win.open_model(model, input_shapes, options.calib if options is not None else None)
+        win.open_model(model, input_shapes, options.calib if options is not None else None, cut)
         wait_settled(win, timeout, need_perf=False)
         if plan:
             try:

@@ -8,6 +8,8 @@ from functools import cached_property
 
 from ...concat import rescale_node_names
 from ...shapes import format_shape
+from ...vocab import ConcatScaleRule
+from ..session import concat_rule
 from .fmt import fmt_bits, fmt_ratio, fmt_us
 from .palette import mismatch_hex
 from .perfdata import rescale_us_by_concat
@@ -118,9 +120,12 @@ def model_info(session) -> ModelInfoView:
         n, mismatched, rescales = _totals(cs)
         concats = f"{n}, {mismatched} mismatched, {rescales} rescales"
     return ModelInfoView(
-        model=g.path.name if g.path else "(in memory)", model_tip=str(g.path) if g.path else "",
+        model=(g.path.name if g.path else "(in memory)") + (f" (cut at {len(g.cut)} tensors)" if g.cut else ""),
+        model_tip=(str(g.path) if g.path else "") + ("\ncut at: " + ", ".join(g.cut) if g.cut else ""),
         nodes=f"{len(g.nodes)} ops, {len(g.tensors)} tensors, opset {g.opset}",
         inputs=", ".join(f"{k} {format_shape(v)}" for k, v in g.input_shapes.items()) or "—",
         quantization=("QDQ file, " if session.quantized_file else "float model, ")
-        + f"{o.scheme.value}, policy {o.policy.value}",
+        + f"{o.scheme.value}, policy {o.policy.value}"
+        + (", Concat output: widest input's scale" if concat_rule(o) == ConcatScaleRule.WIDEST_INPUT
+           else ""),
         calibration=calibration, concats=concats)
