@@ -474,6 +474,10 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     if not (MIN_OPSET <= opset <= MAX_OPSET):
         raise ModelError(f"opset {opset} is not supported (qtquant reads opsets {MIN_OPSET} to {MAX_OPSET})")
     model = onnx.ModelProto.FromString(model.SerializeToString()) if path is None else model
+    if model.functions:  # calls of local functions become their bodies (named by call, see .functions)
+        from .functions import inline_local_functions
+
+        inline_local_functions(model)
     order = toposort(model.graph)  # shape inference needs topological order, and cycles fail here
     del model.graph.node[:]
     model.graph.node.extend(order)

@@ -59,6 +59,7 @@ class Project(FileModel):
     groups: tuple[ProjectGroup, ...] = Field((), strict=False)
     cut: tuple[str, ...] = Field((), strict=False)  # --cut: the tensors the model is cut at; () = whole file
     stats_cache: str | None = None
+    view: dict = Field(default_factory=dict)  # the canvas's module hierarchy: app.scene.ViewState.to_dict()
     path: Path | None = Field(None, exclude=True)
     reader_fields = ("path",)
 
@@ -130,6 +131,7 @@ def project_from_session(session, path, stats_cache=None) -> Project:
         groups=[{"name": gr.name, "members": list(gr.members)} for gr in session.groups],
         cut=list(g.cut),
         stats_cache=_rel(Path(stats_cache), path.parent) if stats_cache else None,
+        view=session.view_state.to_dict() if getattr(session, "view_state", None) is not None else {},
     )
 
 
@@ -169,6 +171,10 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False):
     session = open_model(proj.model_path(), {k: tuple(v) for k, v in proj.input_shapes.items()}, opts,
                          cut=proj.cut)
     report = OpenReport(model_changed=bool(proj.model_sha256) and proj.model_sha256 != session.graph.sha256)
+    if proj.view:
+        from .app.scene import ViewState
+
+        session.view_state = ViewState.from_dict(proj.view)
     if proj.stats_cache and not session.quantized_file:
         cache_dir = Path(proj.stats_cache)
         if not cache_dir.is_absolute():

@@ -108,6 +108,9 @@ class Session:
         self.perf_baseline: Result | None = None  # the same simulation without any user group
         self.fidelity: Result | None = None
         self.histograms: dict[str, tuple] = {}  # tensor -> (counts, edges) over the check samples
+        # What of the module hierarchy the canvas shows (app.scene.ViewState); None: the size rule.
+        # Not an edit: saved in projects, never on the undo stack.
+        self.view_state = None
         self._dm: DomainMap | None = None
         self._baseline_dm: DomainMap | None = None
         self._concat_cache: dict[bool, tuple] = {}  # baseline? -> (DomainMap, analysis)

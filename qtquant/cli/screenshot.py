@@ -21,6 +21,10 @@ def add_arguments(p) -> None:
     p.add_argument("--select", metavar="NODE", default=None, help="select this node, centre it and inspect it")
     p.add_argument("--size", default="1600x1000", metavar="WxH", help="window size in pixels (default 1600x1000)")
     p.add_argument("--canvas-only", action="store_true", help="render only the graph canvas")
+    p.add_argument("--collapse", action="store_true",
+                   help="show the module hierarchy collapsed to its top levels, whatever the graph's size")
+    p.add_argument("--expand", action="append", default=[], metavar="BLOCK",
+                   help="expand this block of the module hierarchy (a name path like /model.22; repeatable)")
     p.add_argument("--timeout", type=float, default=180.0, metavar="S", help="give up after S seconds")
 
 
@@ -47,6 +51,7 @@ def run(args) -> int:
         raise BadInputError(f"the desktop app is not available ({e})") from None
     out = take_screenshot(args.model, args.output, input_shapes=args.input_shape, options=options,
                           overlay=args.overlay, select=args.select, size=size, canvas_only=args.canvas_only,
-                          plan=args.plan, timeout=args.timeout, cut=args.cut or ())
+                          plan=args.plan, timeout=args.timeout, cut=args.cut or (), collapse=args.collapse,
+                          expand=args.expand)
     print(f"wrote {out}")
     return 0

@@ -38,6 +38,13 @@ SPECS: dict[str, tuple[str, object, str]] = {
     "zoom_in": ("Zoom in", QKeySequence.ZoomIn, ""),
     "zoom_out": ("Zoom out", QKeySequence.ZoomOut, ""),
     "resimulate": ("Re-simulate", "F5", "Run the perf simulator again"),
+    "expand": ("Expand block", "E", "Open the selected collapsed block (also: double-click it)"),
+    "collapse": ("Collapse block", "Shift+E", "Close the block around the selected node (also: double-click "
+                                              "a node in an open block)"),
+    "expand_all": ("Expand all", "Ctrl+Shift+E", "Open every block of the module hierarchy (a flat view)"),
+    "collapse_all": ("Collapse all", None, "Close the module hierarchy to its top levels"),
+    "hide_shapes": ("Hide shape computations", None, "Hide the nodes that only compute shapes (Shape, Gather, "
+                                                     "Concat of sizes...)"),
     "quit": ("Quit", QKeySequence.Quit, ""),
 }
 NEEDS_SESSION = ("save_project", "save_project_as")
@@ -144,6 +151,8 @@ class WindowActions(QObject):
             if tip:
                 a.setToolTip(tip)
                 a.setStatusTip(tip)
+        A["hide_shapes"].setCheckable(True)
+        A["hide_shapes"].setChecked(True)
         A["undo"] = QAction("Undo", window)
         A["undo"].setShortcut(QKeySequence(QKeySequence.Undo))
         A["undo"].triggered.connect(relay.stack.undo)
@@ -207,8 +216,9 @@ class WindowActions(QObject):
         for key in ("undo", "redo", "history", None, "find", None, "share", "ungroup", "autoshare"):
             em.addSeparator() if key is None else em.addAction(A[key])
         vm = mb.addMenu("&View")
-        for key in ("fit", "zoom_in", "zoom_out"):
-            vm.addAction(A[key])
+        for key in ("fit", "zoom_in", "zoom_out", None, "expand", "collapse", "expand_all", "collapse_all",
+                    "hide_shapes"):
+            vm.addSeparator() if key is None else vm.addAction(A[key])
         vm.addSeparator()
         self.overlay_actions = self._choice_group(vm, [(f"Overlay: {m.label}", m.value) for m in Overlay],
                                                   o.overlayChosen.emit)

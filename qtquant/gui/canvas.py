@@ -17,14 +17,14 @@ from PySide6.QtWidgets import QFrame, QGraphicsScene, QGraphicsView
 from .dragdrop import NodeDrag
 from .hulls import HullLayer
 from .minimap import Legend, MiniMap
-from .items import LOD_EDGE_LABEL, LOD_FAST, EdgeItem, EdgeLabel, NodeItem, OverviewItem
-from ..app.scene import SceneSpec, spread_ports
-from .style import NODE_H, NODE_W, TERM_H, TERM_W, category_color
+from .items import LOD_EDGE_LABEL, LOD_FAST, BlockItem, EdgeItem, EdgeLabel, NodeItem, OverviewItem
+from ..app.scene import SceneSpec, node_size, spread_ports
+from .style import category_color
 
 __all__ = ["GraphScene", "GraphView", "MiniMap", "Legend", "ITEM_CLASSES"]
 
 # Item class per node kind: the one place to swap in a different look for a kind.
-ITEM_CLASSES = {"op": NodeItem, "input": NodeItem, "output": NodeItem}
+ITEM_CLASSES = {"op": NodeItem, "input": NodeItem, "output": NodeItem, "block": BlockItem}
 # Graphs with at least this many nodes switch to batched drawing below LOD_OVERVIEW zoom.
 OVERVIEW_MIN_NODES = 800
 APPLY_SLICE = 500  # looks applied per event-loop turn (a Concat's look with badges: ~50 µs)
@@ -63,6 +63,9 @@ class GraphScene(QGraphicsScene):
         self.switching = False  # True while items are swapped for the overview (selection churn)
         self._kept_selection: list[str] = []
         self.hulls = HullLayer(self)  # group hulls behind the nodes
+        # Graph node -> the canvas item standing for it (itself, or the collapsed block around
+        # it); set by the presenter.  Nodes missing here are their own item.
+        self.units: dict[str, str] = {}
 
     # -- building -------------------------------------------------------------------------
     def reset(self, message: str = "") -> None:
@@ -110,12 +113,12 @@ class GraphScene(QGraphicsScene):
         # and Qt's automatic depth rebuilds the whole tree each time the item count doubles.
         total = len(spec.nodes) + len(spec.edges)
         m = 60  # the tree covers the scene rectangle: known from the layout, set before any item
-        self.setSceneRect(QRectF(-m, -m, lay.width + 2 * m, lay.height + 2 * m))
+        self.setSceneRect(QRectF(lay.left - m, lay.top - m, lay.width + 2 * m, lay.height + 2 * m))
         self.setItemIndexMethod(QGraphicsScene.BspTreeIndex)
         self.setBspTreeDepth(max(5, math.ceil(math.log2(max(total, 2)))))
         for ns, (x, y) in zip(spec.nodes, lay.pos):
             cls = ITEM_CLASSES.get(ns.kind, NodeItem)
-            w, h = (NODE_W, NODE_H) if ns.kind == "op" else (TERM_W, TERM_H)
+            w, h = node_size(ns.kind)
             item = cls(ns.name, ns.title, ns.subtitle, w, h, category_color(ns.category), ns.kind)
             item.setPos(x, y)
             self.addItem(item)
@@ -153,6 +156,16 @@ class GraphScene(QGraphicsScene):
             self.addItem(self.overview)
             self.overview.rebuild(self.nodes.values(), self.edges)
         self.spec = spec
+
+    def item_for(self, name: str) -> str:
+        """The canvas item that shows graph node ``name`` now (a collapsed block hides it)."""
+        return name if name in self.nodes else self.units.get(name, name)
+
+    def morph(self, spec: SceneSpec) -> dict:
+        """Change the items to ``spec`` in place (expand / collapse): see :mod:`.canvasmorph`."""
+        from .canvasmorph import morph_scene
+
+        return morph_scene(self, spec)
 
     def _index_now(self) -> None:
         # Qt indexes added items lazily, at the first query (a paint, a click): all 50,000 of
@@ -325,6 +338,7 @@ class GraphView(QGraphicsView):
 
     zoomChanged = Signal(float)
     nodesDropped = Signal(list, str)
+    activated = Signal(str)  # a node or block double-clicked
     contextRequested = Signal(str, object)
     MIN_SCALE, MAX_SCALE = 0.01, 4.0
 
@@ -398,7 +412,7 @@ class GraphView(QGraphicsView):
         sc = self.scene()
         if sc.spec is not None:
             lay = sc.spec.layout
-            return QRectF(0, 0, lay.width, lay.height).adjusted(-30, -30, 30, 30)
+            return QRectF(lay.left, lay.top, lay.width, lay.height).adjusted(-30, -30, 30, 30)
         return sc.itemsBoundingRect().adjusted(-30, -30, 30, 30)
 
     def fit_top(self, min_zoom: float = 0.55) -> None:
@@ -508,6 +522,16 @@ class GraphView(QGraphicsView):
             self.setDragMode(QGraphicsView.ScrollHandDrag)
         if dropped is not None:
             self.nodesDropped.emit(*dropped)
+
+    def mouseDoubleClickEvent(self, ev):
+        sc = self.scene()
+        item = sc.node_at(self.mapToScene(ev.position().toPoint())) if not sc.overview_active else None
+        if ev.button() == Qt.LeftButton and item is not None:
+            self.drag.cancel()
+            self.activated.emit(item.name)
+            ev.accept()
+            return
+        super().mouseDoubleClickEvent(ev)
 
     def contextMenuEvent(self, ev):
         sc = self.scene()

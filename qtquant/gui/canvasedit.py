@@ -1,6 +1,10 @@
 """Editing on the canvas and in the Groups dock: what is selected, what Share / Ungroup act on,
 and the canvas context menu.
 
+The context menu is built from sections (:attr:`CanvasEditing.menu_sections`): each is called
+with the menu and the node right-clicked ("" for the background) and adds its entries; other
+features append their own section instead of editing :meth:`CanvasEditing.show_context_menu`.
+
 :class:`CanvasEditing` is given every widget it works with; the gestures themselves are
 :class:`~qtquant.gui.editing.Editor`'s, which turns them into commands.
 """
@@ -11,6 +15,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QMenu
 from shiboken6 import isValid
 
+from ..app.scene.hierarchy import block_id
 from .editing import node_outputs
 from .sharedialog import ShareConfirmDialog
 
@@ -24,8 +29,9 @@ class CanvasEditing(QObject):
         self.canvas, self.groups_panel, self.actions = canvas, groups_panel, actions
         self.context_menu: QMenu | None = None  # the last one shown (tests read it)
         self.confirm: ShareConfirmDialog | None = None  # the open share confirmation
+        self.menu_sections = [self._hierarchy_section]  # called after the editing entries, in order
         scene.selectionChanged.connect(self._selection_changed)
-        view.nodesDropped.connect(editor.drop)
+        view.nodesDropped.connect(self.drop)
         editor.proposed.connect(self.confirm_share)
         view.contextRequested.connect(self.show_context_menu)
         groups_panel.groupSelected.connect(self._group_selected)
@@ -35,6 +41,29 @@ class CanvasEditing(QObject):
             sig.connect(self.update_actions)
 
     # -- gestures --------------------------------------------------------------------------------
+    def drop(self, sources, target: str) -> bool:
+        """A drop on the canvas.  A collapsed block holding one Concat stands for that Concat; a
+        dragged block stands for the nodes whose outputs leave it."""
+        s, m = self.relay.session, self.canvas.model
+        if s is None:
+            return False
+        if m is not None:
+            g = s.graph
+            bid = block_id(target)
+            if bid is not None:
+                cs = [n for n in m.h.members(bid) if g.nodes[n].op_type == "Concat"]
+                if len(cs) != 1:
+                    self.editor.message.emit(f"{m.h.blocks[bid].label} holds {len(cs)} Concats: expand it and "
+                                             f"drop on the one to join")
+                    return False
+                target = cs[0]
+            out = []
+            for n in sources:
+                b = block_id(n)
+                out += [n] if b is None else _leaving(g, m.h.members(b))
+            sources = out
+        return self.editor.drop(sources, target)
+
     def share_selection(self) -> bool:
         return self.editor.share_nodes(self.scene.selected_names())
 
@@ -108,7 +137,31 @@ class CanvasEditing(QObject):
         if menu.actions():
             menu.addSeparator()
         menu.addAction(A["autoshare"])
+        for section in self.menu_sections:
+            section(menu, name)
         if self.context_menu is not None:
             self.context_menu.deleteLater()
         self.context_menu = menu
         menu.popup(global_pos)
+
+    def _hierarchy_section(self, menu: QMenu, name: str) -> None:
+        m, A = self.canvas.model, self.actions.by_name
+        if m is None or not name:
+            return
+        menu.addSeparator()
+        if m.visible_block(name) is not None:
+            menu.addAction(A["expand"])
+            if m.h.blocks[m.visible_block(name)].blocks:
+                menu.addAction("Expand everything inside", lambda: self.canvas.expand(name, deep=True))
+        inner = m.enclosing(name)
+        if inner is not None:
+            menu.addAction(f"Collapse {m.h.blocks[inner].label}\t{A['collapse'].shortcut().toString()}",
+                           lambda: self.canvas.collapse(name))
+
+
+def _leaving(g, members) -> list[str]:
+    """The members whose outputs are read outside ``members`` (a block's outputs)."""
+    inside = set(members)
+    return [n for n in members
+            if any(c not in inside for t in g.nodes[n].outputs if t in g.tensors for c in g.tensors[t].consumers)
+            or any(t in g.outputs for t in g.nodes[n].outputs)]

@@ -1,8 +1,12 @@
-"""What the canvas shows of the session: the scene built in slices, overlay looks, group hulls.
+"""What the canvas shows of the session: the scene built in slices, overlay looks, group hulls,
+and the module hierarchy (expanding and collapsing blocks).
 
 :class:`CanvasPresenter` takes the session relay and the scene/view pair.  It re-colours the
 items (no re-layout) when the analysis changes (statistics, options, groups) and, in the
 latency overlay, when a simulation arrives; it redraws the hulls when the groups change.
+The view of the hierarchy is an app-layer :class:`~qtquant.app.scene.view.SceneModel`; the
+presenter applies its changes to the items (:meth:`GraphScene.morph`) and, after the first
+calibration, centres the worst Concat (:meth:`reveal` opens the blocks on the way).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from ..app.scene.view import ISOLATE_MIN_UNITS
+from ..app.views.blocks import fill_block_looks, worst_concat
 from ..app.views.looks import Looks, fill_looks
 from ..vocab import OVERLAYS, Overlay
 from . import collector
@@ -23,6 +29,7 @@ BUILD_SLICE_MS = 12  # the scene is built in slices this long, events handled in
 
 class CanvasPresenter(QObject):
     built = Signal(object)  # the SceneSpec, once every item is on the scene
+    viewChanged = Signal()  # a block expanded or collapsed (the items changed in place)
 
     def __init__(self, relay, scene, view, parent=None):
         super().__init__(parent)
@@ -30,6 +37,12 @@ class CanvasPresenter(QObject):
         self.overlay = Overlay.NONE
         self.group_focus: int | None = None  # the group selected in the Groups dock
         self.spec = None  # the layout shown (or being built)
+        self.model = None  # the SceneModel: the hierarchy and what of it is open
+        self.jobs = None  # the window's JobManager: big Expand all layouts run there
+        # Per node its SQNR in dB where accuracy figures exist (the sensitivity work sets this):
+        # collapsed blocks show the worst of theirs.
+        self.node_sqnr = lambda: None
+        self._opened_on = None  # the Concat centred after the first calibration, and the view then
         self._build = None  # generator of a scene being built in slices
         self._build_timer = QTimer(self, singleShot=True, interval=0)
         self._build_timer.timeout.connect(self._build_more)
@@ -38,6 +51,7 @@ class CanvasPresenter(QObject):
         relay.calibrated.connect(self.update_hulls)
         relay.groupsChanged.connect(self.update_hulls)
         relay.perfChanged.connect(self._perf_changed)
+        relay.calibrated.connect(self._open_on_worst)
 
     @property
     def busy(self) -> bool:
@@ -49,12 +63,17 @@ class CanvasPresenter(QObject):
         self._build = None  # a half-built scene of the previous model is dropped
         self.spec = None
         self.group_focus = None
+        self.model = None
+        self._opened_on = None
+        self.scene.units = {}
         self.view.viewport().setUpdatesEnabled(True)
         self.scene.reset(f"Laying out {len(graph.nodes)} nodes…")
 
     def show_layout(self, spec) -> None:
         """Build the scene in slices of BUILD_SLICE_MS (20,000 items take over a second)."""
         self.spec = spec
+        self.model = getattr(spec, "model", None) or self.model
+        self.scene.units = self.model.unit_of if self.model is not None else {}
         self._build = self.scene.build_steps(spec)
         # No painting of a half-built scene between slices (each paint re-indexes the new items).
         self.view.viewport().setUpdatesEnabled(False)
@@ -74,6 +93,7 @@ class CanvasPresenter(QObject):
         self.view.viewport().setUpdatesEnabled(True)
         self.view.resetTransform()
         self.view.fit_top()
+        self._store_state()
         self.apply_looks()
         self.update_hulls()
         self.view.minimap.schedule_refresh()  # in its own slice of the event loop, not this one
@@ -87,18 +107,22 @@ class CanvasPresenter(QObject):
             return
         looks = Looks()
 
+        model, concats, perf = self.model, self.relay.concats(), self.relay.perf()
+
         def finish():
             lg = looks.legend
             self.view.legend.set_overlay(lg.mode, lg.title, lg.lo, lg.hi)
+            if model is not None:
+                fill_block_looks(looks, model, self.overlay, concats, perf, self.node_sqnr())
             return looks.nodes, looks.edges, looks.edge_default
 
         # Computed in slices: a heat overlay of 20,000 nodes is ~80 ms of Python.
-        self.scene.compute_looks(fill_looks(looks, s.graph, self.overlay, self.relay.concats(), self.relay.perf()),
-                                 finish)
+        self.scene.compute_looks(fill_looks(looks, s.graph, self.overlay, concats, perf), finish)
 
     def _perf_changed(self) -> None:
         if self.overlay == Overlay.LATENCY:
             self.apply_looks()
+        self._open_on_worst()
 
     def set_overlay(self, mode) -> None:
         if mode not in OVERLAYS:
@@ -122,3 +146,139 @@ class CanvasPresenter(QObject):
             r = self.scene.hulls.bounds(gid)
             if not r.isEmpty():
                 self.view.ensureVisible(r, 40, 40)
+
+    # -- the module hierarchy ----------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        """A view to change: built, and no full relayout under way."""
+        return self.model is not None and self._build is None and self.scene.spec is self.spec
+
+    def expand(self, name: str, deep: bool = False) -> bool:
+        """Open the block ``name`` (a canvas name ``block:/a/b`` or a block id ``/a/b``); ``deep``:
+        every block inside it too."""
+        if not self.ready:
+            return False
+        bid = self.model.visible_block(name) or name
+        return self._changed(self.model.expand(bid, deep))
+
+    def collapse(self, name: str) -> bool:
+        """Close the block ``name`` is in (a node, or a block id); a collapsed block: its parent."""
+        if not self.ready:
+            return False
+        m = self.model
+        bid = m.h.resolve(name) if not m.shows(name) else m.enclosing(name)
+        if bid is not None and bid not in m.expanded:
+            bid = m.enclosing(name)
+        return self._changed(bid is not None and m.collapse(bid))
+
+    def toggle(self, name: str) -> bool:
+        """Double-click on ``name``: a collapsed block opens; a node's enclosing block closes."""
+        if not self.ready:
+            return False
+        return self._changed(self.model.toggle(name))
+
+    def reveal(self, node: str) -> str | None:
+        """Open the blocks around ``node`` (a graph node, terminal or block id); the canvas name
+        that shows it afterwards (None: not on the canvas, e.g. a folded constant).
+
+        What a row click in any list should call before centring (search, Concats, sensitivity,
+        inspector links)."""
+        if self.model is None:
+            return node if node in self.scene.nodes else None
+        if self.ready:
+            self._changed(self.model.reveal(node))
+        home = self.model.home(node)
+        return home if home in self.scene.nodes else None
+
+    def expand_all(self) -> bool:
+        return self._relayout(self.model.expand_all_set()) if self.ready else False
+
+    def collapse_all(self) -> bool:
+        return self._relayout(self.model.collapse_all_set()) if self.ready else False
+
+    def set_hide_shapes(self, on: bool) -> bool:
+        if not self.ready or self.model.state.hide_shapes == bool(on):
+            return False
+        self.model.set_hide_shapes(on)
+        return self._relayout(self.model.expanded, force=True)
+
+    def _relayout(self, expanded, force: bool = False) -> bool:
+        """A new view laid out in full: in place when small, else in a job and rebuilt in slices."""
+        m = self.model
+        if not force and set(expanded) == m.expanded:
+            return False
+        m.set_expanded(expanded)
+        if len(m.units) < ISOLATE_MIN_UNITS or self.jobs is None:
+            m.layout_all(isolate=False)
+            return self._changed(True)
+        self.scene.reset(f"Laying out {len(m.units)} boxes…")
+        self.spec = None
+        gen = self.relay.session
+
+        def done(spec):
+            if self.relay.session is gen and self.model is m:
+                spec.model = m
+                self.show_layout(spec)
+
+        self.jobs.submit("layout", "layout", lambda progress, cancelled: m.layout_all(isolate=True), done,
+                         stale_key=lambda: id(self.relay.session))
+        return True
+
+    def _changed(self, changed: bool) -> bool:
+        if not changed:
+            return False
+        self.spec = spec = self.model.spec()
+        spec.model = self.model
+        self.scene.morph(spec)
+        self.scene.units = self.model.unit_of
+        self._store_state()
+        self.scene.hulls.invalidate()
+        self.apply_looks()
+        self.update_hulls()
+        self.view.minimap.schedule_refresh()
+        self.viewChanged.emit()
+        return True
+
+    def _store_state(self) -> None:
+        s = self.relay.session
+        if s is not None and self.model is not None:
+            s.view_state = self.model.view_state()
+
+    def _open_on_worst(self) -> None:
+        """After calibration: centre the worst Concat (once per model; again when the simulated
+        cost names another one and the view was not moved meanwhile)."""
+        s = self.relay.session
+        if s is None or not self.ready or not self.relay.ready:
+            return
+        if self._opened_on is not None:
+            name, centre = self._opened_on
+            if self.view.mapToScene(self.view.viewport().rect().center()) != centre or s.perf is None:
+                return
+        worst = worst_concat(s)
+        if worst is None or (self._opened_on is not None and self._opened_on[0] == worst):
+            return
+        home = self.reveal(worst)
+        if home is None:
+            return
+        self.view.center_on(home, select=False, min_zoom=0.0)  # the zoom fit_top chose is readable
+        self._opened_on = (worst, self.view.mapToScene(self.view.viewport().rect().center()))
+
+    def describe_block(self, name: str):
+        """(title, name, summary) of collapsed block ``name`` for the inspector; None: not a block."""
+        m = self.model
+        bid = m.visible_block(name) if m is not None else None
+        if bid is None:
+            return None
+        from ..app.views.blocks import block_summaries
+
+        b = m.h.blocks[bid]
+        s = block_summaries(m, self.relay.concats(), self.relay.perf(), self.node_sqnr()).get(name)
+        bits = [f"{b.size} nodes", f"{len(b.blocks)} blocks inside" if b.blocks else ""]
+        if s is not None and s.concats:
+            bits.append(f"{s.concats} Concat(s), {s.rescales} rescale(s)")
+        if s is not None and s.latency_us:
+            from ..app.views.fmt import fmt_us
+
+            bits.append(f"{fmt_us(s.latency_us)} simulated")
+        bits.append("double-click or E to expand")
+        return "Block", bid, " · ".join(b for b in bits if b)

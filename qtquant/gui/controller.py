@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from .. import shape_child
 from ..app import Options, Session
-from ..app.scene import layout_scene, scene_spec
+from ..app.scene.view import SceneModel
 from ..app.session import derive
 from ..app.views.perfdata import fidelity_measure, simulator, top_layers
 from ..calib import CalibConfig, calibrate
@@ -200,11 +200,15 @@ class Controller(QObject):
         s = self.session
         if s is None:
             return None
-        graph = s.graph
-        isolate = len(graph.nodes) >= self.child_process_nodes
+        graph, state = s.graph, s.view_state
 
         def work(progress, cancelled):
-            return layout_scene(scene_spec(graph), graph, isolate=isolate)
+            # The module hierarchy first: a big graph opens collapsed, so only its top levels
+            # are laid out (and drawn) now; blocks are laid out as they are expanded.
+            model = SceneModel(graph, state)
+            spec = model.layout_all(isolate=len(model.units) >= self.child_process_nodes)
+            spec.model = model
+            return spec
 
         return self.jobs.submit("layout", "layout", work, self._layout_done, stale_key=lambda: self.generation)
 

@@ -189,6 +189,13 @@ class HullLayer:
         self._keys: dict[int, tuple] = {}
         self.highlighted: int | None = None
 
+    def invalidate(self) -> None:
+        """The items moved (a block expanded or collapsed): every hull is made again at the next update."""
+        for item in self.hulls.values():
+            self.scene.removeItem(item)
+        self.hulls.clear()
+        self._keys.clear()
+
     def forget(self) -> None:
         """The scene was cleared (its items are gone): drop the references."""
         self.hulls.clear()
@@ -219,7 +226,11 @@ class HullLayer:
 
     def _build(self, graph, gid: int, members) -> GroupHull | None:
         sc = self.scene
-        nodes = {n: ts for n, ts in member_nodes(graph, members).items() if n in sc.nodes}
+        nodes: dict[str, list[str]] = {}
+        for n, ts in member_nodes(graph, members).items():  # a member inside a collapsed block: the block
+            u = sc.item_for(n)
+            if u in sc.nodes:
+                nodes.setdefault(u, []).extend(ts)
         if not nodes:
             return None
         rects = {}

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QScrollAr
 from ..concat import rescale_node_names
 from ..shapes import format_shape
 from ..app.views.perfdata import rescale_us_by_concat, rescale_us_for_input
-from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX, shape_text
+from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX, constant_inputs, shape_text
 from .style import fmt_ratio, fmt_scale, fmt_us, mismatch_color, paint_ended
 
 __all__ = ["HistogramWidget", "Inspector"]
@@ -165,6 +165,8 @@ class Inspector(QScrollArea):
         self.node: str | None = None
         self.tensor: str | None = None
         self._others = 0
+        # A collapsed block's summary (title, name, text); the window sets it (hierarchy).
+        self.describe_block = lambda name: None
         self.setWidgetResizable(True)
         body = QWidget()
         lay = QVBoxLayout(body)
@@ -251,6 +253,14 @@ class Inspector(QScrollArea):
             self._fill_tensors([("in" if kind == "Graph input" else "out", t)])
             self.notes.setText("")
             return
+        block = self.describe_block(name) if name not in g.nodes else None
+        if block is not None:
+            self.title.setText(block[0])
+            self.name_label.setText(block[1])
+            self.summary.setText(block[2])
+            self.notes.setText("")
+            self._show_node_sections(False)
+            return
         node = g.nodes.get(name)
         if node is None:
             self.show_node(None)
@@ -288,6 +298,9 @@ class Inspector(QScrollArea):
                 sc = s.domains.scale_of(t) if s.ready else None
                 notes.append(f"{t} is in group {gr.id} with {len(gr.members) - 1} other tensor(s)"
                              + (f": shared scale {fmt_scale(sc)}" if sc else ""))
+        consts = constant_inputs(g, name)  # not drawn on the canvas: listed here
+        if consts:
+            notes.append("Constant inputs (not drawn): " + ", ".join(f"{t} ({src})" for t, src in consts))
         self.notes.setText("\n".join(notes))
         self.notes.setVisible(bool(notes))
 

@@ -17,8 +17,8 @@ from ..app.views.looks import EdgeLook, NodeLook
 from ..app.views.palette import EDGE as EDGE_HEX
 from .style import SELECT, qcolor, text_color_on
 
-__all__ = ["NodeItem", "EdgeItem", "EdgeLabel", "OverviewItem", "LOD_FAST", "LOD_TITLE", "LOD_NAME", "LOD_EDGE_LABEL",
-           "LOD_BADGE_TEXT", "FONTS"]
+__all__ = ["NodeItem", "BlockItem", "EdgeItem", "EdgeLabel", "OverviewItem", "LOD_FAST", "LOD_TITLE", "LOD_NAME",
+           "LOD_EDGE_LABEL", "LOD_BADGE_TEXT", "FONTS"]
 
 # Level-of-detail thresholds (screen pixels per scene unit).  Text is drawn only where
 # its on-screen height is at least ~6 px.
@@ -216,6 +216,32 @@ class NodeItem(QGraphicsRectItem):
         return self._h
 
 
+class BlockItem(NodeItem):
+    """A collapsed block of the module hierarchy: a stack of cards, its label and what it holds.
+
+    Double-click (or the Expand action) opens it; its badges aggregate what is inside.
+    """
+
+    def paint(self, p, option, widget=None):
+        lod = option.levelOfDetailFromTransform(p.worldTransform())
+        if lod >= LOD_FAST:  # the cards behind: "there is more in here"
+            r = self._rect
+            fill = QColor(self.fill)
+            if self.faded:
+                fill.setAlpha(90)
+            p.setPen(QPen(fill.darker(160), 1.0))
+            p.setBrush(fill.darker(108))
+            for k in (2, 1):
+                p.drawRoundedRect(r.translated(4 * k, 4 * k), 7, 7)
+        super().paint(p, option, widget)
+        if lod >= LOD_TITLE:
+            p.setPen(QPen(self.fill.darker(190), 1.6))
+            r = self._rect
+            x, y = r.left() + 12, r.center().y()
+            p.drawLine(QPointF(x - 5, y), QPointF(x + 5, y))  # a "+": it expands
+            p.drawLine(QPointF(x, y - 5), QPointF(x, y + 5))
+
+
 def _edge_path(points: list[tuple[float, float]]) -> QPainterPath:
     """Smooth vertical curve through the route points (dagre-like), with an arrow head."""
     path = QPainterPath(QPointF(*points[0]))
@@ -243,6 +269,12 @@ class EdgeItem(QGraphicsPathItem):
         self.setAcceptedMouseButtons(Qt.NoButton)
         self.setZValue(1)
         self.set_style()
+
+    def set_points(self, points) -> None:
+        """A new route (expanding a block moved its ends)."""
+        if points != self.points:
+            self.points = points
+            self.setPath(_edge_path(points))
 
     def set_style(self, look: EdgeLook | None = None) -> None:
         key = (look.color or EDGE_HEX, look.width, look.dashed) if look is not None else (EDGE_HEX, 1.3, False)

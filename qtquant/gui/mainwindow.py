@@ -65,6 +65,11 @@ class MainWindow(QMainWindow):
         self.canvas = CanvasPresenter(self.relay, self.scene, self.view, self)
         # Background jobs after a calibration wait for the canvas to finish its sliced work.
         c.views_busy = lambda: self.canvas.busy
+        self.canvas.jobs = self.jobs  # Expand all on a big graph lays out in the background
+        self.inspector.describe_block = self.canvas.describe_block
+        # Expanding a block makes a new view: the controller's "what is shown" follows it.
+        self.canvas.viewChanged.connect(lambda: setattr(c, "spec", self.canvas.spec))
+        self.canvas.built.connect(lambda spec: setattr(c, "spec", spec))
         self.editor = Editor(self.relay, self)
         self.last_autoshare = None
         self.projects = ProjectController(self.relay, c, self.messages, self)
@@ -134,6 +139,9 @@ class MainWindow(QMainWindow):
                 "save_project": self.projects.save, "save_project_as": self.projects.save_as,
                 "find": self.search_bar.open, "fit": v.fit, "zoom_in": lambda: v.set_zoom(v.zoom * 1.25),
                 "zoom_out": lambda: v.set_zoom(v.zoom / 1.25), "resimulate": self.controller.refresh,
+                "expand": lambda: self.expand_selection(), "collapse": lambda: self.collapse_selection(),
+                "expand_all": lambda: self.canvas.expand_all(), "collapse_all": lambda: self.canvas.collapse_all(),
+                "hide_shapes": lambda: self.canvas.set_hide_shapes(self.actions_by_name["hide_shapes"].isChecked()),
                 "quit": self.close}
 
     def _connect(self) -> None:
@@ -157,6 +165,8 @@ class MainWindow(QMainWindow):
         o.policyChosen.connect(self.editor.set_policy)
         o.thresholdChosen.connect(self.editor.set_threshold)
         self.search_bar.jump.connect(self.jump_to)
+        self.view.activated.connect(self.canvas.toggle)
+        self.inspector.tensors.itemDoubleClicked.connect(lambda it: self._inspector_link(it.row()))
         self.scene.selectionChanged.connect(self._on_selection)
         for w in (self.concat_list, self.perf_summary, self.groups_panel):
             w.nodeActivated.connect(self.jump_to)
@@ -298,10 +308,29 @@ class MainWindow(QMainWindow):
             self.concat_list.select_name(name)
 
     def jump_to(self, name: str) -> bool:
-        ok = self.view.center_on(name)
+        """Centre ``name`` (a node, terminal or block), opening the blocks around it first."""
+        ok = self.view.center_on(self.canvas.reveal(name) or name)
         if not ok:
             self.messages.status(f"{name} is not on the canvas yet", 4000)
         return ok
+
+    def expand_selection(self) -> bool:
+        return any([self.canvas.expand(n) for n in self.scene.selected_names()])
+
+    def collapse_selection(self) -> bool:
+        names = self.scene.selected_names()
+        return bool(names) and self.canvas.collapse(names[0])
+
+    def _inspector_link(self, row: int) -> None:
+        """Double-click on a tensor in the inspector: go to the node at its other end."""
+        s, node, rows = self.relay.session, self.inspector.node, getattr(self.inspector, "_tensor_rows", [])
+        if s is None or node is None or not 0 <= row < len(rows) or rows[row] not in s.graph.tensors:
+            return
+        tt = s.graph.tensors[rows[row]]
+        there = tt.producer if tt.producer and tt.producer != node else next(
+            (c for c in tt.consumers if c != node), None)
+        if there is not None:
+            self.jump_to(there)
 
     def search(self, text: str) -> str | None:
         self.search_bar.open()

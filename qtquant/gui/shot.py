@@ -64,9 +64,35 @@ def _quiet_qpa() -> None:
     prev = qInstallMessageHandler(handler)
 
 
+def _hierarchy(win, collapse: bool, expand) -> None:
+    """--collapse / --expand: the view of the module hierarchy to render (the last block expanded is centred)."""
+    canvas = win.canvas
+    if collapse:
+        canvas.collapse_all()
+    for path in expand:
+        m = canvas.model
+        bid = m.h.resolve(path) if m is not None else None
+        if bid is None:
+            raise BadInputError(f"--expand: no block {path!r} in the module hierarchy"
+                                + ("" if m is None or m.h.flat else f" (top level: {', '.join(m.h.top_blocks[:6])})"))
+        canvas.expand(bid)
+    if expand:
+        inside = canvas.model.members_shown(canvas.model.h.resolve(expand[-1]))
+        ys = [canvas.model.pos[u] for u in inside]
+        if ys:
+            from PySide6.QtCore import QPointF
+
+            win.view.set_zoom(max(win.view.zoom, 0.55))
+            top = min(y for _, y in ys)
+            xs = sorted(x for x, _ in ys)
+            vis = win.view.mapToScene(win.view.viewport().rect()).boundingRect()
+            win.view.centerOn(QPointF(xs[len(xs) // 2], top + vis.height() / 2 - 40))
+
+
 def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str = Overlay.NONE,
                     select: str | None = None, size=(1600, 1000), canvas_only: bool = False,
-                    plan: str | None = None, timeout: float = 180.0, cut=()) -> Path:
+                    plan: str | None = None, timeout: float = 180.0, cut=(), collapse: bool = False,
+                    expand=()) -> Path:
     from .app import make_app
     from .mainwindow import MainWindow
 
@@ -96,6 +122,7 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             win.session.groups_changed()
         wait_settled(win, timeout)
         win.set_overlay(overlay)
+        _hierarchy(win, collapse, expand)
         if select:
             if select not in win.scene.nodes:
                 raise BadInputError(f"--select: no node named {select!r} in the model")

@@ -238,6 +238,7 @@ def test_drag_node_onto_node_shares_their_outputs(qtbot, win, model):
 
 def test_refused_share_changes_nothing_and_says_why(qtbot, win, model):
     open_settled(qtbot, win, model)
+    win.canvas.set_hide_shapes(False)  # the Shape node is hidden by default
     before = state(win)
     rev = win.session.revision
     drag_node(win, "relu2", "shape")  # Relu's output with Shape's int64 output

@@ -37,6 +37,8 @@ class LayoutInput:
     # Sources that must stay on top (graph inputs and their readers).  Other sources
     # (Constant nodes and what hangs off them only) float down.  None: all anchored.
     anchored: list[bool] | None = None
+    # Nodes put on the bottom row (an expanded block's exits to what lies below it).  None: none.
+    bottom: list[bool] | None = None
 
 
 @dataclass
@@ -56,6 +58,8 @@ class Layout:
     crossings: int
     seconds: float
     timings: dict = field(default_factory=dict)
+    left: float = 0.0  # the drawing's extent starts here (expanding a block can push nodes left of 0)
+    top: float = 0.0
 
 
 def _adjacency(n, edges):
@@ -178,6 +182,9 @@ def layered_layout(inp: LayoutInput, *, layer_gap: float = 64.0, node_gap: float
     if n == 0:
         return Layout([], [], [], 0.0, 0.0, 0, 0.0)
     layers = sink_layers(n, edges, inp.anchored)
+    if inp.bottom is not None and any(inp.bottom):
+        last = max(layers) + 1
+        layers = [last if b else k for k, b in zip(layers, inp.bottom)]
     timings["layering"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()

@@ -14,18 +14,25 @@ from ...vocab import TensorKind
 from .layout import Layout, LayoutInput, layered_layout
 
 __all__ = ["NodeSpec", "EdgeSpec", "SceneSpec", "scene_spec", "layout_scene", "spread_ports", "shape_text",
-           "INPUT_PREFIX", "OUTPUT_PREFIX", "NODE_W", "NODE_H", "TERM_W", "TERM_H"]
+           "node_size", "INPUT_PREFIX", "OUTPUT_PREFIX", "NODE_W", "NODE_H", "TERM_W", "TERM_H", "BLOCK_W", "BLOCK_H"]
 
 INPUT_PREFIX = "input:"
 OUTPUT_PREFIX = "output:"
 NODE_W, NODE_H = 172.0, 42.0  # op boxes (scene units)
 TERM_W, TERM_H = 150.0, 34.0  # graph input / output terminals
+BLOCK_W, BLOCK_H = 196.0, 50.0  # collapsed blocks of the module hierarchy
+_SIZES = {"op": (NODE_W, NODE_H), "block": (BLOCK_W, BLOCK_H)}
+
+
+def node_size(kind: str) -> tuple[float, float]:
+    """(width, height) of a box of ``kind`` ("op", "block", "input", "output")."""
+    return _SIZES.get(kind, (TERM_W, TERM_H))
 
 
 @dataclass
 class NodeSpec:
     name: str  # graph node name, or "input:<tensor>" / "output:<tensor>"
-    kind: str  # "op" | "input" | "output"
+    kind: str  # "op" | "input" | "output" | "block" (a collapsed block of the module hierarchy)
     title: str
     subtitle: str
     category: str
@@ -45,6 +52,7 @@ class SceneSpec:
     edges: list[EdgeSpec]
     layout: Layout | None = None
     routes: list | None = None  # per edge, its drawn points (ports spread), set by layout_scene
+    model: object = None  # the view.SceneModel this is a view of (None: a plain drawing)
 
 
 def shape_text(shape) -> str:
@@ -53,7 +61,9 @@ def shape_text(shape) -> str:
     return format_shape(shape).replace("x", "×")
 
 
-def scene_spec(graph) -> SceneSpec:
+def scene_spec(graph, skip=frozenset()) -> SceneSpec:
+    """Every node but those in ``skip`` (folded constants, hidden shape computations) and the
+    tensors between the rest."""
     nodes: list[NodeSpec] = []
     index: dict[str, int] = {}
     for t in graph.inputs:
@@ -63,6 +73,8 @@ def scene_spec(graph) -> SceneSpec:
         index[INPUT_PREFIX + t] = len(nodes)
         nodes.append(NodeSpec(INPUT_PREFIX + t, "input", t, shape_text(tt.shape), "input"))
     for n in graph.nodes.values():
+        if n.name in skip:
+            continue
         index[n.name] = len(nodes)
         nodes.append(NodeSpec(n.name, "op", n.op_type, n.name, n.handler.category))
     for t in graph.outputs:
@@ -74,12 +86,12 @@ def scene_spec(graph) -> SceneSpec:
         if t.kind == TensorKind.WEIGHT and t.producer is None:
             continue
         src = t.producer if t.producer else (INPUT_PREFIX + t.name if INPUT_PREFIX + t.name in index else None)
-        if src is None:
+        if src is None or src not in index:
             continue
         label = shape_text(t.shape)
         seen = set()
         for c in t.consumers:
-            if c in seen:  # one edge per consumer even when it reads the tensor twice
+            if c in seen or c not in index:  # one edge per consumer even when it reads the tensor twice
                 continue
             seen.add(c)
             edges.append(EdgeSpec(index[src], index[c], t.name, label))
@@ -91,14 +103,17 @@ def scene_spec(graph) -> SceneSpec:
 def layout_scene(spec: SceneSpec, graph=None, *, isolate: bool = False) -> SceneSpec:
     """Compute the layout for ``spec`` (in place) and return it; ``isolate``: in a child process
     (see :mod:`.child`)."""
-    sizes = [(NODE_W, NODE_H) if n.kind == "op" else (TERM_W, TERM_H) for n in spec.nodes]
+    sizes = [node_size(n.kind) for n in spec.nodes]
     anchored = [n.kind == "input" for n in spec.nodes]
     if graph is not None:
         inputs = set(graph.inputs)
         for i, n in enumerate(spec.nodes):
             if n.kind == "op" and any(x in inputs for x in graph.nodes[n.name].inputs):
                 anchored[i] = True
-    inp = LayoutInput(sizes, [(e.src, e.dst) for e in spec.edges], anchored)
+    return _lay_out(spec, LayoutInput(sizes, [(e.src, e.dst) for e in spec.edges], anchored), isolate)
+
+
+def _lay_out(spec: SceneSpec, inp: LayoutInput, isolate: bool) -> SceneSpec:
     if isolate:
         from .child import layered_layout_isolated
 
@@ -121,7 +136,7 @@ def spread_ports(spec: SceneSpec, routes, pos) -> None:
     for node, ks in ins.items():
         if len(ks) < 2:
             continue
-        w = (NODE_W if spec.nodes[node].kind == "op" else TERM_W) * 0.7
+        w = node_size(spec.nodes[node].kind)[0] * 0.7
         ks.sort(key=lambda k: routes[k][-2][0] if len(routes[k]) > 2 else pos[spec.edges[k].src][0])
         cx = pos[node][0]
         for j, k in enumerate(ks):
@@ -130,7 +145,7 @@ def spread_ports(spec: SceneSpec, routes, pos) -> None:
     for node, by_t in outs.items():
         if len(by_t) < 2:
             continue
-        w = (NODE_W if spec.nodes[node].kind == "op" else TERM_W) * 0.6
+        w = node_size(spec.nodes[node].kind)[0] * 0.6
         order = list(by_t)  # output order
         cx = pos[node][0]
         for j, t in enumerate(order):

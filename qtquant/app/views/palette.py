@@ -29,6 +29,7 @@ CATEGORY_COLORS = {
     "other": "#e8e8e8",
     "input": "#455a64",
     "output": "#455a64",
+    "block": "#f3f5f8",  # a collapsed block of the module hierarchy
 }
 
 UNCALIBRATED = "#bdbdbd"

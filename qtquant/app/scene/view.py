@@ -1,0 +1,451 @@
+"""The canvas's current view of the module hierarchy, and expanding / collapsing it without Qt.
+
+:class:`SceneModel` holds the drawn graph (what :func:`~.spec.scene_spec` draws minus folded nodes), its
+:class:`~.hierarchy.Hierarchy`, which blocks are expanded, and the positions of what shows.
+:meth:`SceneModel.spec` is a :class:`~.spec.SceneSpec` of the view (collapsed blocks are
+boxes whose edges are the tensors crossing their border) that the canvas turns into items.
+
+Only the first view is laid out in full.  Expanding a block lays out that block's content
+alone (with a virtual entry per outside producer on top and an exit per outside consumer at
+the bottom, so crossing edges come in and go out straight) and makes room for it: what lies
+below the block moves down by the extra height, what sits beside it in its row moves aside by
+half the extra width.  Collapsing gives the room back the same way.  Expand all and Collapse
+all are new views (laid out in full, like opening).
+"""
+
+from __future__ import annotations
+
+import time
+
+from .hierarchy import ViewState, block_id, block_name, build_hierarchy, folded_nodes
+from .layout import EdgeRoute, Layout, LayoutInput, layered_layout
+from ...vocab import TensorKind
+from .spec import INPUT_PREFIX, OUTPUT_PREFIX, EdgeSpec, NodeSpec, SceneSpec, node_size, shape_text, spread_ports
+
+__all__ = ["SceneModel", "ISOLATE_MIN_UNITS"]
+
+ISOLATE_MIN_UNITS = 2000  # a full layout of this many boxes runs in a child process (see .child)
+_VIRTUAL = (14.0, 2.0)  # size of an expanded block's entry / exit points in its own layout
+
+
+class SceneModel:
+    """What the canvas shows of ``graph`` and where; every change returns the new :meth:`spec`."""
+
+    def __init__(self, graph, state: ViewState | None = None):
+        self.graph = graph
+        self.state = state or ViewState()
+        self._build_full()
+        exp = self.state.expanded
+        self.expanded: set[str] = ({b for b in exp if b in self.h.blocks} if exp is not None
+                                   else self.h.initial_expanded(self.shown))
+        self.pos: dict[str, tuple[float, float]] = {}
+        self.routes: dict[tuple[str, str, str], list] = {}  # (src unit, dst unit, tensor) -> points
+        # Expanded block -> the room it was given [x0, y0, x1, y1] (kept up to date as others
+        # expand), so collapsing gives back exactly that room.
+        self.regions: dict[str, list[float]] = {}
+        self.last_seconds = 0.0
+        self._remap()
+
+    def _build_full(self) -> None:
+        """The drawn graph as names and (src, dst, tensor) links: what scene_spec draws, without
+        its NodeSpecs and shape labels (made for what shows only: 20,000 of them cost ~0.5 s)."""
+        g = self.graph
+        folded = self.folded = folded_nodes(g, self.state.hide_shapes)
+        tensors = g.tensors
+        kinds: dict[str, str] = {}
+        for t in g.inputs:
+            if tensors[t].consumers:
+                kinds[INPUT_PREFIX + t] = "input"
+        ops = [n for n in g.nodes if n not in folded]
+        for n in ops:
+            kinds[n] = "op"
+        for t in g.outputs:
+            if t in tensors:
+                kinds[OUTPUT_PREFIX + t] = "output"
+        links: list[tuple[str, str, str]] = []
+        weight = TensorKind.WEIGHT
+        for t in tensors.values():
+            p = t.producer
+            if p is None:
+                if t.kind == weight:
+                    continue
+                p = INPUT_PREFIX + t.name
+            if p not in kinds:
+                continue
+            seen = set()
+            for c in t.consumers:
+                if c not in seen and c in kinds:
+                    seen.add(c)
+                    links.append((p, c, t.name))
+            if t.producer and OUTPUT_PREFIX + t.name in kinds:
+                links.append((p, OUTPUT_PREFIX + t.name, t.name))
+        self._kinds, self._links = kinds, links
+        self._node_specs: dict[str, NodeSpec] = {}
+        self._labels: dict[str, str] = {}
+        self.h = build_hierarchy(g, ops)
+        self.shown = len(ops)
+        inputs = set(g.inputs)
+        self._anchored = {n for n, k in kinds.items()
+                          if k == "input" or (k == "op" and any(x in inputs for x in g.nodes[n].inputs))}
+
+    # -- the view as a graph ---------------------------------------------------------------------
+    def _remap(self) -> None:
+        """Units (what shows) and the edges between them for the current expanded set."""
+        names = list(self._kinds)
+        umap = self.h.unit_map([n for n, k in self._kinds.items() if k == "op"], self.expanded)
+        for n in names:
+            umap.setdefault(n, n)
+        self.unit_of = umap
+        units: list[str] = []
+        seen: set[str] = set()
+        for n in names:
+            u = umap[n]
+            if u not in seen:
+                seen.add(u)
+                units.append(u)
+        self.units = units
+        edges: dict[tuple[str, str, str], None] = {}
+        for s, d, t in self._links:
+            us, ud = umap[s], umap[d]
+            if us != ud:
+                edges[(us, ud, t)] = None
+        self.edges = edges  # an ordered set
+
+    def node_spec(self, unit: str) -> NodeSpec:
+        bid = block_id(unit)
+        if bid is None:
+            ns = self._node_specs.get(unit)
+            if ns is None:
+                ns = self._node_specs[unit] = self._make_node_spec(unit)
+            return ns
+        b = self.h.blocks[bid]
+        concats = sum(1 for m in self.h.members(bid) if self.graph.nodes[m].op_type == "Concat")
+        sub = f"{b.size} nodes" + (f" · {concats} Concat" if concats else "")
+        return NodeSpec(unit, "block", b.label, sub, "block")
+
+    def _make_node_spec(self, name: str) -> NodeSpec:
+        kind, g = self._kinds[name], self.graph
+        if kind == "op":
+            n = g.nodes[name]
+            return NodeSpec(name, "op", n.op_type, name, n.handler.category)
+        t = name.split(":", 1)[1]
+        return NodeSpec(name, kind, t, shape_text(g.tensors[t].shape), kind)
+
+    def label(self, tensor: str) -> str:
+        lab = self._labels.get(tensor)
+        if lab is None:
+            lab = self._labels[tensor] = shape_text(self.graph.tensors[tensor].shape)
+        return lab
+
+    def _size(self, unit: str) -> tuple[float, float]:
+        if unit.startswith("block:"):
+            return node_size("block")
+        return node_size(self._kinds[unit])
+
+    def _anchored_unit(self, unit: str) -> bool:
+        bid = block_id(unit)
+        if bid is None:
+            return unit in self._anchored
+        return any(m in self._anchored for m in self.h.members(bid))
+
+    def members_shown(self, bid: str) -> list[str]:
+        """The units inside block ``bid`` in the current view (itself when collapsed)."""
+        seen, out = set(), []
+        for m in self.h.members(bid):
+            u = self.unit_of.get(m)
+            if u is not None and u not in seen:
+                seen.add(u)
+                out.append(u)
+        return out
+
+    # -- the spec the canvas draws ---------------------------------------------------------------
+    def spec(self) -> SceneSpec:
+        nodes = [self.node_spec(u) for u in self.units]
+        index = {u: i for i, u in enumerate(self.units)}
+        edges, routes = [], []
+        for (us, ud, t) in self.edges:
+            edges.append(EdgeSpec(index[us], index[ud], t, self.label(t)))
+            routes.append([tuple(p) for p in self.routes[(us, ud, t)]])
+        pos = [self.pos[u] for u in self.units]
+        spec = SceneSpec(nodes, edges)
+        for k, es in enumerate(edges):  # ends on the boxes' borders, then spread along them
+            (xs, ys), (xd, yd) = pos[es.src], pos[es.dst]
+            hs, hd = self._size(self.units[es.src])[1], self._size(self.units[es.dst])[1]
+            r = routes[k]
+            r[0] = (xs, ys + hs / 2)
+            r[-1] = (xd, yd - hd / 2)
+        spread_ports(spec, routes, pos)
+        left = top = 0.0
+        right = bottom = 0.0
+        if pos:
+            left = min(x - self._size(u)[0] / 2 for u, (x, y) in zip(self.units, pos))
+            right = max(x + self._size(u)[0] / 2 for u, (x, y) in zip(self.units, pos))
+            top = min(y - self._size(u)[1] / 2 for u, (x, y) in zip(self.units, pos))
+            bottom = max(y + self._size(u)[1] / 2 for u, (x, y) in zip(self.units, pos))
+        spec.layout = Layout(pos, [0] * len(pos), [EdgeRoute(e.src, e.dst, r) for e, r in zip(edges, routes)],
+                             right - left, bottom - top, 0, self.last_seconds, {}, left, top)
+        spec.routes = routes
+        return spec
+
+    # -- whole views -----------------------------------------------------------------------------
+    def layout_all(self, *, isolate: bool | None = None) -> SceneSpec:
+        """Lay out the current view in full (opening, Expand all, Collapse all)."""
+        t0 = time.perf_counter()
+        index = {u: i for i, u in enumerate(self.units)}
+        keys = list(self.edges)
+        inp = LayoutInput([self._size(u) for u in self.units], [(index[a], index[b]) for a, b, _ in keys],
+                          [self._anchored_unit(u) for u in self.units])
+        if isolate is None:
+            isolate = len(self.units) >= ISOLATE_MIN_UNITS
+        if isolate:
+            from .child import layered_layout_isolated
+
+            lay = layered_layout_isolated(inp)
+        else:
+            lay = layered_layout(inp)
+        self.pos = {u: tuple(p) for u, p in zip(self.units, lay.pos)}
+        self.routes = {k: list(r.points) for k, r in zip(keys, lay.routes)}
+        self.regions = {}
+        self.last_seconds = time.perf_counter() - t0
+        return self.spec()
+
+    def set_expanded(self, expanded) -> None:
+        """A new expanded set; positions are stale until :meth:`layout_all`."""
+        self.expanded = {b for b in expanded if b in self.h.blocks}
+        self._remap()
+
+    def expand_all_set(self) -> set[str]:
+        return set(self.h.blocks)
+
+    def collapse_all_set(self) -> set[str]:
+        return self.h.initial_expanded(COLLAPSE_ALL)
+
+    def set_hide_shapes(self, on: bool) -> None:
+        """Show or hide shape computations: a new drawn graph (re-laid out by the caller)."""
+        self.state.hide_shapes = bool(on)
+        before = set(self.h.blocks)
+        self._build_full()
+        fresh = {b for b in self.h.initial_expanded(self.shown) if b not in before}  # new blocks: the size rule
+        self.set_expanded(self.expanded | fresh)
+
+    def view_state(self) -> ViewState:
+        return ViewState(set(self.expanded), self.state.hide_shapes)
+
+    # -- expanding and collapsing ------------------------------------------------------------------
+    def visible_block(self, name: str) -> str | None:
+        """The block id of a canvas name when it is a collapsed block on the canvas."""
+        bid = block_id(name)
+        return bid if bid is not None and name in self.pos else None
+
+    def expand(self, bid: str, deep: bool = False) -> bool:
+        """Open block ``bid`` (and the blocks around it first; ``deep``: every block inside it
+        too, laid out as one); False when there is nothing to do."""
+        bid = self.h.resolve(bid)
+        if bid is None or (bid in self.expanded and not deep):
+            return False
+        if bid in self.expanded:  # open already: deep means closing it and opening it fully
+            self.collapse(bid)
+        for outer in self.h.path(bid):
+            if outer not in self.expanded:
+                self.expand(outer)
+        self._expand_one(bid, deep)
+        return True
+
+    def reveal(self, node: str) -> bool:
+        """Expand the blocks around ``node``; True when it shows on the canvas afterwards."""
+        changed = False
+        if node in self.folded:  # a folded constant shows in its consumer
+            g = self.graph
+            for t in g.nodes[node].outputs:
+                for c in g.tensors[t].consumers if t in g.tensors else ():
+                    return self.reveal(c)  # the first one (itself folded: its consumer, and so on)
+        if node in self.h.parent_of:
+            for b in self.h.path(node):
+                if b not in self.expanded:
+                    changed |= self.expand(b)
+        return changed
+
+    def shows(self, name: str) -> bool:
+        return name in self.pos
+
+    def _expand_one(self, bid: str, deep: bool = False) -> None:
+        t0 = time.perf_counter()
+        B = block_name(bid)
+        bx, by = self.pos[B]
+        bw, bh = self._size(B)
+        old_routes = self.routes
+        self.expanded.add(bid)
+        if deep:
+            self.expanded.update(self.h.descendants(bid))
+        self._remap()
+        inside = self.members_shown(bid)
+        inset = set(inside)
+        # The block's own layout: its units, an entry per outside producer, an exit per outside consumer.
+        names = list(inside)
+        idx = {u: i for i, u in enumerate(names)}
+        entries: dict[str, int] = {}
+        exits: dict[str, int] = {}
+        pairs: dict[tuple[int, int], int] = {}
+        for (us, ud, _t) in self.edges:
+            if us in inset and ud in inset:
+                a, b = idx[us], idx[ud]
+            elif ud in inset:
+                if us not in entries:
+                    entries[us] = len(names)
+                    names.append(("in", us))
+                a, b = entries[us], idx[ud]
+            elif us in inset:
+                if ud not in exits:
+                    exits[ud] = len(names)
+                    names.append(("out", ud))
+                a, b = idx[us], exits[ud]
+            else:
+                continue
+            pairs.setdefault((a, b), len(pairs))
+        sizes = [self._size(u) if isinstance(u, str) else _VIRTUAL for u in names]
+        anchored = [not isinstance(u, str) and u[0] == "in" for u in names]
+        for u in inside:  # nothing outside feeds it and it reads a graph input: on top too
+            anchored[idx[u]] = self._anchored_unit(u)
+        bottom = [not isinstance(u, str) and u[0] == "out" for u in names]
+        plist = list(pairs)
+        lay = layered_layout(LayoutInput(sizes, plist, anchored, bottom))
+        sub = {p: r.points for p, r in zip(plist, lay.routes)}
+        w, h = lay.width, lay.height
+        ox, oy = bx - w / 2, by - bh / 2
+        dw, dh = max(0.0, w - bw), max(0.0, h - bh)
+        below = by + bh / 2
+        band_lo, band_hi = oy, oy + h
+
+        def f(x, y):
+            if y > below:
+                return (x, y + dh)
+            if band_lo <= y <= band_hi and dw:
+                return (x + dw / 2, y) if x > bx else ((x - dw / 2, y) if x < bx else (x, y))
+            return (x, y)
+
+        def off(points):
+            return [(x + ox, y + oy) for x, y in points]
+
+        pos = {u: f(*p) for u, p in self.pos.items() if u != B}
+        for u in inside:
+            x, y = lay.pos[idx[u]]
+            pos[u] = (x + ox, y + oy)
+        routes = {}
+        for key in self.edges:
+            us, ud, t = key
+            if us in inset and ud in inset:
+                routes[key] = off(sub[(idx[us], idx[ud])])
+            elif ud in inset:
+                old = old_routes.get((us, B, t)) or [self.pos.get(us, (bx, by)), (bx, by)]
+                routes[key] = [f(*p) for p in old[:-1]] + off(sub[(entries[us], idx[ud])])
+            elif us in inset:
+                old = old_routes.get((B, ud, t)) or [(bx, by), self.pos.get(ud, (bx, by))]
+                routes[key] = off(sub[(idx[us], exits[ud])]) + [f(*p) for p in old[1:]]
+            else:
+                routes[key] = [f(*p) for p in old_routes[key]]
+        ancestors = set(self.h.path(bid))
+        for other, r in self.regions.items():
+            if other in ancestors:
+                self.regions[other] = [r[0] - dw / 2, r[1], r[2] + dw / 2, r[3] + dh]
+            else:
+                self.regions[other] = [*f(r[0], r[1]), *f(r[2], r[3])]
+        self.regions[bid] = [ox, oy, ox + w, oy + h]
+        self.pos, self.routes = pos, routes
+        self.last_seconds = time.perf_counter() - t0
+
+    def collapse(self, bid: str) -> bool:
+        """Close block ``bid`` (and every block inside it); False when it is not open."""
+        bid = self.h.resolve(bid)
+        if bid is None or bid not in self.expanded or any(b not in self.expanded for b in self.h.path(bid)):
+            return False
+        t0 = time.perf_counter()
+        B = block_name(bid)
+        inside = self.members_shown(bid)
+        inset = set(inside)
+        boxes = [(self.pos[u], self._size(u)) for u in inside]
+        x0 = min(x - w / 2 for (x, _), (w, _h) in boxes)
+        x1 = max(x + w / 2 for (x, _), (w, _h) in boxes)
+        y0 = min(y - h / 2 for (_, y), (_w, h) in boxes)
+        y1 = max(y + h / 2 for (_, y), (_w, h) in boxes)
+        room = self.regions.pop(bid, None)
+        if room is not None:  # the room it was given: everything inside it, entries and exits too
+            x0, y0, x1, y1 = min(x0, room[0]), min(y0, room[1]), max(x1, room[2]), max(y1, room[3])
+        for d in self.h.descendants(bid):
+            self.regions.pop(d, None)
+        bw, bh = self._size(B)
+        cx = (x0 + x1) / 2
+        dw, dh = max(0.0, (x1 - x0) - bw), max(0.0, (y1 - y0) - bh)
+
+        def g(x, y):
+            if y > y1:
+                return (x, y - dh)
+            if y0 <= y <= y1 and dw and not x0 <= x <= x1:
+                return (x - dw / 2, y) if x > cx else (x + dw / 2, y)
+            return (x, y)
+
+        old_routes = self.routes
+        into: dict[tuple[str, str], list] = {}  # (outside producer, tensor) -> an old route into the block
+        out_of: dict[tuple[str, str], list] = {}
+        for (us, ud, t), pts in old_routes.items():
+            if ud in inset and us not in inset:
+                into.setdefault((us, t), pts)
+            elif us in inset and ud not in inset:
+                out_of.setdefault((ud, t), pts)
+        self.expanded.discard(bid)
+        self.expanded.difference_update(self.h.descendants(bid))
+        self._remap()
+        pos = {u: g(*p) for u, p in self.pos.items() if u not in inset}
+        pos[B] = (cx, y0 + bh / 2)
+        routes = {}
+        for key in self.edges:
+            us, ud, t = key
+            if ud == B:
+                old = into.get((us, t), [(cx, y0), (cx, y0)])
+                routes[key] = [g(*old[0])] + [g(*p) for p in old[1:-1] if p[1] < y0] + [(cx, y0)]
+            elif us == B:
+                old = out_of.get((ud, t), [(cx, y0), (cx, y1)])
+                routes[key] = [(cx, y0 + bh)] + [g(*p) for p in old[1:-1] if p[1] > y1] + [g(*old[-1])]
+            else:
+                routes[key] = [g(*p) for p in old_routes[key]]
+        ancestors = set(self.h.path(bid))
+        for other, r in self.regions.items():
+            if other in ancestors:
+                self.regions[other] = [r[0] + dw / 2, r[1], r[2] - dw / 2, r[3] - dh]
+            else:
+                self.regions[other] = [*g(r[0], r[1]), *g(r[2], r[3])]
+        self.pos, self.routes = pos, routes
+        self.last_seconds = time.perf_counter() - t0
+        return True
+
+    def toggle(self, name: str) -> bool:
+        """Double-click: expand a collapsed block, or collapse the innermost open block around a node."""
+        bid = self.visible_block(name)
+        if bid is not None:
+            return self.expand(bid)
+        path = self.h.path(name) if name in self.h.parent_of else []
+        return self.collapse(path[-1]) if path else False
+
+    def enclosing(self, name: str) -> str | None:
+        """The innermost expanded block around canvas item ``name`` (what Collapse closes)."""
+        bid = block_id(name)
+        path = self.h.path(bid) if bid is not None else (self.h.path(name) if name in self.h.parent_of else [])
+        return path[-1] if path else None
+
+    def home(self, name: str) -> str | None:
+        """What shows ``name`` (a node, a terminal or a tensor's producer) on the canvas now."""
+        if name in self.pos:
+            return name
+        u = self.unit_of.get(name)
+        if u is None and name in self.folded:  # a folded constant: where it is used
+            g = self.graph
+            for t in g.nodes[name].outputs:
+                for c in g.tensors[t].consumers if t in g.tensors else ():
+                    h = self.home(c)
+                    if h is not None:
+                        return h
+        if u is None and name.startswith(INPUT_PREFIX):
+            return None
+        return u
+
+
+COLLAPSE_ALL = 10 ** 9  # "the graph is big": Collapse all applies the opening rule of big graphs

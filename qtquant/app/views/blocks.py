@@ -1,0 +1,103 @@
+"""Looks of collapsed blocks (what is inside, aggregated) and the Concat a model opens on.
+
+A collapsed block shows: the rescales of the Concats inside (summed), the worst mismatch colour
+among them, the total simulated latency inside (latency overlay), and the worst SQNR of a node
+inside where accuracy figures exist.  Edges styled for a node hidden in a block are styled on
+the block's edge for the same tensor.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...vocab import Overlay
+from ..scene.hierarchy import block_id
+from .fmt import fmt_us
+from .looks import FADED_LOOK, LATENCY_BADGE, Badge, NodeLook, rescale_badge
+from .palette import mismatch_band, mismatch_hex
+from .perfdata import node_us
+from .concats import concat_rows
+
+__all__ = ["BlockSummary", "block_summaries", "fill_block_looks", "worst_concat", "SQNR_BADGE"]
+
+SQNR_BADGE = "#4a148c"
+
+
+class BlockSummary:
+    __slots__ = ("rescales", "concats", "worst", "latency_us", "sqnr_db")
+
+    def __init__(self):
+        self.rescales = 0
+        self.concats = 0
+        self.worst = None  # the ConcatInfo with the worst mismatch inside
+        self.latency_us = 0.0
+        self.sqnr_db: float | None = None
+
+
+def _worse(a, b) -> bool:
+    """Is Concat ``a`` a worse mismatch than ``b``?"""
+    ka = (mismatch_band(a.ratio, a.rescales), a.rescales > 0, a.ratio if math.isfinite(a.ratio) else 1e30)
+    kb = (mismatch_band(b.ratio, b.rescales), b.rescales > 0, b.ratio if math.isfinite(b.ratio) else 1e30)
+    return ka > kb
+
+
+def block_summaries(model, concats=None, perf=None, sqnr: dict | None = None) -> dict[str, BlockSummary]:
+    """Canvas block name -> what its collapsed box aggregates, for every collapsed block shown."""
+    info = {c.node: c for c in concats or ()}
+    us = node_us(perf) if perf is not None else {}
+    out: dict[str, BlockSummary] = {}
+    for unit in model.units:
+        bid = block_id(unit)
+        if bid is None:
+            continue
+        s = out[unit] = BlockSummary()
+        for m in model.h.members(bid):
+            c = info.get(m)
+            if c is not None:
+                s.concats += 1
+                s.rescales += c.rescales
+                if s.worst is None or _worse(c, s.worst):
+                    s.worst = c
+            s.latency_us += us.get(m, 0.0)
+            v = sqnr.get(m) if sqnr else None
+            if v is not None and (s.sqnr_db is None or v < s.sqnr_db):
+                s.sqnr_db = v
+    return out
+
+
+def fill_block_looks(looks, model, mode: str, concats=None, perf=None, sqnr: dict | None = None) -> None:
+    """Add the collapsed blocks' looks to ``looks`` (filled for the graph's nodes already)."""
+    for unit, s in block_summaries(model, concats, perf, sqnr).items():
+        badges = []
+        if s.rescales:
+            badges.append(rescale_badge(s.rescales))
+        if mode == Overlay.LATENCY and s.latency_us >= 0.005:
+            badges.insert(0, Badge(fmt_us(s.latency_us), LATENCY_BADGE))
+        if s.sqnr_db is not None:
+            badges.append(Badge(f"{s.sqnr_db:.1f} dB", SQNR_BADGE))
+        w = s.worst
+        fill = mismatch_hex(w.ratio, w.rescales) if w is not None and w.rescales else None
+        faded = mode == Overlay.MISMATCH and not s.rescales
+        if not badges and fill is None:
+            looks.nodes[unit] = FADED_LOOK if faded else looks.nodes.get(unit, NodeLook())
+            continue
+        looks.nodes[unit] = NodeLook(fill, tuple(badges), faded, 2.0 if w is not None else 1.0)
+    # Edge styles keyed on a node inside a collapsed block move to the block's edge.
+    unit_of = model.unit_of
+    for (t, dst), look in list(looks.edges.items()):
+        u = unit_of.get(dst, dst)
+        if u != dst:
+            looks.edges.setdefault((t, u), look)
+
+
+def worst_concat(session) -> str | None:
+    """The Concat to open on: the highest rescale cost (simulated), then the highest ratio."""
+    best, key = None, None
+    for r in concat_rows(session):
+        if not r.rescales:
+            continue
+        ratio = r.ratio if math.isfinite(r.ratio) else 1e30
+        k = (r.gain_us or 0.0, r.rescales, ratio)
+        if key is None or k > key:
+            best, key = r.name, k
+    return best
