@@ -151,7 +151,8 @@ class CanvasPresenter(QObject):
     @property
     def ready(self) -> bool:
         """A view to change: built, and no full relayout under way."""
-        return self.model is not None and self._build is None and self.scene.spec is self.spec
+        return (self.model is not None and self.spec is not None and self._build is None
+                and self.scene.spec is self.spec)
 
     def expand(self, name: str, deep: bool = False) -> bool:
         """Open the block ``name`` (a canvas name ``block:/a/b`` or a block id ``/a/b``); ``deep``:

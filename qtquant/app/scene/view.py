@@ -308,7 +308,8 @@ class SceneModel:
             anchored[idx[u]] = self._anchored_unit(u)
         bottom = [not isinstance(u, str) and u[0] == "out" for u in names]
         plist = list(pairs)
-        lay = layered_layout(LayoutInput(sizes, plist, anchored, bottom))
+        # Fewer sweeps than a whole graph's layout: a block is small and this runs on the GUI thread.
+        lay = layered_layout(LayoutInput(sizes, plist, anchored, bottom), sweeps=3, maxiter=30, crossings=False)
         sub = {p: r.points for p, r in zip(plist, lay.routes)}
         w, h = lay.width, lay.height
         ox, oy = bx - w / 2, by - bh / 2
