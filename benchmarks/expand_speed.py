@@ -118,7 +118,8 @@ def main() -> int:
         flat_items = len(win.scene.nodes)
         win.close()
         win.controller.shutdown()
-    print(f"{args.nodes}-node graph, block /backbone of {size} nodes; times on the GUI thread incl. looks and a repaint")
+    print(f"{args.nodes}-node graph, block /backbone of {size} nodes; times on the GUI thread incl. looks and a "
+          "repaint")
     print(f"{'step':<34}{'ms':>9}{'boxes after':>13}")
     for label, ms, items in rows:
         print(f"{label:<34}{ms:>9.1f}{items:>13}")
