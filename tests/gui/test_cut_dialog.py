@@ -54,3 +54,25 @@ def test_bad_cut_name_is_an_error_dialog(qtbot, make_win, tmp_path, monkeypatch)
     assert win.messages.error_dialogs and win.messages.error_dialogs[-1].isVisible()
     win.messages.close_dialogs()
     assert win.session is None  # nothing half-opened
+
+
+def test_inspector_names_the_compilers_rescale_nodes(qtbot, make_win, tmp_path):
+    """bayes-e (Horizon): cat's output takes conv2's scale; the other inputs' rows name their
+    requantize nodes as the X5 compiler and perf_model do."""
+    win = make_win()
+    p = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx")
+    from qtquant.calib import CalibConfig
+
+    with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000):
+        win.open_model(p, calib=CalibConfig(count=4, observer="percentile"))
+    qtbot.waitUntil(lambda: win.scene.spec is not None and not win.controller.busy, timeout=20000)
+    item = win.scene.nodes["cat"]
+    win.view.centerOn(item)
+    qtbot.mouseClick(win.view.viewport(), Qt.LeftButton, Qt.NoModifier, win.view.mapFromScene(item.scenePos()))
+    ins = win.inspector
+    assert ins.node == "cat" and ins.concat.rowCount() == 4
+    tips = [ins.concat.item(r, 1).toolTip() for r in range(4)]
+    assert "conv0_out_calibrated_Requantize / cat_rescale_0" in tips[0]
+    assert "conv1_out_calibrated_Requantize / cat_rescale_1" in tips[1]
+    assert "the output takes this scale" in tips[2]
+    assert ins.concat.item(2, 5).text() == "no rescale"
