@@ -1,16 +1,19 @@
 """Sharing plans: the user's groups as versioned JSON, to take back to training.
 
-Declared by :class:`Plan` (version 1; qtquant.torch reads plans with the same schema)::
+Declared by :class:`Plan` (version 2; qtquant.torch reads plans with the same schema)::
 
-    {"format": "qtquant-plan", "version": 1, "model": "yolov8n.onnx", "model_sha256": "...",
+    {"format": "qtquant-plan", "version": 2, "model": "yolov8n.onnx", "model_sha256": "...",
      "policy": "union", "scheme": "int8-sym",
+     "precision": {"/model.22/Concat_output_0": "float", "/model.2/cv1/act/Mul_output_0": "int16"},
      "groups": [{"id": 0, "scale": 0.0123, "zero_point": 0, "concats": ["/model.4/Concat"],
                  "members": [{"tensor": "...", "producer": "node name or null",
                               "producer_op": "Conv", "bits_lost": 0.41}]}]}
 
 ``cut`` (optional, absent or ``[]`` for the whole file) names the tensors the model was cut at
-(``--cut``): applying a plan to another cut warns.  Readers ignore unknown keys, so later
-minor additions stay readable.  JSON only: a plan
+(``--cut``): applying a plan to another cut warns.  ``precision`` (version 2) maps tensors to
+``int16`` or ``float``; every other tensor is int8.  A version-1 plan has none and still loads
+(:meth:`Plan._migrate`).  Readers ignore unknown keys, so later minor additions stay readable.
+JSON only: a plan
 is data from somewhere else and is never unpickled or evaluated.
 """
 
@@ -20,6 +23,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -27,12 +31,13 @@ from .errors import PlanError, ShareRefused
 from .fileio import atomic_write_text
 from .fileio.schema import FileModel, check_format, check_version, one_line, read_json
 from .quant import bits_lost
+from .vocab import Precision
 
 __all__ = ["FORMAT", "VERSION", "Plan", "PlanGroup", "PlanMember", "AppliedPlan", "plan_dict", "save_plan",
            "load_plan", "parse_plan", "apply_plan", "apply_plan_file"]
 
 FORMAT = "qtquant-plan"
-VERSION = 1
+VERSION = 2  # 2: per-tensor precision (int16 / float); 1 had only groups
 
 
 # -- the schema (qtquant.torch reads plans with it too) -----------------------------------------
@@ -80,8 +85,19 @@ class Plan(FileModel):
     policy: str | None = None
     scheme: str | None = None
     cut: tuple[str, ...] = Field((), strict=False)  # the tensors the model was cut at; () = whole file
+    # tensor -> int16 / float (every other tensor is int8)
+    precision: dict[str, Annotated[Precision, Field(strict=False)]] = Field(default_factory=dict)
     source: str = Field("", exclude=True)  # the file it came from, for messages
     reader_fields = ("source",)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data):
+        # Version 1 had no precision: everything int8.  A "precision" key in a version-1 file is
+        # not ours (readers ignore unknown keys), so it is dropped, not read.
+        if isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] < 2:
+            data = {k: v for k, v in data.items() if k != "precision"}
+        return data
 
     @field_validator("model", "model_sha256", "policy", "scheme", mode="before")
     @classmethod
@@ -156,6 +172,7 @@ def plan_dict(session) -> dict:
     return {"format": FORMAT, "version": VERSION,
             "model": graph.path.name if graph.path else None, "model_sha256": graph.sha256 or None,
             "policy": session.options.policy.value, "scheme": session.options.scheme.value,
+            "precision": session.options.precision.to_dict(),
             "cut": list(graph.cut), "groups": groups}
 
 
@@ -208,6 +225,10 @@ def apply_plan(session, plan: Plan, *, replace: bool = True) -> AppliedPlan:
     if plan.scheme and plan.scheme != session.options.scheme.value:
         res.warnings.append(f"{src} was made with scheme {plan.scheme!r}; scales now follow "
                             f"{session.options.scheme.value!r}")
+    bad_prec = [t for t in plan.precision if not graph.is_quantized(t)]
+    if bad_prec:
+        raise PlanError(f"{src} sets the precision of {len(bad_prec)} tensor(s) that are not quantized "
+                        f"tensors of the model: {', '.join(repr(t) for t in bad_prec[:5])}")
     before = session.groups.snapshot()
     if replace:
         session.groups.clear()
@@ -224,7 +245,11 @@ def apply_plan(session, plan: Plan, *, replace: bool = True) -> AppliedPlan:
         raise PlanError(f"{src}: group {g.id}: {e}") from None
     final = {x.id: x for x in session.groups.groups}
     res.groups = [final[x.id] for x in {x.id: x for x in made}.values() if x.id in final]
-    session.groups_changed()
+    with session.batch():
+        session.groups_changed()
+        if replace or plan.precision:
+            base = {} if replace else session.options.precision
+            session.set_options(precision={**base, **plan.precision})
     return res
 
 

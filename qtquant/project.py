@@ -21,13 +21,13 @@ from .calib.engine import CalibConfigError
 from .errors import PlanError, QtQuantError
 from .fileio import atomic_write_text
 from .fileio.schema import FileModel, check_format, check_version, one_line, read_json
-from .vocab import DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_POLICY, DEFAULT_SCHEME, Policy, Scheme
+from .vocab import DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_POLICY, DEFAULT_SCHEME, Policy, Precision, Scheme
 
 __all__ = ["PROJECT_FORMAT", "PROJECT_VERSION", "Project", "ProjectGroup", "OpenReport", "project_from_session",
            "save_project", "load_project", "open_project"]
 
 PROJECT_FORMAT = "qtquant-project"
-PROJECT_VERSION = 2  # 2: calibration holdout is auto/N/fraction (1 always held back 2 samples)
+PROJECT_VERSION = 3  # 3: per-tensor precision; 2: calibration holdout is auto/N/fraction (1: 2 samples)
 
 
 class ProjectGroup(FileModel):
@@ -58,6 +58,8 @@ class Project(FileModel):
     max_bits_lost: float = DEFAULT_MAX_BITS_LOST
     groups: tuple[ProjectGroup, ...] = Field((), strict=False)
     cut: tuple[str, ...] = Field((), strict=False)  # --cut: the tensors the model is cut at; () = whole file
+    # tensor -> int16 / float (every other tensor is int8)
+    precision: dict[str, Annotated[Precision, Field(strict=False)]] = Field(default_factory=dict)
     stats_cache: str | None = None
     view: dict = Field(default_factory=dict)  # the canvas's module hierarchy: app.scene.ViewState.to_dict()
     path: Path | None = Field(None, exclude=True)
@@ -130,6 +132,7 @@ def project_from_session(session, path, stats_cache=None) -> Project:
         max_bits_lost=float(o.max_bits_lost),
         groups=[{"name": gr.name, "members": list(gr.members)} for gr in session.groups],
         cut=list(g.cut),
+        precision=o.precision.to_dict(),
         stats_cache=_rel(Path(stats_cache), path.parent) if stats_cache else None,
         view=session.view_state.to_dict() if getattr(session, "view_state", None) is not None else {},
     )
@@ -205,4 +208,9 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False):
             report.dropped_groups += 1
     if len(session.groups):
         session.groups_changed()
+    # Tensors of a changed model that are gone (or no longer quantized) lose their precision.
+    kept = {t: p for t, p in proj.precision.items() if session.graph.is_quantized(t)}
+    report.missing += [t for t in proj.precision if t not in kept and t not in report.missing]
+    if kept:
+        session.set_options(precision=kept)
     return session, report

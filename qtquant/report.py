@@ -103,6 +103,9 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
             "check_in_sample": bool(getattr(session.calibration, "in_sample", False)),
         },
         "groups": [list(gr) for gr in session.groups.as_lists()],
+        # tensor -> int16 / float (every other tensor is int8), and what that costs on the target
+        "precision": {"tensors": session.options.precision.to_dict(),
+                      "cost": perf.precision.to_dict() if getattr(perf, "precision", None) is not None else None},
         "concats": items,
         "summary": summary,
     }

@@ -10,14 +10,14 @@ from qtquant.cli import main
 from qtquant.errors import PlanError
 from qtquant.groups import share
 from qtquant.app import open_model
-from qtquant.plan import apply_plan, apply_plan_file, load_plan, parse_plan, plan_dict, save_plan
+from qtquant.plan import VERSION, apply_plan, apply_plan_file, load_plan, parse_plan, plan_dict, save_plan
 
 
 def test_schema(session):
     auto_share(session)
     share(session, ["score", "anchor"])  # a constant member: producer null
     doc = plan_dict(session)
-    assert doc["format"] == "qtquant-plan" and doc["version"] == 1
+    assert doc["format"] == "qtquant-plan" and doc["version"] == VERSION
     assert doc["model"] == "det.onnx" and len(doc["model_sha256"]) == 64
     assert doc["policy"] == "union" and doc["scheme"] == "int8-sym"
     json.dumps(doc, allow_nan=False)  # strict JSON: no NaN/Infinity
@@ -81,7 +81,7 @@ GOOD = {"format": "qtquant-plan", "version": 1, "groups": [{"id": 0, "members": 
     ('{"format": "qtquant-plan", "version": 1, "groups": [', "is not valid JSON (line 1"),
     ("[1, 2]", "not a qtquant plan"),
     ({"format": "something-else", "version": 1, "groups": []}, "not a qtquant plan (format is 'something-else'"),
-    (dict(GOOD, version=2), "written by a newer qtquant (plan version 2"),
+    (dict(GOOD, version=VERSION + 1), f"written by a newer qtquant (plan version {VERSION + 1}"),
     (dict(GOOD, version="1"), "version must be int, not str"),
     (dict(GOOD, version=True), "version has the wrong type"),
     (dict(GOOD, groups={"a": 1}), "groups must be list"),

@@ -7,7 +7,7 @@ import pytest
 from builders import branchy_concat_model, save
 from qtquant.errors import PlanError
 from qtquant.app import open_model
-from qtquant.project import load_project, open_project, save_project
+from qtquant.project import PROJECT_VERSION, load_project, open_project, save_project
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_save_is_atomic_and_keeps_old_on_failure(session, tmp_path, monkeypatch)
 def test_version_1_fixed_holdout_reads_as_auto(session, tmp_path):
     pp = save_project(session, tmp_path / "proj.qtquant")
     doc = json.loads(pp.read_text())
-    assert doc["version"] == 2
+    assert doc["version"] == PROJECT_VERSION
     doc["version"] = 1
     doc["calib"]["holdout"] = 2  # what version 1 always wrote
     pp.write_text(json.dumps(doc))

@@ -356,7 +356,7 @@ def test_refuses_fixed_qparams_and_bad_plans(tmp_path):
     assert report.groups[0].status == "refused" and "fixed qparams" in report.groups[0].notes[0]
     assert not report.ok
     with pytest.raises(PlanError, match="newer"):
-        apply_plan(model, {**plan, "version": 2})
+        apply_plan(model, {**plan, "version": 99})
     with pytest.raises(PlanError, match="not a qtquant plan"):
         apply_plan(model, {**plan, "format": "something"})
     with pytest.raises(PlanError, match="not found"):

@@ -18,7 +18,8 @@ from ..quant import Scheme
 from .session import Options
 
 __all__ = ["Command", "ShareCommand", "UngroupCommand", "RemoveMemberCommand", "AutoShareCommand",
-           "SetOptionsCommand", "SetPolicyCommand", "SetMarchCommand", "CompoundCommand", "CommandStack"]
+           "SetOptionsCommand", "SetPolicyCommand", "SetMarchCommand", "SetPrecisionCommand", "CompoundCommand",
+           "CommandStack"]
 
 
 class Command:
@@ -130,7 +131,7 @@ class AutoShareCommand(_GroupsCommand):
 
 
 _LABELS = {"scheme": "Scheme", "policy": "Policy", "march": "March", "max_bits_lost": "Auto-share threshold",
-           "calib": "Calibration"}
+           "calib": "Calibration", "precision": "Precision"}
 
 
 def _shown(key: str, value) -> str:
@@ -138,6 +139,8 @@ def _shown(key: str, value) -> str:
         return f"{value:g} bits"
     if key == "calib":
         return f"{value.observer} on {value.count} samples ({value.source})"
+    if key == "precision":
+        return f"{len(value)} tensor(s) not int8"
     return str(getattr(value, "value", value))
 
 
@@ -192,6 +195,61 @@ class SetPolicyCommand(SetOptionsCommand):
 class SetMarchCommand(SetOptionsCommand):
     def __init__(self, value):
         super().__init__(march=value)
+
+
+class SetPrecisionCommand(Command):
+    """Set tensors to int8 / int16 / float; undo puts the previous map back.
+
+    ``tensors`` are tensor names (:func:`qtquant.precision.resolve_names` turns node names into
+    them; :meth:`for_names` and :meth:`for_domain` build the command from other units)."""
+
+    def __init__(self, tensors, precision, label: str = ""):
+        from ..vocab import Precision
+
+        try:
+            self.precision = Precision(getattr(precision, "value", precision))
+        except ValueError:
+            raise BadInputError(f"unknown precision {precision!r}: use int8, int16 or float") from None
+        self.tensors = tuple(dict.fromkeys(tensors))
+        if not self.tensors:
+            raise BadInputError("no tensor given to set the precision of")
+        self.label = label
+        self._old = None
+        self._new = None
+
+    @classmethod
+    def for_names(cls, session, names, precision, label: str = "") -> "SetPrecisionCommand":
+        """Node or tensor names, as the CLI and the GUI get them."""
+        from ..precision import resolve_names
+
+        return cls(resolve_names(session.graph, names), precision, label)
+
+    @classmethod
+    def for_domain(cls, session, tensor: str, precision, label: str = "") -> "SetPrecisionCommand":
+        """Every member of ``tensor``'s scale domain at once (a shared group is one unit)."""
+        dm = session.domains
+        did = dm.of.get(tensor)
+        members = dm.domains[did].members if did is not None else (tensor,)
+        return cls([t for t in members if session.graph.is_quantized(t)] or [tensor], precision, label)
+
+    @property
+    def text(self) -> str:
+        if self.label:
+            return self.label
+        what = self.tensors[0] if len(self.tensors) == 1 else f"{len(self.tensors)} tensors"
+        return f"Keep {what} in float" if self.precision.value == "float" else f"{what}: {self.precision.value}"
+
+    def do(self, session) -> None:
+        self._old = session.options.precision
+        session.set_precision(self.tensors, self.precision)
+        self._new = session.options.precision
+
+    def undo(self, session) -> None:
+        session.set_options(precision=self._old)
+
+    @property
+    def changed(self) -> bool:
+        return self._old is not None and self._old != self._new
 
 
 class CompoundCommand(Command):

@@ -18,6 +18,7 @@ class SessionEvents(SignalGroup):
     groups = Signal()  # the user's groups changed (one edit: one emission)
     perf = Signal(object)  # the new perf Result
     fidelity = Signal(object)  # the new fidelity Result
+    precision = Signal(object)  # the new PrecisionMap (after the "options" event that carries it too)
 
 
-KINDS = ("calibrated", "options", "groups", "perf", "fidelity")
+KINDS = ("calibrated", "options", "groups", "perf", "fidelity", "precision")

@@ -15,7 +15,9 @@ from ..calib import CalibConfig, CalibrationResult, calibrate
 from ..concat import analyze_concats
 from ..domains import DomainMap, Policy, build_domains
 from ..groups import GroupSet
+from ..precision import PrecisionMap
 from ..quant import Scheme
+from ..vocab import Precision
 from .events import SessionEvents
 
 __all__ = ["Options", "Session", "Result", "Derived", "derive", "concat_rule"]
@@ -32,10 +34,14 @@ class Options:
     march: str = "bayes-e"
     max_bits_lost: float = 1.0
     calib: CalibConfig = field(default_factory=CalibConfig)
+    # tensor -> int16 / float (int8, the default, is never stored): qtquant.precision
+    precision: PrecisionMap = field(default_factory=PrecisionMap)
 
     def __post_init__(self):
         # Spelled as text by the CLI, the dialogs and project files: one typed value here.
         object.__setattr__(self, "scheme", Scheme.parse(self.scheme))
+        if not isinstance(self.precision, PrecisionMap):
+            object.__setattr__(self, "precision", PrecisionMap(self.precision))
         object.__setattr__(self, "policy", Policy(self.policy))
         object.__setattr__(self, "max_bits_lost", float(self.max_bits_lost))
 
@@ -125,6 +131,11 @@ class Session:
         return self.qdq is not None
 
     @property
+    def precision(self):
+        """tensor -> int16 / float (a PrecisionMap; int8 is every other tensor)."""
+        return self.options.precision
+
+    @property
     def ranges(self) -> dict[str, tuple[float, float]]:
         if self.calibration is not None:
             return self.calibration.ranges
@@ -172,6 +183,18 @@ class Session:
                 self.options = replace(self.options, calib=replace(self.options.calib, scheme=tag))
         self._invalidate(domains=bool(_DOMAIN_FIELDS & changed.keys()))
         self._emit("options", changed)
+        if "precision" in changed:
+            self._emit("precision", self.options.precision)
+
+    def set_precision(self, tensors, precision) -> None:
+        """Set ``tensors`` (tensor names, see :func:`qtquant.precision.resolve_names`) to
+        ``precision``; commands call this (``SetPrecisionCommand``), so it is undoable there."""
+        unknown = [t for t in tensors if not self.graph.is_quantized(t)]
+        if unknown:
+            from ..errors import BadInputError
+
+            raise BadInputError(f"{unknown[0]!r} is not a quantized tensor: it has no precision to set")
+        self.set_options(precision=self.options.precision.with_(tensors, Precision(precision)))
 
     def groups_changed(self) -> None:
         self._dm = None

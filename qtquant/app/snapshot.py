@@ -57,6 +57,11 @@ class Snapshot:
         return self.qdq is not None
 
     @property
+    def precision(self):
+        """tensor -> int16 / float (a PrecisionMap; int8 is every other tensor)."""
+        return self.options.precision
+
+    @property
     def ranges(self) -> dict:
         return self.calibration.ranges if self.calibration is not None else {}
 

@@ -41,6 +41,7 @@ def _fidelity(session, args):
 
 
 def run(args) -> int:
+    from ..perf.precision import report_text
     from ..report import analysis_dict, concat_table_text
 
     session = open_session(args)
@@ -51,6 +52,10 @@ def run(args) -> int:
         sys.stdout.write("\n")
     else:
         print(concat_table_text(session, perf=perf))
+        text = report_text(session.graph, session.options.precision, perf)
+        if text:
+            print()
+            print(text)
         if fid is not None:
             print(fid.text())
     return 0

@@ -12,7 +12,7 @@ from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_MARCH, DEFAULT_M
                      DEFAULT_PERCENTILE, DEFAULT_POLICY, DEFAULT_SCHEME, LAYOUTS, OBSERVERS, PIXEL_RANGES,
                      RESIZE_MODES, SCHEME_NAMES, Policy, Scheme)
 
-__all__ = ["add_common", "options_from_args", "open_session", "OBSERVERS", "MARCHES"]
+__all__ = ["add_common", "options_from_args", "open_session", "apply_precision_args", "OBSERVERS", "MARCHES"]
 
 
 def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
@@ -55,6 +55,11 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                    help=f"how a shared domain's range is chosen (default {DEFAULT_POLICY.value})")
     s.add_argument("--max-bits-lost", type=float, default=DEFAULT_MAX_BITS_LOST, metavar="BITS",
                    help=f"auto-share threshold (default {DEFAULT_MAX_BITS_LOST})")
+    m = p.add_argument_group("mixed precision (every other tensor is int8)")
+    m.add_argument("--int16", action="append", default=[], metavar="NAME",
+                   help="quantize this node's output (or this tensor) to int16 (repeatable)")
+    m.add_argument("--keep-float", action="append", default=[], metavar="NAME",
+                   help="keep this node (or the node producing this tensor) in float, on the CPU (repeatable)")
 
 
 def _holdout_arg(text: str):
@@ -96,10 +101,25 @@ def open_session(args, *, calibrate: bool = True, progress=None):
     from ..app import open_model
 
     session = open_model(args.model, args.input_shape, options_from_args(args), cut=getattr(args, "cut", None) or ())
+    apply_precision_args(session, args, check_only=True)  # a typo fails before the slow calibration
     if calibrate and not session.quantized_file:
         session.run_calibration(progress=progress)
     if getattr(args, "plan", None):
         from ..plan import apply_plan_file  # provided by the sharing/plan module
 
         apply_plan_file(session, args.plan)
+    apply_precision_args(session, args)
     return session
+
+
+def apply_precision_args(session, args, *, check_only: bool = False) -> None:
+    """``--int16`` / ``--keep-float`` (node or tensor names) on top of the plan's precision;
+    an unknown name is a BadInputError (one line, exit 3)."""
+    from ..precision import assignments_from_names
+
+    i16, fl = getattr(args, "int16", None) or [], getattr(args, "keep_float", None) or []
+    if not (i16 or fl):
+        return
+    pm = assignments_from_names(session.graph, i16, fl, base=session.options.precision)
+    if not check_only:
+        session.set_options(precision=pm)

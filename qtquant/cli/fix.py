@@ -110,6 +110,7 @@ def run(args) -> int:
     from ..export.overrides import write_overrides
     from ..export.qdq import export_qdq
     from ..fileio import check_output_path
+    from ..perf.precision import report_text
     from ..plan import save_plan
 
     # Refuse bad output paths before the slow part.
@@ -149,7 +150,8 @@ def run(args) -> int:
         from ..fidelity import measure_session
 
         fid = measure_session(session, output_mode=mode, cross_check=True)
-    rows = before_after_rows(session, fid, _perf(session, args))
+    perf = _perf(session, args)
+    rows = before_after_rows(session, fid, perf)
     result = export_qdq(session, args.output, float_tensors=float_tensors)
     written = [result.text()]
     if args.plan_out:
@@ -167,6 +169,9 @@ def run(args) -> int:
                            "kept_float": [k.text() for k in kept_float]},
                "log": log,
                "groups": [list(g) for g in session.groups.as_lists()],
+               "precision": {"tensors": session.options.precision.to_dict(),
+                             "cost": perf[1].precision.to_dict()
+                             if perf is not None and perf[1].precision is not None else None},
                "notes": result.build.notes,
                "export": result.build.to_dict(),
                "warnings": result.build.warnings()}
@@ -175,6 +180,9 @@ def run(args) -> int:
         return 0
     print()
     print(table_text(rows))
+    text = report_text(session.graph, session.options.precision, perf[1] if perf is not None else None)
+    if text:
+        print(text)
     if fid is not None and fid.members:
         worst = min(fid.members, key=lambda m: m.sqnr_db - m.before_sqnr_db)
         print(f"group members: {len(fid.members)}; largest drop {worst.before_sqnr_db - worst.sqnr_db:.2f} dB "

@@ -25,6 +25,7 @@ def run(args) -> int:
     from ..errors import BadInputError
     from ..fileio import atomic_write_text, check_output_path
     from ..perf import load_march, simulate_session
+    from ..perf.precision import precision_table_text
     from ..perf.report import csv_text, html_report, layer_table_text, summary_text
     from ..report import cut_text
     from ..shapes import format_shape
@@ -50,6 +51,8 @@ def run(args) -> int:
                 "groups": len(session.groups),
                 "scales": "read from the QDQ file" if session.quantized_file else
                 f"calibrated ({session.calibration.config.source})" if session.calibration else "not calibrated"}
+        if after.precision is not None:
+            meta["precision"] = precision_table_text(after).splitlines()[0]
         atomic_write_text(args.report, html_report(after, before if grouped else None,
                                                    title=f"qtquant perf — {model} on {march.name}", meta=meta,
                                                    march=march), inputs=inputs, what="report")
@@ -76,6 +79,9 @@ def run(args) -> int:
     print()
     print(f"{model} ({shapes}{cut_text(g)}) on {march.name}" + (f", {len(session.groups)} group(s)" if grouped else ""))
     print(summary_text(after, before if grouped else None))
+    if after.precision is not None:
+        print()
+        print(precision_table_text(after))
     if args.report:
         print(f"report written to {args.report}")
     if args.csv:

@@ -19,6 +19,12 @@
   DequantizeLinear writes ``<name>``.
 - Activations named in ``float_tensors`` get no Q/DQ pair; a bias whose node reads a float
   input stays float.
+- Mixed precision (``session.options.precision``, :mod:`qtquant.precision`): a float tensor gets
+  no Q/DQ and the node producing it keeps float weights (it runs on the CPU); an int16 tensor gets
+  an int16 Q/DQ pair (uint16 for the asymmetric scheme) over its domain's range.  The weights of
+  an int16 node stay int8: int8 weights x int16 activations is the BPU's int16 mode, and it is
+  what the simulator prices.  int16 Q/DQ needs opset 21, so the model is converted when an
+  int16 tensor is exported (and only then).
 
 :func:`build_qdq_model` returns the in-memory model (fidelity runs it);
 :func:`export_qdq` writes it atomically, with external data when it is large.  This module is the
@@ -40,15 +46,18 @@ from onnx import helper
 from ..errors import BadInputError, ModelError
 from ..fileio.atomic import atomic_dir, check_output_path, commit
 from ..ops import handler_for
+from ..precision import PrecisionMap, float_nodes, int16_qparams
 from ..quant import Scheme
+from ..vocab import Precision
 from .records import BiasAdjustment, ClipRecord, ExportResult, QdqBuild, clip_record
 from .rewrite import Rewrite
 from .weights import INT32_MAX, INT32_MIN, quantize_weights
 
 __all__ = ["QdqBuild", "ExportResult", "BiasAdjustment", "ClipRecord", "build_qdq_model", "export_qdq",
-           "PER_CHANNEL_OPSET", "INT32_MIN", "INT32_MAX"]
+           "PER_CHANNEL_OPSET", "INT16_OPSET", "INT32_MIN", "INT32_MAX"]
 
 PER_CHANNEL_OPSET = 13  # DequantizeLinear gained the 'axis' attribute in opset 13
+INT16_OPSET = 21  # QuantizeLinear/DequantizeLinear accept int16/uint16 from opset 21
 EXTERNAL_THRESHOLD = 1_800_000_000  # bytes: stay clear of protobuf's 2 GiB limit
 
 # Per graph: the opset-converted base model, reused across builds (fidelity builds one model per
@@ -56,26 +65,35 @@ EXTERNAL_THRESHOLD = 1_800_000_000  # bytes: stay clear of protobuf's 2 GiB limi
 _base_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _base(graph, per_channel_needed: bool):
-    """(model, opset, per_channel, notes): graph.model, raised to opset 13 when per-channel needs it."""
-    key = bool(per_channel_needed and graph.opset < PER_CHANNEL_OPSET)
+def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
+    """(model, opset, per_channel, notes): graph.model, raised to opset 13 when per-channel needs it
+    and to opset 21 when an int16 Q/DQ needs it."""
+    target = INT16_OPSET if int16_needed and graph.opset < INT16_OPSET else \
+        PER_CHANNEL_OPSET if per_channel_needed and graph.opset < PER_CHANNEL_OPSET else None
     cache = _base_cache.setdefault(graph, {})
-    if key not in cache:
+    if target not in cache:
         notes = []
         model, opset, per_channel = graph.model, graph.opset, graph.opset >= PER_CHANNEL_OPSET
-        if key:
+        if target is not None:
+            why = "int16 Q/DQ" if target == INT16_OPSET else "per-channel weights"
             try:
                 from onnx import version_converter
 
-                model = version_converter.convert_version(graph.model, PER_CHANNEL_OPSET)
-                opset, per_channel = PER_CHANNEL_OPSET, True
-                notes.append(f"opset raised from {graph.opset} to {PER_CHANNEL_OPSET} for per-channel weights")
-            except Exception as e:  # no adapter for some op: fall back to per-tensor weights
+                model = version_converter.convert_version(graph.model, target)
+                opset, per_channel = target, True
+                # the converter keeps the IR version; opset 21 belongs to IR 10
+                model.ir_version = max(model.ir_version, helper.find_min_ir_version_for(
+                    list(model.opset_import), ignore_unknown=True))
+                notes.append(f"opset raised from {graph.opset} to {target} for {why}")
+            except Exception as e:  # no adapter for some op
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                if target == INT16_OPSET:
+                    raise ModelError(f"cannot export int16: raising opset {graph.opset} to {target} "
+                                     f"failed ({first})") from None
                 notes.append(f"could not raise opset {graph.opset} to {PER_CHANNEL_OPSET} ({first}); "
                              "weights are quantized per tensor")
-        cache[key] = (model, opset, per_channel, notes)
-    return cache[key]
+        cache[target] = (model, opset, per_channel, notes)
+    return cache[target]
 
 
 def _quantize_values(v: np.ndarray, qp) -> np.ndarray:
@@ -85,7 +103,7 @@ def _quantize_values(v: np.ndarray, qp) -> np.ndarray:
 
 
 def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
-                    float_tensors: frozenset[str] = frozenset()) -> QdqBuild:
+                    float_tensors: frozenset[str] = frozenset(), precision=None) -> QdqBuild:
     """The QDQ model for ``dm`` (default: the session's current domains), in memory.
 
     ``quantize_outputs=False`` leaves the model outputs in float (no Q/DQ pair on them),
@@ -94,20 +112,30 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     ``float_tensors`` names further activations left in float (a model-output Concat and the
     pass-through tensors after it) while their inputs keep their own scales;
     ``quantize_outputs=False`` is the same as naming every model output there.
+    ``precision``: tensor -> int16 / float (default: ``session.options.precision``; pass ``{}``
+    for all int8).
     """
     graph = session.graph
     dm = session.domains if dm is None else dm
+    if precision is None:
+        precision = getattr(getattr(session, "options", None), "precision", None) or {}
+    precision = PrecisionMap(precision)
     unknown = sorted(t for t in float_tensors if t not in graph.tensors)
     if unknown:
         raise BadInputError(f"cannot leave {unknown[0]!r} in float: the model has no tensor of that name")
     outputs = set(graph.outputs)
     float_tensors = frozenset(float_tensors) | (frozenset() if quantize_outputs else frozenset(outputs))
+    float_tensors |= frozenset(precision.tensors(Precision.FLOAT))
+    int16_tensors = frozenset(t for t in precision.tensors(Precision.INT16) if t not in float_tensors)
+    cpu_nodes = float_nodes(graph, precision)  # they keep float weights
     scheme = dm.scheme
     zp_dtype = np.int8 if scheme is Scheme.SYMMETRIC_INT8 else np.uint8
 
     # Which weights exist decides whether the opset must be raised.
     weight_uses = []  # (node, input index, weight name)
     for node in graph.nodes.values():
+        if node.name in cpu_nodes:
+            continue
         for idx in handler_for(node.op_type).weight_inputs:
             if idx < len(node.inputs) and node.inputs[idx]:
                 w = node.inputs[idx]
@@ -115,7 +143,8 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
                 if t is not None and t.kind == "weight" and t.elem_type == onnx.TensorProto.FLOAT \
                         and graph.constant_value(w) is not None:
                     weight_uses.append((node, idx, w))
-    base, opset, per_channel, base_notes = _base(graph, bool(weight_uses))
+    int16_used = any(dm.of.get(t) is not None and dm.domains[dm.of[t]].qparams is not None for t in int16_tensors)
+    base, opset, per_channel, base_notes = _base(graph, bool(weight_uses), int16_used)
     model = onnx.ModelProto()
     model.CopyFrom(base)
     del model.graph.value_info[:]  # recomputed by any consumer; stale shapes would only mislead
@@ -127,6 +156,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
 
     # -- shared scale initializers, one per domain ---------------------------------------
     domain_inits: dict[int, tuple[str, str]] = {}
+    wide_inits: dict[int, tuple[str, str, object]] = {}  # int16 versions, over the same range
 
     def domain_qp(did):
         # A Concat output that took an input's scale by the target's rule uses that input's
@@ -138,6 +168,17 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
             z = rw.add_init(np.array(d.qparams.zero_point, dtype=zp_dtype), rw.fresh(f"qtq_d{did}_zero_point"))
             domain_inits[did] = (s, z)
         return domain_inits[did]
+
+    def wide_qp(did):
+        if did not in wide_inits:
+            d = dm.domains[did]
+            # the domain's range, as its int8 scale: int8 and int16 members of one domain cover
+            # the same values, the int16 ones in 256x finer steps
+            qp = int16_qparams(d.lo, d.hi, scheme)
+            s = rw.add_init(np.array(qp.scale, dtype=np.float32), rw.fresh(f"qtq_d{did}_int16_scale"))
+            z = rw.add_init(np.array(qp.zero_point, dtype=qp.dtype), rw.fresh(f"qtq_d{did}_int16_zero_point"))
+            wide_inits[did] = (s, z, qp)
+        return wide_inits[did]
 
     # -- activations ------------------------------------------------------------------------
     act_qp: dict[str, object] = {}
@@ -151,8 +192,13 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
             skipped_dtype += 1
             continue
         if t in float_tensors or (t in outputs and tt.producer is None):
+            build.float_kept += precision.of(t) is Precision.FLOAT
             continue  # kept in float, or a model input passed straight out
-        s, z = domain_qp(did)
+        if t in int16_tensors:
+            s, z, qp = wide_qp(did)
+            build.int16 += 1
+        else:
+            (s, z), qp = domain_qp(did), dm.domains[did].qparams
         q_out = rw.fresh(f"{t}_quantized")
         if t in outputs:
             src = rw.fresh(f"{t}_prequant")
@@ -169,7 +215,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
         dqn = helper.make_node("DequantizeLinear", [q_out, s, z], [dq_out], name=rw.fresh(f"{t}_DequantizeLinear"))
         (rw.head if tt.producer is None else rw.after.setdefault(tt.producer, [])).extend([qn, dqn])
         build.scale_of[t] = s
-        act_qp[t] = dm.domains[did].qparams
+        act_qp[t] = qp
         build.activations += 1
     if skipped_dtype:
         build.notes.append(f"{skipped_dtype} non-float32 activations left unquantized")
@@ -223,6 +269,8 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     extra_float = float_tensors - (frozenset(outputs) if not quantize_outputs else frozenset())
     if extra_float:
         meta["float_tensors"] = len(extra_float)
+    if build.int16:
+        meta["int16_tensors"] = build.int16
     if build.bias_adjusted:
         meta["bias_adjusted"] = len(build.bias_adjusted)
     if build.clipped:
@@ -239,7 +287,7 @@ def _external_size(model) -> int:
 
 
 def export_qdq(session, out_path, *, dm=None, quantize_outputs: bool = True,
-               float_tensors: frozenset[str] = frozenset()) -> ExportResult:
+               float_tensors: frozenset[str] = frozenset(), precision=None) -> ExportResult:
     """Write the fixed QDQ model to ``out_path`` atomically.
 
     Refuses to overwrite the input model.  Models whose weights exceed ~1.8 GB, or whose
@@ -254,7 +302,8 @@ def export_qdq(session, out_path, *, dm=None, quantize_outputs: bool = True,
     # model points at, so a crash between the two renames leaves the old pair whole.
     data_name = f"{out.name}.{secrets.token_hex(4)}.data"
     old_data = _external_locations(out) if out.exists() else set()
-    build = build_qdq_model(session, dm, quantize_outputs=quantize_outputs, float_tensors=float_tensors)
+    build = build_qdq_model(session, dm, quantize_outputs=quantize_outputs, float_tensors=float_tensors,
+                            precision=precision)
     model = build.model
     had_external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
     if had_external:

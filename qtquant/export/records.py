@@ -114,6 +114,8 @@ class QdqBuild:
     weights: int = 0  # per-channel (or per-tensor) quantized weights
     biases: int = 0
     constants: int = 0  # cloned constants
+    int16: int = 0  # activations of those with an int16 (or uint16) Q/DQ pair
+    float_kept: int = 0  # activations left in float by their precision
     notes: list[str] = field(default_factory=list)
     scale_of: dict[str, str] = field(default_factory=dict)  # tensor -> name of its scale initializer
     bias_adjusted: list[BiasAdjustment] = field(default_factory=list)
@@ -141,6 +143,8 @@ class ExportResult:
         b = self.build
         s = (f"wrote {self.path} (opset {b.opset}): {b.activations} Q/DQ pairs over {b.domains} scale domains, "
              f"{b.weights} weights per channel, {b.biases} int32 biases, {b.constants} cloned constants")
+        if b.int16 or b.float_kept:
+            s += f"; precision: {b.int16} int16, {b.float_kept} kept in float"
         if self.data_path:
             s += f"; weights in {self.data_path.name}"
         if b.cut:

@@ -17,6 +17,7 @@ from shiboken6 import isValid
 
 from ..app.scene.hierarchy import block_id
 from .editing import node_outputs
+from .precisionmenu import add_precision_entries
 from .sharedialog import ShareConfirmDialog
 
 __all__ = ["CanvasEditing"]
@@ -30,6 +31,7 @@ class CanvasEditing(QObject):
         self.context_menu: QMenu | None = None  # the last one shown (tests read it)
         self.confirm: ShareConfirmDialog | None = None  # the open share confirmation
         self.menu_sections = [self._hierarchy_section]  # called after the editing entries, in order
+        self.menu_sections.append(self._precision_section)
         scene.selectionChanged.connect(self._selection_changed)
         view.nodesDropped.connect(self.drop)
         editor.proposed.connect(self.confirm_share)
@@ -113,6 +115,12 @@ class CanvasEditing(QObject):
     def _group_selected(self, gid: int) -> None:
         self.canvas.focus_group(None if gid < 0 else gid)
         self.update_actions()
+
+    def _precision_section(self, menu, name: str) -> None:
+        """Keep in float / int16 / int8 for the clicked node, or the whole selection."""
+        selected = self.scene.selected_names()
+        add_precision_entries(menu, self.relay.session, selected if len(selected) > 1 else [name] if name else [],
+                              self.editor)
 
     def show_context_menu(self, name: str, global_pos) -> None:
         s = self.relay.session

@@ -117,7 +117,8 @@ class CanvasPresenter(QObject):
             return looks.nodes, looks.edges, looks.edge_default
 
         # Computed in slices: a heat overlay of 20,000 nodes is ~80 ms of Python.
-        self.scene.compute_looks(fill_looks(looks, s.graph, self.overlay, concats, perf), finish)
+        self.scene.compute_looks(fill_looks(looks, s.graph, self.overlay, concats, perf,
+                                            precision=s.options.precision), finish)
 
     def _perf_changed(self) -> None:
         if self.overlay == Overlay.LATENCY:

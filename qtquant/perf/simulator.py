@@ -66,6 +66,7 @@ class PerfResult:
     _order: tuple = field(default=(), repr=False)  # node names in topological order
     _base: dict = field(default_factory=dict, repr=False)  # node -> LayerCost (non-Concat nodes)
     _concats: dict = field(default_factory=dict, repr=False)  # Concat node -> _ConcatCost
+    precision: object = None  # perf.precision.PrecisionCost when some tensor is not int8
 
     # -- totals ---------------------------------------------------------------------------------
     @property
@@ -121,13 +122,16 @@ class PerfResult:
 
     def to_dict(self) -> dict:
         """Stable JSON form (keys never renamed; new keys may be added)."""
-        return {
+        d = {
             "schema_version": SCHEMA_VERSION,
             "model": self.model,
             "summary": self.summary(),
             "rescale_cost_by_concat": self.rescale_cost_by_concat(),
             "layers": [lc.to_dict() for lc in self.layers],
         }
+        if self.precision is not None:
+            d["precision"] = self.precision.to_dict()
+        return d
 
 
 def _is_channel_concat(node, graph) -> bool:
@@ -254,4 +258,12 @@ def simulate_session(session, march_file=None, *, baseline: bool = False) -> Per
     The march is ``march_file`` when given, else ``session.options.march``.
     """
     march = load_march(march_file if march_file else session.options.march)
-    return _simulator_for(session.graph, march).update(session.concats(baseline=baseline))
+    sim = _simulator_for(session.graph, march)
+    res = sim.update(session.concats(baseline=baseline))
+    precision = getattr(session.options, "precision", None)
+    if precision:  # int16 / float nodes re-priced (perf/precision.py); the baseline keeps them too
+        from .precision import apply_precision
+
+        state = sim._state
+        res = apply_precision(res, session.graph, march, precision, ctx=state[0] if state else None)
+    return res

@@ -11,17 +11,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ...vocab import Overlay
+from ...precision import RANK, chain_nodes
+from ...vocab import Overlay, Precision
 from .fmt import fmt_us
 from .palette import BAND_EDGE_COLORS, UNCALIBRATED, heat_hex, mismatch_band, mismatch_hex, text_on
 from .perfdata import node_us
 
 __all__ = ["Badge", "NodeLook", "EdgeLook", "Legend", "Looks", "compute_looks", "fill_looks", "node_bits",
-           "rescale_badge"]
+           "rescale_badge", "precision_badge", "PRECISION_BADGES"]
 
 RESCALE_BADGE = "#c62828"
 LATENCY_BADGE = "#023858"
 BITS_BADGE = "#7a0177"
+# Mixed precision: every overlay shows a node's precision when it is not int8.
+PRECISION_BADGES = {Precision.INT16: ("int16", "#e65100"), Precision.FLOAT: ("float·CPU", "#1b5e20")}
 FADED_EDGE = "#d5dbe1"
 RESCALE_EDGE = "#d32f2f"
 BITS_MAX = 8.0  # the bits ramp saturates here
@@ -102,9 +105,9 @@ def _concat_base(c) -> NodeLook:
                     badges=(rescale_badge(c.rescales),) if c.rescales else ())
 
 
-def compute_looks(graph, mode: str, concats=None, perf=None) -> Looks:
+def compute_looks(graph, mode: str, concats=None, perf=None, precision=None) -> Looks:
     looks = Looks()
-    for _ in fill_looks(looks, graph, mode, concats, perf):
+    for _ in fill_looks(looks, graph, mode, concats, perf, precision=precision):
         pass
     return looks
 
@@ -112,9 +115,11 @@ def compute_looks(graph, mode: str, concats=None, perf=None) -> Looks:
 _STEP = 1000  # nodes between two yields of fill_looks (~3 ms of work in the latency mode)
 
 
-def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: int | None = None):
+def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: int | None = None, *,
+               precision=None):
     """:func:`compute_looks` as a generator that fills ``looks`` and yields every ``step``
-    nodes, so a 20,000-node graph can be re-coloured across several event-loop turns."""
+    nodes, so a 20,000-node graph can be re-coloured across several event-loop turns.
+    ``precision`` (tensor -> int16 / float): those nodes get a precision badge in every mode."""
     step = step or _STEP
     info = {c.node: c for c in concats} if concats is not None else {}
     # Concats first (every mode shows mismatch colour or heat plus the rescale badge).
@@ -140,6 +145,29 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
         yield from _bits(looks, parts, info, node_bits(graph, concats))
     else:
         looks.legend = Legend()
+    if precision:
+        _precision_badges(looks, graph, precision)
+
+
+def precision_badge(p) -> Badge | None:
+    got = PRECISION_BADGES.get(Precision(p))
+    return Badge(*got) if got else None
+
+
+def _precision_badges(looks, graph, precision) -> None:
+    """The nodes computing an int16 / float tensor (a fused chain's too) show it first."""
+    badges = {p: precision_badge(p) for p in PRECISION_BADGES}
+    of: dict[str, Precision] = {}
+    for t, p in precision.items():
+        p = Precision(p)
+        if p in badges and t in graph.tensors:
+            for name in chain_nodes(graph, t):
+                if RANK[p] > RANK[of.get(name, Precision.INT8)]:
+                    of[name] = p
+    nodes = looks.nodes
+    for name, p in of.items():
+        base = nodes.get(name, PLAIN)
+        nodes[name] = NodeLook(base.fill, (badges[p], *base.badges), base.faded, base.border_width)
 
 
 def _mismatch(looks, parts, info, rescaled):

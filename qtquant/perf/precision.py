@@ -1,0 +1,355 @@
+"""What mixed precision costs on the target: int16 on the BPU, float nodes on the CPU.
+
+The simulator prices every node as int8 on the BPU; :func:`apply_precision` re-prices the nodes
+the session's precision map (:mod:`qtquant.precision`) changes:
+
+- **int16** (a node on the BPU that reads or writes an int16 tensor): every int16 tensor it moves
+  is 2 bytes per element instead of 1 (its memory time and DDR traffic grow by those bytes), and a
+  node that *reads* an int16 activation runs its MACs ``int16_compute_factor`` times (int16
+  activations x int8 weights: the 8-bit MAC array takes two passes; an estimate, see the profile).
+  Writing int16 from int8 inputs costs only the bytes: the accumulator is 32-bit either way.
+- **float** (a node whose output is kept in float, and the fused chain ending in it): the node
+  runs on the board's CPU.  Its cost is the CPU time (2 FLOP per MAC, or ``cpu_elementwise_flops``
+  per output element for the other ops, at the documented per-core FP32 rate x threads x an
+  efficiency), or, when larger, moving its inputs and outputs through DDR (float32 out, inputs at
+  the width they arrive in), plus ``handoff_us`` per BPU<->CPU boundary: each input produced on the
+  BPU and each output read by a BPU node.  Its BPU cost is removed.
+
+The numbers come from the march profile's optional ``"precision"`` section (each with its source
+or marked as an estimate, like every profile number); a profile without one uses
+:data:`DEFAULTS`, RDK X5's figures, and says so in every note.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ..errors import MarchError
+from ..fileio.schema import FileModel, one_line
+from ..precision import RANK, float_nodes
+from ..vocab import Precision, TensorKind
+from .macs import macs_of, numel, shape_of
+from .march import Count, Fraction, NonNegative, Param, Positive
+
+__all__ = ["PrecisionParams", "PrecisionCost", "NodePrice", "DEFAULTS", "precision_params", "apply_precision",
+           "precision_rows", "precision_table_text", "report_text"]
+
+_RUNTIME = (TensorKind.INPUT, TensorKind.ACTIVATION)
+FLOAT_BYTES = 4
+
+
+class PrecisionParams(FileModel):
+    """The ``"precision"`` section of a march profile."""
+
+    int16_compute_factor: Param[Positive]  # MAC time of a node reading int16 activations, x int8's
+    cpu_ghz: Param[Positive]
+    cpu_cores: Param[Count]
+    cpu_threads: Param[Count]  # cores one CPU op runs on
+    cpu_fp32_flops_per_cycle: Param[Positive]  # per core, peak
+    cpu_efficiency: Param[Fraction]  # share of the peak a real conv/elementwise kernel reaches
+    cpu_elementwise_flops: Param[Positive]  # FLOP per output element of a non-MAC op
+    handoff_us: Param[NonNegative]  # one BPU<->CPU boundary: sync, cache maintenance, (de)quantize
+
+
+# RDK X5 (bayes-e): used for a profile without a "precision" section, and written into bayes-e.json.
+DEFAULTS = {
+    "int16_compute_factor": {"value": 2.0, "estimate": (
+        "int16 activations x int8 weights on an 8-bit MAC array take two passes; no int16 throughput figure "
+        "for X5 was found in D-Robotics' public docs")},
+    "cpu_ghz": {"value": 1.5, "source": "RDK X5 board facts: 8x Cortex-A55 at 1.5 GHz (as given in qtquant "
+                                        "issue 17; not re-checked against a D-Robotics page)"},
+    "cpu_cores": {"value": 8, "source": "RDK X5 board facts: 8x Cortex-A55 (as given in qtquant issue 17)"},
+    "cpu_threads": {"value": 1, "estimate": (
+        "a CPU op of a BPU model runs on one core (the runtime's CPU ops are not assumed multithreaded)")},
+    "cpu_fp32_flops_per_cycle": {"value": 8, "source": (
+        "Cortex-A55: two 64-bit FP/NEON pipes, a 128-bit FMLA uses both, so 4 fp32 FMA = 8 FLOP per cycle "
+        "(Arm Cortex-A55 Software Optimization Guide; LLVM AArch64SchedA55.td: CortexA55UnitFPMAC x2, "
+        "Q-form ops take both)")},
+    "cpu_efficiency": {"value": 0.3, "estimate": (
+        "XNNPACK's Cortex-A55 f32 GEMM kernels run MobileNetV2 (0.30 GMAC) in 140 ms on one core "
+        "(XNNPACK commit 'GEMM microkernels for Cortex A55'): ~2.1 GMAC/s, about 0.3 of the peak")},
+    "cpu_elementwise_flops": {"value": 4, "estimate": (
+        "a dequantize, the op and a quantize per element; Sigmoid/exp-like ops cost more, Relu less")},
+    "handoff_us": {"value": 50.0, "estimate": (
+        "one BPU<->CPU boundary: finishing a BPU function call, cache flush/invalidate of the tensor, and "
+        "the CPU thread's wake-up; D-Robotics publishes no figure")},
+}
+
+PARAMS = tuple(PrecisionParams.model_fields)
+
+
+@dataclass(frozen=True)
+class _Rates:
+    int16_compute_factor: float
+    cpu_flops_per_s: float
+    cpu_elementwise_flops: float
+    handoff_us: float
+    provenance: dict
+    fallback: bool  # the profile had no precision section: DEFAULTS used
+
+
+_CACHE: dict = {}
+
+
+def precision_params(march) -> _Rates:
+    """The precision numbers of ``march`` (a MarchProfile): its file's section, or DEFAULTS."""
+    path = getattr(march, "path", "") or ""
+    key = (path, getattr(march, "name", ""))
+    if key not in _CACHE:
+        section, fallback = None, True
+        if path and Path(path).is_file():
+            try:
+                doc = json.loads(Path(path).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                doc = {}
+            section = doc.get("precision") if isinstance(doc, dict) else None
+        try:
+            p = PrecisionParams.model_validate(section if section is not None else DEFAULTS)
+        except ValidationError as e:
+            raise MarchError(one_line(e, f"march profile {Path(path).name} precision", "precision section")) from None
+        fallback = section is None
+        v = {k: getattr(p, k).value for k in PARAMS}
+        _CACHE[key] = _Rates(
+            int16_compute_factor=v["int16_compute_factor"],
+            cpu_flops_per_s=v["cpu_ghz"] * 1e9 * v["cpu_fp32_flops_per_cycle"] * min(v["cpu_threads"],
+                                                                                   v["cpu_cores"])
+            * v["cpu_efficiency"],
+            cpu_elementwise_flops=v["cpu_elementwise_flops"], handoff_us=v["handoff_us"],
+            provenance={k: getattr(p, k).provenance for k in PARAMS}, fallback=fallback)
+    return _CACHE[key]
+
+
+# -- the result -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodePrice:
+    node: str
+    op_type: str
+    precision: Precision
+    device: str  # "bpu" | "cpu"
+    int8_us: float  # what the simulator priced it at (int8 on the BPU)
+    total_us: float  # now
+    handoffs: int = 0
+    note: str = ""
+
+    @property
+    def delta_us(self) -> float:
+        return self.total_us - self.int8_us
+
+    def to_dict(self) -> dict:
+        return {"node": self.node, "op_type": self.op_type, "precision": self.precision.value, "device": self.device,
+                "int8_us": self.int8_us, "total_us": self.total_us, "delta_us": self.delta_us,
+                "handoffs": self.handoffs, "note": self.note}
+
+
+@dataclass
+class PrecisionCost:
+    """What the precision map adds to a simulation; ``PerfResult.precision``."""
+
+    nodes: list[NodePrice] = field(default_factory=list)
+    int16_tensors: int = 0
+    float_tensors: int = 0
+    assumptions: str = ""
+
+    @property
+    def delta_us(self) -> float:
+        return sum(n.delta_us for n in self.nodes)
+
+    @property
+    def cpu_us(self) -> float:
+        return sum(n.total_us for n in self.nodes if n.device == "cpu")
+
+    @property
+    def handoffs(self) -> int:
+        return sum(n.handoffs for n in self.nodes)
+
+    def by_node(self) -> dict[str, NodePrice]:
+        return {n.node: n for n in self.nodes}
+
+    def to_dict(self) -> dict:
+        return {"int16_tensors": self.int16_tensors, "float_tensors": self.float_tensors,
+                "delta_us": self.delta_us, "cpu_us": self.cpu_us, "handoffs": self.handoffs,
+                "assumptions": self.assumptions, "nodes": [n.to_dict() for n in self.nodes]}
+
+
+# -- pricing ----------------------------------------------------------------------------------------
+
+def _is_act(graph, t) -> bool:
+    tt = graph.tensors.get(t) if t else None
+    return tt is not None and tt.kind in _RUNTIME
+
+
+def _elems(graph, t) -> int:
+    return numel(shape_of(graph, t))
+
+
+def _int16_price(node, lc, graph, prec, chain_io, rates):
+    """(new LayerCost, note) for a BPU node touching int16 tensors, or None when it touches none."""
+    ins = [t for t in node.inputs if _is_act(graph, t)]
+    outs = [t for t in node.outputs if _is_act(graph, t)]
+    extra_in, extra_out = chain_io.get(node.name, ((), ()))
+    ins += [t for t in extra_in if _is_act(graph, t)]
+    outs = list(extra_out) or outs
+    wide_in = [t for t in ins if prec.get(t) is Precision.INT16]
+    wide_out = [t for t in outs if prec.get(t) is Precision.INT16]
+    if not (wide_in or wide_out) or lc.total_us <= 0:
+        return None
+    extra = sum(_elems(graph, t) for t in (*wide_in, *wide_out))  # one more byte per element
+    scale = (lc.bytes + extra) / lc.bytes if lc.bytes else 1.0
+    memory_us = lc.memory_us * scale
+    ddr = int(lc.ddr_bytes * scale)
+    compute_us = lc.compute_us * (rates.int16_compute_factor if wide_in and lc.macs else 1.0)
+    total = max(compute_us, memory_us) + lc.overhead_us
+    bits = []
+    if wide_in:
+        bits.append(f"reads {len(wide_in)} int16 tensor(s)" +
+                    (f": MACs x{rates.int16_compute_factor:g}" if lc.macs else ""))
+    if wide_out:
+        bits.append(f"writes {len(wide_out)} int16 tensor(s)")
+    note = "int16: " + ", ".join(bits) + f", +{extra} bytes"
+    new = replace(lc, compute_us=compute_us, memory_us=memory_us, total_us=total, bytes=lc.bytes + extra,
+                  ddr_bytes=ddr, bound="compute" if compute_us >= memory_us and compute_us > 0 else "memory",
+                  note=(lc.note + "; " if lc.note else "") + note)
+    return new, note
+
+
+def _cpu_price(node, lc, graph, prec, cpu, march, rates):
+    """(new LayerCost, handoffs, note) for a node run on the CPU in float."""
+    macs = macs_of(node, graph) if lc.macs or node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") else 0
+    outs = [t for t in node.outputs if _is_act(graph, t)]
+    out_elems = sum(_elems(graph, t) for t in outs)
+    flops = 2 * macs if macs else rates.cpu_elementwise_flops * out_elems
+    compute_us = flops / rates.cpu_flops_per_s * 1e6
+    moved, handoffs = 0, 0
+    for t in node.inputs:
+        if not t:
+            continue
+        tt = graph.tensors.get(t)
+        if tt is None:
+            continue
+        p = graph.producer(t)
+        if tt.kind in _RUNTIME:
+            on_bpu = p is not None and p.name not in cpu
+            if on_bpu:
+                handoffs += 1
+                moved += _elems(graph, t) * (2 if prec.get(t) is Precision.INT16 else 1)
+            else:
+                moved += _elems(graph, t) * FLOAT_BYTES
+        elif tt.kind == TensorKind.WEIGHT:
+            moved += _elems(graph, t) * FLOAT_BYTES  # float weights: the node keeps them float
+    for t in outs:
+        moved += _elems(graph, t) * FLOAT_BYTES
+        if any(c.name not in cpu for c in graph.consumers(t)):
+            handoffs += 1
+    memory_us = moved / march.ddr_bytes_per_s * 1e6
+    overhead = handoffs * rates.handoff_us
+    total = max(compute_us, memory_us) + overhead
+    src = " (X5 defaults: this profile has no precision section)" if rates.fallback else ""
+    note = (f"float on the CPU: {flops / 1e6:.1f} MFLOP at {rates.cpu_flops_per_s / 1e9:.1f} GFLOP/s, "
+            f"{moved} bytes through DDR, {handoffs} BPU<->CPU hand-off(s) x {rates.handoff_us:g} µs{src}")
+    new = replace(lc, macs=int(macs), bytes=int(moved), ddr_bytes=int(moved), compute_us=compute_us,
+                  memory_us=memory_us, overhead_us=overhead, total_us=total,
+                  bound="compute" if compute_us >= memory_us and compute_us > 0 else "memory", note=note)
+    return new, handoffs, note
+
+
+def _chain_io(graph, ctx):
+    """host -> (extra chain inputs, the chain's written outputs), from the simulator's fusion pass."""
+    if ctx is None:
+        return {}
+    return {h: (tuple(ctx.chain_inputs.get(h, ())), (ctx.chain_out[h],)) for h in ctx.chain_out}
+
+
+def apply_precision(result, graph, march, precision, ctx=None):
+    """``result`` (a PerfResult, int8 everywhere) re-priced for ``precision`` (tensor -> Precision):
+    a new PerfResult whose layers, totals and ``precision`` (:class:`PrecisionCost`) say what it costs.
+    ``ctx``: the simulator's CostContext (fused chains), when the caller has it."""
+    prec = {t: Precision(getattr(p, "value", p)) for t, p in dict(precision or {}).items()}
+    prec = {t: p for t, p in prec.items() if p is not Precision.INT8 and graph.is_quantized(t)}
+    if not prec:
+        return result
+    rates = precision_params(march)
+    cpu = float_nodes(graph, prec)
+    chain_io = _chain_io(graph, ctx)
+    fused = getattr(ctx, "fused", {}) if ctx is not None else {}
+    base = dict(result._base)
+    concats = dict(result._concats)
+    prices: list[NodePrice] = []
+    d_total, d_ddr = 0.0, 0
+
+    def reprice(name, lc):
+        nonlocal d_total, d_ddr
+        node = graph.nodes[name]
+        if name in cpu:
+            new, handoffs, note = _cpu_price(node, lc, graph, prec, cpu, march, rates)
+            p = Precision.FLOAT
+            device = "cpu"
+        elif name in fused:
+            return lc  # its traffic is the host's
+        else:
+            got = _int16_price(node, lc, graph, prec, chain_io, rates)
+            if got is None:
+                return lc
+            (new, note), handoffs, p, device = got, 0, Precision.INT16, "bpu"
+        d_total += new.total_us - lc.total_us
+        d_ddr += new.ddr_bytes - lc.ddr_bytes
+        prices.append(NodePrice(name, node.op_type, p, device, lc.total_us, new.total_us, handoffs, note))
+        return new
+
+    for name in result._order:
+        if name in base and name not in concats:
+            base[name] = reprice(name, base[name])
+        elif name in concats:
+            cc = concats[name]
+            concats[name] = replace(cc, layer=reprice(name, cc.layer))
+    cost = PrecisionCost(prices, sum(p is Precision.INT16 for p in prec.values()),
+                         sum(p is Precision.FLOAT for p in prec.values()), _assumptions(rates))
+    return replace(result, total_us=result.total_us + d_total, ddr_bytes=int(result.ddr_bytes + d_ddr),
+                   _base=base, _concats=concats, precision=cost)
+
+
+def _assumptions(rates) -> str:
+    src = "X5 defaults (the profile has no precision section)" if rates.fallback else "the march profile"
+    return (f"int16 MACs x{rates.int16_compute_factor:g}, 2 bytes per int16 element; CPU "
+            f"{rates.cpu_flops_per_s / 1e9:.1f} GFLOP/s effective, {rates.handoff_us:g} µs per BPU<->CPU "
+            f"hand-off (from {src}; estimates are marked in it)")
+
+
+# -- reports ----------------------------------------------------------------------------------------
+
+def precision_rows(result) -> list[tuple[str, str, str, str, str, str]]:
+    """(node, op, precision, device, int8 µs, now µs (+delta)) per re-priced node, costliest change first."""
+    cost = getattr(result, "precision", None)
+    if cost is None:
+        return []
+    rows = []
+    for n in sorted(cost.nodes, key=lambda n: (-n.delta_us, RANK[n.precision])):
+        rows.append((n.node, n.op_type, n.precision.value, n.device.upper(), f"{n.int8_us:.1f}",
+                     f"{n.total_us:.1f} ({n.delta_us:+.1f})"))
+    return rows
+
+
+def precision_table_text(result) -> str:
+    """The precision section of ``qtquant perf`` / ``analyze``: "" when everything is int8."""
+    cost = getattr(result, "precision", None)
+    if cost is None or not cost.nodes:
+        return ""
+    from ..tables import text_table
+
+    head = (f"mixed precision: {cost.int16_tensors} int16 tensor(s), {cost.float_tensors} kept in float; "
+            f"{cost.delta_us:+.1f} µs over int8 ({cost.cpu_us:.1f} µs on the CPU, {cost.handoffs} hand-off(s))")
+    table = text_table(precision_rows(result), ("node", "op", "precision", "runs on", "int8 µs", "now µs"),
+                       "llllrr", rule=True, max_width=60)
+    return "\n".join([head, table, f"assumptions: {cost.assumptions}"])
+
+
+def report_text(graph, precision, result=None) -> str:
+    """What ``analyze`` and ``fix`` print: the assignments, and their price when simulated."""
+    from ..precision import summary_text
+
+    return "\n".join(x for x in (summary_text(graph, precision),
+                                 precision_table_text(result) if result is not None else "") if x)

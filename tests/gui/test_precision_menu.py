@@ -1,0 +1,76 @@
+"""The canvas context menu's precision entries (Keep in float / int16 / int8), driven through a real
+right-click on the canvas, undone with Ctrl+Z, with the node's precision badge."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QPoint, Qt  # noqa: E402
+from PySide6.QtGui import QContextMenuEvent  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from builders import edit_model  # noqa: E402
+from guikit import open_settled  # noqa: E402
+
+
+def right_click(win, name):
+    """A context-menu event on the node, as a right mouse click sends it."""
+    win.view.centerOn(win.scene.nodes[name])
+    vp = win.view.viewport()
+    pos = win.view.mapFromScene(win.scene.nodes[name].sceneBoundingRect().center())
+    QApplication.sendEvent(vp, QContextMenuEvent(QContextMenuEvent.Mouse, pos, vp.mapToGlobal(pos)))
+    return {a.text(): a for a in win.edits.context_menu.actions()}
+
+
+def badges(win, name):
+    win.scene.flush_looks()
+    return win.scene.nodes[name].badge_texts
+
+
+def test_keep_in_float_and_int16_from_the_menu_undo_with_ctrl_z(qtbot, make_win, tmp_path):
+    win = make_win()
+    open_settled(qtbot, win, edit_model(tmp_path / "edit.onnx"))
+    acts = right_click(win, "br_b")
+    assert {"Keep in float (CPU)", "int16", "int8"} <= set(acts)
+    assert acts["int8"].isChecked() and not acts["int16"].isChecked()
+    acts["Keep in float (CPU)"].trigger()
+    win.edits.context_menu.close()
+    assert win.session.precision == {"br_b_out": "float"}
+    assert win.stack.undo_text == "Keep br_b in float"
+    assert "float·CPU" in badges(win, "br_b")
+    # the menu shows the state it changed; int16 on the same node replaces it
+    acts = right_click(win, "br_b")
+    assert acts["Keep in float (CPU)"].isChecked()
+    acts["int16"].trigger()
+    win.edits.context_menu.close()
+    assert win.session.precision == {"br_b_out": "int16"}
+    assert "int16" in badges(win, "br_b") and "float·CPU" not in badges(win, "br_b")
+    # Ctrl+Z, typed as a user does, undoes one edit at a time
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow, timeout=5000)
+    win.view.setFocus()
+    qtbot.keyClick(win.view, Qt.Key_Z, Qt.ControlModifier)
+    assert win.session.precision == {"br_b_out": "float"} and "float·CPU" in badges(win, "br_b")
+    qtbot.keyClick(win.view, Qt.Key_Z, Qt.ControlModifier)
+    assert win.session.precision == {} and not {"float·CPU", "int16"} & set(badges(win, "br_b"))
+    # a node with no quantized output (Shape) gets no precision entries
+    acts = right_click(win, "shape")
+    assert "int16" not in acts
+    win.edits.context_menu.close()
+
+
+def test_selection_is_set_at_once(qtbot, make_win, tmp_path):
+    win = make_win()
+    open_settled(qtbot, win, edit_model(tmp_path / "edit.onnx"))
+    for n in ("br_a", "br_c"):
+        win.scene.nodes[n].setSelected(True)
+    win.view.contextRequested.emit("br_a", win.view.viewport().mapToGlobal(QPoint(5, 5)))
+    acts = {a.text(): a for a in win.edits.context_menu.actions()}
+    acts["int16"].trigger()
+    win.edits.context_menu.close()
+    assert win.session.precision == {"br_a_out": "int16", "br_c_out": "int16"}
+    assert win.stack.undo_text == "2 nodes: int16"
+    win.stack.undo()
+    assert win.session.precision == {}
