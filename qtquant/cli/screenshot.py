@@ -52,6 +52,7 @@ def run(args) -> int:
     out = take_screenshot(args.model, args.output, input_shapes=args.input_shape, options=options,
                           overlay=args.overlay, select=args.select, size=size, canvas_only=args.canvas_only,
                           plan=args.plan, timeout=args.timeout, cut=args.cut or (), collapse=args.collapse,
-                          expand=args.expand)
+                          expand=args.expand,
+                          int16=args.int16, keep_float=args.keep_float)
     print(f"wrote {out}")
     return 0

@@ -92,7 +92,8 @@ def _hierarchy(win, collapse: bool, expand) -> None:
 def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str = Overlay.NONE,
                     select: str | None = None, size=(1600, 1000), canvas_only: bool = False,
                     plan: str | None = None, timeout: float = 180.0, cut=(), collapse: bool = False,
-                    expand=()) -> Path:
+                    expand=(), int16=(), keep_float=()) -> Path:
+    """``int16`` / ``keep_float``: node or tensor names set to that precision (after ``plan``)."""
     from .app import make_app
     from .mainwindow import MainWindow
 
@@ -120,6 +121,11 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
                 raise BadInputError("--plan needs the sharing-plan module, which is not installed") from None
             apply_plan_file(win.session, plan)
             win.session.groups_changed()
+        if int16 or keep_float:
+            from ..precision import assignments_from_names
+
+            s = win.session
+            s.set_options(precision=assignments_from_names(s.graph, int16, keep_float, base=s.options.precision))
         wait_settled(win, timeout)
         win.set_overlay(overlay)
         _hierarchy(win, collapse, expand)
