@@ -8,7 +8,7 @@ import pytest
 from qtquant.cli import main
 from qtquant.perf import load_march, simulate_session
 from qtquant.perf.macs import macs_of, numel, shape_of
-from qtquant.perf.precision import DEFAULTS, precision_params, precision_table_text
+from qtquant.perf.precision import DEFAULTS, latency_delta_us, precision_params, precision_table_text
 
 
 def test_int16_costs_more_on_the_bpu(session):
@@ -80,3 +80,12 @@ def test_perf_cli_shows_the_price(det_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["after"]["precision"]["handoffs"] == 2
     assert {n["node"] for n in doc["after"]["precision"]["nodes"]} == {"neck", "neck_relu"}
+
+
+def test_latency_delta_of_a_candidate(session):
+    base = simulate_session(session).total_us
+    d = latency_delta_us(session, ["h"], "float")
+    assert session.precision == {}  # asking changes nothing
+    session.set_precision(["h"], "float")
+    assert simulate_session(session).total_us - base == pytest.approx(d) and d > 0
+    assert latency_delta_us(session, ["h"], "int8") == pytest.approx(-d)
