@@ -55,9 +55,10 @@ def test_keep_in_float_and_int16_from_the_menu_undo_with_ctrl_z(qtbot, make_win,
     assert win.session.precision == {"br_b_out": "float"} and "float·CPU" in badges(win, "br_b")
     qtbot.keyClick(win.view, Qt.Key_Z, Qt.ControlModifier)
     assert win.session.precision == {} and not {"float·CPU", "int16"} & set(badges(win, "br_b"))
-    # a node with no quantized output (Shape) gets no precision entries
-    acts = right_click(win, "shape")
-    assert "int16" not in acts
+    # the canvas background has no precision entries
+    win.scene.clearSelection()
+    win.view.contextRequested.emit("", win.view.viewport().mapToGlobal(QPoint(5, 5)))
+    assert "int16" not in {a.text() for a in win.edits.context_menu.actions()}
     win.edits.context_menu.close()
 
 
