@@ -7,6 +7,10 @@ and every tensor in it is charged ``bits_lost(own range, candidate range)``.  Th
 Concat is shared when no tensor would lose more than ``max_bits_lost`` bits;
 otherwise it is left alone with a reason that names the widest and the narrowest
 member, e.g. "'boxes' (Mul, absmax 320) next to 'scores' (Sigmoid, absmax 1): 8.3 bits".
+
+A flagged Concat gets no "could share within N bits" suggestion any more: the report used to
+name a partial share it never made nor measured.  Trading accuracy for rescales is what
+``--max-sqnr-drop`` does, on the measured worst output slice (:mod:`qtquant.accuracy.share`).
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ class AutoShareDecision:
     widest: str | None = None
     narrowest: str | None = None
     reason: str = ""
-    suggestion: str = ""  # for skipped Concats: "keep rescale" or "split: ..."
     notes: tuple[str, ...] = ()
 
 
@@ -72,7 +75,7 @@ class AutoShareReport:
             if d.action == ShareAction.GROUPED:
                 lines.append(f"  shared   {d.concat}: worst member loses {d.worst_bits:.2f} bits")
             elif d.action == ShareAction.SKIPPED:
-                lines.append(f"  FLAGGED  {d.concat}: {d.reason}" + (f" -> {d.suggestion}" if d.suggestion else ""))
+                lines.append(f"  FLAGGED  {d.concat}: {d.reason}")
             for n in d.notes:
                 lines.append(f"           note: {n}")
         return "\n".join(lines)
@@ -168,25 +171,6 @@ class _Planner:
             self.uf.union(dids[0], d)
 
 
-def _suggest(pl: _Planner, members, out, limit) -> str:
-    """For a flagged Concat: which inputs could still share with the output cheaply."""
-    dm = pl.dm
-    out_scale = dm.scale_of(out)
-    ok = []
-    for t in members:
-        if t == out or dm.of[t] == dm.of[out] or not scales_differ(dm.scale_of(t) or 0.0, out_scale or 0.0):
-            continue  # already at the output's scale: no rescale to save
-        tr = pl.evaluate(pl.merged({dm.of[t], dm.of[out]}))
-        if tr.worst <= limit and (tr.clip <= MAX_CLIP or pl.policy is Policy.POOLED):
-            ok.append(t)
-    rest = [t for t in members if t != out and t not in ok and dm.of[t] != dm.of[out]
-            and scales_differ(dm.scale_of(t) or 0.0, out_scale or 0.0)]
-    if ok and rest:
-        return (f"split: {len(ok)} input(s) could share the output's scale within {limit:g} bits; "
-                f"keep a rescale on {', '.join(repr(t) for t in rest[:3])}{' ...' if len(rest) > 3 else ''}")
-    return "keep rescale"
-
-
 def _output_note(pl: _Planner, members, out, limit) -> str:
     """A Concat that feeds a model output: its own scale is the output's resolution, shared or not."""
     mr = pl.dm.member_range
@@ -248,8 +232,7 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
             why = (f"{_label(graph, wide, mr[wide], pl.scheme)} next to "
                    f"{_label(graph, narrow, mr[narrow], pl.scheme)}: {_bits(worst, limit)}")
             report.decisions.append(AutoShareDecision(
-                node.name, ShareAction.SKIPPED, worst, tuple(members), wide, narrow, why,
-                _suggest(pl, members, out, limit), tuple(notes)))
+                node.name, ShareAction.SKIPPED, worst, tuple(members), wide, narrow, why, tuple(notes)))
             continue
         if tr.clip > MAX_CLIP and pl.policy is not Policy.POOLED:  # pooled clips tails on purpose
             lo, hi = dm.member_range[tr.clipped]
@@ -257,8 +240,7 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
                    f"{_label(graph, tr.clipped, (lo, hi), pl.scheme)} ([{lo:.3g}, {hi:.3g}]) by "
                    f"{100 * tr.clip:.0f}% of its range")
             report.decisions.append(AutoShareDecision(
-                node.name, ShareAction.SKIPPED, worst, tuple(members), wide, narrow, why,
-                _suggest(pl, members, out, limit), tuple(notes)))
+                node.name, ShareAction.SKIPPED, worst, tuple(members), wide, narrow, why, tuple(notes)))
             continue
         pl.union(dids)
         touched |= dids

@@ -377,4 +377,9 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     return fid
 
 
-__all__ += ["FloatOutput", "runtime_text"]
+# The accuracy debugger (qtquant.accuracy) measures its variants with the same runs and figures.
+output_figures = _figures
+run_feeds = _run
+float_outputs_of = _float_outputs
+
+__all__ += ["FloatOutput", "runtime_text", "output_figures", "run_feeds", "float_outputs_of"]

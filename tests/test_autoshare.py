@@ -36,7 +36,9 @@ def test_cheap_concats_shared_head_flagged(tmp_path):
     expect = bits_lost(dm.member_range["score"], (dm.member_range["box"][0], dm.member_range["box"][1]), dm.scheme)
     assert f"{expect:.1f} bits" in why and expect > 5
     head = next(d for d in rep.decisions if d.concat == "head")
-    assert head.widest == "box" and head.narrowest == "score" and head.suggestion
+    assert head.widest == "box" and head.narrowest == "score"
+    # no "could share within N bits" suggestion: the report names no share it does not make
+    assert "could share" not in rep.text() and "split:" not in rep.text()
     # feeding the model outputs is noted
     assert any(c == "head" and "model output" in n for c, n in rep.notes)
     assert "FLAGGED  head" in rep.text()

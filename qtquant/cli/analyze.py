@@ -17,6 +17,9 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the stable JSON form")
     p.add_argument("--no-perf", action="store_true", help="skip the perf simulation")
     p.add_argument("--no-fidelity", action="store_true", help="skip the SQNR check")
+    p.add_argument("--max-sqnr-drop", type=float, default=None, metavar="DB",
+                   help="first auto-share by measured accuracy (as fix --max-sqnr-drop) and analyse the result; "
+                        "prints the trade-off curve")
     add_output_options(p)
 
 
@@ -45,12 +48,22 @@ def run(args) -> int:
     from ..report import analysis_dict, concat_table_text
 
     session = open_session(args)
+    sqnr = None
+    if args.max_sqnr_drop is not None:
+        from .fix import sqnr_share_from_args
+
+        sqnr = sqnr_share_from_args(session, args)
     perf = _perf(session, args)
     fid = _fidelity(session, args)
     if args.json:
-        json.dump(analysis_dict(session, perf=perf, fidelity=fid), sys.stdout, indent=2)
+        doc = analysis_dict(session, perf=perf, fidelity=fid)
+        if sqnr is not None:
+            doc["sqnr_share"] = sqnr.to_dict()
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
+        if sqnr is not None:
+            print(sqnr.text())
         print(concat_table_text(session, perf=perf))
         text = report_text(session.graph, session.options.precision, perf)
         if text:

@@ -19,6 +19,10 @@ def add_arguments(p) -> None:
     o.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the QDQ model")
     o.add_argument("--auto-share", action="store_true",
                    help="share every Concat whose sharing costs at most --max-bits-lost bits")
+    o.add_argument("--max-sqnr-drop", type=float, default=None, metavar="DB",
+                   help="auto-share by measured accuracy instead of bits: share Concats in order of latency "
+                        "gained per dB lost on the worst output slice until it has dropped by DB; prints the "
+                        "trade-off curve")
     o.add_argument("--plan-out", default=None, metavar="PLAN.json", help="also write the sharing plan")
     o.add_argument("--overrides-out", default=None, metavar="OVERRIDES.json",
                    help="also write onnxruntime TensorQuantOverrides with the same scales")
@@ -106,6 +110,19 @@ def table_text(rows) -> str:
     return text_table(rows, ("", "before", "after", "change"), rule=True)
 
 
+def sqnr_share_from_args(session, args):
+    """``--max-sqnr-drop``: the measured auto-share, applied to the session (fix and analyze)."""
+    from ..accuracy.share import sqnr_share
+    from ..errors import BadInputError
+
+    if getattr(args, "auto_share", False):
+        raise BadInputError("--max-sqnr-drop and --auto-share are two auto-shares: choose one")
+    if not (args.max_sqnr_drop >= 0):
+        raise BadInputError(f"--max-sqnr-drop must be 0 dB or more, got {args.max_sqnr_drop}")
+    return sqnr_share(session, args.max_sqnr_drop, output_mode=output_mode_from_args(args),
+                      march_file=getattr(args, "march_file", None))
+
+
 def run(args) -> int:
     from ..export.overrides import write_overrides
     from ..export.qdq import export_qdq
@@ -130,13 +147,16 @@ def run(args) -> int:
     if args.plan:
         say(f"plan {args.plan}: {len(session.groups)} group(s)")
     mode = output_mode_from_args(args)
-    report = None
+    report = sqnr = None
+    if args.max_sqnr_drop is not None:
+        sqnr = sqnr_share_from_args(session, args)
+        say(sqnr.text())
     if args.auto_share:
         from ..autoshare import auto_share
 
         report = auto_share(session, args.max_bits_lost)
         say(report.text())
-    if not args.plan and not args.auto_share:
+    if not args.plan and not args.auto_share and sqnr is None:
         say("no --auto-share or --plan given: exporting without shared groups")
 
     from ..outputs import float_output_tensors
@@ -164,6 +184,7 @@ def run(args) -> int:
                "auto_share": None if report is None else {
                    "grouped": report.grouped, "skipped": [{"concat": c, "reason": r} for c, r in report.skipped],
                    "notes": [{"concat": c, "note": n} for c, n in report.notes]},
+               "sqnr_share": None if sqnr is None else sqnr.to_dict(),
                "fidelity": fid.to_dict() if fid is not None else None,
                "outputs": {"mode": mode.value, "float": sorted(float_tensors),
                            "kept_float": [k.text() for k in kept_float]},

@@ -1,0 +1,110 @@
+"""The measuring bench of the accuracy debugger: one float reference, many QDQ variants.
+
+A :class:`Bench` holds the session's check samples (held out from calibration, or the
+calibration samples themselves; every figure says which) and the float model's outputs on
+them, computed once.  :meth:`Bench.measure` builds the QDQ model the exporter would write for
+a domain map, with some activations left in float, runs it in onnxruntime at default session
+options (Q/DQ fused into int8 kernels, as a user runs the file) and reduces each output and
+each output slice to :class:`~qtquant.metrics.ErrorSums`: the same figures, the same worst-slice
+headline and the same no-signal sentences as the fidelity check (:mod:`qtquant.fidelity`).
+
+A variant's "worst slice" is the lowest measured SQNR over every slice of every float output
+(the whole output where it has no slices).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import BadInputError
+from ..fidelity import OutputFidelity, output_figures, run_feeds, float_outputs_of, runtime_text
+from ..outputs import OutputMode, float_output_tensors, output_slices
+from ..runtime import with_outputs
+
+__all__ = ["Bench", "Variant", "worst_of"]
+
+
+@dataclass
+class Variant:
+    """One measured QDQ model: figures per output and its worst slice."""
+
+    outputs: dict[str, OutputFidelity]
+    worst_label: str
+    worst_db: float  # NaN when no slice carries signal
+
+    def rows(self) -> list[dict]:
+        """``[{"output", "slice", "sqnr_db"}]``: every measured part (the whole output, then its slices)."""
+        out = []
+        for o, f in self.outputs.items():
+            for part in [f.whole, *f.slices] if f.slices else [f.whole]:
+                out.append({"output": o, "slice": part.label,
+                            "sqnr_db": None if part.no_signal or part.sqnr_db is None else _num(part.sqnr_db)})
+        return out
+
+
+def _num(x: float):
+    if math.isfinite(x):
+        return round(x, 4)
+    return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def worst_of(outputs: dict[str, OutputFidelity]) -> tuple[str, float]:
+    best = None
+    for f in outputs.values():
+        h = f.headline
+        if h.measured and h.sqnr_db is not None and (best is None or h.sqnr_db < best[1]):
+            best = (h.label, h.sqnr_db)
+    return best if best is not None else ("", math.nan)
+
+
+class Bench:
+    """Check samples, the float reference, and the export's own float outputs, for one session."""
+
+    def __init__(self, session, *, output_mode: OutputMode = OutputMode.AUTO, cancel=None):
+        cal = session.calibration
+        self.feeds = list(cal.holdout) if cal is not None else []
+        if not self.feeds:
+            raise BadInputError("the accuracy check needs check samples (held-back or in-sample); calibrate first")
+        self.session = session
+        self.graph = session.graph
+        self.cancel = cancel
+        self.samples = len(self.feeds)
+        self.in_sample = bool(getattr(cal, "in_sample", False))
+        self.ranges = getattr(cal, "ranges", None) or {}
+        self.outs = float_outputs_of(self.graph)
+        self.slices = output_slices(self.graph)
+        limit = session.options.max_bits_lost
+        # What the default export leaves in float (an output Concat that cannot share a scale):
+        # every variant keeps it, so variants differ only by what they are asked to change.
+        self.export_float, _ = float_output_tensors(self.graph, session.baseline_domains, output_mode, limit)
+        self.runtime = runtime_text()
+        self._float_out = None
+        self.runs = 0  # QDQ variants measured (for the reports' "how estimated")
+
+    @property
+    def sample_text(self) -> str:
+        n = f"{self.samples} sample{'s' if self.samples != 1 else ''}"
+        return f"{n} in-sample (the calibration samples)" if self.in_sample else f"{n} held out from calibration"
+
+    def float_out(self) -> list[dict]:
+        if self._float_out is None:
+            self._float_out = run_feeds(with_outputs(self.graph.model, self.outs), self.graph.base_dir, self.outs,
+                                        self.feeds, self.cancel, "basic")
+        return self._float_out
+
+    def build(self, dm=None, extra_float=frozenset()):
+        from ..export.qdq import build_qdq_model
+
+        return build_qdq_model(self.session, dm, float_tensors=frozenset(self.export_float) | frozenset(extra_float))
+
+    def measure(self, dm=None, extra_float=frozenset()) -> Variant:
+        """The exported model for ``dm`` (default: the session's domains) with ``extra_float``
+        activations left in float, measured at onnxruntime's default options."""
+        dm = self.session.domains if dm is None else dm
+        model = self.build(dm, extra_float).model
+        res = run_feeds(model, self.graph.base_dir, self.outs, self.feeds, self.cancel, "default")
+        self.runs += 1
+        figs = output_figures(self.ranges, dm, self.slices, self.float_out(), res, self.outs)
+        label, db = worst_of(figs)
+        return Variant(figs, label, db)

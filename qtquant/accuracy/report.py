@@ -1,0 +1,121 @@
+"""The accuracy report: outputs, per-tensor error and the sensitivity ranking, as ``qtquant
+accuracy`` prints it (text or the stable JSON) and the GUI shows it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..outputs import OutputMode
+from .check import Bench, Variant
+from .sensitivity import DEFAULT_TOP, ESTIMATE_TEXT, Sensitivity, rank, units_of
+from .tensors import TensorError, tensor_errors
+
+__all__ = ["AccuracyReport", "analyze_accuracy", "LATENCY_PENDING"]
+
+LATENCY_PENDING = ("latency price: not priced (the simulator's int16/float pricing, qtquant/perf/precision.py, "
+                   "has not landed); latency_delta_us is null")
+
+
+@dataclass
+class AccuracyReport:
+    samples: int
+    in_sample: bool
+    runtime: str
+    base: Variant
+    tensors: list[TensorError]
+    sensitivity: list[Sensitivity]
+    revision: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def sample_text(self) -> str:
+        n = f"{self.samples} sample{'s' if self.samples != 1 else ''}"
+        return f"{n} in-sample (the calibration samples)" if self.in_sample else f"{n} held out from calibration"
+
+    def tensor(self, name: str) -> TensorError | None:
+        return self._by_tensor().get(name)
+
+    def _by_tensor(self) -> dict:
+        if getattr(self, "_index", None) is None:
+            self._index = {t.tensor: t for t in self.tensors}
+        return self._index
+
+    def node_figures(self) -> dict[str, TensorError]:
+        """Per node: the error of its first measured output (what the Error overlay colours)."""
+        out = {}
+        for t in self.tensors:
+            if t.node is not None and t.node not in out:
+                out[t.node] = t
+        return out
+
+    def to_dict(self) -> dict:
+        return {"samples": self.samples, "held_out": not self.in_sample, "runtime": self.runtime,
+                "worst_slice": self.base.worst_label or None,
+                "worst_sqnr_db": None if not math.isfinite(self.base.worst_db) else round(self.base.worst_db, 4),
+                "outputs": self.base.rows(),
+                "tensors": [t.to_dict() for t in self.tensors],
+                "sensitivity": [s.to_dict() for s in self.sensitivity],
+                "estimate": ESTIMATE_TEXT, "notes": list(self.notes)}
+
+    def text(self, tensors: int = 15) -> str:
+        from ..tables import text_table
+
+        lines = [f"accuracy of the exported model ({self.runtime}) on {self.sample_text}",
+                 text_table([(r["output"] if r["slice"] == r["output"] else "  " + r["slice"], _f(r["sqnr_db"]))
+                             for r in self.base.rows()], ("output / slice", "SQNR dB"), rule=True),
+                 f"worst slice: {self.base.worst_label or 'none measured'} {_f(self.base.worst_db)} dB", ""]
+        worst = sorted((t for t in self.tensors if math.isfinite(t.sqnr_db)), key=lambda t: t.sqnr_db)[:tensors]
+        lines.append(f"per-tensor error, the {len(worst)} lowest cumulative SQNR of {len(self.tensors)} "
+                     "(cumulative: quantized model vs float; local: that tensor alone quantized)")
+        lines.append(text_table([(t.tensor, t.node or "-", t.precision.value, _f(t.sqnr_db), _f(t.local_sqnr_db))
+                                 for t in worst], ("tensor", "node", "precision", "cumul. dB", "local dB"),
+                                "lllrr", rule=True, max_width=48))
+        lines.append("")
+        shown = self.sensitivity[:max(tensors, sum(1 for s in self.sensitivity if not s.estimate))]
+        lines.append(f"sensitivity: worst-slice gain with one node kept in float ({len(self.sensitivity)} nodes, "
+                     f"{sum(1 for s in self.sensitivity if not s.estimate)} measured)")
+        lines.append(text_table([(s.node, s.precision.value, f"{s.gain_db:+.2f}" if math.isfinite(s.gain_db) else "n/a",
+                                  "estimate" if s.estimate else "measured",
+                                  "" if s.estimate else f"{s.worst_label} {_f(s.worst_db)}",
+                                  "pending" if s.latency_delta_us is None else f"{s.latency_delta_us:+.1f}")
+                                 for s in shown],
+                                ("node", "precision", "gain dB", "how", "worst slice after", "latency µs"),
+                                "llrlll", rule=True, max_width=48))
+        lines.append(ESTIMATE_TEXT)
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _f(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if isinstance(x, str):
+        return x
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.2f}"
+
+
+def analyze_accuracy(session, *, top: int = DEFAULT_TOP, output_mode: OutputMode = OutputMode.AUTO,
+                     cancel=None, progress=None) -> AccuracyReport:
+    """Per-output and per-tensor error and the sensitivity ranking of the session's export.
+
+    ``progress(stage, done, total)`` is told about the per-tensor chunks and the measured units.
+    """
+    bench = Bench(session, output_mode=output_mode, cancel=cancel)
+    dm = session.domains
+
+    def tell(stage):
+        return None if progress is None else (lambda d, n: progress(stage, d, n))
+
+    base = bench.measure(dm)
+    errors = tensor_errors(bench, dm, progress=tell("tensors"))
+    units = units_of(bench.graph, dm, errors, bench.export_float)
+    sens = rank(bench, units, base, top=top, dm=dm, progress=progress)
+    notes = [LATENCY_PENDING]
+    if bench.export_float:
+        notes.append(f"{len(bench.export_float)} tensor(s) the default export keeps in float "
+                     "(an output Concat that cannot share one scale) stay float in every variant")
+    return AccuracyReport(bench.samples, bench.in_sample, bench.runtime, base, errors, sens,
+                          revision=getattr(session, "revision", 0), notes=notes)

@@ -1,0 +1,178 @@
+"""Sensitivity ranking: what keeping one node in higher precision buys on the worst output slice.
+
+The unit is a scale chain: an observed activation and the pass-through views that carry its
+scale (a Conv's output and the Reshape after it), named by the node that produces it.  Keeping
+the unit in float leaves every tensor of the chain without Q/DQ; the node's weights stay int8
+(docs/accuracy.md).  Its gain is the worst output slice's SQNR with the unit in float minus the
+worst slice's SQNR as exported now, both measured in onnxruntime at default options.
+
+A real export per unit costs a model build and an onnxruntime session each (yolov8n: 96 units,
+some 1.5 s each on 2 cores), so the ranking is two passes:
+
+1. **Estimate**, every unit, in one onnxruntime session: the exported model is rewritten once so
+   that each Q/DQ pair reads ``x + g·(DQ(Q(x)) − x)`` with a gate ``g`` per unit fed as an input
+   (:func:`gated_model`); a unit in float is its gate at 0.  That is Q/DQ evaluated in float (the
+   fake-quant reference, onnxruntime's basic optimisations), one run over at most
+   :data:`ESTIMATE_SAMPLES` check samples per unit, and no export or session build per unit.
+2. **Measure** the ``top`` best estimates for real: one QDQ export each, run like the check at
+   default options (the int8 kernels that ship).  Their ``gain_db`` is measured (``estimate``
+   false); the others keep the estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..vocab import Precision
+
+__all__ = ["Unit", "Sensitivity", "units_of", "estimate", "rank", "gated_model", "ESTIMATE_TEXT", "DEFAULT_TOP"]
+
+DEFAULT_TOP = 8
+ESTIMATE_SAMPLES = 4  # the first pass runs on at most this many check samples (the measured pass on all)
+ESTIMATE_TEXT = ("estimate: the unit alone in float with Q/DQ evaluated in float (fake-quant, one gated model, "
+                 f"one run over at most {ESTIMATE_SAMPLES} check samples per unit); measured: a real export with "
+                 "the unit in float, run in onnxruntime at default options (int8 kernels)")
+
+
+@dataclass
+class Unit:
+    node: str  # the producer of the chain's observed tensor
+    tensors: tuple[str, ...]  # the chain: left in float together
+
+
+@dataclass
+class Sensitivity:
+    node: str
+    precision: Precision
+    gain_db: float
+    estimate: bool  # True: the first-pass estimate, False: measured by a real export
+    tensors: tuple[str, ...] = ()
+    worst_db: float | None = None  # measured worst-slice SQNR with the unit in float
+    worst_label: str = ""
+    latency_delta_us: float | None = None  # None: not priced (see the report's notes)
+
+    def to_dict(self) -> dict:
+        def num(x):
+            return None if x is None or not math.isfinite(x) else round(float(x), 4)
+
+        return {"node": self.node, "precision": self.precision.value, "gain_db": num(self.gain_db),
+                "latency_delta_us": num(self.latency_delta_us), "estimate": self.estimate,
+                "tensors": list(self.tensors), "worst_slice": self.worst_label or None,
+                "worst_sqnr_db": num(self.worst_db)}
+
+
+def units_of(graph, dm, errors, export_float) -> list[Unit]:
+    """One unit per observed, quantized activation chain (model inputs excluded: no node owns them)."""
+    quantized = {e.tensor for e in errors if e.precision is Precision.INT8}
+    units, seen = [], set()
+    for t in graph.quantized_tensors:
+        if t not in quantized or t in seen or not graph.observed(t):
+            continue
+        p = graph.producer(t)
+        if p is None:
+            continue
+        chain = [m for m in graph.quantized_tensors
+                 if m in dm.natural_of.get(t, frozenset((t,))) and m in quantized and m not in export_float]
+        if t not in chain:
+            chain.insert(0, t)
+        seen.update(chain)
+        units.append(Unit(p.name, tuple(chain)))
+    return units
+
+
+def _gate(k: int) -> str:
+    return f"qtq_gate_{k}"
+
+
+def gated_model(model, dq_names: dict[str, str], units):
+    """A copy of the QDQ ``model`` where each unit's Q/DQ pairs blend with the unquantized value
+    by a boolean scalar input gate (true: quantized as exported, false: float)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    gate_of = {t: _gate(k) for k, u in enumerate(units) for t in u.tensors}
+    q_in = {n.output[0]: n.input[0] for n in m.graph.node if n.op_type == "QuantizeLinear"}
+    wanted = {dq: t for t, dq in dq_names.items() if t in gate_of}
+    nodes = []
+    for n in m.graph.node:
+        nodes.append(n)
+        if n.op_type != "DequantizeLinear" or n.output[0] not in wanted or n.input[0] not in q_in:
+            continue
+        dq, src, g = n.output[0], q_in[n.input[0]], gate_of[wanted[n.output[0]]]
+        raw = f"{dq}_qtq_raw"
+        n.output[0] = raw
+        # One Where per pair (not x + g·(q − x)): three elementwise passes cost as much as the model.
+        nodes.append(helper.make_node("Where", [g, raw, src], [dq], name=f"{dq}_qtq_gate"))
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    for k in range(len(units)):
+        m.graph.input.append(helper.make_tensor_value_info(_gate(k), TensorProto.BOOL, []))
+    return m
+
+
+def estimate(bench, units, dm=None, progress=None) -> tuple[tuple[float, str], dict[str, tuple[float, str]]]:
+    """Fake-quant worst slice (dB, label): with every unit quantized, and per unit node with that
+    unit alone in float."""
+    import numpy as np
+
+    from ..errors import Cancelled
+    from ..fidelity import output_figures
+    from ..runtime import make_session
+    from .check import worst_of
+    from .tensors import dequantized_names
+
+    dm = bench.session.domains if dm is None else dm
+    model = bench.build(dm).model
+    sess = make_session(gated_model(model, dequantized_names(model), units), bench.graph.base_dir,
+                        spinning=False, level="basic")
+    ones = {_gate(k): np.array(True) for k in range(len(units))}
+    feeds = bench.feeds[:ESTIMATE_SAMPLES]
+    ref = bench.float_out()
+    found = {}
+    for k in range(-1, len(units)):  # -1: every gate open, the start the gains are counted from
+        gates = dict(ones)
+        if k >= 0:
+            gates[_gate(k)] = np.array(False)
+        res = []
+        for feed in feeds:
+            if bench.cancel is not None and bench.cancel():
+                raise Cancelled("accuracy check cancelled")
+            res.append(dict(zip(bench.outs, sess.run(bench.outs, {**feed, **gates}))))
+        label, db = worst_of(output_figures(bench.ranges, dm, bench.slices, ref[:len(feeds)], res, bench.outs))
+        found[k] = (db, label)
+        if progress is not None:
+            progress(k + 2, len(units) + 1)
+    return found[-1], {u.node: found[k] for k, u in enumerate(units)}
+
+
+def _gain(after: float, before: float) -> float:
+    return after - before if math.isfinite(after) and math.isfinite(before) else math.nan
+
+
+def rank(bench, units, base, *, top: int = DEFAULT_TOP, dm=None, progress=None) -> list[Sensitivity]:
+    """Estimate every unit, measure the ``top`` best estimates, sort by gain (highest first).
+
+    ``base`` is the measured :class:`~qtquant.accuracy.check.Variant` of the model as exported now.
+    """
+    tell = (lambda stage: None) if progress is None else (lambda stage: lambda d, n: progress(stage, d, n))
+    (start, _), est = estimate(bench, units, dm, progress=tell("estimate"))
+    rows = {}
+    for u in units:
+        db, label = est[u.node]
+        rows[u.node] = Sensitivity(u.node, Precision.FLOAT, _gain(db, start), True, u.tensors, db, label)
+    order = sorted(units, key=lambda u: (-_key(rows[u.node].gain_db), u.node))[:max(0, top)]
+    for k, u in enumerate(order):
+        v = bench.measure(dm, extra_float=frozenset(u.tensors))
+        r = rows[u.node]
+        r.estimate, r.worst_db, r.worst_label = False, v.worst_db, v.worst_label
+        r.gain_db = _gain(v.worst_db, base.worst_db)
+        if progress is not None:
+            progress("measure", k + 1, len(order))
+    return sorted(rows.values(), key=lambda r: (-_key(r.gain_db), r.node))
+
+
+def _key(x: float) -> float:
+    return x if math.isfinite(x) else -1e9

@@ -1,0 +1,40 @@
+"""``qtquant accuracy``: per-tensor error and the sensitivity ranking (docs/accuracy.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .common import add_common, open_session
+from .output_options import add_output_options, output_mode_from_args
+
+NAME = "accuracy"
+HELP = "per-tensor SQNR (cumulative, local) and which nodes to keep in higher precision"
+
+
+def add_arguments(p) -> None:
+    from ..accuracy import DEFAULT_TOP
+
+    add_common(p)
+    p.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
+                   help=f"measure the N best first-pass estimates by real exports (default {DEFAULT_TOP}; 0: "
+                        "estimates only)")
+    p.add_argument("--tensors", type=int, default=15, metavar="N", help="tensors and nodes shown in the text form")
+    p.add_argument("--json", action="store_true", help="print the stable JSON form")
+    add_output_options(p)
+
+
+def run(args) -> int:
+    from ..accuracy import analyze_accuracy
+    from ..errors import BadInputError
+
+    if args.top < 0:
+        raise BadInputError("--top must be 0 or more")
+    session = open_session(args)
+    rep = analyze_accuracy(session, top=args.top, output_mode=output_mode_from_args(args))
+    if args.json:
+        json.dump(rep.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(rep.text(args.tensors))
+    return 0

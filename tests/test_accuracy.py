@@ -1,0 +1,161 @@
+"""The accuracy debugger: per-tensor SQNR against numpy, the sensitivity ranking, the JSON shape,
+and auto-share by measured accuracy."""
+
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from builders import save
+from qtquant.accuracy import analyze_accuracy
+from qtquant.accuracy.check import Bench
+from qtquant.accuracy.share import plan_sqnr_share, sqnr_share
+from qtquant.accuracy.tensors import tensor_errors
+from qtquant.app import open_model
+from qtquant.cli import main
+from qtquant.fidelity import fake_quant
+from qtquant.metrics import sqnr_db
+
+SHAPE = (1, 4, 8, 8)
+
+
+def _chain_model(spike: float = 0.0):
+    """x -> Sigmoid (s) -> Mul 3 (m) -> Add spike (b) -> Sub spike (c) -> Tanh (out).
+
+    No weights, so the quantized model is Q/DQ on each activation and numpy can replay it exactly.
+    ``spike`` puts one huge value into ``b`` (a constant added, then subtracted): ``b``'s scale gets
+    coarse enough to crush everything else, so its rounding dominates the output's error.
+    """
+    k = np.full(SHAPE, 0.0, np.float32)
+    k.flat[0] = spike
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
+             helper.make_node("Mul", ["s", "three"], ["m"], name="mul3"),
+             helper.make_node("Add", ["m", "spike"], ["b"], name="add_spike"),
+             helper.make_node("Sub", ["b", "spike"], ["c"], name="sub_spike"),
+             helper.make_node("Tanh", ["c"], ["out"], name="tanh")]
+    inits = [numpy_helper.from_array(np.array(3.0, np.float32), "three"), numpy_helper.from_array(k, "spike")]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, list(SHAPE))], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.fixture
+def chain(tmp_path):
+    s = open_model(save(_chain_model(), tmp_path / "chain.onnx"))
+    s.run_calibration()
+    return s
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def test_cumulative_and_local_sqnr_match_numpy(chain):
+    dm = chain.domains
+    feeds = chain.calibration.holdout
+    fq = {t: (lambda v, t=t: fake_quant(v, dm.qparams_of(t))) for t in ("x", "s", "m", "b", "c", "out")}
+    ref = {t: [] for t in fq}
+    quant = {t: [] for t in fq}
+    for feed in feeds:
+        x = np.asarray(feed["x"], np.float32)
+        f = {"x": x}
+        f["s"] = _sigmoid(f["x"]).astype(np.float32)
+        f["m"] = f["s"] * np.float32(3)
+        f["b"] = f["m"]  # spike 0
+        f["c"] = f["b"]
+        f["out"] = np.tanh(f["c"]).astype(np.float32)
+        q = {"x": fq["x"](x)}
+        q["s"] = fq["s"](_sigmoid(q["x"]).astype(np.float32))
+        q["m"] = fq["m"](q["s"] * np.float32(3))
+        q["b"] = fq["b"](q["m"])
+        q["c"] = fq["c"](q["b"])
+        q["out"] = fq["out"](np.tanh(q["c"]).astype(np.float32))
+        for t in fq:
+            ref[t].append(f[t])
+            quant[t].append(q[t])
+    errs = {e.tensor: e for e in tensor_errors(Bench(chain), dm)}
+    assert set(errs) == set(fq)
+    for t in fq:
+        r, q = np.concatenate([a.ravel() for a in ref[t]]), np.concatenate([a.ravel() for a in quant[t]])
+        assert errs[t].sqnr_db == pytest.approx(sqnr_db(r, q), abs=0.05), t
+        assert errs[t].local_sqnr_db == pytest.approx(sqnr_db(r, fq[t](r)), abs=0.05), t
+        assert errs[t].precision.value == "int8" and errs[t].node == (None if t == "x" else errs[t].node)
+    # cumulative error only grows along the chain; the output's figure is below its local one
+    assert errs["out"].sqnr_db < errs["out"].local_sqnr_db
+    assert errs["m"].node == "mul3"
+
+
+def test_chunks_do_not_change_the_figures(chain):
+    bench = Bench(chain)
+    whole = {e.tensor: e.sqnr_db for e in tensor_errors(bench)}
+    parts = {e.tensor: e.sqnr_db for e in tensor_errors(bench, chunk_bytes=1)}  # one tensor per run
+    assert parts == pytest.approx(whole)
+
+
+def test_ranking_finds_the_node_whose_rounding_dominates(tmp_path):
+    s = open_model(save(_chain_model(spike=4000.0), tmp_path / "spiky.onnx"))
+    s.run_calibration()
+    rep = analyze_accuracy(s, top=2)
+    top = rep.sensitivity[0]
+    # b = m + spike has a scale ~1000x too coarse for m: keeping add_spike in float fixes the output
+    assert top.node == "add_spike" and not top.estimate and top.gain_db > 10
+    assert "b" in top.tensors
+    gains = [r.gain_db for r in rep.sensitivity]
+    assert gains == sorted(gains, reverse=True)
+    # the estimate put it first too: it was measured (top=2 measures exactly two)
+    assert sum(1 for r in rep.sensitivity if not r.estimate) == 2
+    # the damage shows in the cumulative figure after it: c = b - spike has lost m's values
+    assert rep.tensor("c").sqnr_db < rep.tensor("m").sqnr_db - 20
+
+
+def test_accuracy_json_shape(tmp_path, capsys):
+    path = save(_chain_model(spike=4000.0), tmp_path / "spiky.onnx")
+    assert main(["accuracy", path, "--top", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {"samples", "outputs", "tensors", "sensitivity"} <= set(doc)
+    assert doc["samples"] == 16 and doc["held_out"] is False
+    assert doc["outputs"] and all({"output", "slice", "sqnr_db"} <= set(o) for o in doc["outputs"])
+    assert all({"tensor", "node", "precision", "sqnr_db", "local_sqnr_db"} <= set(t) for t in doc["tensors"])
+    sens = doc["sensitivity"]
+    assert sens and all({"node", "precision", "gain_db", "latency_delta_us"} <= set(r) for r in sens)
+    assert [r["gain_db"] for r in sens] == sorted((r["gain_db"] for r in sens), reverse=True)
+    assert sens[0]["node"] == "add_spike" and sens[0]["latency_delta_us"] is None  # not priced: never made up
+    assert main(["accuracy", path, "--top", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "add_spike" in text and "16 samples in-sample" in text and "measured" in text
+
+
+def test_accuracy_bad_input_is_one_line(tmp_path, capsys):
+    assert main(["accuracy", str(tmp_path / "missing.onnx")]) == 3
+    assert main(["accuracy", save(_chain_model(), tmp_path / "c.onnx"), "--top", "-1"]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("qtquant: error:") == 2
+
+
+def test_sqnr_share_respects_the_budget(session):
+    rep, groups = plan_sqnr_share(session, 0.5)
+    assert rep.steps[0].concat == "" and rep.candidates
+    s0 = rep.start.worst_db
+    for st in rep.steps[1:]:
+        assert (s0 - st.worst_db <= 0.5) == st.accepted
+    assert all(st.accepted for st in rep.steps[:-1])  # only the last step can be the refused one
+    assert rep.final.removed == sum(c.rescales for c in session.concats()) - rep.final.rescales
+    assert session.groups.as_lists() == []  # planning changes nothing
+    # a huge budget shares every candidate that saves latency; the curve ends where sharing ends
+    big = sqnr_share(session, 1000.0)
+    assert len(big.accepted) == sum(1 for c in big.candidates if c.gain_us > 0) and big.groups
+    assert big.final.removed > 0 and session.groups.as_lists()
+    text = big.text()
+    assert "trade-off curve" in text and "start" in text
+    json.dumps(big.to_dict(), allow_nan=False)
+
+
+def test_fix_max_sqnr_drop_prints_the_curve(det_path, tmp_path, capsys):
+    out = tmp_path / "o.onnx"
+    assert main(["fix", det_path, "--max-sqnr-drop", "0.2", "-o", str(out), "--no-perf"]) == 0
+    text = capsys.readouterr().out
+    assert "auto-share by measured accuracy" in text and "trade-off curve" in text and out.exists()
+    assert main(["fix", det_path, "--max-sqnr-drop", "0.2", "--auto-share", "-o", str(out)]) == 3
