@@ -87,10 +87,12 @@ class Overlay(StrEnum):
     LATENCY = "latency"
     MISMATCH = "mismatch"
     BITS = "bits"
+    ERROR = "error"  # SQNR per node from the accuracy check (cumulative, or local by a toggle)
 
     @property
     def label(self) -> str:
-        return {"none": "None", "latency": "Latency", "mismatch": "Mismatch", "bits": "Bits lost"}[self.value]
+        return {"none": "None", "latency": "Latency", "mismatch": "Mismatch", "bits": "Bits lost",
+                "error": "Error (SQNR)"}[self.value]
 
 
 OVERLAYS = tuple(o.value for o in Overlay)

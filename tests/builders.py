@@ -519,3 +519,25 @@ def synthetic_model(n_nodes: int, seed: int = 0, channels: int = 8, size: int = 
             y = b.conv(x, c, c, 3)
             x = b.node("Mul", [y, b.node("Sigmoid", [y])])
     return b.model("input", (1, 3, size, size), x)
+
+
+def spiky_chain_model(spike: float = 0.0, shape=(1, 4, 8, 8)) -> onnx.ModelProto:
+    """x -> Sigmoid (s) -> Mul 3 (m) -> Add spike (b) -> Sub spike (c) -> Tanh (out).
+
+    No weights, so the quantized model is Q/DQ on each activation and numpy can replay it exactly.
+    ``spike`` puts one huge value into ``b`` (a constant added, then subtracted): ``b``'s scale gets
+    coarse enough to crush everything else, so its rounding dominates the output's error.
+    """
+    k = np.full(shape, 0.0, np.float32)
+    k.flat[0] = spike
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
+             helper.make_node("Mul", ["s", "three"], ["m"], name="mul3"),
+             helper.make_node("Add", ["m", "spike"], ["b"], name="add_spike"),
+             helper.make_node("Sub", ["b", "spike"], ["c"], name="sub_spike"),
+             helper.make_node("Tanh", ["c"], ["out"], name="tanh")]
+    inits = [numpy_helper.from_array(np.array(3.0, np.float32), "three"), numpy_helper.from_array(k, "spike")]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, list(shape))], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m

@@ -5,9 +5,8 @@ import json
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
-from builders import save
+from builders import save, spiky_chain_model as _chain_model
 from qtquant.accuracy import analyze_accuracy
 from qtquant.accuracy.check import Bench
 from qtquant.accuracy.share import plan_sqnr_share, sqnr_share
@@ -16,31 +15,6 @@ from qtquant.app import open_model
 from qtquant.cli import main
 from qtquant.fidelity import fake_quant
 from qtquant.metrics import sqnr_db
-
-SHAPE = (1, 4, 8, 8)
-
-
-def _chain_model(spike: float = 0.0):
-    """x -> Sigmoid (s) -> Mul 3 (m) -> Add spike (b) -> Sub spike (c) -> Tanh (out).
-
-    No weights, so the quantized model is Q/DQ on each activation and numpy can replay it exactly.
-    ``spike`` puts one huge value into ``b`` (a constant added, then subtracted): ``b``'s scale gets
-    coarse enough to crush everything else, so its rounding dominates the output's error.
-    """
-    k = np.full(SHAPE, 0.0, np.float32)
-    k.flat[0] = spike
-    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
-             helper.make_node("Mul", ["s", "three"], ["m"], name="mul3"),
-             helper.make_node("Add", ["m", "spike"], ["b"], name="add_spike"),
-             helper.make_node("Sub", ["b", "spike"], ["c"], name="sub_spike"),
-             helper.make_node("Tanh", ["c"], ["out"], name="tanh")]
-    inits = [numpy_helper.from_array(np.array(3.0, np.float32), "three"), numpy_helper.from_array(k, "spike")]
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
-                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, list(SHAPE))], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
-
 
 @pytest.fixture
 def chain(tmp_path):

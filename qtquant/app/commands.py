@@ -18,8 +18,8 @@ from ..quant import Scheme
 from .session import Options
 
 __all__ = ["Command", "ShareCommand", "UngroupCommand", "RemoveMemberCommand", "AutoShareCommand",
-           "SetOptionsCommand", "SetPolicyCommand", "SetMarchCommand", "SetPrecisionCommand", "CompoundCommand",
-           "CommandStack"]
+           "SqnrShareCommand", "SetOptionsCommand", "SetPolicyCommand", "SetMarchCommand", "SetPrecisionCommand",
+           "CompoundCommand", "CommandStack"]
 
 
 class Command:
@@ -128,6 +128,23 @@ class AutoShareCommand(_GroupsCommand):
         from ..autoshare import auto_share
 
         self.report = auto_share(session, self.max_bits_lost)
+
+
+@dataclass
+class SqnrShareCommand(_GroupsCommand):
+    """Install the groups a measured auto-share planned (``plan_sqnr_share`` runs in the
+    background: minutes of onnxruntime must not happen inside a command)."""
+
+    max_sqnr_drop: float = 0.2
+    planned: tuple = ()  # GroupSet.snapshot() of the plan
+    report: object = field(default=None, repr=False)
+
+    @property
+    def text(self) -> str:
+        return f"Auto-share by accuracy (≤ {self.max_sqnr_drop:g} dB)"
+
+    def apply(self, session) -> None:
+        session.groups.restore(self.planned)
 
 
 _LABELS = {"scheme": "Scheme", "policy": "Policy", "march": "March", "max_bits_lost": "Auto-share threshold",

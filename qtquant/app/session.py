@@ -113,6 +113,7 @@ class Session:
         self.perf: Result | None = None
         self.perf_baseline: Result | None = None  # the same simulation without any user group
         self.fidelity: Result | None = None
+        self.accuracy: Result | None = None  # per-tensor error and sensitivity (qtquant.accuracy)
         self.histograms: dict[str, tuple] = {}  # tensor -> (counts, edges) over the check samples
         # What of the module hierarchy the canvas shows (app.scene.ViewState); None: the size rule.
         # Not an edit: saved in projects, never on the undo stack.
@@ -249,6 +250,14 @@ class Session:
             return False
         self.fidelity = Result(value, revision)
         self._emit("fidelity", self.fidelity)
+        return True
+
+    def set_accuracy(self, value, revision: int) -> bool:
+        """Install an accuracy report of ``revision``; one for an older revision is dropped."""
+        if revision != self.revision:
+            return False
+        self.accuracy = Result(value, revision)
+        self._emit("accuracy", self.accuracy)
         return True
 
     def is_stale(self, result: Result | None) -> bool:

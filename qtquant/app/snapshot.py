@@ -65,6 +65,12 @@ class Snapshot:
     def ranges(self) -> dict:
         return self.calibration.ranges if self.calibration is not None else {}
 
+    def domains_with(self, groups) -> "DomainMap":
+        """As :meth:`Session.domains_with`: the domains if ``groups`` were the user's groups."""
+        from .session import _domains_for
+
+        return _domains_for(self.graph, self.calibration, self.options, self.qdq, groups)
+
     def concats(self, baseline: bool = False):
         key = bool(baseline)
         hit = self._concats.get(key)

@@ -25,6 +25,11 @@ def add_arguments(p) -> None:
                    help="show the module hierarchy collapsed to its top levels, whatever the graph's size")
     p.add_argument("--expand", action="append", default=[], metavar="BLOCK",
                    help="expand this block of the module hierarchy (a name path like /model.22; repeatable)")
+    p.add_argument("--accuracy-top", type=int, default=None, metavar="N",
+                   help="run the accuracy check first, measuring the N best candidates (the error overlay "
+                        "runs it with 8)")
+    p.add_argument("--error-local", action="store_true", help="error overlay: colour by local SQNR")
+    p.add_argument("--dock", default=None, metavar="NAME", help="raise this dock's tab (e.g. sensitivity)")
     p.add_argument("--timeout", type=float, default=180.0, metavar="S", help="give up after S seconds")
 
 
@@ -53,6 +58,7 @@ def run(args) -> int:
                           overlay=args.overlay, select=args.select, size=size, canvas_only=args.canvas_only,
                           plan=args.plan, timeout=args.timeout, cut=args.cut or (), collapse=args.collapse,
                           expand=args.expand,
-                          int16=args.int16, keep_float=args.keep_float)
+                          int16=args.int16, keep_float=args.keep_float, accuracy_top=args.accuracy_top,
+                          dock=args.dock, error_local=args.error_local)
     print(f"wrote {out}")
     return 0

@@ -35,6 +35,7 @@ class CanvasPresenter(QObject):
         super().__init__(parent)
         self.relay, self.scene, self.view = relay, scene, view
         self.overlay = Overlay.NONE
+        self.error_local = False  # the Error overlay: local SQNR instead of cumulative (a toggle)
         self.group_focus: int | None = None  # the group selected in the Groups dock
         self.spec = None  # the layout shown (or being built)
         self.model = None  # the SceneModel: the hierarchy and what of it is open
@@ -52,6 +53,7 @@ class CanvasPresenter(QObject):
         relay.groupsChanged.connect(self.update_hulls)
         relay.perfChanged.connect(self._perf_changed)
         relay.calibrated.connect(self._open_on_worst)
+        relay.accuracyChanged.connect(self._accuracy_changed)
 
     @property
     def busy(self) -> bool:
@@ -118,12 +120,23 @@ class CanvasPresenter(QObject):
 
         # Computed in slices: a heat overlay of 20,000 nodes is ~80 ms of Python.
         self.scene.compute_looks(fill_looks(looks, s.graph, self.overlay, concats, perf,
-                                            precision=s.options.precision), finish)
+                                            precision=s.options.precision, accuracy=self.relay.accuracy(),
+                                            local=self.error_local), finish)
 
     def _perf_changed(self) -> None:
         if self.overlay == Overlay.LATENCY:
             self.apply_looks()
         self._open_on_worst()
+
+    def _accuracy_changed(self, *_) -> None:
+        if self.overlay == Overlay.ERROR:
+            self.apply_looks()
+
+    def set_error_local(self, on: bool) -> None:
+        """The Error overlay's toggle: local SQNR (True) or cumulative (False)."""
+        self.error_local = bool(on)
+        if self.overlay == Overlay.ERROR:
+            self.apply_looks()
 
     def set_overlay(self, mode) -> None:
         if mode not in OVERLAYS:

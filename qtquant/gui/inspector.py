@@ -185,6 +185,10 @@ class Inspector(QScrollArea):
         self.tensors = _table(["", "tensor", "shape", "range", "scale", "zp"], stretch=(1,))
         self.tensors.itemSelectionChanged.connect(self._tensor_row_selected)
         self.hist = HistogramWidget()
+        # The accuracy check's two figures for the tensor shown (cumulative and local SQNR).
+        self.error_label = QLabel("")
+        self.error_label.setWordWrap(True)
+        self.error_label.setObjectName("tensor_error")
         self.concat_title = QLabel("<b>Concat inputs</b>")
         self.concat = _table(["#", "producer", "scale", "ratio", "bits if shared", "rescale cost"], stretch=(1,))
         self.notes = QLabel("")
@@ -194,7 +198,8 @@ class Inspector(QScrollArea):
         for key, w in (("title", self.title), ("name", self.name_label), ("summary", self.summary),
                        ("attrs_label", QLabel("<b>Attributes</b>")), ("attrs", self.attrs),
                        ("tensors_label", QLabel("<b>Tensors</b>")), ("tensors", self.tensors),
-                       ("hist", self.hist), ("concat_title", self.concat_title), ("concat", self.concat),
+                       ("hist", self.hist), ("error", self.error_label),
+                       ("concat_title", self.concat_title), ("concat", self.concat),
                        ("notes", self.notes)):
             lay.addWidget(w)
             self._sections[key] = w
@@ -204,11 +209,14 @@ class Inspector(QScrollArea):
         for sig in (relay.calibrated, relay.optionsChanged, relay.groupsChanged):
             sig.connect(self.refresh)
         relay.perfChanged.connect(self.show_perf)
+        relay.accuracyChanged.connect(lambda *_: self._show_error(self.tensor))
         relay.sessionReplaced.connect(self._session_replaced)
 
     def _show_node_sections(self, on: bool, concat: bool = False) -> None:
         for key in ("attrs_label", "attrs", "tensors_label", "tensors", "hist"):
             self._sections[key].setVisible(on)
+        if not on:
+            self.error_label.setVisible(False)
         self.concat_title.setVisible(on and concat)
         self.concat.setVisible(on and concat)
 
@@ -357,8 +365,16 @@ class Inspector(QScrollArea):
             self.show_tensor(t)
             self.tensorActivated.emit(t)
 
+    def _show_error(self, t: str | None) -> None:
+        from ..app.views.accuracy import tensor_error_text
+
+        text = tensor_error_text(self.relay.accuracy(), t) if t else ""
+        self.error_label.setText(text)
+        self.error_label.setVisible(bool(text))
+
     def show_tensor(self, t: str | None) -> None:
         self.tensor = t
+        self._show_error(t)
         s = self.relay.session
         if t is None or s is None:
             self.hist.clear("This node has no quantized tensor.")

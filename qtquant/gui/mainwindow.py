@@ -25,6 +25,7 @@ from .canvasedit import CanvasEditing
 from .canvasview import CanvasPresenter
 from .controller import Controller
 from .docks import ConcatList, GroupsPanel, JobLog, ModelInfo, PerfSummary
+from .sensitivitydock import AccuracyJobs, SensitivityDock
 from .editing import Editor
 from .exporting import ExportController, render_canvas
 from .history import HistoryView
@@ -71,6 +72,7 @@ class MainWindow(QMainWindow):
         self.canvas.viewChanged.connect(lambda: setattr(c, "spec", self.canvas.spec))
         self.canvas.built.connect(lambda spec: setattr(c, "spec", spec))
         self.editor = Editor(self.relay, self)
+        self.accuracy_jobs = AccuracyJobs(self.relay, self.jobs, self.messages, self.sensitivity, self)
         self.last_autoshare = None
         self.projects = ProjectController(self.relay, c, self.messages, self)
         self.exports = ExportController(self.relay, self.jobs, self.settings, self.messages,
@@ -111,6 +113,7 @@ class MainWindow(QMainWindow):
         self.perf_summary = PerfSummary(r)
         self.job_log = JobLog()
         self.undo_view = HistoryView(r)
+        self.sensitivity = SensitivityDock(r)
         self.docks = {
             "model": self._dock("Model", self.model_info, Qt.LeftDockWidgetArea, "dock_model"),
             "concats": self._dock("Concats", self.concat_list, Qt.LeftDockWidgetArea, "dock_concats"),
@@ -119,11 +122,13 @@ class MainWindow(QMainWindow):
             "perf": self._dock("Performance", self.perf_summary, Qt.BottomDockWidgetArea, "dock_perf"),
             "log": self._dock("Job log", self.job_log, Qt.BottomDockWidgetArea, "dock_log"),
             "history": self._dock("History", self.undo_view, Qt.RightDockWidgetArea, "dock_history"),
+            "sensitivity": self._dock("Sensitivity", self.sensitivity, Qt.BottomDockWidgetArea, "dock_sensitivity"),
         }
         self.docks["history"].hide()
         # Only one tabified group: with two, Qt (6.11/6.12) leaves a stale tab bar painted
         # after the window is resized.
         self.tabifyDockWidget(self.docks["perf"], self.docks["log"])
+        self.tabifyDockWidget(self.docks["perf"], self.docks["sensitivity"])
         self.docks["perf"].raise_()
         self.resizeDocks([self.docks["model"], self.docks["concats"], self.docks["groups"]], [140, 370, 200],
                          Qt.Vertical)
@@ -168,8 +173,9 @@ class MainWindow(QMainWindow):
         self.view.activated.connect(self.canvas.toggle)
         self.inspector.tensors.itemDoubleClicked.connect(lambda it: self._inspector_link(it.row()))
         self.scene.selectionChanged.connect(self._on_selection)
-        for w in (self.concat_list, self.perf_summary, self.groups_panel):
+        for w in (self.concat_list, self.perf_summary, self.groups_panel, self.sensitivity):
             w.nodeActivated.connect(self.jump_to)
+        self.sensitivity.localToggled.connect(self.canvas.set_error_local)
         self.perf_summary.marchChanged.connect(self.set_march)
         self.inspector.histogramWanted.connect(lambda t: c.histogram(t, self._histogram_ready))
         self.view.zoomChanged.connect(lambda z: self.zoom_label.setText(f"{z * 100:.0f}%"))

@@ -197,8 +197,12 @@ class Legend(QWidget):
         self._resize()
         self.update()
 
+    def _ramped(self) -> bool:
+        # The Error overlay has no ramp before the first accuracy check (no values to span).
+        return self.mode in (Overlay.LATENCY, Overlay.BITS) or (self.mode == Overlay.ERROR and bool(self.lo_text))
+
     def _resize(self) -> None:
-        h = 50 + (44 if self.mode in (Overlay.LATENCY, Overlay.BITS) else 20 if self.title else 0)
+        h = 50 + (44 if self._ramped() else 20 if self.title else 0)
         self.setFixedSize(330, h)
 
     def paintEvent(self, ev):
@@ -224,7 +228,7 @@ class Legend(QWidget):
             x += 78
         if self.title:
             p.drawText(QRectF(10, 48, 310, 16), Qt.AlignLeft | Qt.AlignVCenter, self.title)
-        if self.mode in (Overlay.LATENCY, Overlay.BITS):
+        if self._ramped():
             g = QLinearGradient(10, 0, 320, 0)
             for i in range(9):
                 g.setColorAt(i / 8, heat_color(i / 8, self.mode))

@@ -25,6 +25,7 @@ class SessionRelay(QObject):
     groupsChanged = Signal()
     perfChanged = Signal(object)  # qtquant.app.Result
     fidelityChanged = Signal(object)  # qtquant.app.Result
+    accuracyChanged = Signal(object)  # qtquant.app.Result of an AccuracyReport
     stackChanged = Signal()
     # After every listener of an event ran: background jobs start here, so they do not take
     # the GIL from the views refreshing on the GUI thread (0.1 s more on a big graph).
@@ -62,6 +63,8 @@ class SessionRelay(QObject):
             self.perfChanged.emit(*info.args)
         elif kind == "fidelity":
             self.fidelityChanged.emit(*info.args)
+        elif kind == "accuracy":
+            self.accuracyChanged.emit(*info.args)
         self.settled.emit(kind)
 
     def _stack_changed(self) -> None:
@@ -80,6 +83,12 @@ class SessionRelay(QObject):
         """The latest simulation (or its ungrouped baseline), current or stale, or None."""
         s = self.session
         r = None if s is None else s.perf_baseline if baseline else s.perf
+        return r.value if r is not None else None
+
+    def accuracy(self):
+        """The latest accuracy report (current or stale), or None."""
+        s = self.session
+        r = None if s is None else s.accuracy
         return r.value if r is not None else None
 
     def on_state_change(self, slot) -> None:

@@ -92,8 +92,11 @@ def _hierarchy(win, collapse: bool, expand) -> None:
 def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str = Overlay.NONE,
                     select: str | None = None, size=(1600, 1000), canvas_only: bool = False,
                     plan: str | None = None, timeout: float = 180.0, cut=(), collapse: bool = False,
-                    expand=(), int16=(), keep_float=()) -> Path:
-    """``int16`` / ``keep_float``: node or tensor names set to that precision (after ``plan``)."""
+                    expand=(), int16=(), keep_float=(), accuracy_top: int | None = None,
+                    dock: str | None = None, error_local: bool = False) -> Path:
+    """``int16`` / ``keep_float``: node or tensor names set to that precision (after ``plan``).
+    ``accuracy_top``: run the accuracy check first (measuring that many candidates; the Error
+    overlay runs it with 8 when not given); ``dock``: raise that dock's tab (e.g. "sensitivity")."""
     from .app import make_app
     from .mainwindow import MainWindow
 
@@ -127,6 +130,19 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             s = win.session
             s.set_options(precision=assignments_from_names(s.graph, int16, keep_float, base=s.options.precision))
         wait_settled(win, timeout)
+        if accuracy_top is not None or overlay == Overlay.ERROR:
+            from ..accuracy import analyze_accuracy
+
+            s = win.session
+            s.set_accuracy(analyze_accuracy(s, top=8 if accuracy_top is None else accuracy_top), s.revision)
+            app.processEvents()
+        if error_local:
+            win.sensitivity.local.setChecked(True)
+        if dock:
+            if dock not in win.docks:
+                raise BadInputError(f"--dock: no dock named {dock!r} (choose from {', '.join(win.docks)})")
+            win.docks[dock].show()
+            win.docks[dock].raise_()
         win.set_overlay(overlay)
         _hierarchy(win, collapse, expand)
         if select:

@@ -105,9 +105,10 @@ def _concat_base(c) -> NodeLook:
                     badges=(rescale_badge(c.rescales),) if c.rescales else ())
 
 
-def compute_looks(graph, mode: str, concats=None, perf=None, precision=None) -> Looks:
+def compute_looks(graph, mode: str, concats=None, perf=None, precision=None, *, accuracy=None,
+                  local: bool = False) -> Looks:
     looks = Looks()
-    for _ in fill_looks(looks, graph, mode, concats, perf, precision=precision):
+    for _ in fill_looks(looks, graph, mode, concats, perf, precision=precision, accuracy=accuracy, local=local):
         pass
     return looks
 
@@ -116,10 +117,12 @@ _STEP = 1000  # nodes between two yields of fill_looks (~3 ms of work in the lat
 
 
 def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: int | None = None, *,
-               precision=None):
+               precision=None, accuracy=None, local: bool = False):
     """:func:`compute_looks` as a generator that fills ``looks`` and yields every ``step``
     nodes, so a 20,000-node graph can be re-coloured across several event-loop turns.
-    ``precision`` (tensor -> int16 / float): those nodes get a precision badge in every mode."""
+    ``precision`` (tensor -> int16 / float): those nodes get a precision badge in every mode.
+    ``accuracy`` (an :class:`~qtquant.accuracy.AccuracyReport`) colours the Error overlay, by
+    cumulative SQNR or, with ``local``, by local SQNR."""
     step = step or _STEP
     info = {c.node: c for c in concats} if concats is not None else {}
     # Concats first (every mode shows mismatch colour or heat plus the rescale badge).
@@ -143,6 +146,10 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
         yield from _latency(looks, parts, perf)
     elif mode == Overlay.BITS:
         yield from _bits(looks, parts, info, node_bits(graph, concats))
+    elif mode == Overlay.ERROR:
+        from .accuracy import error_looks
+
+        yield from error_looks(looks, parts, accuracy, local)
     else:
         looks.legend = Legend()
     if precision:

@@ -58,6 +58,8 @@ GROUP_COLORS = ["#8e24aa", "#00897b", "#c2185b", "#3949ab", "#6d4c41", "#00acc1"
 # pale to deep blue (ColorBrewer PuBu), bits lost from pale pink to deep purple (RdPu).
 RAMPS = {
     "latency": ["#fff7fb", "#ece7f2", "#d0d1e6", "#a6bddb", "#74a9cf", "#3690c0", "#0570b0", "#045a8d", "#023858"],
+    # Error overlay: pale at high SQNR, dark red at the lowest (YlOrRd).
+    "error": ["#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc4e2a", "#e31a1c", "#bd0026", "#800026"],
     "bits": ["#fff7f3", "#fde0dd", "#fcc5c0", "#fa9fb5", "#f768a1", "#dd3497", "#ae017e", "#7a0177", "#49006a"],
 }
 
