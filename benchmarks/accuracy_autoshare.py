@@ -28,7 +28,14 @@ from bench_common import default_qtquant, rel  # noqa: E402
 MODELS = {"densenet121": 224, "inception_v3": 299}
 
 EXPORT = r"""
-import sys, torch, torchvision
+import sys, types
+try:
+    import torchvision  # noqa: F401
+except RuntimeError:  # a CUDA torchvision wheel next to a CPU torch: its C++ ops cannot load, and
+    # the two models need none of them (nms, roi_align); skip their fake-kernel registration
+    sys.modules.pop("torchvision", None)
+    sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
+import torch, torchvision
 name, size, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 torch.manual_seed(0)
 kw = {"aux_logits": False, "init_weights": True} if name == "inception_v3" else {}
