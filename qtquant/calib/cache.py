@@ -31,12 +31,19 @@ from .sources import open_source
 from .stats import TensorStats
 
 __all__ = ["cache_key", "cache_paths", "save_cache", "load_cached", "calibrate_cached", "read_cache_meta",
-           "CacheMeta", "CACHE_FORMAT"]
+           "CacheMeta", "CACHE_FORMAT", "TensorEntry", "DATA_FIELDS", "data_settings", "pack_result",
+           "unpack_stats", "unpack_holdout", "holdout_fits"]
 
 # 2: --holdout may be auto or a fraction, and the check samples may be in-sample ("in_sample").
 # A format-1 entry (holdout 2, always held out) is a miss, never read as the new meaning.
-CACHE_FORMAT = 2
-_DATA_FIELDS = ("count", "seed", "holdout", "resize", "color", "pixel_range", "mean", "std", "layout")
+# 3: compact histograms (the occupied window of ``bins`` per sign, narrow counts; see stats.py).
+CACHE_FORMAT = 3
+DATA_FIELDS = ("count", "seed", "holdout", "resize", "color", "pixel_range", "mean", "std", "layout")
+
+
+def data_settings(config: CalibConfig) -> dict:
+    """The data settings of ``config`` as plain JSON values (what the statistics depend on)."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k in DATA_FIELDS for v in (getattr(config, k),)}
 
 
 def _key_payload(graph, config: CalibConfig) -> dict:
@@ -46,9 +53,9 @@ def _key_payload(graph, config: CalibConfig) -> dict:
         "model_sha256": graph.sha256,
         "input_shapes": {k: list(v) for k, v in sorted(graph.input_shapes.items())},
         "source": source.fingerprint(),
-        "data": {k: (list(v) if isinstance(v, tuple) else v) for k in _DATA_FIELDS
-                 for v in (getattr(config, k),)},
+        "data": data_settings(config),
         "stride": config.stride,  # a subsampled histogram is not what a percentile user expects
+        "bins": config.bins,
         # The split follows from these too: another rule would calibrate on other samples.
         "split": [AUTO_HOLDOUT_MIN, AUTO_HOLDOUT_FRACTION, CHECK_CAP],
         # A cut graph observes fewer tensors than its file: its statistics are its own.
@@ -60,7 +67,9 @@ class TensorEntry(FileModel):
     """One observed tensor: :meth:`TensorStats.to_meta` and the name of its histogram array."""
 
     name: str
-    hist: str | None = None  # key in the .npz
+    hist: str | None = None  # key in the .npz: the occupied window of counts, from bin ``lo``
+    bins: int = 2048  # bins per sign
+    lo: int = 0
     min: float
     max: float
     exp: int | None = None
@@ -110,15 +119,14 @@ def cache_paths(cache_dir, key: str) -> tuple[Path, Path]:
     return base.with_suffix(".json"), base.with_suffix(".npz")
 
 
-def save_cache(graph, result: CalibrationResult, cache_dir) -> Path:
-    """Store ``result``'s statistics for ``graph``; returns the JSON file's path."""
-    key = cache_key(graph, result.config)
-    jpath, npath = cache_paths(cache_dir, key)
+def pack_result(result: CalibrationResult) -> tuple[dict, list[TensorEntry], list[dict[str, str]]]:
+    """``result``'s statistics and check samples as plain arrays (for ``np.savez``), the tensor
+    entries naming them, and per check sample ``{input name: array key}``."""
     arrays, tensors = {}, []
     for i, (name, s) in enumerate(result.stats.items()):
-        if s.hist is not None:
-            arrays[f"hist_{i}"] = s.hist
-        tensors.append(TensorEntry(name=name, hist=f"hist_{i}" if s.hist is not None else None, **s.to_meta()))
+        if s.counts is not None:
+            arrays[f"hist_{i}"] = s.counts
+        tensors.append(TensorEntry(name=name, hist=f"hist_{i}" if s.counts is not None else None, **s.to_meta()))
     holdout = []
     for j, feed in enumerate(result.holdout):
         entry = {}
@@ -126,6 +134,30 @@ def save_cache(graph, result: CalibrationResult, cache_dir) -> Path:
             arrays[f"holdout_{j}_{k}"] = np.asarray(arr)
             entry[name] = f"holdout_{j}_{k}"
         holdout.append(entry)
+    return arrays, tensors, holdout
+
+
+def unpack_stats(tensors, z) -> dict[str, TensorStats]:
+    """Statistics from tensor entries and the opened ``.npz`` ``z`` (ValueError/KeyError if inconsistent)."""
+    return {t.name: TensorStats.from_meta(t.model_dump(), z[t.hist] if t.hist else None) for t in tensors}
+
+
+def unpack_holdout(holdout, z) -> list[dict]:
+    return [{name: z[ref] for name, ref in entry.items()} for entry in holdout]
+
+
+def holdout_fits(graph, holdout: list[dict]) -> bool:
+    """The check samples still fit the model's inputs (names, shapes and dtypes)."""
+    specs = input_specs(graph)
+    return all(set(feed) == set(specs) and all(tuple(feed[k].shape) == specs[k][0] and feed[k].dtype == specs[k][1]
+                                               for k in specs) for feed in holdout)
+
+
+def save_cache(graph, result: CalibrationResult, cache_dir) -> Path:
+    """Store ``result``'s statistics for ``graph``; returns the JSON file's path."""
+    key = cache_key(graph, result.config)
+    jpath, npath = cache_paths(cache_dir, key)
+    arrays, tensors, holdout = pack_result(result)
     meta = CacheMeta(format=CACHE_FORMAT, key=key, model_sha256=graph.sha256, batches=result.batches,
                      seconds=float(result.seconds), notes=list(result.notes), tensors=tensors, holdout=holdout,
                      in_sample=bool(result.in_sample), arrays=npath.name)
@@ -159,18 +191,14 @@ def load_cached(graph, config: CalibConfig, cache_dir) -> CalibrationResult | No
         return None
     try:
         with np.load(npath, allow_pickle=False) as z:
-            stats = {t.name: TensorStats.from_meta(t.model_dump(), z[t.hist] if t.hist else None)
-                     for t in meta.tensors}
-            holdout = [{name: z[ref] for name, ref in entry.items()} for entry in meta.holdout]
+            stats = unpack_stats(meta.tensors, z)
+            holdout = unpack_holdout(meta.holdout, z)
     except Exception:  # noqa: BLE001 - any unreadable or inconsistent array file is a cache miss (fuzzed)
         return None
     if any(n not in stats for n in graph.observed_tensors):
         return None  # written by a qtquant that observed other tensors
-    specs = input_specs(graph)
-    for feed in holdout:  # held-back samples must still fit the model's inputs
-        if set(feed) != set(specs) or any(tuple(feed[k].shape) != specs[k][0] or feed[k].dtype != specs[k][1]
-                                          for k in specs):
-            return None
+    if not holdout_fits(graph, holdout):  # held-back samples must still fit the model's inputs
+        return None
     return CalibrationResult(stats, compute_ranges(stats, config), config, holdout, meta.batches, meta.seconds,
                              list(meta.notes), meta.in_sample)
 

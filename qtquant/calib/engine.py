@@ -33,7 +33,7 @@ from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAUL
                      LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, Observer, scheme_name)
 from .observers import abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
-from .stats import NonFiniteError, TensorStats
+from .stats import BINS, MINMAX_BINS, NonFiniteError, TensorStats
 
 __all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "CalibConfigError", "calibrate", "run_chunk",
            "split_samples", "Split", "parse_holdout", "held_back_count", "synthetic_sample_count",
@@ -175,6 +175,13 @@ class CalibConfig:
         if self.hist_stride:
             return self.hist_stride
         return AUTO_MINMAX_STRIDE if self.observer in (Observer.MINMAX, Observer.MA_MINMAX) else 1
+
+    @property
+    def bins(self) -> int:
+        """Histogram bins per sign: the MinMax observers read only min and max, so theirs (for
+        plots and the pooled policy) is coarse, which keeps 20,000 tensors' statistics small.  Like
+        :attr:`stride`, a ``hist_stride`` set by hand asks for the full histogram."""
+        return MINMAX_BINS if self.stride == AUTO_MINMAX_STRIDE and not self.hist_stride else BINS
 
 
 @dataclass
@@ -350,7 +357,8 @@ def _check_feeds(source: Source, refs: list[SampleRef]) -> list[dict]:
 
 
 def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[SampleRef], *,
-              progress=None, cancel=None, threads: int = 0, stride: int = 1) -> dict[str, TensorStats]:
+              progress=None, cancel=None, threads: int = 0, stride: int = 1,
+              bins: int = BINS) -> dict[str, TensorStats]:
     """Run ``refs`` through the model and reduce them into statistics for ``names``.
 
     onnxruntime computes the min and max of every tensor in the graph (see :mod:`.augment`); the
@@ -369,7 +377,7 @@ def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[Samp
     # No arena: its fragmentation let peak RSS creep up with the number of batches (yolov8n:
     # 271 MiB after 16 samples, 294 after 64; without it 262-263 whatever the count).
     sess = make_session(aug, Path(base_dir) if base_dir else None, threads=threads, spinning=False, arena=False)
-    stats = {n: TensorStats() for n in names}
+    stats = {n: TensorStats(bins=bins) for n in names}
     total = len(refs)
 
     def reduce(ref, box, feed):
@@ -445,9 +453,9 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
         from .parallel import run_parallel
 
         stats = run_parallel(graph, names, source, calib_refs, max(jobs, 1), stride=config.stride, progress=progress,
-                             cancel=cancel)
+                             cancel=cancel, bins=config.bins)
     else:
         stats = run_chunk(graph.model, graph.base_dir, names, source, calib_refs, progress=progress, cancel=cancel,
-                          stride=config.stride)
+                          stride=config.stride, bins=config.bins)
     return CalibrationResult(stats, compute_ranges(stats, config), config, check, len(calib_refs),
                              time.perf_counter() - t0, split.notes, split.in_sample)

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ..vocab import DEFAULT_OBSERVER, DEFAULT_PERCENTILE, OBSERVERS, SCHEME_NAMES, Observer
-from .stats import BINS, TensorStats
+from .stats import TensorStats
 
 __all__ = ["OBSERVERS", "SCHEMES", "observe", "abs_percentile", "signed_quantile", "mse_threshold",
            "mse_range_asym", "kl_threshold"]
@@ -128,6 +128,7 @@ def mse_range_asym(stats: TensorStats) -> tuple[float, float]:
     """
     h = stats.hist
     w = stats.bin_width
+    BINS = stats.bins  # bins per sign, as in the formulas
     if h is None or stats.absmax <= 0:
         return stats.min, stats.max
     nzi = np.flatnonzero(h)

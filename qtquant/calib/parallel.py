@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from .. import childproc
-from .stats import TensorStats
+from .stats import BINS, TensorStats
 
 __all__ = ["run_parallel", "split_even"]
 
@@ -33,13 +33,13 @@ def _calibrate_share(request, link) -> dict:
 
     from .engine import run_chunk
 
-    model_bytes, base_dir, names, source, refs, threads, stride = request
+    model_bytes, base_dir, names, source, refs, threads, stride, bins = request
     return run_chunk(onnx.ModelProto.FromString(model_bytes), base_dir, names, source, refs, threads=threads,
-                     stride=stride, progress=lambda done, total: link.progress(done))
+                     stride=stride, bins=bins, progress=lambda done, total: link.progress(done))
 
 
 def run_parallel(graph, names, source, refs, jobs: int, *, stride: int = 1, progress=None,
-                 cancel=None) -> dict[str, TensorStats]:
+                 cancel=None, bins: int = BINS) -> dict[str, TensorStats]:
     chunks = [c for c in split_even(list(refs), jobs) if c]
     threads = max(1, (os.cpu_count() or 1) // len(chunks))
     model_bytes = graph.model_bytes()
@@ -55,9 +55,9 @@ def run_parallel(graph, names, source, refs, jobs: int, *, stride: int = 1, prog
         if progress is not None:
             progress(sum(done), total)
 
-    shares = childproc.run_all(workers, [(model_bytes, base_dir, list(names), source, c, threads, stride)
+    shares = childproc.run_all(workers, [(model_bytes, base_dir, list(names), source, c, threads, stride, bins)
                                          for c in chunks], cancel=cancel, progress=on_progress)
-    merged = {n: TensorStats() for n in names}
+    merged = {n: TensorStats(bins=bins) for n in names}
     for share in shares:
         for n in names:
             merged[n] = merged[n].merge(share[n])

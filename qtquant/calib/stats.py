@@ -18,19 +18,29 @@ Why the histogram is built this way:
   below ``2**-149 * T / BINS`` becomes -0.0 and lands in the ``[0, w)`` bin), and the bin index is
   ``floor`` of it: one multiply, one floor and one ``bincount`` per value instead of
   ``np.histogram``'s several passes.
+
+Why the counts are stored compactly (20,000 tensors' dense int64 histograms were 658 MB):
+
+* Only the occupied window of bins is kept (``counts`` from bin ``lo`` on), in the narrowest
+  unsigned type that holds the histogram's total (a bin never exceeds it): uint8, uint16, uint32.
+  The dense :attr:`TensorStats.hist` is rebuilt on demand, bit for bit.
+* The number of bins per sign (``bins``) is a power of two chosen by the configuration: the MinMax
+  observers read only min and max, so their histogram (plots, the ``pooled`` policy) has
+  :data:`MINMAX_BINS`.  Fewer bins at the same ``T`` are exactly neighbour groups of more bins, so
+  merging statistics with different ``bins`` coarsens to the smaller one with no approximation.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["TensorStats", "BINS", "MA_CONSTANT", "NonFiniteError"]
+__all__ = ["TensorStats", "BINS", "MINMAX_BINS", "MA_CONSTANT", "NonFiniteError", "count_dtype"]
 
 BINS = 2048  # bins per sign; T is at most 2*absmax, so at least 1024 bins cover [0, absmax]
-_LOG2_BINS = 11
+MINMAX_BINS = 256  # bins per sign of the MinMax observers' histogram (plots and pooled ranges only)
 _EXP_MIN = -100  # T >= 2**-100 keeps BINS / T finite in float32
 MA_CONSTANT = 0.01  # PyTorch MovingAverageMinMaxObserver's averaging constant
 SUB_BLOCK = 64  # with stride > 1 the histogram takes every stride-th block of this many values
@@ -90,37 +100,76 @@ def _subsample(per: np.ndarray, stride: int) -> np.ndarray:
     return out.reshape(-1)
 
 
-def _rebin(hist: np.ndarray, shift: int) -> np.ndarray:
-    """Counts at ``T`` re-binned to ``T * 2**shift`` (exact: bin ``k`` goes to ``floor(k / 2**shift)``)."""
-    if shift <= 0:
-        return hist
-    k = np.arange(-BINS, BINS, dtype=np.int64) >> min(shift, 62)
-    out = np.zeros(2 * BINS, dtype=np.int64)
-    np.add.at(out, k + BINS, hist)
-    return out
+
+def count_dtype(total: int) -> np.dtype:
+    """The narrowest unsigned type holding ``total`` (every bin of a histogram is at most its total)."""
+    for t in (np.uint8, np.uint16, np.uint32):
+        if total <= np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.uint64)
 
 
-@dataclass(eq=False)  # holds arrays: compare fields explicitly
+def _log2(bins: int) -> int:
+    k = int(bins).bit_length() - 1
+    if bins < 2 or bins != 1 << k or bins > 8192:  # int16 bin indices: 2 * bins must fit
+        raise ValueError(f"histogram bins per sign must be a power of two from 2 to 8192, got {bins!r}")
+    return k
+
+
+def _rebin(counts: np.ndarray, lo: int, bins: int, shift: int, new_bins: int) -> tuple[np.ndarray, int]:
+    """Window ``counts`` (bins ``lo``.. of ``2 * bins``) re-binned ``shift`` steps coarser onto
+    ``2 * new_bins`` bins: signed bin ``k`` goes to ``k >> shift``, exactly (neighbour groups add)."""
+    if shift <= 0 or not len(counts):
+        return counts, lo
+    k = (np.arange(lo, lo + len(counts), dtype=np.int64) - bins) >> min(shift, 62)
+    starts = np.flatnonzero(np.diff(k, prepend=k[0] - 1))
+    # A group's sum is at most the total, so it fits the dtype.
+    return np.add.reduceat(counts, starts, dtype=counts.dtype), int(k[0]) + new_bins
+
+
+def _add_window(acc: np.ndarray | None, lo: int, c: np.ndarray, a: int, total: int) -> tuple[np.ndarray, int]:
+    """Window ``acc`` (from bin ``lo``) plus window ``c`` (from bin ``a``); ``total`` is the sum."""
+    dt = count_dtype(total)
+    if acc is None or not len(acc):
+        return c.astype(dt, copy=True), a
+    start, end = min(lo, a), max(lo + len(acc), a + len(c))
+    if start == lo and end == lo + len(acc) and acc.dtype == dt:
+        out = acc  # in place: the common case once the range is known
+    else:
+        out = np.zeros(end - start, dt)
+        out[lo - start:lo - start + len(acc)] = acc
+    seg = out[a - start:a - start + len(c)]
+    np.add(seg, c.astype(dt, copy=False), out=seg)
+    return out, start
+
+
+@dataclass(eq=False, slots=True)  # holds arrays: compare fields explicitly; slots: 20,000 of them
 class TensorStats:
     """Statistics of one tensor over all calibration samples.
 
-    ``hist`` holds int64 counts over :attr:`edges` (``2 * BINS`` bins, symmetric about zero);
-    ``exp`` is ``log2(T)``, or None while only zeros were seen.  ``count`` is the number of values,
-    ``samples`` the number of samples; ``ma_min`` / ``ma_max`` are moving-average states.  The
-    histogram holds every ``stride``-th block of ``SUB_BLOCK`` values of each sample (all values
-    when 1); min, max and count always cover every value.
+    :attr:`hist` gives the counts over :attr:`edges` (``2 * bins`` bins, symmetric about zero),
+    kept as the occupied window ``counts`` starting at bin ``lo``; ``exp`` is ``log2(T)``, or None
+    while only zeros were seen.  ``count`` is the number of values, ``samples`` the number of
+    samples; ``ma_min`` / ``ma_max`` are moving-average states.  The histogram holds every
+    ``stride``-th block of ``SUB_BLOCK`` values of each sample (all values when 1); min, max and
+    count always cover every value.
     """
 
     min: float = math.inf
     max: float = -math.inf
-    hist: np.ndarray | None = None
+    counts: np.ndarray | None = None  # None: no values seen (not even zeros)
     exp: int | None = None
     count: int = 0
     samples: int = 0
     ma_min: tuple = (0, 0.0, 0.0)
     ma_max: tuple = (0, 0.0, 0.0)
     stride: int = 1  # the histogram holds every stride-th block of values of each sample
-    _edges: np.ndarray | None = field(default=None, repr=False, compare=False)
+    bins: int = BINS  # bins per sign
+    lo: int = 0  # the bin index of counts[0]
+    total: int = field(default=0, repr=False)  # sum of counts
+
+    def __post_init__(self):
+        _log2(self.bins)
 
     # -- views -------------------------------------------------------------------------------
     @property
@@ -136,37 +185,55 @@ class TensorStats:
 
     @property
     def bin_width(self) -> float:
-        return self.threshold / BINS
+        return self.threshold / self.bins
+
+    @property
+    def hist(self) -> np.ndarray | None:
+        """The dense int64 counts over :attr:`edges` (made on each call: keep it if you reuse it)."""
+        if self.counts is None:
+            return None
+        out = np.zeros(2 * self.bins, dtype=np.int64)
+        out[self.lo:self.lo + len(self.counts)] = self.counts
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the histogram."""
+        return 0 if self.counts is None else int(self.counts.nbytes)
 
     @property
     def edges(self) -> np.ndarray | None:
-        if self.hist is None:
+        if self.counts is None:
             return None
-        if self._edges is None or len(self._edges) != 2 * BINS + 1 or self._edges[-1] != self.threshold:
-            t = self.threshold or math.ldexp(1.0, _EXP_MIN)
-            self._edges = np.arange(-BINS, BINS + 1, dtype=np.float64) * (t / BINS)
-        return self._edges
+        t = self.threshold or math.ldexp(1.0, _EXP_MIN)
+        return np.arange(-self.bins, self.bins + 1, dtype=np.float64) * (t / self.bins)
 
     def abs_hist(self) -> tuple[np.ndarray, float]:
-        """Histogram of ``|x|``: (``BINS`` counts over ``[0, T)``, bin width)."""
-        h = self.hist if self.hist is not None else np.zeros(2 * BINS, dtype=np.int64)
-        return h[BINS:] + h[BINS - 1::-1], self.bin_width
+        """Histogram of ``|x|``: (``bins`` counts over ``[0, T)``, bin width)."""
+        h = self.hist if self.counts is not None else np.zeros(2 * self.bins, dtype=np.int64)
+        return h[self.bins:] + h[self.bins - 1::-1], self.bin_width
 
     def coarse(self, bins: int = 64) -> tuple[np.ndarray, np.ndarray]:
         """At most ``bins`` counts and their edges over the occupied range, for a histogram plot."""
-        if self.hist is None or not self.hist.any():
+        if self.counts is None or not self.total:
             return np.zeros(0, np.int64), np.zeros(1)
-        nz = np.flatnonzero(self.hist)
+        hist, nb = self.hist, 2 * self.bins
+        nz = np.flatnonzero(hist)
         a, b = int(nz[0]), int(nz[-1]) + 1
         group = -(-(b - a) // max(1, bins))
         b = a + group * (-(-(b - a) // group))
         h = np.zeros(b - a, np.int64)
-        h[:min(b, 2 * BINS) - a] = self.hist[a:min(b, 2 * BINS)]
+        h[:min(b, nb) - a] = hist[a:min(b, nb)]
         k = np.arange(a, b + 1, group)
-        return h.reshape(-1, group).sum(axis=1), (k - BINS) * self.bin_width
+        return h.reshape(-1, group).sum(axis=1), (k - self.bins) * self.bin_width
 
     def ma_range(self) -> tuple[float, float]:
         return _ma_value(self.ma_min), _ma_value(self.ma_max)
+
+    def copy(self) -> "TensorStats":
+        return TensorStats(self.min, self.max, None if self.counts is None else self.counts.copy(), self.exp,
+                           self.count, self.samples, self.ma_min, self.ma_max, self.stride, self.bins, self.lo,
+                           self.total)
 
     # -- accumulation ------------------------------------------------------------------------
     def update(self, x: np.ndarray, samples: int = 1, *, stride: int = 1, reduced: tuple | None = None) -> None:
@@ -195,21 +262,31 @@ class TensorStats:
             raise NonFiniteError("NaN or Inf values")
         if sub.dtype != np.float32:
             sub = sub.astype(np.float32)
-        counts = None
+        bins = self.bins
+        counts, first = None, bins
         absmax = max(-lo, hi)
         e = max(math.frexp(absmax)[1], _EXP_MIN) if absmax > 0 else None  # 2**e > absmax, strictly
         if e is not None:
-            # floor(x * BINS / T) is exact: the scale is a power of two and |x| < T.
+            # floor(x * bins / T) is exact: the scale is a power of two and |x| < T.  The batch's
+            # window of bins runs from the bin of its min to that of its max (the same scaling).
             t_exp = e if self.exp is None else max(e, self.exp)
-            y = np.multiply(sub, np.float32(math.ldexp(1.0, _LOG2_BINS - t_exp)), dtype=np.float32)
+            scale = math.ldexp(1.0, _log2(bins) - t_exp)
+            first = math.floor(lo * scale) + bins
+            width = math.floor(hi * scale) + bins + 1 - first
+            y = np.multiply(sub, np.float32(scale), dtype=np.float32)
             np.floor(y, out=y)
-            y += BINS
+            y += bins - first
             try:
                 with np.errstate(invalid="raise"):  # NaN cannot become an index (onnxruntime's min/max skip it)
                     idx = y.astype(np.int16)
             except FloatingPointError:
                 raise NonFiniteError("NaN values") from None
-            counts = np.bincount(idx, minlength=2 * BINS)
+            if len(idx) and int(idx.min()) < 0:  # only if min/max came from elsewhere and were wrong
+                shift_by = -int(idx.min())
+                idx += shift_by
+                first -= shift_by
+                width += shift_by
+            counts = np.bincount(idx, minlength=width)
         elif np.isnan(sub).any():  # an all-zero batch as far as min/max kernels that skip NaN can tell
             raise NonFiniteError("NaN values")
         # Only now that the batch is known good, change the state.
@@ -219,57 +296,67 @@ class TensorStats:
         self.count += count
         self.samples += samples
         self.stride = stride
-        if self.hist is None:
-            self.hist = np.zeros(2 * BINS, dtype=np.int64)
-        if e is not None:
-            if self.exp is None:
-                self.exp = e  # zeros seen so far sit in bin BINS at every T
-            elif e > self.exp:
-                self.hist = _rebin(self.hist, e - self.exp)
-                self.exp = e
-            self.hist += counts
-        else:
-            self.hist[BINS] += sub.size
+        if counts is None:  # zeros only: bin `bins` at every T
+            counts = np.array([sub.size], dtype=np.int64)
+        elif self.exp is not None and e > self.exp:
+            self.counts, self.lo = _rebin(self.counts, self.lo, bins, e - self.exp, bins)
+        if e is not None and (self.exp is None or e > self.exp):
+            self.exp = e
+        self.total += int(sub.size)
+        self.counts, self.lo = _add_window(self.counts, self.lo, counts, first, self.total)
 
     def merge(self, other: "TensorStats") -> "TensorStats":
-        """Statistics of this tensor's samples followed by ``other``'s (a new object)."""
+        """Statistics of this tensor's samples followed by ``other``'s (a new object).  Different
+        ``bins`` merge onto the smaller number (exact)."""
         if other.count == 0 and other.samples == 0:
-            return replace(self, hist=None if self.hist is None else self.hist.copy(), _edges=None)
+            return self.copy()
         if self.count == 0 and self.samples == 0:
-            return replace(other, hist=None if other.hist is None else other.hist.copy(), _edges=None)
+            return other.copy()
         exps = [e for e in (self.exp, other.exp) if e is not None]
         exp = max(exps) if exps else None
-        hists = []
+        bins = min(self.bins, other.bins)
+        counts, lo, total = None, 0, 0
         for s in (self, other):
-            if s.hist is not None:
-                hists.append(_rebin(s.hist, (exp - s.exp) if (exp is not None and s.exp is not None) else 0))
-        hist = sum(hists[1:], hists[0].copy()) if hists else None
-        return TensorStats(min(self.min, other.min), max(self.max, other.max), hist, exp,
+            if s.counts is None:
+                continue
+            shift = ((exp - s.exp) if (exp is not None and s.exp is not None) else 0) + _log2(s.bins) - _log2(bins)
+            c, a = _rebin(s.counts, s.lo, s.bins, shift, bins)
+            total += s.total
+            counts, lo = _add_window(counts, lo, c, a, total)  # the first call copies
+        return TensorStats(min(self.min, other.min), max(self.max, other.max), counts, exp,
                            self.count + other.count, self.samples + other.samples,
                            _ma_merge(self.ma_min, other.ma_min), _ma_merge(self.ma_max, other.ma_max),
-                           max(self.stride, other.stride))
+                           max(self.stride, other.stride), bins, lo, total)
 
     @classmethod
     def pooled(cls, stats: list["TensorStats"]) -> "TensorStats":
         """One histogram over all values of several tensors (the ``pooled`` domain policy)."""
-        out = cls()
+        out = cls(bins=min((s.bins for s in stats), default=BINS))
         for s in stats:
             out = out.merge(s)
         return out
 
-    # -- plain-data form for the cache ---------------------------------------------------------
+    # -- plain-data form for files -------------------------------------------------------------
     def to_meta(self) -> dict:
         return {"min": self.min, "max": self.max, "exp": self.exp, "count": self.count,
                 "stride": self.stride, "samples": self.samples, "ma_min": list(self.ma_min),
-                "ma_max": list(self.ma_max)}
+                "ma_max": list(self.ma_max), "bins": self.bins, "lo": self.lo}
 
     @classmethod
-    def from_meta(cls, meta: dict, hist: np.ndarray | None) -> "TensorStats":
+    def from_meta(cls, meta: dict, counts: np.ndarray | None) -> "TensorStats":
+        """Statistics from :meth:`to_meta` and the ``counts`` window; a window that does not fit
+        its ``bins`` raises ValueError."""
         ma = lambda v: (int(v[0]), float(v[1]), float(v[2]))  # noqa: E731
-        if hist is not None and hist.shape != (2 * BINS,):
-            raise ValueError("histogram has the wrong number of bins")
-        return cls(float(meta["min"]), float(meta["max"]),
-                   None if hist is None else hist.astype(np.int64),
+        bins, lo = int(meta.get("bins", BINS)), int(meta.get("lo", 0))
+        total = 0
+        if counts is not None:
+            if counts.ndim != 1 or counts.dtype.kind not in "ui" or lo < 0 or lo + len(counts) > 2 * bins:
+                raise ValueError("histogram window does not fit its bins")
+            if counts.dtype.kind == "i" and len(counts) and int(counts.min()) < 0:
+                raise ValueError("negative histogram counts")
+            total = int(counts.sum(dtype=np.uint64))
+            counts = counts.astype(count_dtype(total), copy=False)
+        return cls(float(meta["min"]), float(meta["max"]), counts,
                    None if meta["exp"] is None else int(meta["exp"]), int(meta["count"]),
                    int(meta["samples"]), ma(meta["ma_min"]), ma(meta["ma_max"]),
-                   int(meta["stride"]))
+                   int(meta["stride"]), bins, lo, total)
