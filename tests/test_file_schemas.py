@@ -173,7 +173,7 @@ def cache_entry(tmp_path_factory):
 
 
 @pytest.mark.parametrize("mutate, words", [
-    (lambda d: d.update(format=1), ["is not a statistics cache of this qtquant (format is 1, expected 2)"]),
+    (lambda d: d.update(format=1), ["is not a statistics cache of this qtquant (format is 1, expected 3)"]),
     (lambda d: d["tensors"][0].update(min="0"), ["tensors[0].min must be int or float, not str"]),
     (lambda d: d["tensors"][0].update(ma_min=[1, 2]), ["tensors[0].ma_min"]),
     (lambda d: d.update(in_sample=1), ["in_sample must be bool, not int"]),
