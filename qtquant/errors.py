@@ -10,6 +10,7 @@ __all__ = [
     "ModelError",
     "ShapeError",
     "CalibrationDataError",
+    "StatsFileError",
     "PlanError",
     "ShareRefused",
     "MarchError",
@@ -43,6 +44,11 @@ class ShapeError(BadInputError):
 
 class CalibrationDataError(BadInputError):
     """Calibration data that cannot be read or does not fit the model."""
+
+
+class StatsFileError(BadInputError):
+    """A statistics file (``qtquant calibrate --stats-out``) that cannot be read, or that belongs
+    to another model, other input shapes or other data settings."""
 
 
 class PlanError(BadInputError):

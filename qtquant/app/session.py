@@ -151,6 +151,17 @@ class Session:
         self.set_calibration(res)
         return res
 
+    def load_statistics(self, path, explicit=()) -> CalibrationResult:
+        """Use a statistics file (``qtquant calibrate --stats-out``) instead of calibrating; the
+        calibration options become the file's data settings with this session's observer,
+        percentile and scheme.  ``explicit``: data settings the user chose, which must match."""
+        from ..calib.statsfile import load_stats
+
+        res = load_stats(path, self.graph, self.options.calib, explicit=explicit)
+        self.options = replace(self.options, calib=res.config)
+        self.set_calibration(res)
+        return res
+
     def set_calibration(self, res: CalibrationResult, derived: Derived | None = None) -> None:
         """``derived``: :func:`derive` for ``res``, used if the options and groups it was
         computed for are still the session's."""

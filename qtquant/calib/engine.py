@@ -36,6 +36,7 @@ from .sources import SampleRef, Source, open_source, parse_channels
 from .stats import BINS, MINMAX_BINS, NonFiniteError, TensorStats
 
 __all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "CalibConfigError", "calibrate", "run_chunk",
+           "ChunkRunner",
            "split_samples", "Split", "parse_holdout", "held_back_count", "synthetic_sample_count",
            "DEFAULT_COUNT", "AUTO_HOLDOUT_MIN", "AUTO_HOLDOUT_FRACTION", "CHECK_CAP", "INT_TEXT"]
 
@@ -108,7 +109,8 @@ class CalibConfig:
     # held_back_count), an int = that many (0: the check runs in-sample), a float in (0, 1) = that
     # fraction of the samples.  Strings ("auto", "5", "0.2") are accepted and normalised.
     holdout: int | float | None = None
-    jobs: int = 1  # worker processes
+    jobs: int = 1  # worker processes (with ray: Ray workers, 1 = one per cluster CPU)
+    ray: str = ""  # "" = local; "auto" or a Ray cluster address (see rayrun.py)
     resize: str = RESIZE_MODES[0]  # image fitting: stretch | letterbox | center-crop
     color: str = COLOR_ORDERS[0]  # rgb | bgr
     pixel_range: str = PIXEL_RANGES[0]  # 0-1 | 0-255
@@ -121,6 +123,7 @@ class CalibConfig:
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen: normalise once)
         set_("source", str(self.source))
+        set_("ray", str(self.ray or "").strip())
         choices = {"observer": OBSERVERS, "resize": RESIZE_MODES, "color": COLOR_ORDERS,
                    "pixel_range": PIXEL_RANGES, "layout": LAYOUTS}
         for k, allowed in choices.items():
@@ -253,7 +256,7 @@ class CalibrationResult:
                                  self.in_sample)
 
 
-_RECOMPUTABLE = {"observer", "percentile", "scheme", "jobs"}
+_RECOMPUTABLE = {"observer", "percentile", "scheme", "jobs", "ray"}
 
 
 def compute_ranges(stats: dict[str, TensorStats], config: CalibConfig) -> dict[str, tuple[float, float]]:
@@ -356,28 +359,47 @@ def _check_feeds(source: Source, refs: list[SampleRef]) -> list[dict]:
     return [{k: np.array(v, copy=True) for k, v in feed.items()} for _, feed in source.feeds(source.load_order(refs))]
 
 
+class ChunkRunner:
+    """One onnxruntime session of the augmented model, reused for any number of chunks (a Ray
+    worker keeps one for its life).  Capturing the activations (this class) is kept apart from
+    reducing them (:meth:`TensorStats.update`)."""
+
+    def __init__(self, model, base_dir, names: list[str], input_names, *, threads: int = 0, stride: int = 1,
+                 bins: int = BINS):
+        self.names, self.stride, self.bins = list(names), stride, bins
+        self.inputs = [n for n in names if n in input_names]
+        run_names = [n for n in names if n not in input_names]
+        aug, self.plan = augment(model, run_names)
+        if not threads:
+            # Leave a core to the histogram thread when it has real work (stride 1).  And no spinning:
+            # busy-waiting pool threads starve the histogram thread (yolov8n, 2 cores, loaded machine:
+            # 42-47 ms per sample without spinning, 57-74 ms with).
+            threads = max(1, (os.cpu_count() or 2) - (1 if stride == 1 else 0))
+        # No arena: its fragmentation let peak RSS creep up with the number of batches (yolov8n:
+        # 271 MiB after 16 samples, 294 after 64; without it 262-263 whatever the count).
+        self.sess = make_session(aug, Path(base_dir) if base_dir else None, threads=threads, spinning=False,
+                                 arena=False)
+
+    def run(self, source: Source, refs: list[SampleRef], *, progress=None, cancel=None) -> dict[str, TensorStats]:
+        return _run_refs(self, source, refs, progress, cancel)
+
+
 def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[SampleRef], *,
               progress=None, cancel=None, threads: int = 0, stride: int = 1,
               bins: int = BINS) -> dict[str, TensorStats]:
-    """Run ``refs`` through the model and reduce them into statistics for ``names``.
+    """Run ``refs`` through the model and reduce them into statistics for ``names``."""
+    runner = ChunkRunner(model, base_dir, names, source.specs, threads=threads, stride=stride, bins=bins)
+    return runner.run(source, refs, progress=progress, cancel=cancel)
 
-    onnxruntime computes the min and max of every tensor in the graph (see :mod:`.augment`); the
+
+def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel) -> dict[str, TensorStats]:
+    """onnxruntime computes the min and max of every tensor in the graph (see :mod:`.augment`); the
     histogram of batch k is built, and batch k+2 loaded, in a helper thread while onnxruntime
     computes batch k+1 (both release the GIL for their heavy parts); at most two batches of
     outputs are alive.
     """
-    inputs = [n for n in names if n in source.specs]
-    run_names = [n for n in names if n not in source.specs]
-    aug, plan = augment(model, run_names)
-    if not threads:
-        # Leave a core to the histogram thread when it has real work (stride 1).  And no spinning:
-        # busy-waiting pool threads starve the histogram thread (yolov8n, 2 cores, loaded machine:
-        # 42-47 ms per sample without spinning, 57-74 ms with).
-        threads = max(1, (os.cpu_count() or 2) - (1 if stride == 1 else 0))
-    # No arena: its fragmentation let peak RSS creep up with the number of batches (yolov8n:
-    # 271 MiB after 16 samples, 294 after 64; without it 262-263 whatever the count).
-    sess = make_session(aug, Path(base_dir) if base_dir else None, threads=threads, spinning=False, arena=False)
-    stats = {n: TensorStats(bins=bins) for n in names}
+    sess, plan, inputs, stride = runner.sess, runner.plan, runner.inputs, runner.stride
+    stats = {n: TensorStats(bins=runner.bins) for n in runner.names}
     total = len(refs)
 
     def reduce(ref, box, feed):
@@ -449,7 +471,12 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
     calib_refs = source.load_order(split.calib)
     names = list(graph.observed_tensors)
     jobs = min(config.jobs, len(calib_refs))
-    if jobs > 1 or (isolate and calib_refs):
+    if config.ray and calib_refs:
+        from .rayrun import run_ray
+
+        stats = run_ray(graph, names, source, calib_refs, config.ray, config.jobs, stride=config.stride,
+                        bins=config.bins, progress=progress, cancel=cancel)
+    elif jobs > 1 or (isolate and calib_refs):
         from .parallel import run_parallel
 
         stats = run_parallel(graph, names, source, calib_refs, max(jobs, 1), stride=config.stride, progress=progress,

@@ -15,7 +15,7 @@ from ..errors import QtQuantError
 
 __all__ = ["main", "build_parser"]
 
-COMMANDS = ["analyze", "fix", "perf", "accuracy", "screenshot", "demo"]
+COMMANDS = ["analyze", "fix", "perf", "accuracy", "calibrate", "screenshot", "demo"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -38,7 +38,13 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     g.add_argument("--scheme", choices=SCHEME_NAMES, default=DEFAULT_SCHEME.short,
                    help="activation scheme: sym = int8 symmetric (Horizon, default), asym = uint8 asymmetric")
     g.add_argument("--seed", type=int, default=0, help="seed for shuffling and synthetic data")
-    g.add_argument("--jobs", type=int, default=1, metavar="N", help="calibration worker processes")
+    g.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="calibration worker processes (with --ray: Ray workers; default one per cluster CPU)")
+    g.add_argument("--ray", default="", metavar="auto|ADDRESS",
+                   help="calibrate on a Ray cluster (pip install 'qtquant[ray]'): auto = the running cluster, "
+                        "else a local one; the calibration data must be on a filesystem every worker reads")
+    g.add_argument("--stats", default=None, metavar="STATS",
+                   help="use a statistics file from 'qtquant calibrate --stats-out' instead of calibrating")
     pre = p.add_argument_group("image preprocessing (for --calib IMAGE_FOLDER)")
     pre.add_argument("--resize", default=RESIZE_MODES[0], choices=RESIZE_MODES,
                      help="how images are fitted to the input size")
@@ -81,7 +87,8 @@ def calib_config_from_args(args) -> CalibConfig:
         raise BadInputError("--calib-count must be at least 1")
     return CalibConfig.from_dict(dict(
         source=args.calib, count=args.calib_count, observer=args.observer, percentile=args.percentile,
-        seed=args.seed, holdout=getattr(args, "holdout", None), jobs=args.jobs, resize=args.resize,
+        seed=args.seed, holdout=getattr(args, "holdout", None), jobs=args.jobs, ray=getattr(args, "ray", ""),
+        resize=args.resize,
         color=args.color, pixel_range=args.pixel_range, mean=args.mean, std=args.std, layout=args.layout,
         scheme=args.scheme))
 
@@ -100,9 +107,16 @@ def open_session(args, *, calibrate: bool = True, progress=None):
     """Load the model named in ``args``, detect QDQ, calibrate when needed, apply --plan."""
     from ..app import open_model
 
-    session = open_model(args.model, args.input_shape, options_from_args(args), cut=getattr(args, "cut", None) or ())
+    opts = options_from_args(args)
+    session = open_model(args.model, args.input_shape, opts, cut=getattr(args, "cut", None) or ())
     apply_precision_args(session, args, check_only=True)  # a typo fails before the slow calibration
-    if calibrate and not session.quantized_file:
+    if getattr(args, "stats", None):
+        if session.quantized_file:
+            raise BadInputError(f"{args.model} is already quantized (QDQ); --stats is for float models")
+        from ..calib.statsfile import explicit_data_fields
+
+        session.load_statistics(args.stats, explicit=explicit_data_fields(opts.calib))
+    elif calibrate and not session.quantized_file:
         session.run_calibration(progress=progress)
     if getattr(args, "plan", None):
         from ..plan import apply_plan_file  # provided by the sharing/plan module

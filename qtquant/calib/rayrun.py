@@ -1,0 +1,173 @@
+"""``--ray auto|ADDRESS``: calibration spread over the workers of a Ray cluster.
+
+Each worker is a Ray actor holding one onnxruntime session of the augmented model
+(:class:`~qtquant.calib.engine.ChunkRunner`).  The samples are cut into chunks (a few per worker,
+so progress moves and a slow node does not hold the rest up); a worker reduces a chunk into the
+same mergeable :class:`~qtquant.calib.stats.TensorStats` a local run makes and returns them, and
+the driver merges the chunks in sample order once every chunk is in: histograms and MinMax equal a
+single-process run's bit for bit, and nothing is half-merged.
+
+A chunk's result depends only on its samples, so a worker that dies is restarted by Ray and its
+chunk run again (``max_restarts`` / ``max_task_retries``); when the retries run out the whole
+calibration fails with one line.  Cancelling kills the workers.
+
+The workers read the calibration data themselves, from the same paths: the data must be on a
+filesystem every node sees (NFS, a cluster volume).  Each worker checks first that it sees the
+same files (names, sizes, modification times) as the driver, and says which node does not.  The
+model travels as bytes through Ray's object store; qtquant itself must be installed on the nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+from ..errors import BadInputError, CalibrationDataError, Cancelled, QtQuantError
+from .parallel import split_even
+from .stats import BINS, TensorStats
+
+__all__ = ["run_ray", "connect", "CHUNKS_PER_WORKER", "RETRIES"]
+
+CHUNKS_PER_WORKER = 8
+RETRIES = 2  # restarts of a dead worker, and re-runs of the chunk it held
+_POLL_S = 0.1  # how often a cancel request is looked at while chunks run
+_SHARED_FS = "--ray needs the calibration data on a filesystem every Ray worker can read (a shared filesystem)"
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise BadInputError("--ray needs Ray on this machine and the cluster: pip install 'qtquant[ray]'") from None
+    return ray
+
+
+def connect(address: str) -> bool:
+    """Connect to Ray; True when this call started it (the caller shuts it down again).
+
+    ``auto``: the cluster this machine belongs to (``RAY_ADDRESS`` or a running ``ray start``),
+    else a local Ray instance on this machine's CPUs.  Anything else is a cluster address.
+    """
+    ray = _ray()
+    if ray.is_initialized():
+        return False
+    kw = dict(log_to_driver=False, include_dashboard=False, logging_level=logging.WARNING)
+    if address == "auto":
+        try:
+            ray.init(address="auto", **kw)
+        except (ConnectionError, RuntimeError, ValueError):
+            ray.init(**kw)  # no cluster here: a local one
+        return True
+    try:
+        ray.init(address=address, **kw)
+    except Exception as e:  # noqa: BLE001 - Ray raises several types for a bad or unreachable address
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise BadInputError(f"cannot connect to the Ray cluster at {address}: {first[:200]}") from None
+    return True
+
+
+class _Worker:
+    """A Ray actor: one session, any number of chunks."""
+
+    def __init__(self, model_bytes, base_dir, names, input_names, stride, bins, threads):
+        import onnx
+
+        from .engine import ChunkRunner
+
+        self.runner = ChunkRunner(onnx.ModelProto.FromString(model_bytes), base_dir, names, input_names,
+                                  threads=threads, stride=stride, bins=bins)
+
+    def check(self, source, digest: str) -> tuple[str, str]:
+        """(this node's name, "" or why it does not see the driver's calibration data)."""
+        from .statsfile import data_digest
+
+        host = socket.gethostname()
+        try:
+            mine = data_digest(source)
+        except (OSError, QtQuantError) as e:
+            return host, f"cannot read the calibration data ({e})"
+        return host, "" if mine == digest else (f"sees other calibration data at {source.root} "
+                                                f"(file names, sizes or times differ)")
+
+    def run(self, source, refs) -> dict[str, TensorStats]:
+        return self.runner.run(source, refs)
+
+
+def _cause(ray, e) -> QtQuantError:
+    """One-line error for what a Ray call raised."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, QtQuantError):
+        return type(cause)(str(cause))  # a data or model error from the worker, as a local run says it
+    if isinstance(e, ray.exceptions.RayActorError):
+        return QtQuantError(f"a Ray calibration worker died and was restarted {RETRIES} times without "
+                            f"finishing its samples; nothing was merged")
+    text = str(cause if cause is not None else e).strip().splitlines()
+    return QtQuantError(f"a Ray calibration worker failed: {(text[-1] if text else type(e).__name__)[:300]}")
+
+
+def run_ray(graph, names, source, refs, address: str, jobs: int = 1, *, stride: int = 1, bins: int = BINS,
+            progress=None, cancel=None) -> dict[str, TensorStats]:
+    """Statistics of ``refs`` for ``names``, computed on Ray workers (``jobs`` of them; 1 = one
+    per CPU of the cluster) and merged in sample order."""
+    from .statsfile import data_digest
+
+    ray = _ray()
+    started = connect(address)
+    actors = []
+    try:
+        workers = jobs if jobs > 1 else max(1, int(ray.cluster_resources().get("CPU", 1)))
+        workers = max(1, min(workers, len(refs)))
+        chunks = [c for c in split_even(list(refs), min(len(refs), workers * CHUNKS_PER_WORKER)) if c]
+        actor_cls = ray.remote(num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)(_Worker)
+        model_ref = ray.put(graph.model_bytes())
+        source_ref = ray.put(source)
+        base_dir = str(graph.base_dir) if graph.base_dir else ""
+        actors = [actor_cls.remote(model_ref, base_dir, list(names), list(source.specs), stride, bins, 1)
+                  for _ in range(workers)]
+        digest = data_digest(source)
+        try:
+            for host, problem in ray.get([a.check.remote(source_ref, digest) for a in actors]):
+                if problem:
+                    raise CalibrationDataError(f"Ray worker on {host}: {problem}; {_SHARED_FS}")
+        except ray.exceptions.RayError as e:
+            raise _cause(ray, e) from None
+        results: list = [None] * len(chunks)
+        todo = list(range(len(chunks)))[::-1]
+        inflight: dict = {}
+        done, total = 0, len(refs)
+
+        def submit(k: int) -> None:
+            if todo:
+                i = todo.pop()
+                inflight[actors[k].run.remote(source_ref, chunks[i])] = (i, k)
+
+        for k in range(len(actors)):  # two chunks queued per worker: no idle gap between them
+            submit(k)
+            submit(k)
+        while inflight:
+            if cancel is not None and cancel():
+                raise Cancelled("calibration cancelled")
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=_POLL_S)
+            for ref in ready:
+                i, k = inflight.pop(ref)
+                try:
+                    results[i] = ray.get(ref)
+                except ray.exceptions.RayError as e:
+                    raise _cause(ray, e) from None
+                done += len(chunks[i])
+                if progress is not None:
+                    progress(done, total)
+                submit(k)
+        merged = {n: TensorStats(bins=bins) for n in names}
+        for part in results:
+            for n in names:
+                merged[n] = merged[n].merge(part[n])
+        return merged
+    finally:
+        for a in actors:
+            try:
+                ray.kill(a)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        if started:
+            ray.shutdown()

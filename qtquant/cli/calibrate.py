@@ -1,0 +1,77 @@
+"""``qtquant calibrate``: write calibration statistics to a file, or merge such files.
+
+    qtquant calibrate MODEL [options] --stats-out STATS      calibrate (locally, --jobs N or --ray)
+    qtquant calibrate --merge A B ... --stats-out STATS      merge files computed on disjoint data
+
+The file is opened with ``--stats STATS`` by analyze, fix, perf, screenshot and the app, which
+then skip calibration: calibrate once on a cluster, look at the model on a laptop.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import BadInputError
+
+NAME = "calibrate"
+HELP = "calibrate MODEL and write the statistics file (--stats-out), or merge statistics files (--merge)"
+
+
+def add_arguments(p) -> None:
+    from .common import add_common
+
+    p.add_argument("model", metavar="MODEL", nargs="?", help="ONNX float model (not with --merge)")
+    p.add_argument("--stats-out", required=True, metavar="STATS",
+                   help="statistics file to write (an .npz archive; written atomically, never over an input)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="STATS",
+                   help="merge these statistics files (same model and settings, disjoint data) into --stats-out")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    add_common(p, model=False)
+
+
+class _Progress:
+    """A progress line on stderr, rewritten in place (at most ~20 updates)."""
+
+    def __init__(self, quiet: bool):
+        self.quiet, self.last = quiet or not sys.stderr.isatty(), -1
+
+    def __call__(self, done: int, total: int) -> None:
+        step = max(1, total // 20)
+        if self.quiet or (done != total and done // step == self.last):
+            return
+        self.last = done // step
+        sys.stderr.write(f"\rcalibrating: {done}/{total} samples")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def run(args) -> int:
+    from ..calib import statsfile
+
+    if args.merge:
+        if args.model:
+            raise BadInputError("give either MODEL or --merge, not both")
+        header = statsfile.merge_stats(args.merge, args.stats_out)
+        print(f"merged {len(args.merge)} files ({header.batches} samples, {len(header.tensors)} tensors, "
+              f"{len(header.shards)} shards) into {args.stats_out}")
+        return 0
+    if not args.model:
+        raise BadInputError("give MODEL to calibrate, or --merge STATS... to merge statistics files")
+    if args.stats:
+        raise BadInputError("--stats reads a statistics file; calibrate writes one with --stats-out")
+    from .common import open_session
+
+    session = open_session(args, calibrate=False)
+    if session.quantized_file:
+        raise BadInputError(f"{args.model} is already quantized (QDQ): there is nothing to calibrate")
+    res = session.run_calibration(progress=_Progress(args.quiet))
+    out = statsfile.write_stats(args.stats_out, session.graph, res)
+    size = out.stat().st_size
+    where = f"Ray ({res.config.ray})" if res.config.ray else f"{res.config.jobs} job(s)"
+    print(f"calibrated {res.batches} samples of {res.config.source} on {where} in {res.seconds:.1f} s; "
+          f"{len(res.stats)} tensors, {res.check_description} for the check")
+    for note in res.notes:
+        print(f"note: {note}")
+    print(f"wrote {out} ({size / 1e6:.1f} MB)")
+    return 0

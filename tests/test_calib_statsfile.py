@@ -1,0 +1,227 @@
+"""Statistics files (qtquant calibrate --stats-out / --stats / --merge) and compact statistics."""
+
+import json
+import zipfile
+
+import numpy as np
+import onnx
+import pytest
+from builders import branchy_concat_model, save
+
+from qtquant.app import open_model
+from qtquant.calib import CalibConfig, calibrate
+from qtquant.calib.observers import observe
+from qtquant.calib.stats import BINS, MINMAX_BINS, TensorStats
+from qtquant.calib.statsfile import load_stats, merge_stats, read_stats_header, write_stats
+from qtquant.cli import main
+from qtquant.errors import StatsFileError
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("statsfile")
+    return save(branchy_concat_model(shape=(1, 3, 8, 8)), d / "m.onnx")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Two disjoint .npy shards and a folder holding both."""
+    d = tmp_path_factory.mktemp("data")
+    rng = np.random.default_rng(5)
+    a = rng.normal(0, 1, (5, 3, 8, 8)).astype(np.float32)
+    b = rng.normal(0, 4, (4, 3, 8, 8)).astype(np.float32)  # wider: merging re-bins A's histograms
+    np.save(d / "a.npy", a)
+    np.save(d / "b.npy", b)
+    (d / "ab").mkdir()
+    np.save(d / "ab" / "a.npy", a)
+    np.save(d / "ab" / "b.npy", b)
+    return d
+
+
+def _graph(model):
+    return open_model(model).graph
+
+
+def _same_stats(x: dict, y: dict):
+    assert list(x) == list(y) and x
+    for n in x:
+        s, t = x[n], y[n]
+        np.testing.assert_array_equal(s.hist, t.hist)  # bit for bit
+        assert (s.min, s.max, s.count, s.exp, s.bins) == (t.min, t.max, t.count, t.exp, t.bins)
+
+
+@pytest.mark.parametrize("observer", ["minmax", "percentile"])
+def test_round_trip(model, data, tmp_path, observer):
+    g = _graph(model)
+    cfg = CalibConfig(source=str(data / "a.npy"), count=4, holdout=1, observer=observer)
+    res = calibrate(g, cfg)
+    out = write_stats(tmp_path / "s.stats", g, res)
+    assert out == tmp_path / "s.stats"  # the name given, no suffix appended
+    with zipfile.ZipFile(out) as z:
+        assert not any(b"pickle" in z.read(n) for n in z.namelist())
+    back = load_stats(out, g, cfg)
+    _same_stats(res.stats, back.stats)
+    assert back.ranges == res.ranges and back.batches == 4 and back.in_sample == res.in_sample
+    assert len(back.holdout) == 1
+    np.testing.assert_array_equal(back.holdout[0]["x"], res.holdout[0]["x"])
+    # another observer on the same statistics: the ranges the file's statistics give
+    other = load_stats(out, g, CalibConfig(observer="ma-minmax"))
+    assert other.ranges == res.recompute(observer="ma-minmax").ranges
+
+
+def test_merge_equals_calibrating_on_the_union(model, data, tmp_path):
+    g = _graph(model)
+    kw = dict(count=9, holdout=0, observer="percentile")
+    for part in ("a", "b"):
+        write_stats(tmp_path / f"{part}.stats", g, calibrate(g, CalibConfig(source=str(data / f"{part}.npy"), **kw)))
+    whole = calibrate(g, CalibConfig(source=str(data / "ab"), **kw))
+    header = merge_stats([tmp_path / "a.stats", tmp_path / "b.stats"], tmp_path / "ab.stats")
+    assert header.batches == 9 and len(header.shards) == 2
+    merged = load_stats(tmp_path / "ab.stats", g)
+    _same_stats(merged.stats, whole.stats)
+    assert merged.ranges == whole.ranges  # percentile ranges from bit-identical histograms
+    # the same shard twice is not disjoint data
+    with pytest.raises(StatsFileError, match="repeats the data"):
+        merge_stats([tmp_path / "a.stats", tmp_path / "a.stats"], tmp_path / "aa.stats")
+    assert not (tmp_path / "aa.stats").exists()
+    # another histogram layout (a MinMax calibration) does not merge with a percentile one
+    write_stats(tmp_path / "m.stats", g, calibrate(g, CalibConfig(source=str(data / "b.npy"), count=4, holdout=0)))
+    with pytest.raises(StatsFileError, match="histogram layout"):
+        merge_stats([tmp_path / "a.stats", tmp_path / "m.stats"], tmp_path / "x.stats")
+
+
+def test_minmax_merge_is_exact(model, data, tmp_path):
+    g = _graph(model)
+    kw = dict(count=9, holdout=0)  # minmax: coarse, subsampled histogram; min and max exact
+    for part in ("a", "b"):
+        write_stats(tmp_path / f"{part}.stats", g, calibrate(g, CalibConfig(source=str(data / f"{part}.npy"), **kw)))
+    merge_stats([tmp_path / "a.stats", tmp_path / "b.stats"], tmp_path / "ab.stats")
+    whole = calibrate(g, CalibConfig(source=str(data / "ab"), **kw))
+    merged = load_stats(tmp_path / "ab.stats", g)
+    _same_stats(merged.stats, whole.stats)
+    assert merged.ranges == whole.ranges
+
+
+def test_mismatches_are_one_line_errors(model, data, tmp_path):
+    g = _graph(model)
+    cfg = CalibConfig(source=str(data / "a.npy"), count=3, holdout=0)
+    path = write_stats(tmp_path / "s.stats", g, calibrate(g, cfg))
+    other = _graph(save(branchy_concat_model(gains=(1.0, 2.0, 5.0), shape=(1, 3, 8, 8)), tmp_path / "o.onnx"))
+    checks = [
+        (lambda: load_stats(path, other), "another model"),
+        (lambda: load_stats(path, g, CalibConfig(source=str(data / "b.npy"), count=3), explicit={"source"}),
+         "was calibrated with --calib"),
+        (lambda: load_stats(path, g, CalibConfig(count=5), explicit={"count"}), "--calib-count 3, not 5"),
+        (lambda: load_stats(path, g, CalibConfig(observer="kl")), "coarse histograms of a MinMax"),
+        (lambda: load_stats(tmp_path / "missing.stats", g), "not found"),
+        (lambda: load_stats(model, g), "not a qtquant statistics file"),
+    ]
+    for call, words in checks:
+        with pytest.raises(StatsFileError) as e:
+            call()
+        assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+    # data settings the user did not choose come from the file
+    assert load_stats(path, g, CalibConfig(source=str(data / "b.npy"), count=9)).batches == 3
+    # a damaged header
+    header = read_stats_header(path).model_dump(mode="json")
+    header["version"] = 99
+    blob = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    with zipfile.ZipFile(path) as z:
+        arrays = {n[:-4]: np.load(z.open(n)) for n in z.namelist() if n != "header.npy"}
+    np.savez(tmp_path / "new.npz", header=blob, **arrays)
+    with pytest.raises(StatsFileError, match="newer qtquant"):
+        load_stats(tmp_path / "new.npz", g)
+    # the statistics file never overwrites the model
+    with pytest.raises(Exception, match="overwrite the input"):
+        write_stats(model, g, calibrate(g, cfg))
+    assert onnx.load(model) is not None
+
+
+def test_cli_calibrate_then_stats(model, data, tmp_path, capsys):
+    out = tmp_path / "cli.stats"
+    rc = main(["calibrate", model, "--calib", str(data / "ab"), "--calib-count", "6", "--holdout", "2",
+               "--stats-out", str(out), "--quiet"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "calibrated 6 samples" in cap.out and out.is_file()
+    rc = main(["analyze", model, "--stats", str(out), "--json", "--no-perf"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    doc = json.loads(cap.out)
+    assert doc["calibration"]["samples"] == 6
+    rc = main(["analyze", model, "--stats", str(out), "--calib-count", "7", "--no-perf"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "--calib-count 6, not 7" in err and err.count("\n") == 1
+    a, b = tmp_path / "a.stats", tmp_path / "b.stats"
+    for part, p in (("a", a), ("b", b)):
+        assert main(["calibrate", model, "--calib", str(data / f"{part}.npy"), "--holdout", "0",
+                     "--stats-out", str(p), "--quiet"]) == 0
+    rc = main(["calibrate", "--merge", str(a), str(b), "--stats-out", str(tmp_path / "ab.stats")])
+    cap = capsys.readouterr()
+    assert rc == 0 and "9 samples" in cap.out, cap.err
+    assert main(["perf", model, "--stats", str(tmp_path / "ab.stats")]) == 0
+    rc = main(["calibrate", "--merge", str(a), "--stats-out", str(tmp_path / "x.stats")])
+    assert rc == 3 and "two or more" in capsys.readouterr().err
+
+
+# -- compact statistics --------------------------------------------------------------------------
+def _dense_reference(x, bins):
+    """The histogram built with np.histogram over the same power-of-two edges."""
+    t = 2.0 ** np.frexp(np.float64(np.abs(x).max()))[1]
+    return np.histogram(x.astype(np.float64), bins=np.linspace(-t, t, 2 * bins + 1))[0]
+
+
+@pytest.mark.parametrize("bins", [MINMAX_BINS, BINS])
+def test_compact_counts_are_the_dense_histogram(bins):
+    rng = np.random.default_rng(1)
+    parts = [rng.normal(0, s, 3000).astype(np.float32) for s in (0.1, 1.0, 30.0, 0.5)]
+    s = TensorStats(bins=bins)
+    for p in parts:
+        s.update(p)
+    x = np.concatenate(parts)
+    np.testing.assert_array_equal(s.hist, _dense_reference(x, bins))
+    assert s.counts.dtype == np.uint16 and s.nbytes <= 2 * 2 * bins  # 12,000 values: 16-bit counts
+
+
+def test_coarse_bins_are_exact_groups_of_fine_ones():
+    x = np.random.default_rng(2).gamma(2.0, 1.0, 20000).astype(np.float32)
+    fine, coarse = TensorStats(bins=BINS), TensorStats(bins=MINMAX_BINS)
+    fine.update(x)
+    coarse.update(x)
+    np.testing.assert_array_equal(coarse.hist, fine.hist.reshape(-1, BINS // MINMAX_BINS).sum(axis=1))
+    np.testing.assert_array_equal(fine.merge(TensorStats(bins=MINMAX_BINS)).hist, fine.hist)
+    both = fine.merge(coarse)  # different bins merge onto the coarser layout, exactly
+    assert both.bins == MINMAX_BINS
+    np.testing.assert_array_equal(both.hist, 2 * coarse.hist)
+
+
+@pytest.mark.parametrize("observer", ["minmax", "ma-minmax", "percentile", "mse", "kl"])
+@pytest.mark.parametrize("scheme", ["sym", "asym"])
+def test_compact_observer_agreement(observer, scheme):
+    """The observers see the same histogram as the old dense int64 one, so results are unchanged;
+    and the compact MinMax layout gives the exact MinMax ranges."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.normal(0.5, 1, 40000), rng.choice([-20.0, 15.0], 30)]).astype(np.float32)
+    s = TensorStats()
+    for p in np.array_split(x, 5):
+        s.update(p)
+    dense = _dense_reference(x, BINS)
+    got = observe(s, observer, scheme, 99.9)
+    ref = TensorStats.from_meta({**s.to_meta(), "lo": 0}, dense.astype(np.int64))  # the old int64 layout
+    assert got == observe(ref, observer, scheme, 99.9)
+    if observer == "minmax":
+        c = TensorStats(bins=MINMAX_BINS)
+        for p in np.array_split(x, 5):
+            c.update(p, stride=8)
+        assert observe(c, observer, scheme) == (float(x.min()), float(x.max()))
+
+
+def test_twenty_thousand_tensors_fit_in_100_mb():
+    """MinMax (the default) statistics of 20,000 tensors of 8x8x8 activations over 16 samples."""
+    rng = np.random.default_rng(4)
+    samples = [rng.normal(0, 1, 512).astype(np.float32) for _ in range(16)]
+    one = TensorStats(bins=MINMAX_BINS)
+    for x in samples:
+        one.update(x, stride=8)
+    assert one.nbytes <= 2 * MINMAX_BINS  # at most 512 one-byte counts (128 values in the histogram)
+    assert 20_000 * (one.nbytes + 1000) < 100e6  # + a generous per-object allowance
