@@ -59,6 +59,6 @@ def run(args) -> int:
                           plan=args.plan, timeout=args.timeout, cut=args.cut or (), collapse=args.collapse,
                           expand=args.expand,
                           int16=args.int16, keep_float=args.keep_float, accuracy_top=args.accuracy_top,
-                          dock=args.dock, error_local=args.error_local)
+                          dock=args.dock, error_local=args.error_local, stats=args.stats)
     print(f"wrote {out}")
     return 0

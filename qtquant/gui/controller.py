@@ -124,9 +124,11 @@ class Controller(QObject):
         collector.model_closing()
         return self.generation
 
-    def open_model(self, path, input_shapes=None, calib: CalibConfig | None = None, cut=()) -> Job:
+    def open_model(self, path, input_shapes=None, calib: CalibConfig | None = None, cut=(), stats=None) -> Job:
         """Load in the background; the current model stays until the new one is ready.
-        ``cut``: tensor names the graph is cut at (the open dialog's "Cut at")."""
+        ``cut``: tensor names the graph is cut at (the open dialog's "Cut at").  ``stats``: a
+        statistics file (``qtquant calibrate --stats-out``) used instead of calibrating; one for
+        another model or other input shapes fails the load with its one-line message."""
         from ..app import open_model
 
         gen = self._new_generation()
@@ -138,6 +140,8 @@ class Controller(QObject):
 
         def work(progress, cancelled):
             s = open_model(p, shapes, opts, cut=cut)
+            if stats and not s.quantized_file:
+                s.load_statistics(stats)
             # Serialized here, while nothing is drawn yet: later the calibration and fidelity
             # children need the bytes, and encoding holds the GIL, freezing a big graph's window.
             s.graph.prepare_model_bytes()

@@ -231,6 +231,12 @@ class OpenDialog(QDialog):
         cf.addRow("Samples:", self.count)
         cf.addRow("Hold-out:", hrow)
         cf.addRow("Observer:", self.observer)
+        # A statistics file (qtquant calibrate --stats-out, e.g. from a cluster) replaces calibrating.
+        self.stats_path = QLineEdit(rem.get("stats") if isinstance(rem.get("stats"), str) else "")
+        self.stats_path.setPlaceholderText("none: calibrate here (or a file from qtquant calibrate --stats-out)")
+        self.stats_path.setToolTip("Use calibration statistics computed elsewhere (qtquant calibrate --stats-out)\n"
+                                   "instead of calibrating; the data settings above then come from the file.")
+        cf.addRow("Statistics file:", path_row(self.stats_path, self._browse_stats))
         lay.addWidget(cbox)
 
         pbox = QGroupBox("Image preprocessing")
@@ -281,6 +287,12 @@ class OpenDialog(QDialog):
         if p:
             self.source_path.setText(p)
 
+    def _browse_stats(self) -> None:
+        p, _ = QFileDialog.getOpenFileName(self, "Statistics file", str(self.path.parent),
+                                           "qtquant statistics (*.npz *.stats);;All files (*)")
+        if p:
+            self.stats_path.setText(p)
+
     def values(self) -> dict:
         """{"shapes": {name: "1x3x640x640"}, "calib": {...}}; raises BadInputError on bad input."""
         shapes = {}
@@ -300,7 +312,10 @@ class OpenDialog(QDialog):
                  "color": self.color.currentText(), "pixel_range": self.pixel_range.currentText(),
                  "mean": self.mean.text().strip(), "std": self.std.text().strip(),
                  "layout": self.layout_combo.currentText()}
-        return {"shapes": shapes, "calib": calib, "cut": ",".join(parse_cut(self.cut_edit.text()))}
+        stats = self.stats_path.text().strip()
+        if stats and not Path(stats).is_file():
+            raise BadInputError(f"statistics file not found: {stats}")
+        return {"shapes": shapes, "calib": calib, "cut": ",".join(parse_cut(self.cut_edit.text())), "stats": stats}
 
     def _accept(self) -> None:
         try:

@@ -206,9 +206,9 @@ class MainWindow(QMainWindow):
         return self.messages.errors
 
     # -- opening --------------------------------------------------------------------------------
-    def open_model(self, path, input_shapes=None, calib=None, cut=()):
+    def open_model(self, path, input_shapes=None, calib=None, cut=(), stats=None):
         """Open ``path`` with explicit shapes/calibration (no dialog).  Returns the load job."""
-        return self.opener.open_model(path, input_shapes, calib, cut)
+        return self.opener.open_model(path, input_shapes, calib, cut, stats=stats)
 
     def request_open(self, path, ask: bool | None = None) -> bool:
         return self.opener.request_open(path, ask)

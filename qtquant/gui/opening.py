@@ -26,9 +26,9 @@ class ModelOpener(QObject):
         projects.saved.connect(self.add_recent)
         self._rebuild_recent()
 
-    def open_model(self, path, input_shapes=None, calib=None, cut=()):
+    def open_model(self, path, input_shapes=None, calib=None, cut=(), stats=None):
         """Open ``path`` with explicit shapes/calibration (no dialog).  Returns the load job."""
-        return self.controller.open_model(path, input_shapes, calib, cut)
+        return self.controller.open_model(path, input_shapes, calib, cut, stats=stats)
 
     def request_open(self, path, ask: bool | None = None) -> bool:
         """Open with remembered settings; ask first when ``ask`` or when shapes are unresolved."""
@@ -48,7 +48,8 @@ class ModelOpener(QObject):
             values = dlg.values()
             self.model_settings.save(path, values)
         shapes = {k: tuple(int(x) for x in v.lower().split("x")) for k, v in values.get("shapes", {}).items()}
-        self.open_model(path, shapes, calib_config(values.get("calib", {})), values.get("cut") or ())
+        self.open_model(path, shapes, calib_config(values.get("calib", {})), values.get("cut") or (),
+                        stats=values.get("stats") or None)
         return True
 
     def open_project(self, path, ask: bool = True):

@@ -93,10 +93,11 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
                     select: str | None = None, size=(1600, 1000), canvas_only: bool = False,
                     plan: str | None = None, timeout: float = 180.0, cut=(), collapse: bool = False,
                     expand=(), int16=(), keep_float=(), accuracy_top: int | None = None,
-                    dock: str | None = None, error_local: bool = False) -> Path:
+                    dock: str | None = None, error_local: bool = False, stats=None) -> Path:
     """``int16`` / ``keep_float``: node or tensor names set to that precision (after ``plan``).
     ``accuracy_top``: run the accuracy check first (measuring that many candidates; the Error
-    overlay runs it with 8 when not given); ``dock``: raise that dock's tab (e.g. "sensitivity")."""
+    overlay runs it with 8 when not given); ``dock``: raise that dock's tab (e.g. "sensitivity").
+    ``stats``: a statistics file used instead of calibrating."""
     from .app import make_app
     from .mainwindow import MainWindow
 
@@ -115,7 +116,7 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             win.statusBar().hide()
         win.resize(*size)
         win.show()
-        win.open_model(model, input_shapes, options.calib if options is not None else None, cut)
+        win.open_model(model, input_shapes, options.calib if options is not None else None, cut, stats=stats)
         wait_settled(win, timeout, need_perf=False)
         if plan:
             try:

@@ -1,0 +1,117 @@
+"""A 20,000-node model: how big its calibration statistics are, and (scalespeed) how long analysis takes.
+
+usage: python benchmarks/big_model.py [--nodes 20000] [--samples 4] [--observers minmax,percentile]
+                                      [--skip-stats] [--skip-analyze]
+
+The model is benchmarks/synthetic.py's ``block_cnn``: 9-node blocks (Conv, Relu, Split, Sigmoid,
+Tanh, Concat, Conv, Add, Mul) with 8x8x8 activations, built here (nothing from /work/shared).
+Each part prints its figure next to its reference from the same run:
+
+* statistics (scalestats): ``qtquant calibrate`` on synthetic data, written with ``--stats-out``;
+  the file's size on disk and the loaded statistics' size in memory (tracemalloc: every allocation
+  of reading them back, check samples included), against the layout before compact statistics:
+  dense int64 histograms of ``2 * 2048`` bins per tensor (``tensors * 4096 * 8`` bytes, computed
+  from the tensor count: writing 650 MB to measure it was not worth the disk).  The target is at
+  most 100 MB for 20,000 tensors.
+* analyze against the onnxruntime floor (scalespeed): see :func:`analyze_vs_floor`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synthetic import block_cnn  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_MB = 100.0
+OLD_BINS = 2 * 2048  # the dense layout's bins per tensor
+OLD_BYTES_PER_BIN = 8  # int64
+
+
+def build(folder: Path, nodes: int) -> Path:
+    path = folder / f"block_cnn_{nodes}.onnx"
+    onnx.save(block_cnn(nodes, channels=8, size=8), str(path))
+    return path
+
+
+def _qtquant(*args) -> tuple[float, str]:
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "qtquant", *args], capture_output=True, text=True, cwd=ROOT)
+    if p.returncode:
+        raise SystemExit(f"qtquant {' '.join(args)} failed: {p.stderr.strip()}")
+    return time.perf_counter() - t, p.stdout
+
+
+def stats_size(model: Path, folder: Path, samples: int, observer: str) -> None:
+    """Statistics size on disk and in memory, for one observer."""
+    from qtquant.app import open_model
+    from qtquant.calib import CalibConfig
+    from qtquant.calib.statsfile import load_stats
+
+    out = folder / f"stats_{observer}.npz"
+    secs, _ = _qtquant("calibrate", str(model), "--calib", "synthetic", "--calib-count", str(samples),
+                       "--observer", observer, "--stats-out", str(out), "--quiet")
+    graph = open_model(model).graph
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    res = load_stats(out, graph, CalibConfig(observer=observer))
+    in_memory = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    tensors = len(res.stats)
+    hist = sum(s.nbytes for s in res.stats.values())
+    check = sum(a.nbytes for feed in res.holdout for a in feed.values())
+    old = tensors * OLD_BINS * OLD_BYTES_PER_BIN
+    disk = out.stat().st_size
+    print(f"statistics, --observer {observer}, {samples} synthetic samples, {tensors} tensors "
+          f"(calibrate took {secs:.1f} s):")
+    print(f"  on disk:   {disk / 1e6:8.1f} MB   (target <= {TARGET_MB:.0f} MB; dense int64 layout: "
+          f"{old / 1e6:.1f} MB)")
+    print(f"  in memory: {in_memory / 1e6:8.1f} MB   (target <= {TARGET_MB:.0f} MB; dense int64 layout: "
+          f"{old / 1e6:.1f} MB of histograms alone)")
+    print(f"    of which histogram counts {hist / 1e6:.1f} MB, check samples {check / 1e6:.2f} MB")
+    if tensors != 20_000:  # the target is stated for 20,000 tensors: scale the per-tensor figures
+        k = 20_000 / tensors
+        print(f"  per tensor, scaled to 20,000 tensors (computed, not measured): disk {disk * k / 1e6:.1f} MB, "
+              f"memory {in_memory * k / 1e6:.1f} MB")
+    del res
+
+
+def analyze_vs_floor(model: Path, samples: int) -> None:
+    """``qtquant analyze`` on the model against creating a plain onnxruntime session and running the
+    samples (the target is at most 3x).  Left to the speed half of issue 21 (scalespeed)."""
+    print("analyze vs onnxruntime floor: not measured here yet (scalespeed)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=20_000)
+    ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--observers", default="minmax", help="comma-separated, e.g. minmax,percentile")
+    ap.add_argument("--skip-stats", action="store_true")
+    ap.add_argument("--skip-analyze", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="qtquant-big-") as d:
+        folder = Path(d)
+        t = time.perf_counter()
+        model = build(folder, args.nodes)
+        print(f"model: {args.nodes} nodes requested, built in {time.perf_counter() - t:.1f} s ({model.name})")
+        if not args.skip_stats:
+            for obs in args.observers.split(","):
+                stats_size(model, folder, args.samples, obs.strip())
+        if not args.skip_analyze:
+            analyze_vs_floor(model, args.samples)
+
+
+if __name__ == "__main__":
+    main()
