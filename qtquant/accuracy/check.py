@@ -93,16 +93,27 @@ class Bench:
                                         self.feeds, self.cancel, "basic")
         return self._float_out
 
-    def build(self, dm=None, extra_float=frozenset()):
+    @property
+    def precision(self):
+        """The session's precision map (tensor -> int16 / float; int8 elsewhere)."""
+        from ..precision import PrecisionMap
+
+        return PrecisionMap(getattr(self.session.options, "precision", None) or {})
+
+    def build(self, dm=None, keep_float=()):
+        """The QDQ model the export writes for ``dm``, with ``keep_float`` tensors set to float on top
+        of the session's precision (as ``--keep-float``: no Q/DQ, the producing node's weights float)."""
         from ..export.qdq import build_qdq_model
+        from ..vocab import Precision
 
-        return build_qdq_model(self.session, dm, float_tensors=frozenset(self.export_float) | frozenset(extra_float))
+        prec = self.precision.with_(keep_float, Precision.FLOAT) if keep_float else self.precision
+        return build_qdq_model(self.session, dm, float_tensors=frozenset(self.export_float), precision=prec)
 
-    def measure(self, dm=None, extra_float=frozenset()) -> Variant:
-        """The exported model for ``dm`` (default: the session's domains) with ``extra_float``
-        activations left in float, measured at onnxruntime's default options."""
+    def measure(self, dm=None, keep_float=()) -> Variant:
+        """The exported model for ``dm`` (default: the session's domains) with ``keep_float``
+        tensors in float, measured at onnxruntime's default options."""
         dm = self.session.domains if dm is None else dm
-        model = self.build(dm, extra_float).model
+        model = self.build(dm, keep_float).model
         res = run_feeds(model, self.graph.base_dir, self.outs, self.feeds, self.cancel, "default")
         self.runs += 1
         figs = output_figures(self.ranges, dm, self.slices, self.float_out(), res, self.outs)

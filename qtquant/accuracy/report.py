@@ -11,10 +11,10 @@ from .check import Bench, Variant
 from .sensitivity import DEFAULT_TOP, ESTIMATE_TEXT, Sensitivity, rank, units_of
 from .tensors import TensorError, tensor_errors
 
-__all__ = ["AccuracyReport", "analyze_accuracy", "LATENCY_PENDING"]
+__all__ = ["AccuracyReport", "analyze_accuracy", "LATENCY_TEXT"]
 
-LATENCY_PENDING = ("latency price: not priced (the simulator's int16/float pricing, qtquant/perf/precision.py, "
-                   "has not landed); latency_delta_us is null")
+LATENCY_TEXT = ("latency µs: the simulator's price of the node kept in float (it runs on the CPU; "
+                "qtquant/perf/precision.py, docs/mixed-precision.md), an estimate for {march}")
 
 
 @dataclass
@@ -78,7 +78,7 @@ class AccuracyReport:
         lines.append(text_table([(s.node, s.precision.value, f"{s.gain_db:+.2f}" if math.isfinite(s.gain_db) else "n/a",
                                   "estimate" if s.estimate else "measured",
                                   "" if s.estimate else f"{s.worst_label} {_f(s.worst_db)}",
-                                  "pending" if s.latency_delta_us is None else f"{s.latency_delta_us:+.1f}")
+                                  "n/a" if s.latency_delta_us is None else f"{s.latency_delta_us:+.1f}")
                                  for s in shown],
                                 ("node", "precision", "gain dB", "how", "worst slice after", "latency µs"),
                                 "llrlll", rule=True, max_width=48))
@@ -98,7 +98,7 @@ def _f(x) -> str:
 
 
 def analyze_accuracy(session, *, top: int = DEFAULT_TOP, output_mode: OutputMode = OutputMode.AUTO,
-                     cancel=None, progress=None) -> AccuracyReport:
+                     cancel=None, progress=None, march_file=None) -> AccuracyReport:
     """Per-output and per-tensor error and the sensitivity ranking of the session's export.
 
     ``progress(stage, done, total)`` is told about the per-tensor chunks and the measured units.
@@ -112,8 +112,8 @@ def analyze_accuracy(session, *, top: int = DEFAULT_TOP, output_mode: OutputMode
     base = bench.measure(dm)
     errors = tensor_errors(bench, dm, progress=tell("tensors"))
     units = units_of(bench.graph, dm, errors, bench.export_float)
-    sens = rank(bench, units, base, top=top, dm=dm, progress=progress)
-    notes = [LATENCY_PENDING]
+    sens = rank(bench, units, base, top=top, dm=dm, progress=progress, march_file=march_file)
+    notes = [LATENCY_TEXT.format(march=march_file or session.options.march)]
     if bench.export_float:
         notes.append(f"{len(bench.export_float)} tensor(s) the default export keeps in float "
                      "(an output Concat that cannot share one scale) stay float in every variant")

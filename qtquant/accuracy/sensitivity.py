@@ -1,19 +1,22 @@
 """Sensitivity ranking: what keeping one node in higher precision buys on the worst output slice.
 
-The unit is a scale chain: an observed activation and the pass-through views that carry its
-scale (a Conv's output and the Reshape after it), named by the node that produces it.  Keeping
-the unit in float leaves every tensor of the chain without Q/DQ; the node's weights stay int8
-(docs/accuracy.md).  Its gain is the worst output slice's SQNR with the unit in float minus the
-worst slice's SQNR as exported now, both measured in onnxruntime at default options.
+The unit is a node producing an observed activation, and keeping it in higher precision is exactly
+``--keep-float NODE`` (:mod:`qtquant.precision`): its quantized output(s) get no Q/DQ and the node,
+with its fused chain, keeps float weights and runs on the CPU (docs/accuracy.md).  Its gain is the
+worst output slice's SQNR with the unit in float minus the worst slice's SQNR as exported now,
+both measured in onnxruntime at default options; its latency price comes from the simulator
+(:func:`qtquant.perf.precision.latency_delta_us`).
 
 A real export per unit costs a model build and an onnxruntime session each (yolov8n: 96 units,
 some 1.5 s each on 2 cores), so the ranking is two passes:
 
 1. **Estimate**, every unit, in one onnxruntime session: the exported model is rewritten once so
-   that each Q/DQ pair reads ``x + g·(DQ(Q(x)) − x)`` with a gate ``g`` per unit fed as an input
-   (:func:`gated_model`); a unit in float is its gate at 0.  That is Q/DQ evaluated in float (the
+   that each Q/DQ pair reads ``Where(g, DQ(Q(x)), x)`` with a boolean gate ``g`` per unit fed as
+   an input (:func:`gated_model`); a unit in float is its gate closed.  That is Q/DQ evaluated in float (the
    fake-quant reference, onnxruntime's basic optimisations), one run over at most
-   :data:`ESTIMATE_SAMPLES` check samples per unit, and no export or session build per unit.
+   :data:`ESTIMATE_SAMPLES` check samples per unit, and no export or session build per unit.  The
+   gates are on activations only: the node's weights stay int8 in the estimate (the measured pass
+   has them float, as the export does).
 2. **Measure** the ``top`` best estimates for real: one QDQ export each, run like the check at
    default options (the int8 kernels that ship).  Their ``gain_db`` is measured (``estimate``
    false); the others keep the estimate.
@@ -63,21 +66,24 @@ class Sensitivity:
 
 
 def units_of(graph, dm, errors, export_float) -> list[Unit]:
-    """One unit per observed, quantized activation chain (model inputs excluded: no node owns them)."""
+    """One unit per node producing an observed int8 activation (model inputs excluded: no node owns
+    them): the tensors ``--keep-float NODE`` sets to float (:func:`qtquant.precision.resolve_name`)."""
+    from ..errors import BadInputError
+    from ..precision import resolve_name
+
     quantized = {e.tensor for e in errors if e.precision is Precision.INT8}
     units, seen = [], set()
     for t in graph.quantized_tensors:
-        if t not in quantized or t in seen or not graph.observed(t):
-            continue
         p = graph.producer(t)
-        if p is None:
+        if t not in quantized or p is None or p.name in seen or not graph.observed(t):
             continue
-        chain = [m for m in graph.quantized_tensors
-                 if m in dm.natural_of.get(t, frozenset((t,))) and m in quantized and m not in export_float]
-        if t not in chain:
-            chain.insert(0, t)
-        seen.update(chain)
-        units.append(Unit(p.name, tuple(chain)))
+        seen.add(p.name)
+        try:
+            ts = [x for x in resolve_name(graph, p.name) if x in quantized and x not in export_float]
+        except BadInputError:
+            continue
+        if ts:
+            units.append(Unit(p.name, tuple(ts)))
     return units
 
 
@@ -152,7 +158,22 @@ def _gain(after: float, before: float) -> float:
     return after - before if math.isfinite(after) and math.isfinite(before) else math.nan
 
 
-def rank(bench, units, base, *, top: int = DEFAULT_TOP, dm=None, progress=None) -> list[Sensitivity]:
+def _pricer(session, march_file):
+    """``tensors -> µs``: the simulator's latency change when they go to float (the node runs on the
+    CPU, :mod:`qtquant.perf.precision`); None when the march cannot be simulated."""
+    from ..errors import QtQuantError
+    from ..perf.precision import latency_delta_us
+
+    def price(tensors):
+        try:
+            return latency_delta_us(session, list(tensors), Precision.FLOAT, march_file)
+        except QtQuantError:
+            return None
+    return price
+
+
+def rank(bench, units, base, *, top: int = DEFAULT_TOP, dm=None, progress=None,
+         march_file=None) -> list[Sensitivity]:
     """Estimate every unit, measure the ``top`` best estimates, sort by gain (highest first).
 
     ``base`` is the measured :class:`~qtquant.accuracy.check.Variant` of the model as exported now.
@@ -163,9 +184,12 @@ def rank(bench, units, base, *, top: int = DEFAULT_TOP, dm=None, progress=None) 
     for u in units:
         db, label = est[u.node]
         rows[u.node] = Sensitivity(u.node, Precision.FLOAT, _gain(db, start), True, u.tensors, db, label)
+    price = _pricer(bench.session, march_file)
+    for u in units:
+        rows[u.node].latency_delta_us = price(u.tensors)
     order = sorted(units, key=lambda u: (-_key(rows[u.node].gain_db), u.node))[:max(0, top)]
     for k, u in enumerate(order):
-        v = bench.measure(dm, extra_float=frozenset(u.tensors))
+        v = bench.measure(dm, keep_float=u.tensors)
         r = rows[u.node]
         r.estimate, r.worst_db, r.worst_label = False, v.worst_db, v.worst_label
         r.gain_db = _gain(v.worst_db, base.worst_db)

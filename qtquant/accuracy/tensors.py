@@ -7,7 +7,8 @@
   exactly what stops the default options from fusing around it; the model outputs' figures
   (:mod:`qtquant.accuracy.check`) are the shipped, fused ones.
 - **Local SQNR** of ``t``: ``t`` alone quantized, the rest float: the float model's ``t`` against
-  QuantizeLinear+DequantizeLinear of that same float ``t`` at its domain's scale.  Its producer's
+  QuantizeLinear+DequantizeLinear of that same float ``t`` at its domain's scale (int16 over the
+  same range for a tensor set to int16).  Its producer's
   weights stay float here: local SQNR is that tensor's own rounding and clipping alone (weight
   rounding shows in the cumulative figure of the node's output).
 
@@ -100,6 +101,18 @@ def dequantized_names(model: onnx.ModelProto) -> dict[str, str]:
     return found
 
 
+def _qparams(dm, t, precision):
+    """What the export quantizes ``t`` with: its domain's int8 parameters, or the int16 ones over
+    the same range."""
+    qp = dm.qparams_of(t)
+    if precision is Precision.INT16:
+        from ..precision import int16_qparams
+
+        d = dm.domain_of(t)
+        return int16_qparams(d.lo, d.hi, dm.scheme)
+    return qp
+
+
 def _bytes(graph, t) -> int | None:
     shape = graph.tensors[t].shape
     if not shape or any(not isinstance(d, int) or d <= 0 for d in shape):
@@ -129,8 +142,10 @@ def tensor_errors(bench, dm=None, *, chunk_bytes: int = CHUNK_BYTES, progress=No
     dq = dequantized_names(build.model)
     names = [t for t in graph.quantized_tensors if t in dm.of and graph.tensors[t].kind != "weight"
              and graph.tensors[t].elem_type == onnx.TensorProto.FLOAT and dm.qparams_of(t) is not None]
+    prec = bench.precision
     cum = {t: _Sums() for t in names}
     loc = {t: _Sums() for t in names if t in dq}
+    qp_of = {t: _qparams(dm, t, prec.of(t)) for t in loc}
     chunks = list(_chunks(graph, names, chunk_bytes))
     for k, chunk in enumerate(chunks):
         qnames = [dq.get(t, t) for t in chunk]
@@ -147,7 +162,7 @@ def tensor_errors(bench, dm=None, *, chunk_bytes: int = CHUNK_BYTES, progress=No
             for t, f, q in zip(chunk, fo, qo):
                 cum[t].add(f, q)
                 if t in loc:
-                    loc[t].add(f, fake_quant(f, dm.qparams_of(t)))
+                    loc[t].add(f, fake_quant(f, qp_of[t]))
             del fo, qo
         if progress is not None:
             progress(k + 1, len(chunks))
@@ -156,7 +171,7 @@ def tensor_errors(bench, dm=None, *, chunk_bytes: int = CHUNK_BYTES, progress=No
         p = graph.producer(t)
         lo = loc.get(t)
         out.append(TensorError(t, p.name if p is not None else None,
-                               Precision.INT8 if lo is not None else Precision.FLOAT, cum[t].sqnr,
+                               prec.of(t) if lo is not None else Precision.FLOAT, cum[t].sqnr,
                                lo.sqnr if lo is not None else None,
                                lo.nsr if lo is not None else 0.0, cum[t].nsr))
     return out

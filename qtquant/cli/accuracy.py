@@ -31,7 +31,8 @@ def run(args) -> int:
     if args.top < 0:
         raise BadInputError("--top must be 0 or more")
     session = open_session(args)
-    rep = analyze_accuracy(session, top=args.top, output_mode=output_mode_from_args(args))
+    rep = analyze_accuracy(session, top=args.top, output_mode=output_mode_from_args(args),
+                           march_file=getattr(args, "march_file", None))
     if args.json:
         json.dump(rep.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

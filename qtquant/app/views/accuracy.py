@@ -88,7 +88,7 @@ def sensitivity_rows(report) -> list[SensitivityRow]:
         after = "" if s.estimate else f"{s.worst_label} {_num_text(s.worst_db)}"
         lat = s.latency_delta_us
         cells = (s.node, s.precision.value, _num_text(s.gain_db, True), "estimate" if s.estimate else "measured",
-                 after, "pending" if lat is None else f"{lat:+.1f}")
+                 after, "n/a" if lat is None else f"{lat:+.1f}")
         keys = (s.node, s.precision.value, gain, 0 if s.estimate else 1,
                 s.worst_db if _finite(s.worst_db) else -math.inf, lat if lat is not None else math.inf)
         rows.append(SensitivityRow(s.node, cells, keys, not s.estimate))
