@@ -143,6 +143,7 @@ class SensitivityDock(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
         self.table.setSortingEnabled(True)
         self.table.setWordWrap(False)
+        self.table.setMinimumHeight(150)  # a handful of rows even when the bottom area is shared
         self.table.cellClicked.connect(self._clicked)
         body = QHBoxLayout()
         body.addWidget(self.table, 3)

@@ -17,14 +17,16 @@ def spiky(tmp_path):
 
 
 def _click_cell(qtbot, table, row, col):
+    table.scrollToItem(table.item(row, col))
     rect = table.visualItemRect(table.item(row, col))
+    assert table.viewport().rect().contains(rect.center())
     qtbot.mouseClick(table.viewport(), Qt.LeftButton, pos=rect.center())
 
 
 def _measured(qtbot, win):
     dock = win.sensitivity
     qtbot.mouseClick(dock.measure, Qt.LeftButton)
-    qtbot.waitUntil(lambda: win.relay.accuracy() is not None, timeout=60000)
+    qtbot.waitUntil(lambda: win.relay.accuracy() is not None, timeout=180000)
     return dock
 
 
@@ -99,7 +101,7 @@ def test_auto_share_by_accuracy_is_one_undo_step(qtbot, make_win, tmp_path):
     dock.budget.setValue(1000.0)  # every share that saves latency
     before = win.stack.undo_text
     qtbot.mouseClick(dock.share, Qt.LeftButton)
-    qtbot.waitUntil(lambda: win.accuracy_jobs.last_share is not None, timeout=60000)
+    qtbot.waitUntil(lambda: win.accuracy_jobs.last_share is not None, timeout=180000)
     rep = win.accuracy_jobs.last_share
     assert rep.accepted and win.session.groups.as_lists() and win.stack.undo_text != before
     assert "accuracy" in win.stack.undo_text
