@@ -236,7 +236,8 @@ def _run(model, base_dir, names, feeds, cancel, level="basic"):
 
 
 def _qdq_outputs(session, dm, cache, outs, feeds, cancel, float_tensors, level="default"):
-    key = (id(dm), float_tensors, level)
+    # The precision is part of the program that ships: the same domains at other precisions are another run.
+    key = (id(dm), float_tensors, level, getattr(getattr(session, "options", None), "precision", None))
     hit = cache.runs.get(key)
     if hit is not None and hit[0] is dm:
         return hit[1]

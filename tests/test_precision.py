@@ -170,3 +170,17 @@ def test_cli_unknown_name_exits_3_with_one_line(det_path, tmp_path, capsys, cmd)
     extra = ["-o", str(tmp_path / "o.onnx")] if cmd == "fix" else []
     rc, _, err = _cli(capsys, cmd, det_path, *extra, "--int16", "no_such_node")
     assert rc == 3 and err.strip().count("\n") == 0 and "no_such_node" in err
+
+
+def test_fidelity_measures_the_precision_that_ships(session):
+    """The check runs the exported program: every activation in float leaves only nothing to lose,
+    and the options (with their precision) survive the trip to the fidelity child process."""
+    import pickle
+
+    from qtquant.fidelity import measure_session
+
+    int8 = measure_session(session).after["feat"].headline.sqnr_db
+    session.set_precision(session.graph.quantized_tensors, "float")
+    assert pickle.loads(pickle.dumps(session.snapshot().options)) == session.options
+    flt = measure_session(session).after["feat"].headline.sqnr_db
+    assert flt > int8 + 40  # float weights and activations: the float model, bar rounding
