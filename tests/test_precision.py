@@ -184,3 +184,18 @@ def test_fidelity_measures_the_precision_that_ships(session):
     assert pickle.loads(pickle.dumps(session.snapshot().options)) == session.options
     flt = measure_session(session).after["feat"].headline.sqnr_db
     assert flt > int8 + 40  # float weights and activations: the float model, bar rounding
+
+
+def test_int16_asymmetric_is_uint16_and_runs(det_path, tmp_path):
+    from qtquant.app import Options, open_model
+
+    s = open_model(det_path, options=Options(scheme="asym"))
+    s.run_calibration()
+    s.set_precision(["h"], "int16")
+    res = export_qdq(s, tmp_path / "u16.onnx")
+    m = onnx.load(str(res.path))
+    onnx.checker.check_model(m, full_check=True)
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    q = {n.input[0]: n for n in m.graph.node if n.op_type == "QuantizeLinear"}
+    assert inits[q["h"].input[2]].dtype == np.uint16 and inits[q["c0_out"].input[2]].dtype == np.uint8
+    assert all(np.isfinite(g).all() for g in _ort(res.path).run(None, _feed()))

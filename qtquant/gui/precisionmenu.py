@@ -61,4 +61,18 @@ def add_precision_entries(menu, session, names, editor) -> list:
         acts.append(a)
     if len(names) == 1 and names[0] in g.nodes:
         acts[0].setToolTip(f"now {node_precision(g, session.options.precision, g.nodes[names[0]]).label}")
+    # A shared scale domain is one unit on the target: offer it whole when it is more than this node.
+    if len(tensors) == 1 and session.ready:
+        dm = session.domains
+        did = dm.of.get(tensors[0])
+        members = [t for t in dm.domains[did].members if g.is_quantized(t)] if did is not None else []
+        if len(members) > 1:
+            sub = menu.addMenu(f"Whole scale domain ({len(members)} tensors)")
+            for p in (Precision.FLOAT, Precision.INT16, Precision.INT8):
+                a = sub.addAction(ENTRY_TEXT[p])
+                a.triggered.connect(lambda _=False, p=p: editor.push(
+                    SetPrecisionCommand.for_domain(session, tensors[0], p,
+                                                   f"Scale domain of {tensors[0]}: {p.value}"),
+                    refused="Precision not changed"))
+                acts.append(a)
     return acts

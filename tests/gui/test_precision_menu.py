@@ -75,3 +75,21 @@ def test_selection_is_set_at_once(qtbot, make_win, tmp_path):
     assert win.stack.undo_text == "2 nodes: int16"
     win.stack.undo()
     assert win.session.precision == {}
+
+
+def test_whole_scale_domain_from_the_submenu(qtbot, make_win, tmp_path):
+    win = make_win()
+    open_settled(qtbot, win, edit_model(tmp_path / "edit.onnx"))
+    from qtquant.app.commands import ShareCommand
+
+    win.stack.push(ShareCommand(("br_a_out", "br_b_out", "br_c_out", "cat1_out")))
+    acts = right_click(win, "br_a")
+    sub = next(a.menu() for a in win.edits.context_menu.actions() if a.text().startswith("Whole scale domain"))
+    assert sub is not None and "(4 tensors)" in next(a.text() for a in win.edits.context_menu.actions()
+                                                     if a.menu() is sub)
+    {a.text(): a for a in sub.actions()}["int16"].trigger()
+    win.edits.context_menu.close()
+    assert win.session.precision == {t: "int16" for t in ("br_a_out", "br_b_out", "br_c_out", "cat1_out")}
+    win.stack.undo()
+    assert win.session.precision == {}
+    assert acts  # the single-node entries were there too
