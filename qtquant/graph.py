@@ -464,9 +464,11 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
 
 
 def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | None = None,
-                     sha256: str = "", ort_fallback: bool = True, cut=()) -> Graph:
-    """``cut``: tensor names the graph is cut at (:func:`cut_model`); ``sha256`` stays the file's."""
-    check_text(model)
+                     sha256: str = "", ort_fallback: bool = True, cut=(), text_checked: bool = False) -> Graph:
+    """``cut``: tensor names the graph is cut at (:func:`cut_model`); ``sha256`` stays the file's.
+    ``text_checked``: the caller ran :func:`check_text` on ``model`` already (a 20,000-node model: ~0.4 s)."""
+    if not text_checked:
+        check_text(model)
     cut = parse_cut(cut)
     if not model.graph.output:
         raise ModelError("the model declares no outputs; nothing it computes can be checked or run")

@@ -26,7 +26,7 @@ def open_model(path, input_shapes=None, options: Options = Options(), *, cut=())
             raise
         except Exception as e:
             raise ModelError(f"cannot read the QDQ quantization of {p.name}: {e}") from None
-    graph = graph_from_model(model, input_shapes or {}, path=p, sha256=sha, cut=cut)
+    graph = graph_from_model(model, input_shapes or {}, path=p, sha256=sha, cut=cut, text_checked=True)
     if qdq is not None:
         attach_qdq(graph, qdq)
     return Session(graph, options, qdq=qdq)

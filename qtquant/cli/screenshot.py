@@ -30,6 +30,9 @@ def add_arguments(p) -> None:
                         "runs it with 8)")
     p.add_argument("--error-local", action="store_true", help="error overlay: colour by local SQNR")
     p.add_argument("--dock", default=None, metavar="NAME", help="raise this dock's tab (e.g. sensitivity)")
+    p.add_argument("--wait-fidelity", action="store_true", default=None,
+                   help="wait for the fidelity check (output SQNR) on big graphs too (from 2,000 nodes the "
+                        "picture is taken once calibrated and simulated, as the window is usable then)")
     p.add_argument("--timeout", type=float, default=180.0, metavar="S", help="give up after S seconds")
 
 
@@ -57,7 +60,7 @@ def run(args) -> int:
     out = take_screenshot(args.model, args.output, input_shapes=args.input_shape, options=options,
                           overlay=args.overlay, select=args.select, size=size, canvas_only=args.canvas_only,
                           plan=args.plan, timeout=args.timeout, cut=args.cut or (), collapse=args.collapse,
-                          expand=args.expand,
+                          expand=args.expand, wait_fidelity=args.wait_fidelity,
                           int16=args.int16, keep_float=args.keep_float, accuracy_top=args.accuracy_top,
                           dock=args.dock, error_local=args.error_local, stats=args.stats)
     print(f"wrote {out}")

@@ -303,6 +303,12 @@ class Controller(QObject):
         return (self.jobs.busy or self._perf_timer.isActive() or self._fid_timer.isActive()
                 or self._settle_timer.isActive())
 
+    @property
+    def busy_but_fidelity(self) -> bool:
+        """:attr:`busy`, not counting the fidelity check (what a window waits for before it is usable)."""
+        return (any(j.kind != "fidelity" for j in self.jobs.active()) or self._perf_timer.isActive()
+                or self._settle_timer.isActive())
+
     def refresh(self) -> None:
         """Re-simulate and re-measure for the current revision now (results of older ones drop)."""
         self._stop_timers()

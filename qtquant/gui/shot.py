@@ -24,8 +24,12 @@ class ScreenshotError(QtQuantError):
     """The model could not be rendered (load, calibration or layout failed, or timed out)."""
 
 
-def wait_settled(win, timeout: float = 120.0, *, need_perf: bool = True) -> None:
-    """Process events until the layout is drawn and calibration and simulation finished."""
+BIG_GRAPH_NODES = 2000  # from here on the screenshot does not wait for the fidelity check (see take_screenshot)
+
+
+def wait_settled(win, timeout: float = 120.0, *, need_perf: bool = True, need_fidelity: bool | None = True) -> None:
+    """Process events until the layout is drawn and calibration and simulation finished (and,
+    ``need_fidelity``, the fidelity check; None: unless the graph has BIG_GRAPH_NODES nodes or more)."""
     app = QApplication.instance()
     t0 = time.monotonic()
     want_perf = need_perf and simulator() is not None
@@ -34,7 +38,11 @@ def wait_settled(win, timeout: float = 120.0, *, need_perf: bool = True) -> None
         if win.errors:
             raise ScreenshotError(win.errors[0][1])
         c = win.controller
-        done = (c.spec is not None and win.scene.spec is c.spec and not c.busy
+        fid = need_fidelity
+        if fid is None:
+            fid = c.session is None or len(c.session.graph.nodes) < BIG_GRAPH_NODES
+        busy = c.busy if fid else c.busy_but_fidelity
+        done = (c.spec is not None and win.scene.spec is c.spec and not busy
                 and c.relay.ready and (c.session.perf is not None or not want_perf))
         if done:
             return
@@ -93,11 +101,15 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
                     select: str | None = None, size=(1600, 1000), canvas_only: bool = False,
                     plan: str | None = None, timeout: float = 180.0, cut=(), collapse: bool = False,
                     expand=(), int16=(), keep_float=(), accuracy_top: int | None = None,
-                    dock: str | None = None, error_local: bool = False, stats=None) -> Path:
+                    dock: str | None = None, error_local: bool = False, stats=None,
+                    wait_fidelity: bool | None = None) -> Path:
     """``int16`` / ``keep_float``: node or tensor names set to that precision (after ``plan``).
     ``accuracy_top``: run the accuracy check first (measuring that many candidates; the Error
     overlay runs it with 8 when not given); ``dock``: raise that dock's tab (e.g. "sensitivity").
-    ``stats``: a statistics file used instead of calibrating."""
+    ``stats``: a statistics file used instead of calibrating.
+    ``wait_fidelity`` None: wait for the fidelity check unless the graph has BIG_GRAPH_NODES
+    nodes or more -- there, as in the window, the structure and the calibrated colours come first
+    and the output SQNR fills in later (the PNG then says it is being measured)."""
     from .app import make_app
     from .mainwindow import MainWindow
 
@@ -117,7 +129,7 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
         win.resize(*size)
         win.show()
         win.open_model(model, input_shapes, options.calib if options is not None else None, cut, stats=stats)
-        wait_settled(win, timeout, need_perf=False)
+        wait_settled(win, timeout, need_perf=False, need_fidelity=wait_fidelity)
         if plan:
             try:
                 from ..plan import apply_plan_file
@@ -130,7 +142,7 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
 
             s = win.session
             s.set_options(precision=assignments_from_names(s.graph, int16, keep_float, base=s.options.precision))
-        wait_settled(win, timeout)
+        wait_settled(win, timeout, need_fidelity=wait_fidelity)
         if accuracy_top is not None or overlay == Overlay.ERROR:
             from ..accuracy import analyze_accuracy
 
@@ -147,10 +159,11 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
         win.set_overlay(overlay)
         _hierarchy(win, collapse, expand)
         if select:
-            if select not in win.scene.nodes:
+            home = win.canvas.reveal(select) if select in win.session.graph.nodes else None
+            if home is None and select not in win.scene.nodes:
                 raise BadInputError(f"--select: no node named {select!r} in the model")
             win.jump_to(select)
-            item = win.scene.nodes[select]
+            item = win.scene.nodes[home or select]
             item.flash = False
         win.scene.flush_looks()
         win.view.minimap.flush()

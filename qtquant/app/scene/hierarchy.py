@@ -29,7 +29,7 @@ __all__ = ["Block", "Hierarchy", "ViewState", "build_hierarchy", "node_scopes", 
 
 BLOCK_PREFIX = "block:"  # canvas names of collapsed blocks: "block:/model.22"
 COLLAPSE_MIN_NODES = 500  # graphs with more drawn nodes open collapsed to their top levels
-OPEN_BUDGET = 60  # when opening collapsed: expand the biggest top blocks while this many units show
+OPEN_BUDGET = 16  # opening collapsed: a top level this small (a lone /model block) is opened further
 SCOPE_KEYS = ("qtquant.scope", "pkg.torch.onnx.name_scopes", "namespace")
 _SHAPE_OPS = frozenset({"Shape", "Size"})
 
