@@ -38,6 +38,10 @@ class CanvasPresenter(QObject):
         self.error_local = False  # the Error overlay: local SQNR instead of cumulative (a toggle)
         self.group_focus: int | None = None  # the group selected in the Groups dock
         self.spec = None  # the layout shown (or being built)
+        # True while the structure drawn from the file shows (the model still loads): no looks,
+        # no hulls, no expanding until the graph is there.
+        self.provisional = False
+        self._keep_view = False  # the next build keeps the zoom and position (same boxes as shown)
         self.model = None  # the SceneModel: the hierarchy and what of it is open
         self.jobs = None  # the window's JobManager: big Expand all layouts run there
         # Per node its SQNR in dB where accuracy figures exist (the sensitivity work sets this):
@@ -62,17 +66,40 @@ class CanvasPresenter(QObject):
 
     # -- building -------------------------------------------------------------------------------
     def model_opened(self, graph) -> None:
+        self.group_focus = None
+        self._opened_on = None
+        if self.provisional:  # the structure from the file stays until the laid-out graph replaces it
+            return
         self._build = None  # a half-built scene of the previous model is dropped
         self.spec = None
-        self.group_focus = None
         self.model = None
-        self._opened_on = None
         self.scene.units = {}
         self.view.viewport().setUpdatesEnabled(True)
         self.scene.reset(f"Laying out {len(graph.nodes)} nodes…")
 
-    def show_layout(self, spec) -> None:
+    def show_structure(self, spec) -> None:
+        """The first view of a big model drawn from its file while the model loads."""
+        self.provisional = True
+        self.group_focus = None
+        self._opened_on = None
+        self.show_layout(spec, provisional=True)
+
+    def load_failed(self) -> None:
+        if self.provisional:
+            self.provisional = False
+            self._build = None
+            self.spec = self.model = None
+            self.view.viewport().setUpdatesEnabled(True)
+            self.scene.reset("The model could not be opened.")
+
+    def show_layout(self, spec, provisional: bool = False) -> None:
         """Build the scene in slices of BUILD_SLICE_MS (20,000 items take over a second)."""
+        # The laid-out graph with the very boxes the structure showed: same view, no jump.
+        self._keep_view = self.provisional and getattr(spec, "early", None) is self.spec and self.spec is not None
+        if self._keep_view:
+            self._kept_at = (self.view.transform(), self.view.horizontalScrollBar().value(),
+                             self.view.verticalScrollBar().value())
+        self.provisional = provisional
         self.spec = spec
         self.model = getattr(spec, "model", None) or self.model
         self.scene.units = self.model.unit_of if self.model is not None else {}
@@ -93,8 +120,20 @@ class CanvasPresenter(QObject):
         self._build = None
         collector.long_lived()  # the scene's 50,000 items live as long as the model
         self.view.viewport().setUpdatesEnabled(True)
-        self.view.resetTransform()
-        self.view.fit_top()
+        if self._keep_view:
+            tr, h, v = self._kept_at
+            self.view.setTransform(tr)
+            self.view.horizontalScrollBar().setValue(h)
+            self.view.verticalScrollBar().setValue(v)
+            self.view._zoom_changed()
+        else:
+            self.view.resetTransform()
+            self.view.fit_top()
+        self._keep_view = False
+        if self.provisional:
+            self.view.minimap.schedule_refresh()
+            self.built.emit(self.spec)
+            return
         self._store_state()
         self.apply_looks()
         self.update_hulls()
@@ -105,7 +144,7 @@ class CanvasPresenter(QObject):
     def apply_looks(self) -> None:
         """Re-colour the canvas for the current overlay and analysis (no re-layout)."""
         s = self.relay.session
-        if s is None or self.scene.spec is None or self.scene.spec is not self.spec:
+        if s is None or self.provisional or self.scene.spec is None or self.scene.spec is not self.spec:
             return
         looks = Looks()
 
@@ -146,7 +185,7 @@ class CanvasPresenter(QObject):
 
     # -- hulls ---------------------------------------------------------------------------------
     def update_hulls(self) -> None:
-        if self._build is not None:  # the scene is half built: done again once it is complete
+        if self._build is not None or self.provisional:  # half built / not the graph yet: done again later
             return
         s = self.relay.session
         self.scene.hulls.update(s.graph if s else None, list(s.groups) if s else [])
@@ -166,7 +205,7 @@ class CanvasPresenter(QObject):
     def ready(self) -> bool:
         """A view to change: built, and no full relayout under way."""
         return (self.model is not None and self.spec is not None and self._build is None
-                and self.scene.spec is self.spec)
+                and self.scene.spec is self.spec and not self.provisional)
 
     def expand(self, name: str, deep: bool = False) -> bool:
         """Open the block ``name`` (a canvas name ``block:/a/b`` or a block id ``/a/b``); ``deep``:

@@ -17,6 +17,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from .. import shape_child
 from ..app import Options, Session
+from ..app.scene.protograph import early_structure
 from ..app.scene.view import SceneModel
 from ..app.session import derive
 from ..app.views.perfdata import fidelity_measure, simulator, top_layers
@@ -57,11 +58,17 @@ class Controller(QObject):
     # ``isolate``), and so do shape inference and the layout when a model opens; below it,
     # starting a child costs more than the freeze it avoids.
     child_process_nodes = 2000
+    # From this size on, the structure is drawn from the file while the model still loads.
+    structure_first_nodes = 2000
 
     loadStarted = Signal(str)
     modelLoaded = Signal(object)  # Session
     loadFailed = Signal(str)
     layoutReady = Signal(object)  # SceneSpec with .layout
+    # The first view of a big model, from its file, while it still loads (emitted by the load job;
+    # queued to the GUI thread): the window shows the structure first, the numbers come later.
+    structureReady = Signal(object, int)  # SceneSpec, generation
+    structureShown = Signal(object)  # that SceneSpec, if still current, on the GUI thread
     calibrationStarted = Signal()
     calibrationFinished = Signal(bool)  # False when cancelled or failed
     perfFinished = Signal()
@@ -87,6 +94,8 @@ class Controller(QObject):
         simulator()
         fidelity_measure()
         self.generation = 0  # bumps per opened model; every job result checks it
+        self.early = None  # the structure shown before the model loaded (SceneSpec), this generation
+        self.structureReady.connect(self._structure_ready)
         self.path: Path | None = None
         self.spec = None
         self.calibrating = False
@@ -118,6 +127,7 @@ class Controller(QObject):
     # -- model --------------------------------------------------------------------------------
     def _new_generation(self) -> int:
         self.generation += 1
+        self.early = None
         for kind in _MODEL_JOBS:
             self.jobs.cancel(kind)
         self._stop_timers()
@@ -139,6 +149,10 @@ class Controller(QObject):
         self.loadStarted.emit(str(p))
 
         def work(progress, cancelled):
+            if not cut:
+                early = early_structure(p, self.structure_first_nodes)
+                if early is not None:
+                    self.structureReady.emit(early, gen)
             s = open_model(p, shapes, opts, cut=cut)
             if stats and not s.quantized_file:
                 s.load_statistics(stats)
@@ -150,6 +164,11 @@ class Controller(QObject):
         return self.jobs.submit("load", f"load {p.name}", work, lambda s: self._loaded(s, p, gen),
                                 on_error=lambda e: self.loadFailed.emit(str(e)),
                                 stale_key=lambda: self.generation)
+
+    def _structure_ready(self, spec, gen: int) -> None:
+        if gen == self.generation and self.early is None:
+            self.early = spec
+            self.structureShown.emit(spec)
 
     def _loaded(self, session: Session, path: Path, gen: int) -> None:
         collector.long_lived()
@@ -204,12 +223,17 @@ class Controller(QObject):
         s = self.session
         if s is None:
             return None
-        graph, state = s.graph, s.view_state
+        graph, state, early = s.graph, s.view_state, self.early
 
         def work(progress, cancelled):
             # The module hierarchy first: a big graph opens collapsed, so only its top levels
             # are laid out (and drawn) now; blocks are laid out as they are expanded.
             model = SceneModel(graph, state)
+            if early is not None and model.adopt(early.model):  # drawn from the file already
+                spec = model.spec()
+                spec.model = model
+                spec.early = early
+                return spec
             spec = model.layout_all(isolate=len(model.units) >= self.child_process_nodes)
             spec.model = model
             return spec

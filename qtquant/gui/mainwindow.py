@@ -155,6 +155,8 @@ class MainWindow(QMainWindow):
         c.modelLoaded.connect(self._on_model_loaded)
         c.loadFailed.connect(lambda m: self.messages.status("Could not open the model", 8000))
         c.layoutReady.connect(self.canvas.show_layout)
+        c.structureShown.connect(self.canvas.show_structure)
+        c.loadFailed.connect(lambda m: self.canvas.load_failed())
         c.calibrationStarted.connect(lambda: self.messages.status("Calibrating…"))
         c.calibrationFinished.connect(self._on_calibrated)
         self.jobs.jobFailed.connect(lambda job, msg, det: self.show_error(f"{job.label.capitalize()} failed", msg,

@@ -192,3 +192,20 @@ def test_opens_on_the_worst_concat_after_calibration(qtbot, make_win, big_model)
     home = win.scene.item_for(worst)
     centre = win.view.mapToScene(win.view.viewport().rect().center())
     assert (win.scene.nodes[home].pos() - centre).manhattanLength() < 30
+
+
+def test_big_model_shows_its_structure_before_it_has_loaded(qtbot, make_win, big_model):
+    from qtquant.app.scene.protograph import ProtoGraph
+
+    win = make_win(auto_calibrate=False)
+    win.controller.structure_first_nodes = 100
+    built = []
+    win.canvas.built.connect(lambda spec: built.append((spec, win.relay.session)))
+    win.open_model(big_model)
+    qtbot.waitUntil(lambda: len(built) == 2, timeout=20000)
+    (first, session_then), (final, _) = built
+    assert isinstance(first.model.graph, ProtoGraph) and session_then is None  # drawn before the load ended
+    assert final.model.graph is win.session.graph and final.early is first  # the same boxes, kept
+    assert final.layout.pos == first.layout.pos
+    assert not win.canvas.provisional and win.canvas.expand("/model.2")
+    assert "/model.2/Concat" in win.scene.nodes

@@ -209,6 +209,15 @@ class SceneModel:
         self.last_seconds = time.perf_counter() - t0
         return self.spec()
 
+    def adopt(self, other: "SceneModel") -> bool:
+        """Take ``other``'s positions when it shows the same boxes and edges (the structure drawn
+        before the graph was loaded); False, and nothing changed, otherwise."""
+        if other.units != self.units or other.edges.keys() != self.edges.keys() or not other.pos:
+            return False
+        self.pos, self.routes, self.regions = dict(other.pos), dict(other.routes), dict(other.regions)
+        self.last_seconds = other.last_seconds
+        return True
+
     def set_expanded(self, expanded) -> None:
         """A new expanded set; positions are stale until :meth:`layout_all`."""
         self.expanded = {b for b in expanded if b in self.h.blocks}

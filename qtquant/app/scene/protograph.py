@@ -1,0 +1,120 @@
+"""The structure of a model straight from its ONNX protobuf: what the canvas needs to draw a big
+graph before the graph is loaded.
+
+Loading a 20,000-node model (shape inference, the :class:`~qtquant.graph.Graph` with its
+tensors and kinds) takes seconds; node names, op types and the tensors between them are in the
+file.  :class:`ProtoGraph` offers the few attributes :class:`~.view.SceneModel` reads
+(``nodes``, ``tensors``, ``inputs``, ``outputs``, ``model``), so the window can show the module
+hierarchy while the rest loads; once the real graph is there, a view with the same boxes and
+edges keeps these positions (:meth:`~.view.SceneModel.same_view`).  Shapes are unknown here.
+"""
+
+from __future__ import annotations
+
+from ...modelcheck import toposort
+from ...ops import handler_for
+from ...vocab import TensorKind
+
+__all__ = ["ProtoGraph"]
+
+_FLOAT_TYPES = frozenset({1, 10, 11, 16})  # float, float16, double, bfloat16
+
+
+class _Node:
+    __slots__ = ("name", "op_type", "inputs", "outputs", "index")
+
+    def __init__(self, name, op_type, inputs, outputs, index):
+        self.name, self.op_type, self.inputs, self.outputs, self.index = name, op_type, inputs, outputs, index
+
+    @property
+    def handler(self):
+        return handler_for(self.op_type)
+
+
+class _Tensor:
+    __slots__ = ("name", "producer", "consumers", "kind", "shape")
+
+    def __init__(self, name, kind, producer=None):
+        self.name, self.kind, self.producer, self.consumers, self.shape = name, kind, producer, [], None
+
+
+class ProtoGraph:
+    """Nodes and tensors of ``model`` (a parsed ModelProto with its local functions inlined)."""
+
+    def __init__(self, model):
+        self.model = model
+        g = model.graph
+        nodes = list(g.node)
+        names = [n.name for n in nodes]
+        if any(not n for n in names) or len(set(names)) < len(names):
+            # Unnamed or duplicate nodes are named by their position in topological order, as
+            # the graph loader does: sort first so that the names come out the same.
+            nodes = toposort(g)
+        tensors: dict[str, _Tensor] = {}
+        for t in g.initializer:
+            tensors[t.name] = _Tensor(t.name, TensorKind.WEIGHT if t.data_type in _FLOAT_TYPES else TensorKind.SHAPE)
+        self.inputs = []
+        for i in g.input:
+            if i.name in tensors:
+                continue
+            et = i.type.tensor_type.elem_type
+            tensors[i.name] = _Tensor(i.name, TensorKind.INPUT if et in _FLOAT_TYPES else TensorKind.SHAPE)
+            self.inputs.append(i.name)
+        self.outputs = [o.name for o in g.output]
+        self.nodes: dict[str, _Node] = {}
+        seen: set[str] = set()
+        for idx, p in enumerate(nodes):
+            name = p.name
+            if not name or name in seen:
+                name = f"{p.op_type}_{idx}"
+                while name in seen:
+                    name += "_"
+            seen.add(name)
+            node = _Node(name, p.op_type, list(p.input), list(p.output), idx)
+            self.nodes[name] = node
+            kind = TensorKind.WEIGHT if p.op_type == "Constant" else TensorKind.ACTIVATION
+            for o in node.outputs:
+                if not o:
+                    continue
+                t = tensors.get(o)
+                if t is not None and t.producer is None and t.kind == TensorKind.ACTIVATION:  # a placeholder
+                    t.producer, t.kind = name, kind
+                else:
+                    tensors[o] = _Tensor(o, kind, name)
+            for i in node.inputs:
+                t = tensors.get(i) if i else None
+                if t is None and i:  # read before written (unsorted file) or missing: a placeholder
+                    t = tensors[i] = _Tensor(i, TensorKind.ACTIVATION)
+                if t is not None:
+                    t.consumers.append(name)
+        self.tensors = tensors
+        self._order = nodes  # protobuf nodes in the order of self.nodes (metadata lookups)
+
+    @property
+    def node_protos(self):
+        return self._order
+
+
+def early_structure(path, min_nodes: int):
+    """The laid-out first view of the model at ``path`` from its file alone, or None (fewer than
+    ``min_nodes`` nodes: the full load is quick anyway; a QDQ file, whose graph changes when its
+    Q/DQ pairs are read; anything unreadable -- the full load reports it)."""
+    from ...functions import inline_local_functions
+    from ...graph import read_model_file
+    from ...modelcheck import check_text
+    from ...qdq import is_qdq_model
+    from .view import SceneModel
+
+    try:
+        model, _ = read_model_file(path)
+        if len(model.graph.node) < min_nodes or is_qdq_model(model):
+            return None
+        check_text(model)
+        if model.functions:
+            inline_local_functions(model)
+        view = SceneModel(ProtoGraph(model))
+        spec = view.layout_all(isolate=False)
+    except Exception:  # the real load says what is wrong, in one line
+        return None
+    spec.model = view
+    return spec
