@@ -102,7 +102,7 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
                     plan: str | None = None, timeout: float = 180.0, cut=(), collapse: bool = False,
                     expand=(), int16=(), keep_float=(), accuracy_top: int | None = None,
                     dock: str | None = None, error_local: bool = False, stats=None,
-                    wait_fidelity: bool | None = None) -> Path:
+                    wait_fidelity: bool | None = None, max_sqnr_drop: float | None = None) -> Path:
     """``int16`` / ``keep_float``: node or tensor names set to that precision (after ``plan``).
     ``accuracy_top``: run the accuracy check first (measuring that many candidates; the Error
     overlay runs it with 8 when not given); ``dock``: raise that dock's tab (e.g. "sensitivity").
@@ -149,6 +149,15 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             s = win.session
             s.set_accuracy(analyze_accuracy(s, top=8 if accuracy_top is None else accuracy_top), s.revision)
             app.processEvents()
+        if max_sqnr_drop is not None:  # what the dock's Auto-share by accuracy does, in this thread
+            from ..accuracy.share import plan_sqnr_share
+            from ..app.commands import SqnrShareCommand
+
+            rep, groups = plan_sqnr_share(win.session, max_sqnr_drop)
+            win.stack.push(SqnrShareCommand(max_sqnr_drop=max_sqnr_drop, planned=groups.snapshot(), report=rep))
+            win.sensitivity.plot.set_report(rep)
+            win.sensitivity.set_busy(rep.text().splitlines()[0])
+            wait_settled(win, timeout)
         if error_local:
             win.sensitivity.local.setChecked(True)
         if dock:

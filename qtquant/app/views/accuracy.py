@@ -32,8 +32,10 @@ def error_range(values) -> tuple[float, float]:
     return lo, hi
 
 
-def error_looks(looks, parts, report, local: bool):
-    """Fill ``looks`` for the Error overlay (a generator, as :func:`~.looks.fill_looks`)."""
+def error_looks(looks, parts, report, local: bool, graph=None):
+    """Fill ``looks`` for the Error overlay (a generator, as :func:`~.looks.fill_looks`).  The
+    nodes of a fused chain (Conv -> Sigmoid -> Mul, no Q/DQ inside) take the colour of the
+    chain's quantized output; its producer carries the dB badge."""
     from .looks import FADED_LOOK, PLAIN, Badge, Legend, NodeLook
 
     what = "Local" if local else "Cumulative"
@@ -43,6 +45,14 @@ def error_looks(looks, parts, report, local: bool):
     yield
     figs = report.node_figures()
     val = {n: (t.local_sqnr_db if local else t.sqnr_db) for n, t in figs.items()}
+    chained = {}
+    if graph is not None:
+        from ...precision import chain_nodes
+
+        for n, t in figs.items():
+            for m in chain_nodes(graph, t.tensor)[1:]:
+                if m not in val:
+                    chained[m] = val[n]
     lo, hi = error_range(val.values())
     badge_of: dict[str, Badge] = {}
     nodes = looks.nodes
@@ -50,6 +60,11 @@ def error_looks(looks, parts, report, local: bool):
         for name in part:
             v = val.get(name)
             base = nodes.get(name, PLAIN)
+            if v is None and _finite(chained.get(name)):  # inside a fused chain: its colour, no badge
+                c = chained[name]
+                nodes[name] = NodeLook(heat_hex((hi - c) / (hi - lo), "error"), base.badges, base.faded,
+                                       base.border_width)
+                continue
             if not _finite(v):
                 if base is PLAIN:
                     nodes[name] = FADED_LOOK

@@ -149,7 +149,7 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
     elif mode == Overlay.ERROR:
         from .accuracy import error_looks
 
-        yield from error_looks(looks, parts, accuracy, local)
+        yield from error_looks(looks, parts, accuracy, local, graph)
     else:
         looks.legend = Legend()
     if precision:
