@@ -251,6 +251,12 @@ class MainWindow(QMainWindow):
         lay = spec.layout
         self.messages.log(f"layout: {len(spec.nodes)} items, {len(spec.edges)} edges, {lay.crossings} crossings, "
                           f"{lay.seconds * 1000:.0f} ms")
+        m = self.canvas.model
+        if m is not None:  # a project may have saved the toggle off
+            hide = self.actions_by_name["hide_shapes"]
+            blocked = hide.blockSignals(True)
+            hide.setChecked(m.state.hide_shapes)
+            hide.blockSignals(blocked)
 
     def _on_calibrated(self, ok: bool) -> None:
         if ok:

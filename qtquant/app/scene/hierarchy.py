@@ -112,13 +112,17 @@ class Hierarchy:
         return out
 
     def members(self, bid: str) -> list[str]:
-        """Every node inside ``bid``, at any depth."""
-        out: list[str] = []
-        stack = [bid]
-        while stack:
-            b = self.blocks[stack.pop()]
-            out.extend(b.nodes)
-            stack.extend(reversed(b.blocks))
+        """Every node inside ``bid``, at any depth (cached: the hierarchy never changes; do not modify)."""
+        cache = self.__dict__.setdefault("_members", {})
+        out = cache.get(bid)
+        if out is None:
+            out = []
+            stack = [bid]
+            while stack:
+                b = self.blocks[stack.pop()]
+                out.extend(b.nodes)
+                stack.extend(reversed(b.blocks))
+            cache[bid] = out
         return out
 
     def descendants(self, bid: str) -> list[str]:

@@ -112,18 +112,24 @@ class SceneModel:
         self.edges = edges  # an ordered set
 
     def node_spec(self, unit: str) -> NodeSpec:
-        bid = block_id(unit)
-        if bid is None:
-            ns = self._node_specs.get(unit)
-            if ns is None:
-                ns = self._node_specs[unit] = self._make_node_spec(unit)
-            return ns
+        ns = self._node_specs.get(unit)  # made once: every change of the view asks for all of them
+        if ns is None:
+            ns = self._node_specs[unit] = self._make_node_spec(unit)
+        return ns
+
+    def _make_node_spec(self, name: str) -> NodeSpec:
+        bid = block_id(name)
+        if bid is not None:
+            return self._block_spec(name, bid)
+        return self._op_or_terminal_spec(name)
+
+    def _block_spec(self, unit: str, bid: str) -> NodeSpec:
         b = self.h.blocks[bid]
         concats = sum(1 for m in self.h.members(bid) if self.graph.nodes[m].op_type == "Concat")
         sub = f"{b.size} nodes" + (f" · {concats} Concat" if concats else "")
         return NodeSpec(unit, "block", b.label, sub, "block")
 
-    def _make_node_spec(self, name: str) -> NodeSpec:
+    def _op_or_terminal_spec(self, name: str) -> NodeSpec:
         kind, g = self._kinds[name], self.graph
         if kind == "op":
             n = g.nodes[name]
