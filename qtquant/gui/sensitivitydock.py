@@ -60,7 +60,7 @@ class TradeoffPlot(QWidget):
 
     def _paint(self, p) -> None:
         p.setRenderHint(QPainter.Antialiasing)
-        r = QRectF(self.rect()).adjusted(46, 10, -12, -30)
+        r = QRectF(self.rect()).adjusted(46, 10, -12, -34)
         p.fillRect(self.rect(), QColor("#ffffff"))
         p.setPen(QPen(QColor("#999"), 1))
         p.drawRect(r)
@@ -69,7 +69,9 @@ class TradeoffPlot(QWidget):
             p.setPen(QColor("#666"))
             p.drawText(r, Qt.AlignCenter, "Auto-share by accuracy draws its trade-off curve here")
             return
-        ys = [q.worst_db for q in pts] + ([self.budget] if self.budget is not None else [])
+        # The y range spans the accepted steps and the budget: a refused share can fall far below
+        # (the head Concat: 0 dB) and would flatten the curve; it is drawn on the bottom edge.
+        ys = [q.worst_db for q in pts if q.accepted] + ([self.budget] if self.budget is not None else [])
         lo, hi = min(ys), max(ys)
         if hi - lo < 0.5:
             lo, hi = lo - 0.25, hi + 0.25
@@ -83,8 +85,8 @@ class TradeoffPlot(QWidget):
             p.drawText(QRectF(0, at(0, y).y() - 8, 42, 16), Qt.AlignRight | Qt.AlignVCenter, f"{y:.1f}")
         p.drawText(QRectF(r.left(), r.bottom() + 2, r.width(), 14), Qt.AlignLeft, "0")
         p.drawText(QRectF(r.left(), r.bottom() + 2, r.width(), 14), Qt.AlignRight, str(xmax))
-        p.drawText(QRectF(r.left(), r.bottom() + 14, r.width(), 14), Qt.AlignCenter,
-                   "rescales removed → ; worst-slice SQNR dB ↑")
+        p.drawText(QRectF(r.left(), r.bottom() + 16, r.width(), 16), Qt.AlignCenter,
+                   "x: rescales removed · y: worst-slice SQNR dB · dashed: budget")
         if self.budget is not None:
             p.setPen(QPen(QColor("#c62828"), 1, Qt.DashLine))
             p.drawLine(at(0, self.budget), at(xmax, self.budget))
@@ -93,7 +95,10 @@ class TradeoffPlot(QWidget):
         for a, b in zip(ok, ok[1:]):
             p.drawLine(at(a.removed, a.worst_db), at(b.removed, b.worst_db))
         for q in pts:
-            c = at(q.removed, q.worst_db)
+            c = at(q.removed, max(q.worst_db, lo))
+            if not q.accepted:
+                p.setPen(QColor("#c62828"))
+                p.drawText(QRectF(c.x() - 80, c.y() - 18, 76, 14), Qt.AlignRight, f"{q.worst_db:.1f} dB")
             if q.accepted:
                 p.setPen(QPen(QColor("#0570b0"), 1))
                 p.setBrush(QColor("#0570b0"))
