@@ -3,14 +3,14 @@
 Declared by :class:`Plan` (version 2; qtquant.torch reads plans with the same schema)::
 
     {"format": "qtquant-plan", "version": 2, "model": "yolov8n.onnx", "model_sha256": "...",
-     "policy": "union", "scheme": "int8-sym",
+     "policy": "union", "scheme": "int8-sym", "cut": [],
      "precision": {"/model.22/Concat_output_0": "float", "/model.2/cv1/act/Mul_output_0": "int16"},
      "groups": [{"id": 0, "scale": 0.0123, "zero_point": 0, "concats": ["/model.4/Concat"],
                  "members": [{"tensor": "...", "producer": "node name or null",
                               "producer_op": "Conv", "bits_lost": 0.41}]}]}
 
-``cut`` (optional, absent or ``[]`` for the whole file) names the tensors the model was cut at
-(``--cut``): applying a plan to another cut warns.  ``precision`` (version 2) maps tensors to
+``cut`` (version 2; absent or ``[]``: the whole file, as every version-1 plan) names the tensors the
+model was cut at (``--cut``): applying a plan to another cut warns.  ``precision`` (version 2) maps tensors to
 ``int16`` or ``float``; every other tensor is int8.  A version-1 plan has none and still loads
 (:meth:`Plan._migrate`).  Readers ignore unknown keys, so later minor additions stay readable.
 JSON only: a plan
@@ -37,7 +37,7 @@ __all__ = ["FORMAT", "VERSION", "Plan", "PlanGroup", "PlanMember", "AppliedPlan"
            "load_plan", "parse_plan", "apply_plan", "apply_plan_file"]
 
 FORMAT = "qtquant-plan"
-VERSION = 2  # 2: per-tensor precision (int16 / float); 1 had only groups
+VERSION = 2  # 2: per-tensor precision (int16 / float) and the --cut it was made on; 1 had only groups
 
 
 # -- the schema (qtquant.torch reads plans with it too) -----------------------------------------

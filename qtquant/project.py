@@ -27,7 +27,7 @@ __all__ = ["PROJECT_FORMAT", "PROJECT_VERSION", "Project", "ProjectGroup", "Open
            "save_project", "load_project", "open_project"]
 
 PROJECT_FORMAT = "qtquant-project"
-PROJECT_VERSION = 3  # 3: per-tensor precision; 2: calibration holdout is auto/N/fraction (1: 2 samples)
+PROJECT_VERSION = 3  # 3: per-tensor precision and the --cut; 2: calibration holdout is auto/N/fraction (1: 2 samples)
 
 
 class ProjectGroup(FileModel):

@@ -164,3 +164,16 @@ def test_model_info_says_the_model_is_cut(model_file):
     assert info.model == "m.onnx (cut at 2 tensors)" and "cut at: conv0_out, conv2_out" in info.model_tip
     assert "Concat output: widest input's scale" in info.quantization  # bayes-e, a Horizon march
     assert model_info(open_model(model_file)).model == "m.onnx"
+
+
+def test_cli_says_a_plan_was_made_on_another_cut(model_file, tmp_path, capsys):
+    plan = tmp_path / "p.json"
+    assert main(["fix", model_file, "--cut", "conv0_out,cat_out", "--calib-count", "4", "--auto-share",
+                 "--max-bits-lost", "8", "-o", str(tmp_path / "q.onnx"), "--plan-out", str(plan)]) == 0
+    assert json.loads(plan.read_text())["cut"] == ["conv0_out", "cat_out"]
+    capsys.readouterr()
+    assert main(["analyze", model_file, "--calib-count", "4", "--plan", str(plan), "--no-fidelity", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["groups"]  # applied
+    assert "qtquant: warning: p.json: it was made on the model cut at 'conv0_out', 'cat_out', this is the whole model" \
+        in err

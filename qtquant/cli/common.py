@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..calib import CalibConfig
 from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, INT_TEXT
@@ -121,7 +122,9 @@ def open_session(args, *, calibrate: bool = True, progress=None):
     if getattr(args, "plan", None):
         from ..plan import apply_plan_file  # provided by the sharing/plan module
 
-        apply_plan_file(session, args.plan)
+        # Made for another file, cut, policy or scheme: applied, and said (on stderr, so --json stays clean).
+        for w in apply_plan_file(session, args.plan).warnings:
+            print(f"qtquant: warning: {w}", file=sys.stderr)
     apply_precision_args(session, args)
     return session
 
