@@ -68,7 +68,7 @@ def test_bad_cut_names_are_one_line_errors(name, match):
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("command", ["analyze", "fix", "perf"])
+@pytest.mark.parametrize("command", ["analyze", "fix", "perf", "accuracy"])
 def test_cli_bad_cut_exits_3_with_one_line(model_file, tmp_path, capsys, command):
     argv = [command, model_file, "--cut", "conv1_outt", "--calib-count", "2"]
     if command == "fix":
