@@ -133,3 +133,7 @@ def test_fix_max_sqnr_drop_prints_the_curve(det_path, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "auto-share by measured accuracy" in text and "trade-off curve" in text and out.exists()
     assert main(["fix", det_path, "--max-sqnr-drop", "0.2", "--auto-share", "-o", str(out)]) == 3
+    assert main(["analyze", det_path, "--max-sqnr-drop", "0.2", "--no-perf", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    curve = doc["sqnr_share"]["curve"]
+    assert curve[0]["concat"] is None and all(s["drop_db"] <= 0.2 for s in curve if s["accepted"])
