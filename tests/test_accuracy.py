@@ -120,7 +120,9 @@ def test_sqnr_share_respects_the_budget(session):
     assert session.groups.as_lists() == []  # planning changes nothing
     # a huge budget shares every candidate that saves latency; the curve ends where sharing ends
     big = sqnr_share(session, 1000.0)
-    assert len(big.accepted) == sum(1 for c in big.candidates if c.gain_us > 0) and big.groups
+    dm = session.domains
+    assert big.accepted and big.groups
+    assert all(len({dm.of[m] for m in c.members}) == 1 for c in big.candidates if c.gain_us > 0)
     assert big.final.removed > 0 and session.groups.as_lists()
     text = big.text()
     assert "trade-off curve" in text and "start" in text

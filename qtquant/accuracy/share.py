@@ -6,8 +6,9 @@
    start), and the simulated latency (its *gain*, the rescales it removes).
 3. Candidates are taken in order of latency gained per dB lost (a loss of 0 or less counts as
    :data:`FREE_DB`, so free shares go first, the fastest first).  After each one the model with
-   everything accepted so far is measured again (losses do not simply add up); the first share
-   that takes the worst slice more than the budget below the start is undone and the walk stops.
+   everything accepted so far is measured again (losses do not simply add up; a candidate whose
+   members an earlier share already merged is skipped); the first share that takes the worst
+   slice more than the budget below the start is undone and the walk stops.
 
 Each accepted step is a row of the trade-off curve: rescales removed against worst-slice SQNR.
 """
@@ -171,9 +172,11 @@ def plan_sqnr_share(session, max_sqnr_drop: float, *, output_mode: OutputMode = 
         if progress is not None:
             progress("candidates", k + 1, len(todo))
 
-    current = GroupSet(list(start_groups.groups), start_groups.next_id)
+    current, cur_dm = GroupSet(list(start_groups.groups), start_groups.next_id), dm0
     order = sorted((c for c in rep.candidates if c.gain_us > 0), key=lambda c: (-c.ratio, c.concat))
     for k, c in enumerate(order):
+        if len({cur_dm.of.get(m) for m in c.members}) < 2:
+            continue  # an earlier share already merged its members (nested Concats): nothing to measure
         trial = GroupSet(list(current.groups), current.next_id)
         trial.share(graph, list(c.members), name=f"sqnr-share: {c.concat}")
         dm = session.domains_with(trial.as_lists())
@@ -185,7 +188,7 @@ def plan_sqnr_share(session, max_sqnr_drop: float, *, output_mode: OutputMode = 
             progress("curve", k + 1, len(order))
         if not ok:
             break  # the budget is spent
-        current = trial
+        current, cur_dm = trial, dm
         rep.accepted.append(c)
     rep.runs = bench.runs
     return rep, current
