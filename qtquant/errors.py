@@ -12,6 +12,7 @@ __all__ = [
     "CalibrationDataError",
     "StatsFileError",
     "PlanError",
+    "PlanWarning",
     "ShareRefused",
     "MarchError",
     "Cancelled",
@@ -53,6 +54,11 @@ class StatsFileError(BadInputError):
 
 class PlanError(BadInputError):
     """A sharing plan or project file that cannot be used."""
+
+
+class PlanWarning(UserWarning):
+    """A plan that applies only in part (members that do not map to the model); the caller's
+    report object lists each one.  A warning, not an error: the rest of the plan still applies."""
 
 
 class ShareRefused(QtQuantError):

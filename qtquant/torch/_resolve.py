@@ -11,29 +11,50 @@ alias given by the caller, ``module`` hint in the plan, exact module call site, 
 node name, an op traced inside the named module (FX ``nn_module_stack``), a module fused
 into its producer (conv+bn+relu), the nearest called ancestor, then a partial module path
 (containers missing from the scope).
+
+The same rules serve FX (``prepare_qat_fx``) and PT2E (``torch.export`` graphs, whose nodes are
+aten ops: ``aten.conv2d.default`` is matched as ``conv2d``) -- one resolver for both bridges.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
-from torch.ao.quantization.fake_quantize import FakeQuantizeBase
-from torch.ao.quantization.observer import ObserverBase
 
-__all__ = ["Unmappable", "Site", "Resolver", "is_observer", "CAT_TARGETS"]
+__all__ = ["Unmappable", "Site", "Resolver", "is_observer", "is_qdq_node", "is_pt2e", "op_name", "CAT_TARGETS"]
 
-CAT_TARGETS = {torch.cat, torch.concat}
+CAT_TARGETS = {torch.cat, torch.concat, torch.ops.aten.cat.default}
 if hasattr(torch, "concatenate"):
     CAT_TARGETS.add(torch.concatenate)
+
+# Where observer / fake-quant base classes live: torch.ao (FX and eager, deprecated) and torchao
+# (PT2E).  Looked up in sys.modules, never imported: a model can only hold an instance of a class
+# whose module is loaded, and importing torch.ao.quantization here would tie the PT2E path to the
+# deprecated package.
+_OBSERVER_BASES = (
+    ("torch.ao.quantization.observer", "ObserverBase"),
+    ("torch.ao.quantization.fake_quantize", "FakeQuantizeBase"),
+    ("torchao.quantization.pt2e.observer", "ObserverBase"),
+    ("torchao.quantization.pt2e.fake_quantize", "FakeQuantizeBase"),
+)
+# the decomposed quantize/dequantize ops convert_pt2e (and convert_to_reference_fx) write
+QDQ_FUNCTIONS = {"quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel",
+                 "dequantize_per_channel", "dequantize"}
 
 # ONNX op type (lower case) -> FX call_function/method names it can come from
 _OP_ALIASES = {
     "concat": {"cat", "concat", "concatenate"},
+    "conv": {"conv1d", "conv2d", "conv3d", "convolution", "_convolution"},
+    "convtranspose": {"conv_transpose1d", "conv_transpose2d", "conv_transpose3d"},
     "matmul": {"matmul", "bmm", "mm"},
     "gemm": {"linear", "addmm"},
+    "maxpool": {"max_pool2d", "max_pool1d"},
+    "sigmoid": {"sigmoid"},
     "relu": {"relu", "relu_"},
+    "clip": {"hardtanh", "hardtanh_", "relu6", "clamp"},
     "add": {"add", "add_", "iadd"},
     "mul": {"mul", "mul_", "imul"},
     "sub": {"sub", "rsub"},
@@ -47,8 +68,31 @@ _OP_ALIASES = {
 _FUSED_TAIL = {"relu": "relu", "batchnormalization": "bn", "add": "add"}
 
 
+def _observer_classes() -> tuple:
+    out = []
+    for mod, name in _OBSERVER_BASES:
+        cls = getattr(sys.modules.get(mod), name, None)
+        if cls is not None:
+            out.append(cls)
+    return tuple(out)
+
+
 def is_observer(m) -> bool:
-    return isinstance(m, (ObserverBase, FakeQuantizeBase))
+    """An observer or fake-quant module, of torch.ao (FX, eager) or of torchao (PT2E)."""
+    classes = _observer_classes()
+    return bool(classes) and isinstance(m, classes)
+
+
+def is_pt2e(model) -> bool:
+    """A graph captured by ``torch.export`` (aten ops), as PT2E quantizes."""
+    return isinstance(model, torch.fx.GraphModule) and any(
+        isinstance(n.target, torch._ops.OpOverload) for n in model.graph.nodes if n.op == "call_function")
+
+
+def is_qdq_node(n) -> bool:
+    """A quantize/dequantize call (converted model), not an op of the network."""
+    return (n.op == "call_method" and n.target == "dequantize") or \
+        (n.op == "call_function" and op_name(n.target) in QDQ_FUNCTIONS)
 
 
 class Unmappable(Exception):
@@ -65,9 +109,12 @@ class Site:
     module_path: str | None = None  # eager models: the module owning activation_post_process
 
 
-def _fn_name(target) -> str:
+def op_name(target) -> str:
     if isinstance(target, str):
         return target.lower()
+    packet = getattr(target, "overloadpacket", None)  # aten.conv2d.default -> conv2d (PT2E graphs)
+    if packet is not None:
+        target = packet
     return getattr(target, "__name__", str(target)).lower()
 
 
@@ -158,7 +205,7 @@ class Resolver:
         if not self.is_fx or not op:
             return None
         names = _OP_ALIASES.get(op, {op})
-        cands = [n for n in self.scoped.get(path, []) if n.op != "call_module" and _fn_name(n.target) in names]
+        cands = [n for n in self.scoped.get(path, []) if n.op != "call_module" and op_name(n.target) in names]
         if len(cands) > 1:
             raise Unmappable(f"{len(cands)} '{op}' ops inside module {path or '<root>'!r} "
                              f"({', '.join(c.name for c in cands)}); pass aliases= to pick one")
@@ -268,8 +315,7 @@ class Resolver:
         seen = 0
         while seen < 64 and node is not None and hasattr(node, "op"):
             seen += 1
-            if self.is_observer_node(node) or (node.op == "call_method" and node.target == "dequantize") or \
-                    (node.op == "call_function" and _fn_name(node.target) in ("quantize_per_tensor", "dequantize")):
+            if self.is_observer_node(node) or is_qdq_node(node):
                 node = node.args[0] if node.args else None
                 continue
             return node

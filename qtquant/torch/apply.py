@@ -17,9 +17,10 @@ import torch
 
 from ..errors import PlanError
 from ._plan import read_plan
-from ._resolve import Resolver, Site, Unmappable, is_observer
+from ._resolve import CAT_TARGETS, Resolver, Site, Unmappable, op_name, is_observer, is_pt2e
 
-__all__ = ["TiedMember", "Unmapped", "GroupResult", "ApplyReport", "UnionUpdates", "apply_plan", "check_shared"]
+__all__ = ["TiedMember", "Unmapped", "GroupResult", "ApplyReport", "UnionUpdates", "apply_plan", "check_shared",
+           "resolve_sites"]
 
 
 @dataclass
@@ -252,19 +253,21 @@ def _is_concat(m) -> bool:
     return (m.producer_op or "").lower() == "concat"
 
 
-def _resolve_group(res: Resolver, g, tie_concat_outputs: bool):
-    """Bindings and unmapped entries for one plan group (Concat outputs found by structure)."""
-    binds, bad, notes = [], [], []
-    later = []
+def resolve_sites(res: Resolver, g) -> tuple[list[tuple[str, Site]], list[Unmapped], list]:
+    """Where each member of plan group ``g`` is produced, the unmapped members, and the cats
+    the group feeds.  Concat outputs are found by structure: the one cat fed only by the
+    group's other members.  Shared by the FX bridge (:func:`apply_plan`) and the PT2E one
+    (:class:`qtquant.torch.PlanQuantizer`): one mapping rule for both."""
+    sites, bad, later = [], [], []
     for m in g.members:
         if _is_concat(m) and res.is_fx:
             later.append(m)  # resolved below, from the group's inputs
             continue
         try:
-            binds.append(_bind(res, m.tensor, res.resolve(m.tensor, m.producer, m.producer_op, m.module)))
+            sites.append((m.tensor, res.resolve(m.tensor, m.producer, m.producer_op, m.module)))
         except Unmappable as e:
             bad.append(Unmapped(g.id, m.tensor, m.producer, str(e)))
-    producers = {b.site.node for b in binds if b.site.node is not None}
+    producers = {s.node for _, s in sites if s.node is not None}
     cats = res.cats_fed_by(producers) if producers else []
     for m in later:
         # Structure first: the one cat fed only by this group's members is strong evidence;
@@ -279,10 +282,20 @@ def _resolve_group(res: Resolver, g, tie_concat_outputs: bool):
                 f"{len(cats)} cats are fed by the group ({', '.join(c.name for c in cats)})"
             bad.append(Unmapped(g.id, m.tensor, m.producer, f"{e}; {why}"))
             continue
+        sites.append((m.tensor, site))
+    return sites, bad, cats
+
+
+def _resolve_group(res: Resolver, g, tie_concat_outputs: bool):
+    """Bindings (member -> observer) and unmapped entries for one plan group."""
+    sites, bad, cats = resolve_sites(res, g)
+    binds, notes = [], []
+    for tensor, site in sites:
         try:
-            binds.append(_bind(res, m.tensor, site))
+            binds.append(_bind(res, tensor, site))
         except Unmappable as e:
-            bad.append(Unmapped(g.id, m.tensor, m.producer, str(e)))
+            m = next(m for m in g.members if m.tensor == tensor)
+            bad.append(Unmapped(g.id, tensor, m.producer, str(e)))
     if tie_concat_outputs and res.is_fx:
         have = {b.site.node for b in binds}
         for c in cats:
@@ -398,8 +411,25 @@ class _Recorder(torch.fx.Interpreter):
         return out
 
 
+def _literal_qparams(n) -> tuple[float, int] | None:
+    """(scale, zero point) written into a decomposed per-tensor quantize/dequantize node (PT2E)."""
+    if n.op != "call_function" or op_name(n.target) not in ("quantize_per_tensor", "dequantize_per_tensor"):
+        return None
+    if len(n.args) < 3 or not isinstance(n.args[1], (int, float)) or not isinstance(n.args[2], int):
+        return None
+    return float(n.args[1]), int(n.args[2])
+
+
+def _static_qparams(n) -> tuple[float, int] | None:
+    return next((q for q in map(_literal_qparams, n.users) if q is not None), None)
+
+
 def _converted_qparams(res: Resolver, nodes: list, example_inputs) -> dict:
-    """Real output qparams of FX nodes in a converted model (QTensor, or the quantize after it)."""
+    """Real output qparams of FX nodes in a converted model: those written in the graph (PT2E),
+    else from running it (the QTensor, or the quantize after it)."""
+    static = {n: _static_qparams(n) for n in nodes}
+    if all(q is not None for q in static.values()) or example_inputs is None:
+        return static
     want = set(nodes)
     for n in nodes:
         want.update(u for u in n.users if u.op == "call_function"
@@ -436,7 +466,7 @@ def check_shared(model: torch.nn.Module, plan, *, example_inputs=None, aliases: 
     problems: list[str] = []
     if not prepared and not res.is_fx:
         return ["the model has no observers and is not an FX GraphModule: cannot check it"]
-    if not prepared and example_inputs is None:
+    if not prepared and example_inputs is None and not is_pt2e(model):
         return ["this is a converted model: pass example_inputs so its real quantized outputs can be compared"]
     for g in p.groups:
         if prepared:
@@ -467,6 +497,10 @@ def check_shared(model: torch.nn.Module, plan, *, example_inputs=None, aliases: 
                     problems.append(f"group {g.id}: output of {n.name} is not quantized in the converted model")
                 else:
                     vals.append((n.target if n.op == "call_module" else n.name, n.name, qp[n]))
+                if n.target in CAT_TARGETS:  # PT2E: the dequantize feeding each cat input holds its scale
+                    ts = n.args[0] if n.args else []
+                    vals += [(f"{n.name} input {k}", t.name, q) for k, t in enumerate(ts)
+                             if isinstance(t, torch.fx.Node) and (q := _literal_qparams(t)) is not None]
         if len(vals) >= 2:
             ref = vals[0]
             diff = [v for v in vals[1:] if not _same(v[2], ref[2], rtol)]

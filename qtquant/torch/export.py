@@ -30,25 +30,11 @@ import torch
 from onnx import helper, numpy_helper
 
 from ..errors import BadInputError
-from ._resolve import is_observer
+from ._fakequant import INT8_DTYPES, FrozenFakeQuant as _FrozenFakeQuant, onnx_range
+from ._pt2e_export import producer_label, qdq_to_fake_quant, split_shared_calls, to_eval
+from ._resolve import Resolver, is_observer, is_pt2e
 
 __all__ = ["export_onnx", "tidy_qdq"]
-
-
-class _FrozenFakeQuant(torch.nn.Module):
-    """Fake quantization with fixed qparams: exports as QuantizeLinear + DequantizeLinear."""
-
-    def __init__(self, scale: torch.Tensor, zero_point: torch.Tensor, qmin: int, qmax: int, axis: int | None):
-        super().__init__()
-        self.register_buffer("scale", scale.detach().to(torch.float32).clone().reshape(-1))
-        self.register_buffer("zero_point", zero_point.detach().to(torch.int32).clone().reshape(-1))
-        self.qmin, self.qmax, self.axis = qmin, qmax, axis
-
-    def forward(self, x):
-        if self.axis is None:
-            return torch.fake_quantize_per_tensor_affine(x, self.scale[0], self.zero_point[0], self.qmin, self.qmax)
-        return torch.fake_quantize_per_channel_affine(x, self.scale, self.zero_point, self.axis,
-                                                      self.qmin, self.qmax)
 
 
 def _frozen(obs) -> torch.nn.Module:
@@ -57,7 +43,7 @@ def _frozen(obs) -> torch.nn.Module:
     if en is not None and torch.is_tensor(en) and int(en.reshape(-1)[0]) == 0:
         return torch.nn.Identity()
     dtype = getattr(obs, "dtype", None)
-    if dtype not in (torch.quint8, torch.qint8):
+    if dtype not in INT8_DTYPES:
         return torch.nn.Identity()  # float16 / placeholder observers do not quantize
     if isinstance(getattr(obs, "scale", None), torch.Tensor) and hasattr(obs, "zero_point"):
         scale, zp = obs.scale, obs.zero_point
@@ -68,23 +54,19 @@ def _frozen(obs) -> torch.nn.Module:
     qmin = getattr(obs, "quant_min", None)
     qmax = getattr(obs, "quant_max", None)
     if qmin is None or qmax is None:
-        qmin, qmax = (0, 255) if dtype == torch.quint8 else (-128, 127)
-    if (qmin, qmax) == (0, 127):
-        qmax = 255  # reduce_range: QDQ has no 7-bit type; the values already sit in [0, 127]
-    if (qmin, qmax) == (-64, 63):
-        qmin, qmax = -128, 127
+        qmin, qmax = (0, 255) if dtype in (torch.quint8, torch.uint8) else (-128, 127)
+    qmin, qmax = onnx_range(qmin, qmax)
     qs = getattr(obs, "qscheme", torch.per_tensor_affine)
     axis = getattr(obs, "ch_axis", 0) if qs in (torch.per_channel_affine, torch.per_channel_symmetric) else None
     return _FrozenFakeQuant(torch.as_tensor(scale), torch.as_tensor(zp), qmin, qmax, axis)
 
 
-def _freeze(model: torch.nn.Module) -> torch.nn.Module:
-    """Deep copy with every observer/fake-quant frozen, one stand-in per attribute path.
+def _freeze(m: torch.nn.Module) -> torch.nn.Module:
+    """Every observer/fake-quant of ``m`` (a copy) frozen in place, one stand-in per attribute path.
 
     One stand-in per path (not per shared instance) keeps the ONNX scopes unique, so each
     QuantizeLinear is named after the FX observer node that produced it.
     """
-    m = copy.deepcopy(model)
     done: list[str] = []
     for path, mod in list(m.named_modules(remove_duplicate=False)):
         if not path or not is_observer(mod) or any(path.startswith(d + ".") for d in done):
@@ -95,8 +77,8 @@ def _freeze(model: torch.nn.Module) -> torch.nn.Module:
     return m
 
 
-def _fx_observed_names(model) -> dict[str, str]:
-    """FX observer attribute -> name for the producer it observes (module path or FX node name)."""
+def _fx_observed_nodes(model) -> dict:
+    """FX observer attribute -> the FX node whose output it observes."""
     if not isinstance(model, torch.fx.GraphModule):
         return {}
     mods = dict(model.named_modules(remove_duplicate=False))
@@ -109,8 +91,12 @@ def _fx_observed_names(model) -> dict[str, str]:
             continue
         if src.op == "call_module" and is_observer(mods.get(src.target)):
             continue
-        out[n.target] = src.target if src.op == "call_module" else src.name
+        out[n.target] = src
     return out
+
+
+def _fx_label(src) -> str:
+    return src.target if src.op == "call_module" else src.name
 
 
 # -- ONNX clean-up ------------------------------------------------------------------------
@@ -227,8 +213,11 @@ def tidy_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
-def _rename_producers(model: onnx.ModelProto, observed: dict[str, str]) -> int:
-    """Name the producer of each observed tensor after its FX node / module (see module doc)."""
+def _rename_producers(model: onnx.ModelProto, label_of) -> int:
+    """Name the producer of each observed tensor after its FX node / module (see module doc).
+
+    ``label_of(scope, onnx_op)``: the name for the producer of the tensor the QuantizeLinear in
+    ``scope`` (an observer attribute) quantizes, or None to leave it."""
     g = model.graph
     producer = {o: n for n in g.node for o in n.output}
     taken = {n.name for n in g.node}
@@ -239,9 +228,11 @@ def _rename_producers(model: onnx.ModelProto, observed: dict[str, str]) -> int:
         if q.op_type != "QuantizeLinear" or not q.name.startswith("/"):
             continue
         scope = q.name.strip("/").split("/")[0]
-        label = observed.get(scope)
         p = producer.get(q.input[0])
-        if label is None or p is None or p.op_type in ("QuantizeLinear", "DequantizeLinear"):
+        if p is None or p.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        label = label_of(scope, p.op_type)
+        if label is None:
             continue
         new = f"/{label}/{p.op_type}"
         if new in taken and p.name != new:
@@ -267,21 +258,46 @@ def _rename_producers(model: onnx.ModelProto, observed: dict[str, str]) -> int:
     return done
 
 
+def _prepare_copy(model: torch.nn.Module):
+    """(exportable copy of ``model``, label_of for :func:`_rename_producers` or None)."""
+    prepared = any(is_observer(m) for m in model.modules())
+    pt2e = is_pt2e(model)
+    if not prepared and not pt2e:
+        return model, None  # a converted FX / eager model exports as is
+    m = copy.deepcopy(model)
+    if pt2e:
+        to_eval(m)
+        if prepared:
+            split_shared_calls(m)
+    if prepared:
+        observed = _fx_observed_nodes(m)
+        _freeze(m)
+    else:
+        observed = {k: v for k, v in qdq_to_fake_quant(m).items() if v.op not in ("placeholder", "get_attr")}
+    if not observed:
+        return m, None
+    if not pt2e:
+        return m, lambda scope, op: _fx_label(observed[scope]) if scope in observed else None
+    res = Resolver(m)
+    return m, lambda scope, op: producer_label(res, observed[scope], op) if scope in observed else None
+
+
 def export_onnx(model: torch.nn.Module, example_inputs, path=None, *, opset_version: int = 13,
                 input_names=None, output_names=None, dynamic_axes=None) -> onnx.ModelProto:
     """Export a prepared (observers/fake-quant) or converted torch.ao model as QDQ ONNX.
 
-    Returns the ModelProto and writes it to ``path`` when given.  The model itself is not
-    changed: a prepared model is deep-copied and its fake-quants frozen at their current
-    scales (calibrate first).
+    Works for FX / eager torch.ao models and for PT2E ones (``prepare_pt2e``,
+    ``prepare_qat_pt2e``, ``convert_pt2e``).  Returns the ModelProto and writes it to ``path``
+    when given.  The model itself is not changed: a prepared model is deep-copied and its
+    fake-quants frozen at their current scales (calibrate first); a converted PT2E model is
+    deep-copied and its quantize/dequantize ops turned into fake-quants with the same qparams.
     """
     if not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
-    prepared = any(is_observer(m) for m in model.modules())
-    observed = _fx_observed_names(model) if prepared else {}
-    m = _freeze(model) if prepared else model
+    m, label_of = _prepare_copy(model)
     was_training = m.training
-    m.eval()
+    if not is_pt2e(m):  # a PT2E graph refuses .eval(); _prepare_copy switched it with torchao's call
+        m.eval()
     buf = io.BytesIO()
     try:
         with warnings.catch_warnings():
@@ -296,8 +312,8 @@ def export_onnx(model: torch.nn.Module, example_inputs, path=None, *, opset_vers
         if m is model and was_training:
             model.train()
     onx = tidy_qdq(onnx.load_from_string(buf.getvalue()))
-    if observed:
-        _rename_producers(onx, observed)
+    if label_of is not None:
+        _rename_producers(onx, label_of)
     if path is not None:
         onnx.save(onx, str(path))
     return onx

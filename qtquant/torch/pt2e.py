@@ -1,0 +1,198 @@
+"""A sharing plan as a PT2E quantizer: the declaration backends leave out for Concat.
+
+PT2E (``torch.export`` -> a :class:`Quantizer` annotates the graph -> ``prepare_pt2e`` /
+``prepare_qat_pt2e`` -> ``convert_pt2e``, in ``torchao.quantization.pt2e``) declares observer
+sharing with :class:`SharedQuantizationSpec`.  Many quantizers give each branch feeding a cat
+its own observer (or share the cat's inputs with its first input only), so the exported model
+requantizes at the Concat.  :class:`PlanQuantizer` wraps any quantizer: the base annotates,
+then every member of each plan group, the cats the group feeds (inputs and output) and the
+plan's Concat outputs are made to share ONE anchor: the first member's output.
+
+Plan names are mapped to graph nodes by the FX bridge's resolver (module path through
+``nn_module_stack``, FX node name, aliases...), with the same Concat-by-structure rule.
+
+Unmapped members: the group is still shared among the members that map, the report
+(:attr:`PlanQuantizer.report`) lists each unmapped name with the reason, and a
+:class:`~qtquant.errors.PlanWarning` is issued; ``strict=True`` raises
+:class:`~qtquant.errors.PlanError` before any annotation is changed.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torchao.quantization.pt2e.quantizer import (
+    FixedQParamsQuantizationSpec,
+    QuantizationAnnotation,
+    QuantizationSpec,
+    Quantizer,
+    SharedQuantizationSpec,
+)
+
+from ..errors import PlanError, PlanWarning
+from ._plan import read_plan
+from ._resolve import CAT_TARGETS, Resolver, op_name
+from .apply import ApplyReport, GroupResult, TiedMember, resolve_sites
+
+__all__ = ["PlanQuantizer"]
+
+_KEY = "quantization_annotation"  # the node.meta key every PT2E quantizer writes
+
+
+def _annotation(n) -> QuantizationAnnotation | None:
+    return n.meta.get(_KEY)
+
+
+def _output_spec(n):
+    a = _annotation(n)
+    return a.output_qspec if a is not None else None
+
+
+# ops a base quantizer folds into the pattern of the op before them (conv -> bn -> relu)
+_PATTERN_TAILS = {"batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training", "relu",
+                  "relu_", "hardtanh", "hardtanh_", "relu6"}
+
+
+def _quantized_output(n, steps: int = 3):
+    """``n`` or the node downstream whose output the base quantizer observes.
+
+    A conv followed by batch norm (and relu) is annotated as one pattern whose output lives
+    at its last node; a plan naming the conv means that output.  Follows single users only,
+    into batch norm / relu, while the output is left unannotated."""
+    cur = n
+    for _ in range(steps):
+        if _output_spec(cur) is not None or cur.target in CAT_TARGETS:
+            return cur
+        users = list(cur.users)
+        if len(users) != 1 or users[0].op != "call_function" or op_name(users[0].target) not in _PATTERN_TAILS:
+            return n
+        cur = users[0]
+        if op_name(cur.target).startswith("_native_batch_norm"):  # its output is a tuple: take item 0
+            item = [u for u in cur.users if u.op == "call_function" and u.args[1:2] == (0,)]
+            if len(item) != 1:
+                return n
+            cur = item[0]
+    return cur if _output_spec(cur) is not None else n
+
+
+def _spec_key(spec) -> tuple:
+    return (spec.dtype, spec.qscheme, spec.quant_min, spec.quant_max)
+
+
+def _cat_inputs(c) -> list:
+    ts = c.args[0] if c.args else c.kwargs.get("tensors", [])
+    return [t for t in ts if isinstance(t, torch.fx.Node)]
+
+
+class PlanQuantizer(Quantizer):
+    """Wrap ``base_quantizer`` so each group of ``plan`` shares one observer / fake-quant.
+
+    ``plan``: a :class:`qtquant.plan.Plan`, a dict or a path to the JSON ``qtquant fix
+    --plan-out`` writes.  ``aliases`` maps plan names (ONNX tensor or node names) to FX node
+    names or module paths, for names that do not map by themselves.  ``strict=True`` raises
+    :class:`PlanError` if any member is unmapped; otherwise a :class:`PlanWarning` is issued
+    and :attr:`report` lists them.
+    """
+
+    def __init__(self, base_quantizer, plan, *, aliases: dict | None = None, strict: bool = False):
+        super().__init__()
+        self.base = base_quantizer
+        self.plan = read_plan(plan)
+        self.aliases = dict(aliases or {})
+        self.strict = strict
+        self.report: ApplyReport | None = None  # set by annotate()
+
+    # -- the Quantizer interface: the base does everything but the plan's sharing -----------
+    def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        return self.base.transform_for_annotation(model)
+
+    def validate(self, model: torch.fx.GraphModule) -> None:
+        self.base.validate(model)
+
+    def prepare_obs_or_fq_callback(self, model, edge_or_node_to_obs_or_fq) -> None:
+        cb = getattr(self.base, "prepare_obs_or_fq_callback", None)
+        if cb is not None:
+            cb(model, edge_or_node_to_obs_or_fq)
+
+    def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        model = self.base.annotate(model) or model
+        res = Resolver(model, self.aliases)
+        resolved = [(g, *resolve_sites(res, g)) for g in self.plan.groups]
+        report = ApplyReport(groups=[], unmapped=[u for _, _, bad, _ in resolved for u in bad])
+        if self.strict and report.unmapped:
+            u = report.unmapped[0]
+            raise PlanError(f"{len(report.unmapped)} plan member(s) do not map to the exported graph, e.g. "
+                            f"{u.tensor!r}: {u.reason}")
+        for g, sites, bad, cats in resolved:
+            report.groups.append(self._share(g, sites, bad, cats))
+        self.report = report
+        if report.unmapped:
+            u = report.unmapped[0]
+            warnings.warn(PlanWarning(
+                f"{len(report.unmapped)} plan member(s) do not map to the exported graph and keep the base "
+                f"quantizer's annotation, e.g. {u.tensor!r}: {u.reason} (see PlanQuantizer.report)"), stacklevel=2)
+        return model
+
+    # -- one group --------------------------------------------------------------------------
+    def _share(self, g, sites, bad, cats) -> GroupResult:
+        gr = GroupResult(g.id, "skipped", None, concats=list(g.concats))
+        nodes, members = [], []
+        for tensor, site in sites:
+            n = _quantized_output(site.node) if site.node is not None else None
+            if n is None:
+                continue
+            via = site.via if n is site.node else f"{site.via}, quantized at {n.name}"
+            if n not in nodes:
+                nodes.append(n)
+                members.append(TiedMember(tensor, site.label if n is site.node else n.name, "", via))
+        for c in cats:
+            if c not in nodes:
+                nodes.append(c)
+                members.append(TiedMember(f"<output of {c.name}>", c.name, "", "Concat fed by the group"))
+        gr.members = members
+        if len(nodes) < 2:
+            gr.notes.append(f"only {len(nodes)} member(s) mapped: nothing to share")
+            return gr
+        specs = [_output_spec(n) for n in nodes]
+        specs += [s for c in nodes if c.target in CAT_TARGETS and _annotation(c) is not None
+                  for s in _annotation(c).input_qspec_map.values()]
+        if any(isinstance(s, FixedQParamsQuantizationSpec) for s in specs):
+            gr.status = "refused"
+            gr.notes.append("not shared: a member has fixed qparams (sigmoid/tanh-style output): its scale is set "
+                            "by the op")
+            return gr
+        concrete = [s for s in specs if isinstance(s, QuantizationSpec)]
+        if not concrete:
+            gr.notes.append("not shared: the base quantizer quantizes none of the members")
+            return gr
+        if len({_spec_key(s) for s in concrete}) > 1:
+            gr.status = "refused"
+            gr.notes.append("not shared: the base quantizer gives the members different dtypes, qschemes or "
+                            "quant ranges")
+            return gr
+        anchor = next((n for n in nodes if isinstance(_output_spec(n), QuantizationSpec)), nodes[0])
+        self._set_output(anchor, _output_spec(anchor) if isinstance(_output_spec(anchor), QuantizationSpec)
+                         else concrete[0])
+        shared = SharedQuantizationSpec(anchor)
+        for n in nodes:
+            if n is not anchor:
+                self._set_output(n, shared)
+            if n.target in CAT_TARGETS:
+                a = _annotation(n)
+                for t in _cat_inputs(n):
+                    # every input edge of the cat observes with the anchor, so no requantize is inserted
+                    a.input_qspec_map[t] = SharedQuantizationSpec(anchor)
+        gr.status = "partial" if bad else "tied"
+        gr.shared = anchor.name
+        for m in members:
+            m.observer = f"output of {anchor.name}"
+        return gr
+
+    @staticmethod
+    def _set_output(n, spec) -> None:
+        a = _annotation(n)
+        if a is None:
+            n.meta[_KEY] = a = QuantizationAnnotation(_annotated=True)
+        a.output_qspec = spec
+        a._annotated = True
