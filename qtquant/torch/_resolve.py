@@ -168,6 +168,15 @@ class Resolver:
     def is_fx(self) -> bool:
         return self.graph is not None
 
+    @property
+    def has_observers(self) -> bool:
+        """Prepared (observers run in forward), not converted.  For a GraphModule the graph
+        decides: convert_pt2e rewrites the prepared graph in place and leaves the observer
+        modules behind as unused attributes."""
+        if self.is_fx:
+            return any(self.is_observer_node(n) for n in self.graph.nodes)
+        return any(is_observer(m) for m in self.modules.values())
+
     def is_observer_node(self, n) -> bool:
         return n.op == "call_module" and is_observer(self.modules.get(n.target))
 

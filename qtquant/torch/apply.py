@@ -17,7 +17,7 @@ import torch
 
 from ..errors import PlanError
 from ._plan import read_plan
-from ._resolve import CAT_TARGETS, Resolver, Site, Unmappable, op_name, is_observer, is_pt2e
+from ._resolve import CAT_TARGETS, Resolver, Site, Unmappable, op_name, is_pt2e
 
 __all__ = ["TiedMember", "Unmapped", "GroupResult", "ApplyReport", "UnionUpdates", "apply_plan", "check_shared",
            "resolve_sites"]
@@ -310,7 +310,7 @@ def _resolve_group(res: Resolver, g, tie_concat_outputs: bool):
 def _plan_groups(model, plan, aliases, tie_concat_outputs):
     p = read_plan(plan)
     res = Resolver(model, aliases)
-    if not any(is_observer(m) for m in res.modules.values()):
+    if not res.has_observers:
         raise PlanError("the model has no observers or fake-quant modules: pass the prepared model "
                         "(prepare_qat_fx / prepare_fx / prepare_qat), before convert")
     return p, res, [(g, *_resolve_group(res, g, tie_concat_outputs)) for g in p.groups]
@@ -462,7 +462,7 @@ def check_shared(model: torch.nn.Module, plan, *, example_inputs=None, aliases: 
     """
     p = read_plan(plan)
     res = Resolver(model, aliases)
-    prepared = any(is_observer(m) for m in res.modules.values())
+    prepared = res.has_observers
     problems: list[str] = []
     if not prepared and not res.is_fx:
         return ["the model has no observers and is not an FX GraphModule: cannot check it"]

@@ -260,7 +260,7 @@ def _rename_producers(model: onnx.ModelProto, label_of) -> int:
 
 def _prepare_copy(model: torch.nn.Module):
     """(exportable copy of ``model``, label_of for :func:`_rename_producers` or None)."""
-    prepared = any(is_observer(m) for m in model.modules())
+    prepared = Resolver(model).has_observers
     pt2e = is_pt2e(model)
     if not prepared and not pt2e:
         return model, None  # a converted FX / eager model exports as is
