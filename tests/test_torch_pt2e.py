@@ -287,6 +287,15 @@ def test_unmapped_names_are_reported_warned_or_refused():
     assert q.report.groups[0].members[1].via == "alias conv2d_2"
 
 
+def test_plan_precision_is_reported_not_applied():
+    plan = {**float_names_plan(), "version": 2, "precision": {"/k_branches.0/conv/Conv_output_0": "int16"}}
+    gm, _ = exported()
+    q = PlanQuantizer(OwnObserverQuantizer(), plan)
+    prepare_qat_pt2e(gm, q)
+    assert q.report.ok
+    assert any("precision of 1 tensor(s) (int16)" in n for n in q.report.notes), q.report.notes
+
+
 def test_bad_plan_is_one_plan_error(tmp_path):
     with pytest.raises(PlanError, match="not found"):
         PlanQuantizer(OwnObserverQuantizer(), tmp_path / "missing.json")

@@ -20,7 +20,7 @@ from ._plan import read_plan
 from ._resolve import CAT_TARGETS, Resolver, Site, Unmappable, op_name, is_pt2e
 
 __all__ = ["TiedMember", "Unmapped", "GroupResult", "ApplyReport", "UnionUpdates", "apply_plan", "check_shared",
-           "resolve_sites"]
+           "resolve_sites", "precision_note"]
 
 
 @dataclass
@@ -307,6 +307,16 @@ def _resolve_group(res: Resolver, g, tie_concat_outputs: bool):
     return binds, bad, notes
 
 
+def precision_note(plan) -> str | None:
+    """The plan's per-tensor precision (version 2) is not applied on the torch side: say so."""
+    prec = getattr(plan, "precision", None) or {}
+    if not prec:
+        return None
+    kinds = ", ".join(sorted({str(getattr(v, "value", v)) for v in prec.values()}))
+    return (f"the plan sets the precision of {len(prec)} tensor(s) ({kinds}); qtquant.torch shares scales only: "
+            "set those tensors' dtype in your quantizer or qconfig")
+
+
 def _plan_groups(model, plan, aliases, tie_concat_outputs):
     p = read_plan(plan)
     res = Resolver(model, aliases)
@@ -333,6 +343,8 @@ def apply_plan(prepared_model: torch.nn.Module, plan, *, aliases: dict | None = 
         raise PlanError(f"merge must be 'union' or 'none', not {merge!r}")
     p, res, resolved = _plan_groups(prepared_model, plan, aliases, tie_concat_outputs)
     report = ApplyReport(groups=[], unmapped=[u for _, _, bad, _ in resolved for u in bad])
+    if (note := precision_note(p)) is not None:
+        report.notes.append(note)
     if strict and report.unmapped:
         u = report.unmapped[0]
         raise PlanError(f"{len(report.unmapped)} plan member(s) do not map to the model, e.g. "

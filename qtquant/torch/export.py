@@ -1,8 +1,12 @@
-"""Export a torch.ao prepared or converted model to a QDQ ONNX file that qtquant reads.
+"""Export a torch.ao (FX, eager) or PT2E prepared or converted model to a QDQ ONNX file that qtquant reads.
 
 What works with torch 2.13 (CPU), found by trying:
-- ``torch.onnx.export(..., dynamo=False)`` (the TorchScript exporter).  The default dynamo
-  exporter needs onnxscript and does not handle quantized tensors.
+- ``torch.onnx.export(..., dynamo=False)`` (the TorchScript exporter; torch 2.13 marks it
+  deprecated, and the notice is silenced here).  The default dynamo exporter needs onnxscript
+  (not a dependency of qtquant) and does not handle torch.ao's quantized tensors; it does export
+  a converted PT2E model (onnxscript 0.7.2), but with aten-level node names.
+- PT2E graphs go through the same exporter after :mod:`._pt2e_export` turns their decomposed
+  quantize/dequantize ops into frozen fake-quants (see there).
 - A *prepared* model exports only if every fake-quant is the plain ``FakeQuantize``: the
   default QAT qconfig's ``FusedMovingAvgObsFakeQuantize`` has no ONNX symbolic, and plain
   observers (PTQ ``prepare_fx``) export as nothing.  So each observer/fake-quant is swapped
@@ -264,7 +268,11 @@ def _prepare_copy(model: torch.nn.Module):
     pt2e = is_pt2e(model)
     if not prepared and not pt2e:
         return model, None  # a converted FX / eager model exports as is
-    m = copy.deepcopy(model)
+    with warnings.catch_warnings():
+        # torch 2.13's own pytree code warns (LeafSpec, from copyreg) while copying a torch.export
+        # graph; nothing the caller can change
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+        m = copy.deepcopy(model)
     if pt2e:
         to_eval(m)
         if prepared:

@@ -33,7 +33,7 @@ from torchao.quantization.pt2e.quantizer import (
 from ..errors import PlanError, PlanWarning
 from ._plan import read_plan
 from ._resolve import CAT_TARGETS, Resolver, op_name
-from .apply import ApplyReport, GroupResult, TiedMember, resolve_sites
+from .apply import ApplyReport, GroupResult, TiedMember, precision_note, resolve_sites
 
 __all__ = ["PlanQuantizer"]
 
@@ -120,6 +120,8 @@ class PlanQuantizer(Quantizer):
         res = Resolver(model, self.aliases)
         resolved = [(g, *resolve_sites(res, g)) for g in self.plan.groups]
         report = ApplyReport(groups=[], unmapped=[u for _, _, bad, _ in resolved for u in bad])
+        if (note := precision_note(self.plan)) is not None:
+            report.notes.append(note)
         if self.strict and report.unmapped:
             u = report.unmapped[0]
             raise PlanError(f"{len(report.unmapped)} plan member(s) do not map to the exported graph, e.g. "
