@@ -229,3 +229,14 @@ def test_function_scope_metadata_is_set():
     meta = {p.key: p.value for p in protos["/stage0/relu"].metadata_props}
     assert meta["qtquant.scope"] == "stage0"
     assert helper  # onnx.helper builds every model here
+
+
+def test_node_sqnr_takes_each_nodes_worst_tensor_from_an_accuracy_report():
+    from types import SimpleNamespace as T
+
+    from qtquant.app.views.blocks import node_sqnr
+
+    rep = T(tensors=[T(node="a", sqnr_db=30.0), T(node="a", sqnr_db=12.0), T(node="b", sqnr_db=float("inf")),
+                     T(node=None, sqnr_db=1.0)])
+    assert node_sqnr(rep) == {"a": 12.0}
+    assert node_sqnr(None) is None

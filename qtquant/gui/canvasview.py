@@ -16,7 +16,7 @@ import time
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from ..app.scene.view import ISOLATE_MIN_UNITS
-from ..app.views.blocks import fill_block_looks, worst_concat
+from ..app.views.blocks import fill_block_looks, node_sqnr, worst_concat
 from ..app.views.looks import Looks, fill_looks
 from ..vocab import OVERLAYS, Overlay
 from . import collector
@@ -44,9 +44,8 @@ class CanvasPresenter(QObject):
         self._keep_view = False  # the next build keeps the zoom and position (same boxes as shown)
         self.model = None  # the SceneModel: the hierarchy and what of it is open
         self.jobs = None  # the window's JobManager: big Expand all layouts run there
-        # Per node its SQNR in dB where accuracy figures exist (the sensitivity work sets this):
-        # collapsed blocks show the worst of theirs.
-        self.node_sqnr = lambda: None
+        # Per node its SQNR in dB where accuracy figures exist: collapsed blocks show the worst of theirs.
+        self.node_sqnr = lambda: node_sqnr(self.relay.accuracy())
         self._opened_on = None  # the Concat centred after the first calibration, and the view then
         self._build = None  # generator of a scene being built in slices
         self._build_timer = QTimer(self, singleShot=True, interval=0)
@@ -168,8 +167,8 @@ class CanvasPresenter(QObject):
         self._open_on_worst()
 
     def _accuracy_changed(self, *_) -> None:
-        if self.overlay == Overlay.ERROR:
-            self.apply_looks()
+        if self.overlay == Overlay.ERROR or (self.model is not None and not self.model.h.flat):
+            self.apply_looks()  # the Error colours, or the blocks' worst-SQNR badges
 
     def set_error_local(self, on: bool) -> None:
         """The Error overlay's toggle: local SQNR (True) or cumulative (False)."""

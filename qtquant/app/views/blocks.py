@@ -18,7 +18,7 @@ from .palette import mismatch_band, mismatch_hex
 from .perfdata import node_us
 from .concats import concat_rows
 
-__all__ = ["BlockSummary", "block_summaries", "fill_block_looks", "worst_concat", "SQNR_BADGE"]
+__all__ = ["BlockSummary", "block_summaries", "fill_block_looks", "worst_concat", "node_sqnr", "SQNR_BADGE"]
 
 SQNR_BADGE = "#4a148c"
 
@@ -90,6 +90,18 @@ def fill_block_looks(looks, model, mode: str, concats=None, perf=None, sqnr: dic
         u = unit_of.get(dst, dst)
         if u != dst:
             looks.edges.setdefault((t, u), look)
+
+
+def node_sqnr(report) -> dict[str, float] | None:
+    """Per node the worst cumulative SQNR (dB) of its tensors in an accuracy report, or None."""
+    if report is None:
+        return None
+    out: dict[str, float] = {}
+    for t in getattr(report, "tensors", ()) or ():
+        v = t.sqnr_db
+        if t.node and v is not None and math.isfinite(v) and v < out.get(t.node, math.inf):
+            out[t.node] = v
+    return out
 
 
 def worst_concat(session) -> str | None:
