@@ -15,8 +15,8 @@ from typing import Callable
 
 from .vocab import CostClass
 
-__all__ = ["Role", "OpHandler", "handler_for", "REGISTRY", "passes_through", "FUSED_ACTIVATIONS",
-           "fused_into_producer"]
+__all__ = ["Role", "OpHandler", "handler_for", "REGISTRY", "passes_through", "FusionRule", "COMPOSITES",
+           "default_fusion_rule", "fusion_rule_from", "fused_into_producer", "constant_operand"]
 
 
 class Role(Enum):
@@ -122,23 +122,84 @@ def passes_through(node, graph) -> bool:
     return h.pass_if is None or bool(h.pass_if(node, graph))
 
 
-# What a compiler folds into the layer that computes its input: a BatchNormalization, or an
-# Add/Sub/Mul/Div by a constant, becomes the layer's weights and bias; an activation is applied
-# to the accumulator before requantizing.  So the layer's raw output, and every step up to the
-# last folded op, never exists in int8 and gets no observer.  TFLite stores RELU/RELU6 as a
-# Conv's fused_activation_function; TensorRT fuses a convolution with the pointwise ops after it
-# (x·Sigmoid(x) included); NNCF's hardware fusing patterns put no quantizer between a Conv, its
-# BatchNormalization and its activation (SiLU, HardSwish included); onnxruntime's optimizer
-# folds Conv+BatchNormalization, Conv+Add and Conv+Mul by constants before it quantizes.
-FUSED_ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "HardSwish", "HardSigmoid", "Sigmoid",
-                               "Tanh", "Elu", "Selu", "Gelu", "Mish", "Softplus"})
+# What a compiler folds into the layer that computes its input is a property of the compiler,
+# so it lives in the march profile (``resources/marches/*.json``, "fusion"; perf/march.py parses
+# it into a FusionRule).  A BatchNormalization, or an Add/Sub/Mul/Div by a constant, becomes the
+# layer's weights and bias; an activation is applied to the accumulator before requantizing.  So
+# the layer's raw output, and every step up to the last folded op, never exists in int8 and gets
+# no observer.  TFLite stores RELU/RELU6 as a Conv's fused_activation_function; TensorRT fuses a
+# convolution with the pointwise ops after it (x·Sigmoid(x) included); NNCF's hardware fusing
+# patterns put no quantizer between a Conv, its BatchNormalization and its activation (SiLU,
+# HardSwish included); onnxruntime's optimizer folds Conv+BatchNormalization, Conv+Add and
+# Conv+Mul by constants before it quantizes.
+_PRODUCERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 _FOLDED_AFFINE = frozenset({"BatchNormalization", "Add", "Sub", "Mul", "Div"})
-_FUSING_PRODUCERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
-# x·g(x): SiLU (g = Sigmoid) and HardSwish (g = HardSigmoid) written as two ops.
-_GATES = frozenset({"Sigmoid", "HardSigmoid"})
+# Composite activations: names in a rule's lists that stand for several ONNX ops.
+# SiLU = x·Sigmoid(x); HardSwish = the HardSwish op, x·HardSigmoid(x) or x·Clip(x+3, 0, 6)/6.
+COMPOSITES = frozenset({"SiLU", "HardSwish"})
+_GATE_OF = {"SiLU": "Sigmoid", "HardSwish": "HardSigmoid"}
 
 
-def _constant_operand(node, t, graph) -> bool:
+@dataclass(frozen=True)
+class FusionRule:
+    """What one march's compiler merges into a layer (the profile's ``fusion`` object).
+
+    - ``producers``: the ops that host a fused chain (MAC-array layers);
+    - ``folded``: ops folded into the producer's weights and bias when their other operand is
+      a constant (BatchNormalization always);
+    - ``write_back``: activations applied in the producer's write-back (no pass of their own);
+    - ``residual_add``: an Add of the producer's output and another activation is done in the
+      write-back too (Conv+Add), followed by at most one ``write_back`` activation;
+    - ``lut``: element-wise functions evaluated by one table-lookup pass of their own, however
+      many ONNX ops spell them (``SiLU``, ``HardSwish`` merge their pieces into one pass);
+    - ``concat_in_place``: a channel Concat is addressing, also when some inputs are
+      requantized (the requantize writes into the Concat's buffer).
+    """
+
+    producers: frozenset = _PRODUCERS
+    folded: frozenset = _FOLDED_AFFINE
+    write_back: frozenset = frozenset()
+    residual_add: bool = False
+    lut: frozenset = frozenset()
+    concat_in_place: bool = False
+
+    @property
+    def activations(self) -> frozenset:
+        """Single ops after a producer that leave one quantization point (the export's rule)."""
+        return frozenset((self.write_back | self.lut) - {"SiLU"})
+
+    @property
+    def gates(self) -> frozenset:
+        """g of the x·g(x) pairs that leave one quantization point."""
+        return frozenset(g for c, g in _GATE_OF.items() if c in (self.write_back | self.lut))
+
+
+def default_fusion_rule() -> FusionRule:
+    """The default march's rule (``vocab.DEFAULT_MARCH``), read from its bundled profile: what
+    a graph uses for its quantization points when no march is given."""
+    global _DEFAULT_RULE
+    if _DEFAULT_RULE is None:
+        import json
+
+        from .resources import resource_path
+        from .vocab import DEFAULT_MARCH
+
+        doc = json.loads(resource_path("marches", f"{DEFAULT_MARCH}.json").read_text(encoding="utf-8"))
+        _DEFAULT_RULE = fusion_rule_from(doc["params"]["fusion"]["value"])
+    return _DEFAULT_RULE
+
+
+_DEFAULT_RULE: FusionRule | None = None
+
+
+def fusion_rule_from(d: dict) -> FusionRule:
+    """A FusionRule from a profile's already validated ``fusion`` value (lists of op names)."""
+    kw = {k: (frozenset(v) if isinstance(v, (list, tuple, set, frozenset)) else bool(v))
+          for k, v in d.items() if k in FusionRule.__dataclass_fields__}
+    return FusionRule(**kw)
+
+
+def constant_operand(node, t, graph) -> bool:
     """``node`` combines ``t`` with constants only (a per-channel scale or shift)."""
     others = [i for i in node.inputs if i and i != t]
     if node.op_type == "BatchNormalization":
@@ -148,29 +209,32 @@ def _constant_operand(node, t, graph) -> bool:
     return len(others) == 1 and graph.constant_value(others[0]) is not None
 
 
-def fused_into_producer(graph) -> set[str]:
-    """Activation tensors that exist only inside a fused layer: a Conv/Gemm/MatMul output read by
-    nothing but what the compiler folds into it (a constant affine op, then an activation, or the
-    gate of x·g(x)), and each folded step but the last."""
+def fused_into_producer(graph, rule: FusionRule | None = None) -> set[str]:
+    """Activation tensors that exist only inside a fused layer: a producer's output read by
+    nothing but what the march's compiler folds into it (a constant affine op, then an
+    activation, or the gate of x·g(x)), and each folded step but the last.  ``rule``: the
+    march's :class:`FusionRule` (default: :func:`default_fusion_rule`)."""
+    rule = rule or default_fusion_rule()
+    acts, gates, folded = rule.activations, rule.gates, rule.folded
     outputs = set(graph.outputs)
     fused: set[str] = set()
     for node in graph.nodes.values():
-        if node.op_type not in _FUSING_PRODUCERS or not node.outputs:
+        if node.op_type not in rule.producers or not node.outputs:
             continue
         t, affine_ok = node.outputs[0], True
         while t and t not in outputs:
             cons = graph.consumers(t)
             if len(cons) == 1:
                 c = cons[0]
-                if affine_ok and c.op_type in _FOLDED_AFFINE and _constant_operand(c, t, graph):
+                if affine_ok and c.op_type in folded and constant_operand(c, t, graph):
                     fused.add(t)
                     t = c.outputs[0]
                     continue
-                if c.op_type in FUSED_ACTIVATIONS:
+                if c.op_type in acts:
                     fused.add(t)
                 break  # the activation's output is the layer's output
-            if len(cons) == 2 and {c.op_type for c in cons} <= _GATES | {"Mul"}:
-                gate = next((c for c in cons if c.op_type in _GATES), None)
+            if len(cons) == 2 and {c.op_type for c in cons} <= gates | {"Mul"}:
+                gate = next((c for c in cons if c.op_type in gates), None)
                 mul = next((c for c in cons if c.op_type == "Mul"), None)
                 g = gate.outputs[0] if gate is not None else ""
                 if mul is not None and g and sorted(mul.inputs) == sorted([t, g]) \

@@ -137,7 +137,7 @@ def _profile(tmp_path, mutate):
     (lambda d: d["params"]["cores_per_model"].update(value=9), ['"cores_per_model" (9) exceeds "cores"']),
     (lambda d: d["params"].update(ddr_gbps=7.5), ['"ddr_gbps" must be an object with "value"']),
     (lambda d: d["params"]["op_overhead_us"].update(value=-1), ['"op_overhead_us" must be 0 or more']),
-    (lambda d: d["params"]["fused_activations"].update(value=[1]), ['"fused_activations" must be str, not int']),
+    (lambda d: d["params"]["fusion"]["value"].update(lut=[1]), ['"fusion" must be str, not int']),
     (lambda d: d["params"]["sram_mb"].update(value=float("nan")), ['"sram_mb" must be a number, got NaN']),
     (lambda d: d.update(name="  "), ["name must not be blank"]),
     (lambda d: d.update(params=[]), ["params must be object, not list"]),

@@ -47,7 +47,7 @@ def _concats(graph, groups=()):
 
 def test_mismatched_input_gets_one_virtual_rescale_node():
     g = _cat_model()
-    march = load_march("bayes-e")
+    march = load_march("bernoulli2")  # a march whose rescaled Concat becomes a copy
     res = simulate(g, march, _concats(g))
     names = [lc.name for lc in res.layers]
     assert res.rescale_count == 1
@@ -57,14 +57,25 @@ def test_mismatched_input_gets_one_virtual_rescale_node():
     assert r.is_rescale and r.concat == "cat" and r.op_type == "Rescale"
     n = 16 * 32 * 32
     assert r.bytes == 2 * n  # one int8 read and one int8 write of the input
-    assert r.compute_us == pytest.approx(n / march.vector_elems_per_s * 1e6)
+    assert r.compute_us == pytest.approx(n / (march.vector_elems_per_s * march.eltwise_efficiency) * 1e6)
     assert r.total_us == pytest.approx(max(r.compute_us, r.memory_us) + march.op_overhead_us)
     cat = next(lc for lc in res.layers if lc.name == "cat")
-    assert cat.total_us > 0  # a rescaled channel Concat cannot be done in place
+    assert not march.fusion.concat_in_place
+    assert cat.total_us > 0  # a rescaled channel Concat cannot be done in place on this march
     assert res.rescale_cost_by_concat()["cat"] == pytest.approx(r.total_us + cat.total_us)
     assert res.rescale_us == pytest.approx(res.rescale_cost_by_concat()["cat"])
     assert res.by_node()["cat"] == pytest.approx(cat.total_us + r.total_us)
     assert res.total_us == pytest.approx(sum(lc.total_us for lc in res.layers))
+
+
+def test_concat_in_place_march_requantizes_into_the_buffer():
+    g = _cat_model()
+    march = load_march("bayes-e")
+    assert march.fusion.concat_in_place  # the X5 log: a plain Concat next to its HzRequantize nodes
+    res = simulate(g, march, _concats(g))
+    cat = res.layer("cat")
+    assert res.rescale_count == 1 and cat.total_us == 0
+    assert res.rescale_cost_by_concat()["cat"] == pytest.approx(res.rescales[0].total_us)
 
 
 def test_shared_scale_makes_channel_concat_free():
@@ -246,8 +257,9 @@ def test_bundled_marches_state_every_source():
     assert set(march_names()) >= {"bernoulli2", "bayes-e", "bayes", "nash-e"}
     for name in march_names():
         m = load_march(name)
-        assert set(m.provenance) == set(PARAMS)
-        assert all(kind in ("source", "estimate") and text for kind, text in m.provenance.values())
+        # Every parameter but the optional ones (and the older spelling of "fusion") is stated.
+        assert set(m.provenance) >= set(PARAMS) - {"fused_activations", "board_cpu_overhead_us"}
+        assert all(kind in ("source", "estimate", "fitted") and text for kind, text in m.provenance.values())
     # The public facts of DESIGN §4 are sourced, the unknown bandwidths are estimates.
     assert load_march("bayes-e").provenance["peak_tops"][0] == "source"
     assert load_march("nash-e").provenance["ddr_gbps"][0] == "source"

@@ -19,6 +19,9 @@ def add_arguments(p) -> None:
     out.add_argument("--csv", metavar="OUT.csv", default=None, help="write the layer table as CSV")
     out.add_argument("--top", type=int, default=None, metavar="N",
                      help="print only the N most expensive layers (default: every layer that costs time)")
+    out.add_argument("--explain", metavar="NODE", default=None,
+                     help="print the arithmetic of one layer (compute, memory, overhead, what bounds it and what "
+                          "was fused into it) instead of the table")
 
 
 def run(args) -> int:
@@ -26,7 +29,7 @@ def run(args) -> int:
     from ..fileio import atomic_write_text, check_output_path
     from ..perf import load_march, simulate_session
     from ..perf.precision import precision_table_text
-    from ..perf.report import csv_text, html_report, layer_table_text, summary_text
+    from ..perf.report import csv_text, explain_text, html_report, layer_table_text, summary_text
     from ..report import cut_text
     from ..shapes import format_shape
 
@@ -58,6 +61,18 @@ def run(args) -> int:
                                                    march=march), inputs=inputs, what="report")
     if args.csv:
         atomic_write_text(args.csv, csv_text(after), inputs=inputs, what="CSV file")
+
+    if args.explain is not None:
+        name = args.explain.strip()
+        if after.layer(name) is None:
+            import difflib
+
+            known = [*g.nodes, *(r.name for r in after.rescales)]
+            close = difflib.get_close_matches(name, known, n=1)
+            raise BadInputError(f"--explain: no node {name!r} in {model}"
+                                + (f" (did you mean {close[0]!r}?)" if close else ""))
+        print(explain_text(after, name, march))
+        return 0
 
     if args.json:
         doc = {

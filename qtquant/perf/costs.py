@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..ops import handler_for
+from ..ops import constant_operand, handler_for
 from ..vocab import CostClass, TensorKind
 from .macs import conv_dims, macs_of, numel, shape_of
 
-__all__ = ["LayerCost", "CostContext", "node_cost", "copy_cost", "rescale_cost", "alignment_efficiency"]
+__all__ = ["LayerCost", "CostContext", "node_cost", "copy_cost", "rescale_cost", "alignment_efficiency",
+           "vector_class", "VECTOR_CLASSES"]
 
 ACT_BYTES = 1  # int8 activations
 WEIGHT_BYTES = 1  # int8 weights
@@ -37,11 +38,22 @@ class LayerCost:
     memory_us: float
     overhead_us: float
     total_us: float
-    bound: str  # "compute" | "memory"
+    bound: str  # "compute" | "memory" | "overhead": the largest of the three terms
     is_rescale: bool = False
     concat: str | None = None  # for rescale layers: the Concat they feed
     ddr_bytes: int = 0
     note: str = ""
+    # What the layer is made of and how it was priced (the report, --explain, the GUI overlay).
+    fused: tuple = ()  # graph nodes merged into this layer (its own node excluded)
+    fused_into: str | None = None  # for a merged node: the layer that carries its cost
+    op_class: str = ""  # "conv", "depthwise", "matmul", "attention" or a vector class (vector_class)
+    efficiency: float = 1.0  # the utilization factor applied (alignment x class efficiency)
+    elems: int = 0  # elements streamed through the vector unit
+    fused_ops: str = ""  # what it merges: "BatchNormalization+Relu" after a conv, all pieces of a LUT "Sigmoid+Mul"
+
+    @property
+    def onchip_bytes(self) -> int:
+        return self.bytes - self.ddr_bytes
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -54,21 +66,48 @@ def alignment_efficiency(channels: int, align: int) -> float:
     return channels / (-(-channels // align) * align)
 
 
+# Vector-unit op classes, each with its own efficiency in the march profile.
+VECTOR_CLASSES = ("eltwise", "lut", "resize", "pool", "reduce", "copy")
+_POOL = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool"})
+_PLAIN_ELTWISE = frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "Abs", "Neg", "Floor", "Ceil", "Round", "Sign"})
+_REDUCE = frozenset({"Softmax", "LogSoftmax"})
+
+
+def vector_class(op_type: str) -> str:
+    """Which vector-unit class prices an op that is not on the MAC array."""
+    if op_type in ("Resize", "Upsample"):
+        return "resize"
+    if op_type in _POOL:
+        return "pool"
+    cat = handler_for(op_type).category
+    if op_type in _REDUCE or cat == "reduce":
+        return "reduce"
+    if cat == "layout" or op_type in ("Concat", "Split"):
+        return "copy"
+    if cat == "activation" and op_type not in _PLAIN_ELTWISE:
+        return "lut"
+    return "eltwise"
+
+
 class CostContext:
     """Whole-graph facts the per-op cost functions need, computed once per (graph, march)."""
 
     def __init__(self, graph, march):
         self.graph = graph
         self.march = march
+        self.rule = march.fusion
         self._onchip_limit = march.onchip_tensor_bytes
         self._io = set(graph.inputs) | set(graph.outputs)
         self._bytes: dict[str, int] = {}
         self.fused: dict[str, str] = {}  # node -> host node it is folded into
         self.internal: set[str] = set()  # tensors inside a fused chain: never written out
         self.chain_out: dict[str, str] = {}  # host -> the fused chain's last tensor (what the host writes)
-        self.chain_ops: dict[str, str] = {}  # host -> "Sigmoid+Mul" (for the layer note)
-        self.chain_inputs: dict[str, list] = {}  # host -> extra inputs of its chain (residuals, BN params)
+        self.chain_ops: dict[str, str] = {}  # host -> "BatchNormalization+Relu" (for the layer note)
+        self.chain_nodes: dict[str, tuple] = {}  # host -> the node names merged into it
+        self.chain_inputs: dict[str, list] = {}  # host -> extra inputs of its chain (residuals)
+        self.lut_in: dict[str, str] = {}  # LUT host -> the one tensor its pieces read
         self._find_fusions()
+        self._find_luts()
 
     # -- tensors ----------------------------------------------------------------------------
     def is_activation(self, tensor: str) -> bool:
@@ -85,74 +124,155 @@ class CostContext:
         """Model inputs/outputs and tensors too big for the on-chip buffer go through DDR."""
         return tensor in self._io or nbytes > self._onchip_limit
 
-    # -- fusion -----------------------------------------------------------------------------
-    def _find_fusions(self) -> None:
-        """Fold BN/activation/residual-Add chains into the Conv/Gemm that feeds them.
+    def _consumers(self, t):
+        return [self.graph.nodes[c] for c in self.graph.tensors[t].consumers] if t in self.graph.tensors else []
 
-        The host then reads the chain's extra inputs (a residual) and writes the chain's
-        last tensor; the intermediate tensors never leave the MAC pipeline.
+    def _free(self, node) -> bool:
+        return node.name not in self.fused and node.name not in self.chain_nodes
+
+    # -- fusion into the producer (the march's write-back rule) --------------------------------
+    def _find_fusions(self) -> None:
+        """Fold BN/constant-affine steps, write-back activations and one residual Add into the
+        MAC-array layer that feeds them (``march.fusion``, :class:`qtquant.ops.FusionRule`).
+
+        The host then reads the chain's extra inputs (a residual) and writes the chain's last
+        tensor; the intermediate tensors never leave the MAC pipeline.
         """
-        g, fuse = self.graph, self.march.fused_activations
+        g, rule = self.graph, self.rule
         outputs = set(g.outputs)
         for node in g.nodes.values():
-            if handler_for(node.op_type).cost_class is not CostClass.COMPUTE or not node.outputs \
-                    or not self.is_activation(node.outputs[0]):
+            if node.op_type not in rule.producers or not node.outputs or not self.is_activation(node.outputs[0]) \
+                    or handler_for(node.op_type).cost_class is not CostClass.COMPUTE:
                 continue
-            cur, used_add, chain = node.outputs[0], False, []
+            cur, used_add, chain, affine_ok = node.outputs[0], False, [], True
             while cur not in outputs:
-                cons = [g.nodes[c] for c in g.tensors[cur].consumers]
-                ops = sorted(c.op_type for c in cons)
-                if len(cons) == 1 and cons[0].op_type in fuse and cons[0].op_type not in ("Add", "Sigmoid") \
-                        and cons[0].inputs[0] == cur and self._rest_static(cons[0]):
-                    step = cons
-                elif len(cons) == 1 and cons[0].op_type == "Sigmoid" and "Sigmoid" in fuse:
-                    step = cons
-                elif (len(cons) == 1 and cons[0].op_type == "Add" and "Add" in fuse and not used_add
-                      and len(cons[0].inputs) == 2 and cons[0].inputs[0] != cons[0].inputs[1]):
-                    step, used_add = cons, True  # residual add folded into the conv's write-back
-                elif ops == ["Mul", "Sigmoid"] and "SiLU" in fuse:
-                    sig = next(c for c in cons if c.op_type == "Sigmoid")
-                    mul = next(c for c in cons if c.op_type == "Mul")
-                    s_out = sig.outputs[0]
-                    if set(mul.inputs) != {cur, s_out} or g.tensors[s_out].consumers != [mul.name]:
-                        break
-                    self.internal.add(s_out)
-                    step = [sig, mul]
-                else:
+                cons = self._consumers(cur)
+                c = cons[0] if len(cons) == 1 else None
+                if c is not None and not self._free(c):
                     break
+                if c is not None and affine_ok and c.op_type in rule.folded and constant_operand(c, cur, g):
+                    step = [c]  # folded into the weights and bias at compile time
+                elif c is not None and c.op_type in rule.write_back and c.inputs[0] == cur and self._rest_static(c):
+                    step, affine_ok = [c], False
+                elif (c is not None and c.op_type == "Add" and rule.residual_add and not used_add
+                      and len(c.inputs) == 2 and c.inputs[0] != c.inputs[1]
+                      and all(self.is_activation(i) for i in c.inputs)):
+                    step, used_add, affine_ok = [c], True, False  # residual add in the write-back
+                else:
+                    step = self._composite(cur, cons, rule.write_back)
+                    if not step:
+                        break
+                    affine_ok = False
                 self.internal.add(cur)
                 chain.extend(step)
-                for c in step:
-                    self.fused[c.name] = node.name
+                for s in step:
+                    self.fused[s.name] = node.name
+                for s in step[:-1]:
+                    self.internal.update(o for o in s.outputs if o)
                 cur = step[-1].outputs[0]
                 if not cur or not self.is_activation(cur):
                     break
             if chain:
                 self.chain_out[node.name] = cur
                 self.chain_ops[node.name] = "+".join(c.op_type for c in chain)
+                self.chain_nodes[node.name] = tuple(c.name for c in chain)
                 inside = {node.outputs[0], *(o for c in chain for o in c.outputs)}
                 self.chain_inputs[node.name] = [i for c in chain for i in c.inputs if i and i not in inside]
 
+    def _composite(self, t, cons, names) -> list:
+        """The nodes of a SiLU or HardSwish spelled as several ops on ``t``, when ``names``
+        (a rule list) contains it; [] otherwise.  The last node writes the result."""
+        if len(cons) == 1 and cons[0].op_type == "HardSwish" and "HardSwish" in names:
+            return list(cons)
+        if len(cons) != 2 or any(not self._free(c) for c in cons):
+            return []
+        by = {c.op_type: c for c in cons}
+        for gate, name in (("Sigmoid", "SiLU"), ("HardSigmoid", "HardSwish")):
+            if name in names and set(by) == {gate, "Mul"}:
+                s, m = by[gate], by["Mul"]
+                if sorted(m.inputs) == sorted([t, s.outputs[0]]) and len(self._consumers(s.outputs[0])) == 1:
+                    return [s, m]
+        if "HardSwish" in names and set(by) == {"Add", "Mul"}:
+            return self._hardswish_pieces(t, by["Add"], by["Mul"])
+        return []
+
+    def _hardswish_pieces(self, t, add, mul) -> list:
+        """x·Clip(x+3, 0, 6)/6 as Add, Clip, then Mul by x and Div (or Mul) by 6, in either order."""
+        g = self.graph
+
+        def only(tensor, ops):
+            cs = self._consumers(tensor)
+            return cs[0] if len(cs) == 1 and cs[0].op_type in ops and self._free(cs[0]) else None
+
+        def by_const(n, x):
+            return n is not None and constant_operand(n, x, g)
+
+        if not by_const(add, t):
+            return []
+        clip = only(add.outputs[0], ("Clip",))
+        if clip is None:
+            return []
+        nxt = only(clip.outputs[0], ("Mul", "Div"))
+        if nxt is mul and sorted(mul.inputs) == sorted([t, clip.outputs[0]]):
+            last = only(mul.outputs[0], ("Div", "Mul"))
+            return [add, clip, mul, last] if by_const(last, mul.outputs[0]) else []
+        if nxt is not None and nxt is not mul and by_const(nxt, clip.outputs[0]) \
+                and sorted(mul.inputs) == sorted([t, nxt.outputs[0]]) and len(self._consumers(nxt.outputs[0])) == 1:
+            return [add, clip, nxt, mul]
+        return []
+
+    # -- lookup-table passes ------------------------------------------------------------------
+    def _find_luts(self) -> None:
+        """Merge the pieces of a SiLU/HardSwish the march evaluates by one table lookup
+        (``fusion.lut``) into one layer, hosted by the last piece (as the X5 log names its
+        HzLut after the SiLU's Mul): one read of the input, one write of the result."""
+        lut = self.rule.lut
+        if not (lut & {"SiLU", "HardSwish"}):
+            return
+        for name in self.graph.tensors:
+            if name in self.internal or not self.is_activation(name):
+                continue
+            cons = self._consumers(name)
+            step = self._composite(name, cons, lut) if len(cons) > 1 else []
+            if len(step) < 2:
+                continue
+            host = step[-1]
+            self.lut_in[host.name] = name
+            self.chain_nodes[host.name] = tuple(s.name for s in step[:-1])
+            self.chain_ops[host.name] = "+".join(s.op_type for s in step)
+            for s in step[:-1]:
+                self.fused[s.name] = host.name
+                self.internal.update(o for o in s.outputs if o)
+
     def _rest_static(self, node) -> bool:
-        """True when every input but the first is a constant (BN statistics, Clip bounds, PRelu slope)."""
+        """True when every input but the first is a constant (Clip bounds, PRelu slope)."""
         return all(not i or not self.is_activation(i) for i in node.inputs[1:])
 
 
 def _finish(name, op_type, moves, compute_us, overhead_us, ctx, macs=0, note="", is_rescale=False,
-            concat=None) -> LayerCost:
-    """``moves``: list of (bytes, in_ddr) pairs.  Memory time sums DDR and on-chip traffic."""
+            concat=None, **extra) -> LayerCost:
+    """``moves``: list of (bytes, in_ddr) pairs.  Memory time sums DDR and on-chip traffic.
+
+    ``bound`` names the largest term of ``max(compute, memory) + overhead``: a layer whose fixed
+    per-op cost exceeds both its compute and its memory time is overhead-bound."""
     m = ctx.march
     ddr = sum(b for b, d in moves if d)
     onchip = sum(b for b, d in moves if not d)
     memory_us = (ddr / m.ddr_bytes_per_s + onchip / m.sram_bytes_per_s) * 1e6
     total = max(compute_us, memory_us) + overhead_us
-    bound = "compute" if compute_us >= memory_us and compute_us > 0 else "memory"
+    if overhead_us > max(compute_us, memory_us):
+        bound = "overhead"
+    else:
+        bound = "compute" if compute_us >= memory_us and compute_us > 0 else "memory"
+    host = name if not is_rescale else None
+    fused = ctx.chain_nodes.get(host, ()) if host else ()
     return LayerCost(name, op_type, int(macs), int(ddr + onchip), compute_us, memory_us, overhead_us, total,
-                     bound, is_rescale, concat, int(ddr), note)
+                     bound, is_rescale, concat, int(ddr), note, fused=fused,
+                     fused_ops=ctx.chain_ops.get(host, "") if fused else "", **extra)
 
 
-def zero_cost(node, note: str) -> LayerCost:
-    return LayerCost(node.name, node.op_type, 0, 0, 0.0, 0.0, 0.0, 0.0, "memory", note=note)
+def zero_cost(node, note: str, fused_into: str | None = None) -> LayerCost:
+    return LayerCost(node.name, node.op_type, 0, 0, 0.0, 0.0, 0.0, 0.0, "memory", note=note, fused_into=fused_into)
 
 
 def _act_move(ctx, tensor, times=1):
@@ -189,7 +309,7 @@ def _reads_writes(node, ctx, skip_internal=True):
 def compute_cost(node, ctx) -> LayerCost:
     g, m = ctx.graph, ctx.march
     macs = macs_of(node, g)
-    eff, note = _mac_efficiency(node, g, m.channel_align)
+    eff, op_class, note = _mac_efficiency(node, ctx)
     compute_us = macs / (m.macs_per_s * m.utilization * eff) * 1e6 if macs else 0.0
     wi = handler_for(node.op_type).weight_inputs
     moves = _input_moves(node, ctx, skip_internal=False,
@@ -206,42 +326,66 @@ def compute_cost(node, ctx) -> LayerCost:
         note = "MACs unknown (shape not resolved)"
     elif node.name in ctx.chain_out:
         note += "; fused " + ctx.chain_ops[node.name]
-    return _finish(node.name, node.op_type, moves, compute_us, m.op_overhead_us, ctx, macs=macs, note=note)
+    return _finish(node.name, node.op_type, moves, compute_us, m.op_overhead_us, ctx, macs=macs, note=note,
+                   op_class=op_class, efficiency=eff)
 
 
-def _mac_efficiency(node, graph, align) -> tuple[float, str]:
-    """Utilization factor from channel alignment: input channels per group × output channels."""
+def _mac_efficiency(node, ctx) -> tuple[float, str, str]:
+    """(utilization factor, op class, note): channel alignment of the input channels per group
+    and the output channels, times the march's efficiency for depthwise/grouped convs and for
+    MatMuls of two activations (attention)."""
+    graph, m = ctx.graph, ctx.march
+    align = m.channel_align
     if node.op_type in ("Conv", "ConvTranspose"):
         d = conv_dims(node, graph)
         if d is None:
-            return 1.0, ""
+            return 1.0, "conv", ""
         _, cin, cout, group, *_ = d
         cin_g = cin // group if group else cin
         eff = alignment_efficiency(cin_g, align) * alignment_efficiency(cout, align)
         kind = "depthwise" if group > 1 and group == cin else ("grouped" if group > 1 else "")
-        return eff, (f"{kind} conv; " if kind else "") + f"alignment efficiency {eff:.2f}"
+        if kind:
+            eff *= m.depthwise_efficiency
+        return eff, ("depthwise" if kind else "conv"), (f"{kind} conv; " if kind else "") + f"efficiency {eff:.2f}"
     if node.op_type in ("MatMul", "Gemm"):
         a, b = shape_of(graph, node.inputs[0]), shape_of(graph, node.inputs[1])
         if a is None or b is None or not a or not b:
-            return 1.0, ""
+            return 1.0, "matmul", ""
         if node.op_type == "Gemm":
             k = a[0] if int(node.attrs.get("transA", 0) or 0) else a[-1]
             n = b[0] if int(node.attrs.get("transB", 0) or 0) else b[-1]
         else:
             k, n = a[-1], b[-1]
         eff = alignment_efficiency(k, align) * alignment_efficiency(n, align)
-        return eff, f"alignment efficiency {eff:.2f}"
-    return 1.0, ""
+        attention = node.op_type == "MatMul" and all(ctx.is_activation(i) for i in node.inputs[:2])
+        if attention:
+            eff *= m.matmul_efficiency
+        return eff, ("attention" if attention else "matmul"), f"efficiency {eff:.2f}"
+    return 1.0, "matmul", ""
 
 
-def memory_cost(node, ctx) -> LayerCost:
-    """Elementwise, activation, pooling, resize and copy ops: bytes moved vs vector throughput."""
+def memory_cost(node, ctx, op_class: str | None = None) -> LayerCost:
+    """Elementwise, activation, pooling, resize and copy ops: bytes moved vs vector throughput.
+
+    A lookup-table layer merged from several ops (SiLU, HardSwish) reads its one input and
+    writes its result: the pieces' intermediate tensors never leave the vector unit."""
     g, m = ctx.graph, ctx.march
-    moves = _reads_writes(node, ctx)
-    elems = max([numel(shape_of(g, t)) for t in (*node.inputs, *node.outputs) if t and ctx.is_activation(t)],
-                default=0)
-    compute_us = elems / m.vector_elems_per_s * 1e6
-    return _finish(node.name, node.op_type, moves, compute_us, m.op_overhead_us, ctx)
+    src = ctx.lut_in.get(node.name)
+    if src is not None:
+        cls = "lut"
+        moves = [_act_move(ctx, src)] + [_act_move(ctx, o) for o in node.outputs if o and ctx.is_activation(o)]
+        elems = numel(shape_of(g, src))
+        note = "lookup table: " + ctx.chain_ops[node.name]
+    else:
+        cls = op_class or vector_class(node.op_type)
+        moves = _reads_writes(node, ctx)
+        elems = max([numel(shape_of(g, t)) for t in (*node.inputs, *node.outputs) if t and ctx.is_activation(t)],
+                    default=0)
+        note = ""
+    eff = m.vector_efficiency(cls)
+    compute_us = elems / (m.vector_elems_per_s * eff) * 1e6
+    return _finish(node.name, node.op_type, moves, compute_us, m.op_overhead_us, ctx, note=note, op_class=cls,
+                   efficiency=eff, elems=int(elems))
 
 
 def view_cost(node, ctx) -> LayerCost:
@@ -256,7 +400,7 @@ def split_cost(node, ctx) -> LayerCost:
     if x is not None and len(x) >= 2 and axis == 1:
         # A channel split is a view: consumers read their slice of the producer's buffer.
         return zero_cost(node, "channel split: view")
-    return memory_cost(node, ctx)
+    return memory_cost(node, ctx, "copy")
 
 
 def copy_cost(name, op_type, in_tensors, out_tensors, ctx, note="") -> LayerCost:
@@ -265,7 +409,9 @@ def copy_cost(name, op_type, in_tensors, out_tensors, ctx, note="") -> LayerCost
     moves = [_act_move(ctx, t) for t in in_tensors if t and ctx.is_activation(t)]
     moves += [_act_move(ctx, t) for t in out_tensors if t and ctx.is_activation(t)]
     elems = sum(ctx.act_bytes(t) for t in out_tensors if t) // ACT_BYTES
-    return _finish(name, op_type, moves, elems / m.vector_elems_per_s * 1e6, m.op_overhead_us, ctx, note=note)
+    eff = m.vector_efficiency("copy")
+    return _finish(name, op_type, moves, elems / (m.vector_elems_per_s * eff) * 1e6, m.op_overhead_us, ctx,
+                   note=note, op_class="copy", efficiency=eff, elems=int(elems))
 
 
 def rescale_cost(name, tensor, concat, ctx) -> LayerCost:
@@ -273,9 +419,11 @@ def rescale_cost(name, tensor, concat, ctx) -> LayerCost:
     m = ctx.march
     b = ctx.act_bytes(tensor)
     ddr = ctx.in_ddr(tensor, b)
-    compute_us = b // ACT_BYTES / m.vector_elems_per_s * 1e6
+    eff = m.vector_efficiency("eltwise")
+    compute_us = b // ACT_BYTES / (m.vector_elems_per_s * eff) * 1e6
     return _finish(name, "Rescale", [(b, ddr), (b, ddr)], compute_us, m.op_overhead_us, ctx, is_rescale=True,
-                   concat=concat, note=f"requantize {tensor} to the output scale of {concat}")
+                   concat=concat, note=f"requantize {tensor} to the output scale of {concat}", op_class="eltwise",
+                   efficiency=eff, elems=int(b // ACT_BYTES))
 
 
 def concat_default_cost(node, ctx) -> LayerCost:
@@ -287,7 +435,8 @@ def node_cost(node, ctx) -> LayerCost:
     """Cost of one graph node: fused and constant-folded nodes first, then the registry's function."""
     host = ctx.fused.get(node.name)
     if host is not None:  # its traffic is charged to the host (see CostContext._find_fusions)
-        return zero_cost(node, f"fused into {host}")
+        how = "merged into the lookup-table layer" if host in ctx.lut_in else "fused into"
+        return zero_cost(node, f"{how} {host}", fused_into=host)
     if not any(o and ctx.is_activation(o) for o in node.outputs):
         return zero_cost(node, "constant-folded or shape math (not run on the BPU)")
     return COST_FUNCTIONS[handler_for(node.op_type).cost_class](node, ctx)

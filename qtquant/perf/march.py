@@ -18,6 +18,7 @@ from typing import Annotated, Generic, TypeVar
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import MarchError
+from ..ops import FusionRule, fusion_rule_from
 from ..fileio.schema import FileModel, first_problem, one_line, problem, read_json
 from ..resources import resource_path
 from ..vocab import ConcatScaleRule
@@ -56,22 +57,52 @@ V = TypeVar("V")
 
 
 class Param(FileModel, Generic[V]):
-    """One number of a profile and where it comes from: a published ``source``, or an
-    ``estimate`` that says why this value, so a reader can always tell a fact from a guess."""
+    """One number of a profile and where it comes from: a published ``source``, an
+    ``estimate`` that says why this value, or ``fitted`` ("fitted to …": which figures, by
+    which script), so a reader can always tell a fact from a guess from a fit."""
 
     value: V
     source: str = ""
     estimate: str = ""
+    fitted: str = ""
 
     @model_validator(mode="after")
     def _provenance(self):
-        if not (self.source.strip() or self.estimate.strip()):
-            raise ValueError('states neither its "source" nor that it is an "estimate"')
+        if not (self.source.strip() or self.estimate.strip() or self.fitted.strip()):
+            raise ValueError('states neither its "source", nor that it is an "estimate", nor what it was "fitted" to')
         return self
 
     @property
     def provenance(self) -> tuple[str, str]:
-        return ("source", self.source) if self.source.strip() else ("estimate", self.estimate)
+        for kind in ("fitted", "source", "estimate"):
+            text = getattr(self, kind).strip()
+            if text:
+                return kind, text
+        return "estimate", ""
+
+
+_OPS = Annotated[list[str], Field(max_length=200)]
+
+
+class FusionSpec(FileModel):
+    """The profile's ``fusion`` object (see :class:`qtquant.ops.FusionRule` for the meaning)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    producers: _OPS = ["Conv", "ConvTranspose", "Gemm", "MatMul"]
+    folded: _OPS = ["BatchNormalization", "Add", "Sub", "Mul", "Div"]
+    write_back: _OPS = []
+    residual_add: bool = False
+    lut: _OPS = []
+    concat_in_place: bool = False
+
+
+class FitInfo(FileModel):
+    """Which numbers of the profile were fitted (by ``script`` to ``figures``): each must say so."""
+
+    script: str
+    figures: list[str] = []
+    params: list[str]
 
 
 class Params(FileModel):
@@ -88,7 +119,24 @@ class Params(FileModel):
     sram_gbps: Param[Positive]  # on-chip buffer bandwidth, GB/s
     sram_mb: Param[Positive]  # on-chip feature buffer, MB (1e6 bytes)
     op_overhead_us: Param[NonNegative]  # fixed cost per scheduled op
-    fused_activations: Param[list[str]]  # ops folded into the preceding Conv/Gemm
+    # What the compiler merges into one layer (qtquant.ops.FusionRule).
+    fusion: Param[FusionSpec] | None = None
+    # Older profiles: one list of ops fused into the producer (read as a write-back list).
+    fused_activations: Param[list[str]] | None = None
+    # Efficiency of each op class against the plain rates above (1 = the rate as stated):
+    # MAC-array layers that are depthwise/grouped, or MatMuls of two activations (attention);
+    # vector-unit classes (see perf/costs.py vector_class).
+    depthwise_efficiency: Param[Positive] | None = None
+    matmul_efficiency: Param[Positive] | None = None
+    eltwise_efficiency: Param[Positive] | None = None
+    lut_efficiency: Param[Positive] | None = None
+    resize_efficiency: Param[Positive] | None = None
+    pool_efficiency: Param[Positive] | None = None
+    reduce_efficiency: Param[Positive] | None = None
+    copy_efficiency: Param[Positive] | None = None
+    # CPU pre/post-processing and the runtime call of an end-to-end board figure: never part of
+    # the BPU latency; only to compare a simulated latency with a board measurement.
+    board_cpu_overhead_us: Param[NonNegative] | None = None
     # How the compiler picks a Concat's output scale (qtquant.concatrule); absent: its own scale.
     concat_output_scale: Param[Annotated[ConcatScaleRule, BeforeValidator(_rule)]] | None = None
 
@@ -100,6 +148,7 @@ class ProfileFile(FileModel):
     name: str
     description: str = ""
     params: Params
+    fit: FitInfo | None = None
 
     @field_validator("name")
     @classmethod
@@ -112,6 +161,17 @@ class ProfileFile(FileModel):
     @classmethod
     def _description(cls, v):
         return v if isinstance(v, str) else ""  # shown only: a bad one is just absent
+
+    @model_validator(mode="after")
+    def _fitted(self):
+        for k in (self.fit.params if self.fit else ()):
+            p = getattr(self.params, k, None) if k in PARAMS else None
+            if k not in PARAMS:
+                raise ValueError(f'"fit" lists unknown parameter "{k}"')
+            if p is None or not p.fitted.strip().lower().startswith("fitted to"):
+                raise ValueError(f'"{k}" is listed as fitted (fit.params) but does not say what it was '
+                                 f'fitted to (give it "fitted": "fitted to ...")')
+        return self
 
     @model_validator(mode="after")
     def _cores(self):
@@ -136,10 +196,28 @@ class MarchProfile:
     sram_gbps: float
     sram_mb: float
     op_overhead_us: float
-    fused_activations: frozenset
+    fusion: FusionRule = FusionRule()
+    depthwise_efficiency: float = 1.0
+    matmul_efficiency: float = 1.0
+    eltwise_efficiency: float = 1.0
+    lut_efficiency: float = 1.0
+    resize_efficiency: float = 1.0
+    pool_efficiency: float = 1.0
+    reduce_efficiency: float = 1.0
+    copy_efficiency: float = 1.0
+    board_cpu_overhead_us: float = 0.0
+    fitted_params: tuple = ()  # names the profile's "fit" lists
     concat_output_scale: ConcatScaleRule = ConcatScaleRule.OWN
     path: str = ""
-    provenance: dict = field(default_factory=dict, compare=False)  # param -> ("source"|"estimate", text)
+    provenance: dict = field(default_factory=dict, compare=False)  # param -> ("source"|"estimate"|"fitted", text)
+
+    @property
+    def fused_activations(self) -> frozenset:
+        """Every op name the fusion rule merges (write-back and lookup-table lists)."""
+        return self.fusion.write_back | self.fusion.lut
+
+    def vector_efficiency(self, cls: str) -> float:
+        return getattr(self, f"{cls}_efficiency", 1.0)
 
     # -- derived rates (per second) ---------------------------------------------------------
     @property
@@ -168,7 +246,11 @@ class MarchProfile:
     def to_dict(self) -> dict:
         d = {"name": self.name, "description": self.description}
         for k in PARAMS:
+            if k == "fused_activations":
+                continue  # the older spelling of "fusion"
             v = getattr(self, k)
+            if isinstance(v, FusionRule):
+                v = {f: (sorted(x) if isinstance(x, frozenset) else x) for f, x in vars(v).items()}
             d[k] = sorted(v) if isinstance(v, frozenset) else v
         return d
 
@@ -240,6 +322,15 @@ def profile_from_dict(doc, *, where: str = "march profile", path: str = "") -> M
     except ValidationError as e:
         raise MarchError(_message(e, where)) from None
     params = {k: getattr(f.params, k) for k in PARAMS if getattr(f.params, k) is not None}
-    values = {k: (frozenset(p.value) if isinstance(p.value, list) else p.value) for k, p in params.items()}
+    values = {k: p.value for k, p in params.items() if k not in ("fusion", "fused_activations")}
+    if "fusion" in params:
+        values["fusion"] = fusion_rule_from(params["fusion"].value.model_dump())
+    elif "fused_activations" in params:  # an older profile: one list of fused ops
+        ops = set(params["fused_activations"].value)
+        values["fusion"] = FusionRule(write_back=frozenset(ops - {"Add"}), residual_add="Add" in ops)
+        params["fusion"] = params.pop("fused_activations")
+    else:
+        params.pop("fused_activations", None)
     return MarchProfile(name=f.name, description=f.description, path=path,
+                        fitted_params=tuple(f.fit.params) if f.fit else (),
                         provenance={k: p.provenance for k, p in params.items()}, **values)

@@ -9,10 +9,23 @@ import io
 from ..tables import clip_left, text_table
 
 
-__all__ = ["layer_table_text", "summary_text", "comparison_rows", "csv_text", "html_report", "CSV_COLUMNS"]
+__all__ = ["layer_table_text", "summary_text", "comparison_rows", "csv_text", "html_report", "explain_text",
+           "short_fused", "CSV_COLUMNS"]
 
 CSV_COLUMNS = ["name", "op_type", "macs", "bytes", "ddr_bytes", "compute_us", "memory_us", "overhead_us",
-               "total_us", "bound", "is_rescale", "concat", "note"]
+               "total_us", "bound", "is_rescale", "concat", "note", "op_class", "fused_ops", "fused_into"]
+_SHORT = {"BatchNormalization": "BN", "HardSigmoid": "HSig", "Sigmoid+Mul": "SiLU", "HardSigmoid+Mul": "HardSwish",
+          "Add+Clip+Mul+Div": "HardSwish", "Add+Clip+Div+Mul": "HardSwish", "Add+Clip+Mul+Mul": "HardSwish"}
+
+
+def short_fused(lc) -> str:
+    """What a layer merges, short: "BN+Relu", "SiLU (LUT)", "HardSwish (LUT)"; "" for nothing."""
+    ops = lc.fused_ops
+    if not ops:
+        return ""
+    if lc.op_class == "lut":
+        return _SHORT.get(ops, ops) + " (LUT)"
+    return "+".join(_SHORT.get(o, o) for o in ops.split("+"))
 
 
 def _fmt_bytes(n: float) -> str:
@@ -40,6 +53,7 @@ def comparison_rows(after, before=None) -> list[tuple[str, str, str, str]]:
         row("rescale cost", lambda r: r.rescale_us, lambda v: f"{v:.1f} µs"),
         row("compute-bound layers", lambda r: r.compute_bound, lambda v: f"{v}"),
         row("memory-bound layers", lambda r: r.memory_bound, lambda v: f"{v}"),
+        row("overhead-bound layers", lambda r: r.overhead_bound, lambda v: f"{v}"),
         row("MACs", lambda r: r.macs, lambda v: f"{v / 1e9:.3f} G"),
     ]
 
@@ -60,9 +74,9 @@ def layer_table_text(result, top: int | None = None, include_free: bool = False)
     for lc in layers:
         rows.append((lc.name, lc.op_type, f"{lc.macs / 1e6:.1f}M" if lc.macs else "-", _fmt_bytes(lc.bytes),
                      f"{lc.compute_us:.1f}", f"{lc.memory_us:.1f}", f"{lc.total_us:.1f}",
-                     lc.bound + (" (rescale)" if lc.is_rescale else "")))
-    out = [text_table(rows, ("layer", "op", "MACs", "bytes", "compute µs", "memory µs", "total µs", "bound"),
-                      "llrrrrrl", rule=True, max_width=60)]
+                     lc.bound + (" (rescale)" if lc.is_rescale else ""), short_fused(lc) or "-"))
+    out = [text_table(rows, ("layer", "op", "MACs", "bytes", "compute µs", "memory µs", "total µs", "bound",
+                             "fused into it"), "llrrrrrll", rule=True, max_width=60)]
     hidden = len(result.layers) - len(layers)
     if hidden and not top:
         out.append(f"({hidden} free layers not shown: views, fused activations, shape math, in-place Concats)")
@@ -81,10 +95,10 @@ def csv_text(result) -> str:
 
 
 # Bar colours of the chart, by what bounds the layer.
-COLORS = {"compute": "#4a78c2", "memory": "#e0a030", "rescale": "#d9534f"}
+COLORS = {"compute": "#4a78c2", "memory": "#e0a030", "overhead": "#8a8f98", "rescale": "#d9534f"}
 LAYER_COLUMNS = [("layer", "text"), ("op", "text"), ("MACs", "num"), ("bytes", "num"), ("DDR bytes", "num"),
                  ("compute µs", "num"), ("memory µs", "num"), ("overhead µs", "num"), ("total µs", "num"),
-                 ("bound", "text"), ("note", "text")]
+                 ("bound", "text"), ("fused into it", "text"), ("note", "text")]
 
 
 @functools.cache
@@ -103,7 +117,8 @@ def _chart(result, top: int = 15) -> dict:
     vmax = layers[0].total_us if layers else 1.0
     bars = [{"name": lc.name, "label": clip_left(lc.name, 48), "op_type": lc.op_type, "bound": lc.bound,
              "total_us": lc.total_us, "y": 5 + k * row_h, "w": max(1.0, bar_w * lc.total_us / vmax),
-             "color": COLORS["rescale" if lc.is_rescale else "compute" if lc.bound == "compute" else "memory"]}
+             "color": COLORS["rescale" if lc.is_rescale else lc.bound if lc.bound in COLORS else "memory"],
+             "fused": short_fused(lc)}
             for k, lc in enumerate(layers)]
     return {"bars": bars, "label_w": label_w, "row_h": row_h, "width": label_w + bar_w + 90,
             "height": row_h * len(layers) + 10}
@@ -113,6 +128,7 @@ def _layer_rows(result) -> list[dict]:
     return [{**{k: getattr(lc, k) for k in ("name", "op_type", "macs", "bytes", "ddr_bytes", "compute_us",
                                             "memory_us", "overhead_us", "total_us", "bound")},
              "cls": "rescale" if lc.is_rescale else ("free" if lc.total_us == 0 else ""),
+             "fused": short_fused(lc) or (f"(in {lc.fused_into})" if lc.fused_into else ""),
              "note": f"rescale for {lc.concat}: {lc.note}" if lc.is_rescale else lc.note}
             for lc in result.layers]
 
@@ -151,3 +167,44 @@ def html_report(after, before=None, *, title: str = "", meta: dict | None = None
         removed=[lc.name for lc in before.rescales if lc.name not in now] if before is not None else [],
         march=_march_view(march), closing=closing,
         data={"summary": after.summary(), "before": before.summary() if before is not None else None})
+
+
+def explain_text(result, name: str, march) -> str:
+    """The arithmetic of one layer: how its compute, memory and overhead terms were obtained,
+    which term bounds it and what was fused into it.  ``name``: a graph node or a rescale node."""
+    lc = result.layer(name)
+    if lc is None:
+        raise KeyError(name)
+    lines = []
+    if lc.fused_into:
+        lines.append(f"{lc.name} ({lc.op_type}) is merged into {lc.fused_into}: it has no cost of its own.")
+        host = result.layer(lc.fused_into)
+        if host is None:
+            return "\n".join(lines)
+        lines.append("")
+        lc = host
+    kind = f"{lc.op_type}, {lc.op_class}" if lc.op_class else lc.op_type
+    lines.append(f"{lc.name} ({kind}) on {march.name}")
+    if lc.fused:
+        lines.append(f"  merged into this layer: {lc.fused_ops} ({', '.join(lc.fused)})")
+    if lc.note:
+        lines.append(f"  note: {lc.note}")
+    if lc.total_us == 0 and not lc.bytes:
+        lines.append("  free: no compute, no bytes, no overhead")
+        return "\n".join(lines)
+    if lc.macs:
+        rate = march.macs_per_s
+        lines.append(f"  compute  = {lc.macs:,} MACs / ({rate / 1e9:g} GMAC/s peak x utilization "
+                     f"{march.utilization:.4g} x efficiency {lc.efficiency:.4g}) = {lc.compute_us:.2f} µs")
+    elif lc.elems:
+        lines.append(f"  compute  = {lc.elems:,} elements / ({march.vector_elems_per_cycle:g} elements/cycle x "
+                     f"{march.frequency_ghz:g} GHz x {lc.op_class} efficiency {lc.efficiency:.4g}) "
+                     f"= {lc.compute_us:.2f} µs")
+    else:
+        lines.append(f"  compute  = {lc.compute_us:.2f} µs")
+    lines.append(f"  memory   = DDR {lc.ddr_bytes:,} B / {march.ddr_gbps:g} GB/s + on-chip {lc.onchip_bytes:,} B / "
+                 f"{march.sram_gbps:g} GB/s = {lc.memory_us:.2f} µs")
+    lines.append(f"  overhead = {lc.overhead_us:.2f} µs per op")
+    lines.append(f"  total    = max({lc.compute_us:.2f}, {lc.memory_us:.2f}) + {lc.overhead_us:.2f} = "
+                 f"{lc.total_us:.2f} µs: {lc.bound}-bound")
+    return "\n".join(lines)

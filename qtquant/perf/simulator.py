@@ -38,6 +38,7 @@ class _Tally:
     macs: int = 0
     n_compute: int = 0
     n_memory: int = 0
+    n_overhead: int = 0
 
     def add(self, lc: LayerCost) -> None:
         self.total_us += lc.total_us
@@ -46,6 +47,8 @@ class _Tally:
         if lc.total_us > 0:
             if lc.bound == "compute":
                 self.n_compute += 1
+            elif lc.bound == "overhead":
+                self.n_overhead += 1
             else:
                 self.n_memory += 1
 
@@ -63,6 +66,7 @@ class PerfResult:
     compute_bound: int
     memory_bound: int
     model: str = ""
+    overhead_bound: int = 0
     _order: tuple = field(default=(), repr=False)  # node names in topological order
     _base: dict = field(default_factory=dict, repr=False)  # node -> LayerCost (non-Concat nodes)
     _concats: dict = field(default_factory=dict, repr=False)  # Concat node -> _ConcatCost
@@ -100,6 +104,14 @@ class PerfResult:
         (a channel Concat with matched scales is free).  0.0 for matched Concats."""
         return {name: cc.attributable_us for name, cc in self._concats.items()}
 
+    def layer(self, name: str) -> LayerCost | None:
+        """The cost record of one graph node or virtual rescale node (None: not in the graph)."""
+        if name in self._base and name not in self._concats:
+            return self._base[name]
+        if name in self._concats:
+            return self._concats[name].layer
+        return next((r for r in self.rescales if r.name == name), None)
+
     def by_node(self) -> dict[str, float]:
         """µs per graph node (the GUI's latency overlay); a Concat carries its rescales' cost."""
         d = {name: lc.total_us for name, lc in self._base.items()}
@@ -118,6 +130,7 @@ class PerfResult:
             "rescale_cost_us": self.rescale_us,
             "compute_bound_layers": self.compute_bound,
             "memory_bound_layers": self.memory_bound,
+            "overhead_bound_layers": self.overhead_bound,
         }
 
     def to_dict(self) -> dict:
@@ -192,6 +205,11 @@ class Simulator:
         if channel and not idx:
             layer = zero_cost(node, "channel Concat in place: producers write straight into the output buffer")
             extra = 0.0
+        elif channel and self.march.fusion.concat_in_place:
+            # The march's compiler writes each requantized input straight into the output
+            # buffer (the X5 log keeps a plain Concat next to its HzRequantize nodes).
+            layer = zero_cost(node, f"channel Concat in place; {len(idx)} input(s) requantized into its buffer")
+            extra = 0.0
         elif channel:
             layer = copy_cost(node.name, node.op_type, node.inputs, node.outputs, ctx,
                               note=f"copy: {len(idx)} input(s) need a rescale, so it cannot be done in place")
@@ -229,7 +247,8 @@ class Simulator:
         g = self.graph
         model = g.path.name if getattr(g, "path", None) else ""
         return PerfResult(self.march.name, tally.total_us, int(tally.ddr), rescale_us, n_rescales, int(tally.macs),
-                          tally.n_compute, tally.n_memory, model=model, _order=self._order, _base=base,
+                          tally.n_compute, tally.n_memory, model=model, overhead_bound=tally.n_overhead,
+                          _order=self._order, _base=base,
                           _concats=concat_all)
 
 

@@ -15,7 +15,7 @@ from ...precision import RANK, chain_nodes
 from ...vocab import Overlay, Precision
 from .fmt import fmt_us
 from .palette import BAND_EDGE_COLORS, UNCALIBRATED, heat_hex, mismatch_band, mismatch_hex, text_on
-from .perfdata import node_us
+from .perfdata import node_detail, node_us
 
 __all__ = ["Badge", "NodeLook", "EdgeLook", "Legend", "Looks", "compute_looks", "fill_looks", "node_bits",
            "rescale_badge", "precision_badge", "PRECISION_BADGES"]
@@ -199,6 +199,7 @@ def _latency(looks, parts, perf):
         return
     yield
     vmax = max(us.values()) or 1.0
+    detail = node_detail(perf)  # what bounds each layer and what was fused into it
     badge_of: dict[str, Badge] = {}  # few distinct texts: one Badge each
     nodes = looks.nodes
     for part in parts:
@@ -210,7 +211,8 @@ def _latency(looks, parts, perf):
                 continue
             badges = base.badges
             if v >= 0.005:  # fused ops cost nothing of their own: no "0.00 µs" clutter
-                text = fmt_us(v)
+                tag = detail.get(name, "")
+                text = fmt_us(v) + (f" {tag}" if tag else "")
                 b = badge_of.get(text)
                 if b is None:
                     b = badge_of[text] = Badge(text, LATENCY_BADGE)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 
 __all__ = ["CHART_ROWS", "simulator", "fidelity_measure", "node_us", "rescale_us_by_concat", "rescale_us_for_input",
-           "top_layers", "num"]
+           "top_layers", "num", "node_detail", "BOUND_ABBR"]
+
+BOUND_ABBR = {"compute": "cmp", "memory": "mem", "overhead": "ovh"}  # the latency badge's bound tag
 
 
 def simulator():
@@ -70,6 +72,34 @@ def node_us(perf) -> dict[str, float]:
         us = _us_of(v)
         if us is not None:
             out[k] = us
+    return out
+
+
+def node_detail(perf) -> dict[str, str]:
+    """Per graph node: what bounds its layer and what was fused into it, as the latency
+    badge's tag ("mem", "cmp +BN+Relu", "mem SiLU (LUT)"); nodes merged into another layer
+    say where ("in /model.0/conv/Conv")."""
+    if perf is None:
+        return {}
+    try:
+        from ...perf.report import short_fused
+    except ImportError:
+        return {}
+    out = {}
+    for layer in getattr(perf, "layers", None) or ():
+        name = getattr(layer, "name", None)
+        if name is None or getattr(layer, "is_rescale", False):
+            continue
+        into = getattr(layer, "fused_into", None)
+        if into:
+            out[name] = f"in {into}"
+            continue
+        tag = BOUND_ABBR.get(getattr(layer, "bound", ""), "")
+        try:
+            fused = short_fused(layer)
+        except AttributeError:
+            fused = ""
+        out[name] = (tag + (" " + fused if fused else "")).strip()
     return out
 
 
