@@ -166,7 +166,7 @@ def test_depthwise_pays_for_one_channel_per_group():
     g = graph_from_model(helper.make_model(gp, opset_imports=[helper.make_opsetid("", 17)]), ort_fallback=False)
     lc = simulate(g, m).layers[0]
     assert lc.macs == 64 * 56 * 56 * 9
-    assert lc.compute_us == pytest.approx(lc.macs / (m.macs_per_s * m.utilization / 16) * 1e6)
+    assert lc.compute_us == pytest.approx(lc.macs / (m.macs_per_s * m.utilization / 16 * m.depthwise_efficiency) * 1e6)
     assert "depthwise" in lc.note
 
 
@@ -286,7 +286,7 @@ def _profile(tmp_path, mutate):
 
 @pytest.mark.parametrize("mutate, words", [
     (lambda d: d["params"].pop("ddr_gbps"), "missing parameter \"ddr_gbps\""),
-    (lambda d: d["params"]["ddr_gbps"].pop("estimate"), "neither"),
+    (lambda d: d["params"]["sram_mb"].pop("estimate"), "neither"),
     (lambda d: d["params"]["ddr_gbps"].update(value=-3), "greater than 0"),
     (lambda d: d["params"]["ddr_gbps"].update(value="fast"), "must be a number"),
     (lambda d: d["params"]["utilization"].update(value=1.5), "at most 1"),
