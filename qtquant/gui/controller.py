@@ -20,7 +20,7 @@ from ..app import Options, Session
 from ..app.scene.protograph import early_structure
 from ..app.scene.view import SceneModel
 from ..app.session import derive
-from ..app.views.perfdata import fidelity_measure, simulator, top_layers
+from ..app.views.perfdata import fidelity_measure, node_detail, simulator, top_layers
 from ..calib import CalibConfig, calibrate
 from ..fidelity_worker import FidelityWorker
 from ..shapes import parse_input_shapes
@@ -350,6 +350,7 @@ class Controller(QObject):
         def work(progress, cancelled):
             perf = sim(snap)
             top_layers(perf)  # the perf dock's chart, computed here rather than on the GUI thread
+            node_detail(perf)  # the latency badges' bound/fused tags, likewise
             return perf, sim(snap, baseline=True)
 
         return self.jobs.submit("perf", f"simulate ({snap.options.march})", work,

@@ -280,7 +280,7 @@ def test_overlays_recolour_in_place(qtbot, win, model):
         us = node_us(win.relay.perf())
         slowest = max(us, key=us.get)
         item = win.scene.nodes[slowest]
-        assert item.badge_texts[0] == fmt_us(us[slowest])
+        assert item.badge_texts[0].startswith(fmt_us(us[slowest]) + " ")  # "12.3 µs mem"
         assert item.fill == heat_color(1.0, "latency") != item.base_fill
         for name, v in us.items():  # fused ops (0 µs) carry no latency badge
             if v < 0.005:

@@ -75,12 +75,23 @@ def node_us(perf) -> dict[str, float]:
     return out
 
 
+_detail_memo: list = [None, {}]  # (perf, tags) of the latest perf: the perf job computes it once
+
+
 def node_detail(perf) -> dict[str, str]:
     """Per graph node: what bounds its layer and what was fused into it, as the latency
-    badge's tag ("mem", "cmp +BN+Relu", "mem SiLU (LUT)"); nodes merged into another layer
-    say where ("in /model.0/conv/Conv")."""
+    badge's tag ("mem", "cmp BN+Relu", "mem SiLU (LUT)"); nodes merged into another layer
+    say where ("in /model.0/conv/Conv").  Remembered for the latest ``perf``, as top_layers."""
     if perf is None:
         return {}
+    if _detail_memo[0] is perf:
+        return _detail_memo[1]
+    out = _node_detail(perf)
+    _detail_memo[:] = [perf, out]
+    return out
+
+
+def _node_detail(perf) -> dict[str, str]:
     try:
         from ...perf.report import short_fused
     except ImportError:
