@@ -43,7 +43,8 @@ def build_torchvision(name: str, out_dir: Path, size: int = 224) -> Path:
     dst = out_dir / f"{name}_{size}.onnx"
     if dst.is_file():
         return dst
-    net = getattr(torchvision.models, name)(weights=None).eval()
+    net = getattr(torchvision.models, name)(weights=None)
+    net.train(False)  # inference mode (BatchNorm running statistics)
     torch.onnx.export(net, torch.zeros(1, 3, size, size), str(dst), opset_version=13, input_names=["input"],
                       output_names=["logits"], dynamo=False)
     print(f"{dst}: {name} at {size}")
