@@ -17,6 +17,19 @@ __all__ = ["main", "build_parser"]
 
 COMMANDS = ["analyze", "fix", "perf", "accuracy", "calibrate", "screenshot", "demo"]
 
+GUI_LAUNCH = """
+opening the app:
+  qtquant                       the app on the bundled demo
+  qtquant MODEL.onnx [OPTIONS]  the app on MODEL; OPTIONS are the common options of the
+                                subcommands (--input-shape, --calib, --calib-count, --holdout,
+                                --observer, --percentile, --scheme, --march, --policy, --plan,
+                                --max-bits-lost, the image preprocessing ones; see
+                                'qtquant analyze --help').  When every dynamic input dimension is
+                                given or recorded in the model, the open dialog is skipped;
+                                otherwise it opens filled in with them.
+  qtquant PROJECT.qtquant       the app on a saved project
+"""
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # usage errors: one line, exit 2
@@ -28,7 +41,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="qtquant", description="Find and fix Concat scale mismatches in INT8 ONNX models. "
                 "Run without a command to open the app.",
-                epilog="subcommands: " + ", ".join(COMMANDS) + ".  'qtquant MODEL.onnx' opens a model in the app.")
+                epilog="subcommands: " + ", ".join(COMMANDS) + ".  " + GUI_LAUNCH,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     from .. import __version__
 
     p.add_argument("--version", action="version", version=f"qtquant {__version__}")
@@ -52,15 +66,43 @@ def _load(name):
         raise
 
 
+def gui_parser() -> argparse.ArgumentParser:
+    """``qtquant MODEL [OPTIONS]``: the model and the subcommands' common options."""
+    from .common import add_common
+
+    p = _Parser(prog="qtquant", description="Open MODEL (.onnx or .qtquant) in the app.", epilog=GUI_LAUNCH,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", metavar="MODEL", nargs="?", help="ONNX model or .qtquant project")
+    add_common(p, model=False)
+    return p
+
+
 def _open_gui(argv) -> int:
-    model = argv[0] if argv else None
+    parser = gui_parser()
+    args = parser.parse_args(argv)
+    given = any(a.startswith("--") for a in argv)  # any option: the command line decides, not memory
+    options = None
+    try:
+        if given:
+            from .common import options_from_args
+            from ..shapes import parse_input_shapes
+
+            options = options_from_args(args)
+            parse_input_shapes(args.input_shape)  # a bad shape is one line here, not a dialog later
+            if args.plan and not os.path.isfile(args.plan):
+                raise QtQuantError(f"--plan: no such file: {args.plan}")
+    except QtQuantError as e:
+        sys.stderr.write(f"qtquant: error: {e}\n")
+        return e.exit_code
     try:
         from ..gui.app import run_app
     except ImportError as e:
         sys.stderr.write(f"qtquant: error: the desktop app is not available ({e}); "
                          f"use a subcommand: {', '.join(COMMANDS)}\n")
         return 2
-    return run_app(model)
+    if options is None:
+        return run_app(args.model)
+    return run_app(args.model, options=options, input_shapes=args.input_shape, plan=args.plan)
 
 
 def main(argv=None) -> int:

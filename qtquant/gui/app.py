@@ -44,12 +44,15 @@ def _install_excepthook(window) -> None:
     sys.excepthook = hook
 
 
-def run_app(model=None) -> int:
-    """Open the main window on ``model`` (a model or a ``.qtquant`` project) or on the bundled demo."""
+def run_app(model=None, *, options=None, input_shapes=None, plan=None) -> int:
+    """Open the main window on ``model`` (a model or a ``.qtquant`` project) or on the bundled demo.
+
+    ``options`` (with ``input_shapes`` and ``plan``) come from the command line: the model opens
+    with them, without the open dialog when they are complete (see ``ModelOpener.launch``)."""
     from .mainwindow import MainWindow
 
     app = make_app(sys.argv[:1])
-    win = MainWindow(offer_recovery=False)
+    win = MainWindow(options=options, offer_recovery=False)
     _install_excepthook(win)
     win.show()
     # Offered before anything opens (a queued open would run inside the prompt's event loop).
@@ -58,6 +61,8 @@ def run_app(model=None) -> int:
     elif model:
         if str(model).lower().endswith(".qtquant"):
             QTimer.singleShot(0, lambda: win.open_project(model, ask=False))
+        elif options is not None:
+            QTimer.singleShot(0, lambda: win.opener.launch(model, input_shapes or (), options.calib, plan))
         else:
             QTimer.singleShot(0, lambda: win.request_open(model))
     else:

@@ -9,12 +9,23 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog
 
 from ..errors import QtQuantError
-from .dialogs import ModelSettings, OpenDialog, calib_config, model_inputs, needs_shapes
+from ..shapes import parse_input_shapes
+from .dialogs import CALIB_DEFAULTS, ModelSettings, OpenDialog, calib_config, holdout_text, model_inputs, needs_shapes
 from .projects import PROJECT_SUFFIX
 
 __all__ = ["ModelOpener", "MAX_RECENT"]
 
 MAX_RECENT = 10
+
+
+def _calib_values(cfg) -> dict:
+    """A CalibConfig as the open dialog's remembered values."""
+    out = {k: getattr(cfg, k) for k in CALIB_DEFAULTS if hasattr(cfg, k)}
+    out["holdout"] = holdout_text(cfg.holdout)
+    for k in ("mean", "std"):
+        v = out.get(k)
+        out[k] = "" if v is None else v if isinstance(v, str) else ",".join(f"{x:g}" for x in v)
+    return out
 
 
 class ModelOpener(QObject):
@@ -23,6 +34,8 @@ class ModelOpener(QObject):
         self.controller, self.projects, self.settings, self.messages = controller, projects, settings, messages
         self.model_settings = ModelSettings(settings)
         self.recent_menu = recent_menu
+        self.pending_plan: str | None = None  # --plan from the command line, for the first calibration
+        controller.calibrationFinished.connect(self._apply_pending_plan)
         projects.saved.connect(self.add_recent)
         self._rebuild_recent()
 
@@ -51,6 +64,45 @@ class ModelOpener(QObject):
         self.open_model(path, shapes, calib_config(values.get("calib", {})), values.get("cut") or (),
                         stats=values.get("stats") or None)
         return True
+
+    def launch(self, path, input_shapes=(), calib=None, plan=None) -> bool:
+        """``qtquant MODEL --input-shape ... --calib ...``: the command line's choices, no dialog
+        when they are complete (every dynamic dimension given or recorded); otherwise the open
+        dialog, filled in with them.  ``plan`` is applied once the first calibration is in."""
+        path = Path(path)
+        shapes = parse_input_shapes(input_shapes)
+        inputs = model_inputs(path)
+        open_dims = [(n, d) for n, d in inputs if n not in shapes]
+        values = {"shapes": {n: "x".join(map(str, v)) for n, v in shapes.items()},
+                  "calib": _calib_values(calib) if calib is not None else {}}
+        if needs_shapes(open_dims) and self.messages.show_dialogs:
+            dlg = OpenDialog(path, values, self.messages.widget)
+            if dlg.exec() != OpenDialog.Accepted:
+                return False
+            values = dlg.values()
+            self.model_settings.save(path, values)
+            shapes = {k: tuple(int(x) for x in v.lower().split("x")) for k, v in values["shapes"].items()}
+            calib = calib_config(values["calib"])
+        else:
+            self.model_settings.save(path, values)  # the next open of this model starts from them
+        self.pending_plan = str(plan) if plan else None
+        self.open_model(path, shapes, calib)
+        return True
+
+    def _apply_pending_plan(self, ok: bool) -> None:
+        plan, self.pending_plan = self.pending_plan, None
+        s = self.controller.session
+        if not plan or not ok or s is None:
+            return
+        from ..plan import apply_plan_file
+
+        try:
+            applied = apply_plan_file(s, plan)
+        except QtQuantError as e:
+            self.messages.error("Cannot apply the plan", str(e))
+            return
+        s.groups_changed()
+        self.messages.status(f"Applied {Path(plan).name}: {len(applied.groups)} groups", 8000)
 
     def open_project(self, path, ask: bool = True):
         """Open a ``.qtquant`` project (after the unsaved-changes prompt when ``ask``)."""

@@ -1,0 +1,92 @@
+"""``qtquant MODEL --input-shape ... --calib ...``: the command line's options reach the app (issue 20, item 3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from builders import band_model  # noqa: E402
+from guikit import settle  # noqa: E402
+from qtquant.calib import CalibConfig  # noqa: E402
+from qtquant.cli import main  # noqa: E402
+from qtquant.domains import Policy  # noqa: E402
+from qtquant.gui import app as gui_app  # noqa: E402
+from qtquant.gui.dialogs import OpenDialog  # noqa: E402
+from qtquant.quant import Scheme  # noqa: E402
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    seen = {}
+
+    def fake_run_app(model=None, **kw):
+        seen.update(kw, model=model)
+        return 0
+
+    monkeypatch.setattr(gui_app, "run_app", fake_run_app)
+    return seen
+
+
+def test_every_common_option_reaches_the_app(launched, tmp_path):
+    model = str(band_model(tmp_path / "m.onnx", dynamic=True))
+    data = tmp_path / "calib.npy"
+    np.save(data, np.zeros((3, 1, 3, 8, 8), np.float32))
+    plan = tmp_path / "plan.json"
+    plan.write_text("{}")
+    assert main([model, "--input-shape", "x=1x3x8x8", "--calib", str(data), "--calib-count", "3",
+                 "--observer", "percentile", "--scheme", "asym", "--march", "nash-e", "--policy", "max-input",
+                 "--plan", str(plan)]) == 0
+    o = launched["options"]
+    assert launched["model"] == model and launched["input_shapes"] == ["x=1x3x8x8"]
+    assert launched["plan"] == str(plan)
+    assert (o.calib.source, o.calib.count, o.calib.observer) == (str(data), 3, "percentile")
+    assert o.scheme is Scheme.parse("asym") and o.march == "nash-e" and o.policy is Policy("max-input")
+
+
+def test_a_bad_option_is_one_line_before_any_window(launched, tmp_path, capsys):
+    model = str(band_model(tmp_path / "m.onnx"))
+    assert main([model, "--input-shape", "x=1xAx8x8"]) == 3
+    assert main([model, "--plan", str(tmp_path / "none.json")]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("qtquant: error:") for line in err)
+    assert launched == {}
+    with pytest.raises(SystemExit) as e:
+        main([model, "--observer", "nonsense"])
+    assert e.value.code == 2
+
+
+def test_help_says_the_app_takes_the_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "qtquant MODEL.onnx [OPTIONS]" in out and "--input-shape" in out and "dialog is skipped" in out
+
+
+def test_complete_options_open_without_the_dialog(qtbot, make_win, tmp_path, monkeypatch):
+    """The old launch opened the dialog with 1x3x640x640 and synthetic data, ignoring both."""
+    monkeypatch.setattr(OpenDialog, "exec", lambda self: pytest.fail("the dialog must not open"))
+    model = band_model(tmp_path / "m.onnx", dynamic=True)
+    data = tmp_path / "calib.npy"
+    np.save(data, np.random.default_rng(0).normal(size=(4, 1, 3, 12, 12)).astype(np.float32))
+    win = make_win()
+    assert win.opener.launch(model, ["x=1x3x12x12"], CalibConfig(source=str(data), count=4))
+    settle(qtbot, win)
+    assert win.session.graph.input_shapes == {"x": (1, 3, 12, 12)}
+    assert win.session.options.calib.source == str(data)
+
+
+def test_incomplete_options_fill_the_dialog(qtbot, make_win, tmp_path, monkeypatch):
+    shown = {}
+
+    def exec_(self):
+        shown.update(shape=self.shape_edits["x"].text(), source=self.source_path.text(),
+                     observer=self.observer.currentText())
+        return OpenDialog.Rejected
+
+    monkeypatch.setattr(OpenDialog, "exec", exec_)
+    model = band_model(tmp_path / "m.onnx", dynamic=True)
+    win = make_win()
+    assert not win.opener.launch(model, [], CalibConfig(source=str(tmp_path), observer="percentile"))
+    assert shown["source"] == str(tmp_path) and shown["observer"] == "percentile"
