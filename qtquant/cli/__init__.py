@@ -23,7 +23,7 @@ opening the app:
   qtquant MODEL.onnx [OPTIONS]  the app on MODEL; OPTIONS are the common options of the
                                 subcommands (--input-shape, --calib, --calib-count, --holdout,
                                 --observer, --percentile, --scheme, --march, --policy, --plan,
-                                --max-bits-lost, the image preprocessing ones; see
+                                --max-bits-lost, --cut, the image preprocessing ones; see
                                 'qtquant analyze --help').  When every dynamic input dimension is
                                 given or recorded in the model, the open dialog is skipped;
                                 otherwise it opens filled in with them.
@@ -102,7 +102,8 @@ def _open_gui(argv) -> int:
         return 2
     if options is None:
         return run_app(args.model)
-    return run_app(args.model, options=options, input_shapes=args.input_shape, plan=args.plan)
+    return run_app(args.model, options=options, input_shapes=args.input_shape, plan=args.plan,
+                   cut=getattr(args, "cut", None))
 
 
 def main(argv=None) -> int:

@@ -44,7 +44,7 @@ def _install_excepthook(window) -> None:
     sys.excepthook = hook
 
 
-def run_app(model=None, *, options=None, input_shapes=None, plan=None) -> int:
+def run_app(model=None, *, options=None, input_shapes=None, plan=None, cut=None) -> int:
     """Open the main window on ``model`` (a model or a ``.qtquant`` project) or on the bundled demo.
 
     ``options`` (with ``input_shapes`` and ``plan``) come from the command line: the model opens
@@ -62,7 +62,8 @@ def run_app(model=None, *, options=None, input_shapes=None, plan=None) -> int:
         if str(model).lower().endswith(".qtquant"):
             QTimer.singleShot(0, lambda: win.open_project(model, ask=False))
         elif options is not None:
-            QTimer.singleShot(0, lambda: win.opener.launch(model, input_shapes or (), options.calib, plan))
+            QTimer.singleShot(0, lambda: win.opener.launch(model, input_shapes or (), options.calib, plan,
+                                                            cut or ()))
         else:
             QTimer.singleShot(0, lambda: win.request_open(model))
     else:

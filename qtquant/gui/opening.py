@@ -9,6 +9,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog
 
 from ..errors import QtQuantError
+from ..graph import parse_cut
 from ..shapes import parse_input_shapes
 from .dialogs import CALIB_DEFAULTS, ModelSettings, OpenDialog, calib_config, holdout_text, model_inputs, needs_shapes
 from .projects import PROJECT_SUFFIX
@@ -65,7 +66,7 @@ class ModelOpener(QObject):
                         stats=values.get("stats") or None)
         return True
 
-    def launch(self, path, input_shapes=(), calib=None, plan=None) -> bool:
+    def launch(self, path, input_shapes=(), calib=None, plan=None, cut=()) -> bool:
         """``qtquant MODEL --input-shape ... --calib ...``: the command line's choices, no dialog
         when they are complete (every dynamic dimension given or recorded); otherwise the open
         dialog, filled in with them.  ``plan`` is applied once the first calibration is in."""
@@ -74,7 +75,7 @@ class ModelOpener(QObject):
         inputs = model_inputs(path)
         open_dims = [(n, d) for n, d in inputs if n not in shapes]
         values = {"shapes": {n: "x".join(map(str, v)) for n, v in shapes.items()},
-                  "calib": _calib_values(calib) if calib is not None else {}}
+                  "calib": _calib_values(calib) if calib is not None else {}, "cut": ",".join(parse_cut(cut))}
         if needs_shapes(open_dims) and self.messages.show_dialogs:
             dlg = OpenDialog(path, values, self.messages.widget)
             if dlg.exec() != OpenDialog.Accepted:
@@ -83,10 +84,11 @@ class ModelOpener(QObject):
             self.model_settings.save(path, values)
             shapes = {k: tuple(int(x) for x in v.lower().split("x")) for k, v in values["shapes"].items()}
             calib = calib_config(values["calib"])
+            cut = values.get("cut") or ()
         else:
             self.model_settings.save(path, values)  # the next open of this model starts from them
         self.pending_plan = str(plan) if plan else None
-        self.open_model(path, shapes, calib)
+        self.open_model(path, shapes, calib, parse_cut(cut))
         return True
 
     def _apply_pending_plan(self, ok: bool) -> None:

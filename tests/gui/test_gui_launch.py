@@ -37,10 +37,10 @@ def test_every_common_option_reaches_the_app(launched, tmp_path):
     plan.write_text("{}")
     assert main([model, "--input-shape", "x=1x3x8x8", "--calib", str(data), "--calib-count", "3",
                  "--observer", "percentile", "--scheme", "asym", "--march", "nash-e", "--policy", "max-input",
-                 "--plan", str(plan)]) == 0
+                 "--plan", str(plan), "--cut", "cat_red_out"]) == 0
     o = launched["options"]
     assert launched["model"] == model and launched["input_shapes"] == ["x=1x3x8x8"]
-    assert launched["plan"] == str(plan)
+    assert launched["plan"] == str(plan) and launched["cut"] == "cat_red_out"
     assert (o.calib.source, o.calib.count, o.calib.observer) == (str(data), 3, "percentile")
     assert o.scheme is Scheme.parse("asym") and o.march == "nash-e" and o.policy is Policy("max-input")
 
