@@ -2,10 +2,16 @@
 
 While the window has unsaved changes (:attr:`ProjectController.modified`), the project
 (model path, options, calibration configuration, groups) is written to ``autosave.json`` in
-the recovery folder, a second or so after each edit and every :data:`AUTOSAVE_MS`; the
-calibration statistics go next to it once (``autosave.stats/``, by a background job) so a
-restore does not calibrate again.  A clean close, a save or discarding the edits removes the file; if it is
-still there at the next start, the app offers it back.
+the instance's own slot of the recovery folder, a second or so after each edit and every
+:data:`AUTOSAVE_MS`; the calibration statistics go next to it once (``autosave.stats/``, by a
+background job) so a restore does not calibrate again.  A clean close, a save or discarding the
+edits removes the file.
+
+Several instances run at once: each has its own slot (``instance-<pid>-<n>/``) and holds the
+slot's ``lock`` (a :class:`QLockFile`) while it runs.  Only a slot whose lock can be taken, i.e.
+whose owner is gone (crashed, killed), is offered back at the next start; the instance that
+restores it takes the slot over.  An instance never deletes another's slot.  (Before slots, the
+files sat in the folder itself; such a file has no live owner and is offered the same way.)
 
 The recovery folder is, in order: ``QTQUANT_RECOVERY_DIR``, the settings key
 ``recovery/dir``, and for the application's own settings ``AppDataLocation/recovery``.
@@ -21,7 +27,7 @@ import shutil
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QStandardPaths, QTimer
+from PySide6.QtCore import QLockFile, QObject, QStandardPaths, QTimer
 from PySide6.QtWidgets import QMessageBox
 
 from ..errors import QtQuantError
@@ -36,6 +42,22 @@ SETTINGS_KEY = "recovery/dir"
 PROJECT_NAME = "autosave.json"  # not .qtquant: it must never become the window's project path
 META_NAME = "autosave.meta.json"
 STATS_NAME = "autosave.stats"
+LOCK_NAME = "lock"
+SLOT_PREFIX = "instance-"
+
+
+def _lock(folder: Path) -> QLockFile | None:
+    """The slot's lock, taken now, or None when a live process holds it."""
+    lk = QLockFile(str(folder / LOCK_NAME))
+    lk.setStaleLockTime(0)  # stale only when the owner process is gone, however old
+    return lk if lk.tryLock(0) else None
+
+
+def _saved_at(folder: Path) -> float:
+    try:
+        return (folder / PROJECT_NAME).stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def recovery_dir(settings, app_settings: bool) -> Path | None:
@@ -66,6 +88,11 @@ class Recovery(QObject):
         self._dirty = False
         self._seen = (relay.stack.index, relay.stack.clean)  # the stack state last handled
         self._stats_for = None  # (graph, calibration) whose statistics the autosave folder holds
+        self.root = folder  # the recovery folder; self.dir is this instance's slot in it
+        self._lock: QLockFile | None = None
+        self._claim: tuple[Path, QLockFile] | None = None  # an orphan being offered
+        if folder is not None:
+            self.dir = self._new_slot(folder)
         self._edit_timer = QTimer(self, singleShot=True, interval=EDIT_DEBOUNCE_MS)
         self._edit_timer.timeout.connect(self.autosave)
         self._timer = QTimer(self, interval=AUTOSAVE_MS)
@@ -77,6 +104,51 @@ class Recovery(QObject):
         projects.pathChanged.connect(self._path_changed)  # a save of a restored (remapped) state
         self._timer.start()
 
+    # -- slots ----------------------------------------------------------------------------------
+    def _new_slot(self, root: Path) -> Path | None:
+        """This instance's own slot, locked for as long as it runs."""
+        n = 0
+        while n < 1000:
+            slot = root / f"{SLOT_PREFIX}{os.getpid()}-{n}"
+            n += 1
+            if slot.exists():
+                continue
+            try:
+                slot.mkdir(parents=True)
+            except FileExistsError:
+                continue
+            except OSError as e:  # a read-only folder: no autosave, said once
+                self.messages.log(f"autosave disabled: {e}")
+                return None
+            self._lock = _lock(slot)
+            if self._lock is not None:
+                return slot
+        return None
+
+    def orphans(self) -> list[Path]:
+        """Slots with an autosave whose owner is gone, newest first (this instance's own excluded).
+        Empty slots left by a crash are removed on the way."""
+        if self.root is None or not self.root.is_dir():
+            return []
+        found = []
+        for folder in [self.root, *sorted(self.root.glob(SLOT_PREFIX + "*"))]:
+            if folder == self.dir or not folder.is_dir():
+                continue
+            if self._claim is not None and folder == self._claim[0]:
+                found.append(folder)
+                continue
+            lk = _lock(folder)
+            if lk is None:
+                continue  # its instance is running: its edits are its own
+            try:
+                if (folder / PROJECT_NAME).is_file():
+                    found.append(folder)
+                elif folder != self.root:
+                    shutil.rmtree(folder, ignore_errors=True)  # a crash before any edit
+            finally:
+                lk.unlock()
+        return sorted(found, key=_saved_at, reverse=True)
+
     # -- paths ----------------------------------------------------------------------------------
     @property
     def enabled(self) -> bool:
@@ -86,13 +158,17 @@ class Recovery(QObject):
     def project_path(self) -> Path | None:
         return self.dir / PROJECT_NAME if self.dir else None
 
-    def pending(self) -> bool:
-        """A recovery file from an earlier run (or this one) exists."""
+    def has_autosave(self) -> bool:
+        """This instance's recovery file exists."""
         return bool(self.dir) and (self.dir / PROJECT_NAME).is_file()
 
-    def meta(self) -> dict:
+    def pending(self) -> bool:
+        """This instance has a recovery file, or one is left by an instance that is gone."""
+        return self.has_autosave() or bool(self.orphans())
+
+    def meta(self, folder: Path | None = None) -> dict:
         try:
-            d = json.loads((self.dir / META_NAME).read_text(encoding="utf-8"))
+            d = json.loads(((folder or self.dir) / META_NAME).read_text(encoding="utf-8"))
             return d if isinstance(d, dict) else {}
         except (OSError, ValueError, TypeError):
             return {}
@@ -195,6 +271,35 @@ class Recovery(QObject):
         self._timer.stop()
         self._edit_timer.stop()
 
+    def release(self) -> None:
+        """A clean close: the slot goes (after :meth:`discard`) and so does its lock."""
+        self._release_claim()
+        if self.dir is not None and self._lock is not None:
+            if not self.has_autosave() and self.dir != self.root:
+                for p in self.dir.iterdir() if self.dir.is_dir() else ():
+                    if p.name != LOCK_NAME:
+                        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+                self._lock.unlock()
+                shutil.rmtree(self.dir, ignore_errors=True)
+            else:
+                self._lock.unlock()
+            self._lock = None
+
+    def _release_claim(self) -> None:
+        if self._claim is not None:
+            self._claim[1].unlock()
+            self._claim = None
+
+    def _adopt(self, folder: Path, lk: QLockFile) -> None:
+        """Take over an orphan's slot: its autosave becomes this instance's, and this instance's
+        own (still empty) slot goes."""
+        old, old_lock = self.dir, self._lock
+        if old is not None and old_lock is not None and not self.has_autosave():
+            old_lock.unlock()
+            shutil.rmtree(old, ignore_errors=True)
+        self.dir, self._lock, self._claim = folder, lk, None
+        self._stats_for = None
+
     # -- restoring ---------------------------------------------------------------------------------
     def offer(self) -> bool:
         """If a recovery file exists, ask to restore it.  True when a restore started.
@@ -202,22 +307,40 @@ class Recovery(QObject):
         Open restores, Discard deletes the file, Cancel keeps it for the next start.
         """
         self.restored = False
-        if not self.pending():
+        folder = lk = None
+        for cand in self.orphans():  # the newest whose owner is gone; held while the user decides
+            lk = _lock(cand)
+            if lk is not None:
+                folder = cand
+                break
+        if folder is None:
             return False
-        meta = self.meta()
+        self._claim = (folder, lk)
+        meta = self.meta(folder)
         what = Path(meta["project"]).name if meta.get("project") else (Path(meta.get("model") or "model").name)
-        text = (f"qtquant did not close cleanly. Unsaved changes to {what} ({meta.get('groups', '?')} group(s), "
+        text = (f"A qtquant window that is no longer running (process {meta.get('pid', '?')}) did not close "
+                f"cleanly. Unsaved changes to {what} ({meta.get('groups', '?')} group(s), "
                 f"autosaved {meta.get('saved', 'earlier')}) can be restored.\n\n"
                 "Open restores them; Discard deletes them; Cancel keeps them for the next start.")
         ans = self.messages.ask("Recover unsaved changes", text,
                                 QMessageBox.Open | QMessageBox.Discard | QMessageBox.Cancel, QMessageBox.Open)
         if ans == QMessageBox.Discard:
-            self.discard()
+            self._drop_orphan(folder)
             return False
         if ans != QMessageBox.Open:
+            self._release_claim()
             return False
+        self._adopt(folder, lk)
         self.restore(meta)
         return True
+
+    def _drop_orphan(self, folder: Path) -> None:
+        for name in (PROJECT_NAME, META_NAME):
+            (folder / name).unlink(missing_ok=True)
+        shutil.rmtree(folder / STATS_NAME, ignore_errors=True)
+        self._release_claim()
+        if folder != self.root:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def restore(self, meta: dict | None = None):
         """Reopen the autosaved project; the window shows it as unsaved.  Returns the load job."""

@@ -51,8 +51,10 @@ def open_settled(qtbot, win, path, count=4):
 
 
 def crash(win):
-    """Drop the window the way a crash would: no closeEvent, the recovery file stays."""
+    """Drop the window the way a crash would: no closeEvent, the recovery file stays, and its
+    lock is no longer held by a live owner (in one process: let go of it)."""
     win.recovery.stop()
+    win.recovery._lock.unlock()
     win.controller.shutdown()
     win.setAttribute(Qt.WA_DeleteOnClose, False)
     win.hide()
@@ -81,10 +83,10 @@ def test_autosave_after_an_edit_and_restore_after_a_crash(qtbot, make_win, model
     assert w1.editor.share_nodes(["cat1"])
     assert groups(w1) == [CAT1]
     qtbot.waitUntil(w1.recovery.pending, timeout=recovery_mod.EDIT_DEBOUNCE_MS + 5000)  # debounced write
-    doc = json.loads((rec_dir / recovery_mod.PROJECT_NAME).read_text())
+    doc = json.loads(w1.recovery.project_path.read_text())
     assert [sorted(g["members"]) for g in doc["groups"]] == [CAT1]
     qtbot.waitUntil(lambda: not w1.jobs.active("statistics"), timeout=20000)  # written off the GUI thread
-    assert (rec_dir / recovery_mod.STATS_NAME).is_dir()  # the restore needs no calibration
+    assert (w1.recovery.dir / recovery_mod.STATS_NAME).is_dir()  # the restore needs no calibration
     crash(w1)
 
     prompts["answers"] = [QMessageBox.Open]
@@ -104,7 +106,7 @@ def test_autosave_after_an_edit_and_restore_after_a_crash(qtbot, make_win, model
     # A clean close (the save prompt answered Discard) removes the recovery file.
     w2.close()
     assert prompts["asked"][-1][0] == "Unsaved changes"
-    assert not w2.recovery.pending() and not (rec_dir / recovery_mod.STATS_NAME).exists()
+    assert not w2.recovery.pending() and not list(rec_dir.iterdir())  # the slot went with it
 
 
 def test_saving_a_restored_state_removes_the_autosave(qtbot, make_win, model, prompts, rec_dir, tmp_path):
@@ -356,16 +358,21 @@ def test_corrupt_model_gives_the_error_dialog(qtbot, make_win, model, tmp_path, 
 
 @pytest.mark.parametrize("content", ["{not json", '{"format": "qtquant-project", "version": 99, "model": "m.onnx"}',
                                      '{"format": "qtquant-project", "version": 1, "model": "missing.onnx"}', "[]"])
-def test_bad_project_gives_the_error_dialog(qtbot, make_win, model, tmp_path, content):
+def test_bad_project_gives_the_error_dialog(qtbot, make_win, model, tmp_path, content, prompts):
     w = make_win()
     open_settled(qtbot, w, model)
     w.editor.share_nodes(["cat1"])
     p = tmp_path / "bad.qtquant"
     p.write_text(content)
     w.stack.set_clean()
-    w.open_project(p, ask=False)
-    qtbot.waitUntil(lambda: bool(w.errors), timeout=20000)
-    one_line(w)
+    if "missing" in content:  # a missing model is offered to be located (Cancel: nothing happens)
+        prompts["answers"] = [QMessageBox.Cancel]
+        assert w.open_project(p, ask=False) is None
+        assert prompts["asked"][-1][0] == "Model not found" and not w.errors
+    else:
+        w.open_project(p, ask=False)
+        qtbot.waitUntil(lambda: bool(w.errors), timeout=20000)
+        one_line(w)
     # The open model stays, with its groups, and the window is not renamed after the bad file.
     assert w.session.graph.path == model and groups(w) == [CAT1]
     assert w.projects.path is None and "bad" not in w.windowTitle()
