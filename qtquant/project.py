@@ -24,7 +24,7 @@ from .fileio.schema import FileModel, check_format, check_version, one_line, rea
 from .vocab import DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_POLICY, DEFAULT_SCHEME, Policy, Precision, Scheme
 
 __all__ = ["PROJECT_FORMAT", "PROJECT_VERSION", "Project", "ProjectGroup", "OpenReport", "project_from_session",
-           "save_project", "load_project", "open_project"]
+           "save_project", "load_project", "open_project", "model_matches"]
 
 PROJECT_FORMAT = "qtquant-project"
 PROJECT_VERSION = 3  # 3: per-tensor precision and the --cut; 2: calibration holdout is auto/N/fraction (1: 2 samples)
@@ -110,10 +110,20 @@ class OpenReport:
 
 
 def _rel(target: Path, base_dir: Path) -> str:
-    try:
-        return os.path.relpath(target.resolve(), base_dir.resolve())
-    except ValueError:  # another drive on Windows
-        return str(target.resolve())
+    """Relative when ``target`` is in ``base_dir``'s tree (a folder moved or copied as a whole keeps
+    working), absolute otherwise (a project moved on its own still finds a model elsewhere)."""
+    t, b = target.resolve(), base_dir.resolve()
+    if t.is_relative_to(b):
+        return os.path.relpath(t, b)
+    return str(t)
+
+
+def model_matches(proj: Project, path) -> bool:
+    """``path`` is the model the project was saved with (same SHA-256; a project without a hash
+    takes any file)."""
+    from .modelcheck import file_sha256
+
+    return not proj.model_sha256 or file_sha256(Path(path)) == proj.model_sha256
 
 
 def project_from_session(session, path, stats_cache=None) -> Project:
@@ -159,11 +169,12 @@ def _calib_config(d: dict) -> CalibConfig:
         raise PlanError(f"project calibration settings are invalid: {e}") from None
 
 
-def open_project(path, *, remap: bool = True, calibrate: bool = False):
+def open_project(path, *, remap: bool = True, calibrate: bool = False, model=None):
     """Open a project: returns ``(session, OpenReport)``.
 
     When the model's hash differs, groups are re-mapped by tensor name if ``remap``
-    (members missing from the model are dropped and listed), else dropped.
+    (members missing from the model are dropped and listed), else dropped.  ``model``: the
+    model file to use instead of the one the project names (the user located a moved model).
     """
     from .app.loader import open_model
     from .app.session import Options
@@ -171,8 +182,8 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False):
     proj = load_project(path)
     opts = Options(scheme=Scheme(proj.scheme), policy=Policy(proj.policy), march=proj.march,
                    max_bits_lost=proj.max_bits_lost, calib=_calib_config(proj.calib))
-    session = open_model(proj.model_path(), {k: tuple(v) for k, v in proj.input_shapes.items()}, opts,
-                         cut=proj.cut)
+    session = open_model(Path(model) if model else proj.model_path(),
+                         {k: tuple(v) for k, v in proj.input_shapes.items()}, opts, cut=proj.cut)
     report = OpenReport(model_changed=bool(proj.model_sha256) and proj.model_sha256 != session.graph.sha256)
     if proj.view:
         from .app.scene import ViewState

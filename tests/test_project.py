@@ -7,7 +7,7 @@ import pytest
 from builders import branchy_concat_model, save
 from qtquant.errors import PlanError
 from qtquant.app import open_model
-from qtquant.project import PROJECT_VERSION, load_project, open_project, save_project
+from qtquant.project import PROJECT_VERSION, load_project, model_matches, open_project, save_project
 
 
 @pytest.fixture
@@ -29,6 +29,35 @@ def test_round_trip(session, tmp_path):
     assert s2.groups.as_lists() == session.groups.as_lists()
     assert s2.graph.input_shapes == session.graph.input_shapes
     assert s2.options == session.options
+
+
+def test_model_path_relative_in_the_projects_tree_else_absolute(session, tmp_path):
+    """Issue 20: a project moved on its own lost its model ("../../m.onnx" from the new place)."""
+    apart = tmp_path / "work" / "projects"
+    apart.mkdir(parents=True)
+    pp = save_project(session, apart / "p.qtquant")
+    assert json.loads(pp.read_text())["model"] == str((tmp_path / "m.onnx").resolve())  # not "../../m.onnx"
+    moved = pp.rename(tmp_path / "elsewhere.qtquant")
+    s2, _ = open_project(moved)  # the project moved, the model did not: still found
+    assert s2.groups.as_lists() == session.groups.as_lists()
+    # a folder holding both, moved as a whole: relative, so it keeps working
+    inner = save_project(session, tmp_path / "proj.qtquant")
+    assert json.loads(inner.read_text())["model"] == "m.onnx"
+
+
+def test_a_located_model_is_checked_by_hash_and_opened(session, tmp_path):
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    moved = tmp_path / "models"
+    moved.mkdir()
+    located = (tmp_path / "m.onnx").rename(moved / "renamed.onnx")
+    proj = load_project(pp)
+    assert not proj.model_path().exists()
+    assert model_matches(proj, located)
+    other = save(branchy_concat_model(gains=(1.0, 3.0)), tmp_path / "other.onnx")
+    assert not model_matches(proj, other)
+    s2, rep = open_project(pp, model=located)
+    assert not rep.model_changed and s2.graph.path == located
+    assert s2.groups.as_lists() == session.groups.as_lists()
 
 
 def test_changed_model_remaps_groups_by_name(session, tmp_path):

@@ -184,7 +184,7 @@ class Controller(QObject):
         if session.ready:
             self.refresh()
 
-    def open_project(self, path, on_opened=None) -> Job:
+    def open_project(self, path, on_opened=None, model=None) -> Job:
         """Open a ``.qtquant`` project in the background: model, options, groups, cached statistics.
 
         ``on_opened(session, report)`` runs on the GUI thread before the session is shown
@@ -197,7 +197,7 @@ class Controller(QObject):
         self.loadStarted.emit(str(p))
 
         def work(progress, cancelled):
-            return open_project(p, remap=True)
+            return open_project(p, remap=True, model=model)  # model: a moved model the user located
 
         def done(res):
             session, report = res

@@ -62,6 +62,7 @@ class ProjectController(QObject):
         self.path: Path | None = None
         self.remapped = False  # groups re-mapped onto a changed model: unsaved until saved
         self._opening: Path | None = None  # the project whose model is loading, if any
+        self._located = False  # that project's model was located by the user: save to record it
         self.last_report = None  # qtquant.project.OpenReport of the last opened project
         controller.loadStarted.connect(self._load_started)
         controller.loadFailed.connect(self._load_failed)
@@ -81,8 +82,10 @@ class ProjectController(QObject):
     def model_opened(self) -> None:
         """A model (or a project's model) replaced the session."""
         self.path, self._opening = self._opening, None
-        self.remapped = bool(self.path) and bool(self.last_report and self.last_report.model_changed
-                                                  and not getattr(self.last_report, "dropped_all", False))
+        self.remapped = bool(self.path) and (self._located or bool(
+            self.last_report and self.last_report.model_changed and not getattr(self.last_report, "dropped_all",
+                                                                                   False)))
+        self._located = False
         if self.path is None:
             self.last_report = None
         self.pathChanged.emit(self.path)
@@ -152,8 +155,52 @@ class ProjectController(QObject):
 
     # -- opening ----------------------------------------------------------------------------
     def open(self, path):
-        """Open ``path`` in the background; returns the job."""
-        return self.controller.open_project(path, on_opened=self.opened)
+        """Open ``path`` in the background; returns the job (None: the user gave up locating a
+        missing model)."""
+        from ..project import load_project
+
+        model = None
+        try:
+            proj = load_project(path)
+        except QtQuantError:
+            proj = None  # the load job reports a bad file the usual way
+        if proj is not None and not proj.model_path().is_file() and self.messages.show_dialogs:
+            model = self.locate_model(proj)
+            if model is None:
+                return None
+        self._located = model is not None
+        return self.controller.open_project(path, on_opened=self.opened, model=model)
+
+    def locate_model(self, proj) -> Path | None:
+        """The project's model is not where the project says: let the user point at it.  A file
+        with another SHA-256 is not the same model; it is used only when the user says so (its
+        groups are then re-mapped by tensor name)."""
+        from ..project import model_matches
+
+        want = proj.model_path()
+        ans = self.messages.ask("Model not found", f"The model of {proj.path.name}, {want.name}, is not at\n{want}"
+                                "\n\nLocate it?", QMessageBox.Open | QMessageBox.Cancel, QMessageBox.Open)
+        if ans != QMessageBox.Open:
+            return None
+        start = want.parent if want.parent.is_dir() else proj.path.parent
+        p, _ = QFileDialog.getOpenFileName(self.messages.widget, f"Locate {want.name}", str(start / want.name),
+                                           "ONNX models (*.onnx);;All files (*)")
+        if not p:
+            return None
+        try:
+            same = model_matches(proj, p)
+        except OSError as e:
+            self.messages.error("Cannot read the model", str(e))
+            return None
+        if not same:
+            ans = self.messages.ask("Not the same model", f"{Path(p).name} is not the model {proj.path.name} was saved "
+                                    "with (its SHA-256 differs).\n\nOpen it anyway? The project's groups are "
+                                    "re-mapped onto it by tensor name.", QMessageBox.Yes | QMessageBox.No,
+                                    QMessageBox.No)
+            if ans != QMessageBox.Yes:
+                return None
+        self.messages.log(f"project: model located at {p}" + ("" if same else " (a different file)"))
+        return Path(p)
 
     def opened(self, session, report) -> bool:
         """GUI thread, before the session is shown: decide about groups on a changed model."""
