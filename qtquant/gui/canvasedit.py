@@ -76,7 +76,13 @@ class CanvasEditing(QObject):
             self.confirm.deleteLater()
         self.confirm = d = ShareConfirmDialog(plan, self.view.window())
         d.accepted.connect(lambda: self.editor.commit_plan(plan))
+        d.finished.connect(self._refocus)  # the next key (Ctrl+Z) goes to the canvas again
         d.open()
+
+    def _refocus(self, *_) -> None:
+        if isValid(self.view):
+            self.view.window().activateWindow()
+            self.view.setFocus()
 
     def ungroup_ids(self) -> list[int]:
         s = self.relay.session

@@ -44,8 +44,10 @@ class ShareConfirmDialog(QDialog):
                 it = QTableWidgetItem(_bits(val))
                 it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 t.setItem(r, c, it)
-        t.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeToContents)
-        t.horizontalHeader().setStretchLastSection(True)
+        hh = t.horizontalHeader()
+        hh.setSectionResizeMode(0, QHeaderView.Stretch)  # the name takes the room; numbers stay by it
+        for c in (1, 2):
+            hh.setSectionResizeMode(c, QHeaderView.ResizeToContents)
         lay.addWidget(t, 1)
         notes = [f"Left out {name}: {why}" for name, why in plan.left_out]
         if plan.unquantized:
@@ -62,6 +64,7 @@ class ShareConfirmDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         lay.addWidget(self.buttons)
         # Wide enough for the longest name: the member list is what the user checks.
-        width = t.horizontalHeader().length() + t.frameWidth() * 2 + 40
+        width = (t.fontMetrics().horizontalAdvance(max(plan.members, key=len)) + 24
+                 + sum(hh.sectionSizeHint(c) for c in (1, 2)) + t.frameWidth() * 2 + 40)
         self.resize(min(max(width, 480), 1100), min(160 + 30 * len(plan.members) + 20 * len(notes), 700))
         self.share_button.setFocus()
