@@ -173,6 +173,11 @@ class WindowActions(QObject):
         A["undo"].setText(f"Undo {st.undo_text}" if st.can_undo else "Undo")
         A["redo"].setEnabled(st.can_redo)
         A["redo"].setText(f"Redo {st.redo_text}" if st.can_redo else "Redo")
+        # The toolbar keeps the short words (the menu and the tooltip say what): a button whose
+        # text follows the history moved Overlay/March/Policy/Export by ~100 px on every edit.
+        for k, word in (("undo", "Undo"), ("redo", "Redo")):
+            A[k].setIconText(word)
+            A[k].setToolTip(A[k].text())
 
     def update_enabled(self, *, selection: bool, ungroup: bool) -> None:
         s, A = self.relay.session, self.by_name

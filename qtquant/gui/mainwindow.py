@@ -164,6 +164,7 @@ class MainWindow(QMainWindow):
         self.canvas.built.connect(self._scene_built)
         r.optionsChanged.connect(self._show_options)
         r.stackChanged.connect(self.update_title)
+        r.stackChanged.connect(self._stack_message)
         self.projects.pathChanged.connect(self.update_title)
         self.editor.message.connect(self.messages.say)
         self.editor.autoShared.connect(self._show_autoshare_report)
@@ -246,6 +247,16 @@ class MainWindow(QMainWindow):
             self.opener.add_recent(g.path)
         self.messages.log(f"opened {g.path or 'model'}: {len(g.nodes)} nodes, {len(g.concat_nodes())} Concats"
                           + (f", cut at {', '.join(g.cut)}" if g.cut else ""))
+        self.messages.status(f"Opened {g.path.name if g.path else 'model'}", 5000)  # replaces "Loading …"
+
+    def _stack_message(self, *_) -> None:
+        """Undo and redo say what they did, replacing the message of the edit they undo."""
+        st = self.relay.stack
+        prev, self._stack_index = getattr(self, "_stack_index", 0), st.index
+        if st.index < prev and st.can_redo:
+            self.messages.status(f"Undid {st.redo_text}", 8000)
+        elif st.index > prev and st.can_undo:
+            self.messages.status(f"Redid {st.undo_text}", 8000)  # a new edit's own message follows at once
 
     def _scene_built(self, spec) -> None:
         lay = spec.layout

@@ -52,8 +52,11 @@ class Messages(QObject):
         self.error_dialogs: list[ErrorDialog] = []
         self.report_dialogs: list[ReportDialog] = []
 
+    STATUS_MS = 15000  # nothing stays up for good: a "Loading…" outlived its load by 30 s
+
     def status(self, text: str, ms: int = 0) -> None:
-        self.status_bar.showMessage(text, ms)
+        """A status-line message; it expires after ``ms`` (0: :attr:`STATUS_MS`) or when replaced."""
+        self.status_bar.showMessage(text, ms or self.STATUS_MS)
 
     def log(self, text: str) -> None:
         self.job_log.log(text)
