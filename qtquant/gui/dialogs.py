@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog
                                QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QStyle,
                                QToolButton, QVBoxLayout, QWidget)
 
+from ..app.modelinputs import default_shape, model_inputs, needs_shapes, readable_dims, recorded_shapes
 from ..calib import CalibConfig
 from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, DEFAULT_COUNT, parse_holdout
 from ..errors import BadInputError
@@ -100,41 +101,6 @@ class ModelSettings:
         self.settings.sync()
 
 
-def model_inputs(path) -> list[tuple[str, list]]:
-    """(name, dims) of the real inputs; a dim is an int or the name of a dynamic dim."""
-    try:
-        m = onnx.load(str(path), load_external_data=False)
-    except Exception:
-        return []
-    inits = {t.name for t in m.graph.initializer}
-    out = []
-    for i in m.graph.input:
-        if i.name in inits or not i.type.HasField("tensor_type"):
-            continue
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
-                for d in i.type.tensor_type.shape.dim]
-        out.append((i.name, dims))
-    return out
-
-
-def default_shape(dims) -> str:
-    """Batch 1; other dynamic dims 640 (image-like) or 1."""
-    vals = []
-    for k, d in enumerate(dims):
-        if isinstance(d, int):
-            vals.append(d)
-        elif k == 0:
-            vals.append(1)
-        else:
-            vals.append(640 if len(dims) == 4 and k >= 2 else 1)
-    return "x".join(str(v) for v in vals)
-
-
-def needs_shapes(inputs) -> bool:
-    """True when some non-batch dim is dynamic (the loader defaults batch to 1)."""
-    return any(not isinstance(d, int) for _, dims in inputs for d in dims[1:])
-
-
 CALIB_DEFAULTS = {"source": "synthetic", "count": DEFAULT_COUNT, "holdout": "auto", "observer": "minmax",
                   "resize": "stretch", "color": "rgb", "pixel_range": "0-1", "mean": "", "std": "", "layout": "nchw"}
 
@@ -169,15 +135,21 @@ class OpenDialog(QDialog):
         head.setTextInteractionFlags(Qt.TextSelectableByMouse)
         lay.addWidget(head)
         self.shape_edits: dict[str, QLineEdit] = {}
-        inputs = model_inputs(self.path)
+        try:
+            model = onnx.load(str(self.path), load_external_data=False)
+        except Exception:
+            model = None
+        inputs = model_inputs(model) if model is not None else []
+        recorded = recorded_shapes(model) if model is not None else {}
         shapes_box = QGroupBox("Input shapes")
         sf = QFormLayout(shapes_box)
         for name, dims in inputs:
-            e = QLineEdit(rem.get("shapes", {}).get(name) or default_shape(dims))
-            e.setPlaceholderText("1x3x640x640")
-            e.setToolTip("model declares " + "x".join(str(d) for d in dims))
+            e = QLineEdit(rem.get("shapes", {}).get(name) or default_shape(dims, recorded.get(name)))
+            e.setPlaceholderText(default_shape(dims, recorded.get(name)))
+            e.setToolTip("model declares " + "x".join(str(d) for d in dims)
+                         + (f"; it records {default_shape(dims, recorded[name])}" if name in recorded else ""))
             e.setEnabled(shapes_editable)
-            sf.addRow(f"{name} ({'x'.join(str(d) for d in dims)}):", e)
+            sf.addRow(f"{name} ({readable_dims(dims)}):", e)
             self.shape_edits[name] = e
         if not inputs:
             sf.addRow(QLabel("(could not read the model's inputs)"))

@@ -9,7 +9,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog
 
 from ..errors import QtQuantError
-from ..graph import parse_cut
+from ..graph import parse_cut, read_model_file
 from ..shapes import parse_input_shapes
 from .dialogs import CALIB_DEFAULTS, ModelSettings, OpenDialog, calib_config, holdout_text, model_inputs, needs_shapes
 from .projects import PROJECT_SUFFIX
@@ -49,11 +49,18 @@ class ModelOpener(QObject):
         path = Path(path)
         if path.suffix.lower() == PROJECT_SUFFIX:
             return self.open_project(path) is not None
+        # The file first: a text file named .onnx used to get the save prompt and the whole
+        # calibration dialog before its (good) error.
+        try:
+            model, _ = read_model_file(path)
+        except QtQuantError as e:
+            self.messages.error("Cannot open the model", str(e))
+            return False
         if not self.projects.maybe_save():
             return False
         rem = self.model_settings.load(path)
         if ask is None:
-            ask = needs_shapes(model_inputs(path)) and not rem.get("shapes")
+            ask = needs_shapes(model_inputs(model)) and not rem.get("shapes")
         values = rem
         if ask and self.messages.show_dialogs:
             dlg = OpenDialog(path, rem, self.messages.widget)

@@ -63,3 +63,36 @@ def test_status_messages_expire_or_are_replaced(qtbot, win, model, monkeypatch):
     key(qtbot, win, Qt.Key_Z, Qt.ControlModifier | Qt.ShiftModifier)
     assert win.statusBar().currentMessage() == "Redid Share 4 tensors"
     win.stack.set_clean()
+
+
+def test_a_text_file_named_onnx_is_an_error_before_any_prompt(qtbot, win, model, tmp_path, prompts, monkeypatch):
+    from qtquant.gui.dialogs import OpenDialog
+
+    monkeypatch.setattr(OpenDialog, "exec", lambda self: pytest.fail("no calibration dialog for a text file"))
+    open_settled(qtbot, win, model)
+    win.editor.share_nodes(["cat1"])  # unsaved work: the save prompt must not come first either
+    fake = tmp_path / "notes.onnx"
+    fake.write_text("just some text\n")
+    assert not win.request_open(fake, ask=True)
+    assert prompts["asked"] == []
+    title, msg, _ = win.errors[-1]
+    assert "notes.onnx is not a readable ONNX model" in msg and "\n" not in msg
+    assert win.session.graph.path == model and win.stack.count == 1  # the work is still there
+    win.stack.set_clean()
+
+
+def test_open_dialog_offers_the_recorded_shape_with_readable_dims(qtbot, tmp_path):
+    import onnx
+    from PySide6.QtWidgets import QLabel
+
+    from qtquant.gui.dialogs import OpenDialog
+    from test_app_modelinputs import dynamic_model
+
+    p = tmp_path / "yolo320.onnx"
+    onnx.save(dynamic_model({"imgsz": "[320, 320]"}), str(p))
+    d = OpenDialog(p)
+    qtbot.addWidget(d)
+    assert d.shape_edits["images"].text() == "1x3x320x320"  # was 1x3x640x640
+    labels = [w.text() for w in d.findChildren(QLabel)]
+    assert "images (batch x 3 x height x width):" in labels
+    assert not any("DynamicDimension" in t for t in labels)
