@@ -41,6 +41,19 @@ def test_concat_rows_and_status(session):
     assert info.model == "det.onnx" and "mismatched" in info.concats and "policy union" in info.quantization
 
 
+def test_model_info_says_calibration_and_check_counts(det_path):
+    """Issue 20: "minmax on 5 samples" for 7 inputs, with no word about the 2 held back."""
+    from qtquant.app import Options, open_model
+    from qtquant.calib import CalibConfig
+
+    s = open_model(det_path, options=Options(calib=CalibConfig(count=7, holdout=2)))
+    s.run_calibration()
+    assert model_info(s).calibration == "minmax on 7 samples; 2 held out for the check (synthetic)"  # synthetic: extra ones
+    s = open_model(det_path, options=Options(calib=CalibConfig(count=4, holdout=0)))
+    s.run_calibration()
+    assert model_info(s).calibration == "minmax on 4 samples; check on the same samples (in-sample) (synthetic)"
+
+
 def test_perf_summary_tracks_changes_and_staleness(session):
     v = perf_summary(session)
     assert v.latency.text == "—" and v.chart == () and v.rescales.text.endswith("Concats")

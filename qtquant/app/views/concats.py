@@ -112,7 +112,11 @@ def model_info(session) -> ModelInfoView:
     elif cal is None:
         calibration = "not calibrated yet"
     else:
-        calibration = f"{cal.config.observer} on {cal.batches} samples ({cal.config.source})"
+        # Both counts, as the accuracy check defines them: "5 samples" for a folder of 7 photos
+        # said nothing about the 2 held back for the check.
+        check = ("; check on the same samples (in-sample)" if cal.in_sample and cal.check_samples else
+                 f"; {cal.check_samples} held out for the check" if cal.check_samples else "; no check samples")
+        calibration = f"{cal.config.observer} on {cal.batches} samples{check} ({cal.config.source})"
     cs = _concats(session)
     if cs is None:
         concats = f"{len(g.concat_nodes())} (analysis after calibration)"
