@@ -329,8 +329,8 @@ class MainWindow(QMainWindow):
         names = self.scene.selected_names()
         name = names[0] if len(names) == 1 else None
         self.inspector.show_node(name, others=len(names) if len(names) > 1 else 0)
-        if name:
-            self.concat_list.select_name(name)
+        # A row left highlighted after the canvas selection is cleared claimed a selection that is gone.
+        self.concat_list.select_name(name or "")
 
     def jump_to(self, name: str) -> bool:
         """Centre ``name`` (a node, terminal or block), opening the blocks around it first."""

@@ -96,3 +96,12 @@ def test_open_dialog_offers_the_recorded_shape_with_readable_dims(qtbot, tmp_pat
     labels = [w.text() for w in d.findChildren(QLabel)]
     assert "images (batch x 3 x height x width):" in labels
     assert not any("DynamicDimension" in t for t in labels)
+
+
+def test_concat_row_unhighlights_when_the_selection_is_cleared(qtbot, win, model):
+    open_settled(qtbot, win, model)
+    table = win.concat_list.table
+    win.scene.nodes["cat1"].setSelected(True)
+    assert [i.row() for i in table.selectionModel().selectedRows()] == [win.concat_list.row_of("cat1")]
+    win.scene.clearSelection()
+    assert not table.selectionModel().hasSelection()
