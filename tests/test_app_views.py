@@ -48,7 +48,7 @@ def test_model_info_says_calibration_and_check_counts(det_path):
 
     s = open_model(det_path, options=Options(calib=CalibConfig(count=7, holdout=2)))
     s.run_calibration()
-    assert model_info(s).calibration == "minmax on 7 samples; 2 held out for the check (synthetic)"  # synthetic: extra ones
+    assert model_info(s).calibration == "minmax on 7 samples; 2 held out for the check (synthetic)"
     s = open_model(det_path, options=Options(calib=CalibConfig(count=4, holdout=0)))
     s.run_calibration()
     assert model_info(s).calibration == "minmax on 4 samples; check on the same samples (in-sample) (synthetic)"
