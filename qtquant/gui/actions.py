@@ -229,6 +229,13 @@ class WindowActions(QObject):
                                                   o.overlayChosen.emit)
         self.show_overlay(Overlay.NONE)
         vm.addSeparator()
+        # The floating minimap and legend cover nodes: each can be switched off.
+        view = self.window.view
+        for key, text, widget in (("minimap", "&Minimap", view.minimap), ("legend", "&Legend", view.legend)):
+            a = A[key] = QAction(text, self.window, checkable=True, checked=True)
+            a.toggled.connect(widget.set_wanted)
+            vm.addAction(a)
+        vm.addSeparator()
         for d in docks:
             vm.addAction(d.toggleViewAction())
         am = mb.addMenu("&Analysis")

@@ -39,6 +39,11 @@ class MiniMap(QWidget):
         self._building = None  # (key, generator) while the base is drawn in slices
         self._step_timer = QTimer(self, singleShot=True, interval=0)
         self._step_timer.timeout.connect(self.refresh)
+        self.wanted = True  # View › Minimap: off keeps it hidden whatever the view shows
+
+    def set_wanted(self, on: bool) -> None:
+        self.wanted = bool(on)
+        self.follow()
 
     def schedule_refresh(self) -> None:
         self._timer.start()
@@ -60,10 +65,14 @@ class MiniMap(QWidget):
         if not sc.nodes:
             self.setVisible(False)
             return
-        # Not itemsBoundingRect: while a scene is built, that is a Python call per item so far.
-        r = self._src if not self._src.isEmpty() else sc.sceneRect()
+        # The graph's own extent (the scene rectangle has margins around it: after Fit to view
+        # the minimap stayed up for them).  Not itemsBoundingRect: a Python call per item.
+        graph_rect = getattr(self.view, "_graph_rect", None)
+        r = graph_rect() if graph_rect is not None and sc.spec is not None else QRectF()
+        if r.isEmpty():
+            r = self._src if not self._src.isEmpty() else sc.sceneRect()
         vis = self.view.mapToScene(self.view.viewport().rect()).boundingRect()
-        self.setVisible(not vis.adjusted(-2, -2, 2, 2).contains(r))
+        self.setVisible(self.wanted and not vis.adjusted(-2, -2, 2, 2).contains(r))
         self.update()
 
     def _target(self) -> QRectF:
@@ -191,6 +200,10 @@ class Legend(QWidget):
         self.title = ""
         self.lo_text = self.hi_text = ""
         self._resize()
+
+    def set_wanted(self, on: bool) -> None:
+        """View › Legend."""
+        self.setVisible(bool(on))
 
     def set_overlay(self, mode: str, title: str = "", lo_text: str = "", hi_text: str = "") -> None:
         self.mode, self.title, self.lo_text, self.hi_text = mode, title, lo_text, hi_text

@@ -105,3 +105,28 @@ def test_concat_row_unhighlights_when_the_selection_is_cleared(qtbot, win, model
     assert [i.row() for i in table.selectionModel().selectedRows()] == [win.concat_list.row_of("cat1")]
     win.scene.clearSelection()
     assert not table.selectionModel().hasSelection()
+
+
+def test_minimap_hides_after_fit_and_both_overlays_toggle_from_view(qtbot, make_win, tmp_path):
+    from builders import band_model
+
+    win = make_win(size=(900, 600))
+    open_settled(qtbot, win, band_model(tmp_path / "bands.onnx"), zoom=2.0)
+    mm, legend = win.view.minimap, win.view.legend
+    mm.follow()
+    assert mm.isVisible()  # zoomed in: part of the graph is off screen
+    win.actions_by_name["fit"].trigger()
+    assert not mm.isVisible()  # the whole graph in view: nothing to navigate
+    win.view.set_zoom(2.0)
+    mm.follow()
+    assert mm.isVisible()
+    win.actions_by_name["minimap"].setChecked(False)
+    assert not mm.isVisible()
+    win.view.set_zoom(2.5)
+    mm.follow()
+    assert not mm.isVisible()  # stays off while unchecked
+    assert legend.isVisible()
+    win.actions_by_name["legend"].setChecked(False)
+    assert not legend.isVisible()
+    win.actions_by_name["legend"].setChecked(True)
+    assert legend.isVisible()
