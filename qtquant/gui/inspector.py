@@ -119,10 +119,11 @@ class HistogramWidget(QWidget):
 
 
 def _table(headers, stretch: tuple = ()) -> QTableWidget:
-    """A compact read-only table; ``stretch`` columns share the width, long text elided on the left.
+    """A compact read-only table; ``stretch`` columns take the width left by the others, long
+    text is elided in the middle (full text in the tooltip), and every column can be dragged wider.
 
-    Tensor and node names differ at their end (``/model.6/m.1/Add_output_0``), so the
-    left is what can go.
+    Names differ at both ends (``/model.6/m.1/Add_output_0``): eliding on the left showed
+    "…utput_0" for every row.
     """
     t = QTableWidget(0, len(headers))
     t.setHorizontalHeaderLabels(headers)
@@ -132,9 +133,10 @@ def _table(headers, stretch: tuple = ()) -> QTableWidget:
     t.setSelectionBehavior(QAbstractItemView.SelectRows)
     t.setSelectionMode(QAbstractItemView.SingleSelection)
     hh = t.horizontalHeader()
-    for i in range(len(headers)):
-        hh.setSectionResizeMode(i, QHeaderView.Stretch if i in stretch else QHeaderView.ResizeToContents)
-    t.setTextElideMode(Qt.ElideLeft)
+    hh.setSectionResizeMode(QHeaderView.Interactive)  # the user can resize any column
+    hh.setStretchLastSection(False)
+    t.stretch = tuple(stretch)
+    t.setTextElideMode(Qt.ElideMiddle)
     t.setWordWrap(False)
     t.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
     t.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
@@ -149,8 +151,22 @@ def _fill(t: QTableWidget, rows) -> None:
             if not it.toolTip():
                 it.setToolTip(it.text())
             t.setItem(i, j, it)
+    _fit_columns(t)
     h = t.horizontalHeader().height() + sum(t.rowHeight(i) for i in range(t.rowCount())) + 4
     t.setFixedHeight(max(h, t.horizontalHeader().height() + 6))
+
+
+def _fit_columns(t: QTableWidget) -> None:
+    """Columns to their contents; the ``stretch`` ones share what is left of the width (at least
+    80 px each, eliding in the middle below their contents)."""
+    t.resizeColumnsToContents()
+    if not t.stretch:
+        return
+    avail = max(t.viewport().width(), t.width() - 2 * t.frameWidth())
+    fixed = sum(t.columnWidth(i) for i in range(t.columnCount()) if i not in t.stretch)
+    share = max(80, (avail - fixed) // len(t.stretch))
+    for i in t.stretch:
+        t.setColumnWidth(i, share)
 
 
 class Inspector(QScrollArea):
@@ -158,6 +174,11 @@ class Inspector(QScrollArea):
 
     tensorActivated = Signal(str)
     histogramWanted = Signal(str)  # tensor whose histogram is not in the calibration stats
+
+    def resizeEvent(self, ev):
+        super().resizeEvent(ev)
+        for t in (self.attrs, self.tensors, self.concat):
+            _fit_columns(t)
 
     def __init__(self, relay, parent=None):
         super().__init__(parent)

@@ -130,3 +130,26 @@ def test_minimap_hides_after_fit_and_both_overlays_toggle_from_view(qtbot, make_
     assert not legend.isVisible()
     win.actions_by_name["legend"].setChecked(True)
     assert legend.isVisible()
+
+
+def test_inspector_elides_names_in_the_middle_and_columns_resize(qtbot, win, tmp_path):
+    """The tensor and producer columns showed "…utput_0" for every row."""
+    from PySide6.QtWidgets import QHeaderView
+
+    from builders import yolov8n
+    from qtquant.fileio import atomic_write_bytes
+
+    p = tmp_path / "y.onnx"
+    atomic_write_bytes(p, yolov8n(size=64, nc=2).SerializeToString())
+    open_settled(qtbot, win, p, count=2)
+    cat = next(n.name for n in win.session.graph.concat_nodes())
+    win.scene.nodes[cat].setSelected(True)
+    t = win.inspector.concat
+    assert t.rowCount() >= 2 and t.textElideMode() == Qt.ElideMiddle
+    hh = t.horizontalHeader()
+    assert all(hh.sectionResizeMode(i) == QHeaderView.Interactive for i in range(t.columnCount()))
+    for r in range(t.rowCount()):
+        assert t.item(r, 1).text() in t.item(r, 1).toolTip()  # the full name is the tooltip
+    before = hh.sectionSize(1)
+    hh.resizeSection(1, before + 60)  # a user drags the column wider
+    assert hh.sectionSize(1) == before + 60
