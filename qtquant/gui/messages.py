@@ -9,21 +9,31 @@ quiet answer.
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, QSize
-from PySide6.QtGui import QFont
+from PySide6.QtGui import QFont, QFontMetrics, QGuiApplication
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QMessageBox, QPlainTextEdit, QVBoxLayout
 
 from .dialogs import ErrorDialog
 
-__all__ = ["Messages", "ReportDialog"]
+__all__ = ["Messages", "ReportDialog", "warnings_first"]
+
+
+def warnings_first(text: str) -> str:
+    """The lines that warn, first (in their order), then the rest: the line that matters was
+    below the fold and cut off on the right."""
+    lines = text.splitlines()
+    warn = [ln for ln in lines if "warning" in ln.lower()]
+    return "\n".join(warn + [ln for ln in lines if ln not in warn]) if warn else text
 
 
 class ReportDialog(QDialog):
-    """A non-modal text report (auto-share decisions, export summary)."""
+    """A non-modal text report (auto-share decisions, export summary), as wide as its longest
+    line (up to most of the screen), warnings first."""
 
     def __init__(self, title: str, text: str, parent=None):
         super().__init__(parent)
         self.setWindowTitle(title)
         self.setModal(False)
+        text = warnings_first(text)
         self.text = QPlainTextEdit(text)
         self.text.setReadOnly(True)
         self.text.setLineWrapMode(QPlainTextEdit.NoWrap)
@@ -35,10 +45,16 @@ class ReportDialog(QDialog):
         lay = QVBoxLayout(self)
         lay.addWidget(self.text)
         lay.addWidget(box)
-        self.resize(900, 360)
+        fm = QFontMetrics(self.text.font())
+        lines = text.splitlines() or [""]
+        screen = (parent.screen() if parent is not None else QGuiApplication.primaryScreen()).availableGeometry()
+        w = max(fm.horizontalAdvance(ln) for ln in lines) + 60  # margins, frame, a scroll bar
+        h = fm.lineSpacing() * len(lines) + 110
+        self._size = QSize(min(max(w, 480), int(screen.width() * 0.9)), min(max(h, 200), int(screen.height() * 0.8)))
+        self.resize(self._size)
 
     def sizeHint(self):
-        return QSize(900, 360)
+        return self._size
 
 
 class Messages(QObject):

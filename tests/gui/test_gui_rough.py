@@ -153,3 +153,16 @@ def test_inspector_elides_names_in_the_middle_and_columns_resize(qtbot, win, tmp
     before = hh.sectionSize(1)
     hh.resizeSection(1, before + 60)  # a user drags the column wider
     assert hh.sectionSize(1) == before + 60
+
+
+def test_report_dialog_fits_its_longest_line_and_puts_warnings_first(qtbot, win):
+    from PySide6.QtGui import QFontMetrics
+
+    long_line = "  /model.22/Concat_24: keep rescale; " + "x" * 45  # ~600 px: fits the offscreen screen
+    text = "Exported 3 files\n" + long_line + "\nwarning: bias of Gemm 'fc' did not fit int32\n"
+    d = win.messages.report("Export", text)
+    qtbot.addWidget(d)
+    shown = d.text.toPlainText().splitlines()
+    assert shown[0].startswith("warning: bias") and shown[1] == "Exported 3 files"
+    adv = QFontMetrics(d.text.font()).horizontalAdvance(long_line)
+    assert adv < d.width() <= max(adv + 100, 480)  # its content's width, not a fixed 900 px
