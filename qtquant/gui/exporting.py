@@ -98,8 +98,12 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
     from ..plan import save_plan
 
     folder = Path(opts.folder)
-    if not folder.is_dir():
-        raise BadInputError(f"the export folder {folder} does not exist")
+    if folder.exists() and not folder.is_dir():
+        raise BadInputError(f"the export folder {folder} is a file")
+    try:  # a folder that does not exist yet is made (refusing it closed the dialog for nothing)
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInputError(f"cannot create the export folder {folder}: {e.strerror or e}") from None
     if not opts.stem or "/" in opts.stem or "\\" in opts.stem:
         raise BadInputError(f"{opts.stem!r} is not a file name: give a base name without folders")
     g = session.graph

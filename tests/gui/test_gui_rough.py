@@ -166,3 +166,20 @@ def test_report_dialog_fits_its_longest_line_and_puts_warnings_first(qtbot, win)
     assert shown[0].startswith("warning: bias") and shown[1] == "Exported 3 files"
     adv = QFontMetrics(d.text.font()).horizontalAdvance(long_line)
     assert adv < d.width() <= max(adv + 100, 480)  # its content's width, not a fixed 900 px
+
+
+def test_export_makes_a_folder_that_does_not_exist_yet(qtbot, tmp_path):
+    from qtquant.app import Options, open_model
+    from qtquant.calib import CalibConfig
+    from qtquant.errors import BadInputError
+    from qtquant.gui.exporting import ExportOptions, export_files
+
+    s = open_model(edit_model(tmp_path / "edit.onnx"), options=Options(calib=CalibConfig(count=4)))
+    s.run_calibration()
+    new = tmp_path / "exports" / "today"
+    rep = export_files(s, ExportOptions(new, "out", plan=True, overrides=False, report=False, png=False))
+    assert (new / "out.onnx").is_file() and len(rep.written) == 2
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(BadInputError, match="is a file"):
+        export_files(s, ExportOptions(tmp_path / "a_file", "out", plan=True, overrides=False, report=False,
+                                      png=False))
