@@ -377,6 +377,19 @@ class GraphView(QGraphicsView):
             self.scale(f, f)
         self._zoom_changed()
 
+    def zoom_100(self) -> None:
+        """100 % around the selection when there is one (the mouse anchor alone zoomed around
+        whatever empty space the cursor was over), else around the cursor."""
+        sel = [it for it in self.scene().selectedItems() if it.isVisible()]
+        if not sel:
+            self.set_zoom(1.0)
+            return
+        r = sel[0].sceneBoundingRect()
+        for it in sel[1:]:
+            r = r.united(it.sceneBoundingRect())
+        self.set_zoom(1.0)
+        self.centerOn(r.center())
+
     def _zoom_changed(self) -> None:
         self.scene().set_overview(self.zoom < LOD_OVERVIEW)
         self.scene().set_labels_visible(self.zoom >= LOD_EDGE_LABEL)
@@ -466,7 +479,7 @@ class GraphView(QGraphicsView):
         elif k == Qt.Key_Minus:
             self.set_zoom(self.zoom / 1.25)
         elif k == Qt.Key_0:
-            self.set_zoom(1.0)
+            self.zoom_100()
         elif k == Qt.Key_F and not ev.modifiers():
             self.fit()
         elif k == Qt.Key_Escape and self.drag.pending:

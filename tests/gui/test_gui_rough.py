@@ -183,3 +183,22 @@ def test_export_makes_a_folder_that_does_not_exist_yet(qtbot, tmp_path):
     with pytest.raises(BadInputError, match="is a file"):
         export_files(s, ExportOptions(tmp_path / "a_file", "out", plan=True, overrides=False, report=False,
                                       png=False))
+
+
+def test_zero_zooms_to_100_percent_around_the_selection(qtbot, make_win, tmp_path):
+    from builders import band_model
+
+    win = make_win()
+    open_settled(qtbot, win, band_model(tmp_path / "bands.onnx"), zoom=None)
+    v = win.view
+    v.set_zoom(2.5)
+    v.centerOn(v.sceneRect().topLeft())  # the selected node is far from the centre
+    names = sorted(win.scene.nodes, key=lambda n: win.scene.nodes[n].pos().x())
+    name = names[len(names) // 2]  # one the view can centre (not against the scene's edge)
+    win.scene.nodes[name].setSelected(True)
+    key(qtbot, win, Qt.Key_0)
+    assert v.zoom == pytest.approx(1.0)
+    at = v.mapFromScene(win.scene.nodes[name].sceneBoundingRect().center())
+    mid = v.viewport().rect().center()
+    # centred on the node (as far as the scene's edge allows: this graph is wide and flat)
+    assert abs(at.x() - mid.x()) <= 12 and v.viewport().rect().contains(at)
