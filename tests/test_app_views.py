@@ -128,5 +128,6 @@ def test_node_looks_per_mode(session):
     assert HEX.match(conv.fill) and conv.badges and "µs" in conv.badges[0].text
     assert conv.badges[0].text.split()[2] in ("cmp", "mem", "ovh")  # what bounds the layer
     bits = compute_looks(g, Overlay.BITS, cs)
-    assert bits.nodes[bad.node].badges[0].text.startswith("−") and bits.legend.hi == "≥ 8 bits"
+    # a Concat's figure is its worst member's, and its badge says so (issue 20)
+    assert bits.nodes[bad.node].badges[0].text.startswith("worst −") and bits.legend.hi == "≥ 8 bits"
     assert compute_looks(g, Overlay.NONE).nodes[bad.node].fill == palette.UNCALIBRATED  # no analysis yet

@@ -271,7 +271,7 @@ def test_overlays_recolour_in_place(qtbot, win, model):
     bits = node_bits(win.session.graph, win.relay.concats())
     assert bits["cat_red"] == pytest.approx(np.log2(20.0), abs=0.01)
     assert win.scene.nodes["cat_red"].fill == heat_color(bits["cat_red"] / 8.0, "bits")
-    assert any(t.startswith("−4.3") for t in win.scene.nodes["cat_red"].badge_texts)
+    assert any(t.startswith("worst −4.3") for t in win.scene.nodes["cat_red"].badge_texts)
     assert win.scene.nodes["cat_red_relu"].faded
 
     if simulator() is not None:

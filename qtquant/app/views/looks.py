@@ -235,7 +235,9 @@ def _bits(looks, parts, info, bits):
                     nodes[name] = FADED_LOOK
                 continue
             base = base or PLAIN
-            badges = ((Badge(f"−{b:.1f} b", BITS_BADGE),) if b >= 0.05 else ()) + base.badges
+            # On a Concat the figure is its worst member's: the badge says so.
+            text = f"worst −{b:.1f} b" if name in info else f"−{b:.1f} b"
+            badges = ((Badge(text, BITS_BADGE),) if b >= 0.05 else ()) + base.badges
             nodes[name] = NodeLook(heat_hex(min(b, BITS_MAX) / BITS_MAX, "bits"), badges, base.faded,
                                    2.0 if name in info else 1.0)
         yield
