@@ -382,7 +382,7 @@ class MainWindow(QMainWindow):
         self.settings.setValue("window/state", self.saveState())
         self.recovery.stop()
         self.recovery.discard()  # a clean close: nothing to recover next time
+        self.controller.shutdown()  # first: a statistics job still writing would re-make the slot
         self.recovery.release()  # this instance's slot and lock go; other instances' stay
-        self.controller.shutdown()
         self.messages.close_dialogs()
         super().closeEvent(ev)
