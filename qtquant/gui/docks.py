@@ -63,6 +63,7 @@ class ModelInfo(QWidget):
         for key in self.FIELDS:
             self.fields[key].setText(getattr(view, key))
         self.fields["model"].setToolTip(view.model_tip)
+        self.fields["calibration"].setToolTip(view.calibration_tip)
 
 
 class ConcatTableModel(QAbstractTableModel):

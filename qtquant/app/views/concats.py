@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -99,6 +100,7 @@ class ModelInfoView:
     inputs: str = "—"
     quantization: str = "—"
     calibration: str = "—"
+    calibration_tip: str = ""
     concats: str = "—"
 
 
@@ -107,16 +109,21 @@ def model_info(session) -> ModelInfoView:
         return ModelInfoView()
     g, o = session.graph, session.options
     cal = session.calibration
+    calibration_tip = ""
     if session.quantized_file:
         calibration = "scales read from the file"
     elif cal is None:
         calibration = "not calibrated yet"
     else:
         # Both counts, as the accuracy check defines them: "5 samples" for a folder of 7 photos
-        # said nothing about the 2 held back for the check.
-        check = ("; check on the same samples (in-sample)" if cal.in_sample and cal.check_samples else
-                 f"; {cal.check_samples} held out for the check" if cal.check_samples else "; no check samples")
-        calibration = f"{cal.config.observer} on {cal.batches} samples{check} ({cal.config.source})"
+        # said nothing about the 2 held back for the check.  Short, for the dock's width: the
+        # source by its name, in full in the tooltip.
+        check = (", in-sample check" if cal.in_sample and cal.check_samples else
+                 f" + {cal.check_samples} held out for the check" if cal.check_samples else ", no check")
+        src = str(cal.config.source)
+        calibration = f"{cal.config.observer}, {cal.batches} samples{check} ({Path(src).name or src})"
+        calibration_tip = (f"{cal.batches} calibration samples from {src}; the accuracy check runs on "
+                           f"{cal.check_description}")
     cs = _concats(session)
     if cs is None:
         concats = f"{len(g.concat_nodes())} (analysis after calibration)"
@@ -132,4 +139,4 @@ def model_info(session) -> ModelInfoView:
         + f"{o.scheme.value}, policy {o.policy.value}"
         + (", Concat output: widest input's scale" if concat_rule(o) == ConcatScaleRule.WIDEST_INPUT
            else ""),
-        calibration=calibration, concats=concats)
+        calibration=calibration, calibration_tip=calibration_tip, concats=concats)
