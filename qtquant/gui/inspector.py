@@ -445,17 +445,30 @@ class Inspector(QScrollArea):
         members = [m for m in info.members() if m.scale]
         smin = min((m.scale for m in members if not m.constant), default=None)
         total = rescale_us_by_concat(perf).get(info.node) if perf is not None else None
+        per = {}  # input index -> its rescale's µs
+        for m in info.members():
+            if m.index >= 0 and m.needs_rescale:
+                c = rescale_us_for_input(perf, info.node, m.index)
+                if c is None and total is not None and info.rescales:
+                    c = total / info.rescales  # simulator lists only the total: split evenly
+                per[m.index] = c
+        known = [c for c in per.values() if c is not None]
+        # "1.80 µs per input × 3, total 9.60 µs" needs its last term: a mismatched channel Concat
+        # cannot be written in place, so the rescales force a copy of the whole output.
+        copy = total - sum(known) if total is not None and known else None
         rows = []
         for m in info.members():
             ratio = fmt_ratio(m.scale / smin) if (m.scale and smin) else "—"
             if m.index < 0:
-                cost = f"total {fmt_us(total)}" if total is not None else "—"
+                cost = QTableWidgetItem(f"total {fmt_us(total)}" if total is not None else "—")
+                if copy is not None and copy > 0.005:
+                    cost.setText(f"total {fmt_us(total)} (incl. copy {fmt_us(copy)})")
+                    cost.setToolTip(f"{len(known)} rescale(s) {fmt_us(sum(known))} + the copy of the output "
+                                    f"they force {fmt_us(copy)}: with matched scales the inputs are written in "
+                                    "place and the Concat costs nothing")
                 resc = "Concat output"
             elif m.needs_rescale:
-                c = rescale_us_for_input(perf, info.node, m.index)
-                if c is None and total is not None and info.rescales:
-                    c = total / info.rescales  # simulator lists only the total: split evenly
-                cost = fmt_us(c)
+                cost = fmt_us(per.get(m.index))
                 resc = "needs a rescale, named " + " / ".join(rescale_node_names(info.node, m.tensor, m.index))
             else:
                 cost = "constant" if m.constant else "no rescale"
