@@ -49,7 +49,7 @@ def test_model_info_says_calibration_and_check_counts(det_path):
     s = open_model(det_path, options=Options(calib=CalibConfig(count=7, holdout=2)))
     s.run_calibration()
     info = model_info(s)
-    assert info.calibration == "minmax, 7 samples + 2 held out for the check (synthetic)"  # synthetic: extra ones
+    assert info.calibration == "minmax, 7 samples + 2 held out (synthetic)"  # synthetic: extra ones
     assert info.calibration_tip == ("7 calibration samples from synthetic; the accuracy check runs on "
                                     "2 held-out samples")
     s = open_model(det_path, options=Options(calib=CalibConfig(count=4, holdout=0)))

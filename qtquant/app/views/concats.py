@@ -119,7 +119,7 @@ def model_info(session) -> ModelInfoView:
         # said nothing about the 2 held back for the check.  Short, for the dock's width: the
         # source by its name, in full in the tooltip.
         check = (", in-sample check" if cal.in_sample and cal.check_samples else
-                 f" + {cal.check_samples} held out for the check" if cal.check_samples else ", no check")
+                 f" + {cal.check_samples} held out" if cal.check_samples else ", no check")
         src = str(cal.config.source)
         calibration = f"{cal.config.observer}, {cal.batches} samples{check} ({Path(src).name or src})"
         calibration_tip = (f"{cal.batches} calibration samples from {src}; the accuracy check runs on "
