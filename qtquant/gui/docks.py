@@ -328,8 +328,10 @@ class PerfSummary(QWidget):
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: #777")
         form.addRow(self.note)
-        left.setMinimumWidth(260)
-        left.setMaximumWidth(340)
+        # One width: between 260 and 340 it grew when the "(−0.003 ms)" deltas appeared and the
+        # chart beside it jumped.
+        left.setFixedWidth(340)
+        self.left = left
         self.chart = BarChart()
         self.chart.barClicked.connect(self._bar)
         lay = QHBoxLayout(self)

@@ -222,3 +222,19 @@ def test_concat_inspector_total_names_the_forced_copy(qtbot, win, model):
     assert ins and text.startswith("total ")
     if total - sum(ins) > 0.01:
         assert "incl. copy" in text and "force" in t.item(out, 5).toolTip()
+
+
+def test_performance_dock_keeps_its_columns_when_deltas_appear(qtbot, win, model):
+    from qtquant.app.views.perfdata import simulator
+
+    if simulator() is None:
+        pytest.skip("no performance simulator")
+    open_settled(qtbot, win, model)
+    qtbot.waitUntil(lambda: win.relay.perf() is not None and not win.controller.busy, timeout=30000)
+    ps = win.perf_summary
+    before = (ps.chart.x(), ps.chart.width())
+    win.editor.share_nodes(["cat1"])
+    qtbot.waitUntil(lambda: "was" in ps.values["rescales"].text() and not win.controller.busy, timeout=30000)
+    qtbot.wait(50)
+    assert "(" in ps.values["latency"].text()  # a delta is shown
+    assert (ps.chart.x(), ps.chart.width()) == before  # the chart beside the figures did not move
