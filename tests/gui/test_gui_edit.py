@@ -404,12 +404,14 @@ def test_export_writes_files_onnx_checker_accepts(qtbot, win, model, tmp_path, m
     from qtquant.plan import plan_dict
 
     assert plan == json.loads(json.dumps(plan_dict(win.session)))
-    # an unwritable destination becomes an error dialog with a one-line message
-    win.settings.setValue("export/folder", str(tmp_path / "missing"))
+    # an unwritable destination (a file where the folder should be; a folder that does not exist
+    # yet is made) becomes an error dialog with a one-line message
+    (tmp_path / "a_file").write_text("x")
+    win.settings.setValue("export/folder", str(tmp_path / "a_file"))
     n = len(win.errors)
     win.actions_by_name["export"].trigger()
     qtbot.waitUntil(lambda: len(win.errors) > n, timeout=20000)
-    assert "does not exist" in win.errors[-1][1] and "\n" not in win.errors[-1][1]
+    assert "is a file" in win.errors[-1][1] and "\n" not in win.errors[-1][1]
     assert win.messages.error_dialogs
 
 
