@@ -112,8 +112,9 @@ def main(argv=None) -> int:
             print(f"{name}: measured auto-share curve (rescales removed, worst dB): "
                   + ", ".join(f"{s['rescales_removed']}:{s['worst_sqnr_db']}{'' if s['accepted'] else ' (undone)'}"
                               for s in c), flush=True)
-    print(f"models in {rel(work)}; calibration {a.calib} ({a.calib_count} samples); worst output slice SQNR of "
-          "the exported model in onnxruntime at default options; latency is qtquant's simulator estimate")
+    print(f"models in {rel(work)}; calibration {a.calib} (--calib-count {a.calib_count}; the check sample count "
+          "is in the table); worst output slice SQNR of the exported model in onnxruntime at default options; "
+          "latency is qtquant's simulator estimate")
     print(text_table(rows, ("model", "auto-share", "rescales left", "worst slice dB", "latency ms", "check samples",
                             "run s"), "llrrrlr", rule=True))
     return 0
