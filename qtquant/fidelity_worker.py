@@ -120,6 +120,11 @@ class FidelityWorker:
         with self._lock:
             self._child.close()
 
+    def abort(self) -> None:
+        """Kill the child now, even in the middle of a request (which then fails): for a process
+        that exits without the result (a screenshot taken before the check finished)."""
+        self._child.close(grace=0)
+
     def measure(self, snapshot: "Snapshot", *, cancel=None, quantize_outputs: bool | None = None, output_mode=None):
         """The Fidelity of ``snapshot``: a :class:`qtquant.app.Snapshot` taken where the session is
         edited (the GUI thread), or a session no one edits meanwhile."""

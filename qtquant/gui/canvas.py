@@ -220,7 +220,8 @@ class GraphScene(QGraphicsScene):
                 return False
         self._computing = None
         # A long slice leaves the first items to the next turn; a small graph's looks show now.
-        now = budget is None or time.perf_counter() - t0 < budget / 2
+        # (A small graph always: one slice of items, and a loaded machine must not defer them.)
+        now = budget is None or time.perf_counter() - t0 < budget / 2 or len(self.nodes) <= APPLY_SLICE
         self.apply_looks(*finish(), now=now)
         return True
 

@@ -185,6 +185,11 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             raise BadInputError(f"cannot write {out}")
         return out
     finally:
+        c = win.controller
+        if c.jobs.active("fidelity") and c.fidelity_worker is not None:
+            # Not waited for (a big graph): stop it, or its thread outlives the window it reports to.
+            c.fidelity_worker.abort()
+            c.jobs.pool.waitForDone(30000)
         win.close()
         win.deleteLater()
         app.processEvents()
