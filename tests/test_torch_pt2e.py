@@ -133,7 +133,7 @@ def qat_steps(model, steps=4, seed=1):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for _ in range(steps):
         x = torch.randn(2, 4, 8, 8, generator=g)
-        loss = (model(x) - x).pow(2).mean()
+        loss = model(x).pow(2).mean()  # any loss: the tests check the quantizers, not the fit
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -255,6 +255,47 @@ def test_x86_inductor_quantizer_wrapped():
     with torch.no_grad():
         prepared(x)
     assert check_shared(convert_pt2e(prepared), float_names_plan()) == []
+
+
+class ConvBnRelu(nn.Module):
+    def __init__(self, gain):
+        super().__init__()
+        self.conv, self.bn, self.relu = nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()
+        with torch.no_grad():
+            self.conv.weight.mul_(gain)
+
+    def forward(self, x):
+        return self.relu(self.bn(self.conv(x)))
+
+
+class BnHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = ConvBnRelu(1.0), ConvBnRelu(3.0)
+
+    def forward(self, x):
+        return torch.cat([self.a(x), self.b(x)], 1)
+
+
+@pytest.mark.slow
+def test_conv_bn_relu_pattern_member_means_the_pattern_output():
+    """XNNPACK annotates conv + bn + relu as one QAT pattern: a plan naming the conv means its relu's output."""
+    plan = _plan([[("/a/conv/Conv_output_0", "/a/conv/Conv", "Conv"), ("/b/relu/Relu_output_0", "/b/relu/Relu",
+                                                                        "Relu"), ("/Concat_output_0", "/Concat",
+                                                                                  "Concat")]])
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 8, 8)
+    q = PlanQuantizer(_xnnpack(), plan)
+    prepared = prepare_qat_pt2e(torch.export.export(BnHeads().train(), (x,)).module(), q)
+    assert q.report.ok, q.report.text()
+    a, b, cat = q.report.groups[0].members
+    assert a.target == "relu" and a.via.endswith("quantized at relu")
+    assert b.target == "relu_1" and cat.target == "cat"
+    qat_steps(prepared)
+    assert check_shared(prepared, plan) == []
+    converted = convert_pt2e(prepared)
+    assert check_shared(converted, plan) == []
+    assert len(set(cat_input_scales(converted)["cat"])) == 1
 
 
 # -- unmapped names ----------------------------------------------------------------------------

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Unmappable", "Site", "Resolver", "is_observer", "is_qdq_node", "is_pt2e", "op_name", "CAT_TARGETS"]
+__all__ = ["Unmappable", "Site", "Resolver", "is_observer", "is_qdq_node", "is_pt2e", "op_name",
+           "follow_pattern", "settled", "PATTERN_TAILS", "CAT_TARGETS"]
 
 CAT_TARGETS = {torch.cat, torch.concat, torch.ops.aten.cat.default}
 if hasattr(torch, "concatenate"):
@@ -66,6 +67,38 @@ _OP_ALIASES = {
 }
 # fused module class-name fragment that contains a given ONNX tail op (conv+bn+relu fusion)
 _FUSED_TAIL = {"relu": "relu", "batchnormalization": "bn", "add": "add"}
+
+
+# Ops between a conv and the output a quantizer observes when it takes conv + bn (+ relu) as one
+# pattern: batch norm, the activation, and the scale / bias arithmetic of PT2E's QAT conv-bn fold.
+PATTERN_TAILS = {"batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+                 "getitem", "relu", "relu_", "hardtanh", "hardtanh_", "relu6", "div", "add", "mul"}
+
+
+def follow_pattern(node, accept, steps: int = 6):
+    """``node`` or the first node downstream that ``accept``s, walking single users through
+    :data:`PATTERN_TAILS` only (a plan naming a conv means its pattern's quantized output)."""
+    cur = node
+    for _ in range(steps + 1):
+        if accept(cur):
+            return cur
+        if cur.target in CAT_TARGETS:
+            return None
+        users = list(cur.users)
+        if len(users) != 1 or users[0].op != "call_function" or op_name(users[0].target) not in PATTERN_TAILS:
+            return None
+        cur = users[0]
+    return None
+
+
+def settled(site, accept):
+    """``site`` moved to its pattern's quantized output (see :func:`follow_pattern`), if it moves."""
+    if site.node is None or accept(site.node):
+        return site
+    n = follow_pattern(site.node, accept)
+    if n is None:
+        return site
+    return Site(label=n.name, via=f"{site.via}, quantized at {n.name}", node=n)
 
 
 def _observer_classes() -> tuple:

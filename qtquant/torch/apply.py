@@ -17,7 +17,7 @@ import torch
 
 from ..errors import PlanError
 from ._plan import read_plan
-from ._resolve import CAT_TARGETS, Resolver, Site, Unmappable, op_name, is_pt2e
+from ._resolve import CAT_TARGETS, Resolver, Site, Unmappable, is_pt2e, op_name, settled
 
 __all__ = ["TiedMember", "Unmapped", "GroupResult", "ApplyReport", "UnionUpdates", "apply_plan", "check_shared",
            "resolve_sites", "precision_note"]
@@ -253,18 +253,20 @@ def _is_concat(m) -> bool:
     return (m.producer_op or "").lower() == "concat"
 
 
-def resolve_sites(res: Resolver, g) -> tuple[list[tuple[str, Site]], list[Unmapped], list]:
+def resolve_sites(res: Resolver, g, accept=None) -> tuple[list[tuple[str, Site]], list[Unmapped], list]:
     """Where each member of plan group ``g`` is produced, the unmapped members, and the cats
     the group feeds.  Concat outputs are found by structure: the one cat fed only by the
     group's other members.  Shared by the FX bridge (:func:`apply_plan`) and the PT2E one
-    (:class:`qtquant.torch.PlanQuantizer`): one mapping rule for both."""
+    (:class:`qtquant.torch.PlanQuantizer`): one mapping rule for both.  ``accept(node)``: whether
+    a node's output is quantized; a member whose node is not is moved to its pattern's output."""
     sites, bad, later = [], [], []
     for m in g.members:
         if _is_concat(m) and res.is_fx:
             later.append(m)  # resolved below, from the group's inputs
             continue
         try:
-            sites.append((m.tensor, res.resolve(m.tensor, m.producer, m.producer_op, m.module)))
+            site = res.resolve(m.tensor, m.producer, m.producer_op, m.module)
+            sites.append((m.tensor, settled(site, accept) if accept is not None else site))
         except Unmappable as e:
             bad.append(Unmapped(g.id, m.tensor, m.producer, str(e)))
     producers = {s.node for _, s in sites if s.node is not None}
@@ -288,7 +290,7 @@ def resolve_sites(res: Resolver, g) -> tuple[list[tuple[str, Site]], list[Unmapp
 
 def _resolve_group(res: Resolver, g, tie_concat_outputs: bool):
     """Bindings (member -> observer) and unmapped entries for one plan group."""
-    sites, bad, cats = resolve_sites(res, g)
+    sites, bad, cats = resolve_sites(res, g, lambda n: bool(res.observer_nodes_after(n)) if res.is_fx else True)
     binds, notes = [], []
     for tensor, site in sites:
         try:
@@ -478,7 +480,8 @@ def check_shared(model: torch.nn.Module, plan, *, example_inputs=None, aliases: 
     problems: list[str] = []
     if not prepared and not res.is_fx:
         return ["the model has no observers and is not an FX GraphModule: cannot check it"]
-    if not prepared and example_inputs is None and not is_pt2e(model):
+    pt2e = is_pt2e(model)
+    if not prepared and example_inputs is None and not pt2e:
         return ["this is a converted model: pass example_inputs so its real quantized outputs can be compared"]
     for g in p.groups:
         if prepared:
@@ -501,6 +504,8 @@ def check_shared(model: torch.nn.Module, plan, *, example_inputs=None, aliases: 
                 except Unmappable as e:
                     problems.append(f"group {g.id}: {m.tensor} not mapped: {e}")
                     continue
+                if pt2e:
+                    s = settled(s, lambda n: _static_qparams(n) is not None)
                 nodes.append(s.node)
             nodes += [c for c in res.cats_fed_by(set(nodes)) if c not in nodes]
             qp = _converted_qparams(res, nodes, example_inputs) if nodes else {}

@@ -32,7 +32,7 @@ from torchao.quantization.pt2e.quantizer import (
 
 from ..errors import PlanError, PlanWarning
 from ._plan import read_plan
-from ._resolve import CAT_TARGETS, Resolver, op_name
+from ._resolve import CAT_TARGETS, Resolver
 from .apply import ApplyReport, GroupResult, TiedMember, precision_note, resolve_sites
 
 __all__ = ["PlanQuantizer"]
@@ -47,33 +47,6 @@ def _annotation(n) -> QuantizationAnnotation | None:
 def _output_spec(n):
     a = _annotation(n)
     return a.output_qspec if a is not None else None
-
-
-# ops a base quantizer folds into the pattern of the op before them (conv -> bn -> relu)
-_PATTERN_TAILS = {"batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training", "relu",
-                  "relu_", "hardtanh", "hardtanh_", "relu6"}
-
-
-def _quantized_output(n, steps: int = 3):
-    """``n`` or the node downstream whose output the base quantizer observes.
-
-    A conv followed by batch norm (and relu) is annotated as one pattern whose output lives
-    at its last node; a plan naming the conv means that output.  Follows single users only,
-    into batch norm / relu, while the output is left unannotated."""
-    cur = n
-    for _ in range(steps):
-        if _output_spec(cur) is not None or cur.target in CAT_TARGETS:
-            return cur
-        users = list(cur.users)
-        if len(users) != 1 or users[0].op != "call_function" or op_name(users[0].target) not in _PATTERN_TAILS:
-            return n
-        cur = users[0]
-        if op_name(cur.target).startswith("_native_batch_norm"):  # its output is a tuple: take item 0
-            item = [u for u in cur.users if u.op == "call_function" and u.args[1:2] == (0,)]
-            if len(item) != 1:
-                return n
-            cur = item[0]
-    return cur if _output_spec(cur) is not None else n
 
 
 def _spec_key(spec) -> tuple:
@@ -118,7 +91,8 @@ class PlanQuantizer(Quantizer):
     def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
         model = self.base.annotate(model) or model
         res = Resolver(model, self.aliases)
-        resolved = [(g, *resolve_sites(res, g)) for g in self.plan.groups]
+        quantized = lambda n: _output_spec(n) is not None or n.target in CAT_TARGETS  # noqa: E731
+        resolved = [(g, *resolve_sites(res, g, quantized)) for g in self.plan.groups]
         report = ApplyReport(groups=[], unmapped=[u for _, _, bad, _ in resolved for u in bad])
         if (note := precision_note(self.plan)) is not None:
             report.notes.append(note)
@@ -141,13 +115,10 @@ class PlanQuantizer(Quantizer):
         gr = GroupResult(g.id, "skipped", None, concats=list(g.concats))
         nodes, members = [], []
         for tensor, site in sites:
-            n = _quantized_output(site.node) if site.node is not None else None
-            if n is None:
-                continue
-            via = site.via if n is site.node else f"{site.via}, quantized at {n.name}"
-            if n not in nodes:
+            n = site.node
+            if n is not None and n not in nodes:
                 nodes.append(n)
-                members.append(TiedMember(tensor, site.label if n is site.node else n.name, "", via))
+                members.append(TiedMember(tensor, site.label, "", site.via))
         for c in cats:
             if c not in nodes:
                 nodes.append(c)
