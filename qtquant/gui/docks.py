@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPainter
+from PySide6.QtGui import QColor, QPainter, QTextDocument
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
                                QPlainTextEdit, QSizePolicy, QTableView, QVBoxLayout, QWidget)
 
@@ -23,7 +23,8 @@ from ..perf import MARCHES
 from .groupsdock import GroupsPanel
 from .style import fmt_us, paint_ended, qcolor
 
-__all__ = ["ModelInfo", "ConcatTableModel", "ConcatList", "GroupsPanel", "PerfSummary", "BarChart", "JobLog"]
+__all__ = ["ElidedLabel", "ModelInfo", "ConcatTableModel", "ConcatList", "GroupsPanel", "PerfSummary", "BarChart",
+           "JobLog"]
 
 SORT_ROLE = Qt.UserRole + 1
 _RIGHT = int(Qt.AlignRight | Qt.AlignVCenter)
@@ -40,8 +41,55 @@ def fixed_width(label: QLabel) -> None:
     label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
 
 
+class ElidedLabel(QLabel):
+    """One line that never widens its dock: a text too long for the width ends in "…" and the
+    whole text goes in the tooltip.  Wrapping instead clipped it (the dock does not grow: see
+    :func:`fixed_width`).  Rich text shows as is when it fits, as elided plain text otherwise."""
+
+    def __init__(self, text: str = "—", parent=None):
+        super().__init__(parent)
+        self._full, self._tip = text, ""
+        self.setWordWrap(False)
+        self.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        fixed_width(self)
+        self._fit()
+
+    def set_full_text(self, text: str, tip: str = "") -> None:
+        """Show *text* (elided to the width); *tip* is the tooltip, with *text* above it when elided."""
+        self._full, self._tip = text, tip
+        self._fit()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        rich = "<" in self._full
+        if rich:
+            doc = QTextDocument()
+            doc.setHtml(self._full)
+            plain = doc.toPlainText()
+        else:
+            plain = self._full
+        fm = self.fontMetrics()
+        avail = self.contentsRect().width() - 2 * self.margin() - 4  # italics/bold spans run a bit wider
+        if avail <= 0 or fm.horizontalAdvance(plain) <= avail:
+            self.setTextFormat(Qt.RichText if rich else Qt.PlainText)
+            super().setText(self._full)
+            self.setToolTip(self._tip)
+            return
+        self.setTextFormat(Qt.PlainText)
+        super().setText(fm.elidedText(plain, Qt.ElideRight, avail))
+        full = self._full if rich else self._full.replace("&", "&amp;").replace("<", "&lt;")
+        self.setToolTip(full + ("<hr>" + self._tip if self._tip else ""))
+
+
 class ModelInfo(QWidget):
     FIELDS = ("model", "nodes", "inputs", "quantization", "calibration", "concats")
+    ONE_LINE = ("quantization",)  # wrapped, its last words were clipped by the row height
 
     def __init__(self, relay, parent=None):
         super().__init__(parent)
@@ -50,10 +98,13 @@ class ModelInfo(QWidget):
         self.form.setContentsMargins(8, 6, 8, 6)
         self.fields = {}
         for key in self.FIELDS:
-            lab = QLabel("—")
-            lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
-            lab.setWordWrap(True)
-            fixed_width(lab)
+            if key in self.ONE_LINE:
+                lab = ElidedLabel()
+            else:
+                lab = QLabel("—")
+                lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
+                lab.setWordWrap(True)
+                fixed_width(lab)
             self.form.addRow(key.capitalize() + ":", lab)
             self.fields[key] = lab
         relay.on_state_change(self.refresh)
@@ -61,7 +112,10 @@ class ModelInfo(QWidget):
     def refresh(self) -> None:
         view = model_info(self.relay.session)
         for key in self.FIELDS:
-            self.fields[key].setText(getattr(view, key))
+            if key in self.ONE_LINE:
+                self.fields[key].set_full_text(getattr(view, key))
+            else:
+                self.fields[key].setText(getattr(view, key))
         self.fields["model"].setToolTip(view.model_tip)
         self.fields["calibration"].setToolTip(view.calibration_tip)
 
@@ -311,17 +365,13 @@ class PerfSummary(QWidget):
         self.values = {}
         for key, label in (("latency", "Latency:"), ("fps", "FPS:"), ("ddr", "DDR / frame:"),
                            ("rescales", "Rescales:"), ("rescale_us", "Rescale cost:"), ("sqnr", "Output SQNR:")):
-            lab = QLabel("—")
+            # SQNR (one entry per model output) wrapped and its third line was clipped: one
+            # elided line, the whole report in its tooltip; a later result cannot grow the dock.
+            lab = ElidedLabel() if key == "sqnr" else QLabel("—")
             lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
             f = lab.font()
             f.setBold(key in ("latency", "fps"))
             lab.setFont(f)
-            lab.setWordWrap(key == "sqnr")  # one entry per model output
-            if key == "sqnr":
-                # Room for three lines from the start: a result that arrives later must not grow
-                # the dock (that re-lays out the window and repaints the canvas).
-                lab.setMinimumHeight(3 * lab.fontMetrics().lineSpacing())
-                lab.setAlignment(Qt.AlignLeft | Qt.AlignTop)
             form.addRow(label, lab)
             self.values[key] = lab
         self.note = QLabel("")
@@ -375,8 +425,7 @@ class PerfSummary(QWidget):
         self.note.setText(view.note)
 
     def _show_sqnr(self, view) -> None:
-        self.values["sqnr"].setText(view.sqnr_html)
-        self.values["sqnr"].setToolTip(view.sqnr_tip)
+        self.values["sqnr"].set_full_text(view.sqnr_html, view.sqnr_tip)
 
 
 class JobLog(QPlainTextEdit):

@@ -238,3 +238,26 @@ def test_performance_dock_keeps_its_columns_when_deltas_appear(qtbot, win, model
     qtbot.wait(50)
     assert "(" in ps.values["latency"].text()  # a delta is shown
     assert (ps.chart.x(), ps.chart.width()) == before  # the chart beside the figures did not move
+
+
+def test_sqnr_and_quantization_lines_elide_with_the_whole_text_as_tooltip(qtbot, win, model):
+    """Both wrapped and their last line was clipped by the dock: now one line ending in "…"."""
+    from dataclasses import replace
+
+    from qtquant.app.views.perf import perf_summary
+
+    open_settled(qtbot, win, model)
+    quant = win.model_info.fields["quantization"]
+    full = quant.full_text()
+    assert full.startswith("float model, ")
+    win.resizeDocks([win.docks["model"]], [140], Qt.Horizontal)
+    qtbot.waitUntil(lambda: quant.text().endswith("…"), timeout=5000)
+    assert quant.text() != full and full in quant.toolTip()
+    assert quant.height() < 2 * quant.fontMetrics().lineSpacing() + 4  # one line, not wrapped
+    ps = win.perf_summary
+    line = "; ".join(f"output_{i}: {20 + i}.0 dB" for i in range(12))
+    ps._show_sqnr(replace(perf_summary(win.session), sqnr_html=line, sqnr_tip="the report"))
+    sqnr = ps.values["sqnr"]
+    assert sqnr.text().endswith("…") and sqnr.text().startswith("output_0: 20.0 dB")
+    assert line in sqnr.toolTip() and "the report" in sqnr.toolTip()
+    assert sqnr.fontMetrics().horizontalAdvance(sqnr.text()) <= sqnr.contentsRect().width()
