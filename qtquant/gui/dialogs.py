@@ -9,8 +9,8 @@ from pathlib import Path
 import onnx
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QGroupBox,
-                               QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QStyle,
-                               QToolButton, QVBoxLayout, QWidget)
+                               QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox,
+                               QStyle, QToolButton, QTreeView, QVBoxLayout, QWidget)
 
 from ..app.modelinputs import default_shape, model_inputs, needs_shapes, readable_dims, recorded_shapes
 from ..calib import CalibConfig
@@ -20,8 +20,35 @@ from ..graph import parse_cut
 from ..shapes import parse_input_shape
 from ..vocab import OBSERVERS
 
-__all__ = ["ErrorDialog", "OpenDialog", "ModelSettings", "model_inputs", "default_shape", "calib_config",
-           "needs_shapes", "holdout_text"]
+__all__ = ["ErrorDialog", "OpenDialog", "file_dialog", "pick_open_file", "ModelSettings", "model_inputs",
+           "default_shape", "calib_config", "needs_shapes", "holdout_text"]
+
+
+def file_dialog(parent, title: str, folder: str, filters: str) -> QFileDialog:
+    """An open-file dialog whose Size column shows whole sizes: Qt's own dialog (no native one,
+    e.g. offscreen or without a desktop theme) opened it too narrow and "12.3 MB" showed as "12…"."""
+    d = QFileDialog(parent, title, folder, filters)
+    d.setFileMode(QFileDialog.ExistingFile)
+    d.setAcceptMode(QFileDialog.AcceptOpen)
+    d.resize(max(d.width(), 860), max(d.height(), 500))
+    tree = d.findChild(QTreeView, "treeView")  # only in Qt's widget dialog
+    if tree is not None:
+        head = tree.header()
+        head.setMinimumSectionSize(40)
+        head.setSectionResizeMode(0, QHeaderView.Stretch)  # the name takes what is left
+        head.setStretchLastSection(False)
+        fm = tree.fontMetrics()
+        # Size, Type, Date Modified: at least their widest usual text plus the sort arrow.
+        for col, sample in ((1, "1,023.9 MiB"), (2, "onnx File"), (3, "2026-12-31 23:59")):
+            head.setSectionResizeMode(col, QHeaderView.Interactive)
+            head.resizeSection(col, max(head.sectionSize(col), fm.horizontalAdvance(sample) + 32))
+    return d
+
+
+def pick_open_file(parent, title: str, folder: str, filters: str) -> str:
+    """The chosen path, or "" when cancelled (like ``QFileDialog.getOpenFileName``)."""
+    d = file_dialog(parent, title, folder, filters)
+    return d.selectedFiles()[0] if d.exec() == QDialog.Accepted and d.selectedFiles() else ""
 
 
 def path_row(edit: QLineEdit, browse) -> QWidget:

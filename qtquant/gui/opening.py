@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QFileDialog
 
 from ..errors import QtQuantError
 from ..graph import parse_cut, read_model_file
 from ..shapes import parse_input_shapes
-from .dialogs import CALIB_DEFAULTS, ModelSettings, OpenDialog, calib_config, holdout_text, model_inputs, needs_shapes
+from .dialogs import (CALIB_DEFAULTS, ModelSettings, OpenDialog, calib_config, holdout_text, model_inputs, needs_shapes,
+                      pick_open_file)
 from .projects import PROJECT_SUFFIX
 
 __all__ = ["ModelOpener", "MAX_RECENT"]
@@ -124,17 +124,16 @@ class ModelOpener(QObject):
         return str(p.parent) if p else str(Path.home())
 
     def open_dialog(self) -> None:
-        p, _ = QFileDialog.getOpenFileName(self.messages.widget, "Open ONNX model", str(self.controller.path.parent)
-                                           if self.controller.path else str(Path.home()),
-                                           "ONNX models (*.onnx);;All files (*)")
+        p = pick_open_file(self.messages.widget, "Open ONNX model", str(self.controller.path.parent)
+                           if self.controller.path else str(Path.home()), "ONNX models (*.onnx);;All files (*)")
         if p:
             self.request_open(p, ask=True)
 
     def open_project_dialog(self) -> None:
         if not self.projects.maybe_save():
             return
-        p, _ = QFileDialog.getOpenFileName(self.messages.widget, "Open project", self._start_folder(),
-                                           f"qtquant projects (*{PROJECT_SUFFIX});;All files (*)")
+        p = pick_open_file(self.messages.widget, "Open project", self._start_folder(),
+                           f"qtquant projects (*{PROJECT_SUFFIX});;All files (*)")
         if p:
             self.open_project(p, ask=False)
 

@@ -261,3 +261,28 @@ def test_sqnr_and_quantization_lines_elide_with_the_whole_text_as_tooltip(qtbot,
     assert sqnr.text().endswith("…") and sqnr.text().startswith("output_0: 20.0 dB")
     assert line in sqnr.toolTip() and "the report" in sqnr.toolTip()
     assert sqnr.fontMetrics().horizontalAdvance(sqnr.text()) <= sqnr.contentsRect().width()
+
+
+def test_open_model_dialog_shows_whole_file_sizes(qtbot, win, tmp_path, monkeypatch):
+    """File > Open's Size column was too narrow: "12.3 MB" showed as "12…"."""
+    from PySide6.QtWidgets import QDialog, QFileDialog, QFileSystemModel, QTreeView
+
+    (tmp_path / "m").mkdir()
+    open_settled(qtbot, win, edit_model(tmp_path / "m" / "edit.onnx"))
+    (tmp_path / "m" / "big.onnx").write_bytes(b"\0" * 1_234_567)
+    seen = {}
+
+    def exec_(self):
+        tree = self.findChild(QTreeView, "treeView")
+        fs = self.findChild(QFileSystemModel)
+        qtbot.waitUntil(lambda: fs.rowCount(fs.index(str(tmp_path / "m"))) > 1, timeout=5000)
+        row = fs.index(str(tmp_path / "m" / "big.onnx"))
+        text = fs.data(fs.index(row.row(), 1, row.parent()))
+        seen["size"] = text
+        seen["need"] = tree.fontMetrics().horizontalAdvance(text) + 16  # the item's padding
+        seen["width"] = tree.header().sectionSize(1)
+        return QDialog.Rejected
+
+    monkeypatch.setattr(QFileDialog, "exec", exec_)
+    win.actions_by_name["open"].trigger()
+    assert seen["size"].endswith("B") and seen["width"] >= seen["need"]
