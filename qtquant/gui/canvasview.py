@@ -313,7 +313,9 @@ class CanvasPresenter(QObject):
         home = self.reveal(worst)
         if home is None:
             return
-        self.view.center_on(home, select=False, min_zoom=0.0)  # the zoom fit_top chose is readable
+        visible = self.view.mapToScene(self.view.viewport().rect()).boundingRect()
+        if not visible.contains(self.scene.nodes[home].sceneBoundingRect()):  # in view already: nothing moves
+            self.view.center_on(home, select=False, min_zoom=0.0)  # the zoom fit_top chose is readable
         self._opened_on = (worst, self.view.mapToScene(self.view.viewport().rect().center()))
 
     def describe_block(self, name: str):
