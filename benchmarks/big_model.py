@@ -1,7 +1,7 @@
 """A 20,000-node model: how big its calibration statistics are, and (scalespeed) how long analysis takes.
 
 usage: python benchmarks/big_model.py [--nodes 20000] [--samples 4] [--observers minmax,percentile]
-                                      [--skip-stats] [--skip-analyze]
+                                      [--skip-stats] [--skip-analyze] [--baseline CHECKOUT]
 
 The model is benchmarks/synthetic.py's ``block_cnn``: 9-node blocks (Conv, Relu, Split, Sigmoid,
 Tanh, Concat, Conv, Add, Mul) with 8x8x8 activations, built here (nothing from /work/shared).
@@ -87,10 +87,48 @@ def stats_size(model: Path, folder: Path, samples: int, observer: str) -> None:
     del res
 
 
-def analyze_vs_floor(model: Path, samples: int) -> None:
-    """``qtquant analyze`` on the model against creating a plain onnxruntime session and running the
-    samples (the target is at most 3x).  Left to the speed half of issue 21 (scalespeed)."""
-    print("analyze vs onnxruntime floor: not measured here yet (scalespeed)")
+def _floor(model: Path, samples: int) -> float:
+    """Seconds to create a plain onnxruntime session of the model (default options, as a user's)
+    and run ``samples`` synthetic samples, in a fresh process like analyze's."""
+    code = f"""
+import time, numpy as np, onnxruntime as ort
+t = time.perf_counter()
+s = ort.InferenceSession({str(model)!r}, providers=["CPUExecutionProvider"])
+i = s.get_inputs()[0]
+rng = np.random.default_rng(0)
+for _ in range({samples}):
+    s.run(None, {{i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(np.float32)}})
+print(time.perf_counter() - t)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    if p.returncode:
+        raise SystemExit(f"onnxruntime floor failed: {p.stderr.strip()}")
+    return float(p.stdout.split()[-1])
+
+
+def analyze_vs_floor(model: Path, samples: int, baseline: str = "") -> None:
+    """``qtquant analyze --calib synthetic --calib-count N`` (fidelity and perf included, as a user
+    runs it; a fresh process, wall time) against the floor: creating a plain onnxruntime session
+    and running the N samples.  The target is at most 3x.  ``baseline``: another checkout whose
+    qtquant is timed too, after this one, for a before/after in the same run."""
+    import os
+
+    args = ["analyze", str(model), "--calib", "synthetic", "--calib-count", str(samples)]
+    floor = _floor(model, samples)
+    secs, _ = _qtquant(*args)
+    print(f"analyze, {samples} synthetic samples: {secs:.1f} s; onnxruntime floor (session + {samples} runs) "
+          f"{floor:.1f} s; ratio {secs / floor:.2f}x (target <= 3x)")
+    if baseline:
+        env = {**os.environ, "PYTHONPATH": str(Path(baseline).resolve())}
+        t = time.perf_counter()
+        p = subprocess.run([sys.executable, "-m", "qtquant", *args], capture_output=True, text=True,
+                           cwd=baseline, env=env)
+        base = time.perf_counter() - t
+        if p.returncode:
+            raise SystemExit(f"baseline analyze failed: {p.stderr.strip()}")
+        floor2 = _floor(model, samples)
+        print(f"baseline {baseline}: analyze {base:.1f} s; floor again {floor2:.1f} s; ratio "
+              f"{base / floor2:.2f}x; this checkout is {base / secs:.2f}x faster")
 
 
 def main() -> None:
@@ -100,6 +138,7 @@ def main() -> None:
     ap.add_argument("--observers", default="minmax", help="comma-separated, e.g. minmax,percentile")
     ap.add_argument("--skip-stats", action="store_true")
     ap.add_argument("--skip-analyze", action="store_true")
+    ap.add_argument("--baseline", default="", help="another checkout (e.g. main) to time analyze with too")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="qtquant-big-") as d:
         folder = Path(d)
@@ -110,7 +149,7 @@ def main() -> None:
             for obs in args.observers.split(","):
                 stats_size(model, folder, args.samples, obs.strip())
         if not args.skip_analyze:
-            analyze_vs_floor(model, args.samples)
+            analyze_vs_floor(model, args.samples, args.baseline)
 
 
 if __name__ == "__main__":

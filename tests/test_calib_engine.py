@@ -305,3 +305,27 @@ def test_float16_model(tmp_path, observer):
     t = np.tanh(data.astype(np.float32)).astype(np.float16)
     assert res.stats["t"].min == pytest.approx(float(t.min()), abs=1e-3)
     assert res.stats["t"].max == pytest.approx(float(t.max()), abs=1e-3)
+
+
+def test_small_tensors_reduced_in_numpy_equal_graph_reductions(graph, tmp_path, monkeypatch):
+    """Tensors below REDUCE_MIN_SIZE get their min and max from numpy, not from ReduceMin/Max nodes
+    in the augmented model; both routes give the same statistics, and a mixed plan keeps the
+    onnxruntime vectors in step with the tensors that have them."""
+    from qtquant.calib import augment as aug
+
+    rng = np.random.default_rng(3)
+    np.save(tmp_path / "d.npy", rng.normal(0, 2, (4, 3, 4, 6)).astype(np.float32))
+    cfg = CalibConfig(source=str(tmp_path / "d.npy"), count=4, holdout=0, observer="percentile")
+    _, plan = aug.augment(graph.model, [n for n in graph.observed_tensors if n != "x"])
+    assert plan.reduced == () and len(plan.fetch) == len(plan.tensors)  # 72-value tensors: numpy
+    runs = {}
+    for limit in (aug.REDUCE_MIN_SIZE, 0, 100):  # numpy only, onnxruntime only, mixed (y has 144 values)
+        monkeypatch.setattr(aug, "REDUCE_MIN_SIZE", limit)
+        if limit == 100:
+            assert aug.augment(graph.model, ["m", "y", "r"])[1].reduced == ("y",)
+        runs[limit] = calibrate(graph, cfg).stats
+    for name, want in runs[0].items():
+        for limit in (aug.REDUCE_MIN_SIZE, 100):
+            got = runs[limit][name]
+            assert (got.min, got.max, got.count, got.samples) == (want.min, want.max, want.count, want.samples)
+            assert np.array_equal(got.hist, want.hist), name

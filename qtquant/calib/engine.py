@@ -401,14 +401,16 @@ def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel) -> di
     sess, plan, inputs, stride = runner.sess, runner.plan, runner.inputs, runner.stride
     stats = {n: TensorStats(bins=runner.bins) for n in runner.names}
     total = len(refs)
+    at = {n: j for j, n in enumerate(plan.reduced)}  # the others are small: numpy takes their min and max
 
     def reduce(ref, box, feed):
         # The outputs come in a list emptied here: the executor keeps its arguments until a moment
         # after the result is set, and a third batch of outputs alive shows in peak RSS.
         outs = box.pop()
         n_run = len(plan.tensors)
-        mins, maxs = (outs[n_run], outs[n_run + 1]) if n_run else ((), ())
-        work = [(n, outs[i], (mins[i], maxs[i], outs[i].size)) for i, n in enumerate(plan.tensors)]
+        mins, maxs = (outs[n_run], outs[n_run + 1]) if plan.reduced else ((), ())
+        work = [(n, outs[i], (mins[at[n]], maxs[at[n]], outs[i].size) if n in at else None)
+                for i, n in enumerate(plan.tensors)]
         work += [(n, feed[n], None) for n in inputs]
         for n, values, reduced in work:
             try:
