@@ -562,7 +562,16 @@ class GraphView(QGraphicsView):
         self.minimap.follow()
 
     def _place_overlays(self) -> None:
+        # The legend sits in a strip above the viewport (a viewport margin), not over the graph:
+        # floating, it covered the top-left nodes, the first ones a fitted graph shows.
+        # A canvas too small to spare the strip (narrower than the legend) keeps it floating.
+        lg = self.legend
+        top = lg.height() + 12
+        if lg.isHidden() or self.width() < lg.width() + 40 or self.height() < 3 * top:
+            top = 0
+        if self.viewportMargins().top() != top:
+            self.setViewportMargins(0, top, 0, 0)
         vp = self.viewport().geometry()
         mm = self.minimap
         mm.move(vp.right() - mm.width() - 10, vp.bottom() - mm.height() - 10)
-        self.legend.move(vp.left() + 10, vp.top() + 10)
+        lg.move(vp.left() + 10, vp.top() - top + (6 if top else 10))

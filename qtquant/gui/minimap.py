@@ -195,6 +195,7 @@ class Legend(QWidget):
 
     def __init__(self, view):
         super().__init__(view)
+        self.view = view
         self.setAttribute(Qt.WA_TransparentForMouseEvents)
         self.mode = Overlay.NONE
         self.title = ""
@@ -202,12 +203,14 @@ class Legend(QWidget):
         self._resize()
 
     def set_wanted(self, on: bool) -> None:
-        """View › Legend."""
+        """View › Legend (the view gives back the strip it reserved for it)."""
         self.setVisible(bool(on))
+        self.view._place_overlays()
 
     def set_overlay(self, mode: str, title: str = "", lo_text: str = "", hi_text: str = "") -> None:
         self.mode, self.title, self.lo_text, self.hi_text = mode, title, lo_text, hi_text
         self._resize()
+        self.view._place_overlays()  # a ramp makes it taller: so does its strip
         self.update()
 
     def _ramped(self) -> bool:

@@ -286,3 +286,21 @@ def test_open_model_dialog_shows_whole_file_sizes(qtbot, win, tmp_path, monkeypa
     monkeypatch.setattr(QFileDialog, "exec", exec_)
     win.actions_by_name["open"].trigger()
     assert seen["size"].endswith("B") and seen["width"] >= seen["need"]
+
+
+def test_legend_sits_in_a_strip_above_the_graph_not_over_it(qtbot, make_win, tmp_path):
+    """The legend floated over the viewport and covered the top-left nodes of a fitted graph."""
+    from builders import band_model
+
+    win = make_win(size=(1400, 900))
+    open_settled(qtbot, win, band_model(tmp_path / "bands.onnx"))
+    view, legend = win.view, win.view.legend
+    win.actions_by_name["fit"].trigger()
+    assert legend.isVisible()
+    assert not legend.geometry().intersects(view.viewport().geometry())  # nothing drawn under it
+    assert view.viewport().geometry().top() >= legend.geometry().bottom()
+    full = view.viewport().height()
+    win.actions_by_name["legend"].setChecked(False)
+    assert view.viewportMargins().top() == 0 and view.viewport().height() > full  # the strip is given back
+    win.actions_by_name["legend"].setChecked(True)
+    assert legend.isVisible() and not legend.geometry().intersects(view.viewport().geometry())
