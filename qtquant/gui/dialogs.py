@@ -152,7 +152,7 @@ class OpenDialog(QDialog):
     """Input shapes for dynamic models, and the calibration source and preprocessing."""
 
     def __init__(self, path, remembered: dict | None = None, parent=None, *, shapes_editable: bool = True,
-                 title: str = "Open model"):
+                 title: str = "Open model", cut_editable: bool | None = None):
         super().__init__(parent)
         self.setWindowTitle(title)
         self.path = Path(path)
@@ -185,7 +185,7 @@ class OpenDialog(QDialog):
         self.cut_edit.setPlaceholderText("whole model (or TENSOR,TENSOR...)")
         self.cut_edit.setToolTip("Cut the graph at these tensors, comma-separated: they become the outputs,\n"
                                  "the inputs stay, and the nodes after them are dropped (like --cut).")
-        self.cut_edit.setEnabled(shapes_editable)
+        self.cut_edit.setEnabled(shapes_editable if cut_editable is None else cut_editable)
         sf.addRow("Cut at:", self.cut_edit)
         lay.addWidget(shapes_box)
 

@@ -150,12 +150,23 @@ class ModelOpener(QObject):
         if path is None or self.controller.session is None:
             return
         rem = self.model_settings.load(path)
-        dlg = OpenDialog(path, rem, self.messages.widget, shapes_editable=False, title="Calibrate")
+        current = {k: "x".join(map(str, v)) for k, v in self.controller.session.graph.input_shapes.items()}
+        # The shapes start from the open model's (not only the remembered ones) and can change:
+        # a new shape re-opens the model with it (after the unsaved-changes prompt).
+        rem = {**rem, "shapes": {**rem.get("shapes", {}), **current}}
+        dlg = OpenDialog(path, rem, self.messages.widget, cut_editable=False, title="Calibrate")
         if dlg.exec() != OpenDialog.Accepted:
             return
         values = dlg.values()
-        values["shapes"] = rem.get("shapes", values["shapes"])
         values["cut"] = rem.get("cut", "")  # recalibrating keeps the open model's cut
+        shapes = {k: tuple(int(x) for x in v.lower().split("x")) for k, v in values["shapes"].items()}
+        if any(current.get(k) != "x".join(map(str, v)) for k, v in shapes.items()):
+            if not self.projects.maybe_save():
+                return
+            self.model_settings.save(path, values)
+            self.open_model(path, shapes, calib_config(values["calib"]), parse_cut(values["cut"]),
+                            stats=values.get("stats") or None)
+            return
         self.model_settings.save(path, values)
         self.controller.calibrate(calib_config(values["calib"]))
 

@@ -304,3 +304,33 @@ def test_legend_sits_in_a_strip_above_the_graph_not_over_it(qtbot, make_win, tmp
     assert view.viewportMargins().top() == 0 and view.viewport().height() > full  # the strip is given back
     win.actions_by_name["legend"].setChecked(True)
     assert legend.isVisible() and not legend.geometry().intersects(view.viewport().geometry())
+
+
+def test_calibrate_can_change_the_input_shape(qtbot, win, tmp_path, monkeypatch):
+    """Calibrate… reused the open dialog with the shapes greyed out: a new size meant File > Open."""
+    import onnx
+
+    from guikit import settle
+    from qtquant.calib import CalibConfig
+    from builders import branchy_concat_model
+    from qtquant.gui.dialogs import OpenDialog
+
+    p = tmp_path / "dyn.onnx"
+    onnx.save(branchy_concat_model(dynamic=True), str(p))
+    win.open_model(p, {"x": (1, 3, 16, 16)}, CalibConfig(count=2))
+    settle(qtbot, win)
+    seen = {}
+
+    def exec_(dlg):
+        e = dlg.shape_edits["x"]
+        seen["start"], seen["enabled"], seen["cut"] = e.text(), e.isEnabled(), dlg.cut_edit.isEnabled()
+        e.setText("1x3x8x12")
+        return OpenDialog.Accepted
+
+    monkeypatch.setattr(OpenDialog, "exec", exec_)
+    win.actions_by_name["calibrate"].trigger()
+    assert seen == {"start": "1x3x16x16", "enabled": True, "cut": False}  # the open model's shape
+    qtbot.waitUntil(lambda: win.session is not None and win.session.graph.input_shapes.get("x")
+                    == (1, 3, 8, 12), timeout=20000)
+    settle(qtbot, win)
+    assert "1x3x8x12" in win.model_info.fields["inputs"].text()
