@@ -17,15 +17,16 @@ scale raised so a bias fits int32, a value clipped) comes right after its summar
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QPoint, QRectF, QSettings, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter
-from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QLabel,
-                               QLineEdit, QVBoxLayout)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog,
+                               QFormLayout, QLabel, QLineEdit, QVBoxLayout)
 
 from ..errors import BadInputError
+from ..vocab import DEFAULT_PERCENTILE, DEFAULT_SCHEME, SCHEME_NAMES, Observer, Scheme
 from .dialogs import path_row
 
 __all__ = ["ExportOptions", "ExportDialog", "ExportController", "export_files", "render_canvas", "ExportReport"]
@@ -47,6 +48,8 @@ class ExportOptions:
     png: bool = True
     float_outputs: bool = False  # every model output in float (qtquant fix --float-outputs)
     quantize_outputs: bool = False  # every model output int8 (--quantize-outputs); neither: the default
+    scheme: str | None = None  # sym / asym (--scheme); None: the session's
+    percentile: float | None = None  # for the percentile observer (--percentile); None: the session's
 
     @property
     def output_mode(self):
@@ -214,7 +217,9 @@ def render_canvas(scene, view=None, max_side: int = MAX_PNG_SIDE) -> QImage:
 class ExportDialog(QDialog):
     """Where and what to export; remembers the folder per application (QSettings)."""
 
-    def __init__(self, folder: Path, stem: str, parent=None, settings: QSettings | None = None):
+    def __init__(self, folder: Path, stem: str, parent=None, settings: QSettings | None = None, *,
+                 scheme: str = DEFAULT_SCHEME.short, percentile: float = DEFAULT_PERCENTILE,
+                 percentile_used: bool = False):
         super().__init__(parent)
         self.setWindowTitle("Export")
         self.settings = settings
@@ -225,6 +230,24 @@ class ExportDialog(QDialog):
         self.stem = QLineEdit(stem)
         form.addRow("Folder:", row)
         form.addRow("Base name:", self.stem)
+        # qtquant fix --scheme / --percentile: applied to the session before it is written (the
+        # canvas then shows what was exported; Undo takes the scheme back).
+        self.scheme = QComboBox()
+        self.scheme.addItems(SCHEME_NAMES)
+        self.scheme.setCurrentText(scheme)
+        self.scheme.setToolTip("activation scheme: sym = int8 symmetric (Horizon), asym = uint8 asymmetric "
+                               "(like qtquant fix --scheme)")
+        self.percentile = QDoubleSpinBox()
+        self.percentile.setRange(50.0, 100.0)
+        self.percentile.setDecimals(4)
+        self.percentile.setSingleStep(0.01)
+        self.percentile.setValue(percentile)
+        self.percentile.setEnabled(percentile_used)
+        self.percentile.setToolTip("percentile of |x| for the percentile observer (like --percentile); "
+                                   "the same statistics, no new calibration run"
+                                   + ("" if percentile_used else "\n(this calibration uses another observer)"))
+        form.addRow("Scheme:", self.scheme)
+        form.addRow("Percentile:", self.percentile)
         lay.addLayout(form)
         self.checks = {}
         for key, text, tip in (
@@ -279,7 +302,9 @@ class ExportDialog(QDialog):
                              overrides=c["overrides"].isChecked(), report=c["report"].isChecked(),
                              png=c["png"].isChecked(),
                              float_outputs=c["float_outputs"].isChecked() and c["model"].isChecked(),
-                             quantize_outputs=c["quantize_outputs"].isChecked() and c["model"].isChecked())
+                             quantize_outputs=c["quantize_outputs"].isChecked() and c["model"].isChecked(),
+                             scheme=self.scheme.currentText(),
+                             percentile=self.percentile.value() if self.percentile.isEnabled() else None)
 
 
 class ExportController(QObject):
@@ -306,13 +331,38 @@ class ExportController(QObject):
             return False
         folder = self.settings.value("export/folder") or str(s.graph.path.parent if s.graph.path else Path.home())
         stem = (s.graph.path.stem if s.graph.path else "model") + "_fixed"
-        dlg = ExportDialog(Path(folder), stem, self.messages.widget, self.settings)
+        cal = s.calibration
+        pct = getattr(getattr(cal, "config", None), "percentile", DEFAULT_PERCENTILE)
+        dlg = ExportDialog(Path(folder), stem, self.messages.widget, self.settings, scheme=s.options.scheme.short,
+                           percentile=float(pct), percentile_used=self._percentile_used(s))
         if dlg.exec() != QDialog.Accepted:
             return False
         opts = dlg.values()
         self.settings.setValue("export/folder", str(opts.folder))
+        self.apply_choices(opts)
         self.export(opts)
         return True
+
+    @staticmethod
+    def _percentile_used(s) -> bool:
+        cal = s.calibration
+        return hasattr(cal, "recompute") and str(getattr(cal.config, "observer", "")) == Observer.PERCENTILE.value
+
+    def apply_choices(self, opts: ExportOptions) -> None:
+        """The dialog's scheme and percentile onto the session (the same statistics re-derived,
+        as ``qtquant fix --scheme --percentile`` computes them)."""
+        s = self.relay.session
+        if opts.scheme and Scheme.parse(opts.scheme) != s.options.scheme:
+            from ..app.commands import SetOptionsCommand
+
+            self.relay.stack.push(SetOptionsCommand(scheme=opts.scheme))
+        cal = s.calibration
+        if opts.percentile is not None and self._percentile_used(s) \
+                and abs(float(cal.config.percentile) - opts.percentile) > 1e-9:
+            new = cal.recompute(percentile=opts.percentile)
+            with s.batch():
+                s.set_options(calib=replace(s.options.calib, percentile=opts.percentile))
+                s.set_calibration(new)
 
     def export(self, opts: ExportOptions):
         """Write the files of ``opts`` in the background; returns the job."""

@@ -334,3 +334,41 @@ def test_calibrate_can_change_the_input_shape(qtbot, win, tmp_path, monkeypatch)
                     == (1, 3, 8, 12), timeout=20000)
     settle(qtbot, win)
     assert "1x3x8x12" in win.model_info.fields["inputs"].text()
+
+
+def test_export_dialog_sets_the_scheme_and_the_percentile_like_the_cli(qtbot, win, tmp_path, monkeypatch):
+    """Export had no --scheme / --percentile: an asym model or another percentile needed the CLI."""
+    import onnx
+
+    from guikit import settle
+    from qtquant.calib import CalibConfig
+    from qtquant.gui.exporting import ExportDialog
+    from qtquant.vocab import Scheme
+
+    win.open_model(edit_model(tmp_path / "edit.onnx"), calib=CalibConfig(count=4, observer="percentile"))
+    settle(qtbot, win)
+    seen = {}
+
+    def exec_(dlg):
+        seen["scheme"], seen["pct"] = dlg.scheme.currentText(), dlg.percentile.value()
+        seen["pct_on"] = dlg.percentile.isEnabled()
+        dlg.folder.setText(str(tmp_path / "out"))
+        for k in ("plan", "overrides", "report", "png"):
+            dlg.checks[k].setChecked(False)
+        dlg.scheme.setCurrentText("asym")
+        dlg.percentile.setValue(99.5)
+        return ExportDialog.Accepted
+
+    monkeypatch.setattr(ExportDialog, "exec", exec_)
+    with qtbot.waitSignal(win.exports.exported, timeout=30000):
+        win.actions_by_name["export"].trigger()
+    assert seen == {"scheme": "sym", "pct": 99.99, "pct_on": True}
+    s = win.session
+    assert s.options.scheme is Scheme.ASYMMETRIC_UINT8 and s.calibration.config.percentile == 99.5
+    m = onnx.load(str(tmp_path / "out" / "edit_fixed.onnx"))
+    init = {i.name: i for i in m.graph.initializer}
+    acts = [init[n.input[2]].data_type for n in m.graph.node
+            if n.op_type == "QuantizeLinear" and len(n.input) > 2 and n.input[0] not in init]
+    assert acts and set(acts) == {onnx.TensorProto.UINT8}  # activations uint8: the asym scheme
+    win.stack.undo()
+    assert win.session.options.scheme is Scheme.SYMMETRIC_INT8
