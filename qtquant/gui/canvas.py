@@ -362,6 +362,9 @@ class GraphView(QGraphicsView):
         self._flash_timer.timeout.connect(self._end_flash)
         self.minimap = MiniMap(self)
         self.legend = Legend(self)
+        self._mm_room = False  # the view's scene rectangle is widened for the minimap
+        self._in_room = False
+        scene.sceneRectChanged.connect(lambda _r: self.minimap_room())
         scene.looksChanged.connect(self.minimap.schedule_refresh)
         self.horizontalScrollBar().valueChanged.connect(self.minimap.follow)
         self.verticalScrollBar().valueChanged.connect(self.minimap.follow)
@@ -575,3 +578,30 @@ class GraphView(QGraphicsView):
         mm = self.minimap
         mm.move(vp.right() - mm.width() - 10, vp.bottom() - mm.height() - 10)
         lg.move(vp.left() + 10, vp.top() - top + (6 if top else 10))
+        self.minimap_room()
+
+    def minimap_room(self) -> None:
+        """While the minimap is up, the view scrolls past the graph's bottom-right by the
+        minimap's size, so every node can come out from under it (it hid the last nodes)."""
+        sc, mm = self.scene(), self.minimap
+        if sc is None or self._in_room:
+            return
+        self._in_room = True  # setSceneRect scrolls, and scrolling calls follow(), which calls this
+        try:
+            if not mm.isVisible():
+                if self._mm_room:
+                    self._mm_room = False
+                    self.setSceneRect(QRectF())  # follow the scene's rectangle again
+                return
+            z = max(self.zoom, 1e-6)
+            base, vp = sc.sceneRect(), self.viewport().size()
+            # Only along an axis that scrolls already: widening one that fits would re-centre
+            # the graph (and could take it out of view, and the minimap on and off).
+            dx = (mm.width() + 20) / z if base.width() * z > vp.width() else 0.0
+            dy = (mm.height() + 20) / z if base.height() * z > vp.height() else 0.0
+            r = base.adjusted(0, 0, dx, dy)
+            self._mm_room = True
+            if r != self.sceneRect():
+                self.setSceneRect(r)
+        finally:
+            self._in_room = False

@@ -73,6 +73,7 @@ class MiniMap(QWidget):
             r = self._src if not self._src.isEmpty() else sc.sceneRect()
         vis = self.view.mapToScene(self.view.viewport().rect()).boundingRect()
         self.setVisible(self.wanted and not vis.adjusted(-2, -2, 2, 2).contains(r))
+        self.view.minimap_room()
         self.update()
 
     def _target(self) -> QRectF:

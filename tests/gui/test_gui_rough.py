@@ -372,3 +372,21 @@ def test_export_dialog_sets_the_scheme_and_the_percentile_like_the_cli(qtbot, wi
     assert acts and set(acts) == {onnx.TensorProto.UINT8}  # activations uint8: the asym scheme
     win.stack.undo()
     assert win.session.options.scheme is Scheme.SYMMETRIC_INT8
+
+
+def test_every_node_can_be_scrolled_out_from_under_the_minimap(qtbot, make_win, tmp_path):
+    """Scrolled to the end, the graph's bottom-right nodes stayed under the minimap."""
+    from builders import band_model
+
+    win = make_win(size=(1400, 900))
+    open_settled(qtbot, win, band_model(tmp_path / "bands.onnx"), zoom=2.0)
+    view, mm = win.view, win.view.minimap
+    mm.follow()
+    assert mm.isVisible()
+    for bar in (view.horizontalScrollBar(), view.verticalScrollBar()):
+        bar.setValue(bar.maximum())
+    corner = view.mapFromScene(view._graph_rect().adjusted(30, 30, -30, -30).bottomRight())
+    box = mm.geometry().translated(-view.viewport().geometry().topLeft())  # in viewport pixels
+    assert corner.x() < box.left() or corner.y() < box.top()
+    win.actions_by_name["fit"].trigger()
+    assert not mm.isVisible() and view.sceneRect() == view.scene().sceneRect()  # the room goes with it
