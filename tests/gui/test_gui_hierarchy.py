@@ -194,13 +194,32 @@ def test_opens_on_the_worst_concat_after_calibration(qtbot, make_win, big_model)
     assert (win.scene.nodes[home].pos() - centre).manhattanLength() < 30
 
 
-def test_big_model_shows_its_structure_before_it_has_loaded(qtbot, make_win, big_model):
+def test_big_model_shows_its_structure_before_it_has_loaded(qtbot, make_win, big_model, monkeypatch):
+    import threading
+
+    import qtquant.app as app_layer
     from qtquant.app.scene.protograph import ProtoGraph
 
+    # The load is held until something is drawn: on a quiet machine this small model would
+    # otherwise finish loading before the file-drawn structure is painted, and on a loaded one
+    # after, so the order would depend on the machine instead of the code.
+    drawn = threading.Event()
+    real_open = app_layer.open_model
+
+    def held_open(*args, **kwargs):
+        drawn.wait(15)
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(app_layer, "open_model", held_open)
     win = make_win(auto_calibrate=False)
     win.controller.structure_first_nodes = 100
     built = []
-    win.canvas.built.connect(lambda spec: built.append((spec, win.relay.session)))
+
+    def on_built(spec):
+        built.append((spec, win.relay.session))
+        drawn.set()
+
+    win.canvas.built.connect(on_built)
     win.open_model(big_model)
     qtbot.waitUntil(lambda: len(built) == 2, timeout=20000)
     (first, session_then), (final, _) = built
