@@ -11,7 +11,11 @@ session rounds a few activations differently, moving 7 of 98 tensors' min/max by
 
 A chunk's result depends only on its samples, so a worker that dies is restarted by Ray and its
 chunk run again (``max_restarts`` / ``max_task_retries``); when the retries run out the whole
-calibration fails with one line.  Cancelling kills the workers.
+calibration fails with one line.  Cancelling kills the workers.  The model reaches a worker as an
+argument of each chunk call, not of the actor's constructor: Ray cannot restore an object-store
+argument of a restarted actor's constructor (ray-project/ray#53727, and it logs an error saying
+so), while a call's arguments stay alive for as long as the driver holds them.  A worker builds
+its session on its first chunk and keeps it.
 
 The workers read the calibration data themselves, from the same paths: the data must be on a
 filesystem every node sees (NFS, a cluster volume).  Each worker checks first that it sees the
@@ -71,13 +75,9 @@ def connect(address: str) -> bool:
 class _Worker:
     """A Ray actor: one session, any number of chunks."""
 
-    def __init__(self, model_bytes, base_dir, names, input_names, stride, bins, threads):
-        import onnx
-
-        from .engine import ChunkRunner
-
-        self.runner = ChunkRunner(onnx.ModelProto.FromString(model_bytes), base_dir, names, input_names,
-                                  threads=threads, stride=stride, bins=bins)
+    def __init__(self, base_dir, names, input_names, stride, bins, threads):
+        self.args = (base_dir, names, input_names, stride, bins, threads)
+        self.runner = None  # built on the first chunk, again after a restart
 
     def check(self, source, digest: str) -> tuple[str, str]:
         """(this node's name, "" or why it does not see the driver's calibration data)."""
@@ -91,7 +91,15 @@ class _Worker:
         return host, "" if mine == digest else (f"sees other calibration data at {source.root} "
                                                 f"(file names, sizes or times differ)")
 
-    def run(self, source, refs) -> dict[str, TensorStats]:
+    def run(self, model_bytes, source, refs) -> dict[str, TensorStats]:
+        if self.runner is None:
+            import onnx
+
+            from .engine import ChunkRunner
+
+            base_dir, names, input_names, stride, bins, threads = self.args
+            self.runner = ChunkRunner(onnx.ModelProto.FromString(model_bytes), base_dir, names, input_names,
+                                      threads=threads, stride=stride, bins=bins)
         return self.runner.run(source, refs)
 
 
@@ -124,7 +132,7 @@ def run_ray(graph, names, source, refs, address: str, jobs: int = 1, *, stride: 
         model_ref = ray.put(graph.model_bytes())
         source_ref = ray.put(source)
         base_dir = str(graph.base_dir) if graph.base_dir else ""
-        actors = [actor_cls.remote(model_ref, base_dir, list(names), list(source.specs), stride, bins, 1)
+        actors = [actor_cls.remote(base_dir, list(names), list(source.specs), stride, bins, 1)
                   for _ in range(workers)]
         digest = data_digest(source)
         try:
@@ -141,7 +149,7 @@ def run_ray(graph, names, source, refs, address: str, jobs: int = 1, *, stride: 
         def submit(k: int) -> None:
             if todo:
                 i = todo.pop()
-                inflight[actors[k].run.remote(source_ref, chunks[i])] = (i, k)
+                inflight[actors[k].run.remote(model_ref, source_ref, chunks[i])] = (i, k)
 
         for k in range(len(actors)):  # two chunks queued per worker: no idle gap between them
             submit(k)
