@@ -69,7 +69,7 @@ class _DyingOnce(SyntheticSource):
         yield from super().feeds(refs)
 
 
-def test_killed_worker_does_not_corrupt_the_result(local_ray, graph, tmp_path):
+def test_killed_worker_does_not_corrupt_the_result(local_ray, graph, tmp_path, capfd):
     from qtquant.calib.rayrun import run_ray
     from qtquant.runtime import input_specs
 
@@ -82,6 +82,9 @@ def test_killed_worker_does_not_corrupt_the_result(local_ray, graph, tmp_path):
     got = run_ray(graph, names, source, source.refs, "auto", 2)
     assert (tmp_path / "died").exists()  # a worker did die
     _same(want, got)
+    # Ray restores a restarted actor's constructor arguments only when they are not in the object
+    # store (ray#53727), and logs an error when they are: the model goes with each chunk call instead.
+    assert "constructor arguments in the object store" not in capfd.readouterr().err
 
 
 def test_unreadable_data_and_cancel(local_ray, graph, tmp_path):
