@@ -21,16 +21,11 @@ simulator all read these.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-
-import numpy as np
-
 from .errors import BadInputError
-from .quant import Scheme
 from .vocab import Precision
 
-__all__ = ["PrecisionMap", "WideQParams", "resolve_name", "resolve_names", "assignments_from_names",
-           "node_precision", "chain_nodes", "float_nodes", "int16_qparams", "RANK", "summary_text"]
+__all__ = ["PrecisionMap", "resolve_name", "resolve_names", "assignments_from_names",
+           "node_precision", "chain_nodes", "float_nodes", "RANK", "summary_text"]
 
 # Higher wins when one node has outputs of different precision.
 RANK = {Precision.INT8: 0, Precision.INT16: 1, Precision.FLOAT: 2}
@@ -196,42 +191,6 @@ def float_nodes(graph, precision: Mapping) -> set[str]:
         if p is Precision.FLOAT and t in graph.tensors:
             out.update(chain_nodes(graph, t))
     return out
-
-
-# -- int16 quantization parameters ----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class WideQParams:
-    """The int16 (symmetric) or uint16 (asymmetric) version of a domain's range; duck-types
-    :class:`qtquant.quant.QParams` where the export reads scale, zero point, qmin and qmax."""
-
-    scale: float
-    zero_point: int
-    qmin: int
-    qmax: int
-    dtype: type
-
-    @property
-    def lo(self) -> float:
-        return (self.qmin - self.zero_point) * self.scale
-
-    @property
-    def hi(self) -> float:
-        return (self.qmax - self.zero_point) * self.scale
-
-
-_TINY = 1e-12
-
-
-def int16_qparams(lo: float, hi: float, scheme: Scheme) -> WideQParams:
-    """int16 over [lo, hi]: the same range as the tensor's int8 domain, 256x finer steps."""
-    if scheme is Scheme.SYMMETRIC_INT8:
-        absmax = max(abs(float(lo)), abs(float(hi)), _TINY)
-        return WideQParams(absmax / 32767.0, 0, -32768, 32767, np.int16)
-    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
-    scale = max(hi - lo, _TINY) / 65535.0
-    zp = max(0, min(65535, int(round(-lo / scale))))
-    return WideQParams(scale, zp, 0, 65535, np.uint16)
 
 
 def summary_text(graph, precision: Mapping) -> str:

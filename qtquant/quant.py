@@ -5,31 +5,58 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .vocab import Scheme
 
-__all__ = ["Scheme", "QParams", "qparams_for_range", "bits_lost", "SCALE_RTOL", "scales_differ"]
+__all__ = ["Scheme", "QParams", "qrange", "qparams_for_range", "bits_lost", "SCALE_RTOL", "scales_differ"]
 
 SCALE_RTOL = 1e-6  # relative difference above which two scales count as different
 _TINY = 1e-12
 
 
+# numpy's integer type for each (scheme, bits): what the export stores values and zero points in
+_DTYPES = {(Scheme.SYMMETRIC_INT8, 8): np.int8, (Scheme.ASYMMETRIC_UINT8, 8): np.uint8,
+           (Scheme.SYMMETRIC_INT8, 16): np.int16, (Scheme.ASYMMETRIC_UINT8, 16): np.uint16}
+
+
+def qrange(scheme: Scheme, bits: int = 8) -> tuple[int, int]:
+    """(qmin, qmax) of ``bits``-wide integers: signed for the symmetric scheme, unsigned else.
+    The one place the integer grid is spelled; 8 bits is the default, 16 is mixed precision's int16."""
+    if (scheme, bits) not in _DTYPES:
+        raise ValueError(f"no {bits}-bit integers for {scheme.value}")
+    if scheme is Scheme.SYMMETRIC_INT8:
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
 @dataclass(frozen=True)
 class QParams:
+    """A scale and zero point on a ``bits``-wide grid (8: int8/uint8; 16: the int16/uint16 of a
+    tensor set to int16, over the same range as its domain's int8 parameters, 256x finer steps)."""
+
     scale: float
     zero_point: int
     scheme: Scheme
+    bits: int = 8
 
     def __post_init__(self):
         if not (self.scale > 0 and math.isfinite(self.scale)):
             raise ValueError(f"scale must be positive and finite, got {self.scale}")
+        qrange(self.scheme, self.bits)  # refuses a width with no integer type
 
     @property
     def qmin(self) -> int:
-        return -128 if self.scheme is Scheme.SYMMETRIC_INT8 else 0
+        return qrange(self.scheme, self.bits)[0]
 
     @property
     def qmax(self) -> int:
-        return 127 if self.scheme is Scheme.SYMMETRIC_INT8 else 255
+        return qrange(self.scheme, self.bits)[1]
+
+    @property
+    def dtype(self) -> type:
+        """The numpy integer type of the quantized values and the zero point."""
+        return _DTYPES[(self.scheme, self.bits)]
 
     @property
     def lo(self) -> float:
@@ -40,17 +67,20 @@ class QParams:
         return (self.qmax - self.zero_point) * self.scale
 
 
-def qparams_for_range(lo: float, hi: float, scheme: Scheme = Scheme.SYMMETRIC_INT8) -> QParams:
+def qparams_for_range(lo: float, hi: float, scheme: Scheme = Scheme.SYMMETRIC_INT8, bits: int = 8) -> QParams:
+    """The parameters covering [lo, hi] on a ``bits``-wide grid (symmetric: absmax / qmax with zero
+    point 0; asymmetric: the range, widened to hold 0, over all the steps)."""
     lo, hi = float(lo), float(hi)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(f"range [{lo}, {hi}] is not finite")
+    qmin, qmax = qrange(scheme, bits)
     if scheme is Scheme.SYMMETRIC_INT8:
         absmax = max(abs(lo), abs(hi), _TINY)
-        return QParams(absmax / 127.0, 0, scheme)
+        return QParams(absmax / float(qmax), 0, scheme, bits)
     lo, hi = min(lo, 0.0), max(hi, 0.0)  # zero must be exactly representable
-    scale = max(hi - lo, _TINY) / 255.0
+    scale = max(hi - lo, _TINY) / float(qmax - qmin)
     zp = int(round(-lo / scale))
-    return QParams(scale, max(0, min(255, zp)), scheme)
+    return QParams(scale, max(qmin, min(qmax, zp)), scheme, bits)
 
 
 def range_width(lo: float, hi: float, scheme: Scheme) -> float:

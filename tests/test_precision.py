@@ -199,3 +199,18 @@ def test_int16_asymmetric_is_uint16_and_runs(det_path, tmp_path):
     q = {n.input[0]: n for n in m.graph.node if n.op_type == "QuantizeLinear"}
     assert inits[q["h"].input[2]].dtype == np.uint16 and inits[q["c0_out"].input[2]].dtype == np.uint8
     assert all(np.isfinite(g).all() for g in _ort(res.path).run(None, _feed()))
+
+
+def test_qparams_widths_share_one_grid_rule():
+    """int16 is a width of QParams: the same range on a 16-bit grid, 8 bits unchanged."""
+    from qtquant.quant import QParams, Scheme, qparams_for_range, qrange
+
+    sym8, sym16 = (qparams_for_range(-3.0, 2.0, Scheme.SYMMETRIC_INT8, bits=b) for b in (8, 16))
+    assert (sym8.qmin, sym8.qmax, sym8.dtype) == (-128, 127, np.int8) and sym8.scale == 3.0 / 127.0
+    assert (sym16.qmin, sym16.qmax, sym16.dtype) == (-32768, 32767, np.int16) and sym16.scale == 3.0 / 32767.0
+    asym16 = qparams_for_range(-1.0, 3.0, Scheme.ASYMMETRIC_UINT8, bits=16)
+    assert (asym16.qmin, asym16.qmax, asym16.dtype) == (0, 65535, np.uint16)
+    assert asym16.scale == 4.0 / 65535.0 and asym16.zero_point == round(65535 / 4)
+    assert qrange(Scheme.ASYMMETRIC_UINT8) == (0, 255)
+    with pytest.raises(ValueError, match="12-bit"):
+        QParams(0.1, 0, Scheme.SYMMETRIC_INT8, bits=12)

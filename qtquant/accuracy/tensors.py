@@ -28,6 +28,7 @@ import onnx
 
 from ..errors import Cancelled, ModelError
 from ..fidelity import fake_quant
+from ..quant import qparams_for_range
 from ..runtime import make_session, with_outputs
 from ..vocab import Precision
 
@@ -106,10 +107,8 @@ def _qparams(dm, t, precision):
     the same range."""
     qp = dm.qparams_of(t)
     if precision is Precision.INT16:
-        from ..precision import int16_qparams
-
         d = dm.domain_of(t)
-        return int16_qparams(d.lo, d.hi, dm.scheme)
+        return qparams_for_range(d.lo, d.hi, dm.scheme, bits=16)
     return qp
 
 

@@ -46,8 +46,8 @@ from onnx import helper
 from ..errors import BadInputError, ModelError
 from ..fileio.atomic import atomic_dir, check_output_path, commit
 from ..ops import handler_for
-from ..precision import PrecisionMap, float_nodes, int16_qparams
-from ..quant import Scheme
+from ..precision import PrecisionMap, float_nodes
+from ..quant import qparams_for_range
 from ..vocab import Precision
 from .records import BiasAdjustment, ClipRecord, ExportResult, QdqBuild, clip_record
 from .rewrite import Rewrite
@@ -97,9 +97,8 @@ def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
 
 
 def _quantize_values(v: np.ndarray, qp) -> np.ndarray:
-    dt = np.int8 if qp.scheme is Scheme.SYMMETRIC_INT8 else np.uint8
     q = np.rint(np.asarray(v, dtype=np.float64) / qp.scale) + qp.zero_point
-    return np.clip(q, qp.qmin, qp.qmax).astype(dt)
+    return np.clip(q, qp.qmin, qp.qmax).astype(qp.dtype)
 
 
 def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
@@ -129,7 +128,6 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     int16_tensors = frozenset(t for t in precision.tensors(Precision.INT16) if t not in float_tensors)
     cpu_nodes = float_nodes(graph, precision)  # they keep float weights
     scheme = dm.scheme
-    zp_dtype = np.int8 if scheme is Scheme.SYMMETRIC_INT8 else np.uint8
 
     # Which weights exist decides whether the opset must be raised.
     weight_uses = []  # (node, input index, weight name)
@@ -165,7 +163,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
         d = dm.domains[did]
         if did not in domain_inits:
             s = rw.add_init(np.array(d.qparams.scale, dtype=np.float32), rw.fresh(f"qtq_d{did}_scale"))
-            z = rw.add_init(np.array(d.qparams.zero_point, dtype=zp_dtype), rw.fresh(f"qtq_d{did}_zero_point"))
+            z = rw.add_init(np.array(d.qparams.zero_point, dtype=d.qparams.dtype), rw.fresh(f"qtq_d{did}_zero_point"))
             domain_inits[did] = (s, z)
         return domain_inits[did]
 
@@ -174,7 +172,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
             d = dm.domains[did]
             # the domain's range, as its int8 scale: int8 and int16 members of one domain cover
             # the same values, the int16 ones in 256x finer steps
-            qp = int16_qparams(d.lo, d.hi, scheme)
+            qp = qparams_for_range(d.lo, d.hi, scheme, bits=16)
             s = rw.add_init(np.array(qp.scale, dtype=np.float32), rw.fresh(f"qtq_d{did}_int16_scale"))
             z = rw.add_init(np.array(qp.zero_point, dtype=qp.dtype), rw.fresh(f"qtq_d{did}_int16_zero_point"))
             wide_inits[did] = (s, z, qp)
