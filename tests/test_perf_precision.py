@@ -70,6 +70,28 @@ def test_march_profile_section_and_fallback(tmp_path):
     assert precision_params(load_march(str(own))).fallback
 
 
+
+def test_precision_section_is_read_with_the_profile(tmp_path):
+    """The section comes from the one march reader: a profile given as a document has it, and an
+    edited file's new numbers are what the next load prices with."""
+    from qtquant.errors import MarchError
+    from qtquant.perf.march import profile_from_dict
+
+    doc = json.loads(open(load_march("bayes-e").path).read())
+    doc["precision"]["cpu_ghz"]["value"] = 3.0
+    r = precision_params(profile_from_dict(doc))
+    assert not r.fallback and r.cpu_flops_per_s == pytest.approx(3.0e9 * 8 * 1 * 0.3)
+    own = tmp_path / "mine.json"
+    own.write_text(json.dumps(doc))
+    assert precision_params(load_march(str(own))).cpu_flops_per_s == pytest.approx(3.0e9 * 8 * 1 * 0.3)
+    doc["precision"]["cpu_ghz"]["value"] = 1.0
+    doc["description"] = "rewritten"  # another size, so the march cache sees a new file
+    own.write_text(json.dumps(doc))
+    assert precision_params(load_march(str(own))).cpu_flops_per_s == pytest.approx(1.0e9 * 8 * 1 * 0.3)
+    doc["precision"]["cpu_ghz"] = {"value": 1.0}
+    with pytest.raises(MarchError, match="precision"):
+        precision_params(profile_from_dict(doc))
+
 def test_perf_cli_shows_the_price(det_path, capsys):
     rc = main(["perf", det_path, "--calib-count", "2", "--keep-float", "neck", "--int16", "c0"])
     out = capsys.readouterr().out

@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -149,6 +149,9 @@ class ProfileFile(FileModel):
     description: str = ""
     params: Params
     fit: FitInfo | None = None
+    # Mixed precision's numbers (qtquant.perf.precision validates them when a price needs them,
+    # so a profile used without int16/float tensors never fails on them).
+    precision: Any = None
 
     @field_validator("name")
     @classmethod
@@ -210,6 +213,9 @@ class MarchProfile:
     concat_output_scale: ConcatScaleRule = ConcatScaleRule.OWN
     path: str = ""
     provenance: dict = field(default_factory=dict, compare=False)  # param -> ("source"|"estimate"|"fitted", text)
+    # The file's "precision" section as read (None: absent): perf/precision.py reads it from here,
+    # so the profile file is read in one place.
+    precision_section: Any = field(default=None, compare=False)
 
     @property
     def fused_activations(self) -> frozenset:
@@ -333,4 +339,5 @@ def profile_from_dict(doc, *, where: str = "march profile", path: str = "") -> M
         params.pop("fused_activations", None)
     return MarchProfile(name=f.name, description=f.description, path=path,
                         fitted_params=tuple(f.fit.params) if f.fit else (),
-                        provenance={k: p.provenance for k, p in params.items()}, **values)
+                        provenance={k: p.provenance for k, p in params.items()},
+                        precision_section=f.precision, **values)

@@ -97,20 +97,14 @@ _CACHE: dict = {}
 
 def precision_params(march) -> _Rates:
     """The precision numbers of ``march`` (a MarchProfile): its file's section, or DEFAULTS."""
-    path = getattr(march, "path", "") or ""
-    key = (path, getattr(march, "name", ""))
+    section = getattr(march, "precision_section", None)
+    key = json.dumps(section, sort_keys=True, default=str)  # the section's content: an edited file re-reads
     if key not in _CACHE:
-        section, fallback = None, True
-        if path and Path(path).is_file():
-            try:
-                doc = json.loads(Path(path).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                doc = {}
-            section = doc.get("precision") if isinstance(doc, dict) else None
         try:
             p = PrecisionParams.model_validate(section if section is not None else DEFAULTS)
         except ValidationError as e:
-            raise MarchError(one_line(e, f"march profile {Path(path).name} precision", "precision section")) from None
+            name = Path(getattr(march, "path", "") or "").name or getattr(march, "name", "")
+            raise MarchError(one_line(e, f"march profile {name} precision", "precision section")) from None
         fallback = section is None
         v = {k: getattr(p, k).value for k in PARAMS}
         _CACHE[key] = _Rates(
