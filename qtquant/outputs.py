@@ -21,7 +21,7 @@ import numpy as np
 from .ops import passes_through
 from .quant import bits_lost
 
-__all__ = ["OutputMode", "OutputSlice", "output_slices", "output_reached", "output_concat",
+__all__ = ["OutputMode", "OutputSlice", "output_slices", "output_reached", "output_concat", "pass_through_walk",
            "float_output_tensors", "FloatOutput"]
 
 # Ops that only move or select values, which the slice labels can follow: every output element
@@ -74,21 +74,32 @@ def output_concat(graph, output: str):
     return None, []
 
 
-def output_reached(graph, tensor: str) -> str | None:
-    """The model output ``tensor`` is, or reaches through pass-through ops only; else None."""
-    outputs = set(graph.outputs)
-    stack, seen = [tensor], set()
+def pass_through_walk(graph, starts, *, upstream: bool = False) -> list[str]:
+    """``starts`` and every tensor they reach through pass-through ops, in the order a depth-first
+    walk meets them.  Downstream: a consumer that passes its first input (``t``) through leads to
+    its outputs; upstream: a pass-through producer leads back to its first input (the tensor whose
+    scale it keeps).  The one walk behind output_reached, the float closure and Share's feeders."""
+    stack, seen = list(starts)[::-1], {}
     while stack:
         t = stack.pop()
-        if t in outputs:
-            return t
         if t in seen:
             continue
-        seen.add(t)
+        seen[t] = None
+        if upstream:
+            p = graph.producer(t)
+            if p is not None and passes_through(p, graph) and p.inputs and p.inputs[0] in graph.tensors:
+                stack.append(p.inputs[0])
+            continue
         for c in graph.consumers(t):
             if c.inputs and c.inputs[0] == t and passes_through(c, graph):
                 stack.extend(o for o in c.outputs if o)
-    return None
+    return list(seen)
+
+
+def output_reached(graph, tensor: str) -> str | None:
+    """The model output ``tensor`` is, or reaches through pass-through ops only; else None."""
+    outputs = set(graph.outputs)
+    return next((t for t in pass_through_walk(graph, [tensor]) if t in outputs), None)
 
 
 def _shape(graph, t):
@@ -213,20 +224,14 @@ def _float_closure(graph, tensor: str) -> set[str] | None:
     """``tensor`` and what it passes through to, when every path ends at a model output
     (else None: a quantized op still reads it, and leaving it float would move that op off int8)."""
     outputs = set(graph.outputs)
-    res, stack = set(), [tensor]
-    while stack:
-        t = stack.pop()
-        if t in res:
-            continue
-        res.add(t)
+    res = pass_through_walk(graph, [tensor])
+    for t in res:
         cons = graph.consumers(t)
         if not cons and t not in outputs:
             return None
-        for c in cons:
-            if not (c.inputs and c.inputs[0] == t and passes_through(c, graph)):
-                return None
-            stack.extend(x for x in c.outputs if x)
-    return res
+        if not all(c.inputs and c.inputs[0] == t and passes_through(c, graph) for c in cons):
+            return None
+    return set(res)
 
 
 def float_output_tensors(graph, dm, mode: OutputMode, max_bits_lost: float

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ..concat import concat_members
 from ..errors import QtQuantError
 from ..groups import GroupSet, check_member
-from ..ops import passes_through
+from ..outputs import pass_through_walk
 from ..quant import bits_lost
 
 __all__ = ["SharePlan", "feeders", "plan_share", "member_bits"]
@@ -29,17 +29,7 @@ __all__ = ["SharePlan", "feeders", "plan_share", "member_bits"]
 def feeders(graph, concat) -> set[str]:
     """Tensors that reach ``concat``'s inputs directly or through a chain of pass-through ops."""
     node = graph.nodes[concat] if isinstance(concat, str) else concat
-    seen: set[str] = set()
-    todo = [t for t in node.inputs if t and t in graph.tensors]
-    while todo:
-        t = todo.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        p = graph.producer(t)
-        if p is not None and passes_through(p, graph) and p.inputs and p.inputs[0] in graph.tensors:
-            todo.append(p.inputs[0])  # a pass-through op keeps the scale of its first input
-    return seen
+    return set(pass_through_walk(graph, [t for t in node.inputs if t and t in graph.tensors], upstream=True))
 
 
 @dataclass(frozen=True)
