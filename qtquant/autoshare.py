@@ -22,7 +22,7 @@ from networkx.utils import UnionFind
 from .concat import concat_members
 from .domains import Policy, _policy_range
 from .errors import ShareRefused
-from .outputs import output_reached
+from .outputs import OutputMode, float_output_tensors, output_reached
 from .quant import Scheme, bits_lost, qparams_for_range, range_width, scales_differ
 from .vocab import DEFAULT_PERCENTILE, ShareAction
 
@@ -171,21 +171,15 @@ class _Planner:
             self.uf.union(dids[0], d)
 
 
-def _output_note(pl: _Planner, members, out, limit) -> str:
-    """A Concat that feeds a model output: its own scale is the output's resolution, shared or not."""
-    mr = pl.dm.member_range
+def _output_note(kept) -> str:
+    """A Concat that feeds a model output: its own scale is the output's resolution, shared or not.
+    ``kept``: the export's FloatOutput for it (:func:`qtquant.outputs.float_output_tensors`, the one
+    place that decides), or None when the export quantizes it."""
     note = "feeds a model output directly: its scale is the output's resolution"
-    if out not in mr:
-        return note
-    worst, who = 0.0, None
-    for t in members:
-        if t != out and t in mr:
-            b = bits_lost(mr[t], mr[out], pl.scheme)
-            if b > worst:
-                worst, who = b, t
-    if who is not None and worst > limit:
-        note += (f"; at that scale {who!r} would lose {worst:.1f} bits even without sharing, so the export "
-                 "keeps this output in float and its inputs at their own scales (--quantize-outputs forces int8)")
+    if kept is not None:
+        note += (f"; at that scale {kept.worst_member!r} would lose {kept.worst_bits:.1f} bits even without sharing, "
+                 "so the export keeps this output in float and its inputs at their own scales "
+                 "(--quantize-outputs forces int8)")
     return note
 
 
@@ -195,6 +189,7 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
     pl = _Planner(session)
     graph, dm = pl.graph, pl.dm
     report = AutoShareReport(limit)
+    kept_float = {k.concat: k for k in float_output_tensors(graph, dm, OutputMode.AUTO, limit)[1]}
     accepted: dict[str, list[str]] = {}
     touched: set[int] = set()  # domains an accepted share merged
     for node in graph.concat_nodes():
@@ -203,7 +198,7 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
         out = node.outputs[0]
         feeds = output_reached(graph, out) is not None
         if feeds:
-            notes.append(_output_note(pl, members, out, limit))
+            notes.append(_output_note(kept_float.get(node.name)))
         if len(members) < 2:
             continue
         dids = {dm.of[t] for t in members}

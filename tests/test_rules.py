@@ -122,3 +122,19 @@ def test_one_open_path_load_graph_refuses_qdq_files(tmp_path):
     s = qtquant.open_model(path)
     assert s.quantized_file and "QuantizeLinear" not in {n.op_type for n in s.graph.nodes.values()}
     assert "open_model" in qtquant.__all__ and "load_graph" not in qtquant.__all__
+
+
+def test_auto_share_says_float_only_where_the_export_keeps_float():
+    """The output note and the export ask one rule (outputs.float_output_tensors): a MaxPool passes
+    the scale on, but the export relabels only value-moving ops, so it quantizes this output."""
+    from qtquant.outputs import OutputMode, float_output_tensors
+
+    def pool_tail(inits):
+        return [helper.make_node("MaxPool", ["cat_out"], ["y"], name="pool", kernel_shape=[1, 1])]
+
+    for tail, kept in ((_reshape_transpose_tail, True), (pool_tail, False)):
+        s = _concat_then(tail, gains=(0.01, 50.0))
+        _, why = float_output_tensors(s.graph, s.baseline_domains, OutputMode.AUTO, 1.0)
+        (note,) = [n for _, n in plan_auto_share(s, 1.0)[0].notes if "model output" in n]
+        assert ("keeps this output in float" in note) is kept, note
+        assert [w.concat for w in why] == (["cat"] if kept else [])
