@@ -25,40 +25,13 @@ from torchao.quantization.pt2e.quantizer import (  # noqa: E402
 from torchao.quantization.pt2e.fake_quantize import FakeQuantize  # noqa: E402
 from torchao.quantization.pt2e.observer import MovingAverageMinMaxObserver  # noqa: E402
 
+from torchkit import MultiScaleAttention  # noqa: E402
 import qtquant  # noqa: E402
 from qtquant.cli import main as cli_main  # noqa: E402
 from qtquant.errors import PlanError, PlanWarning  # noqa: E402
 from qtquant.torch import PlanQuantizer, check_shared, export_onnx  # noqa: E402
 
 pytestmark = pytest.mark.torch
-
-
-class Branch(nn.Module):
-    def __init__(self, c, k, gain):
-        super().__init__()
-        self.conv = nn.Conv2d(c, c, k, padding=k // 2)
-        with torch.no_grad():
-            self.conv.weight.mul_(gain)
-
-    def forward(self, x):
-        return self.conv(x)
-
-
-class TwoCats(nn.Module):
-    """k and v are each concatenated from 3x3, 7x7 and 9x9 branches of different gains."""
-
-    def __init__(self, c=4):
-        super().__init__()
-        self.q = nn.Conv2d(c, 3 * c, 1)
-        self.k_branches = nn.ModuleList([Branch(c, k, g) for k, g in ((3, 1.0), (7, 2.0), (9, 3.0))])
-        self.v_branches = nn.ModuleList([Branch(c, k, g) for k, g in ((3, 0.5), (7, 1.0), (9, 1.5))])
-        self.proj = nn.Conv2d(3 * c, c, 1)
-
-    def forward(self, x):
-        q = self.q(x)
-        k = torch.cat([b(x) for b in self.k_branches], dim=1)
-        v = torch.cat([b(x) for b in self.v_branches], dim=1)
-        return self.proj(torch.sigmoid(q * k) * v)
 
 
 # -- a base quantizer of our own: every conv output and the cat output get their own spec ----------
@@ -123,7 +96,7 @@ def float_names_plan():
 def exported(seed=0):
     torch.manual_seed(seed)
     x = torch.randn(2, 4, 8, 8)
-    return torch.export.export(TwoCats().train(), (x,)).module(), x
+    return torch.export.export(MultiScaleAttention().train(), (x,)).module(), x
 
 
 def qat_steps(model, steps=4, seed=1):

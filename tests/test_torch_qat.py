@@ -23,6 +23,7 @@ from torch.ao.quantization.backend_config import (  # noqa: E402
 )
 from torch.ao.quantization.quantize_fx import convert_fx, prepare_qat_fx  # noqa: E402
 
+from torchkit import Branch, MultiScaleAttention  # noqa: E402
 from qtquant.cli import main as cli_main  # noqa: E402
 from qtquant.errors import PlanError  # noqa: E402
 from qtquant.app import open_model  # noqa: E402
@@ -33,35 +34,7 @@ pytestmark = pytest.mark.torch
 CAT_WARNING = "must share the same quantization parameters"
 
 
-# -- the motivating block ---------------------------------------------------------------------
-class Branch(nn.Module):
-    def __init__(self, c, k, gain):
-        super().__init__()
-        self.conv = nn.Conv2d(c, c, k, padding=k // 2)
-        with torch.no_grad():
-            self.conv.weight.mul_(gain)
-
-    def forward(self, x):
-        return self.conv(x)
-
-
-class MultiScaleAttention(nn.Module):
-    """k and v are each concatenated from 3x3, 7x7 and 9x9 window branches."""
-
-    def __init__(self, c=4):
-        super().__init__()
-        self.q = nn.Conv2d(c, 3 * c, 1)
-        self.k_branches = nn.ModuleList([Branch(c, k, g) for k, g in ((3, 1.0), (7, 2.0), (9, 3.0))])
-        self.v_branches = nn.ModuleList([Branch(c, k, g) for k, g in ((3, 0.5), (7, 1.0), (9, 1.5))])
-        self.proj = nn.Conv2d(3 * c, c, 1)
-
-    def forward(self, x):
-        q = self.q(x)
-        k = torch.cat([b(x) for b in self.k_branches], dim=1)
-        v = torch.cat([b(x) for b in self.v_branches], dim=1)
-        return self.proj(torch.sigmoid(q * k) * v)
-
-
+# -- the motivating block is tests/torchkit.py's MultiScaleAttention -----------------------------
 def own_cat_observer_backend():
     """torch.ao's native backend config, except that torch.cat keeps its own output observer.
 

@@ -56,6 +56,21 @@ def make_win(qtbot, tmp_path, prompts):
         w.controller.shutdown()
 
 
+@pytest.fixture
+def win(make_win):
+    """The folder's default window (``make_win()``); a module may define its own ``win``."""
+    return make_win()
+
+
+@pytest.fixture
+def model(tmp_path):
+    """The folder's default model, the editing tests' ``edit_model`` (tests/builders.py); a module
+    may define its own ``model``."""
+    from builders import edit_model
+
+    return edit_model(tmp_path / "edit.onnx")
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_teardown(item):
     """Before pytest-qt closes the test's windows: no unsaved-changes prompt.  A test failing

@@ -29,16 +29,6 @@ GREEN = QColor(MISMATCH_BANDS[0][2]).name()
 ORANGE = QColor(MISMATCH_BANDS[2][2]).name()
 
 
-@pytest.fixture
-def win(make_win):
-    return make_win()
-
-
-@pytest.fixture
-def model(tmp_path):
-    return edit_model(tmp_path / "edit.onnx")
-
-
 def _send(view, kind, pos, buttons, modifiers=Qt.NoModifier):
     vp = view.viewport()
     p = QPointF(pos)

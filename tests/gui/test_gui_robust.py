@@ -17,7 +17,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings, Qt  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
-from builders import edit_model, other_model  # noqa: E402
+from builders import other_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.gui import recovery as recovery_mod  # noqa: E402
 from qtquant.gui.mainwindow import MainWindow  # noqa: E402
@@ -39,11 +39,6 @@ def make_win(make_win, rec_dir):
     """Windows on one settings file whose recovery folder is ``rec_dir``."""
     return lambda settings_name="settings.ini", **kw: make_win(settings_name, recovery_dir=rec_dir, size=(1200, 800),
                                                                **kw)
-
-
-@pytest.fixture
-def model(tmp_path):
-    return edit_model(tmp_path / "edit.onnx")
 
 
 def open_settled(qtbot, win, path, count=4):

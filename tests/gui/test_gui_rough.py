@@ -19,16 +19,6 @@ def key(qtbot, win, k, modifiers=Qt.NoModifier):
     qtbot.keyClick(win.view, k, modifiers)
 
 
-@pytest.fixture
-def win(make_win):
-    return make_win()
-
-
-@pytest.fixture
-def model(tmp_path):
-    return edit_model(tmp_path / "edit.onnx")
-
-
 def test_toolbar_does_not_reflow_when_the_undo_text_changes(qtbot, win, model):
     """The Undo/Redo buttons showed "Undo Share 4 tensors": everything after them moved ~100 px."""
     open_settled(qtbot, win, model)

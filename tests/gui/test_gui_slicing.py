@@ -9,11 +9,9 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
-from PySide6.QtCore import QSettings  # noqa: E402
 
 from qtquant.app.views import looks as overlays  # noqa: E402
 from qtquant.gui import canvas  # noqa: E402
-from qtquant.gui.mainwindow import MainWindow  # noqa: E402
 from qtquant.app.views.looks import Looks, compute_looks, fill_looks  # noqa: E402
 from qtquant.gui.style import RAMPS, heat_color  # noqa: E402
 from PySide6.QtGui import QColor  # noqa: E402
@@ -23,13 +21,8 @@ from test_gui import open_and_settle  # noqa: E402
 
 
 @pytest.fixture
-def win(qtbot, tmp_path):
-    w = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
-    qtbot.addWidget(w)
-    w.resize(1200, 800)
-    w.show()
-    yield w
-    w.controller.shutdown()
+def win(make_win):
+    return make_win(size=(1200, 800))
 
 
 @pytest.fixture

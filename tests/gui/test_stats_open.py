@@ -6,25 +6,16 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QSettings  # noqa: E402
-
 from builders import band_model, edit_model  # noqa: E402
 from qtquant.app import open_model  # noqa: E402
 from qtquant.calib import CalibConfig, calibrate  # noqa: E402
 from qtquant.calib.statsfile import write_stats  # noqa: E402
 from qtquant.gui.dialogs import OpenDialog  # noqa: E402
-from qtquant.gui.mainwindow import MainWindow  # noqa: E402
 
 
 @pytest.fixture
-def win(qtbot, tmp_path):
-    w = MainWindow(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
-    qtbot.addWidget(w)
-    w.resize(1200, 800)
-    w.show()
-    yield w
-    w.show_dialogs = False
-    w.controller.shutdown()
+def win(make_win):
+    return make_win(size=(1200, 800))
 
 
 @pytest.fixture
