@@ -19,9 +19,10 @@ With ``cross_check`` the same model also runs with basic optimisations only (Q/D
 in float, the fake-quant reference); where the two disagree by more than
 :data:`KERNEL_TOLERANCE_DB`, the report says so.
 
-The GUI re-runs this after every edit, so results are cached per session: float outputs
-once per calibration, the "before" run once per baseline domain map, and only the "after"
-model is rebuilt when the groups change.
+The GUI re-runs this after every edit, so results are cached per graph and calibration: float
+outputs once per calibration, the "before" run once per baseline domain map, and the "after"
+runs of the last few domain maps (an equal map builds the same model, so an undo or redo back
+to a measured state runs nothing); figures once per run, a group member's SQNR once per scale.
 """
 
 from __future__ import annotations
@@ -199,8 +200,12 @@ class _Cache:
         self.calib_id = None
         self.float_out: list[dict] | None = None  # per sample: output -> array
         self.tensors: dict[str, list[np.ndarray]] = {}  # member tensor -> per-sample float values
-        self.runs: dict[tuple, tuple] = {}  # (id(dm), float tensors, level) -> (dm, per-sample outputs)
+        # (float tensors, level, precision) -> [(dm, per-sample outputs)], the baseline first, then
+        # the latest few maps: an undo or redo to a map measured before is measured already.
+        self.runs: dict[tuple, list] = {}
         self.slices = None
+        self.figures: dict[tuple, tuple] = {}  # (id(run), scheme, outputs) -> (run, figures)
+        self.member_sqnr: dict[tuple, float] = {}  # (tensor, qparams) -> SQNR dB
 
 
 _caches: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -235,20 +240,27 @@ def _run(model, base_dir, names, feeds, cancel, level="basic"):
     return res
 
 
+KEEP_STATES = 6  # domain maps whose runs are kept besides the baseline's
+
+
 def _qdq_outputs(session, dm, cache, outs, feeds, cancel, float_tensors, level="default"):
     # The precision is part of the program that ships: the same domains at other precisions are another run.
-    key = (id(dm), float_tensors, level, getattr(getattr(session, "options", None), "precision", None))
-    hit = cache.runs.get(key)
-    if hit is not None and hit[0] is dm:
-        return hit[1]
+    # Equal maps build the same model, so a map equal to one measured before reuses its run.
+    key = (float_tensors, level, getattr(getattr(session, "options", None), "precision", None))
+    runs = cache.runs.setdefault(key, [])
+    for i, (m, res) in enumerate(runs):
+        if m is dm or m == dm:
+            if i:
+                runs.append(runs.pop(i))
+            return res
     from .export import qdq
 
     model = qdq.build_qdq_model(session, dm, float_tensors=float_tensors).model
     res = _run(model, session.graph.base_dir, outs, feeds, cancel, level)
-    # Keep the baseline and the latest domain map only.
-    base = id(session.baseline_domains)
-    cache.runs = {k: v for k, v in cache.runs.items() if k[0] == base}
-    cache.runs[key] = (dm, res)
+    base = session.baseline_domains
+    runs.append((dm, res))
+    first = next((r for r in runs if r[0] is base or r[0] == base), None)
+    cache.runs[key] = ([first] if first else []) + [r for r in runs if r is not first][-KEEP_STATES:]
     return res
 
 
@@ -328,6 +340,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
         cache = _caches[graph] = _Cache()
     if cache.calib_id is not cal:
         cache.calib_id, cache.float_out, cache.tensors, cache.runs = cal, None, {}, {}
+        cache.figures, cache.member_sqnr = {}, {}
     if cache.slices is None:
         cache.slices = output_slices(graph)
     outs = _float_outputs(graph)
@@ -360,8 +373,8 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     after = (before if after_dm is before_dm or after_dm == before_dm
              else _qdq_outputs(session, after_dm, cache, outs, feeds, cancel, float_tensors))
     ranges = getattr(cal, "ranges", None) or {}
-    fid = Fidelity(outs, _figures(ranges, after_dm, cache.slices, cache.float_out, after, outs),
-                   _figures(ranges, before_dm, cache.slices, cache.float_out, before, outs),
+    fid = Fidelity(outs, _run_figures(cache, ranges, after_dm, after, outs),
+                   _run_figures(cache, ranges, before_dm, before, outs),
                    samples=len(feeds), in_sample=bool(getattr(cal, "in_sample", False)), revision=revision,
                    runtime=runtime_text(), float_outputs=[w.text() for w in why])
     if cross_check:
@@ -370,15 +383,35 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
                                                              fake, outs), outs)
 
     for gid, t in members:
-        vals = np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in cache.tensors[t]])
         qa, qb = after_dm.qparams_of(t), before_dm.qparams_of(t)
         if qa is None or qb is None:
             continue
         d = after_dm.domain_of(t)
         fid.members.append(MemberFidelity(
             t, gid, bits_lost(after_dm.member_range[t], (d.lo, d.hi), after_dm.scheme),
-            sqnr_db(vals, fake_quant(vals, qb)), sqnr_db(vals, fake_quant(vals, qa))))
+            _member_sqnr(cache, t, qb), _member_sqnr(cache, t, qa)))
     return fid
+
+
+def _member_sqnr(cache, t, qp) -> float:
+    # A member's SQNR at a scale depends on nothing else: after an edit only the members whose
+    # scale changed are measured again.
+    key = (t, qp)
+    if key not in cache.member_sqnr:
+        vals = np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in cache.tensors[t]])
+        cache.member_sqnr[key] = sqnr_db(vals, fake_quant(vals, qp))
+    return cache.member_sqnr[key]
+
+
+def _run_figures(cache, ranges, dm, res, outs) -> dict[str, OutputFidelity]:
+    """:func:`_figures` of a cached run against the float run, computed once per run."""
+    key = (id(res), dm.scheme, tuple(outs))
+    hit = cache.figures.get(key)
+    if hit is None or hit[0] is not res:
+        live = {id(r) for runs in cache.runs.values() for _, r in runs}
+        cache.figures = {k: v for k, v in cache.figures.items() if k[0] in live}
+        hit = cache.figures[key] = (res, _figures(ranges, dm, cache.slices, cache.float_out, res, outs))
+    return dict(hit[1])
 
 
 # The accuracy debugger (qtquant.accuracy) measures its variants with the same runs and figures.

@@ -86,3 +86,24 @@ def test_float_outputs_measured_separately(session):
     # 'feat' is a Relu output: without its own Q/DQ it can only get closer to float
     assert f.sqnr_db["feat"] >= q.sqnr_db["feat"] - 1e-9
     assert f.sqnr_db["feat"] != q.sqnr_db["feat"]
+
+
+def test_a_map_measured_before_is_not_run_again_and_gives_the_same_figures(session, monkeypatch):
+    calls = []
+    real = qdq_mod.build_qdq_model
+    monkeypatch.setattr(qdq_mod, "build_qdq_model", lambda s, dm=None, **kw: calls.append(dm) or real(s, dm, **kw))
+    share(session, ["box", "score", "head_out"])
+    f1 = measure_session(session)
+    share(session, ["c0_out", "c1_out", "cat1_out"])
+    f2 = measure_session(session)
+    n = len(calls)
+    unshare(session, session.groups.group_of("c0_out").id)  # an undo: a new map equal to the first one
+    dm = session.domains
+    f3 = measure_session(session)
+    assert len(calls) == n and all(c is not dm for c in calls)
+    assert f3.to_dict() == f1.to_dict() != f2.to_dict()
+    # and what a cold check of that state gives (no caches: another graph object)
+    cold = open_model(session.graph.path)
+    cold.run_calibration()
+    share(cold, ["box", "score", "head_out"])
+    assert measure_session(cold).to_dict() == f3.to_dict()
