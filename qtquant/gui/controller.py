@@ -34,7 +34,9 @@ __all__ = ["Controller", "PERF_DEBOUNCE_MS", "FIDELITY_DEBOUNCE_MS"]
 # After an edit: the incremental simulator costs a few ms, so it waits only long enough
 # to fold a burst of undo/redo into one run; fidelity runs onnxruntime and waits longer.
 PERF_DEBOUNCE_MS = 15
-FIDELITY_DEBOUNCE_MS = 60
+# The check runs in a child process and answers a state it measured before from its cache, so it
+# starts as soon as the simulation does; a newer edit cancels it between samples.
+FIDELITY_DEBOUNCE_MS = PERF_DEBOUNCE_MS
 SETTLE_POLL_MS = 20  # after a calibration: how often to ask whether the views are done
 _MODEL_JOBS = ("layout", "calibrate", "perf", "fidelity", "histogram")
 
