@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from .domains import concat_scale_source
 from .outputs import output_reached
-from .qdq import channel_scales_of
+from .qdq import channel_scales_of, has_channel_scales
 from .quant import bits_lost, scales_differ
 from .vocab import ConcatScaleRule, TensorKind
 
@@ -122,24 +122,35 @@ class ConcatInfo:
         return [rescale_node_names(self.node, m.tensor, m.index) for m in self.inputs if m.needs_rescale]
 
 
-def _member(graph, dm, tensor, index, concat_name, merged) -> ConcatMember:
+def _member(graph, dm, tensor, index, concat_name, merged, channels: bool) -> ConcatMember:
+    """``channels``: the graph carries per-channel scales read from a QDQ file."""
     d = dm.domain_of(tensor)
-    own = dm.member_range.get(tensor, (float("nan"), float("nan")))
+    own = dm.member_range.get(tensor, _NO_RANGE)
     t = graph.tensors[tensor]
     q = d.qparams if d else None
+    known = own[0] == own[0]  # not NaN
+    if d and known and d.lo == d.lo:
+        # Sharing nothing beyond its own range loses nothing: bits_lost(r, r) is 0 for any r.
+        now = 0.0 if (d.lo, d.hi) == own else bits_lost(own, (d.lo, d.hi), dm.scheme)
+    else:
+        now = 0.0
+    consumers = t.consumers
     m = ConcatMember(
         tensor=tensor, index=index, producer=t.producer, domain=d.id if d else None,
         scale=q.scale if q else None, zero_point=q.zero_point if q else None,
         lo=own[0], hi=own[1],
-        bits_lost_if_shared=bits_lost(own, merged, dm.scheme) if merged and own[0] == own[0] else 0.0,
-        bits_lost_now=bits_lost(own, (d.lo, d.hi), dm.scheme) if d and own[0] == own[0] and d.lo == d.lo else 0.0,
+        bits_lost_if_shared=bits_lost(own, merged, dm.scheme) if merged and known else 0.0,
+        bits_lost_now=now,
         constant=t.kind == TensorKind.WEIGHT,
-        other_consumers=len([c for c in t.consumers if c != concat_name]),
+        other_consumers=len(consumers) - consumers.count(concat_name),
     )
-    cs = _file_channels(graph, dm, tensor, d)
+    cs = _file_channels(graph, dm, tensor, d) if channels else None
     if cs is not None and q is not None:
         m.channel_scales, m.channel_zero_points, m.channel_axis = cs.scales, cs.zero_points, cs.axis
     return m
+
+
+_NO_RANGE = (float("nan"), float("nan"))
 
 
 def _file_channels(graph, dm, tensor, d):
@@ -216,6 +227,7 @@ def _channel_width(graph, tensor, axis) -> int | None:
 def analyze_concats(graph, dm) -> list[ConcatInfo]:
     """One :class:`ConcatInfo` per Concat whose output is a quantized activation."""
     infos = []
+    channels = has_channel_scales(graph)
     for node in graph.concat_nodes():
         out = node.outputs[0]
         axis = int(node.attrs.get("axis", 0))
@@ -224,8 +236,8 @@ def analyze_concats(graph, dm) -> list[ConcatInfo]:
         if out in dm.member_range:
             rs.append(dm.member_range[out])
         merged = (min(r[0] for r in rs), max(r[1] for r in rs)) if rs else None
-        out_m = _member(graph, dm, out, -1, node.name, merged)
-        members = [_member(graph, dm, t, i, node.name, merged) for i, t in ins]
+        out_m = _member(graph, dm, out, -1, node.name, merged, channels)
+        members = [_member(graph, dm, t, i, node.name, merged, channels) for i, t in ins]
         notes = []
         rule_note = ""
         live = []
@@ -259,18 +271,19 @@ def analyze_concats(graph, dm) -> list[ConcatInfo]:
             if reference is not None:
                 rule_note = (f"output takes the scale of input {reference.index} ({reference.tensor}, the widest, "
                              f"scale {reference.scale:.4g}) by the target's Concat rule ({dm.concat_rule})")
-            by_index = {m.index: m for m in live}
-            split = out_m.channel_scales is not None and _same_axis(graph, out, out_m.channel_axis, axis)
-            offset = 0
-            for i, t in enumerate(node.inputs):
-                width = _channel_width(graph, t, axis) if t in graph.tensors else None
-                m = by_index.get(i)
-                if m is not None:
-                    if out_m.channel_scales is not None:
+            if out_m.channel_scales is None:
+                for m in live:
+                    m.needs_rescale = _compare(m, out_m.scale, out_m.zero_point)
+            else:
+                by_index = {m.index: m for m in live}
+                split = _same_axis(graph, out, out_m.channel_axis, axis)
+                offset = 0
+                for i, t in enumerate(node.inputs):
+                    width = _channel_width(graph, t, axis) if t in graph.tensors else None
+                    m = by_index.get(i)
+                    if m is not None:
                         m.needs_rescale = _compare_channels(m, out_m, offset if split else None, width)
-                    else:
-                        m.needs_rescale = _compare(m, out_m.scale, out_m.zero_point)
-                offset = offset + width if offset is not None and width is not None else None
+                    offset = offset + width if offset is not None and width is not None else None
         scales = []
         for m in (*live, out_m):
             if m.channel_scales is not None:

@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from networkx.utils import UnionFind
 
 from .ops import passes_through
 from .quant import QParams, Scheme, qparams_for_range, range_width
@@ -112,18 +111,56 @@ def _apply_concat_rule(graph, domains, of, natural, rule) -> tuple[dict, dict]:
     return sources, scale_from
 
 
-def _natural_sets(graph, fixed: dict | None) -> UnionFind:
-    uf = UnionFind()
-    for t in graph.quantized_tensors:
-        uf[t]
+class _Sets:
+    """Union-find over tensor names.  A name never united is a set of its own and costs nothing:
+    most tensors of a graph are (one observer, no pass-through chain)."""
+
+    __slots__ = ("parent",)
+
+    def __init__(self):
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        parent = self.parent
+        root = x
+        while (p := parent.get(root, root)) != root:
+            root = p
+        while x != root:  # path compression
+            parent[x], x = root, parent[x]
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+    def groups(self, names) -> list[list[str]]:
+        """The sets of ``names``, each in the order of ``names``, ordered by their first member."""
+        if not self.parent:
+            return [[t] for t in names]
+        find, parent = self.find, self.parent
+        by_root: dict[str, list[str]] = {}
+        for t in names:
+            r = find(t) if t in parent else t
+            lst = by_root.get(r)
+            if lst is None:
+                by_root[r] = [t]
+            else:
+                lst.append(t)
+        return list(by_root.values())
+
+
+def _natural_sets(graph, fixed: dict | None) -> _Sets:
+    uf = _Sets()
+    is_quantized = graph.is_quantized
     for node in graph.nodes.values():
-        if not passes_through(node, graph) or not node.inputs:
+        if not node.inputs or not passes_through(node, graph):
             continue
         src = node.inputs[0]
-        if not graph.is_quantized(src):
+        if not is_quantized(src):
             continue
         for o in node.outputs:
-            if o and graph.is_quantized(o):
+            if o and is_quantized(o):
                 # A QDQ file may re-quantize after a pass-through op; keep its scales apart then.
                 if fixed and o in fixed and src in fixed and fixed[o] != fixed[src]:
                     continue
@@ -188,17 +225,19 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     ``concat_rule`` is the target's Concat output-scale rule (its march profile).
     """
     uf = _natural_sets(graph, fixed)
-    natural = {}
-    for s in uf.to_sets():
-        fs = frozenset(s)
-        for t in s:
+    natural: dict[str, frozenset] = {}
+    sets: list[frozenset] = []  # the natural sets, in the order their members enter ``natural``
+    for members in uf.groups(graph.quantized_tensors):
+        fs = frozenset(members)
+        sets.append(fs)
+        for t in fs:
             natural[t] = fs
     const_ranges: dict[str, tuple[float, float]] = {}
     for members in groups:  # constants can join a domain (DESIGN §3)
         for m in members:
             if m not in natural and (r := _constant_range(graph, m)) is not None:
-                uf[m]
-                natural[m] = frozenset((m,))
+                fs = natural[m] = frozenset((m,))
+                sets.append(fs)
                 const_ranges[m] = r
     group_of: dict[str, list[int]] = {}
     for gi, members in enumerate(groups):
@@ -217,38 +256,43 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     src.update(const_ranges)
     if fixed:
         src.update(fixed)
-    nat_range: dict[frozenset, tuple[float, float]] = {}
-    for fs in set(natural.values()):
+    isfinite = math.isfinite
+    member_range: dict[str, tuple[float, float]] = {}
+    for fs in sets:
         if len(fs) == 1:  # the common case: one observer, no pass-through chain
             (t,) = fs
             r = src.get(t)
-            if r is not None and math.isfinite(r[0]) and math.isfinite(r[1]):
-                nat_range[fs] = r
+            if r is not None and isfinite(r[0]) and isfinite(r[1]):
+                member_range[t] = r
             continue
-        rs = [src[t] for t in fs if t in src and math.isfinite(src[t][0]) and math.isfinite(src[t][1])]
+        rs = [src[t] for t in fs if t in src and isfinite(src[t][0]) and isfinite(src[t][1])]
         if rs:
-            nat_range[fs] = (min(r[0] for r in rs), max(r[1] for r in rs))
-    member_range = {t: nat_range[fs] for t, fs in natural.items() if fs in nat_range}
+            r = (min(r[0] for r in rs), max(r[1] for r in rs))
+            for t in fs:
+                member_range[t] = r
 
     domains: dict[int, Domain] = {}
     of: dict[str, int] = {}
     # Domain ids follow the first member in graph order, so they are stable across runs.
-    by_root: dict[str, list[str]] = {}
-    for t in graph.tensors:
-        if t in natural:
-            by_root.setdefault(uf[t], []).append(t)
-    sets = list(by_root.values())
-    for did, members in enumerate(sets):
-        is_fixed = bool(fixed) and all(m in fixed or natural[m] == natural[members[0]] for m in members) \
-            and len({natural[m] for m in members}) == 1
-        if len(members) == 1 or (len(members) == len(natural[members[0]]) and not fixed):
-            r = member_range.get(members[0])  # no user group: the natural set's own range
+    order = graph.quantized_tensors if not const_ranges else [t for t in graph.tensors if t in natural]
+    nan = float("nan")
+    for did, members in enumerate(uf.groups(order)):
+        first = members[0]
+        if len(members) == 1:
+            is_fixed = bool(fixed)  # one member: it is its own natural set
+            r = member_range.get(first)  # no user group: the natural set's own range
         else:
-            r = _policy_range(policy, members, natural, member_range, graph, hist_pool, percentile, scheme)
+            nat0 = natural[first]
+            is_fixed = bool(fixed) and all(m in fixed or natural[m] == nat0 for m in members) \
+                and len({natural[m] for m in members}) == 1
+            if len(members) == len(nat0) and not fixed:
+                r = member_range.get(first)
+            else:
+                r = _policy_range(policy, members, natural, member_range, graph, hist_pool, percentile, scheme)
         q = qparams_for_range(*r, scheme) if r is not None else None
-        gids = sorted({g for m in members for g in group_of.get(m, ())})
-        lo, hi = r if r is not None else (float("nan"), float("nan"))
-        domains[did] = Domain(did, tuple(members), lo, hi, q, fixed=is_fixed, user_groups=tuple(gids))
+        gids = tuple(sorted({g for m in members for g in group_of.get(m, ())})) if group_of else ()
+        lo, hi = r if r is not None else (nan, nan)
+        domains[did] = Domain(did, tuple(members), lo, hi, q, fixed=is_fixed, user_groups=gids)
         for m in members:
             of[m] = did
     sources, scale_from = _apply_concat_rule(graph, domains, of, natural, concat_rule)

@@ -17,8 +17,9 @@ from onnx import numpy_helper
 
 from .errors import ModelError, ShapeError
 from .fileio.paths import existing_file
-from .modelcheck import (FLOAT_TYPES, apply_input_shapes, check_external_data, check_input_sizes, check_text,
-                         file_sha256, infer_shapes, inline_small_external, toposort)
+from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_external_data, check_input_sizes,
+                         check_text, infer_shapes, inline_small_external, topo_order)
+from .nodetable import NodeTable, node_names
 from .ops import Role, fused_into_producer, handler_for, passes_through
 from .qdq import is_qdq_model
 from .shapes import format_shape, parse_input_shapes
@@ -35,9 +36,9 @@ MAX_OPSET = 23
 class Node:
     """One op.  Attributes are decoded on first access: most analyses never look at them."""
 
-    __slots__ = ("name", "op_type", "inputs", "outputs", "domain", "index", "_attrs", "_attr_protos")
+    __slots__ = ("name", "op_type", "inputs", "outputs", "domain", "index", "_attrs", "_attr_protos", "_src")
 
-    def __init__(self, name, op_type, inputs, outputs, attrs=None, domain="", index=0, attr_protos=()):
+    def __init__(self, name, op_type, inputs, outputs, attrs=None, domain="", index=0, attr_protos=(), src=None):
         self.name = name
         self.op_type = op_type
         self.inputs = inputs
@@ -46,11 +47,15 @@ class Node:
         self.index = index  # position in topological order
         self._attrs = attrs
         self._attr_protos = attr_protos
+        # The graph's node protos (in topological order): when given, the attributes are taken
+        # from ``src[index]`` on first use, so nodes whose attributes nobody asks for cost nothing.
+        self._src = src
 
     @property
     def attrs(self) -> dict:
         if self._attrs is None:
-            self._attrs = {a.name: _attr_value(a) for a in self._attr_protos}
+            protos = self._attr_protos if self._src is None else self._src[self.index].attribute
+            self._attrs = {a.name: _attr_value(a) for a in protos}
         return self._attrs
 
     @property
@@ -61,36 +66,18 @@ class Node:
         return f"Node({self.name!r}, {self.op_type})"
 
 
-_UNSET = object()
-
-
 class Tensor:
-    """One value of the graph.  The shape is decoded from its ValueInfo on first access:
-    analyses that never look at shapes do not pay for decoding thousands of them."""
+    """One value of the graph: name, shape (None when unknown), element type, kind, edges."""
 
-    __slots__ = ("name", "_shape", "_type", "elem_type", "kind", "producer", "consumers")
+    __slots__ = ("name", "shape", "elem_type", "kind", "producer", "consumers")
 
-    def __init__(self, name, shape=_UNSET, elem_type=0, kind=TensorKind.ACTIVATION, producer=None, consumers=None, *,
-                 type_proto=None):
+    def __init__(self, name, shape=None, elem_type=0, kind=TensorKind.ACTIVATION, producer=None, consumers=None):
         self.name = name
-        self._shape = shape
-        self._type = type_proto
+        self.shape = shape
         self.elem_type = elem_type  # onnx.TensorProto enum, 0 when unknown
         self.kind = kind
         self.producer = producer
         self.consumers = [] if consumers is None else consumers
-
-    @property
-    def shape(self) -> tuple | None:
-        if self._shape is _UNSET:
-            self._shape = _dims(self._type) if self._type is not None else None
-            self._type = None
-        return self._shape
-
-    @shape.setter
-    def shape(self, value) -> None:
-        self._shape = value
-        self._type = None
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r}, {self.kind}, {self.shape})"
@@ -139,6 +126,23 @@ def _dims(type_proto) -> tuple | None:
     return tuple(map(_dim, tt.shape.dim))
 
 
+def _value_types(g) -> dict[str, tuple[int, tuple | None]]:
+    """Each typed value of graph ``g`` (value_info, then outputs, then inputs: later ones win)
+    as (element type, shape).  A graph's values share few distinct types, so each is decoded
+    once, keyed by its serialized bytes: walking every dim of every value from Python is most
+    of the cost of building a big graph otherwise."""
+    decoded: dict[bytes, tuple] = {}
+    out: dict[str, tuple] = {}
+    for v in (*g.value_info, *g.output, *g.input):
+        tp = v.type
+        key = tp.SerializeToString()
+        r = decoded.get(key)
+        if r is None:
+            r = decoded[key] = (tp.tensor_type.elem_type, _dims(tp))
+        out[v.name] = r
+    return out
+
+
 KEEP_MODEL_BYTES = 64 << 20  # Graph.model_bytes keeps serialized models up to this size
 
 
@@ -146,7 +150,8 @@ class Graph:
     """A loaded, shape-resolved ONNX graph.  Plain data plus topological views."""
 
     def __init__(self, model: onnx.ModelProto, path: Path | None, input_shapes: dict, sha256: str,
-                 cut: tuple[str, ...] = ()):
+                 cut: tuple[str, ...] = (), table: NodeTable | None = None):
+        """``table``: ``model.graph.node`` read already (:class:`NodeTable`, in the same order)."""
         self.model = model
         self.cut = tuple(cut)  # the tensors the file's graph was cut at (its outputs now); () = whole file
         self.path = path
@@ -162,63 +167,68 @@ class Graph:
         self._init_cache: dict[str, np.ndarray] = {}
         self._concat_nodes: list[Node] | None = None
         self._model_bytes: bytes | None = None
-        self._build()
+        self._build(table if table is not None else NodeTable(model.graph))
 
     # -- construction -------------------------------------------------------------------
-    def _build(self) -> None:
+    def _build(self, table: NodeTable) -> None:
         g = self.model.graph
-        vi = {v.name: v for v in list(g.value_info) + list(g.output) + list(g.input)}
+        types = _value_types(g)
+        tensors = self.tensors
+        WEIGHT, SHAPE, ACTIVATION, INPUT = TensorKind.WEIGHT, TensorKind.SHAPE, TensorKind.ACTIVATION, TensorKind.INPUT
         for t in g.initializer:
-            self.tensors[t.name] = Tensor(t.name, tuple(t.dims), t.data_type,
-                                          TensorKind.WEIGHT if t.data_type in FLOAT_TYPES else TensorKind.SHAPE)
+            kind = WEIGHT if t.data_type in FLOAT_TYPES else SHAPE
+            tensors[t.name] = Tensor(t.name, tuple(t.dims), t.data_type, kind)
         for i in g.input:
-            if i.name in self.tensors:
+            if i.name in tensors:
                 continue  # old-style models list initializers as inputs
             et = i.type.tensor_type.elem_type
-            kind = TensorKind.INPUT if et in FLOAT_TYPES else TensorKind.SHAPE
-            self.tensors[i.name] = Tensor(i.name, _dims(i.type), et, kind)
+            kind = INPUT if et in FLOAT_TYPES else SHAPE
+            tensors[i.name] = Tensor(i.name, _dims(i.type), et, kind)
             self.inputs.append(i.name)
 
-        tensors = self.tensors
-        self._quantized = {n for n, t in tensors.items() if t.kind == TensorKind.INPUT}
-        order = list(g.node)  # already sorted by graph_from_model
-        seen_names: set[str] = set()
-        for idx, pnode in enumerate(order):
-            name = pnode.name
-            if not name or name in seen_names:
-                name = f"{pnode.op_type}_{idx}"
-                while name in seen_names:
-                    name += "_"
-                pnode.name = name
-            seen_names.add(name)
-            op = pnode.op_type
-            node = Node(name, op, list(pnode.input), list(pnode.output), None, pnode.domain, idx,
-                        pnode.attribute)
-            self.nodes[name] = node
-            ins = [tensors[i] for i in node.inputs if i]
-            static = all(t.kind in (TensorKind.WEIGHT, TensorKind.SHAPE) for t in ins)
-            role = handler_for(op).role
-            quant_out = role is not Role.NONE
-            for o in node.outputs:
+        quantized = {n for n, t in tensors.items() if t.kind == INPUT}
+        names = node_names(table.names, table.ops)
+        protos = g.node
+        for idx, (name, given) in enumerate(zip(names, table.names)):
+            if name != given:
+                protos[idx].name = name  # the file's node had no name (or a taken one)
+        nodes = self.nodes
+        get_type = types.get
+        floats = FLOAT_TYPES
+        NONE = Role.NONE
+        roles: dict[str, Role] = {}
+        for idx, (name, op, node_ins, node_outs, domain) in enumerate(
+                zip(names, table.ops, table.inputs, table.outputs, table.domains)):
+            nodes[name] = Node(name, op, node_ins, node_outs, None, domain, idx, (), protos)
+            ins = []
+            static = True  # every input a weight or a shape value
+            for i in node_ins:
+                if i:
+                    t = tensors[i]
+                    ins.append(t)
+                    t.consumers.append(name)
+                    if static and t.kind is not WEIGHT and t.kind is not SHAPE:
+                        static = False
+            role = roles.get(op)
+            if role is None:
+                role = roles[op] = handler_for(op).role
+            for o in node_outs:
                 if not o:
                     continue
-                v = vi.get(o)
-                vt = v.type if v is not None else None
-                et = vt.tensor_type.elem_type if vt is not None else 0
-                if et and et not in FLOAT_TYPES:
-                    kind = TensorKind.SHAPE
-                elif op == "Constant" or (static and ins) or (not ins and role is Role.NONE):
-                    kind = TensorKind.WEIGHT if (et in FLOAT_TYPES or not et) else TensorKind.SHAPE
-                elif not et and (role is Role.NONE or not any(t.is_float for t in ins)):
-                    kind = TensorKind.SHAPE
+                typed = get_type(o)
+                et, shape = typed if typed is not None else (0, None)
+                if et and et not in floats:
+                    kind = SHAPE
+                elif op == "Constant" or (static and ins) or (not ins and role is NONE):
+                    kind = WEIGHT if (et in floats or not et) else SHAPE
+                elif not et and (role is NONE or not any(t.is_float for t in ins)):
+                    kind = SHAPE
                 else:
-                    kind = TensorKind.ACTIVATION
-                tensors[o] = Tensor(o, _UNSET if vt is not None else None, et, kind, producer=name,
-                                    type_proto=vt)
-                if kind is TensorKind.ACTIVATION and quant_out:
-                    self._quantized.add(o)
-            for t in ins:
-                t.consumers.append(name)
+                    kind = ACTIVATION
+                tensors[o] = Tensor(o, shape, et, kind, name)
+                if kind is ACTIVATION and role is not NONE:
+                    quantized.add(o)
+        self._quantized = quantized
         self._quantized -= fused_into_producer(self)
 
     # -- views ----------------------------------------------------------------------------
@@ -457,18 +467,25 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
     scales, which :func:`qtquant.open_model` (the one way to open any model) does.
     """
     model, p = read_model_file(path)
-    if is_qdq_model(model):
+    table = NodeTable(model.graph)
+    if is_qdq_model(model, table):
         raise ModelError(f"{p.name} is QDQ-quantized; open it with qtquant.open_model, which reads its scales")
-    check_external_data(model, p.parent)
-    return graph_from_model(model, input_shapes, path=p, sha256=file_sha256(p), ort_fallback=ort_fallback)
+    sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed
+    check_external_data(model, p.parent, table)
+    return graph_from_model(model, input_shapes, path=p, sha256=sha, ort_fallback=ort_fallback, table=table)
 
 
 def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | None = None,
-                     sha256: str = "", ort_fallback: bool = True, cut=(), text_checked: bool = False) -> Graph:
-    """``cut``: tensor names the graph is cut at (:func:`cut_model`); ``sha256`` stays the file's.
-    ``text_checked``: the caller ran :func:`check_text` on ``model`` already (a 20,000-node model: ~0.4 s)."""
+                     sha256: str | FileDigest = "", ort_fallback: bool = True, cut=(), text_checked: bool = False,
+                     table: NodeTable | None = None) -> Graph:
+    """``cut``: tensor names the graph is cut at (:func:`cut_model`); ``sha256`` stays the file's
+    (a :class:`~qtquant.modelcheck.FileDigest` still hashing it: waited for once the graph is typed).
+    ``text_checked``: the caller ran :func:`check_text` on ``model`` already (a 20,000-node model: ~0.4 s).
+    ``table``: ``model.graph.node`` read already (:class:`~qtquant.nodetable.NodeTable`)."""
+    if table is None:
+        table = NodeTable(model.graph)
     if not text_checked:
-        check_text(model)
+        check_text(model, table)
     cut = parse_cut(cut)
     if not model.graph.output:
         raise ModelError("the model declares no outputs; nothing it computes can be checked or run")
@@ -480,20 +497,29 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         from .functions import inline_local_functions
 
         inline_local_functions(model)
-    order = toposort(model.graph)  # shape inference needs topological order, and cycles fail here
-    del model.graph.node[:]
-    model.graph.node.extend(order)
+        table = NodeTable(model.graph)
+    # Shape inference needs topological order, and cycles fail here.
+    order = topo_order(model.graph, table)
+    if order is not None:
+        protos = list(model.graph.node)
+        del model.graph.node[:]
+        model.graph.node.extend(protos[i] for i in order)
+        table = table.reordered(order)
     if cut:
         cut_model(model, cut)  # before shape inference: the cut graph is all it needs to type
+        table = NodeTable(model.graph)
     given = input_shapes.items() if isinstance(input_shapes, dict) else input_shapes
     shapes = apply_input_shapes(model, parse_input_shapes(given))
     check_input_sizes(model, shapes)
     if path is not None:
         inline_small_external(model, path.parent)
     inferred = infer_shapes(model)
+    if isinstance(sha256, FileDigest):
+        sha256 = sha256.result()
     if not sha256:
         sha256 = hashlib.sha256(model.SerializeToString()).hexdigest()
-    graph = Graph(inferred, path, shapes, sha256, cut)
+    # Shape inference adds types and keeps the nodes as they were: the table still reads them.
+    graph = Graph(inferred, path, shapes, sha256, cut, table if len(table) == len(inferred.graph.node) else None)
     _check_channels(graph)
     if ort_fallback:
         _ort_fill_shapes(graph)

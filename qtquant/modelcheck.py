@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 from .errors import ModelError, ShapeError
+from .nodetable import NodeTable
 from .shapes import format_shape
 
-__all__ = ["FLOAT_TYPES", "toposort", "check_external_data", "check_text", "apply_input_shapes",
-           "check_input_sizes", "infer_shapes", "inline_small_external", "file_sha256"]
+__all__ = ["FLOAT_TYPES", "toposort", "topo_order", "check_external_data", "check_text", "apply_input_shapes",
+           "check_input_sizes", "infer_shapes", "inline_small_external", "file_sha256",
+           "FileDigest"]
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
                onnx.TensorProto.DOUBLE}
@@ -27,37 +30,47 @@ MAX_INPUT_BYTES = 4 << 30  # one sample of one input; calibration holds a few of
 
 def toposort(g) -> list:
     """Kahn's algorithm over the node protos; detects cycles and dangling inputs."""
-    available = {t.name for t in g.initializer} | {i.name for i in g.input}
     nodes = list(g.node)
-    ins = [list(n.input) for n in nodes]
-    outs = [list(n.output) for n in nodes]
+    order = topo_order(g, NodeTable(g))
+    return nodes if order is None else [nodes[i] for i in order]
+
+
+def topo_order(g, table: NodeTable) -> list[int] | None:
+    """The positions of ``g``'s nodes (read into ``table``) in topological order, or None when
+    the file's order is one already (most files); cycles and dangling inputs are a ModelError."""
+    available = {t.name for t in g.initializer} | {i.name for i in g.input}
+    ins, outs = table.inputs, table.outputs
     # Fast path: most files are already in topological order.
     seen = set(available)
     seen.add("")
-    ok = True
+    issuperset, update = seen.issuperset, seen.update
     for i_list, o_list in zip(ins, outs):
-        if not seen.issuperset(i_list) or seen.intersection(o_list):
-            ok = False
+        if not issuperset(i_list) or not seen.isdisjoint(o_list):
             break
-        seen.update(o_list)
-    if ok:
-        return nodes
+        update(o_list)
+    else:
+        return None
+
+    def label(idx):
+        return table.names[idx] or table.ops[idx]
+
     producer_of: dict[str, int] = {}
-    for idx, n in enumerate(nodes):
-        for o in outs[idx]:
+    for idx, o_list in enumerate(outs):
+        for o in o_list:
             if o:
                 if o in producer_of or o in available:
-                    raise ModelError(f"tensor {o!r} is produced twice (node {n.name or n.op_type!r})")
+                    raise ModelError(f"tensor {o!r} is produced twice (node {label(idx)!r})")
                 producer_of[o] = idx
-    indeg = [0] * len(nodes)
+    n_nodes = len(ins)
+    indeg = [0] * n_nodes
     users: dict[int, list[int]] = {}
-    for idx, n in enumerate(nodes):
+    for idx in range(n_nodes):
         deps = set()
         for i in ins[idx]:
             if not i or i in available:
                 continue
             if i not in producer_of:
-                raise ModelError(f"node {n.name or n.op_type!r} reads {i!r}, which nothing produces")
+                raise ModelError(f"node {label(idx)!r} reads {i!r}, which nothing produces")
             deps.add(producer_of[i])
         indeg[idx] = len(deps)
         for d in deps:
@@ -67,25 +80,28 @@ def toposort(g) -> list:
     out = []
     while ready:
         i = ready.pop()
-        out.append(nodes[i])
+        out.append(i)
         for u in reversed(users.get(i, ())):
             indeg[u] -= 1
             if indeg[u] == 0:
                 ready.append(u)
-    if len(out) != len(nodes):
-        stuck = next(n for i, n in enumerate(nodes) if indeg[i] > 0)
-        raise ModelError(f"graph has a cycle through node {stuck.name or stuck.op_type!r}")
+    if len(out) != n_nodes:
+        stuck = next(i for i in range(n_nodes) if indeg[i] > 0)
+        raise ModelError(f"graph has a cycle through node {label(stuck)!r}")
     return out
 
 
-def _all_tensors(graph):
-    """Every TensorProto of a graph: initializers, Constant-like attributes, subgraphs."""
+def _all_tensors(graph, attributes=None):
+    """Every TensorProto of a graph: initializers, Constant-like attributes, subgraphs.
+    ``attributes``: the graph's nodes' attribute containers, read already (NodeTable)."""
     yield from graph.initializer
     for sp in graph.sparse_initializer:
         yield sp.values
         yield sp.indices
-    for n in graph.node:
-        for a in n.attribute:
+    for attrs in (attributes if attributes is not None else (n.attribute for n in graph.node)):
+        if not attrs:
+            continue
+        for a in attrs:
             if a.HasField("t"):
                 yield a.t
             yield from a.tensors
@@ -98,10 +114,11 @@ def _all_tensors(graph):
                 yield from _all_tensors(sub)
 
 
-def check_external_data(model, base_dir: Path) -> None:
-    """Refuse external data outside the model folder (or missing) before anything reads it."""
+def check_external_data(model, base_dir: Path, table: NodeTable | None = None) -> None:
+    """Refuse external data outside the model folder (or missing) before anything reads it.
+    ``table``: the model's nodes read already (:class:`NodeTable`)."""
     base = base_dir.resolve()
-    for t in _all_tensors(model.graph):
+    for t in _all_tensors(model.graph, table.attributes if table is not None else None):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         loc = next((e.value for e in t.external_data if e.key == "location"), "")
@@ -115,19 +132,25 @@ def check_external_data(model, base_dir: Path) -> None:
             raise ModelError(f"external data file {loc!r} for weight {t.name!r} is missing next to the model")
 
 
-def check_text(model) -> None:
-    """protobuf hands back strings that are not valid UTF-8 as bytes; refuse them once here."""
-    def bad(v) -> bool:
-        return not isinstance(v, str)
-
+def check_text(model, table: NodeTable | None = None) -> None:
+    """protobuf hands back strings that are not valid UTF-8 as bytes; refuse them once here.
+    ``table``: the model's nodes read already (:class:`NodeTable`), so they are not read twice."""
     g = model.graph
+    table = table if table is not None else NodeTable(g)
     names = [o.domain for o in model.opset_import]
-    for n in g.node:
-        names += (n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute))
+    names += table.names
+    names += table.ops
+    names += table.domains
+    for lst in (table.inputs, table.outputs):
+        for x in lst:
+            names += x
+    names += [a.name for attrs in table.attributes if attrs for a in attrs]
     for t in g.initializer:
-        names += (t.name, *(e.key for e in t.external_data), *(e.value for e in t.external_data))
+        names.append(t.name)
+        if t.external_data:
+            names += (*(e.key for e in t.external_data), *(e.value for e in t.external_data))
     names += [v.name for v in (*g.input, *g.output, *g.value_info)]
-    if any(map(bad, names)):
+    if not {str}.issuperset(map(type, names)):
         raise ModelError("the model has a name that is not valid UTF-8 text (corrupt file?)")
 
 
@@ -191,7 +214,7 @@ def _drop_huge_shape_hints(model) -> None:
             return False
         tt = v.type.tensor_type
         dims = tt.shape.dim
-        return any(d.dim_value > MAX_SHAPE_HINT for d in dims) and (len(dims) == 1 or tt.elem_type not in FLOAT_TYPES)
+        return (len(dims) == 1 or tt.elem_type not in FLOAT_TYPES) and any(d.dim_value > MAX_SHAPE_HINT for d in dims)
 
     g = model.graph
     keep = [v for v in g.value_info if not huge(v)]
@@ -310,7 +333,38 @@ def inline_small_external(model, base_dir: Path, limit: int = 1 << 16) -> None:
 
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
+    # Big reads: hashlib and the read release the GIL for each call, so few calls let another
+    # thread run meanwhile (see FileDigest).
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
+        for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+_HASH_CHUNK = 16 << 20
+
+
+class FileDigest:
+    """:func:`file_sha256` of ``path``, computed on a thread of its own while the caller goes on.
+
+    Hashing a model file takes about as long as parsing and shape-inferring it (yolov8n, 12 MB:
+    ~13 ms); both the read and the hash run without the GIL, so the load does not wait for it.
+    :meth:`result` waits, and raises what the hash raised."""
+
+    def __init__(self, path: Path):
+        self._value: str | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(path,), name="qtquant-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self, path) -> None:
+        try:
+            self._value = file_sha256(path)
+        except BaseException as e:  # handed to the caller by result()
+            self._error = e
+
+    def result(self) -> str:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value

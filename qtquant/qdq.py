@@ -26,7 +26,8 @@ from onnx import numpy_helper
 from .errors import ModelError
 from .quant import Scheme
 
-__all__ = ["ChannelScales", "QdqInfo", "is_qdq_model", "strip_qdq", "attach_qdq", "channel_scales_of"]
+__all__ = ["ChannelScales", "QdqInfo", "is_qdq_model", "strip_qdq", "attach_qdq", "channel_scales_of",
+           "has_channel_scales"]
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,10 @@ class QdqInfo:
     float_weights: int = 0  # of those, float constant → Q → DQ (kept float in the view)
 
 
-def is_qdq_model(model: onnx.ModelProto) -> bool:
-    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+def is_qdq_model(model: onnx.ModelProto, table=None) -> bool:
+    """``table``: the model's nodes read already (:class:`~qtquant.nodetable.NodeTable`)."""
+    ops = table.ops if table is not None else (n.op_type for n in model.graph.node)
+    return not {"QuantizeLinear", "DequantizeLinear"}.isdisjoint(ops)
 
 
 def attach_qdq(graph, info: QdqInfo) -> None:
@@ -64,6 +67,12 @@ def attach_qdq(graph, info: QdqInfo) -> None:
     are a property of the file this graph is the float view of, so they travel with it.
     """
     graph.qdq_info = info
+
+
+def has_channel_scales(graph) -> bool:
+    """Whether the graph carries per-channel scales read from its file (:func:`channel_scales_of`)."""
+    info = getattr(graph, "qdq_info", None)
+    return info is not None and bool(info.channels)
 
 
 def channel_scales_of(graph, tensor: str) -> ChannelScales | None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..errors import ModelError
 from ..graph import graph_from_model, read_model_file
-from ..modelcheck import check_external_data, check_text, file_sha256
+from ..modelcheck import FileDigest, check_external_data, check_text
+from ..nodetable import NodeTable
 from ..qdq import attach_qdq, is_qdq_model, strip_qdq
 from .session import Options, Session
 
@@ -15,18 +16,20 @@ def open_model(path, input_shapes=None, options: Options = Options(), *, cut=())
     """``cut``: tensor names (or ``a,b`` text) the graph is cut at: the session works on the
     subgraph that ends there (:func:`qtquant.graph.cut_model`)."""
     model, p = read_model_file(path)
-    check_text(model)
-    check_external_data(model, p.parent)
-    sha = file_sha256(p)
+    sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed
+    table = NodeTable(model.graph)
+    check_text(model, table)
+    check_external_data(model, p.parent, table)
     qdq = None
-    if is_qdq_model(model):
+    if is_qdq_model(model, table):
         try:
             model, qdq = strip_qdq(model, p.parent)
         except ModelError:
             raise
         except Exception as e:
             raise ModelError(f"cannot read the QDQ quantization of {p.name}: {e}") from None
-    graph = graph_from_model(model, input_shapes or {}, path=p, sha256=sha, cut=cut, text_checked=True)
+        table = None  # other nodes now
+    graph = graph_from_model(model, input_shapes or {}, path=p, sha256=sha, cut=cut, text_checked=True, table=table)
     if qdq is not None:
         attach_qdq(graph, qdq)
     return Session(graph, options, qdq=qdq)

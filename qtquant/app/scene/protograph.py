@@ -12,6 +12,7 @@ edges keeps these positions (:meth:`~.view.SceneModel.same_view`).  Shapes are u
 from __future__ import annotations
 
 from ...modelcheck import toposort
+from ...nodetable import node_names
 from ...ops import handler_for
 from ...vocab import TensorKind
 
@@ -47,8 +48,8 @@ class ProtoGraph:
         nodes = list(g.node)
         names = [n.name for n in nodes]
         if any(not n for n in names) or len(set(names)) < len(names):
-            # Unnamed or duplicate nodes are named by their position in topological order, as
-            # the graph loader does: sort first so that the names come out the same.
+            # Unnamed or duplicate nodes are named by their position in topological order
+            # (node_names, as the graph loader does): sort first so that the names come out the same.
             nodes = toposort(g)
         tensors: dict[str, _Tensor] = {}
         for t in g.initializer:
@@ -62,14 +63,7 @@ class ProtoGraph:
             self.inputs.append(i.name)
         self.outputs = [o.name for o in g.output]
         self.nodes: dict[str, _Node] = {}
-        seen: set[str] = set()
-        for idx, p in enumerate(nodes):
-            name = p.name
-            if not name or name in seen:
-                name = f"{p.op_type}_{idx}"
-                while name in seen:
-                    name += "_"
-            seen.add(name)
+        for idx, (name, p) in enumerate(zip(node_names([p.name for p in nodes], [p.op_type for p in nodes]), nodes)):
             node = _Node(name, p.op_type, list(p.input), list(p.output), idx)
             self.nodes[name] = node
             kind = TensorKind.WEIGHT if p.op_type == "Constant" else TensorKind.ACTIVATION
