@@ -97,6 +97,9 @@ class ConcatInfo:
     feeds_output: bool = False
     notes: list[str] = field(default_factory=list)
     output_float: bool = False  # output left unquantized while inputs are quantized
+    # The export leaves the output in float (outputs.export_float_tensors): the inputs keep their
+    # own scales and the Concat runs in float, so no input is rescaled.
+    export_float: bool = False
     # The input whose scale the output takes: by the target's rule, or (output_float) would take.
     reference_input: int | None = None
     rule_note: str = ""  # how the target's rule chose the output scale (empty: its own scale)
@@ -224,8 +227,11 @@ def _channel_width(graph, tensor, axis) -> int | None:
     return d if isinstance(d, int) and d > 0 else None
 
 
-def analyze_concats(graph, dm) -> list[ConcatInfo]:
-    """One :class:`ConcatInfo` per Concat whose output is a quantized activation."""
+def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
+    """One :class:`ConcatInfo` per Concat whose output is a quantized activation.
+
+    ``float_tensors``: what the export leaves in float (:func:`qtquant.outputs.export_float_tensors`);
+    a Concat whose output is one needs no rescale."""
     infos = []
     channels = has_channel_scales(graph)
     for node in graph.concat_nodes():
@@ -249,9 +255,14 @@ def analyze_concats(graph, dm) -> list[ConcatInfo]:
                 notes.append(f"input {m.index} ({m.tensor}) is not quantized")
                 continue
             live.append(m)
+        # A file that already leaves the output in float keeps DESIGN §3's comparison below.
+        export_float = out in float_tensors and bool(live) and out_m.scale is not None
         output_float = out_m.scale is None and bool(live)
         reference = None
-        if output_float:
+        if export_float:
+            notes.append("the export leaves its output in float: its inputs keep their own scales and it runs "
+                         "in float, so none is rescaled")
+        elif output_float:
             # What a compiler that quantizes the Concat would do: the Horizon rule.
             k = concat_scale_source(ConcatScaleRule.WIDEST_INPUT, [m.scale for m in live])
             reference = live[k or 0]
@@ -295,7 +306,7 @@ def analyze_concats(graph, dm) -> list[ConcatInfo]:
         feeds = output_reached(graph, out) is not None
         info = ConcatInfo(node.name, axis, members, out_m, ratio,
                           sum(m.needs_rescale for m in members), feeds_output=feeds, notes=notes,
-                          output_float=output_float,
+                          output_float=output_float, export_float=export_float,
                           reference_input=reference.index if reference is not None else None,
                           rule_note=rule_note)
         infos.append(info)

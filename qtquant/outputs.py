@@ -20,9 +20,11 @@ import numpy as np
 
 from .ops import passes_through
 from .quant import bits_lost
+from .vocab import Precision
 
 __all__ = ["OutputMode", "OutputSlice", "output_slices", "output_reached", "output_concat", "pass_through_walk",
-           "float_output_tensors", "FloatOutput"]
+           "float_output_tensors", "FloatOutput", "export_float_tensors",
+           "export_float_of"]
 
 # Ops that only move or select values, which the slice labels can follow: every output element
 # comes from exactly one input element.
@@ -269,3 +271,26 @@ def float_output_tensors(graph, dm, mode: OutputMode, max_bits_lost: float
         keep.update(tensors)
         why.append(FloatOutput(cat.name, o, tuple(sorted(tensors)), who, worst))
     return frozenset(keep), why
+
+
+def export_float_tensors(graph, dm, max_bits_lost: float, precision=None,
+                         mode: OutputMode = OutputMode.AUTO) -> frozenset[str]:
+    """Every activation the export leaves in float: the model-output tensors
+    :func:`float_output_tensors` keeps under ``mode`` and the tensors ``precision`` sets to float.
+
+    The one rule the Concat analysis (a Concat whose output is one rescales nothing: its inputs
+    keep their own scales), the simulator (it prices them in float on the CPU) and the export
+    (no Q/DQ on them) follow."""
+    keep, _ = float_output_tensors(graph, dm, mode, max_bits_lost)
+    if precision:
+        keep = keep | {t for t, p in precision.items() if p == Precision.FLOAT}
+    return frozenset(keep)
+
+
+def export_float_of(graph, options, qdq, dm, mode: OutputMode = OutputMode.AUTO) -> frozenset[str]:
+    """:func:`export_float_tensors` for a session's (or snapshot's) graph, options and QDQ file
+    over any of its domain maps ``dm`` (groups do not change a tensor's own range).  A QDQ file's
+    scales are analysed as the file has them: nothing."""
+    if qdq is not None:
+        return frozenset()
+    return export_float_tensors(graph, dm, options.max_bits_lost, options.precision, mode)

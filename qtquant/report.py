@@ -62,6 +62,7 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
             "feeds_output": c.feeds_output,
             "worst_channel_ratio": _num(c.worst_channel_ratio),
             "output_float": c.output_float,
+            "export_float": c.export_float,  # the export leaves the output in float: no rescale
             "reference_input": c.reference_input,
             # The requantize nodes a compiler inserts, under its own names (X5 hb_mapper, perf_model).
             "rescale_nodes": [{"input": m.index, "tensor": m.tensor, "x5": x5, "perf_model": pm}
@@ -148,7 +149,7 @@ def concat_table_text(session, concats=None, perf=None) -> str:
         rows.append((c.node, str(len(c.inputs)), f"{c.ratio:.2f}", str(c.rescales),
                      "-" if wch is None else f"{wch:.2f}", f"{worst:.2f}",
                      f"{rescale_us.get(c.node, 0.0):.1f}" if perf is not None else "-",
-                     f"{scales} → {'float' if c.output_float else _fmt_scale(c.output.scale)}"))
+                     f"{scales} → {'float' if c.output_float or c.export_float else _fmt_scale(c.output.scale)}"))
     lines = [text_table(rows, ("concat", "inputs", "ratio", "rescales", "worst channel", "worst bits if shared",
                                "rescale µs", "scales (in → out)"), "lrrrrrrl", rule=True)]
     # Only the notes that explain a rescale count; the rest are in --json and the inspector.
@@ -160,6 +161,10 @@ def concat_table_text(session, concats=None, perf=None) -> str:
         lines.append("")
         lines.append(f"rescale nodes ({len(names)}), as the compilers name them (X5 hb_mapper / perf_model):")
         lines.extend(f"  {x5} / {pm}" for _, (x5, pm) in names)
+    kept = [c.node for c in concats if c.export_float]
+    if kept:
+        lines.append(f"note: the export leaves the output of {', '.join(kept)} in float: its inputs keep their own "
+                     "scales, so it has no rescale; the simulator prices it as a copy into the float output")
     n_float = sum(1 for c in concats if c.output_float)
     if n_float:
         lines.append(f"note: {n_float} Concats have a float output in the file; their inputs were compared with "

@@ -26,7 +26,7 @@ def _simulate(s):
 def test_concat_rows_and_status(session):
     rows = concat_rows(session)
     assert [r.name for r in rows] == [c.node for c in session.concats()]
-    r = max(rows, key=lambda r: r.ratio)
+    r = max((r for r in rows if r.rescales), key=lambda r: r.ratio)  # the head, left in float, has none
     assert r.rescales > 0 and r.color == palette.mismatch_hex(r.ratio, r.rescales) and HEX.match(r.color)
     assert r.cells[0] == r.name and r.cells[2].endswith("×") and r.cells[5] == "—"  # no perf yet
     assert "scale" in r.tooltip and r.sort_key(5) == -1.0 and r.sort_key(2) == r.ratio

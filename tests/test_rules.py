@@ -138,3 +138,31 @@ def test_auto_share_says_float_only_where_the_export_keeps_float():
         (note,) = [n for _, n in plan_auto_share(s, 1.0)[0].notes if "model output" in n]
         assert ("keeps this output in float" in note) is kept, note
         assert [w.concat for w in why] == (["cat"] if kept else [])
+
+
+def test_a_float_kept_output_concat_is_what_ships_in_analysis_perf_and_export(tmp_path):
+    """Boxes-next-to-scores: the export leaves the output Concat in float, its inputs at their own
+    scales, with no requantize in the file.  The analysis counts no rescale for it and the simulator
+    prices none (a copy into the float output instead)."""
+    import onnx
+
+    from qtquant.export.qdq import export_qdq
+    from qtquant.outputs import OutputMode, float_output_tensors
+    from qtquant.perf import simulate_session
+
+    s = _concat_then(_reshape_transpose_tail, gains=(0.01, 50.0))
+    (info,) = s.concats()
+    assert s.export_float() == {"cat_out", "flat", "y"}
+    assert info.export_float and info.rescales == 0 and info.rescale_inputs == [] and info.ratio > 100
+    res = simulate_session(s)
+    assert res.rescale_count == 0 and res.rescale_cost_by_concat() == {"cat": 0.0}
+    assert "left in float by the export" in res.layer("cat").note and res.layer("cat").total_us > 0
+
+    keep, _ = float_output_tensors(s.graph, s.baseline_domains, OutputMode.AUTO, s.options.max_bits_lost)
+    out = export_qdq(s, tmp_path / "fixed.onnx", float_tensors=keep).path
+    m = onnx.load(str(out))
+    prod = {o: n for n in m.graph.node for o in n.output}
+    cat = next(n for n in m.graph.node if n.op_type == "Concat")
+    assert [prod[i].op_type for i in cat.input] == ["DequantizeLinear", "DequantizeLinear"]
+    assert prod[cat.input[0]].input[1] != prod[cat.input[1]].input[1]  # each input at its own scale
+    assert not any(n.op_type == "QuantizeLinear" and cat.output[0] in n.input for n in m.graph.node)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..concat import analyze_concats, concat_members
 from ..errors import ShareRefused
 from ..groups import GroupSet
-from ..outputs import OutputMode
+from ..outputs import OutputMode, export_float_of
 from .check import Bench
 
 __all__ = ["ShareStep", "ShareCandidate", "SqnrShareReport", "plan_sqnr_share", "sqnr_share", "FREE_DB"]
@@ -127,8 +127,8 @@ class SqnrShareReport:
                 "curve": [s.to_dict(s0) for s in self.steps], "runs": self.runs}
 
 
-def _latency(sim, graph, dm) -> tuple[float, int, list]:
-    cs = analyze_concats(graph, dm)
+def _latency(sim, graph, dm, float_tensors) -> tuple[float, int, list]:
+    cs = analyze_concats(graph, dm, float_tensors)
     res = sim.update(cs)
     return res.total_ms, sum(c.rescales for c in cs), cs
 
@@ -147,7 +147,8 @@ def plan_sqnr_share(session, max_sqnr_drop: float, *, output_mode: OutputMode = 
     start_groups = GroupSet(list(session.groups.groups), session.groups.next_id)
     dm0 = session.domains
     v0 = bench.measure(dm0)
-    lat0, resc0, cs0 = _latency(sim, graph, dm0)
+    ft = export_float_of(graph, session.options, session.qdq, dm0, output_mode)
+    lat0, resc0, cs0 = _latency(sim, graph, dm0, ft)
     rep.steps.append(ShareStep("", resc0, 0, lat0, v0.worst_label, v0.worst_db))
     info = {c.node: c for c in cs0}
 
@@ -166,7 +167,7 @@ def plan_sqnr_share(session, max_sqnr_drop: float, *, output_mode: OutputMode = 
             continue
         dm = session.domains_with(trial.as_lists())
         v = bench.measure(dm)
-        lat, _, _ = _latency(sim, graph, dm)
+        lat, _, _ = _latency(sim, graph, dm, ft)
         loss = v0.worst_db - v.worst_db if math.isfinite(v.worst_db) and math.isfinite(v0.worst_db) else math.inf
         rep.candidates.append(ShareCandidate(name, tuple(members), rescales, (lat0 - lat) * 1000.0, loss))
         if progress is not None:
@@ -181,7 +182,7 @@ def plan_sqnr_share(session, max_sqnr_drop: float, *, output_mode: OutputMode = 
         trial.share(graph, list(c.members), name=f"sqnr-share: {c.concat}")
         dm = session.domains_with(trial.as_lists())
         v = bench.measure(dm)
-        lat, resc, _ = _latency(sim, graph, dm)
+        lat, resc, _ = _latency(sim, graph, dm, ft)
         ok = math.isfinite(v.worst_db) and v0.worst_db - v.worst_db <= rep.max_sqnr_drop
         rep.steps.append(ShareStep(c.concat, resc, resc0 - resc, lat, v.worst_label, v.worst_db, ok))
         if progress is not None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from ..calib import CalibConfig, CalibrationResult, calibrate
 from ..concat import analyze_concats
+from ..outputs import export_float_of
 from ..domains import DomainMap, Policy, build_domains
 from ..groups import GroupSet
 from ..precision import PrecisionMap
@@ -97,8 +98,9 @@ def derive(graph, calibration, options: Options, groups, qdq=None) -> Derived:
     groups = tuple(tuple(g) for g in groups)
     dm = _domains_for(graph, calibration, options, qdq, groups)
     base = _domains_for(graph, calibration, options, qdq, ()) if groups else dm
-    cs = analyze_concats(graph, dm)
-    return Derived(calibration, options, groups, dm, base, cs, analyze_concats(graph, base) if groups else cs)
+    ft = export_float_of(graph, options, qdq, base)
+    cs = analyze_concats(graph, dm, ft)
+    return Derived(calibration, options, groups, dm, base, cs, analyze_concats(graph, base, ft) if groups else cs)
 
 
 class Session:
@@ -171,8 +173,9 @@ class Session:
         if derived is not None and derived.calibration is res and derived.options == self.options \
                 and derived.groups == tuple(tuple(g) for g in self.groups.as_lists()):
             self._dm, self._baseline_dm = derived.domains, derived.baseline
-            self._concat_cache = {False: (derived.domains, derived.concats),
-                                  True: (derived.baseline, derived.baseline_concats)}
+            ft = self.export_float(derived.domains)
+            self._concat_cache = {False: (derived.domains, derived.concats, ft),
+                                  True: (derived.baseline, derived.baseline_concats, ft)}
         self._emit("calibrated")
 
     def set_options(self, **changes) -> None:
@@ -303,15 +306,22 @@ class Session:
             self._baseline_dm = self._build(())
         return self._baseline_dm
 
+    def export_float(self, dm=None) -> frozenset[str]:
+        """What the default export leaves in float: see :func:`export_float_of`."""
+        return export_float_of(self.graph, self.options, self.qdq, self.domains if dm is None else dm)
+
     def concats(self, baseline: bool = False):
         dm = self.baseline_domains if baseline else self.domains
+        ft = self.export_float(dm)
         hit = self._concat_cache.get(bool(baseline))
-        if hit is None or hit[0] is not dm:
-            hit = self._concat_cache[bool(baseline)] = (dm, analyze_concats(self.graph, dm))
+        if hit is None or hit[0] is not dm or hit[2] != ft:
+            hit = self._concat_cache[bool(baseline)] = (dm, analyze_concats(self.graph, dm, ft), ft)
         return hit[1]
 
     def cached_concats(self, baseline: bool = False):
         """The analysis if it is already built for the current domains, else None (no work)."""
         dm = self._baseline_dm if baseline else self._dm
         hit = self._concat_cache.get(bool(baseline))
-        return hit[1] if dm is not None and hit is not None and hit[0] is dm else None
+        if dm is None or hit is None or hit[0] is not dm:
+            return None
+        return hit[1] if hit[2] == self.export_float(dm) else None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..concat import analyze_concats
 from ..groups import GroupSet
+from ..outputs import export_float_of
 
 if TYPE_CHECKING:
     from ..calib import CalibrationResult
@@ -75,6 +76,7 @@ class Snapshot:
         key = bool(baseline)
         hit = self._concats.get(key)
         if hit is None:
-            hit = self._concats[key] = analyze_concats(self.graph,
-                                                       self.baseline_domains if key else self.domains)
+            dm = self.baseline_domains if key else self.domains
+            hit = self._concats[key] = analyze_concats(
+                self.graph, dm, export_float_of(self.graph, self.options, self.qdq, dm))
         return hit

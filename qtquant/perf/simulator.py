@@ -202,7 +202,14 @@ class Simulator:
         idx = tuple(info.rescale_inputs)
         rescales = tuple(rescale_cost(f"{node.name}_rescale_{i}", node.inputs[i], node.name, ctx) for i in idx)
         channel = _is_channel_concat(node, self.graph)
-        if channel and not idx:
+        if getattr(info, "export_float", False):
+            # What ships (outputs.export_float_tensors): each input dequantized at its own scale
+            # into the float output, no rescale; not in place, the output is another buffer.
+            layer = copy_cost(node.name, node.op_type, node.inputs, node.outputs, ctx,
+                              note="output left in float by the export: its inputs are dequantized into it "
+                                   "at their own scales, no rescale")
+            extra = 0.0
+        elif channel and not idx:
             layer = zero_cost(node, "channel Concat in place: producers write straight into the output buffer")
             extra = 0.0
         elif channel and self.march.fusion.concat_in_place:
@@ -233,7 +240,7 @@ class Simulator:
                 lc = base[name]
                 cc = _ConcatCost(lc, (), 0.0)
             else:
-                key = (name, tuple(info.rescale_inputs))
+                key = (name, tuple(info.rescale_inputs), getattr(info, "export_float", False))
                 cc = memo.get(key)
                 if cc is None:
                     cc = self._concat_cost(info, ctx)
