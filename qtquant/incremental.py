@@ -1,0 +1,364 @@
+"""The exported model's program, re-run after an edit only where the edit changed it.
+
+The fidelity check measures what ships: the QDQ model the exporter writes, in an onnxruntime
+session at default options (Q/DQ fused into onnxruntime's kernels).  After one edit in the GUI
+most of that costs the same again for nothing: onnxruntime re-optimises the whole graph,
+creates every kernel and runs every sample through layers the edit did not touch.
+
+Here onnxruntime's own optimised program (``SessionOptions.optimized_model_filepath`` at
+default options) is kept for the model's *structure*: the exported graph with its initializer
+values left out.  An edit changes scales, zero points and int32 biases, not the structure, so
+the new model's program is the kept one with the new values in the same places (the exporter
+builds the same nodes in the same order; the values are matched slot by slot).  That program
+runs with optimisations disabled (it is optimised already: the same kernels a default session
+of the exported file runs, see ``tests/test_incremental.py``), and only its nodes whose
+computation is new run again: each tensor gets a fingerprint of its node, attributes,
+initializer values and inputs' fingerprints, and the int8 tensors of earlier runs (what one
+kernel hands the next) are kept per sample by fingerprint.  A model of another structure (a
+precision change, float outputs) gets a program of its own.
+
+onnxruntime's optimiser decides some fusions on values, so a structure is only kept when its
+program does not move when every scale and bias moves (checked once per structure, with a
+second optimisation of the model with all of them scaled): otherwise every model of it runs in
+a fresh default session.  Models with external data, subgraphs or more than
+:data:`MAX_NODES` nodes always do (optimising a 20,000-node graph twice costs more than it saves).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections import OrderedDict
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from .errors import Cancelled, ModelError
+from .runtime import make_session
+
+__all__ = ["IncrementalRunner", "run_session", "fingerprints", "moved_domains", "KEEP_BYTES", "MAX_NODES"]
+
+KEEP_BYTES = 256 << 20  # the kept int8 tensors of a runner (all samples); the oldest go first
+MAX_NODES = 5000
+
+
+def run_session(sess, names, feeds, cancel) -> list[dict]:
+    """``names`` of ``sess`` for each feed, cancellable between samples; onnxruntime's errors
+    become a one-line :class:`ModelError`."""
+    res = []
+    for feed in feeds:
+        if cancel is not None and cancel():
+            raise Cancelled("fidelity check cancelled")
+        try:
+            out = sess.run(names, feed)
+        except Exception as e:  # onnxruntime's errors are not ours: make them a one-line message
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ModelError(f"fidelity check failed in onnxruntime: {first[:300]}") from None
+        res.append(dict(zip(names, out)))
+    return res
+
+
+def _value_key(t: onnx.TensorProto) -> bytes:
+    """The value of an initializer, not its name (a rebuilt model names its scales afresh)."""
+    if t.raw_data:
+        body = t.raw_data
+    else:
+        c = onnx.TensorProto()
+        c.CopyFrom(t)
+        c.name = ""
+        body = c.SerializeToString()
+    return f"{t.data_type}:{tuple(t.dims)}:".encode() + body
+
+
+def fingerprints(model: onnx.ModelProto, values: dict[str, bytes] | None = None) -> dict[str, bytes] | None:
+    """Tensor name -> fingerprint of the computation producing it (None: nodes out of
+    topological order).  ``values``: initializer name -> value digest, where known already."""
+    g = model.graph
+    salt = hashlib.sha1(repr(sorted((o.domain, o.version) for o in model.opset_import)).encode()).digest()
+    h: dict[str, bytes] = {}
+    for t in g.initializer:
+        d = (values or {}).get(t.name)
+        h[t.name] = d if d is not None else hashlib.sha1(salt + _value_key(t)).digest()
+    for i in g.input:
+        if i.name not in h:
+            h[i.name] = hashlib.sha1(salt + b"input:" + i.name.encode()).digest()
+    for n in g.node:
+        m = hashlib.sha1(salt)
+        m.update(f"{n.domain}/{n.op_type}/{len(n.input)}".encode())
+        for a in n.attribute:
+            m.update(a.SerializeToString())
+        for i in n.input:
+            if not i:
+                m.update(b"-")
+                continue
+            d = h.get(i)
+            if d is None:
+                return None
+            m.update(d)
+        d = m.digest()
+        for k, o in enumerate(n.output):
+            if o:
+                h[o] = hashlib.sha1(d + k.to_bytes(4, "little")).digest()
+    return h
+
+
+def _followable(model) -> bool:
+    g = model.graph
+    if len(g.node) > MAX_NODES or any(t.data_location == onnx.TensorProto.EXTERNAL for t in g.initializer):
+        return False
+    return not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                   for n in g.node for a in n.attribute)
+
+
+def _skeleton(model):
+    """The graph without initializer values: per node its op, attributes and wiring, with each
+    initializer input replaced by a marker."""
+    inits = {t.name for t in model.graph.initializer}
+    nodes = []
+    for n in model.graph.node:
+        ins = tuple(None if i in inits else i for i in n.input)
+        nodes.append((n.domain, n.op_type, tuple(a.SerializeToString() for a in n.attribute), ins, tuple(n.output)))
+    io = (tuple(i.SerializeToString() for i in model.graph.input if i.name not in inits),
+          tuple(o.name for o in model.graph.output), tuple(sorted((o.domain, o.version) for o in model.opset_import)))
+    return hashlib.sha1(repr((nodes, io)).encode()).digest()
+
+
+def _slot_values(base_model, model) -> dict[str, onnx.TensorProto] | None:
+    """Base initializer name -> ``model``'s initializer in the same slots; None when one base
+    initializer would need two values (the base shares one where the model has two)."""
+    bi = {t.name for t in base_model.graph.initializer}
+    mi = {t.name: t for t in model.graph.initializer}
+    out: dict[str, onnx.TensorProto] = {}
+    for bn, mn in zip(base_model.graph.node, model.graph.node):
+        for a, b in zip(bn.input, mn.input):
+            if a in bi:
+                t = mi[b]
+                prev = out.get(a)
+                if prev is None:
+                    out[a] = t
+                elif prev is not t and _value_key(prev) != _value_key(t):
+                    return None
+    return out
+
+
+def _optimise(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnxruntime's optimised program of ``model`` at default options (what a user's session runs)."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="qtquant-ort-") as tmp:
+        path = os.path.join(tmp, "optimised.onnx")
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.optimized_model_filepath = path
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            return onnx.load(path)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ModelError(f"onnxruntime cannot run this model: {first[:300]}") from None
+
+
+def moved_domains(dm):
+    """``dm`` with every domain's range scaled by its own factor between 1/4 and 4 (and, for the
+    asymmetric scheme, its zero point moved by one): what edits move, each far, consistently
+    (biases follow their input and weight scales when the exporter builds from it)."""
+    from dataclasses import replace
+
+    doms = {}
+    for i, d in dm.domains.items():
+        qp = d.qparams
+        if qp is None:
+            doms[i] = d
+            continue
+        f = 4.0 ** (((i * 7919) % 17) / 8.0 - 1.0)
+        zp = qp.zero_point
+        if zp != 0 or qp.qmin == 0:  # an asymmetric grid
+            zp = zp + 1 if zp < qp.qmax else zp - 1
+        doms[i] = replace(d, lo=d.lo * f, hi=d.hi * f, qparams=replace(qp, scale=qp.scale * f, zero_point=zp))
+    return replace(dm, domains=doms)
+
+
+class _Program:
+    """onnxruntime's optimised program of one structure, and where an edit's values go in it."""
+
+    def __init__(self, model: onnx.ModelProto, moved):
+        self.model = model  # the QDQ model it was optimised from (its values: the program's)
+        self.optimised = _optimise(model)
+        self.inits = {t.name: t for t in self.optimised.graph.initializer}
+        self.values = {t.name: _value_key(t) for t in model.graph.initializer}
+        self._moved = moved  # () -> the same structure's model with every value moved
+        self._reusable: bool | None = None
+        self.itemsize: dict[str, int] = {}  # tensor -> bytes per element, once a run has shown it
+
+    @property
+    def reusable(self) -> bool:
+        """Whether the program holds when the values move (no value-dependent fusion, no
+        initializer of the program derived from a value that moves): checked once, on the first
+        edit, by optimising the model the exporter builds with every domain's range moved."""
+        if self._reusable is None:
+            pert = self._moved() if self._moved is not None else None
+            if pert is None or _skeleton(pert) != _skeleton(self.model) or _slot_values(self.model, pert) is None:
+                self._reusable = False
+                return False
+            slots = _slot_values(self.model, pert)
+            moved = {n for n, t in slots.items() if _value_key(t) != self.values[n]}
+            other = _optimise(pert)
+            oi = {t.name: t for t in other.graph.initializer}
+            # The same program, and every value of it either moved from the model (in place) or
+            # the same as here (not derived from anything that moved).
+            self._reusable = (_skeleton(other) == _skeleton(self.optimised) and set(oi) == set(self.inits)
+                              and all(n in moved or _value_key(oi[n]) == _value_key(t)
+                                      for n, t in self.inits.items()))
+        return self._reusable
+
+    def program_for(self, model) -> onnx.ModelProto | None:
+        """The optimised program of ``model`` (same structure), or None if it cannot be had here."""
+        slots = _slot_values(self.model, model)
+        if slots is None:
+            return None
+        changed = {n: t for n, t in slots.items() if _value_key(t) != self.values[n]}
+        if not changed:
+            return self.optimised
+        if not self.reusable or any(n not in self.inits for n in changed):
+            return None  # only onnxruntime's optimiser can make this program
+        prog = onnx.ModelProto()
+        prog.CopyFrom(self.optimised)
+        for i, t in enumerate(prog.graph.initializer):
+            if t.name in changed:
+                c = onnx.TensorProto()
+                c.CopyFrom(changed[t.name])
+                c.name = t.name
+                prog.graph.initializer[i].CopyFrom(c)
+        return prog
+
+
+class IncrementalRunner:
+    """Runs exported QDQ models of one graph on fixed ``feeds``; ``run`` returns what a fresh
+    default session of the whole model returns, running only what is new."""
+
+    def __init__(self, feeds, keep_bytes: int = KEEP_BYTES):
+        self.feeds = list(feeds)
+        self.keep_bytes = keep_bytes
+        self._programs: "OrderedDict[bytes, _Program]" = OrderedDict()  # structure -> program
+        self._kept: "OrderedDict[bytes, list[np.ndarray]]" = OrderedDict()  # tensor fingerprint -> per sample
+        self._bytes = 0
+        self.last = ("", 0, 0)  # (how, nodes run, nodes of the program) of the latest run
+
+    def run(self, model: onnx.ModelProto, names, cancel=None, base_dir=None, moved=None) -> list[dict]:
+        """``moved``: () -> the model the exporter builds from the same domains with every value
+        moved (:func:`moved_domains`); without it every edit runs in a fresh default session."""
+        names = list(names)
+        found = self._program(model, moved) if _followable(model) else None
+        if found is None:
+            self.last = ("fresh default session", len(model.graph.node), len(model.graph.node))
+            sess = make_session(model, base_dir, spinning=False, level="default")
+            return run_session(sess, names, self.feeds, cancel)
+        return self._run_program(*found, names, cancel)
+
+    def _program(self, model, moved):
+        """(program, its optimised model) for ``model``, or None: run it in a fresh default session."""
+        key = _skeleton(model)
+        p = self._programs.get(key)
+        if p is None:
+            p = self._programs[key] = _Program(model, moved)
+            while len(self._programs) > 3:
+                self._programs.popitem(last=False)
+        self._programs.move_to_end(key)
+        opt = p.program_for(model)
+        return (p, opt) if opt is not None else None
+
+    def _run_program(self, p: _Program, prog, names, cancel) -> list[dict]:
+        g = prog.graph
+        h = fingerprints(prog)
+        graph_inputs = {i.name: i for i in g.input}
+        if h is None or any(n not in h or n in graph_inputs for n in names):
+            raise ModelError("fidelity check: onnxruntime's optimised program cannot be followed")
+        prod = {o: n for n in g.node for o in n.output if o}
+        inits = {t.name: t for t in g.initializer}
+        need, front, seen, stack = set(), {}, set(), list(names)
+        wanted = set(names)
+        while stack:
+            t = stack.pop()
+            if not t or t in seen or t in inits:
+                continue
+            seen.add(t)
+            n = prod.get(t)
+            if n is None:
+                front[t] = None  # a graph input: the check sample
+            elif h[t] in self._kept and t not in wanted:
+                front[t] = None  # computed the same way by an earlier run
+            elif id(n) not in need:
+                need.add(id(n))
+                stack.extend(n.input)
+        nodes = [n for n in g.node if id(n) in need]
+        used = {i for n in nodes for i in n.input}
+        sub = onnx.ModelProto()
+        sub.ir_version = prog.ir_version
+        sub.opset_import.extend(prog.opset_import)
+        sub.graph.name = g.name
+        sub.graph.node.extend(nodes)
+        sub.graph.initializer.extend(inits[i] for i in used if i in inits)
+        for f in front:
+            if f in graph_inputs:
+                sub.graph.input.append(graph_inputs[f])
+            else:
+                a = self._kept[h[f]][0]
+                sub.graph.input.append(helper.make_tensor_value_info(
+                    f, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
+        outs = {o.name: o for o in g.output}
+        # Keep the 1-byte tensors (int8 hand-overs between kernels): small, and where edits cut.
+        # (Every tensor of the program is its own kernel's output: asking for it changes nothing.)
+        keep = [o for n in nodes for o in n.output
+                if o and o not in wanted and o not in front and p.itemsize.get(o, 1) == 1]
+        out_names = names + keep
+        for o in out_names:
+            sub.graph.output.append(outs[o] if o in outs else onnx.ValueInfoProto(name=o))
+        self.last = ("optimised program", len(nodes), len(g.node))
+        feeds = [{x: (f[x] if x in graph_inputs else self._kept[h[x]][k]) for x in front}
+                 for k, f in enumerate(self.feeds)]
+        if nodes:
+            sess = _disabled_session(sub)
+            res = run_session(sess, out_names, feeds, cancel)
+        else:
+            res = [{} for _ in self.feeds]
+        for x in front:
+            if x not in graph_inputs:
+                self._kept.move_to_end(h[x])
+        for o in keep:
+            vals = [r[o] for r in res]
+            if vals:
+                p.itemsize[o] = vals[0].dtype.itemsize
+                if vals[0].dtype.itemsize == 1:
+                    self._keep(h[o], vals)
+        return [{n: r[n] for n in names} for r in res]
+
+    def _keep(self, key: bytes, values: list) -> None:
+        size = sum(int(v.nbytes) for v in values)
+        if size > self.keep_bytes:
+            return
+        old = self._kept.pop(key, None)
+        if old is not None:
+            self._bytes -= sum(int(v.nbytes) for v in old)
+        self._kept[key] = values
+        self._bytes += size
+        while self._bytes > self.keep_bytes and self._kept:
+            _, v = self._kept.popitem(last=False)
+            self._bytes -= sum(int(x.nbytes) for x in v)
+
+
+def _disabled_session(model):
+    """An already optimised program, run as it is (its kernels are the default session's)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    try:
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"onnxruntime cannot run this model: {first[:300]}") from None

@@ -1,0 +1,193 @@
+"""The per-edit re-run of the exported model gives what a fresh default session of the whole
+exported model gives, bit for bit, while running only the part an edit changed."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from builders import save, yolov8n
+from qtquant.app import Options, open_model
+from qtquant.autoshare import auto_share
+from qtquant.cli import main
+from qtquant.concat import concat_members
+from qtquant.export.qdq import build_qdq_model
+from qtquant.fidelity import float_outputs_of, measure_session, run_feeds
+from qtquant.groups import share, unshare
+from qtquant.incremental import IncrementalRunner, fingerprints, moved_domains
+from qtquant.plan import save_plan
+from qtquant.vocab import Policy, Scheme
+
+
+@pytest.fixture(scope="module")
+def yolo_path(tmp_path_factory):
+    return save(yolov8n(size=64, nc=4), tmp_path_factory.mktemp("yolo") / "yolo.onnx")
+
+
+@pytest.fixture
+def yolo(yolo_path):
+    s = open_model(yolo_path)
+    s.run_calibration()
+    return s
+
+
+def _consumer_concat(graph, tensor):
+    return next(n for n in graph.consumers(tensor) if n.op_type == "Concat").name
+
+
+def _head(graph):
+    """The first detection level's box and class convs (they meet in a Concat)."""
+    concats = [n for n in graph.nodes.values() if n.op_type == "Concat"]
+    lvl = next(n for n in concats if all(graph.producer(i) is not None and graph.producer(i).op_type == "Conv"
+                                         for i in n.inputs))
+    return list(lvl.inputs)
+
+
+def _fresh(session, outs, feeds):
+    """A fresh default session of the whole exported model: what ships."""
+    model = build_qdq_model(session).model
+    return model, run_feeds(model, session.graph.base_dir, outs, feeds, None, "default")
+
+
+def _moved(session):
+    dm = session.domains
+    return lambda: build_qdq_model(session, moved_domains(dm)).model
+
+
+def _equal(a, b, outs):
+    return len(a) == len(b) and all(np.array_equal(x[o], y[o]) and x[o].dtype == y[o].dtype
+                                    for x, y in zip(a, b) for o in outs)
+
+
+def test_each_edit_reruns_only_what_changed_and_matches_a_fresh_session_bit_for_bit(yolo):
+    g = yolo.graph
+    outs = float_outputs_of(g)
+    feeds = list(yolo.calibration.holdout)
+    runner = IncrementalRunner(feeds)
+    model, ref = _fresh(yolo, outs, feeds)
+    assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+    how, first, total = runner.last
+    assert how == "optimised program" and first == total  # the first run is the whole program
+
+    head = _head(g)
+    mid = concat_members(g, _consumer_concat(g, g.nodes[next(n for n in g.nodes if g.nodes[n].op_type == "Resize")]
+                                             .outputs[0]))
+    ran = {}
+    policy = yolo.options.policy
+
+    def edit(label, fn):
+        fn()
+        yolo.groups_changed()
+        model, ref = _fresh(yolo, outs, feeds)
+        got = runner.run(model, outs, moved=_moved(yolo))
+        assert _equal(got, ref, outs), label
+        ran[label] = runner.last
+
+    edit("head", lambda: share(yolo, head))
+    edit("mid", lambda: share(yolo, mid))
+    edit("policy", lambda: yolo.set_options(policy=Policy.MAX_INPUT))
+    edit("auto", lambda: auto_share(yolo, 1.0))
+    edit("undo head", lambda: unshare(yolo, yolo.groups.group_of(head[0]).id))
+    edit("int16", lambda: yolo.set_precision([mid[0]], "int16"))
+    # A head edit re-runs the head only; a mid-network Concat re-runs from there on; a precision
+    # change is another structure: its own program.
+    assert all(ran[k][0] == "optimised program" for k in ran), ran
+    assert 0 < ran["head"][1] < ran["mid"][1] < total
+    assert ran["int16"][1] == ran["int16"][2]  # a new program runs whole
+    # Back to a model measured before: only the float tail after the last int8 tensor runs.
+    yolo.groups.clear()
+    yolo.set_options(policy=policy)
+    yolo.set_precision([mid[0]], "int8")
+    yolo.groups_changed()
+    model, ref = _fresh(yolo, outs, feeds)
+    assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+    assert runner.last[0] == "optimised program" and runner.last[1] < ran["head"][1]
+
+
+def test_a_small_budget_only_costs_runs(yolo):
+    outs = float_outputs_of(yolo.graph)
+    feeds = list(yolo.calibration.holdout)
+    runner = IncrementalRunner(feeds, keep_bytes=1)  # nothing kept: every run is the whole model
+    for members in ([], _head(yolo.graph)):
+        if members:
+            share(yolo, members)
+        model, ref = _fresh(yolo, outs, feeds)
+        assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+        assert runner.last[1] == runner.last[2]
+
+
+def test_fingerprints_follow_values_not_names():
+    from onnx import TensorProto, helper
+
+    def model(scale, name):
+        nodes = [helper.make_node("QuantizeLinear", ["x", name, "z"], ["q"]),
+                 helper.make_node("DequantizeLinear", ["q", name, "z"], ["y"])]
+        inits = [helper.make_tensor(name, TensorProto.FLOAT, [], [scale]),
+                 helper.make_tensor("z", TensorProto.INT8, [], [0])]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+    a, b, c = fingerprints(model(0.5, "s")), fingerprints(model(0.5, "other")), fingerprints(model(0.25, "s"))
+    assert a["q"] == b["q"] and a["y"] == b["y"]
+    assert a["q"] != c["q"] and a["x"] == c["x"]
+    m = model(0.5, "s")
+    m.graph.node.reverse()  # not topological: not followed
+    assert fingerprints(m) is None
+
+
+def test_the_warm_check_after_edits_gives_the_figures_of_analyze_on_the_exported_plan(yolo, yolo_path, tmp_path,
+                                                                                     capsys):
+    g = yolo.graph
+    measure_session(yolo)
+    head = _head(g)
+    share(yolo, head)
+    measure_session(yolo)
+    auto_share(yolo, 1.0)
+    measure_session(yolo)
+    unshare(yolo, yolo.groups.group_of(head[0]).id)
+    warm = measure_session(yolo)  # caches warm: a part of the program re-ran
+    plan = save_plan(yolo, tmp_path / "plan.json")
+    assert main(["analyze", yolo_path, "--no-perf", "--plan", str(plan), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    cold = doc["summary"]["fidelity"]
+    mine = json.loads(json.dumps(warm.to_dict()))
+    assert mine["samples"] == cold["samples"]
+    assert mine["outputs"] == cold["outputs"]  # every output, slice and 'before' figure, exactly
+    # (group ids are numbered afresh when a plan is applied)
+    assert [{**m, "group": None} for m in mine["members"]] == [{**m, "group": None} for m in cold["members"]]
+
+
+@pytest.mark.parametrize("scheme", list(Scheme))
+def test_both_schemes_on_the_detector(det_path, scheme):
+    s = open_model(det_path, options=replace(Options(), scheme=scheme))
+    s.run_calibration()
+    outs, feeds = float_outputs_of(s.graph), list(s.calibration.holdout)
+    runner = IncrementalRunner(feeds)
+    for members in ([], ["box", "score", "head_out"], ["c0_out", "c1_out", "cat1_out"]):
+        if members:
+            share(s, members)
+        model, ref = _fresh(s, outs, feeds)
+        assert _equal(runner.run(model, outs, moved=_moved(s)), ref, outs)
+        assert runner.last[0] == "optimised program"
+    assert runner.last[1] < runner.last[2]
+
+
+def test_what_the_program_cannot_follow_runs_in_a_fresh_default_session(yolo, monkeypatch):
+    import qtquant.incremental as inc
+
+    monkeypatch.setattr(inc, "MAX_NODES", 10)
+    outs, feeds = float_outputs_of(yolo.graph), list(yolo.calibration.holdout)
+    runner = IncrementalRunner(feeds)
+    model, ref = _fresh(yolo, outs, feeds)
+    assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+    assert runner.last[0] == "fresh default session"
+    monkeypatch.setattr(inc, "MAX_NODES", 10 ** 6)
+    runner = IncrementalRunner(feeds)
+    runner.run(model, outs)  # no way to move the values: the program is not reused after an edit
+    assert runner.last[0] == "optimised program"
+    share(yolo, _head(yolo.graph))
+    model, ref = _fresh(yolo, outs, feeds)
+    assert _equal(runner.run(model, outs), ref, outs)
+    assert runner.last[0] == "fresh default session"
