@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .domains import concat_scale_source
+from .gcpause import gc_paused
 from .outputs import output_reached
 from .qdq import channel_scales_of, has_channel_scales
 from .quant import bits_lost, scales_differ
@@ -127,26 +128,26 @@ class ConcatInfo:
 
 def _member(graph, dm, tensor, index, concat_name, merged, channels: bool) -> ConcatMember:
     """``channels``: the graph carries per-channel scales read from a QDQ file."""
-    d = dm.domain_of(tensor)
+    did = dm.of.get(tensor)
+    d = dm.domains.get(did) if did is not None else None  # dm.domain_of, spelt out: 5,000 calls on a big graph
     own = dm.member_range.get(tensor, _NO_RANGE)
+    lo, hi = own
     t = graph.tensors[tensor]
-    q = d.qparams if d else None
-    known = own[0] == own[0]  # not NaN
-    if d and known and d.lo == d.lo:
-        # Sharing nothing beyond its own range loses nothing: bits_lost(r, r) is 0 for any r.
-        now = 0.0 if (d.lo, d.hi) == own else bits_lost(own, (d.lo, d.hi), dm.scheme)
+    if d is not None:
+        q = d.qparams
+        if lo == lo and d.lo == d.lo:  # neither NaN
+            # Sharing nothing beyond its own range loses nothing: bits_lost(r, r) is 0 for any r.
+            now = 0.0 if d.lo == lo and d.hi == hi else bits_lost(own, (d.lo, d.hi), dm.scheme)
+        else:
+            now = 0.0
     else:
-        now = 0.0
+        q, now = None, 0.0
     consumers = t.consumers
     m = ConcatMember(
-        tensor=tensor, index=index, producer=t.producer, domain=d.id if d else None,
-        scale=q.scale if q else None, zero_point=q.zero_point if q else None,
-        lo=own[0], hi=own[1],
-        bits_lost_if_shared=bits_lost(own, merged, dm.scheme) if merged and known else 0.0,
-        bits_lost_now=now,
-        constant=t.kind == TensorKind.WEIGHT,
-        other_consumers=len(consumers) - consumers.count(concat_name),
-    )
+        tensor, index, t.producer, d.id if d is not None else None,
+        q.scale if q else None, q.zero_point if q else None, lo, hi,
+        bits_lost(own, merged, dm.scheme) if merged and lo == lo else 0.0, now,
+        False, t.kind == TensorKind.WEIGHT, len(consumers) - consumers.count(concat_name))
     cs = _file_channels(graph, dm, tensor, d) if channels else None
     if cs is not None and q is not None:
         m.channel_scales, m.channel_zero_points, m.channel_axis = cs.scales, cs.zero_points, cs.axis
@@ -227,6 +228,7 @@ def _channel_width(graph, tensor, axis) -> int | None:
     return d if isinstance(d, int) and d > 0 else None
 
 
+@gc_paused
 def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
     """One :class:`ConcatInfo` per Concat whose output is a quantized activation.
 
@@ -234,14 +236,19 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
     a Concat whose output is one needs no rescale."""
     infos = []
     channels = has_channel_scales(graph)
+    tensors, member_range = graph.tensors, dm.member_range
     for node in graph.concat_nodes():
         out = node.outputs[0]
         axis = int(node.attrs.get("axis", 0))
-        ins = [(i, t) for i, t in enumerate(node.inputs) if t and t in graph.tensors]
-        rs = [dm.member_range[t] for _, t in ins if t in dm.member_range]
-        if out in dm.member_range:
-            rs.append(dm.member_range[out])
-        merged = (min(r[0] for r in rs), max(r[1] for r in rs)) if rs else None
+        ins = [(i, t) for i, t in enumerate(node.inputs) if t and t in tensors]
+        # The merged range of the inputs and the output: what sharing one scale would give them.
+        lo = hi = None
+        for t in (*(t for _, t in ins), out):
+            r = member_range.get(t)
+            if r is not None:
+                lo = r[0] if lo is None else min(lo, r[0])
+                hi = r[1] if hi is None else max(hi, r[1])
+        merged = (lo, hi) if lo is not None else None
         out_m = _member(graph, dm, out, -1, node.name, merged, channels)
         members = [_member(graph, dm, t, i, node.name, merged, channels) for i, t in ins]
         notes = []

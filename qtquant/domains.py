@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .gcpause import gc_paused
 from .ops import passes_through
 from .quant import QParams, Scheme, qparams_for_range, range_width
 from .vocab import DEFAULT_PERCENTILE, ConcatScaleRule, Policy, TensorKind
@@ -211,6 +212,7 @@ def _constant_range(graph, name):
     return float(v.min()), float(v.max())
 
 
+@gc_paused
 def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
                   policy: Policy = Policy.UNION, scheme: Scheme = Scheme.SYMMETRIC_INT8,
                   fixed: dict[str, tuple[float, float]] | None = None,

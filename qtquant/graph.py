@@ -17,6 +17,7 @@ from onnx import numpy_helper
 
 from .errors import ModelError, ShapeError
 from .fileio.paths import existing_file
+from .gcpause import gc_paused
 from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_external_data, check_input_sizes,
                          check_text, infer_shapes, inline_small_external, topo_order)
 from .nodetable import NodeTable, node_names
@@ -97,7 +98,12 @@ class Tensor:
         return int(np.prod(self.shape, dtype=np.int64))
 
 
+_INT = onnx.AttributeProto.INT
+
+
 def _attr_value(a: onnx.AttributeProto):
+    if a.type == _INT and not a.ref_attr_name:  # the common case (axis, group), as get_attribute_value reads it
+        return a.i
     if a.type == onnx.AttributeProto.GRAPH:
         return "<graph>"
     if a.type == onnx.AttributeProto.GRAPHS:
@@ -261,7 +267,9 @@ class Graph:
 
     @cached_property
     def observed_tensors(self) -> list[str]:
-        return [n for n in self.quantized_tensors if self.observed(n)]
+        tensors, nodes, quantized = self.tensors, self.nodes, self._quantized
+        return [n for n in self.quantized_tensors  # observed(n) spelt out: a big graph asks it 10,000 times
+                if n in quantized and (not (p := tensors[n].producer) or not passes_through(nodes[p], self))]
 
     def concat_nodes(self) -> list[Node]:
         # Asked on every overlay refresh; the graph does not change after _build.
@@ -337,7 +345,7 @@ def _default_opset(model) -> int:
 def _ort_fill_shapes(graph: "Graph") -> None:
     """Where onnx shape inference left activation shapes unknown, run onnxruntime once."""
     missing = [n for n, t in graph.tensors.items()
-               if t.kind == TensorKind.ACTIVATION and (t.shape is None or any(d is None for d in t.shape))]
+               if t.kind is TensorKind.ACTIVATION and (t.shape is None or None in t.shape)]
     if not missing:
         return
     from .runtime import run_with_outputs, zeros_feed
@@ -460,6 +468,7 @@ def cut_model(model: onnx.ModelProto, cut) -> None:
     g.output.extend(outs)
 
 
+@gc_paused
 def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
     """Load a float ONNX file, resolve dynamic dims from ``input_shapes`` and infer shapes.
 
@@ -475,6 +484,7 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
     return graph_from_model(model, input_shapes, path=p, sha256=sha, ort_fallback=ort_fallback, table=table)
 
 
+@gc_paused
 def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | None = None,
                      sha256: str | FileDigest = "", ort_fallback: bool = True, cut=(), text_checked: bool = False,
                      table: NodeTable | None = None) -> Graph:

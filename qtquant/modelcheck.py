@@ -242,18 +242,34 @@ def check_input_sizes(model, shapes: dict[str, tuple]) -> None:
                              f"sample; qtquant handles inputs up to {MAX_INPUT_BYTES >> 30} GiB")
 
 
-_SKELETON_MIN_BYTES = 1 << 20
+_SKELETON_MIN_BYTES = 1 << 20  # a weight this big is left out of the skeleton
+# In this process the skeleton pays only once the big weights are this big in all: copying the
+# rest of the model into it costs more than serializing a few MB of weights (yolov8n, 12 MB:
+# 5 ms against 4).  A child process (shape_child) gets it from the first big weight: the bytes
+# cross a pipe twice.
+_SKELETON_MIN_TOTAL = 64 << 20
+_ITEM_BYTES = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2,
+               onnx.TensorProto.DOUBLE: 8}
 
 
-def _skeleton(model) -> onnx.ModelProto | None:
-    """The model without the data of its big float weights, or None when nothing is big.
+def _data_bytes(t) -> int:
+    """The size of a float tensor's data by its dims (no serializing, unlike ByteSize)."""
+    n = _ITEM_BYTES.get(t.data_type, 4)
+    for d in t.dims:
+        n *= d
+    return n
+
+
+def _skeleton(model, min_total: int = _SKELETON_MIN_TOTAL) -> onnx.ModelProto | None:
+    """The model without the data of its big float weights, or None when they hold fewer than
+    ``min_total`` bytes (none big: 0).
 
     Shape inference needs only their dims; leaving the bytes out keeps models whose
     weights are in memory (a dequantized QDQ file) under protobuf's 2 GB limit, and saves a copy."""
-    big = [t for t in model.graph.initializer
-           if t.data_type in FLOAT_TYPES and t.data_location != onnx.TensorProto.EXTERNAL
-           and t.ByteSize() > _SKELETON_MIN_BYTES]
-    if not big:
+    sizes = [(t, _data_bytes(t)) for t in model.graph.initializer
+             if t.data_type in FLOAT_TYPES and t.data_location != onnx.TensorProto.EXTERNAL]
+    big = [t for t, n in sizes if n > _SKELETON_MIN_BYTES]
+    if not big or sum(n for _, n in sizes if n > _SKELETON_MIN_BYTES) < min_total:
         return None
     names = {t.name for t in big}
     sk = onnx.ModelProto()
@@ -276,8 +292,10 @@ def _skeleton(model) -> onnx.ModelProto | None:
 
 
 def infer_shapes(model) -> onnx.ModelProto:
+    from . import shape_child
+
     _drop_huge_shape_hints(model)
-    sk = _skeleton(model)
+    sk = _skeleton(model, 1 if shape_child.may_want(model) else _SKELETON_MIN_TOTAL)
     if sk is None:
         return _infer_proto(model)
     inferred = _infer_proto(sk)

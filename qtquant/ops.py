@@ -115,9 +115,13 @@ def handler_for(op_type: str) -> OpHandler:
     return REGISTRY.get(op_type, DEFAULT)
 
 
+# Op types whose handler is PASS: asked for every node of a graph, so one set lookup first.
+_PASS_HANDLERS = {op: h for op, h in _REGISTRY.items() if h.role is Role.PASS}
+
+
 def passes_through(node, graph) -> bool:
-    h = handler_for(node.op_type)
-    if h.role is not Role.PASS:
+    h = _PASS_HANDLERS.get(node.op_type)
+    if h is None:
         return False
     return h.pass_if is None or bool(h.pass_if(node, graph))
 

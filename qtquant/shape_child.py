@@ -22,8 +22,14 @@ MAX_BYTES = 256 << 20  # bigger files carry weights worth more than the freeze t
 _TIMEOUT_S = 600
 
 
+def may_want(model: onnx.ModelProto) -> bool:
+    """Whether the app runs inference in a child for a model of this many nodes (before the
+    skeleton's size is known, see modelcheck.infer_shapes)."""
+    return MIN_NODES is not None and len(model.graph.node) >= MIN_NODES
+
+
 def wanted(model: onnx.ModelProto) -> bool:
-    return MIN_NODES is not None and len(model.graph.node) >= MIN_NODES and model.ByteSize() <= MAX_BYTES
+    return may_want(model) and model.ByteSize() <= MAX_BYTES
 
 
 def infer_in_child(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ModelError
+from ..gcpause import gc_paused
 from ..graph import graph_from_model, read_model_file
 from ..modelcheck import FileDigest, check_external_data, check_text
 from ..nodetable import NodeTable
@@ -12,6 +13,7 @@ from .session import Options, Session
 __all__ = ["open_model"]
 
 
+@gc_paused
 def open_model(path, input_shapes=None, options: Options = Options(), *, cut=()) -> Session:
     """``cut``: tensor names (or ``a,b`` text) the graph is cut at: the session works on the
     subgraph that ends there (:func:`qtquant.graph.cut_model`)."""
