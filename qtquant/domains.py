@@ -116,10 +116,11 @@ class _Sets:
     """Union-find over tensor names.  A name never united is a set of its own and costs nothing:
     most tensors of a graph are (one observer, no pass-through chain)."""
 
-    __slots__ = ("parent",)
+    __slots__ = ("parent", "merges")
 
     def __init__(self):
         self.parent: dict[str, str] = {}
+        self.merges = 0  # unions that joined two sets
 
     def find(self, x: str) -> str:
         parent = self.parent
@@ -134,6 +135,7 @@ class _Sets:
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
             self.parent[rb] = ra
+            self.merges += 1
 
     def groups(self, names) -> list[list[str]]:
         """The sets of ``names``, each in the order of ``names``, ordered by their first member."""
@@ -229,7 +231,9 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     uf = _natural_sets(graph, fixed)
     natural: dict[str, frozenset] = {}
     sets: list[frozenset] = []  # the natural sets, in the order their members enter ``natural``
-    for members in uf.groups(graph.quantized_tensors):
+    natural_groups = uf.groups(graph.quantized_tensors)
+    natural_merges = uf.merges
+    for members in natural_groups:
         fs = frozenset(members)
         sets.append(fs)
         for t in fs:
@@ -254,10 +258,11 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
             uf.union(a, b)
 
     # A member's own range is the union over its natural set (pass-through chain).
-    src = dict(ranges)
-    src.update(const_ranges)
-    if fixed:
-        src.update(fixed)
+    src = ranges
+    if const_ranges or fixed:
+        src = dict(ranges)
+        src.update(const_ranges)
+        src.update(fixed or {})
     isfinite = math.isfinite
     member_range: dict[str, tuple[float, float]] = {}
     for fs in sets:
@@ -276,9 +281,13 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     domains: dict[int, Domain] = {}
     of: dict[str, int] = {}
     # Domain ids follow the first member in graph order, so they are stable across runs.
-    order = graph.quantized_tensors if not const_ranges else [t for t in graph.tensors if t in natural]
+    if not const_ranges and uf.merges == natural_merges:
+        sets_in_order = natural_groups  # no group joined anything: the domains are the natural sets
+    else:
+        order = graph.quantized_tensors if not const_ranges else [t for t in graph.tensors if t in natural]
+        sets_in_order = uf.groups(order)
     nan = float("nan")
-    for did, members in enumerate(uf.groups(order)):
+    for did, members in enumerate(sets_in_order):
         first = members[0]
         if len(members) == 1:
             is_fixed = bool(fixed)  # one member: it is its own natural set

@@ -132,6 +132,9 @@ def _dims(type_proto) -> tuple | None:
     return tuple(map(_dim, tt.shape.dim))
 
 
+_UNTYPED = (0, None)  # a value shape inference gave no type: element type unknown, no shape
+
+
 def _value_types(g) -> dict[str, tuple[int, tuple | None]]:
     """Each typed value of graph ``g`` (value_info, then outputs, then inputs: later ones win)
     as (element type, shape).  A graph's values share few distinct types, so each is decoded
@@ -206,13 +209,13 @@ class Graph:
         for idx, (name, op, node_ins, node_outs, domain) in enumerate(
                 zip(names, table.ops, table.inputs, table.outputs, table.domains)):
             nodes[name] = Node(name, op, node_ins, node_outs, None, domain, idx, (), protos)
-            ins = []
+            has_ins = False
             static = True  # every input a weight or a shape value
             for i in node_ins:
                 if i:
                     t = tensors[i]
-                    ins.append(t)
                     t.consumers.append(name)
+                    has_ins = True
                     if static and t.kind is not WEIGHT and t.kind is not SHAPE:
                         static = False
             role = roles.get(op)
@@ -221,13 +224,12 @@ class Graph:
             for o in node_outs:
                 if not o:
                     continue
-                typed = get_type(o)
-                et, shape = typed if typed is not None else (0, None)
+                et, shape = get_type(o, _UNTYPED)
                 if et and et not in floats:
                     kind = SHAPE
-                elif op == "Constant" or (static and ins) or (not ins and role is NONE):
+                elif op == "Constant" or (static and has_ins) or (not has_ins and role is NONE):
                     kind = WEIGHT if (et in floats or not et) else SHAPE
-                elif not et and (role is NONE or not any(t.is_float for t in ins)):
+                elif not et and (role is NONE or not any(tensors[i].is_float for i in node_ins if i)):
                     kind = SHAPE
                 else:
                     kind = ACTIVATION

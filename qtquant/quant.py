@@ -23,6 +23,11 @@ _DTYPES = {(Scheme.SYMMETRIC_INT8, 8): np.int8, (Scheme.ASYMMETRIC_UINT8, 8): np
 def qrange(scheme: Scheme, bits: int = 8) -> tuple[int, int]:
     """(qmin, qmax) of ``bits``-wide integers: signed for the symmetric scheme, unsigned else.
     The one place the integer grid is spelled; 8 bits is the default, 16 is mixed precision's int16."""
+    if bits == 8:  # asked twice per QParams made (10,000s for a big graph): no hashing of the enum
+        if scheme is Scheme.SYMMETRIC_INT8:
+            return -128, 127
+        if scheme is Scheme.ASYMMETRIC_UINT8:
+            return 0, 255
     if (scheme, bits) not in _DTYPES:
         raise ValueError(f"no {bits}-bit integers for {scheme.value}")
     if scheme is Scheme.SYMMETRIC_INT8:
