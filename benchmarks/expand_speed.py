@@ -42,7 +42,7 @@ def scoped_synthetic(path: Path, nodes: int, block_nodes: int) -> Path:
     return path
 
 
-def _pump(app, until, timeout=120.0):
+def _pump(app, until, timeout=600.0):
     t0 = time.perf_counter()
     while not until():
         app.processEvents()

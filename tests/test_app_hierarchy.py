@@ -240,3 +240,42 @@ def test_node_sqnr_takes_each_nodes_worst_tensor_from_an_accuracy_report():
                      T(node=None, sqnr_db=1.0)])
     assert node_sqnr(rep) == {"a": 12.0}
     assert node_sqnr(None) is None
+
+
+def _random_walk(model, seed: int, steps: int) -> list:
+    """Expand (sometimes with everything inside), collapse; stops at the first overlap."""
+    import random
+
+    rng = random.Random(seed)
+    done = []
+    for _ in range(steps):
+        shown = [u[len("block:"):] for u in model.units if u.startswith("block:")]
+        if shown and (not model.expanded or rng.random() < 0.5):
+            b, deep = rng.choice(shown), rng.random() < 0.2
+            model.expand(b, deep)
+            done.append(("expand all of" if deep else "expand", b))
+        elif model.expanded:
+            b = rng.choice(sorted(model.expanded))
+            if model.collapse(b):
+                done.append(("collapse", b))
+        if _overlap(model):
+            return done
+    return []
+
+
+def test_no_sequence_of_expanding_and_collapsing_overlaps_boxes():
+    # Blocks laid out with their surroundings (a graph opened flat; one opened with everything
+    # inside it) share rows with parallel branches: collapsing one of them must not pile what is
+    # below onto them.  Nested rooms go back innermost first.
+    g = graph_from_model(scoped_model(blocks=4))
+    flat = SceneModel(g)
+    assert flat.h.flat is False and not any(u.startswith("block:") for u in flat.units)
+    flat.layout_all()
+    for b in sorted(flat.h.blocks):
+        m = SceneModel(g)
+        m.layout_all()
+        assert m.collapse(b) and not _overlap(m), b
+    for seed in range(12):
+        m = SceneModel(g, ViewState(set()) if seed % 2 else None)
+        m.layout_all()
+        assert _random_walk(m, seed, 12) == []

@@ -39,8 +39,11 @@ class CanvasPresenter(QObject):
         self.group_focus: int | None = None  # the group selected in the Groups dock
         self.spec = None  # the layout shown (or being built)
         # True while the structure drawn from the file shows (the model still loads): no looks,
-        # no hulls, no expanding until the graph is there.
+        # no hulls; blocks open and close on it, and the loaded graph's view does the same again.
         self.provisional = False
+        self._early_spec = None  # that structure's first spec
+        # Expand / collapse asked for while a scene is still being built: done once it is there.
+        self._pending: list = []
         self._keep_view = False  # the next build keeps the zoom and position (same boxes as shown)
         self.model = None  # the SceneModel: the hierarchy and what of it is open
         self.jobs = None  # the window's JobManager: big Expand all layouts run there
@@ -69,6 +72,7 @@ class CanvasPresenter(QObject):
         self._opened_on = None
         if self.provisional:  # the structure from the file stays until the laid-out graph replaces it
             return
+        self._pending = []
         self._build = None  # a half-built scene of the previous model is dropped
         self.spec = None
         self.model = None
@@ -81,11 +85,14 @@ class CanvasPresenter(QObject):
         self.provisional = True
         self.group_focus = None
         self._opened_on = None
+        self._pending = []
+        self._early_spec = spec
         self.show_layout(spec, provisional=True)
 
     def load_failed(self) -> None:
         if self.provisional:
             self.provisional = False
+            self._pending = []
             self._build = None
             self.spec = self.model = None
             self.view.viewport().setUpdatesEnabled(True)
@@ -93,8 +100,10 @@ class CanvasPresenter(QObject):
 
     def show_layout(self, spec, provisional: bool = False) -> None:
         """Build the scene in slices of BUILD_SLICE_MS (20,000 items take over a second)."""
-        # The laid-out graph with the very boxes the structure showed: same view, no jump.
-        self._keep_view = self.provisional and getattr(spec, "early", None) is self.spec and self.spec is not None
+        # The laid-out graph with the very boxes the structure shows now: same view, no jump.
+        early = getattr(spec, "early", None)
+        self._keep_view = (self.provisional and early is not None and early is self._early_spec
+                           and self.model is not None and spec.model.pos == self.model.pos)
         if self._keep_view:
             self._kept_at = (self.view.transform(), self.view.horizontalScrollBar().value(),
                              self.view.verticalScrollBar().value())
@@ -129,15 +138,15 @@ class CanvasPresenter(QObject):
             self.view.resetTransform()
             self.view.fit_top()
         self._keep_view = False
-        if self.provisional:
-            self.view.minimap.schedule_refresh()
-            self.built.emit(self.spec)
-            return
-        self._store_state()
-        self.apply_looks()
-        self.update_hulls()
+        if not self.provisional:
+            self._store_state()
+            self.apply_looks()
+            self.update_hulls()
         self.view.minimap.schedule_refresh()  # in its own slice of the event loop, not this one
         self.built.emit(self.spec)
+        pending, self._pending = self._pending, []
+        for request in pending:  # asked for while it was being built
+            request()
 
     # -- looks ---------------------------------------------------------------------------------
     def apply_looks(self) -> None:
@@ -203,32 +212,52 @@ class CanvasPresenter(QObject):
     @property
     def ready(self) -> bool:
         """A view to change: built, and no full relayout under way."""
+        return self.changeable and not self.provisional
+
+    @property
+    def changeable(self) -> bool:
+        """Blocks can open and close now: the loaded graph's view or the structure drawn from the
+        file, built (what is done on the latter, the loaded view does again)."""
         return (self.model is not None and self.spec is not None and self._build is None
-                and self.scene.spec is self.spec and not self.provisional)
+                and self.scene.spec is self.spec)
+
+    def _later(self, request) -> bool:
+        """Keep ``request`` for when the scene being built is there; False: nothing to wait for."""
+        if self.model is None and not self.provisional and self._build is None:
+            return False
+        self._pending.append(request)
+        return True
+
+    def _do(self, op: str, *args) -> bool:
+        """``op`` on the view model (recorded while the view is the file's structure)."""
+        if not self.changeable:
+            return self._later(lambda: self._do(op, *args)) and False
+        if self.provisional:
+            self.model.log.append((op, *args))
+        return self._changed(getattr(self.model, op)(*args))
 
     def expand(self, name: str, deep: bool = False) -> bool:
         """Open the block ``name`` (a canvas name ``block:/a/b`` or a block id ``/a/b``); ``deep``:
-        every block inside it too."""
-        if not self.ready:
-            return False
+        every block inside it too.  Asked for while the scene is still being built: done once it
+        is there (False now)."""
+        if not self.changeable:
+            return self._later(lambda: self.expand(name, deep)) and False
         bid = self.model.visible_block(name) or name
-        return self._changed(self.model.expand(bid, deep))
+        return self._do("expand", bid, deep)
 
     def collapse(self, name: str) -> bool:
         """Close the block ``name`` is in (a node, or a block id); a collapsed block: its parent."""
-        if not self.ready:
-            return False
+        if not self.changeable:
+            return self._later(lambda: self.collapse(name)) and False
         m = self.model
         bid = m.h.resolve(name) if not m.shows(name) else m.enclosing(name)
         if bid is not None and bid not in m.expanded:
             bid = m.enclosing(name)
-        return self._changed(bid is not None and m.collapse(bid))
+        return bid is not None and self._do("collapse", bid)
 
     def toggle(self, name: str) -> bool:
         """Double-click on ``name``: a collapsed block opens; a node's enclosing block closes."""
-        if not self.ready:
-            return False
-        return self._changed(self.model.toggle(name))
+        return self._do("toggle", name)
 
     def reveal(self, node: str) -> str | None:
         """Open the blocks around ``node`` (a graph node, terminal or block id); the canvas name
@@ -238,19 +267,25 @@ class CanvasPresenter(QObject):
         inspector links)."""
         if self.model is None:
             return node if node in self.scene.nodes else None
-        if self.ready:
-            self._changed(self.model.reveal(node))
+        if self.changeable:
+            self._do("reveal", node)
         home = self.model.home(node)
         return home if home in self.scene.nodes else None
 
     def expand_all(self) -> bool:
-        return self._relayout(self.model.expand_all_set()) if self.ready else False
+        if self.provisional or not self.changeable:  # a new view in full: of the loaded graph
+            return self._later(self.expand_all) and False
+        return self._relayout(self.model.expand_all_set())
 
     def collapse_all(self) -> bool:
-        return self._relayout(self.model.collapse_all_set()) if self.ready else False
+        if self.provisional or not self.changeable:
+            return self._later(self.collapse_all) and False
+        return self._relayout(self.model.collapse_all_set())
 
     def set_hide_shapes(self, on: bool) -> bool:
-        if not self.ready or self.model.state.hide_shapes == bool(on):
+        if self.provisional or not self.changeable:
+            return self._later(lambda: self.set_hide_shapes(on)) and False
+        if self.model.state.hide_shapes == bool(on):
             return False
         self.model.set_hide_shapes(on)
         return self._relayout(self.model.expanded, force=True)
@@ -284,12 +319,14 @@ class CanvasPresenter(QObject):
         spec.model = self.model
         self.scene.morph(spec)
         self.scene.units = self.model.unit_of
-        self._store_state()
+        if not self.provisional:  # the session is not this model's yet
+            self._store_state()
         self.scene.hulls.invalidate()
         self.apply_looks()
         self.update_hulls()
         self.view.minimap.schedule_refresh()
-        self.viewChanged.emit()
+        if not self.provisional:
+            self.viewChanged.emit()
         return True
 
     def _store_state(self) -> None:

@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from .. import shape_child
 from ..app import Options, Session
 from ..app.scene.protograph import early_structure
+from ..app.scene.hierarchy import ViewState
 from ..app.scene.view import SceneModel
 from ..app.session import derive
 from ..app.views.perfdata import fidelity_measure, node_detail, simulator, top_layers
@@ -226,23 +227,35 @@ class Controller(QObject):
         if s is None:
             return None
         graph, state, early = s.graph, s.view_state, self.early
+        # The structure drawn from the file as it is now (the user may be opening blocks on it:
+        # read here, on the GUI thread that changes it); what is done on it later is done again
+        # on the loaded view when it arrives (_layout_done).
+        drawn = early.model.frozen() if early is not None else None
+        if drawn is not None and drawn.log and state is None:  # opened on it: what is open now
+            state = ViewState(set(drawn.expanded))
 
         def work(progress, cancelled):
             # The module hierarchy first: a big graph opens collapsed, so only its top levels
             # are laid out (and drawn) now; blocks are laid out as they are expanded.
             model = SceneModel(graph, state)
-            if early is not None and model.adopt(early.model):  # drawn from the file already
+            if drawn is not None and model.adopt(drawn):  # drawn from the file already
                 spec = model.spec()
-                spec.model = model
                 spec.early = early
-                return spec
-            spec = model.layout_all(isolate=len(model.units) >= self.child_process_nodes)
+            else:
+                spec = model.layout_all(isolate=len(model.units) >= self.child_process_nodes)
             spec.model = model
+            spec.early_at = drawn.log_at if drawn is not None else 0
             return spec
 
         return self.jobs.submit("layout", "layout", work, self._layout_done, stale_key=lambda: self.generation)
 
     def _layout_done(self, spec) -> None:
+        early = self.early
+        if early is not None and early.model.log[spec.early_at:]:  # opened on the drawn structure since
+            model, kept = spec.model, getattr(spec, "early", None)
+            model.redo(early.model.log[spec.early_at:])
+            spec = model.spec()
+            spec.model, spec.early = model, kept
         self.spec = spec
         self.layoutReady.emit(spec)
         self._after_layout()

@@ -15,10 +15,12 @@ all are new views (laid out in full, like opening).
 
 from __future__ import annotations
 
+import copy
 import time
 
 from .hierarchy import ViewState, block_id, block_name, build_hierarchy, folded_nodes
 from .layout import EdgeRoute, Layout, LayoutInput, layered_layout
+from .room import Room, place, shifts
 from ...vocab import TensorKind
 from .spec import INPUT_PREFIX, OUTPUT_PREFIX, EdgeSpec, NodeSpec, SceneSpec, node_size, shape_text, spread_ports
 
@@ -44,6 +46,10 @@ class SceneModel:
         # expand), so collapsing gives back exactly that room.
         self.regions: dict[str, list[float]] = {}
         self.last_seconds = 0.0
+        # What the user opened and closed on this view, as ("expand", block, deep), ("collapse",
+        # block), ("toggle", name), ("reveal", node): the structure drawn from the file records
+        # them, so the loaded graph's view does them again (:meth:`redo`).
+        self.log: list[tuple] = []
         self._remap()
 
     def _build_full(self) -> None:
@@ -224,6 +230,24 @@ class SceneModel:
         self.last_seconds = other.last_seconds
         return True
 
+    def frozen(self) -> "SceneModel":
+        """A copy of the view (what is open, where the boxes are) that another thread can read
+        while this one keeps changing; ``log_at``: how much of :attr:`log` it has seen."""
+        c = copy.copy(self)
+        c.expanded, c.pos, c.routes = set(self.expanded), dict(self.pos), dict(self.routes)
+        c.regions = {k: list(v) for k, v in self.regions.items()}
+        c.units, c.edges, c.log = list(self.units), dict(self.edges), list(self.log)
+        c.log_at = len(self.log)
+        return c
+
+    def redo(self, ops) -> bool:
+        """Do ``ops`` (another view's :attr:`log`) on this view; True when anything changed."""
+        changed = False
+        for op, *args in ops:
+            if op in ("expand", "collapse", "toggle", "reveal"):
+                changed |= bool(getattr(self, op)(*args))
+        return changed
+
     def set_expanded(self, expanded) -> None:
         """A new expanded set; positions are stale until :meth:`layout_all`."""
         self.expanded = {b for b in expanded if b in self.h.blocks}
@@ -370,14 +394,24 @@ class SceneModel:
         self.last_seconds = time.perf_counter() - t0
 
     def collapse(self, bid: str) -> bool:
-        """Close block ``bid`` (and every block inside it); False when it is not open."""
+        """Close block ``bid`` (and every block inside it); False when it is not open.
+
+        The blocks inside that were expanded on their own give their room back first, the last
+        one opened first (each the inverse of its expansion); then ``bid`` gives back its own, or,
+        laid out with its surroundings, as much as keeps every box clear of the others
+        (:mod:`.room`)."""
         bid = self.h.resolve(bid)
         if bid is None or bid not in self.expanded or any(b not in self.expanded for b in self.h.path(bid)):
             return False
         t0 = time.perf_counter()
+        inner = set(self.h.descendants(bid))
+        for d in [d for d in reversed(self.regions) if d in inner]:
+            if d in self.regions and d in self.expanded:  # not closed with one inside it already
+                self.collapse(d)
         B = block_name(bid)
         inside = self.members_shown(bid)
         inset = set(inside)
+        bw, bh = self._size(B)
         boxes = [(self.pos[u], self._size(u)) for u in inside]
         x0 = min(x - w / 2 for (x, _), (w, _h) in boxes)
         x1 = max(x + w / 2 for (x, _), (w, _h) in boxes)
@@ -386,19 +420,16 @@ class SceneModel:
         room = self.regions.pop(bid, None)
         if room is not None:  # the room it was given: everything inside it, entries and exits too
             x0, y0, x1, y1 = min(x0, room[0]), min(y0, room[1]), max(x1, room[2]), max(y1, room[3])
-        for d in self.h.descendants(bid):
-            self.regions.pop(d, None)
-        bw, bh = self._size(B)
-        cx = (x0 + x1) / 2
-        dw, dh = max(0.0, (x1 - x0) - bw), max(0.0, (y1 - y0) - bh)
-
-        def g(x, y):
-            if y > y1:
-                return (x, y - dh)
-            if y0 <= y <= y1 and dw and not x0 <= x <= x1:
-                return (x - dw / 2, y) if x > cx else (x + dw / 2, y)
-            return (x, y)
-
+        # else laid out with what surrounds it: the area its boxes cover, given back as far as it can be
+        # (other boxes may share it: the box goes where it hits none, its top row first)
+        mid = (x0 + x1) / 2
+        spots = sorted((self.pos[u] for u in inside), key=lambda p: (p[1], abs(p[0] - mid)))
+        cx, cy = place(self.pos, self._size, inset, [(mid, y0 + bh / 2)] + [(x, max(y, y0 + bh / 2)) for x, y in spots],
+                       bw, bh)
+        box = (cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2)
+        room = shifts(self.pos, self._size, Room(x0, y0, x1, y1), box, inset, max(0.0, (x1 - x0) - bw) / 2,
+                      max(0.0, (y1 - y0) - bh))
+        g = room.moves
         old_routes = self.routes
         into: dict[tuple[str, str], list] = {}  # (outside producer, tensor) -> an old route into the block
         out_of: dict[tuple[str, str], list] = {}
@@ -407,31 +438,39 @@ class SceneModel:
                 into.setdefault((us, t), pts)
             elif us in inset and ud not in inset:
                 out_of.setdefault((ud, t), pts)
+        self._move_all(room, bid, inset)
         self.expanded.discard(bid)
-        self.expanded.difference_update(self.h.descendants(bid))
+        self.expanded.difference_update(inner)
         self._remap()
-        pos = {u: g(*p) for u, p in self.pos.items() if u not in inset}
-        pos[B] = (cx, y0 + bh / 2)
+        pos = self.pos
+        pos[B] = (cx, cy)
+        top, bottom = cy - bh / 2, cy + bh / 2
         routes = {}
         for key in self.edges:
             us, ud, t = key
             if ud == B:
-                old = into.get((us, t), [(cx, y0), (cx, y0)])
-                routes[key] = [g(*old[0])] + [g(*p) for p in old[1:-1] if p[1] < y0] + [(cx, y0)]
+                old = into.get((us, t), [(cx, top), (cx, top)])
+                routes[key] = [g(*old[0])] + [g(*p) for p in old[1:-1] if p[1] < top] + [(cx, top)]
             elif us == B:
-                old = out_of.get((ud, t), [(cx, y0), (cx, y1)])
-                routes[key] = [(cx, y0 + bh)] + [g(*p) for p in old[1:-1] if p[1] > y1] + [g(*old[-1])]
+                old = out_of.get((ud, t), [(cx, bottom), (cx, y1)])
+                routes[key] = [(cx, bottom)] + [g(*p) for p in old[1:-1] if p[1] > y1] + [g(*old[-1])]
             else:
                 routes[key] = [g(*p) for p in old_routes[key]]
+        self.routes = routes
+        self.last_seconds = time.perf_counter() - t0
+        return True
+
+    def _move_all(self, room: Room, bid: str, gone: set) -> None:
+        """Apply ``room``'s shifts (block ``bid`` closing) to the boxes outside ``gone`` and to the
+        other blocks' rooms (those around ``bid`` shrink by them)."""
+        g = room.moves
+        self.pos = {u: g(*p) for u, p in self.pos.items() if u not in gone}
         ancestors = set(self.h.path(bid))
         for other, r in self.regions.items():
             if other in ancestors:
-                self.regions[other] = [r[0] + dw / 2, r[1], r[2] - dw / 2, r[3] - dh]
+                self.regions[other] = [r[0] + room.left, r[1], r[2] - room.right, r[3] - room.up]
             else:
                 self.regions[other] = [*g(r[0], r[1]), *g(r[2], r[3])]
-        self.pos, self.routes = pos, routes
-        self.last_seconds = time.perf_counter() - t0
-        return True
 
     def toggle(self, name: str) -> bool:
         """Double-click: expand a collapsed block, or collapse the innermost open block around a node."""
