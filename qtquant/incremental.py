@@ -196,8 +196,8 @@ class _Program:
     @property
     def reusable(self) -> bool:
         """Whether the program holds when the values move (no value-dependent fusion, no
-        initializer of the program derived from a value that moves): checked once, on the first
-        edit, by optimising the model the exporter builds with every domain's range moved."""
+        initializer of the program derived from a value that moves): checked once, when the
+        program is made, by optimising the model the exporter builds with every domain's range moved."""
         if self._reusable is None:
             pert = self._moved() if self._moved is not None else None
             if pert is None or _skeleton(pert) != _skeleton(self.model) or _slot_values(self.model, pert) is None:
@@ -266,6 +266,7 @@ class IncrementalRunner:
             p = self._programs[key] = _Program(model, moved)
             while len(self._programs) > 3:
                 self._programs.popitem(last=False)
+            p.reusable  # checked now, with the first (cold) check, so that the first edit does not wait on it
         self._programs.move_to_end(key)
         opt = p.program_for(model)
         return (p, opt) if opt is not None else None
