@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .gcpause import gc_paused
-from .ops import passes_through
+from .ops import PASS_OPS, passes_through
 from .quant import QParams, Scheme, qparams_for_range, range_width
 from .vocab import DEFAULT_PERCENTILE, ConcatScaleRule, Policy, TensorKind
 
@@ -157,7 +157,7 @@ def _natural_sets(graph, fixed: dict | None) -> _Sets:
     uf = _Sets()
     is_quantized = graph.is_quantized
     for node in graph.nodes.values():
-        if not node.inputs or not passes_through(node, graph):
+        if node.op_type not in PASS_OPS or not node.inputs or not passes_through(node, graph):
             continue
         src = node.inputs[0]
         if not is_quantized(src):

@@ -21,7 +21,7 @@ from .gcpause import gc_paused
 from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_external_data, check_input_sizes,
                          check_text, infer_shapes, inline_small_external, topo_order)
 from .nodetable import NodeTable, node_names
-from .ops import Role, fused_into_producer, handler_for, passes_through
+from .ops import PASS_OPS, Role, fused_into_producer, handler_for, passes_through
 from .qdq import is_qdq_model
 from .shapes import format_shape, parse_input_shapes
 from .vocab import TensorKind
@@ -271,7 +271,8 @@ class Graph:
     def observed_tensors(self) -> list[str]:
         tensors, nodes, quantized = self.tensors, self.nodes, self._quantized
         return [n for n in self.quantized_tensors  # observed(n) spelt out: a big graph asks it 10,000 times
-                if n in quantized and (not (p := tensors[n].producer) or not passes_through(nodes[p], self))]
+                if n in quantized and (not (p := tensors[n].producer) or (node := nodes[p]).op_type not in PASS_OPS
+                                       or not passes_through(node, self))]
 
     def concat_nodes(self) -> list[Node]:
         # Asked on every overlay refresh; the graph does not change after _build.

@@ -15,7 +15,7 @@ from typing import Callable
 
 from .vocab import CostClass
 
-__all__ = ["Role", "OpHandler", "handler_for", "REGISTRY", "passes_through", "FusionRule", "COMPOSITES",
+__all__ = ["Role", "OpHandler", "handler_for", "REGISTRY", "passes_through", "PASS_OPS", "FusionRule", "COMPOSITES",
            "default_fusion_rule", "fusion_rule_from", "fused_into_producer", "constant_operand"]
 
 
@@ -117,6 +117,8 @@ def handler_for(op_type: str) -> OpHandler:
 
 # Op types whose handler is PASS: asked for every node of a graph, so one set lookup first.
 _PASS_HANDLERS = {op: h for op, h in _REGISTRY.items() if h.role is Role.PASS}
+# The op types passes_through can be true for: a loop over a graph's nodes skips the rest unasked.
+PASS_OPS = frozenset(_PASS_HANDLERS)
 
 
 def passes_through(node, graph) -> bool:
