@@ -114,14 +114,24 @@ def _followable(model) -> bool:
 
 def _skeleton(model):
     """The graph without initializer values: per node its op, attributes and wiring, with each
-    initializer input replaced by a marker."""
-    inits = {t.name for t in model.graph.initializer}
-    nodes = []
-    for n in model.graph.node:
-        ins = tuple(None if i in inits else i for i in n.input)
-        nodes.append((n.domain, n.op_type, tuple(a.SerializeToString() for a in n.attribute), ins, tuple(n.output)))
-    io = (tuple(i.SerializeToString() for i in model.graph.input if i.name not in inits),
-          tuple(o.name for o in model.graph.output), tuple(sorted((o.domain, o.version) for o in model.opset_import)))
+    initializer input replaced by a marker and each inner tensor by its order of appearance (the
+    exporter names some tensors after a domain's number, which an edit renumbers)."""
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    fixed = {i.name for i in g.input} | {o.name for o in g.output}
+    ids: dict[str, object] = {}
+
+    def tensor(name):
+        if not name or name in inits:
+            return None if name else ""
+        if name in fixed:
+            return name
+        return ids.setdefault(name, len(ids))
+
+    nodes = [(n.domain, n.op_type, tuple(a.SerializeToString() for a in n.attribute),
+              tuple(tensor(i) for i in n.input), tuple(tensor(o) for o in n.output)) for n in g.node]
+    io = (tuple(i.SerializeToString() for i in g.input if i.name not in inits),
+          tuple(o.name for o in g.output), tuple(sorted((o.domain, o.version) for o in model.opset_import)))
     return hashlib.sha1(repr((nodes, io)).encode()).digest()
 
 

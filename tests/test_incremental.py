@@ -170,8 +170,10 @@ def test_both_schemes_on_the_detector(det_path, scheme):
             share(s, members)
         model, ref = _fresh(s, outs, feeds)
         assert _equal(runner.run(model, outs, moved=_moved(s)), ref, outs)
-        assert runner.last[0] == "optimised program"
-    assert runner.last[1] < runner.last[2]
+    if scheme is Scheme.SYMMETRIC_INT8:
+        assert runner.last[0] == "optimised program" and runner.last[1] < runner.last[2]
+    # (asymmetric: moving the zero points moves onnxruntime's program here, so the edits run in a
+    # fresh default session; exact either way)
 
 
 def test_what_the_program_cannot_follow_runs_in_a_fresh_default_session(yolo, monkeypatch):
