@@ -79,11 +79,14 @@ def main() -> int:
         size = m.h.blocks["/backbone"].size
 
         def timed(fn):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             fn()
             win.scene.flush_looks()
             win.view.viewport().repaint()
+            cpu.append((time.thread_time() - c0) * 1000)
             return (time.perf_counter() - t0) * 1000
+
+        cpu: list[float] = []  # the GUI thread's own CPU time per step: what a loaded machine does not inflate
 
         rows = [("expand /backbone (one level)", timed(lambda: canvas.expand("/backbone")), len(win.scene.nodes))]
         kids = list(m.h.blocks["/backbone"].blocks)
@@ -106,9 +109,10 @@ def main() -> int:
         g = win.session.graph
         edges = [(idx[n], idx[c]) for n in members for t in g.nodes[n].outputs if t in g.tensors
                  for c in g.tensors[t].consumers if c in idx]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         layered_layout(LayoutInput([(172.0, 42.0)] * len(members), edges))
         ref_layout = (time.perf_counter() - t0) * 1000
+        ref_cpu = (time.thread_time() - c0) * 1000
         t0 = time.perf_counter()
         canvas._relayout(m.expand_all_set())
         _pump(app, lambda: canvas.ready and not canvas.busy)
@@ -120,15 +124,17 @@ def main() -> int:
         win.controller.shutdown()
     print(f"{args.nodes}-node graph, block /backbone of {size} nodes; times on the GUI thread incl. looks and a "
           "repaint")
-    print(f"{'step':<34}{'ms':>9}{'boxes after':>13}")
-    for label, ms, items in rows:
-        print(f"{label:<34}{ms:>9.1f}{items:>13}")
-    print(f"reference: layered layout of the block's {len(members)} nodes alone: {ref_layout:.1f} ms; "
+    print(f"{'step':<34}{'ms':>9}{'CPU ms':>9}{'boxes after':>13}")
+    for (label, ms, items), c in zip(rows, cpu):
+        print(f"{label:<34}{ms:>9.1f}{c:>9.1f}{items:>13}")
+    print(f"reference: layered layout of the block's {len(members)} nodes alone: {ref_layout:.1f} ms "
+          f"({ref_cpu:.1f} ms CPU); "
           f"Expand all (the flat view, {flat_items} boxes, laid out in full): {ref_flat:.1f} ms")
     worst = max(rows[0][1], rows[1][1], rows[3][1])
     verdict = "PASS" if rows[3][1] <= TARGET_MS else "FAIL"
     print(f"target: expanding a {size}-node block (all levels) <= {TARGET_MS:.0f} ms: {rows[3][1]:.1f} ms: {verdict}"
-          f" (slowest step {worst:.1f} ms)")
+          f" (slowest step {worst:.1f} ms; GUI-thread CPU {cpu[3]:.1f} ms, {cpu[3] / max(ref_cpu, 1e-9):.1f}x the "
+          "block's layout alone)")
     return 0
 
 

@@ -258,7 +258,10 @@ def _random_walk(model, seed: int, steps: int) -> list:
             b = rng.choice(sorted(model.expanded))
             if model.collapse(b):
                 done.append(("collapse", b))
-        if _overlap(model):
+        units, edges, unit_of = list(model.units), list(model.edges), dict(model.unit_of)
+        model._remap_all()  # what changed is re-mapped alone: the same as mapping it all again
+        assert (units, edges, unit_of) == (model.units, list(model.edges), model.unit_of), done
+        if _overlap(model) or set(model.pos) != set(model.units):
             return done
     return []
 

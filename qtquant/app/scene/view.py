@@ -86,6 +86,14 @@ class SceneModel:
             if t.producer and OUTPUT_PREFIX + t.name in kinds:
                 links.append((p, OUTPUT_PREFIX + t.name, t.name))
         self._kinds, self._links = kinds, links
+        self._order = {n: i for i, n in enumerate(kinds)}
+        self._block_order: dict[str, int] = {}
+        links_of: dict[str, list[int]] = {}  # node -> its links (what a block's opening re-maps)
+        for i, (p, c, _t) in enumerate(links):
+            links_of.setdefault(p, []).append(i)
+            links_of.setdefault(c, []).append(i)
+        self._links_of = links_of
+        self.__dict__.pop("unit_of", None)  # a new drawn graph: mapped in full
         self._node_specs: dict[str, NodeSpec] = {}
         self._labels: dict[str, str] = {}
         self.h = build_hierarchy(g, ops)
@@ -95,8 +103,41 @@ class SceneModel:
                           if k == "input" or (k == "op" and any(x in inputs for x in g.nodes[n].inputs))}
 
     # -- the view as a graph ---------------------------------------------------------------------
-    def _remap(self) -> None:
-        """Units (what shows) and the edges between them for the current expanded set."""
+    def _remap(self, changed: str | None = None) -> None:
+        """Units (what shows) and the edges between them for the current expanded set.
+
+        ``changed``: the one block opened or closed since the last call.  Only its members can
+        stand for something else then, so only they and their links are looked at: a block of a
+        20,000-node graph costs its own size, not the graph's (the result is the same as in full,
+        order included: units by their first node, edges by their first link)."""
+        if changed is None or not hasattr(self, "unit_of"):
+            self._remap_all()
+            return
+        members = self.h.members(changed)
+        umap = self.unit_of
+        fresh = self.h.unit_map(members, self.expanded)
+        links, affected = self._links, sorted({i for m in members for i in self._links_of.get(m, ())})
+        gone_units = {umap[m] for m in members}
+        gone_edges = set()
+        for i in affected:
+            s, d, t = links[i]
+            gone_edges.add((umap[s], umap[d], t))
+        umap.update(fresh)
+        new_units = set(fresh.values())
+        key = self._unit_key
+        units = [u for u in self.units if u not in gone_units]
+        units.extend(sorted(new_units, key=key))
+        units.sort(key=key)  # two sorted runs: merged in linear time
+        self.units = units
+        edges = {k: v for k, v in self.edges.items() if k not in gone_edges}
+        for i in affected:
+            s, d, t = links[i]
+            us, ud = umap[s], umap[d]
+            if us != ud:
+                edges.setdefault((us, ud, t), i)
+        self.edges = dict(sorted(edges.items(), key=lambda kv: kv[1]))
+
+    def _remap_all(self) -> None:
         names = list(self._kinds)
         umap = self.h.unit_map([n for n, k in self._kinds.items() if k == "op"], self.expanded)
         for n in names:
@@ -110,12 +151,22 @@ class SceneModel:
                 seen.add(u)
                 units.append(u)
         self.units = units
-        edges: dict[tuple[str, str, str], None] = {}
-        for s, d, t in self._links:
+        edges: dict[tuple[str, str, str], int] = {}  # (unit, unit, tensor) -> its first link (an ordered set)
+        for i, (s, d, t) in enumerate(self._links):
             us, ud = umap[s], umap[d]
             if us != ud:
-                edges[(us, ud, t)] = None
-        self.edges = edges  # an ordered set
+                edges.setdefault((us, ud, t), i)
+        self.edges = edges
+
+    def _unit_key(self, unit: str) -> int:
+        """Where ``unit`` comes in :attr:`units`: the position of its first node."""
+        bid = block_id(unit)
+        if bid is None:
+            return self._order[unit]
+        k = self._block_order.get(bid)
+        if k is None:
+            k = self._block_order[bid] = min(self._order[m] for m in self.h.members(bid))
+        return k
 
     def node_spec(self, unit: str) -> NodeSpec:
         ns = self._node_specs.get(unit)  # made once: every change of the view asks for all of them
@@ -236,7 +287,7 @@ class SceneModel:
         c = copy.copy(self)
         c.expanded, c.pos, c.routes = set(self.expanded), dict(self.pos), dict(self.routes)
         c.regions = {k: list(v) for k, v in self.regions.items()}
-        c.units, c.edges, c.log = list(self.units), dict(self.edges), list(self.log)
+        c.units, c.edges, c.log, c.unit_of = list(self.units), dict(self.edges), list(self.log), dict(self.unit_of)
         c.log_at = len(self.log)
         return c
 
@@ -316,7 +367,7 @@ class SceneModel:
         self.expanded.add(bid)
         if deep:
             self.expanded.update(self.h.descendants(bid))
-        self._remap()
+        self._remap(bid)
         inside = self.members_shown(bid)
         inset = set(inside)
         # The block's own layout: its units, an entry per outside producer, an exit per outside consumer.
@@ -441,7 +492,7 @@ class SceneModel:
         self._move_all(room, bid, inset)
         self.expanded.discard(bid)
         self.expanded.difference_update(inner)
-        self._remap()
+        self._remap(bid)
         pos = self.pos
         pos[B] = (cx, cy)
         top, bottom = cy - bh / 2, cy + bh / 2
