@@ -20,7 +20,8 @@ from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QVBoxLayout, QWi
 
 from ..app import Options
 from .actions import WindowActions
-from .canvas import GraphScene, GraphView
+from .canvas import GraphScene
+from .graphview import GraphView
 from .canvasedit import CanvasEditing
 from .canvasview import CanvasPresenter
 from .controller import Controller
