@@ -21,13 +21,16 @@ from qtquant.domains import build_domains  # noqa: E402
 from qtquant.graph import load_graph  # noqa: E402
 
 
-def best(fn, reps=5):
-    ts = []
+def best_pair(fa, fb, reps=7):
+    """The best time of each of two functions, run alternately so both see the same machine load
+    (timing one after the other on a shared machine lets the load change in between)."""
+    ta, tb = [], []
     for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return min(ts)
+        for f, ts in ((fa, ta), (fb, tb)):
+            t = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t)
+    return min(ta), min(tb)
 
 
 def floor(path):
@@ -74,14 +77,13 @@ def main():
 def run(cases):
     print(f"{'model':22s} {'nodes':>6s} {'concats':>7s} {'floor s':>8s} {'qtquant s':>9s} {'ratio':>6s} {'target':>6s}")
     for name, path, shapes, floor_path, target in cases:
-        t_floor = best(lambda: floor(floor_path))
         cats = ours(path, shapes)
-        t_ours = best(lambda: ours(path, shapes))
+        t_floor, t_ours = best_pair(lambda: floor(floor_path), lambda: ours(path, shapes))
         n = len(onnx.load(str(path), load_external_data=False).graph.node)
         goal = f"<={target:g}x" if target else "-"
         print(f"{name:22s} {n:6d} {len(cats):7d} {t_floor:8.3f} {t_ours:9.3f} {t_ours / t_floor:5.2f}x {goal:>6s}")
     print("floor = onnx.load + onnx.shape_inference.infer_shapes(data_prop=True); qtquant = load_graph + "
-          "build_domains + analyze_concats (best of 5 each)")
+          "build_domains + analyze_concats (best of 7 each, run alternately)")
 
 
 if __name__ == "__main__":
