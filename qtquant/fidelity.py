@@ -3,9 +3,12 @@
 What ships is measured: the QDQ model the exporter writes (built in memory by
 :mod:`qtquant.export.qdq`, the same bytes) runs in onnxruntime the way a user's session runs
 it, with default session options on the CPU provider, so Q/DQ pairs are fused into
-onnxruntime's int8 kernels.  The float model runs beside it on the check samples (held out
-from calibration when there are enough of them, else the calibration samples, and the report
-says which).
+onnxruntime's int8 kernels.  (One exception, said in the report: above
+:data:`~qtquant.runtime.LAYOUT_PASS_NODES` nodes the NhwcTransformer layout pass is left out, see
+:func:`~qtquant.runtime.layout_passes_off`.)  The float model runs beside it on the check
+samples (held out from calibration when there are enough of them, else the calibration samples,
+and the report says which).  The float run, the shipped session and the cross-check's session
+are created side by side on two threads.
 
 For each float output: SQNR in dB, cosine and max abs error, before (no user groups) and
 after (the session's groups).  An output that is a Concat, directly or through relabelling
@@ -41,7 +44,7 @@ from .incremental import IncrementalRunner, moved_domains
 from .metrics import ErrorSums, Figure, cosine, sqnr_db
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
 from .quant import bits_lost, qparams_for_range
-from .runtime import make_session, with_outputs
+from .runtime import layout_passes_off, make_session, session_text, with_outputs
 
 __all__ = ["Fidelity", "OutputFidelity", "MemberFidelity", "measure_session", "sqnr_db", "cosine",
            "fake_quant", "KERNEL_TOLERANCE_DB", "output_mode_of"]
@@ -211,6 +214,7 @@ class _Cache:
         self.figures: dict[tuple, tuple] = {}  # (id(run), scheme, outputs) -> (run, figures)
         self.member_sqnr: dict[tuple, float] = {}  # (tensor, qparams) -> SQNR dB
         self.runner = None  # qtquant.incremental.IncrementalRunner of the check samples
+        self.runtime: dict[int, str] = {}  # id(a shipped-model run) -> how its session ran
 
 
 _caches: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -224,14 +228,16 @@ def _float_outputs(graph):
                                                onnx.TensorProto.DOUBLE, 0)]
 
 
-def runtime_text() -> str:
-    import onnxruntime as ort
-
-    return f"onnxruntime {ort.__version__}, default session options, CPU"
+def runtime_text(model=None) -> str:
+    """How the shipped model runs in the check: default session options (on a big ``model``
+    without a layout pass, :func:`~qtquant.runtime.layout_passes_off`)."""
+    return session_text(layout_passes_off(model) if model is not None else ())
 
 
 def _run(model, base_dir, names, feeds, cancel, level="basic"):
-    sess = make_session(model, base_dir, spinning=False, level=level)  # spinning threads starve the GUI
+    off = layout_passes_off(model) if level == "default" else ()
+    # spinning threads starve the GUI
+    sess = make_session(model, base_dir, spinning=False, level=level, disabled=off)
     res = []
     for feed in feeds:
         if cancel is not None and cancel():
@@ -248,33 +254,101 @@ def _run(model, base_dir, names, feeds, cancel, level="basic"):
 KEEP_STATES = 6  # domain maps whose runs are kept besides the baseline's
 
 
-def _qdq_outputs(session, dm, cache, outs, feeds, cancel, float_tensors, level="default"):
+def _run_key(session, float_tensors, level):
     # The precision is part of the program that ships: the same domains at other precisions are another run.
+    return (float_tensors, level, getattr(getattr(session, "options", None), "precision", None))
+
+
+def _cached_run(cache, key, dm):
     # Equal maps build the same model, so a map equal to one measured before reuses its run.
-    key = (float_tensors, level, getattr(getattr(session, "options", None), "precision", None))
     runs = cache.runs.setdefault(key, [])
     for i, (m, res) in enumerate(runs):
         if m is dm or m == dm:
             if i:
                 runs.append(runs.pop(i))
             return res
-    from .export import qdq
+    return None
 
-    model = qdq.build_qdq_model(session, dm, float_tensors=float_tensors).model
-    if level == "default":
-        # onnxruntime's program of the exported file, re-run only where the edit changed it
-        # (qtquant.incremental; the same outputs as a fresh default session, bit for bit).
-        if cache.runner is None:
-            cache.runner = IncrementalRunner(feeds)
-        res = cache.runner.run(model, outs, cancel, session.graph.base_dir, moved=lambda: qdq.build_qdq_model(
-            session, moved_domains(dm), float_tensors=float_tensors).model)
-    else:
-        res = _run(model, session.graph.base_dir, outs, feeds, cancel, level)
+
+def _store_run(session, cache, key, dm, res) -> None:
     base = session.baseline_domains
+    runs = cache.runs.setdefault(key, [])
     runs.append((dm, res))
     first = next((r for r in runs if r[0] is base or r[0] == base), None)
     cache.runs[key] = ([first] if first else []) + [r for r in runs if r is not first][-KEEP_STATES:]
-    return res
+
+
+def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors) -> list:
+    """The default-level runs of ``jobs`` ((dm, model) pairs), one after another (the runner
+    keeps state): onnxruntime's program of the exported file, re-run only where the edit changed
+    it (qtquant.incremental; the same outputs as a fresh default session, bit for bit)."""
+    from .export import qdq
+
+    if cache.runner is None:
+        cache.runner = IncrementalRunner(feeds)
+    return [cache.runner.run(model, outs, cancel, session.graph.base_dir, moved=lambda dm=dm: qdq.build_qdq_model(
+        session, moved_domains(dm), float_tensors=float_tensors).model) for dm, model in jobs]
+
+
+def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, first=None):
+    """Per ``(dm, level)`` of ``wanted``: the QDQ model's outputs on ``feeds``; and the result of
+    ``first`` (a callable: the float run), run before them in the same pool.
+
+    Each domain map's model is built once, whatever the levels it runs at, and the sessions not
+    cached yet are created side by side on two threads: onnxruntime releases the GIL while it
+    optimises a graph, and on a 20,000-node export that is seconds per session, so the float run
+    and the cross-check's basic-level session take no wall time beside the default one."""
+    got, todo = [], []
+    for dm, level in wanted:
+        key = _run_key(session, float_tensors, level)
+        res = _cached_run(cache, key, dm)
+        if res is None and not any(k == key and (d is dm or d == dm) for k, d, _ in todo):
+            todo.append((key, dm, level))
+        got.append((key, dm, res))
+    first_result = None
+    if todo or first is not None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .export import qdq
+
+        models = []
+        with ThreadPoolExecutor(2, thread_name_prefix="qtquant-fidelity") as pool:
+            pre = pool.submit(first) if first is not None else None
+            futs = {}
+            try:
+                for key, dm, level in todo:
+                    model = next((m for d, m in models if d is dm or d == dm), None)
+                    if model is None:  # built here, while the float run goes on in onnxruntime
+                        model = qdq.build_qdq_model(session, dm, float_tensors=float_tensors).model
+                        models.append((dm, model))
+                shipped = [(dm, next(m for d, m in models if d is dm or d == dm))
+                           for _, dm, level in todo if level == "default"]
+                if shipped:
+                    futs["default"] = pool.submit(_shipped_runs, session, cache, shipped, outs, feeds, cancel,
+                                                  float_tensors)
+                for i, (_, dm, level) in enumerate(todo):
+                    if level != "default":
+                        model = next(m for d, m in models if d is dm or d == dm)
+                        futs[i] = pool.submit(_run, model, session.graph.base_dir, outs, feeds, cancel, level)
+            except BaseException:
+                for f in [pre, *futs.values()]:
+                    if f is not None:
+                        f.cancel()  # the ones not started; the pool waits for the others
+                raise
+            shipped_res = iter(futs["default"].result() if "default" in futs else ())
+            done = [next(shipped_res) if level == "default" else futs[i].result()
+                    for i, (_, _, level) in enumerate(todo)]
+            first_result = pre.result() if pre is not None else None
+        for (key, dm, level), res in zip(todo, done):
+            _store_run(session, cache, key, dm, res)
+            if level == "default":
+                cache.runtime[id(res)] = runtime_text(next(m for d, m in models if d is dm or d == dm))
+    out = [res if res is not None else _cached_run(cache, key, dm) for key, dm, res in got]
+    return out, first_result
+
+
+def _qdq_outputs(session, dm, cache, outs, feeds, cancel, float_tensors, level="default"):
+    return _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, [(dm, level)])[0][0]
 
 
 PREFETCH_BYTES = 256 << 20
@@ -353,7 +427,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
         cache = _caches[graph] = _Cache()
     if cache.calib_id is not cal:
         cache.calib_id, cache.float_out, cache.tensors, cache.runs = cal, None, {}, {}
-        cache.figures, cache.member_sqnr, cache.runner = {}, {}, None
+        cache.figures, cache.member_sqnr, cache.runner, cache.runtime = {}, {}, None, {}
     if cache.slices is None:
         cache.slices = output_slices(graph)
     outs = _float_outputs(graph)
@@ -372,26 +446,34 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
         # Fetch every shareable activation in the first float run when they fit in memory:
         # later edits then cost no float run at all (the GUI re-measures after each edit).
         need = list(dict.fromkeys(need + _prefetchable(graph, len(feeds))))
+    float_run = None
     if cache.float_out is None or need:
         names = outs + [t for t in need if t not in outs]
-        res = _run(with_outputs(graph.model, names), graph.base_dir, names, feeds, cancel)
+
+        def float_run():
+            return _run(with_outputs(graph.model, names), graph.base_dir, names, feeds, cancel)
+
+    # With no groups the session's map equals the baseline: the same export, so the same run
+    # (on a 20,000-node model one QDQ session is some 15 s to create).
+    same = after_dm is before_dm or after_dm == before_dm
+    wanted = [(before_dm, "default")] + ([] if same else [(after_dm, "default")])
+    if cross_check:
+        wanted.append((after_dm, "basic"))
+    got, res = _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, float_run)
+    if float_run is not None:
         if cache.float_out is None:
             cache.float_out = [{o: r[o] for o in outs} for r in res]
         for t in need:
             cache.tensors[t] = [r[t] for r in res]
-
-    before = _qdq_outputs(session, before_dm, cache, outs, feeds, cancel, float_tensors)
-    # With no groups the session's map equals the baseline: the same export, so the same run
-    # (on a 20,000-node model one QDQ session is some 15 s to create).
-    after = (before if after_dm is before_dm or after_dm == before_dm
-             else _qdq_outputs(session, after_dm, cache, outs, feeds, cancel, float_tensors))
+    before = got[0]
+    after = before if same else got[1]
     ranges = getattr(cal, "ranges", None) or {}
     fid = Fidelity(outs, _run_figures(cache, ranges, after_dm, after, outs),
                    _run_figures(cache, ranges, before_dm, before, outs),
                    samples=len(feeds), in_sample=bool(getattr(cal, "in_sample", False)), revision=revision,
-                   runtime=runtime_text(), float_outputs=[w.text() for w in why])
+                   runtime=cache.runtime.get(id(before), runtime_text()), float_outputs=[w.text() for w in why])
     if cross_check:
-        fake = _qdq_outputs(session, after_dm, cache, outs, feeds, cancel, float_tensors, level="basic")
+        fake = got[-1]
         fid.findings += _kernel_findings(fid.after, _figures(ranges, after_dm, cache.slices, cache.float_out,
                                                              fake, outs), outs)
 

@@ -36,7 +36,7 @@ import onnx
 from onnx import helper
 
 from .errors import Cancelled, ModelError
-from .runtime import make_session
+from .runtime import layout_passes_off, make_session
 
 __all__ = ["IncrementalRunner", "run_session", "fingerprints", "moved_domains", "KEEP_BYTES", "MAX_NODES"]
 
@@ -107,6 +107,8 @@ def fingerprints(model: onnx.ModelProto, values: dict[str, bytes] | None = None)
 def _followable(model) -> bool:
     g = model.graph
     if len(g.node) > MAX_NODES or any(t.data_location == onnx.TensorProto.EXTERNAL for t in g.initializer):
+        return False
+    if layout_passes_off(model):  # its program would be the default one, not the check's
         return False
     return not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                    for n in g.node for a in n.attribute)
@@ -264,7 +266,8 @@ class IncrementalRunner:
         found = self._program(model, moved) if _followable(model) else None
         if found is None:
             self.last = ("fresh default session", len(model.graph.node), len(model.graph.node))
-            sess = make_session(model, base_dir, spinning=False, level="default")
+            # (above LAYOUT_PASS_NODES without the NhwcTransformer: runtime.layout_passes_off)
+            sess = make_session(model, base_dir, spinning=False, level="default", disabled=layout_passes_off(model))
             return run_session(sess, names, self.feeds, cancel)
         return self._run_program(*found, names, cancel)
 

@@ -145,6 +145,8 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
     qparams: dict[str, tuple[float, int, object]] = {}  # float tensor -> (scale, zp, qdtype)
     chans: dict[str, tuple[int, np.ndarray, np.ndarray, object]] = {}
     new_inits = []
+    weight_dq: dict[tuple, str] = {}  # (integer weight, scale, zero point, axis) -> its float view's name
+    seen_q: set[int] = set()
     n_weights = n_float_weights = n_pairs = 0
     for n in g.node:
         if n.op_type != "DequantizeLinear":
@@ -157,8 +159,16 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
         q = producer.get(src)
         if src in inits or src in consts:
             # onnxruntime's layout: an integer weight; the float view holds its dequantized value.
-            w = _const(src, inits, consts, base_dir).astype(np.float32)
             axis = _attr(n, "axis", 1)
+            same = (src, tuple(n.input[1:]), axis)
+            if same in weight_dq:
+                # Another DQ of the same weight (one DQ per consumer, as onnxruntime wants them):
+                # the float view reads one weight, as the model did before quantization.
+                rename[n.output[0]] = weight_dq[same]
+                drop.add(id(n))
+                continue
+            weight_dq[same] = n.output[0]
+            w = _const(src, inits, consts, base_dir).astype(np.float32)
             s = scale.astype(np.float32)
             z = (zp if zp is not None else np.zeros_like(s)).astype(np.float32)
             if s.ndim == 1 and s.size > 1:
@@ -174,6 +184,9 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
         x = q.input[0]
         rename[n.output[0]] = x
         drop.add(id(n))
+        if id(q) in seen_q:
+            continue  # another DQ of a Q already read (one DQ per consumer): the same pair
+        seen_q.add(id(q))
         if all(c.op_type == "DequantizeLinear" for c in consumers.get(q.output[0], ())) \
                 and q.output[0] not in graph_outputs:
             drop.add(id(q))

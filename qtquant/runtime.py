@@ -12,7 +12,8 @@ import onnx
 
 from .errors import ModelError
 
-__all__ = ["make_session", "run_with_outputs", "zeros_feed", "with_outputs", "input_specs"]
+__all__ = ["make_session", "run_with_outputs", "zeros_feed", "with_outputs", "input_specs", "layout_passes_off",
+           "session_text", "LAYOUT_PASS_NODES"]
 
 
 def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
@@ -37,7 +38,7 @@ def _has_external(model) -> bool:
 
 
 def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, threads: int = 0,
-                 spinning: bool = True, arena: bool = True, level: str = "basic"):
+                 spinning: bool = True, arena: bool = True, level: str = "basic", disabled=()):
     """An InferenceSession for an in-memory model whose external data lives in ``base_dir``.
 
     ``spinning=False`` stops idle pool threads from busy-waiting: better when other threads of
@@ -47,7 +48,8 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
 
     ``level="default"`` keeps onnxruntime's default graph optimisations, as a user's session
     has them: that is how the fidelity check runs the exported model (Q/DQ pairs fused into
-    int8 kernels).  ``"basic"`` keeps every intermediate tensor observable.
+    int8 kernels).  ``"basic"`` keeps every intermediate tensor observable.  ``disabled``: names
+    of onnxruntime graph transformers to leave out (see :func:`layout_passes_off`).
     """
     import onnxruntime as ort
 
@@ -72,10 +74,41 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
             # refuses targets outside the folder.)
             so.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                         str(Path(base_dir).resolve()))
-        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"],
+                                    disabled_optimizers=list(disabled) or None)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelError(f"onnxruntime cannot run this model: {first[:300]}") from None
+
+
+# Above this many nodes the shipped-model check leaves out onnxruntime's NhwcTransformer (below).
+LAYOUT_PASS_NODES = 10_000
+LAYOUT_PASSES = ("NhwcTransformer",)
+
+
+def layout_passes_off(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The onnxruntime transformers a check of ``model`` at default options leaves out: none, or on
+    a graph over :data:`LAYOUT_PASS_NODES` nodes the NhwcTransformer.
+
+    That pass only moves int8 convolutions to channels-last and pushes the transposes it wraps
+    them in through the graph; every node it adds is named by a scan of the whole graph
+    (onnxruntime's ``Graph::GenerateNodeName``), so its cost grows with the square of the graph:
+    on a QDQ export of a 20,000-node CNN it was half of a 56 s session creation (2 cores, loaded),
+    on yolov8n_320 nothing.  Outputs were bit-identical with and without it on yolov8n_320,
+    ppocrv4_det and that CNN (a test checks it on a built model); reports say when it was left out
+    (:func:`session_text`)."""
+    return LAYOUT_PASSES if len(model.graph.node) > LAYOUT_PASS_NODES else ()
+
+
+def session_text(disabled=()) -> str:
+    """How a shipped-model session ran, for reports."""
+    import onnxruntime as ort
+
+    if not disabled:
+        return f"onnxruntime {ort.__version__}, default session options, CPU"
+    return (f"onnxruntime {ort.__version__}, default session options but {', '.join(disabled)} (a layout pass, "
+            f"left out above {LAYOUT_PASS_NODES:,} nodes: its cost grows with the square of the graph and its "
+            "outputs are bit-identical), CPU")
 
 
 def input_specs(graph) -> dict[str, tuple[tuple[int, ...], np.dtype]]:

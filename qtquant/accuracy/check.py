@@ -115,6 +115,7 @@ class Bench:
         dm = self.session.domains if dm is None else dm
         model = self.build(dm, keep_float).model
         res = run_feeds(model, self.graph.base_dir, self.outs, self.feeds, self.cancel, "default")
+        self.runtime = runtime_text(model)  # a big graph's check leaves out a layout pass: say so
         self.runs += 1
         figs = output_figures(self.ranges, dm, self.slices, self.float_out(), res, self.outs)
         label, db = worst_of(figs)

@@ -43,6 +43,18 @@ def _fidelity(session, args):
     return measure_session(session, output_mode=output_mode_from_args(args), cross_check=True)
 
 
+def _perf_and_fidelity(session, args):
+    """The simulation runs while the fidelity check waits on onnxruntime (which releases the GIL
+    while it creates a session: on a 20,000-node model seconds of it), so the two overlap."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    session.domains, session.baseline_domains  # computed once, here, before two threads read them
+    with ThreadPoolExecutor(1, thread_name_prefix="qtquant-fidelity-check") as pool:
+        fid = pool.submit(_fidelity, session, args)
+        perf = _perf(session, args)  # should it raise, the pool still waits for the check
+        return perf, fid.result()
+
+
 def run(args) -> int:
     from ..perf.precision import report_text
     from ..report import analysis_dict, concat_table_text
@@ -53,8 +65,7 @@ def run(args) -> int:
         from .fix import sqnr_share_from_args
 
         sqnr = sqnr_share_from_args(session, args)
-    perf = _perf(session, args)
-    fid = _fidelity(session, args)
+    perf, fid = _perf_and_fidelity(session, args)
     if args.json:
         doc = analysis_dict(session, perf=perf, fidelity=fid)
         if sqnr is not None:

@@ -1,8 +1,12 @@
 """Build and write the fixed QDQ ONNX model (DESIGN §2.6).
 
 - Every quantized activation gets a QuantizeLinear/DequantizeLinear pair.  All tensors of
-  one scale domain point at the *same* scale and zero-point initializers, so a shared
-  group is visibly one observer in the file.
+  one scale domain point at the *same* scale initializer, so a shared group is visibly one
+  observer in the file; zero points are one initializer per value, shared by all domains.
+- Each DequantizeLinear feeds one input of one node (a tensor read by three nodes gets one Q
+  and three DQs reading the same initializers), the layout onnxruntime needs to fuse Q/DQ
+  into int8 kernels: it would otherwise copy them itself at session creation (see
+  :meth:`Rewrite.dq_copy`).
 - Weights of Conv/ConvTranspose/Gemm/MatMul are int8, symmetric, per output channel
   (this needs opset 13; older models are converted).  Their bias becomes int32 with
   scale = input scale x weight scale, as onnxruntime's quantizer does.  Where a bias would
@@ -156,6 +160,18 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     domain_inits: dict[int, tuple[str, str]] = {}
     wide_inits: dict[int, tuple[str, str, object]] = {}  # int16 versions, over the same range
 
+    zp_inits: dict[tuple, str] = {}
+
+    def zero_point(value, dtype) -> str:
+        # One initializer per zero-point value and type, shared by every domain (the scale names
+        # the domain): onnxruntime merges equal scalar initializers at session creation anyway
+        # (ConstantSharing), at a cost that grows with their number.
+        key = (np.dtype(dtype).str, int(value))
+        if key not in zp_inits:
+            tag = f"{np.dtype(dtype).name}" + ("" if int(value) == 0 else f"_{int(value)}".replace("-", "m"))
+            zp_inits[key] = rw.add_init(np.array(value, dtype=dtype), rw.fresh(f"qtq_zero_point_{tag}"))
+        return zp_inits[key]
+
     def domain_qp(did):
         # A Concat output that took an input's scale by the target's rule uses that input's
         # initializers: the file shows the compiler's one threshold.
@@ -163,8 +179,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
         d = dm.domains[did]
         if did not in domain_inits:
             s = rw.add_init(np.array(d.qparams.scale, dtype=np.float32), rw.fresh(f"qtq_d{did}_scale"))
-            z = rw.add_init(np.array(d.qparams.zero_point, dtype=d.qparams.dtype), rw.fresh(f"qtq_d{did}_zero_point"))
-            domain_inits[did] = (s, z)
+            domain_inits[did] = (s, zero_point(d.qparams.zero_point, d.qparams.dtype))
         return domain_inits[did]
 
     def wide_qp(did):
@@ -174,8 +189,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
             # the same values, the int16 ones in 256x finer steps
             qp = qparams_for_range(d.lo, d.hi, scheme, bits=16)
             s = rw.add_init(np.array(qp.scale, dtype=np.float32), rw.fresh(f"qtq_d{did}_int16_scale"))
-            z = rw.add_init(np.array(qp.zero_point, dtype=qp.dtype), rw.fresh(f"qtq_d{did}_int16_zero_point"))
-            wide_inits[did] = (s, z, qp)
+            wide_inits[did] = (s, zero_point(qp.zero_point, qp.dtype), qp)
         return wide_inits[did]
 
     # -- activations ------------------------------------------------------------------------
@@ -198,20 +212,26 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
         else:
             (s, z), qp = domain_qp(did), dm.domains[did].qparams
         q_out = rw.fresh(f"{t}_quantized")
+        uses = rw.uses(t, tt.consumers)
+        where = rw.head if tt.producer is None else rw.after.setdefault(tt.producer, [])
+        where.append(helper.make_node("QuantizeLinear", [t, s, z], [q_out], name=rw.fresh(f"{t}_QuantizeLinear")))
         if t in outputs:
+            # The output keeps its name: the producer writes <t>_prequant, a DQ of its own writes t
+            # and each consumer inside the graph reads another DQ (one DQ per use, Rewrite.dq_copy).
             src = rw.fresh(f"{t}_prequant")
             producer = rw.nodes[tt.producer]
             for k, o in enumerate(producer.output):
                 if o == t:
                     producer.output[k] = src
-            dq_out = t
+            where[-1].input[0] = src
+            rw.add_dq([q_out, s, z], t, rw.fresh(f"{t}_DequantizeLinear"), where)
+            if uses:
+                first = rw.dq_copy(t)
+                rw.feed_each(first, uses)
         else:
-            src, dq_out = t, rw.fresh(f"{t}_dequantized")
-            for c in set(tt.consumers):
-                rw.rewire(c, t, dq_out)
-        qn = helper.make_node("QuantizeLinear", [src, s, z], [q_out], name=rw.fresh(f"{t}_QuantizeLinear"))
-        dqn = helper.make_node("DequantizeLinear", [q_out, s, z], [dq_out], name=rw.fresh(f"{t}_DequantizeLinear"))
-        (rw.head if tt.producer is None else rw.after.setdefault(tt.producer, [])).extend([qn, dqn])
+            dq_out = rw.fresh(f"{t}_dequantized")
+            rw.add_dq([q_out, s, z], dq_out, rw.fresh(f"{t}_DequantizeLinear"), where)
+            rw.feed_each(dq_out, uses)
         build.scale_of[t] = s
         act_qp[t] = qp
         build.activations += 1
@@ -236,11 +256,11 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
                 build.clipped.append(rec)
             rw.add_init(_quantize_values(v, qp), qn)
             out = rw.fresh(f"{c}_dequantized_d{did}")
-            rw.head.append(helper.make_node("DequantizeLinear", [qn, s, z], [out],
-                                            name=rw.fresh(f"{c}_DequantizeLinear_d{did}")))
+            rw.add_dq([qn, s, z], out, rw.fresh(f"{c}_DequantizeLinear_d{did}"), rw.head)
             cdone[(c, did)] = out
             build.constants += 1
-        return cdone[(c, did)]
+            return out
+        return rw.dq_copy(cdone[(c, did)])  # one DQ per use (Rewrite.dq_copy)
 
     weight_slots = {(n.name, i) for n, i, _ in weight_uses}
     for c, t in graph.tensors.items():

@@ -17,12 +17,17 @@ class _Names:
             self.used.update(n.input)
             self.used.update(n.output)
             self.used.add(n.name)
+        self.next: dict[str, int] = {}
 
     def fresh(self, base: str) -> str:
-        name, k = base, 1
+        # Suffixes resume where the last name of this base stopped: one DQ per consumer asks for
+        # thousands of names of one base on a big graph (a shared weight), which counting from 1
+        # each time made quadratic.
+        name, k = base, self.next.get(base, 1)
         while name in self.used:
             name = f"{base}_{k}"
             k += 1
+        self.next[base] = k
         self.used.add(name)
         return name
 
@@ -70,6 +75,8 @@ class Rewrite:
         self.inits: list[onnx.TensorProto] = []
         self.head: list[onnx.NodeProto] = []  # DQ of weights/constants and Q/DQ of model inputs
         self.after: dict[str, list[onnx.NodeProto]] = {}  # producer -> the Q/DQ that follow it
+        self._dq: dict[str, onnx.NodeProto] = {}  # output -> a DequantizeLinear the build added
+        self._copies: dict[str, list[onnx.NodeProto]] = {}  # a DQ's output -> its copies (placed after it)
 
     def fresh(self, base: str) -> str:
         return self.names.fresh(base)
@@ -79,6 +86,41 @@ class Rewrite:
         for k, i in enumerate(pn.input):
             if i == old and (index is None or k == index):
                 pn.input[k] = new
+
+    def add_dq(self, inputs, out: str, name: str, where: list, **attrs) -> onnx.NodeProto:
+        """A DequantizeLinear writing ``out``, appended to ``where`` (:attr:`head` or an :attr:`after` list)."""
+        node = helper.make_node("DequantizeLinear", list(inputs), [out], name=name, **attrs)
+        where.append(node)
+        self._dq[out] = node
+        return node
+
+    def dq_copy(self, out: str) -> str:
+        """One more DequantizeLinear reading what the one writing ``out`` reads, right after it; the
+        float name it writes.
+
+        Every DQ of the export feeds one input of one node (none also writes a model output):
+        onnxruntime fuses a DQ into a single consumer and, at session creation, copies every DQ
+        that feeds more (``EnsureUniqueDQForNodeUnit``, which runs at every optimisation level and
+        costs seconds on a 20,000-node model, its node naming scanning the whole graph per copy).
+        The copies read the same initializers: the file grows by the nodes only, and computes
+        the same values."""
+        node = self._dq[out]
+        new = self.fresh(out)
+        copy = helper.make_node("DequantizeLinear", list(node.input), [new], name=self.fresh(node.name))
+        copy.attribute.extend(node.attribute)
+        self._copies.setdefault(node.output[0], []).append(copy)
+        self._dq[new] = node
+        return new
+
+    def feed_each(self, out: str, uses) -> None:
+        """Rewire each ``(consumer, input index)`` of ``uses`` to a DequantizeLinear of its own
+        (the first to the one writing ``out``); see :meth:`dq_copy`."""
+        for k, (consumer, index) in enumerate(uses):
+            self.rewire(consumer, self.nodes[consumer].input[index], out if k == 0 else self.dq_copy(out), index)
+
+    def uses(self, tensor: str, consumers) -> list[tuple[str, int]]:
+        """Every ``(consumer, input index)`` reading ``tensor`` among ``consumers`` (node names), in order."""
+        return [(c, k) for c in dict.fromkeys(consumers) for k, i in enumerate(self.nodes[c].input) if i == tensor]
 
     def add_init(self, array, name: str) -> str:
         self.inits.append(numpy_helper.from_array(array, name))
@@ -91,8 +133,7 @@ class Rewrite:
         for arr, name in ((q, qn), (scale, sn), (zero_point, zn)):
             self.add_init(arr, name)
         attrs = {"axis": axis} if axis is not None else {}
-        self.head.append(helper.make_node("DequantizeLinear", [qn, sn, zn], [out],
-                                          name=self.fresh(f"{base}_DequantizeLinear"), **attrs))
+        self.add_dq([qn, sn, zn], out, self.fresh(f"{base}_DequantizeLinear"), self.head, **attrs)
         return out
 
     def assemble(self) -> None:
@@ -100,9 +141,14 @@ class Rewrite:
         g = self.model.graph
         order = list(g.node)
         del g.node[:]
-        g.node.extend(self.head)
+        def added(nodes):
+            for n in nodes:
+                g.node.append(n)
+                g.node.extend(self._copies.get(n.output[0], ()) if n.op_type == "DequantizeLinear" else ())
+
+        added(self.head)
         for n in order:
             g.node.append(n)
-            g.node.extend(self.after.get(n.name, ()))
+            added(self.after.get(n.name, ()))
         g.initializer.extend(self.inits)
         prune(self.model)

@@ -165,7 +165,9 @@ def quantize_weights(rw, build, graph, weight_uses, per_channel: bool, act_qp) -
                 build.clipped.append(ClipRecord(**{**asdict(clip_rec), "node": node.name}))
             done[key] = (rw.dequantized(w, q, scale, np.zeros(scale.shape, np.int8), axis), q)
             build.weights += 1
-        rw.rewire(node.name, w, done[key][0], idx)
+            rw.rewire(node.name, w, done[key][0], idx)
+        else:  # another reader of the same int8 weight: a DQ of its own (Rewrite.dq_copy)
+            rw.rewire(node.name, w, rw.dq_copy(done[key][0]), idx)
         if bias is None:
             continue
         bidx, b, bv = bias
