@@ -33,7 +33,7 @@ from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAUL
                      LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, Observer, scheme_name)
 from .observers import abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
-from .stats import BINS, MINMAX_BINS, NonFiniteError, TensorStats
+from .stats import BINS, MINMAX_BINS, NonFiniteError, TensorStats, update_rows
 
 __all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "CalibConfigError", "calibrate", "run_chunk",
            "ChunkRunner",
@@ -41,6 +41,7 @@ __all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "CalibConfigError"
            "DEFAULT_COUNT", "AUTO_HOLDOUT_MIN", "AUTO_HOLDOUT_FRACTION", "CHECK_CAP", "INT_TEXT"]
 
 AUTO_MINMAX_STRIDE = 8
+ROWS_MIN = 8  # tensors of one size reduced together from this many on (update_rows)
 DEFAULT_COUNT = DEFAULT_CALIB_COUNT
 # --holdout auto: a held-out check only pays when enough samples are left to calibrate on; below
 # this the check runs in-sample.  The 20% of 32 is 6 samples held out, 26 calibrated on.
@@ -412,7 +413,24 @@ def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel) -> di
         work = [(n, outs[i], (mins[at[n]], maxs[at[n]], outs[i].size) if n in at else None)
                 for i, n in enumerate(plan.tensors)]
         work += [(n, feed[n], None) for n in inputs]
+        # Small float32 tensors of one size are reduced together (update_rows: the same statistics,
+        # bit for bit, without one round of numpy calls per tensor); the others, and any row it
+        # leaves (zeros only, NaN), one by one.
+        by_size: dict[int, list] = {}
+        for item in work:
+            v = item[1]
+            if item[2] is None and isinstance(v, np.ndarray) and v.dtype == np.float32 and v.size:
+                by_size.setdefault(v.size, []).append(item)
+        batched = set()
+        for size, items in by_size.items():
+            if len(items) < ROWS_MIN:
+                continue
+            rows = np.stack([v.reshape(-1) for _, v, _ in items])
+            left = set(update_rows([stats[n] for n, _, _ in items], rows, stride))
+            batched.update(n for k, (n, _, _) in enumerate(items) if k not in left)
         for n, values, reduced in work:
+            if n in batched:
+                continue
             try:
                 stats[n].update(values, stride=stride, reduced=reduced)
             except NonFiniteError:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["TensorStats", "BINS", "MINMAX_BINS", "MA_CONSTANT", "NonFiniteError", "count_dtype"]
+__all__ = ["TensorStats", "BINS", "MINMAX_BINS", "MA_CONSTANT", "NonFiniteError", "count_dtype", "update_rows"]
 
 BINS = 2048  # bins per sign; T is at most 2*absmax, so at least 1024 bins cover [0, absmax]
 MINMAX_BINS = 256  # bins per sign of the MinMax observers' histogram (plots and pooled ranges only)
@@ -289,7 +289,11 @@ class TensorStats:
             counts = np.bincount(idx, minlength=width)
         elif np.isnan(sub).any():  # an all-zero batch as far as min/max kernels that skip NaN can tell
             raise NonFiniteError("NaN values")
-        # Only now that the batch is known good, change the state.
+        self._fold(lo, hi, count, samples, stride, mins, maxs, counts, first, e, int(sub.size))
+
+    def _fold(self, lo, hi, count, samples, stride, mins, maxs, counts, first, e, n_sub) -> None:
+        """Fold a checked batch into the state (:meth:`update` and :func:`update_rows`)."""
+        bins = self.bins
         self.ma_min = _ma_push(self.ma_min, mins)
         self.ma_max = _ma_push(self.ma_max, maxs)
         self.min, self.max = min(self.min, lo), max(self.max, hi)
@@ -297,12 +301,12 @@ class TensorStats:
         self.samples += samples
         self.stride = stride
         if counts is None:  # zeros only: bin `bins` at every T
-            counts = np.array([sub.size], dtype=np.int64)
+            counts = np.array([n_sub], dtype=np.int64)
         elif self.exp is not None and e > self.exp:
             self.counts, self.lo = _rebin(self.counts, self.lo, bins, e - self.exp, bins)
         if e is not None and (self.exp is None or e > self.exp):
             self.exp = e
-        self.total += int(sub.size)
+        self.total += n_sub
         self.counts, self.lo = _add_window(self.counts, self.lo, counts, first, self.total)
 
     def merge(self, other: "TensorStats") -> "TensorStats":
@@ -360,3 +364,70 @@ class TensorStats:
                    None if meta["exp"] is None else int(meta["exp"]), int(meta["count"]),
                    int(meta["samples"]), ma(meta["ma_min"]), ma(meta["ma_max"]),
                    int(meta["stride"]), bins, lo, total)
+
+
+_ROWS_CELLS = 1 << 22  # bincount cells per chunk of rows in update_rows (32 MB of int64)
+
+
+def update_rows(stats: list[TensorStats], values: np.ndarray, stride: int = 1) -> list[int]:
+    """``stats[k].update(values[k], stride=stride)`` for every row (one sample of each of many
+    tensors of one size, float32), computed for all rows at once; the state each ends in is
+    bit for bit the one :meth:`TensorStats.update` gives.
+
+    A 20,000-node CNN with 8x8x8 activations has 15,000 such tensors: one update each was some
+    60 us of numpy calls per tensor and sample, mostly call overhead, and calibration waited on
+    it.  Rows this does not handle (all zeros, NaN or Inf) are left untouched and their indices
+    returned, for :meth:`TensorStats.update` to handle (and to raise for) one by one.
+    """
+    values = np.asarray(values, dtype=np.float32)
+    k_rows = values.shape[0]
+    if not k_rows:
+        return []
+    per = values.reshape(k_rows, -1)
+    mins, maxs = per.min(axis=1), per.max(axis=1)
+    absmax = np.maximum(-mins, maxs)
+    ok = np.isfinite(mins) & np.isfinite(maxs) & (absmax > 0)
+    rows = np.flatnonzero(ok)
+    left = np.flatnonzero(~ok).tolist()
+    if not len(rows):
+        return left
+    by_bins: dict[int, list[int]] = {}
+    for r in rows.tolist():
+        by_bins.setdefault(stats[r].bins, []).append(r)
+    sub_all = _subsample(per, stride).reshape(k_rows, -1)
+    for bins, group in by_bins.items():
+        log2b = _log2(bins)
+        step = max(1, _ROWS_CELLS // (2 * bins))
+        for a in range(0, len(group), step):
+            idx_rows = np.asarray(group[a:a + step])
+            lo64 = mins[idx_rows].astype(np.float64)
+            hi64 = maxs[idx_rows].astype(np.float64)
+            e = np.maximum(np.frexp(absmax[idx_rows].astype(np.float64))[1], _EXP_MIN)
+            cur = np.array([stats[r].exp if stats[r].exp is not None else -(1 << 30) for r in idx_rows.tolist()])
+            t_exp = np.maximum(e, cur)
+            scale = np.ldexp(1.0, log2b - t_exp)  # float64, a power of two
+            first = np.floor(lo64 * scale).astype(np.int64) + bins
+            width = np.floor(hi64 * scale).astype(np.int64) + bins + 1 - first
+            y = np.multiply(sub_all[idx_rows], scale.astype(np.float32)[:, None], dtype=np.float32)
+            np.floor(y, out=y)
+            y += (bins - first).astype(np.float32)[:, None]
+            idx = y.astype(np.int64)
+            low = idx.min(axis=1)
+            high = idx.max(axis=1)
+            # A negative index only comes from a min that was not the values' min: not here, but
+            # should it, the row goes the one-by-one way.
+            good = low >= 0
+            cells = 2 * bins
+            flat = (idx + (np.arange(len(idx_rows), dtype=np.int64) * cells)[:, None]).ravel()
+            counts = np.bincount(flat[np.repeat(good, idx.shape[1])], minlength=len(idx_rows) * cells)
+            counts = counts.reshape(len(idx_rows), cells)
+            n_sub = int(sub_all.shape[1])
+            for j, r in enumerate(idx_rows.tolist()):
+                if not good[j]:
+                    left.append(r)
+                    continue
+                w = max(int(width[j]), int(high[j]) + 1)  # as bincount's minlength
+                s = stats[r]
+                s._fold(float(lo64[j]), float(hi64[j]), per.shape[1], 1, stride, mins[r:r + 1], maxs[r:r + 1],
+                        counts[j, :w], int(first[j]), int(e[j]), n_sub)
+    return sorted(left)
