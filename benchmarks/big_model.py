@@ -1,7 +1,7 @@
 """A 20,000-node model: how big its calibration statistics are, and (scalespeed) how long analysis takes.
 
 usage: python benchmarks/big_model.py [--nodes 20000] [--samples 4] [--observers minmax,percentile]
-                                      [--skip-stats] [--skip-analyze] [--baseline CHECKOUT]
+                                      [--skip-stats] [--skip-analyze] [--baseline CHECKOUT] [--ort-breakdown]
 
 The model is benchmarks/synthetic.py's ``block_cnn``: 9-node blocks (Conv, Relu, Split, Sigmoid,
 Tanh, Concat, Conv, Add, Mul) with 8x8x8 activations, built here (nothing from /work/shared).
@@ -14,12 +14,19 @@ Each part prints its figure next to its reference from the same run:
   from the tensor count: writing 650 MB to measure it was not worth the disk).  The target is at
   most 100 MB for 20,000 tensors.
 * analyze against the onnxruntime floor (scalespeed): see :func:`analyze_vs_floor`.
+* ``--ort-breakdown``: where onnxruntime's time goes when it creates a session of the QDQ export
+  (the fidelity check's biggest cost): wall seconds per graph transformer from its verbose log,
+  at default options and without the NhwcTransformer (what the check runs above
+  ``qtquant.runtime.LAYOUT_PASS_NODES`` nodes), next to the float model's session at default
+  options (the floor's).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
+import re
 import subprocess
 import sys
 import tempfile
@@ -131,6 +138,65 @@ def analyze_vs_floor(model: Path, samples: int, baseline: str = "") -> None:
               f"{base / floor2:.2f}x; this checkout is {base / secs:.2f}x faster")
 
 
+_LOG = re.compile(r"^(\S+ \S+) \[.:onnxruntime:, ([^\]]+)\] (.*)")
+_SESSION = """
+import sys, time, onnxruntime as ort
+so = ort.SessionOptions(); so.log_severity_level = 0
+t = time.perf_counter()
+ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"], disabled_optimizers=sys.argv[2:] or None)
+print(time.perf_counter() - t)
+"""
+
+
+def _session_log(path: Path, disabled=()) -> tuple[float, dict[str, float]]:
+    """(seconds to create a default-options session of ``path``, wall seconds per step of its
+    verbose log: each graph transformer with the graph resolve after it, else the logging source)."""
+    p = subprocess.run([sys.executable, "-c", _SESSION, str(path), *disabled], capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"onnxruntime session failed: {p.stderr.strip()[-300:]}")
+    steps: dict[str, float] = {}
+    prev = name = None
+    for line in (p.stdout + p.stderr).splitlines():
+        m = _LOG.match(line)
+        if not m:
+            continue
+        t = datetime.datetime.strptime(m.group(1)[:26], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+        if prev is not None:
+            steps[name] = steps.get(name, 0.0) + t - prev
+        applying = re.match(r"Applying graph transformer (\S+)", m.group(3))
+        applied = re.match(r"GraphTransformer (\S+) modified", m.group(3))
+        name = (applying or applied).group(1) if (applying or applied) else m.group(2).split()[0].split(":")[0]
+        prev = t
+    return float(p.stdout.split()[-1]), steps
+
+
+def ort_breakdown(model: Path, folder: Path, samples: int, top: int = 12) -> None:
+    from qtquant.app import open_model
+    from qtquant.app.session import Options
+    from qtquant.calib import CalibConfig
+    from qtquant.export.qdq import build_qdq_model
+    from qtquant.fidelity import output_mode_of
+    from qtquant.outputs import float_output_tensors
+    from qtquant.runtime import LAYOUT_PASSES
+
+    s = open_model(model, options=Options(calib=CalibConfig(count=samples)))  # analyze's calibration
+    s.run_calibration()
+    ft, _ = float_output_tensors(s.graph, s.baseline_domains, output_mode_of(None, None), s.options.max_bits_lost)
+    qdq = build_qdq_model(s, s.domains, float_tensors=ft).model
+    qpath = folder / "qdq.onnx"
+    onnx.save(qdq, str(qpath))
+    print(f"onnxruntime session creation, QDQ export of {len(qdq.graph.node)} nodes "
+          f"({len(qdq.graph.initializer)} initializers), from its verbose log:")
+    runs = [("float model, default options (the floor's)", model, ()),
+            ("QDQ export, default options", qpath, ()),
+            (f"QDQ export without {', '.join(LAYOUT_PASSES)} (the check above the threshold)", qpath, LAYOUT_PASSES)]
+    for label, path, off in runs:
+        secs, steps = _session_log(path, off)
+        print(f"  {label}: {secs:.2f} s; largest steps:")
+        for k, v in sorted(steps.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"    {v:6.2f} s  {k}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=20_000)
@@ -139,6 +205,8 @@ def main() -> None:
     ap.add_argument("--skip-stats", action="store_true")
     ap.add_argument("--skip-analyze", action="store_true")
     ap.add_argument("--baseline", default="", help="another checkout (e.g. main) to time analyze with too")
+    ap.add_argument("--ort-breakdown", action="store_true",
+                    help="also print onnxruntime's session-creation time per graph transformer (QDQ export, float)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="qtquant-big-") as d:
         folder = Path(d)
@@ -150,6 +218,8 @@ def main() -> None:
                 stats_size(model, folder, args.samples, obs.strip())
         if not args.skip_analyze:
             analyze_vs_floor(model, args.samples, args.baseline)
+        if args.ort_breakdown:
+            ort_breakdown(model, folder, args.samples)
 
 
 if __name__ == "__main__":
