@@ -16,6 +16,8 @@ hostile file also stays in the child and comes back as a one-line error.
   message, or inside small tuples, lists and dicts of it) goes in slices of ``part`` entries (its
   entries whole), and long ``bytes`` go raw.  Unpickling a 20,000-entry map in one call holds the receiver's GIL some
   0.1 s (the parent's GUI freezes that long); one part takes a few ms.
+- Children run at niceness :data:`NICENESS` (set by the desktop app, which keeps its own threads
+  at the normal priority): their cores go to the window first.
 - ``cancel()`` is polled in the parent while it waits.  A cooperative child sees it as
   ``link.cancelled()`` (a flag shared with the parent) and raises
   :class:`~qtquant.errors.Cancelled` itself, so it keeps its caches; with ``hard_cancel`` the
@@ -31,6 +33,7 @@ from a user file is ever unpickled (a model crosses as its serialized bytes, sen
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 from itertools import islice
 from multiprocessing.connection import wait
@@ -38,12 +41,13 @@ from multiprocessing.connection import wait
 from . import errors
 from .errors import Cancelled, QtQuantError
 
-__all__ = ["Child", "Link", "run", "run_all", "POLL_S", "PART"]
+__all__ = ["Child", "Link", "run", "run_all", "POLL_S", "PART", "NICENESS"]
 
 POLL_S = 0.02  # how often cancel() is polled while nothing arrives
 PART = 1000  # entries per part: pickling one takes ~5 ms on a big graph
 _RAW_MIN = 1 << 16  # bytes from this length are written as they are, without a pickle copy
 _DEPTH = 3  # how far into small containers big ones are looked for
+NICENESS = 0  # children started from now on run at least this nice (the desktop app sets 10)
 
 _ctx = mp.get_context("spawn")
 
@@ -172,7 +176,12 @@ def _answer(conn, reply: tuple, part: int) -> bool:
     return True
 
 
-def _serve(conn, flag, handler, part: int, once: bool) -> None:
+def _serve(conn, flag, handler, part: int, once: bool, nice: int = 0) -> None:
+    if nice > 0:
+        try:  # this thread, and so the threads onnxruntime starts later
+            os.setpriority(os.PRIO_PROCESS, 0, max(os.getpriority(os.PRIO_PROCESS, 0), nice))
+        except (AttributeError, OSError):  # not allowed, or not Linux: the normal priority
+            pass
     link, rx = Link(conn, flag), _Receiver()
     while True:
         try:
@@ -215,7 +224,7 @@ class Child:
         self.close()
         parent, child = _ctx.Pipe()
         self._flag = None if self.hard_cancel else _ctx.Event()
-        proc = _ctx.Process(target=_serve, args=(child, self._flag, self.handler, self.part, self.once),
+        proc = _ctx.Process(target=_serve, args=(child, self._flag, self.handler, self.part, self.once, NICENESS),
                             daemon=True, name=self.name)
         try:
             proc.start()

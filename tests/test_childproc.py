@@ -112,3 +112,17 @@ def test_run_all_gives_each_reply_in_order():
     with pytest.raises(ShapeError):
         childproc.run_all([childproc.Child(_handle, name="qtquant-test-e", what="x", once=True)],
                           [("raise", ShapeError("s"))])
+
+
+def _niceness(request, link):
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no niceness here")
+def test_children_run_at_the_niceness_asked_for(monkeypatch):
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    monkeypatch.setattr(childproc, "NICENESS", min(19, mine + 5))
+    assert childproc.run(_niceness, None, name="qtquant-test-nice", what="the test child") == min(19, mine + 5)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # this process keeps its priority
+    monkeypatch.setattr(childproc, "NICENESS", 0)
+    assert childproc.run(_niceness, None, name="qtquant-test-nice", what="the test child") == mine

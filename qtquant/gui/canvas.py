@@ -56,7 +56,7 @@ class GraphScene(QGraphicsScene):
         self.spec: SceneSpec | None = None
         self.emphasised: set[str] = set()  # nodes the minimap draws at least 3 px (Concats)
         self._labels_visible = False
-        self._label_specs: list[tuple[str, float, float]] = []
+        self._label_specs: list[tuple[str, str, float, float]] = []  # (tensor, text, x, y) not made yet
         self.overview: OverviewItem | None = None
         self.overview_active = False
         self.switching = False  # True while items are swapped for the overview (selection churn)
@@ -145,7 +145,7 @@ class GraphScene(QGraphicsScene):
         # Shape labels are made the first time the zoom makes them legible (most large
         # graphs are first seen zoomed out): one label per tensor, at its first edge.
         label_of = {es.tensor: es.label for es in spec.edges}
-        self._label_specs = [(label_of[t], x, y) for t, (x, y) in label_at.items()]
+        self._label_specs = [(t, label_of[t], x, y) for t, (x, y) in label_at.items()]
         self.emphasised = {n.name for n in spec.nodes if n.category == "concat"}
         self._labels_visible = False
         self._index_now()
@@ -308,8 +308,8 @@ class GraphScene(QGraphicsScene):
             return
         self._labels_visible = on
         if on and self._label_specs:
-            for text, x, y in self._label_specs:
-                lab = EdgeLabel(text, x, y)
+            for t, text, x, y in self._label_specs:
+                lab = EdgeLabel(text, x, y, t)
                 self.addItem(lab)
                 self.labels.append(lab)
             self._label_specs = []

@@ -76,15 +76,27 @@ def morph_scene(scene, spec) -> dict:
         scene._edge_index.setdefault((e.tensor, e.dst), []).append(e)
         label_at.setdefault(e.tensor, (e.points[0][0] + 5, e.points[0][1] + 2))
     scene._applied = (node_looks, edge_looks, default)
-    # Shape labels: made again where the edges now are.
-    for lab in scene.labels:
-        scene.removeItem(lab)
-    scene.labels = []
+    # Shape labels: those of tensors still drawn move to where their edges now are, the others
+    # go; new ones are made now if labels show, else when they first do (making all of them
+    # again cost ~30 ms a thousand).
     label_of = {es.tensor: es.label for es in spec.edges}
-    scene._label_specs = [(label_of[t], x, y) for t, (x, y) in label_at.items()]
-    was_visible = scene._labels_visible
-    scene._labels_visible = False
-    if was_visible:
+    made = {lab.tensor: lab for lab in scene.labels}
+    labels, specs = [], []
+    for t, (x, y) in label_at.items():
+        lab = made.pop(t, None)
+        if lab is not None and lab.text() == label_of[t]:
+            if lab.pos() != QPointF(x, y):
+                lab.setPos(x, y)
+            labels.append(lab)
+        else:
+            if lab is not None:
+                made[t] = lab
+            specs.append((t, label_of[t], x, y))
+    for lab in made.values():
+        scene.removeItem(lab)
+    scene.labels, scene._label_specs = labels, specs
+    if scene._labels_visible and specs:
+        scene._labels_visible = False
         scene.set_labels_visible(True)
     scene.emphasised = {n.name for n in spec.nodes if n.category == "concat"}
     m = 60

@@ -306,8 +306,9 @@ class EdgeItem(QGraphicsPathItem):
 class EdgeLabel(QGraphicsSimpleTextItem):
     """Tensor shape next to an edge; shown only at readable zoom (toggled by the view)."""
 
-    def __init__(self, text: str, x: float, y: float):
+    def __init__(self, text: str, x: float, y: float, tensor: str = ""):
         super().__init__(text)
+        self.tensor = tensor
         self.setFont(FONTS.edge)
         self.setBrush(QColor("#5f6b77"))
         self.setPos(x, y)

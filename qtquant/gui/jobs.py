@@ -12,7 +12,6 @@ batches).
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import time
 import traceback
@@ -21,6 +20,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Qt, Signal, Slot
 
+from .. import childproc
 from ..errors import Cancelled, QtQuantError
 from ..vocab import JobStatus
 
@@ -71,24 +71,14 @@ class _Signals(QObject):
     failed = Signal(int, object)
 
 
-# Workers run at a lower CPU priority than the GUI thread.  On a machine with few cores,
-# onnxruntime's pool threads and numpy otherwise take every core while a job runs, and the
-# GUI thread waits for the scheduler: the window stutters although no Python code of ours
-# blocks it.  Linux niceness is per thread and inherited by the threads a worker starts
-# (onnxruntime's pool, calibration's histogram thread).
+# The child processes the window's jobs start (calibration, fidelity, shape inference, big
+# layouts) run at a lower CPU priority than the GUI: on a machine with few cores, onnxruntime's
+# pool threads and numpy otherwise take every core and the GUI thread waits for the scheduler.
+# The worker *threads* of this process keep the normal priority: a niced thread that holds the
+# interpreter lock is the last to get a core on a busy machine, and the GUI thread waits for the
+# lock all that time (open of a 20,000-node graph with other programs busy: 150-300 ms stalls
+# inside plain Python code of the load and calibration threads).
 WORKER_NICENESS = 10
-_niced: set[int] = set()
-
-
-def _lower_priority() -> None:
-    tid = threading.get_native_id()
-    if tid in _niced:
-        return
-    _niced.add(tid)
-    try:
-        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), WORKER_NICENESS))
-    except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
-        pass
 
 
 class _Runner(QRunnable):
@@ -99,7 +89,6 @@ class _Runner(QRunnable):
 
     def run(self):  # worker thread
         job, sig = self.job, self.sig
-        _lower_priority()
 
         def progress(done, total=0):
             sig.progress.emit(job.id, int(done), int(total))
@@ -125,6 +114,7 @@ class JobManager(QObject):
         super().__init__(parent)
         self.pool = QThreadPool(self)
         self.pool.setMaxThreadCount(threads)
+        childproc.NICENESS = max(childproc.NICENESS, WORKER_NICENESS)
         self._ids = itertools.count(1)
         self._jobs: dict[int, tuple[Job, _Signals]] = {}
         self._latest: dict[str, int] = {}

@@ -162,3 +162,29 @@ def test_blocks_open_on_the_structure_drawn_before_the_model_has_loaded(qtbot, m
     assert overlapping(win) == []
     assert win.canvas.collapse("/model.3/Concat") and block_name("/model.3") in win.scene.nodes
     assert win.session.view_state.expanded == win.canvas.model.expanded
+
+
+def test_shape_labels_follow_the_edges_as_blocks_open_and_close(qtbot, make_win, big_model):
+    from qtquant.gui.items import LOD_EDGE_LABEL
+
+    win = make_win(auto_calibrate=False)
+    _open(qtbot, win, big_model)
+    win.view.set_zoom(max(1.0, LOD_EDGE_LABEL))  # labels show
+
+    def check():
+        firsts = {}
+        for e in win.scene.edges:
+            firsts.setdefault(e.tensor, e.points[0])
+        made = {lab.tensor: lab for lab in win.scene.labels}
+        assert len(made) == len(win.scene.labels) and set(made) == set(firsts)  # one per drawn tensor
+        for t, (x, y) in firsts.items():
+            assert (made[t].pos().x(), made[t].pos().y()) == pytest.approx((x + 5, y + 2))
+            assert made[t].isVisible()
+
+    check()
+    _dclick(win, block_name("/model.3"))
+    check()
+    _dclick(win, block_name("/model.3/a"))
+    check()
+    _dclick(win, "/model.3/Concat")
+    check()
