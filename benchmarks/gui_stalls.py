@@ -9,7 +9,10 @@ prints the longest stalls, how many exceeded 100 ms, and the total blocked time.
 Reference in the same run: the same measurement on an idle window (the timer's own
 jitter) and on a 2,000-node graph, so the figures read as ratios on any machine.
 
-Target (issue 8): no stall over 100 ms while a 20,000-node graph opens.
+Target (issue 8): no stall over 100 ms while a 20,000-node graph opens.  Each stall is split (Linux
+schedstat of the GUI thread) into the GUI thread's own work, waiting for a core (other programs on
+a busy machine: no code of the window can remove that) and blocked (waiting for the interpreter
+lock another thread of the window holds); the second verdict counts the window's own part only.
 Target (issue 19): the window is interactive within 5 s of File > Open: "interactive s" is the
 time until the canvas has every item of the first view on it (the structure; calibration and
 the analyses fill in the numbers afterwards, "open s" is when they are all done).
@@ -66,6 +69,8 @@ class StallProbe:
     def start(self):
         self.t0 = self.last = time.perf_counter()
         self.gaps.clear()
+        self.parts: list[tuple[float, float, float, float]] = []  # per gap: (ms, GUI CPU ms, run-queue ms, blocked ms)
+        self._last_sched = self._sched()
         self.blame.clear()
         self.gil.clear()
         self.log: list[tuple[float, str]] = []
@@ -118,17 +123,42 @@ class StallProbe:
             self.blame[where] = self.blame.get(where, 0.0) + self.SAMPLE_S * 1000
             self.log.append((now - self.t0, where))
 
+    @staticmethod
+    def _sched() -> tuple[float, float]:
+        """(ms on a CPU, ms waiting for one) of this thread so far (Linux schedstat; zeros elsewhere)."""
+        try:
+            with open("/proc/thread-self/schedstat") as f:
+                run, wait, _ = f.read().split()
+            return int(run) / 1e6, int(wait) / 1e6
+        except (OSError, ValueError):
+            return 0.0, 0.0
+
     def _tick(self):
         now = time.perf_counter()
+        sched = self._sched()
         gap = (now - self.last) * 1000
         if gap > self.period * 2:
+            # What the gap was made of: the GUI thread's own work, waiting for a core (other
+            # programs on a busy machine), and the rest -- blocked, i.e. waiting for the
+            # interpreter lock another thread of this process held.
+            cpu, runq = sched[0] - self._last_sched[0], sched[1] - self._last_sched[1]
             self.gaps.append((self.last - self.t0, gap))
+            self.parts.append((gap, cpu, runq, max(0.0, gap - cpu - runq - self.period)))
         self.last = now
+        self._last_sched = sched
 
     def summary(self) -> dict:
         g = sorted((ms for _, ms in self.gaps), reverse=True)
         over = [(t, ms) for t, ms in self.gaps if ms > LIMIT_MS]
-        return {"max_ms": g[0] if g else 0.0, "top": g[:5], "over_limit": len(over),
+        worst = max(self.parts, default=(0.0, 0.0, 0.0, 0.0))
+        return {"max_ms": g[0] if g else 0.0, "top": g[:5], "over_limit": len(over), "worst_parts": worst,
+                "max_cpu": max((p[1] for p in self.parts), default=0.0),
+                "max_blocked": max((p[3] for p in self.parts), default=0.0),
+                "max_runq": max((p[2] for p in self.parts), default=0.0),
+                "cpu_over": sum(1 for p in self.parts if p[1] > LIMIT_MS),
+                "max_ours": max((p[1] + p[3] for p in self.parts), default=0.0),
+                "ours_over": sum(1 for p in self.parts if p[1] + p[3] > LIMIT_MS),
+                "blocked_over": sum(1 for p in self.parts if p[3] > LIMIT_MS),
                 "over_at": [round(t, 2) for t, _ in over[:8]],
                 "blocked_ms": sum(ms - self.period for ms in g),
                 "blame": sorted(self.blame.items(), key=lambda kv: -kv[1])[:6],
@@ -232,6 +262,14 @@ def main() -> int:
         print("longest stalls at the large graph (s after open, ms, what the watchdog saw):")
         for t, ms, what in large["stalls"]:
             print(f"  t={t:6.2f}  {ms:6.0f} ms  " + "; ".join(what))
+    print("what the stalls were made of (Linux schedstat of the GUI thread): its own work (CPU), waiting for a core "
+          "(run queue: other programs), blocked (the interpreter lock held by another thread of the window)")
+    print(f"{'case':<22}{'longest':>9}{'= CPU':>7}{'+ runq':>8}{'+ blkd':>8}   {'max CPU':>8}{'max runq':>9}"
+          f"{'max blkd':>9}{'max CPU+blkd':>13}{'CPU+blkd>100':>13}")
+    for label, r in rows:
+        gap, cpu, runq, blocked = r["worst_parts"]
+        print(f"{label:<22}{gap:>9.0f}{cpu:>7.0f}{runq:>8.0f}{blocked:>8.0f}   {r['max_cpu']:>8.0f}"
+              f"{r['max_runq']:>9.0f}{r['max_blocked']:>9.0f}{r['max_ours']:>13.0f}{r['ours_over']:>13}")
     print(f"longest stall: {large['max_ms']:.0f} ms at {args.nodes} nodes vs {small['max_ms']:.0f} ms at "
           f"{args.reference_nodes} ({large['max_ms'] / max(small['max_ms'], 1e-9):.1f}x) and "
           f"{idle['max_ms']:.0f} ms idle")
@@ -239,6 +277,9 @@ def main() -> int:
         print(f"stalls over {LIMIT_MS:.0f} ms at t = {large['over_at']} s after open")
     verdict = "PASS" if large["over_limit"] == 0 else "FAIL"
     print(f"target: no stall over {LIMIT_MS:.0f} ms while {args.nodes} nodes open: {verdict}")
+    verdict = "PASS" if large["ours_over"] == 0 else "FAIL"
+    print(f"  of which the window's own (GUI-thread work + waiting for the lock, not for a core): longest "
+          f"{large['max_ours']:.0f} ms, {large['ours_over']} over {LIMIT_MS:.0f} ms: {verdict}")
     verdict = "PASS" if 0 < large["interactive"] <= INTERACTIVE_S else "FAIL"
     print(f"target: {args.nodes} nodes interactive within {INTERACTIVE_S:.0f} s of opening: "
           f"{large['interactive']:.2f} s: {verdict}")

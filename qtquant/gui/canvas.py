@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QGraphicsScene
 
 from .hulls import HullLayer
 from .minimap import Legend, MiniMap
-from .items import LOD_FAST, BlockItem, EdgeItem, EdgeLabel, NodeItem, OverviewItem
+from .items import LABEL_DX, LABEL_DY, LOD_FAST, BlockItem, EdgeItem, EdgeLabel, NodeItem, OverviewItem
 from ..app.scene import SceneSpec, node_size, spread_ports
 from .style import category_color
 
@@ -138,7 +138,7 @@ class GraphScene(QGraphicsScene):
             self.edges_out.setdefault(e.src, []).append(e)
             self.edges_in.setdefault(e.dst, []).append(e)
             self._edge_index.setdefault((e.tensor, e.dst), []).append(e)
-            label_at.setdefault(es.tensor, (pts[0][0] + 5, pts[0][1] + 2))
+            label_at.setdefault(es.tensor, (pts[0][0] + LABEL_DX, pts[0][1] + LABEL_DY))
             if len(self.edges) % chunk == 0:
                 self._index_now()
                 yield

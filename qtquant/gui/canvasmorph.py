@@ -11,7 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import QPointF, QRectF
 
 from ..app.scene import node_size
-from .items import EdgeItem, NodeItem, OverviewItem
+from .items import LABEL_DX, LABEL_DY, EdgeItem, NodeItem, OverviewItem
 from .style import category_color
 
 __all__ = ["morph_scene"]
@@ -74,7 +74,7 @@ def morph_scene(scene, spec) -> dict:
         scene.edges_out.setdefault(e.src, []).append(e)
         scene.edges_in.setdefault(e.dst, []).append(e)
         scene._edge_index.setdefault((e.tensor, e.dst), []).append(e)
-        label_at.setdefault(e.tensor, (e.points[0][0] + 5, e.points[0][1] + 2))
+        label_at.setdefault(e.tensor, (e.points[0][0] + LABEL_DX, e.points[0][1] + LABEL_DY))
     scene._applied = (node_looks, edge_looks, default)
     # Shape labels: those of tensors still drawn move to where their edges now are, the others
     # go; new ones are made now if labels show, else when they first do (making all of them

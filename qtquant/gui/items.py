@@ -17,7 +17,8 @@ from ..app.views.looks import EdgeLook, NodeLook
 from ..app.views.palette import EDGE as EDGE_HEX
 from .style import SELECT, qcolor, text_color_on
 
-__all__ = ["NodeItem", "BlockItem", "EdgeItem", "EdgeLabel", "OverviewItem", "LOD_FAST", "LOD_TITLE", "LOD_NAME",
+__all__ = ["NodeItem", "BlockItem", "EdgeItem", "EdgeLabel", "OverviewItem", "LABEL_DX", "LABEL_DY",
+           "LOD_FAST", "LOD_TITLE", "LOD_NAME",
            "LOD_EDGE_LABEL", "LOD_BADGE_TEXT", "FONTS"]
 
 # Level-of-detail thresholds (screen pixels per scene unit).  Text is drawn only where
@@ -301,6 +302,11 @@ class EdgeItem(QGraphicsPathItem):
     @property
     def color(self) -> QColor:
         return self.pen().color()
+
+
+# Where a shape label sits from its edge's first point: below the stacked cards a collapsed
+# block draws under its box (they hid a label 2 px down).
+LABEL_DX, LABEL_DY = 5.0, 10.0
 
 
 class EdgeLabel(QGraphicsSimpleTextItem):

@@ -165,7 +165,7 @@ def test_blocks_open_on_the_structure_drawn_before_the_model_has_loaded(qtbot, m
 
 
 def test_shape_labels_follow_the_edges_as_blocks_open_and_close(qtbot, make_win, big_model):
-    from qtquant.gui.items import LOD_EDGE_LABEL
+    from qtquant.gui.items import LABEL_DX, LABEL_DY, LOD_EDGE_LABEL
 
     win = make_win(auto_calibrate=False)
     _open(qtbot, win, big_model)
@@ -178,7 +178,7 @@ def test_shape_labels_follow_the_edges_as_blocks_open_and_close(qtbot, make_win,
         made = {lab.tensor: lab for lab in win.scene.labels}
         assert len(made) == len(win.scene.labels) and set(made) == set(firsts)  # one per drawn tensor
         for t, (x, y) in firsts.items():
-            assert (made[t].pos().x(), made[t].pos().y()) == pytest.approx((x + 5, y + 2))
+            assert (made[t].pos().x(), made[t].pos().y()) == pytest.approx((x + LABEL_DX, y + LABEL_DY))
             assert made[t].isVisible()
 
     check()
