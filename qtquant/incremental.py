@@ -327,27 +327,62 @@ class IncrementalRunner:
         # (Every tensor of the program is its own kernel's output: asking for it changes nothing.)
         keep = [o for n in nodes for o in n.output
                 if o and o not in wanted and o not in front and p.itemsize.get(o, 1) == 1]
-        out_names = names + keep
-        for o in out_names:
-            sub.graph.output.append(outs[o] if o in outs else onnx.ValueInfoProto(name=o))
         self.last = ("optimised program", len(nodes), len(g.node))
         feeds = [{x: (f[x] if x in graph_inputs else self._kept[h[x]][k]) for x in front}
                  for k, f in enumerate(self.feeds)]
         if nodes:
-            sess = _disabled_session(sub)
+            sess, out_names = self._session(sub, outs, names, keep, p)
             res = run_session(sess, out_names, feeds, cancel)
         else:
             res = [{} for _ in self.feeds]
         for x in front:
             if x not in graph_inputs:
                 self._kept.move_to_end(h[x])
-        for o in keep:
+        for o in (out_names[len(names):] if nodes else []):
             vals = [r[o] for r in res]
             if vals:
                 p.itemsize[o] = vals[0].dtype.itemsize
                 if vals[0].dtype.itemsize == 1:
                     self._keep(h[o], vals)
         return [{n: r[n] for n in names} for r in res]
+
+    def _session(self, sub, outs, names, keep, p: _Program):
+        """The session of ``sub`` with ``names`` and the kept candidates among ``keep`` as outputs.
+
+        A candidate's type is not known before onnxruntime has typed the program, and asking for
+        every tensor of a big model keeps them all alive at once (ppocrv4_det at 640x640: 10 GB
+        over the check samples).  So the session says the types and, where it can, the sizes; a
+        candidate that is not one byte per element, or whose values over the samples would pass
+        the budget, is dropped and the session made again without it."""
+
+        def make(extra):
+            del sub.graph.output[:]
+            for o in names + extra:
+                sub.graph.output.append(outs[o] if o in outs else onnx.ValueInfoProto(name=o))
+            return _disabled_session(sub)
+
+        sess = make(keep)
+        if not keep:
+            return sess, names
+        budget, ok = self.keep_bytes, []
+        samples = max(1, len(self.feeds))
+        for arg in sess.get_outputs():
+            if arg.name not in keep:
+                continue
+            if arg.type not in _ONE_BYTE:
+                p.itemsize[arg.name] = 0  # not a hand-over worth keeping: never asked for again
+                continue
+            shape = arg.shape
+            if not shape or not all(isinstance(d, int) and d >= 0 for d in shape):
+                continue  # size unknown: computed again when needed rather than risked
+            size = int(np.prod(shape, dtype=np.int64)) * samples
+            if size > budget:
+                continue
+            budget -= size
+            ok.append(arg.name)
+        if len(ok) == len(keep):
+            return sess, names + keep
+        return make(ok), names + ok
 
     def _keep(self, key: bytes, values: list) -> None:
         size = sum(int(v.nbytes) for v in values)
@@ -361,6 +396,9 @@ class IncrementalRunner:
         while self._bytes > self.keep_bytes and self._kept:
             _, v = self._kept.popitem(last=False)
             self._bytes -= sum(int(x.nbytes) for x in v)
+
+
+_ONE_BYTE = frozenset({"tensor(uint8)", "tensor(int8)", "tensor(bool)"})
 
 
 def _disabled_session(model):

@@ -193,3 +193,33 @@ def test_what_the_program_cannot_follow_runs_in_a_fresh_default_session(yolo, mo
     model, ref = _fresh(yolo, outs, feeds)
     assert _equal(runner.run(model, outs), ref, outs)
     assert runner.last[0] == "fresh default session"
+
+
+def test_the_runner_keeps_only_one_byte_hand_overs_and_asks_for_nothing_else(yolo, monkeypatch):
+    # Asking onnxruntime for every tensor of the program keeps them all alive over the check
+    # samples (ppocrv4_det at 640x640 peaked at 10 GB): only int8/uint8 tensors are kept, within budget.
+    import qtquant.incremental as inc
+
+    asked = []
+    real = inc.run_session
+
+    def spy(sess, names, feeds, cancel):
+        asked.append({a.name: a.type for a in sess.get_outputs()})
+        return real(sess, names, feeds, cancel)
+
+    monkeypatch.setattr(inc, "run_session", spy)
+    g = yolo.graph
+    outs = float_outputs_of(g)
+    feeds = list(yolo.calibration.holdout)
+    runner = IncrementalRunner(feeds)
+    model, ref = _fresh(yolo, outs, feeds)
+    assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+    assert asked and runner._kept
+    extra = {n: t for n, t in asked[-1].items() if n not in outs}
+    assert extra and set(extra.values()) <= {"tensor(uint8)", "tensor(int8)", "tensor(bool)"}
+    assert runner._bytes <= runner.keep_bytes
+
+    # A tight budget keeps less, and the figures stay those of a fresh session.
+    small = IncrementalRunner(feeds, keep_bytes=4096)
+    assert _equal(small.run(model, outs, moved=_moved(yolo)), ref, outs)
+    assert small._bytes <= 4096
