@@ -290,9 +290,10 @@ def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors) -> l
         session, moved_domains(dm), float_tensors=float_tensors).model) for dm, model in jobs]
 
 
-def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, first=None):
+def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, first=None, meanwhile=None):
     """Per ``(dm, level)`` of ``wanted``: the QDQ model's outputs on ``feeds``; and the result of
-    ``first`` (a callable: the float run), run before them in the same pool.
+    ``first`` (a callable: the float run), run before them in the same pool.  ``meanwhile()`` is
+    called in this thread once the models are built and their sessions under way.
 
     Each domain map's model is built once, whatever the levels it runs at, and the sessions not
     cached yet are created side by side on two threads: onnxruntime releases the GIL while it
@@ -330,6 +331,9 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
                     if level != "default":
                         model = next(m for d, m in models if d is dm or d == dm)
                         futs[i] = pool.submit(_run, model, session.graph.base_dir, outs, feeds, cancel, level)
+                if meanwhile is not None:
+                    meanwhile()
+                    meanwhile = None
             except BaseException:
                 for f in [pre, *futs.values()]:
                     if f is not None:
@@ -343,6 +347,8 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
             _store_run(session, cache, key, dm, res)
             if level == "default":
                 cache.runtime[id(res)] = runtime_text(next(m for d, m in models if d is dm or d == dm))
+    if meanwhile is not None:
+        meanwhile()
     out = [res if res is not None else _cached_run(cache, key, dm) for key, dm, res in got]
     return out, first_result
 
@@ -408,8 +414,12 @@ def _kernel_findings(after_ship, after_fake, outs) -> list[str]:
 
 
 def measure_session(session, *, cancel=None, quantize_outputs: bool | None = None,
-                    output_mode: OutputMode | None = None, cross_check: bool = False) -> Fidelity:
+                    output_mode: OutputMode | None = None, cross_check: bool = False, meanwhile=None) -> Fidelity:
     """Per-output (and per-slice) SQNR/cosine before and after the session's groups.
+
+    ``meanwhile``: a callable run in this thread while onnxruntime creates the check's sessions
+    (which releases the GIL): ``qtquant analyze`` runs the perf simulation there, after the QDQ
+    models are built so that it does not hold them back.
 
     ``output_mode`` (or the older ``quantize_outputs`` flag) picks the export being measured:
     AUTO (the default export), QUANTIZE (``--quantize-outputs``) or FLOAT (``--float-outputs``).
@@ -459,7 +469,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     wanted = [(before_dm, "default")] + ([] if same else [(after_dm, "default")])
     if cross_check:
         wanted.append((after_dm, "basic"))
-    got, res = _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, float_run)
+    got, res = _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, float_run, meanwhile)
     if float_run is not None:
         if cache.float_out is None:
             cache.float_out = [{o: r[o] for o in outs} for r in res]

@@ -33,26 +33,24 @@ def _perf(session, args):
     return simulate_session(session, march_file=getattr(args, "march_file", None))
 
 
-def _fidelity(session, args):
+def _fidelity(session, args, meanwhile=None):
     if args.no_fidelity or session.calibration is None or not session.calibration.holdout:
         return None
     try:
         from ..fidelity import measure_session
     except ImportError:
         return None
-    return measure_session(session, output_mode=output_mode_from_args(args), cross_check=True)
+    return measure_session(session, output_mode=output_mode_from_args(args), cross_check=True, meanwhile=meanwhile)
 
 
 def _perf_and_fidelity(session, args):
     """The simulation runs while the fidelity check waits on onnxruntime (which releases the GIL
-    while it creates a session: on a 20,000-node model seconds of it), so the two overlap."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    session.domains, session.baseline_domains  # computed once, here, before two threads read them
-    with ThreadPoolExecutor(1, thread_name_prefix="qtquant-fidelity-check") as pool:
-        fid = pool.submit(_fidelity, session, args)
-        perf = _perf(session, args)  # should it raise, the pool still waits for the check
-        return perf, fid.result()
+    while it creates a session: on a 20,000-node model seconds of it), so the two overlap; it
+    starts once the check's QDQ models are built (Python, like the simulation: side by side they
+    would only take turns)."""
+    perf = []
+    fid = _fidelity(session, args, meanwhile=lambda: perf.append(_perf(session, args)))
+    return (perf[0] if perf else _perf(session, args)), fid
 
 
 def run(args) -> int:
