@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from networkx.utils import UnionFind
 
 from .concat import concat_members
-from .domains import Policy, _policy_range
+from .domains import Policy, UnionFind, _policy_range
 from .errors import ShareRefused
 from .outputs import OutputMode, float_output_tensors, output_reached
 from .quant import Scheme, bits_lost, qparams_for_range, range_width, scales_differ

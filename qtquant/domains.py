@@ -19,7 +19,7 @@ from .ops import PASS_OPS, passes_through
 from .quant import QParams, Scheme, qparams_for_range, range_width
 from .vocab import DEFAULT_PERCENTILE, ConcatScaleRule, Policy, TensorKind
 
-__all__ = ["Policy", "Domain", "DomainMap", "build_domains", "concat_scale_source", "ConcatScaleRule"]
+__all__ = ["Policy", "Domain", "DomainMap", "build_domains", "concat_scale_source", "ConcatScaleRule", "UnionFind"]
 
 
 @dataclass
@@ -137,6 +137,8 @@ class _Sets:
             self.parent[rb] = ra
             self.merges += 1
 
+    __getitem__ = find  # networkx.utils.UnionFind's spelling, which auto-share used
+
     def groups(self, names) -> list[list[str]]:
         """The sets of ``names``, each in the order of ``names``, ordered by their first member."""
         if not self.parent:
@@ -151,6 +153,10 @@ class _Sets:
             else:
                 lst.append(t)
         return list(by_root.values())
+
+
+# The one union-find of the project (auto-share's trial merges use it too).
+UnionFind = _Sets
 
 
 def _natural_sets(graph, fixed: dict | None) -> _Sets:
