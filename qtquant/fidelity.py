@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import BadInputError, Cancelled, ModelError
-from .incremental import IncrementalRunner, moved_domains
+from .errors import BadInputError
+from .incremental import IncrementalRunner, moved_domains, run_session
 from .metrics import ErrorSums, Figure, cosine, sqnr_db
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
 from .quant import bits_lost, qparams_for_range
@@ -238,17 +238,7 @@ def _run(model, base_dir, names, feeds, cancel, level="basic"):
     off = layout_passes_off(model) if level == "default" else ()
     # spinning threads starve the GUI
     sess = make_session(model, base_dir, spinning=False, level=level, disabled=off)
-    res = []
-    for feed in feeds:
-        if cancel is not None and cancel():
-            raise Cancelled("fidelity check cancelled")
-        try:
-            out = sess.run(names, feed)
-        except Exception as e:  # onnxruntime's errors are not ours: make them a one-line message
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ModelError(f"fidelity check failed in onnxruntime: {first[:300]}") from None
-        res.append(dict(zip(names, out)))
-    return res
+    return run_session(sess, names, feeds, cancel)
 
 
 KEEP_STATES = 6  # domain maps whose runs are kept besides the baseline's

@@ -60,13 +60,20 @@ def _equal(a, b, outs):
                                     for x, y in zip(a, b) for o in outs)
 
 
+def _first_run(session):
+    """(outputs, check feeds, a runner after its first run, the exported model, a fresh session's
+    outputs); the first run equals the fresh session's bit for bit."""
+    outs = float_outputs_of(session.graph)
+    feeds = list(session.calibration.holdout)
+    runner = IncrementalRunner(feeds)
+    model, ref = _fresh(session, outs, feeds)
+    assert _equal(runner.run(model, outs, moved=_moved(session)), ref, outs)
+    return outs, feeds, runner, model, ref
+
+
 def test_each_edit_reruns_only_what_changed_and_matches_a_fresh_session_bit_for_bit(yolo):
     g = yolo.graph
-    outs = float_outputs_of(g)
-    feeds = list(yolo.calibration.holdout)
-    runner = IncrementalRunner(feeds)
-    model, ref = _fresh(yolo, outs, feeds)
-    assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+    outs, feeds, runner, model, ref = _first_run(yolo)
     how, first, total = runner.last
     assert how == "optimised program" and first == total  # the first run is the whole program
 
@@ -208,12 +215,7 @@ def test_the_runner_keeps_only_one_byte_hand_overs_and_asks_for_nothing_else(yol
         return real(sess, names, feeds, cancel)
 
     monkeypatch.setattr(inc, "run_session", spy)
-    g = yolo.graph
-    outs = float_outputs_of(g)
-    feeds = list(yolo.calibration.holdout)
-    runner = IncrementalRunner(feeds)
-    model, ref = _fresh(yolo, outs, feeds)
-    assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+    outs, feeds, runner, model, ref = _first_run(yolo)
     assert asked and runner._kept
     extra = {n: t for n, t in asked[-1].items() if n not in outs}
     assert extra and set(extra.values()) <= {"tensor(uint8)", "tensor(int8)", "tensor(bool)"}

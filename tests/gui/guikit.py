@@ -18,3 +18,19 @@ def open_settled(qtbot, win, path, count=4, zoom=1.0):
     settle(qtbot, win)
     if zoom is not None:
         win.view.set_zoom(zoom)
+
+
+def double_click_node(win, name):
+    """A real double-click (press, release, double-click, release) on node ``name`` of the canvas."""
+    from PySide6.QtCore import QEvent, QPointF, Qt
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtWidgets import QApplication
+
+    view = win.view
+    view.centerOn(win.scene.nodes[name])
+    p = QPointF(view.mapFromScene(win.scene.nodes[name].pos()))
+    vp = view.viewport()
+    for kind in (QEvent.MouseButtonPress, QEvent.MouseButtonRelease, QEvent.MouseButtonDblClick,
+                 QEvent.MouseButtonRelease):
+        buttons = Qt.LeftButton if kind in (QEvent.MouseButtonPress, QEvent.MouseButtonDblClick) else Qt.NoButton
+        QApplication.sendEvent(vp, QMouseEvent(kind, p, vp.mapToGlobal(p), Qt.LeftButton, buttons, Qt.NoModifier))

@@ -3,14 +3,12 @@ search and lists opening the path, hulls and drops on collapsed blocks, folded c
 state saved in projects, and the view a model opens on."""
 
 import pytest
-from PySide6.QtCore import QEvent, QPointF, Qt
-from PySide6.QtGui import QMouseEvent
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import Qt
 
 from qtquant.app.scene.hierarchy import COLLAPSE_MIN_NODES, block_name
 from qtquant.gui.items import BlockItem
 from tests.builders import save
-from tests.gui.guikit import open_settled, settle
+from tests.gui.guikit import double_click_node as _dclick, open_settled, settle
 from tests.gui.test_gui_edit import drag_node, press_keys
 from tests.scoped_models import scoped_model
 
@@ -25,17 +23,6 @@ def big_model(tmp_path):
 @pytest.fixture
 def small_model(tmp_path):
     return save(scoped_model(blocks=3, gains=(1.0, 9.0)), tmp_path / "small.onnx")
-
-
-def _dclick(win, name):
-    view = win.view
-    view.centerOn(win.scene.nodes[name])
-    p = QPointF(view.mapFromScene(win.scene.nodes[name].pos()))
-    vp = view.viewport()
-    for kind in (QEvent.MouseButtonPress, QEvent.MouseButtonRelease, QEvent.MouseButtonDblClick,
-                 QEvent.MouseButtonRelease):
-        buttons = Qt.LeftButton if kind in (QEvent.MouseButtonPress, QEvent.MouseButtonDblClick) else Qt.NoButton
-        QApplication.sendEvent(vp, QMouseEvent(kind, p, vp.mapToGlobal(p), Qt.LeftButton, buttons, Qt.NoModifier))
 
 
 def test_big_graph_opens_collapsed_small_graph_flat(qtbot, make_win, big_model, small_model):

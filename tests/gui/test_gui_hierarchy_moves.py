@@ -6,12 +6,11 @@ shows is expanded once the model has loaded."""
 import threading
 
 import pytest
-from PySide6.QtCore import QEvent, QPointF, Qt
-from PySide6.QtGui import QMouseEvent
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import Qt
 
 from qtquant.app.scene.hierarchy import COLLAPSE_MIN_NODES, block_name
 from tests.builders import save
+from tests.gui.guikit import double_click_node as _dclick
 from tests.gui.test_gui_edit import press_keys
 from tests.scoped_models import scoped_model
 
@@ -26,17 +25,6 @@ def big_model(tmp_path):
 @pytest.fixture
 def small_model(tmp_path):
     return save(scoped_model(blocks=4, gains=(1.0, 9.0)), tmp_path / "small.onnx")
-
-
-def _dclick(win, name):
-    view = win.view
-    view.centerOn(win.scene.nodes[name])
-    p = QPointF(view.mapFromScene(win.scene.nodes[name].pos()))
-    vp = view.viewport()
-    for kind in (QEvent.MouseButtonPress, QEvent.MouseButtonRelease, QEvent.MouseButtonDblClick,
-                 QEvent.MouseButtonRelease):
-        buttons = Qt.LeftButton if kind in (QEvent.MouseButtonPress, QEvent.MouseButtonDblClick) else Qt.NoButton
-        QApplication.sendEvent(vp, QMouseEvent(kind, p, vp.mapToGlobal(p), Qt.LeftButton, buttons, Qt.NoModifier))
 
 
 def _key(qtbot, win, name, modifiers):
