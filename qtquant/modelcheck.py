@@ -22,8 +22,8 @@ __all__ = ["FLOAT_TYPES", "toposort", "topo_order", "check_external_data", "chec
            "check_input_sizes", "infer_shapes", "inline_small_external", "file_sha256",
            "FileDigest"]
 
-FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
-               onnx.TensorProto.DOUBLE}
+FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                         onnx.TensorProto.DOUBLE})
 MAX_SHAPE_HINT = 4096  # longest plausible shape tensor (its length is a rank)
 MAX_INPUT_BYTES = 4 << 30  # one sample of one input; calibration holds a few of them at once
 

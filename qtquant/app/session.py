@@ -20,6 +20,7 @@ from ..precision import PrecisionMap
 from ..quant import Scheme
 from ..vocab import Precision
 from .events import SessionEvents
+from .snapshot import StateFacts
 
 __all__ = ["Options", "Session", "Result", "Derived", "derive", "concat_rule"]
 
@@ -103,7 +104,7 @@ def derive(graph, calibration, options: Options, groups, qdq=None) -> Derived:
     return Derived(calibration, options, groups, dm, base, cs, analyze_concats(graph, base, ft) if groups else cs)
 
 
-class Session:
+class Session(StateFacts):
     def __init__(self, graph, options: Options = Options(), *, qdq=None):
         self.graph = graph
         self.options = options
@@ -129,20 +130,6 @@ class Session:
             self.options = replace(self.options, scheme=qdq.scheme)
 
     # -- state ----------------------------------------------------------------------------
-    @property
-    def quantized_file(self) -> bool:
-        return self.qdq is not None
-
-    @property
-    def precision(self):
-        """tensor -> int16 / float (a PrecisionMap; int8 is every other tensor)."""
-        return self.options.precision
-
-    @property
-    def ranges(self) -> dict[str, tuple[float, float]]:
-        if self.calibration is not None:
-            return self.calibration.ranges
-        return {}
 
     @property
     def ready(self) -> bool:

@@ -22,11 +22,31 @@ if TYPE_CHECKING:
     from ..qdq import QdqInfo
     from .session import Options
 
-__all__ = ["Snapshot"]
+__all__ = ["Snapshot", "StateFacts"]
+
+
+class StateFacts:
+    """What the live :class:`~.session.Session` and its :class:`Snapshot` both answer from their
+    ``options``, ``qdq`` and ``calibration``: one definition, so the two cannot drift apart."""
+
+    __slots__ = ()
+
+    @property
+    def quantized_file(self) -> bool:
+        return self.qdq is not None
+
+    @property
+    def precision(self):
+        """tensor -> int16 / float (a PrecisionMap; int8 is every other tensor)."""
+        return self.options.precision
+
+    @property
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        return self.calibration.ranges if self.calibration is not None else {}
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: caches keyed by a snapshot stay cheap
-class Snapshot:
+class Snapshot(StateFacts):
     graph: Graph
     options: Options
     calibration: CalibrationResult | None
@@ -52,19 +72,6 @@ class Snapshot:
     @property
     def ready(self) -> bool:
         return self.calibration is not None or self.qdq is not None
-
-    @property
-    def quantized_file(self) -> bool:
-        return self.qdq is not None
-
-    @property
-    def precision(self):
-        """tensor -> int16 / float (a PrecisionMap; int8 is every other tensor)."""
-        return self.options.precision
-
-    @property
-    def ranges(self) -> dict:
-        return self.calibration.ranges if self.calibration is not None else {}
 
     def domains_with(self, groups) -> "DomainMap":
         """As :meth:`Session.domains_with`: the domains if ``groups`` were the user's groups."""

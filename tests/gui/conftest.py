@@ -82,3 +82,23 @@ def pytest_runtest_teardown(item):
         if hasattr(w, "show_dialogs"):
             w.show_dialogs = False
     return (yield)
+
+
+@pytest.fixture
+def scoped_file(tmp_path):
+    """``scoped_file(blocks)``: a saved :func:`tests.scoped_models.scoped_model` with two gains
+    (so its Concats mismatch), ``blocks`` blocks, in its own file."""
+    from tests.builders import save
+    from tests.scoped_models import scoped_model
+
+    def make(blocks: int):
+        return save(scoped_model(blocks=blocks, gains=(1.0, 9.0)), tmp_path / f"scoped{blocks}.onnx")
+
+    return make
+
+
+@pytest.fixture
+def big_model(scoped_file):
+    from tests.gui.guikit import big_blocks
+
+    return scoped_file(big_blocks())

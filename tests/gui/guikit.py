@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from qtquant.calib import CalibConfig
 
-__all__ = ["settle", "open_settled"]
+__all__ = ["settle", "open_settled", "double_click_node", "big_blocks"]
 
 
 def settle(qtbot, win, timeout=20000):
@@ -34,3 +34,10 @@ def double_click_node(win, name):
                  QEvent.MouseButtonRelease):
         buttons = Qt.LeftButton if kind in (QEvent.MouseButtonPress, QEvent.MouseButtonDblClick) else Qt.NoButton
         QApplication.sendEvent(vp, QMouseEvent(kind, p, vp.mapToGlobal(p), Qt.LeftButton, buttons, Qt.NoModifier))
+
+
+def big_blocks() -> int:
+    """Blocks of 7 nodes (one folded) over the collapse threshold: the model opens collapsed."""
+    from qtquant.app.scene.hierarchy import COLLAPSE_MIN_NODES
+
+    return COLLAPSE_MIN_NODES // 6 + 4

@@ -5,24 +5,17 @@ state saved in projects, and the view a model opens on."""
 import pytest
 from PySide6.QtCore import Qt
 
-from qtquant.app.scene.hierarchy import COLLAPSE_MIN_NODES, block_name
+from qtquant.app.scene.hierarchy import block_name
 from qtquant.gui.items import BlockItem
-from tests.builders import save
-from tests.gui.guikit import double_click_node as _dclick, open_settled, settle
+from tests.gui.guikit import big_blocks, double_click_node as _dclick, open_settled, settle
 from tests.gui.test_gui_edit import drag_node, press_keys
-from tests.scoped_models import scoped_model
 
-BIG = COLLAPSE_MIN_NODES // 6 + 4  # blocks of 7 nodes (one folded): over the threshold
-
-
-@pytest.fixture
-def big_model(tmp_path):
-    return save(scoped_model(blocks=BIG, gains=(1.0, 9.0)), tmp_path / "big.onnx")
+BIG = big_blocks()
 
 
 @pytest.fixture
-def small_model(tmp_path):
-    return save(scoped_model(blocks=3, gains=(1.0, 9.0)), tmp_path / "small.onnx")
+def small_model(scoped_file):
+    return scoped_file(3)
 
 
 def test_big_graph_opens_collapsed_small_graph_flat(qtbot, make_win, big_model, small_model):

@@ -8,23 +8,16 @@ import threading
 import pytest
 from PySide6.QtCore import Qt
 
-from qtquant.app.scene.hierarchy import COLLAPSE_MIN_NODES, block_name
-from tests.builders import save
-from tests.gui.guikit import double_click_node as _dclick
+from qtquant.app.scene.hierarchy import block_name
+from tests.gui.guikit import big_blocks, double_click_node as _dclick
 from tests.gui.test_gui_edit import press_keys
-from tests.scoped_models import scoped_model
 
-BIG = COLLAPSE_MIN_NODES // 6 + 4  # over the threshold: opens collapsed
-
-
-@pytest.fixture
-def big_model(tmp_path):
-    return save(scoped_model(blocks=BIG, gains=(1.0, 9.0)), tmp_path / "big.onnx")
+BIG = big_blocks()
 
 
 @pytest.fixture
-def small_model(tmp_path):
-    return save(scoped_model(blocks=4, gains=(1.0, 9.0)), tmp_path / "small.onnx")
+def small_model(scoped_file):
+    return scoped_file(4)
 
 
 def _key(qtbot, win, name, modifiers):

@@ -11,15 +11,12 @@ edges keeps these positions (:meth:`~.view.SceneModel.same_view`).  Shapes are u
 
 from __future__ import annotations
 
-from ...modelcheck import toposort
+from ...modelcheck import FLOAT_TYPES, toposort
 from ...nodetable import node_names
 from ...ops import handler_for
 from ...vocab import TensorKind
 
 __all__ = ["ProtoGraph"]
-
-_FLOAT_TYPES = frozenset({1, 10, 11, 16})  # float, float16, double, bfloat16
-
 
 class _Node:
     __slots__ = ("name", "op_type", "inputs", "outputs", "index")
@@ -53,13 +50,13 @@ class ProtoGraph:
             nodes = toposort(g)
         tensors: dict[str, _Tensor] = {}
         for t in g.initializer:
-            tensors[t.name] = _Tensor(t.name, TensorKind.WEIGHT if t.data_type in _FLOAT_TYPES else TensorKind.SHAPE)
+            tensors[t.name] = _Tensor(t.name, TensorKind.WEIGHT if t.data_type in FLOAT_TYPES else TensorKind.SHAPE)
         self.inputs = []
         for i in g.input:
             if i.name in tensors:
                 continue
             et = i.type.tensor_type.elem_type
-            tensors[i.name] = _Tensor(i.name, TensorKind.INPUT if et in _FLOAT_TYPES else TensorKind.SHAPE)
+            tensors[i.name] = _Tensor(i.name, TensorKind.INPUT if et in FLOAT_TYPES else TensorKind.SHAPE)
             self.inputs.append(i.name)
         self.outputs = [o.name for o in g.output]
         self.nodes: dict[str, _Node] = {}
