@@ -412,8 +412,11 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     models are built so that it does not hold them back.
 
     ``output_mode`` (or the older ``quantize_outputs`` flag) picks the export being measured:
-    AUTO (the default export), QUANTIZE (``--quantize-outputs``) or FLOAT (``--float-outputs``).
+    AUTO (the default export), QUANTIZE (``--quantize-outputs``) or FLOAT (``--float-outputs``);
+    neither given: the session's own ``options.output_mode``.
     """
+    if output_mode is None and quantize_outputs is None:
+        output_mode = session.options.output_mode
     mode = output_mode_of(quantize_outputs, output_mode)
     cal = session.calibration
     feeds = list(cal.holdout) if cal is not None else []

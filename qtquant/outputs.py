@@ -287,10 +287,12 @@ def export_float_tensors(graph, dm, max_bits_lost: float, precision=None,
     return frozenset(keep)
 
 
-def export_float_of(graph, options, qdq, dm, mode: OutputMode = OutputMode.AUTO) -> frozenset[str]:
+def export_float_of(graph, options, qdq, dm, mode: OutputMode | None = None) -> frozenset[str]:
     """:func:`export_float_tensors` for a session's (or snapshot's) graph, options and QDQ file
-    over any of its domain maps ``dm`` (groups do not change a tensor's own range).  A QDQ file's
-    scales are analysed as the file has them: nothing."""
+    over any of its domain maps ``dm`` (groups do not change a tensor's own range), under ``mode``
+    or else the options' own output mode.  A QDQ file's scales are analysed as the file has
+    them: nothing."""
     if qdq is not None:
         return frozenset()
+    mode = options.output_mode if mode is None else mode
     return export_float_tensors(graph, dm, options.max_bits_lost, options.precision, mode)

@@ -11,7 +11,7 @@ from qtquant.graph import graph_from_model
 from qtquant.app import Session
 
 
-def _concat_then(tail, *, gains=(1.0, 8.0), also=()):
+def _concat_then(tail, *, gains=(1.0, 8.0), also=(), options=None):
     """x → Conv×len(gains) → Concat → ``tail`` (nodes reading "cat_out" and writing "y").
 
     ``also(inits)`` returns nodes whose outputs become further Concat inputs."""
@@ -29,7 +29,7 @@ def _concat_then(tail, *, gains=(1.0, 8.0), also=()):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    s = Session(graph_from_model(m))
+    s = Session(graph_from_model(m), options) if options is not None else Session(graph_from_model(m))
     s.run_calibration()
     return s
 
@@ -166,3 +166,22 @@ def test_a_float_kept_output_concat_is_what_ships_in_analysis_perf_and_export(tm
     assert [prod[i].op_type for i in cat.input] == ["DequantizeLinear", "DequantizeLinear"]
     assert prod[cat.input[0]].input[1] != prod[cat.input[1]].input[1]  # each input at its own scale
     assert not any(n.op_type == "QuantizeLinear" and cat.output[0] in n.input for n in m.graph.node)
+
+
+def test_the_output_mode_is_one_fact_for_the_concat_table_the_simulator_and_the_check():
+    """--quantize-outputs ships the output Concat in int8 with a requantize per mismatched input:
+    the table and the simulator count it.  --float-outputs takes Q/DQ off the model output only;
+    a Concat before a Reshape/Transpose tail still ships in int8, and is counted so."""
+    from qtquant.app import Options
+    from qtquant.fidelity import measure_session
+    from qtquant.outputs import OutputMode
+    from qtquant.perf import simulate_session
+
+    counts = {}
+    for mode in OutputMode:
+        s = _concat_then(_reshape_transpose_tail, gains=(0.01, 50.0), options=Options(output_mode=mode))
+        (info,) = s.concats()
+        counts[mode] = (info.rescales, simulate_session(s).rescale_count, bool(info.export_float))
+        assert (measure_session(s).float_outputs != []) is (mode is OutputMode.AUTO)
+    assert counts[OutputMode.AUTO] == (0, 0, True)
+    assert counts[OutputMode.QUANTIZE] == counts[OutputMode.FLOAT] == (1, 1, False)

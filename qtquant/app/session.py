@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from ..calib import CalibConfig, CalibrationResult, calibrate
 from ..concat import analyze_concats
-from ..outputs import export_float_of
+from ..outputs import OutputMode, export_float_of
 from ..domains import DomainMap, Policy, build_domains
 from ..groups import GroupSet
 from ..precision import PrecisionMap
@@ -38,6 +38,9 @@ class Options:
     calib: CalibConfig = field(default_factory=CalibConfig)
     # tensor -> int16 / float (int8, the default, is never stored): qtquant.precision
     precision: PrecisionMap = field(default_factory=PrecisionMap)
+    # How model outputs export (--quantize-outputs / --float-outputs): the Concat table, the
+    # simulator and the export read it from here, so they describe the same file.
+    output_mode: OutputMode = OutputMode.AUTO
 
     def __post_init__(self):
         # Spelled as text by the CLI, the dialogs and project files: one typed value here.
@@ -46,6 +49,7 @@ class Options:
             object.__setattr__(self, "precision", PrecisionMap(self.precision))
         object.__setattr__(self, "policy", Policy(self.policy))
         object.__setattr__(self, "max_bits_lost", float(self.max_bits_lost))
+        object.__setattr__(self, "output_mode", OutputMode(self.output_mode))
 
     @classmethod
     def field_names(cls) -> frozenset[str]:

@@ -96,12 +96,13 @@ def calib_config_from_args(args) -> CalibConfig:
 
 def options_from_args(args):
     from ..app import Options
+    from .output_options import output_mode_from_args
 
     # A --march-file is the march everywhere, its Concat output-scale rule included.
     march = getattr(args, "march_file", None) or args.march
     return Options(scheme=Scheme.parse(args.scheme),
                    policy=Policy(args.policy), march=march, max_bits_lost=args.max_bits_lost,
-                   calib=calib_config_from_args(args))
+                   calib=calib_config_from_args(args), output_mode=output_mode_from_args(args))
 
 
 def open_session(args, *, calibrate: bool = True, progress=None):
