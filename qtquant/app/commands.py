@@ -148,7 +148,7 @@ class SqnrShareCommand(_GroupsCommand):
 
 
 _LABELS = {"scheme": "Scheme", "policy": "Policy", "march": "March", "max_bits_lost": "Auto-share threshold",
-           "calib": "Calibration", "precision": "Precision"}
+           "calib": "Calibration", "precision": "Precision", "output_mode": "Model outputs"}
 
 
 def _shown(key: str, value) -> str:
