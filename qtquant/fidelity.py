@@ -26,9 +26,9 @@ The GUI re-runs this after every edit, so results are cached per graph and calib
 outputs once per calibration, the "before" run once per baseline domain map, and the "after"
 runs of the last few domain maps (an equal map builds the same model, so an undo or redo back
 to a measured state runs nothing); figures once per run, a group member's SQNR once per scale.
-A new map's model runs through :mod:`qtquant.incremental`: onnxruntime's optimised program of the
-exported file, kept per structure, with the edit's values, re-run only from where they changed
-(the same outputs as a fresh default session, bit for bit).
+In the GUI (``follow_edits``) a new map's model runs through :mod:`qtquant.incremental`:
+onnxruntime's optimised program of the exported file, kept per structure, with the edit's values,
+re-run only from where they changed (the same outputs as a fresh default session, bit for bit).
 """
 
 from __future__ import annotations
@@ -268,19 +268,24 @@ def _store_run(session, cache, key, dm, res) -> None:
     cache.runs[key] = ([first] if first else []) + [r for r in runs if r is not first][-KEEP_STATES:]
 
 
-def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors) -> list:
+def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, follow_edits=False) -> list:
     """The default-level runs of ``jobs`` ((dm, model) pairs), one after another (the runner
-    keeps state): onnxruntime's program of the exported file, re-run only where the edit changed
-    it (qtquant.incremental; the same outputs as a fresh default session, bit for bit)."""
+    keeps state).  With ``follow_edits``: onnxruntime's program of the exported file, re-run only
+    where the edit changed it (qtquant.incremental; the same outputs as a fresh default session,
+    bit for bit).  Without: each model in a fresh default session (no edit follows, so the
+    runner's second optimisation for its reuse check would buy nothing)."""
     from .export import qdq
 
+    if not follow_edits:
+        return [_run(model, session.graph.base_dir, outs, feeds, cancel, "default") for _, model in jobs]
     if cache.runner is None:
         cache.runner = IncrementalRunner(feeds)
     return [cache.runner.run(model, outs, cancel, session.graph.base_dir, moved=lambda dm=dm: qdq.build_qdq_model(
         session, moved_domains(dm), float_tensors=float_tensors).model) for dm, model in jobs]
 
 
-def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, first=None, meanwhile=None):
+def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, first=None, meanwhile=None,
+                      follow_edits=False):
     """Per ``(dm, level)`` of ``wanted``: the QDQ model's outputs on ``feeds``; and the result of
     ``first`` (a callable: the float run), run before them in the same pool.  ``meanwhile()`` is
     called in this thread once the models are built and their sessions under way.
@@ -316,7 +321,7 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
                            for _, dm, level in todo if level == "default"]
                 if shipped:
                     futs["default"] = pool.submit(_shipped_runs, session, cache, shipped, outs, feeds, cancel,
-                                                  float_tensors)
+                                                  float_tensors, follow_edits)
                 for i, (_, dm, level) in enumerate(todo):
                     if level != "default":
                         model = next(m for d, m in models if d is dm or d == dm)
@@ -404,12 +409,19 @@ def _kernel_findings(after_ship, after_fake, outs) -> list[str]:
 
 
 def measure_session(session, *, cancel=None, quantize_outputs: bool | None = None,
-                    output_mode: OutputMode | None = None, cross_check: bool = False, meanwhile=None) -> Fidelity:
+                    output_mode: OutputMode | None = None, cross_check: bool = False, meanwhile=None,
+                    follow_edits: bool = False) -> Fidelity:
     """Per-output (and per-slice) SQNR/cosine before and after the session's groups.
 
     ``meanwhile``: a callable run in this thread while onnxruntime creates the check's sessions
     (which releases the GIL): ``qtquant analyze`` runs the perf simulation there, after the QDQ
     models are built so that it does not hold them back.
+
+    ``follow_edits``: more checks of the same graph follow, one per edit (the GUI's worker): the
+    exported model runs through :mod:`qtquant.incremental`, whose first check pays a second
+    onnxruntime optimisation (the reuse check) so that each later edit re-runs only what it
+    changed.  Without it (``qtquant analyze``, ``fix``) every model runs in a fresh default
+    session; the figures are the same bit for bit.
 
     ``output_mode`` (or the older ``quantize_outputs`` flag) picks the export being measured:
     AUTO (the default export), QUANTIZE (``--quantize-outputs``) or FLOAT (``--float-outputs``);
@@ -462,7 +474,8 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     wanted = [(before_dm, "default")] + ([] if same else [(after_dm, "default")])
     if cross_check:
         wanted.append((after_dm, "basic"))
-    got, res = _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, float_run, meanwhile)
+    got, res = _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, float_run, meanwhile,
+                                 follow_edits)
     if float_run is not None:
         if cache.float_out is None:
             cache.float_out = [{o: r[o] for o in outs} for r in res]

@@ -89,7 +89,7 @@ class _Server:
             s.baseline_domains = s.domains
         elif before is not None:
             s.baseline_domains = DomainMap(**before)
-        return measure_session(s, cancel=link.cancelled, output_mode=OutputMode(mode))
+        return measure_session(s, cancel=link.cancelled, output_mode=OutputMode(mode), follow_edits=True)
 
 
 class FidelityWorker:

@@ -147,14 +147,14 @@ def test_fingerprints_follow_values_not_names():
 def test_the_warm_check_after_edits_gives_the_figures_of_analyze_on_the_exported_plan(yolo, yolo_path, tmp_path,
                                                                                      capsys):
     g = yolo.graph
-    measure_session(yolo)
+    measure_session(yolo, follow_edits=True)
     head = _head(g)
     share(yolo, head)
-    measure_session(yolo)
+    measure_session(yolo, follow_edits=True)
     auto_share(yolo, 1.0)
-    measure_session(yolo)
+    measure_session(yolo, follow_edits=True)
     unshare(yolo, yolo.groups.group_of(head[0]).id)
-    warm = measure_session(yolo)  # caches warm: a part of the program re-ran
+    warm = measure_session(yolo, follow_edits=True)  # caches warm: a part of the program re-ran
     plan = save_plan(yolo, tmp_path / "plan.json")
     assert main(["analyze", yolo_path, "--no-perf", "--plan", str(plan), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -225,3 +225,18 @@ def test_the_runner_keeps_only_one_byte_hand_overs_and_asks_for_nothing_else(yol
     small = IncrementalRunner(feeds, keep_bytes=4096)
     assert _equal(small.run(model, outs, moved=_moved(yolo)), ref, outs)
     assert small._bytes <= 4096
+
+
+def test_a_check_no_edit_follows_runs_fresh_default_sessions_with_the_same_figures(yolo_path):
+    from qtquant import fidelity
+
+    figs = {}
+    for follow in (False, True):
+        s = open_model(yolo_path)
+        s.run_calibration()
+        share(s, _head(s.graph))
+        figs[follow] = measure_session(s, follow_edits=follow).to_dict()
+        runner = fidelity._caches[s.graph].runner
+        # qtquant analyze / fix: no runner, so no second optimisation for its reuse check
+        assert (runner is not None) is follow
+    assert figs[False] == figs[True]

@@ -8,6 +8,7 @@ documented result attributes and degrade to empty values if one is missing.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 __all__ = ["CHART_ROWS", "simulator", "fidelity_measure", "node_us", "rescale_us_by_concat", "rescale_us_for_input",
            "top_layers", "num", "node_detail", "BOUND_ABBR"]
@@ -25,13 +26,14 @@ def simulator():
 
 
 def fidelity_measure(worker=None):
-    """``qtquant.fidelity.measure_session`` or None; with ``worker`` (a
-    :class:`~qtquant.fidelity_worker.FidelityWorker`), the same check run in its child process."""
+    """``qtquant.fidelity.measure_session`` (following edits: one check per edit comes) or None;
+    with ``worker`` (a :class:`~qtquant.fidelity_worker.FidelityWorker`), the same check run in
+    its child process."""
     try:
         from ...fidelity import measure_session
     except ImportError:
         return None
-    return worker.measure if worker is not None else measure_session
+    return worker.measure if worker is not None else partial(measure_session, follow_edits=True)
 
 
 def num(x) -> float | None:
