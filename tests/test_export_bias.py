@@ -234,3 +234,22 @@ def test_float_input_keeps_float_bias(tmp_path, data):
     fc = next(n for n in b.model.graph.node if n.name == "fc")
     assert fc.input[0] == "hf" and fc.input[2] == "fc.b"  # float input: float bias, nothing to adjust
     assert b.bias_adjusted == [] and b.clipped == []
+
+
+def test_clip_record_counts_in_chunks_as_it_did_in_float64(monkeypatch):
+    """The out-of-range count is taken chunk by chunk in the array's own float32 (so a 1 GiB
+    weight needs no float64 copies): the same record as the float64 masks, nan included."""
+    import numpy as np
+
+    from qtquant.export import records
+
+    rng = np.random.default_rng(3)
+    v = rng.standard_normal((5, 7)).astype(np.float32)
+    v[4, 6], v[3, 1] = 9.0, np.nan  # both past the first chunks
+    q = np.rint(v / np.float32(0.05))
+    monkeypatch.setattr(records, "_CHUNK", 4)
+    rec = records.clip_record(v, q, -127, 127, np.float32(0.05), 0, tensor="w", kind="weight")
+    assert rec is not None and rec.clipped == 2 and rec.total == 35 and np.isnan(rec.worst)
+    assert records._outside(q[:3], -127, 127) == 0 and records.clip_record(v[:3], q[:3], -127, 127, 0.05, 0) is None
+    big = np.full(6, 2.0 ** 31, np.float32)  # int32 bounds are not exact in float32: compared in float64
+    assert records._outside(big, -(2 ** 31), 2 ** 31 - 1) == 6

@@ -87,14 +87,28 @@ class ClipRecord:
         return d
 
 
+_CHUNK = 1 << 24  # elements counted at a time: the masks of a 1 GiB weight stay at 16 MiB
+
+
+def _outside(q: np.ndarray, qmin, qmax) -> int:
+    """How many of ``q`` fall outside [qmin, qmax] (nan counts), without float64 copies or
+    full-size masks.  float32 compares exactly only with bounds float32 holds exactly."""
+    if q.dtype != np.float32 or max(abs(qmin), abs(qmax)) >= 1 << 24:
+        q = q.astype(np.float64)
+    flat = q.reshape(-1)
+    return sum(int(c.size - np.count_nonzero((c >= qmin) & (c <= qmax)))
+               for c in (flat[i:i + _CHUNK] for i in range(0, flat.size, _CHUNK)))
+
+
 def clip_record(values, q, qmin, qmax, scale, zero_point, **kw) -> ClipRecord | None:
     """The record for ``q = rint(values / scale) + zero_point`` (before clipping), if any is outside."""
-    v = np.asarray(values, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
-    bad = ~((q >= qmin) & (q <= qmax))  # nan counts as clipped
-    n = int(np.count_nonzero(bad))
+    q = np.asarray(q)
+    n = _outside(q, qmin, qmax)
     if not n:
         return None
+    v = np.asarray(values, dtype=np.float64)
+    q = q.astype(np.float64)
+    bad = ~((q >= qmin) & (q <= qmax))  # nan counts as clipped
     s = np.broadcast_to(np.asarray(scale, dtype=np.float64), v.shape) if np.ndim(scale) else \
         np.full(v.shape, float(scale))
     lo_all, hi_all = (qmin - zero_point) * s, (qmax - zero_point) * s
