@@ -17,7 +17,7 @@ import numpy as np
 from .gcpause import gc_paused
 from .ops import PASS_OPS, passes_through
 from .quant import QParams, Scheme, qparams_for_range, range_width
-from .vocab import DEFAULT_PERCENTILE, ConcatScaleRule, Policy, TensorKind
+from .vocab import DEFAULT_PERCENTILE, ConcatScaleRule, Policy, Precision, TensorKind
 
 __all__ = ["Policy", "Domain", "DomainMap", "build_domains", "concat_scale_source", "ConcatScaleRule", "UnionFind"]
 
@@ -66,6 +66,17 @@ class DomainMap:
     def qparams_of(self, tensor: str) -> QParams | None:
         d = self.domain_of(tensor)
         return d.qparams if d else None
+
+    def qparams_at(self, tensor: str, precision: Precision | None = None) -> QParams | None:
+        """What the export quantizes ``tensor`` with at ``precision``: its domain's int8
+        parameters, or int16 ones over the same range (int8 and int16 members of one domain
+        cover the same values, the int16 ones in 256x finer steps); None in float."""
+        if precision is Precision.FLOAT:
+            return None
+        if precision is Precision.INT16:
+            d = self.domain_of(tensor)
+            return qparams_for_range(d.lo, d.hi, self.scheme, bits=16) if d else None
+        return self.qparams_of(tensor)
 
 
 def concat_scale_source(rule: ConcatScaleRule, scales) -> int | None:

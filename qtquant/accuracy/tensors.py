@@ -28,7 +28,6 @@ import onnx
 
 from ..errors import Cancelled, ModelError
 from ..fidelity import fake_quant
-from ..quant import qparams_for_range
 from ..runtime import make_session, with_outputs
 from ..vocab import Precision
 
@@ -105,11 +104,7 @@ def dequantized_names(model: onnx.ModelProto) -> dict[str, str]:
 def _qparams(dm, t, precision):
     """What the export quantizes ``t`` with: its domain's int8 parameters, or the int16 ones over
     the same range."""
-    qp = dm.qparams_of(t)
-    if precision is Precision.INT16:
-        d = dm.domain_of(t)
-        return qparams_for_range(d.lo, d.hi, dm.scheme, bits=16)
-    return qp
+    return dm.qparams_of(t) if precision is Precision.FLOAT else dm.qparams_at(t, precision)
 
 
 def _bytes(graph, t) -> int | None:

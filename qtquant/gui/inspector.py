@@ -354,8 +354,19 @@ class Inspector(QScrollArea):
             return shape, "—", "—", ""
         dm = s.domains
         own = dm.member_range.get(t)
-        q = dm.qparams_of(t)
-        return shape, _fmt_range(own), fmt_scale(q.scale if q else None), "" if q is None else str(q.zero_point)
+        q = self._export_qparams(t)
+        if q is None:  # the export leaves it in float: no scale to show, and none to clip at
+            return shape, _fmt_range(own), "float", ""
+        scale = fmt_scale(q.scale) + (" int16" if q.bits == 16 else "")
+        return shape, _fmt_range(own), scale, str(q.zero_point)
+
+    def _export_qparams(self, t: str):
+        """The quantization the export gives ``t``: int8, int16 (its precision), or None when
+        it ships in float (its precision, or an output Concat the export keeps in float)."""
+        s = self.relay.session
+        if t in s.export_float():
+            return None
+        return s.domains.qparams_at(t, s.precision.of(t))
 
     def _fill_tensors(self, rows) -> None:
         self._tensor_rows = [t for _, t in rows]
@@ -407,7 +418,7 @@ class Inspector(QScrollArea):
             self.hist.clear("The histogram appears when calibration finishes.")
             return
         stats = self._stats_for(t)
-        q = s.domains.qparams_of(t)
+        q = self._export_qparams(t)
         clip = (q.lo, q.hi) if q is not None else None
         if stats is not None and getattr(stats, "hist", None) is not None and getattr(stats, "edges", None) is not None:
             self.hist.set_data(t, stats.hist, stats.edges, clip)

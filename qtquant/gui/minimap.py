@@ -236,13 +236,15 @@ class Legend(QWidget):
         p.setPen(QColor("#333"))
         p.drawText(QRectF(10, 4, 310, 16), Qt.AlignLeft | Qt.AlignVCenter, "Concat scale mismatch (max/min scale)")
         x = 10.0
+        fm = p.fontMetrics()
         for _, name, col in MISMATCH_BANDS:
             p.setPen(QPen(QColor(col).darker(140), 1))
             p.setBrush(QColor(col))
             p.drawRoundedRect(QRectF(x, 25, 16, 16), 3, 3)
             p.setPen(QColor("#333"))
-            p.drawText(QRectF(x + 20, 24, 55, 18), Qt.AlignLeft | Qt.AlignVCenter, name)
-            x += 78
+            w = fm.horizontalAdvance(name) + 2  # entries as wide as their words: none runs into the next swatch
+            p.drawText(QRectF(x + 20, 24, w, 18), Qt.AlignLeft | Qt.AlignVCenter, name)
+            x += 20 + w + 12
         if self.title:
             p.drawText(QRectF(10, 48, 310, 16), Qt.AlignLeft | Qt.AlignVCenter, self.title)
         if self._ramped():

@@ -93,3 +93,33 @@ def test_whole_scale_domain_from_the_submenu(qtbot, make_win, tmp_path):
     win.stack.undo()
     assert win.session.precision == {}
     assert acts  # the single-node entries were there too
+
+
+def test_the_inspector_shows_the_scale_the_export_gives(qtbot, make_win, tmp_path):
+    """int16 tensors show their int16 scale and clip at the int16 range; a tensor kept in float
+    shows no scale and no clip lines (it is not quantized in the file)."""
+    win = make_win()
+    open_settled(qtbot, win, edit_model(tmp_path / "edit.onnx"))
+    ins = win.inspector
+
+    def out_row():
+        win.scene.clearSelection()
+        win.scene.nodes["br_b"].setSelected(True)
+        rows = [[ins.tensors.item(r, c).text() for c in range(ins.tensors.columnCount())]
+                for r in range(ins.tensors.rowCount())]
+        return next(r for r in rows if r[0] == "out" and r[1] == "br_b_out")
+
+    int8_scale = win.session.domains.scale_of("br_b_out")
+    assert out_row()[4] == f"{int8_scale:.4g}" or float(out_row()[4]) == pytest.approx(int8_scale, rel=1e-3)
+    right_click(win, "br_b")["int16"].trigger()
+    win.edits.context_menu.close()
+    scale, zp = out_row()[4], out_row()[5]
+    assert scale.endswith(" int16") and float(scale.split()[0]) < int8_scale / 100 and zp == "0"
+    ins.show_tensor("br_b_out")
+    qtbot.waitUntil(lambda: ins.hist.tensor == "br_b_out" and ins.hist.clip is not None, timeout=10000)
+    assert ins.hist.clip[1] == pytest.approx(32767 * float(scale.split()[0]), rel=1e-3)
+    right_click(win, "br_b")["Keep in float (CPU)"].trigger()
+    win.edits.context_menu.close()
+    assert out_row()[4] == "float" and out_row()[5] == ""
+    ins.show_tensor("br_b_out")
+    assert ins.hist.clip is None

@@ -39,7 +39,7 @@ FADED = "#f2f2f2"
 
 # Mismatch bands on a log scale of max scale / min scale.  (upper bound, name, colour)
 MISMATCH_BANDS = [
-    (1.0 + 1e-6, "equal", "#43a047"),
+    (1.0 + 1e-6, "no rescale", "#43a047"),  # equal scales, or a float-kept output Concat
     (2.0, "≤ 2×", "#fdd835"),
     (8.0, "≤ 8×", "#fb8c00"),
     (math.inf, "> 8×", "#e53935"),
@@ -83,7 +83,8 @@ def group_hex(group_id: int) -> str:
 
 
 def mismatch_band(ratio: float, rescales: int | None = None) -> int:
-    """0 equal, 1 up to 2x, 2 up to 8x, 3 beyond.  A Concat without rescales is 'equal'."""
+    """0 no rescale, 1 up to 2x, 2 up to 8x, 3 beyond.  A Concat without rescales (equal scales, or
+    an output Concat the export keeps in float) is band 0: it costs nothing."""
     if rescales == 0 or not (ratio == ratio) or ratio <= MISMATCH_BANDS[0][0]:
         return 0
     for i, (hi, _, _) in enumerate(MISMATCH_BANDS):
