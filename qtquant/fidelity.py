@@ -199,7 +199,7 @@ def _f(x: float, signed: bool = False) -> str:
         return "n/a"
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
-    return f"{x:+.2f}" if signed else f"{x:.2f}"
+    return f"{x:+z.2f}" if signed else f"{x:z.2f}"  # never "-0.00"
 
 
 class _Cache:

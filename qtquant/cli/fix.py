@@ -41,7 +41,8 @@ def _fmt(x, nd=2):
         return "-"
     if isinstance(x, float) and math.isinf(x):
         return "inf"
-    return f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+    # "z": a figure that rounds to zero prints 0.00, not -0.00
+    return f"{x:z.{nd}f}" if isinstance(x, float) else str(x)
 
 
 def _perf(session, args):
@@ -83,7 +84,7 @@ def _delta(after, before) -> str:
     if after.no_signal or before.no_signal:
         return ""
     if math.isfinite(after.sqnr_db) and math.isfinite(before.sqnr_db):
-        return f"{after.sqnr_db - before.sqnr_db:+.2f}"
+        return f"{after.sqnr_db - before.sqnr_db:+z.2f}"
     return "-"
 
 
