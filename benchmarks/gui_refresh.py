@@ -16,9 +16,10 @@ cold full simulation, i.e. a fresh ``Simulator``), and a cold fidelity check (no
 float run), so the figures read as ratios on any machine.
 
 Target (issue 7): the summary lands < 300 ms after an edit on yolov8n_320.  Issue 21: the fidelity
-lands within 100 ms median.  The fidelity rows are also split into edits that reach a state not
-measured before (the exported model runs) and edits back to a state measured before (undo, redo:
-the check answers from its cache), so the median says which it is made of.
+lands within 100 ms median after an edit that reaches a state not measured before (the exported
+model runs: shares across the head and neck, an ungroup, auto-share, a policy, an int16 domain).
+Edits back to a state measured before (undo, redo: the check answers from its cache) are printed
+apart, as information: the sequence has a few, as a user's has.
 
 Run:  QT_QPA_PLATFORM=offscreen python3 benchmarks/gui_refresh.py [--models DIR] [--calib DIR] [--rounds N]
 """
@@ -37,6 +38,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TARGET_MS = 300.0
+FIDELITY_TARGET_MS = 100.0  # issue 21: median over the edits that reach a new state
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
@@ -51,20 +53,41 @@ def pump(app, cond, timeout=120.0) -> float:
 
 
 def edits(win):
-    """(label, callable) pairs: one round of typical editing on yolov8n."""
+    """(label, callable) pairs: a session of editing on yolov8n as a user does it, mostly reaching
+    states not measured before (each share, an ungroup, auto-share, a policy, an int16 tensor),
+    with the undos that take the user back to one measured before."""
+    from qtquant.app.commands import SetPrecisionCommand
+
     ed, us = win.editor, win.stack
-    head_box, head_cls = "/model.22/cv2.0/cv2.0.2/Conv", "/model.22/cv3.0/cv3.0.2/Conv"
+    s = lambda: win.session  # noqa: E731
+
+    def head(k):
+        return lambda: ed.drop([f"/model.22/cv2.{k}/cv2.{k}.2/Conv"], f"/model.22/cv3.{k}/cv3.{k}.2/Conv")
+
+    def ungroup_first():
+        return ed.ungroup([s().groups.group_of("/model.22/cv2.0/cv2.0.2/Conv_output_0").id])
+
+    def int16_head():
+        t = "/model.22/cv3.1/cv3.1.2/Conv_output_0"
+        return ed.push(SetPrecisionCommand.for_domain(s(), t, "int16"), refused="Precision not changed")
+
     return [
-        ("drop box branch on class branch", lambda: ed.drop([head_box], head_cls)),
-        ("undo", us.undo),
-        ("redo", us.redo),
+        ("share head level 0 (box on class)", head(0)),
+        ("share head level 1", head(1)),
+        ("share head level 2", head(2)),
+        ("join /model.20/Concat (neck, late)", lambda: ed.share_nodes(["/model.20/Concat"])),
+        ("drop Resize on /model.14/Concat", lambda: ed.drop(["/model.13/Resize"], "/model.14/Concat")),
         ("drop Resize on /model.11/Concat", lambda: ed.drop(["/model.10/Resize"], "/model.11/Concat")),
+        ("ungroup head level 0", ungroup_first),
+        ("undo ungroup", us.undo),
         ("auto-share (1 bit)", lambda: ed.auto_share(1.0)),
         ("undo auto-share", us.undo),
         ("policy max-input", lambda: ed.set_policy("max-input")),
         ("undo policy", us.undo),
-        ("undo drop", us.undo),
-        ("undo first drop", us.undo),
+        ("head level 1 domain int16", int16_head),
+        ("undo int16", us.undo),
+        ("join /model.17/Concat (neck)", lambda: ed.share_nodes(["/model.17/Concat"])),
+        ("undo join", us.undo),
     ]
 
 
@@ -89,7 +112,10 @@ def run(model, shapes, calib, rounds: int, overlay: str):
     win.view.centerOn(win.scene.nodes["/model.22/Concat"])
     pump(app, lambda: not c.busy)
     rows, seen = [], {state_key(s())}
-    for _ in range(rounds):
+    for r in range(rounds):
+        while r and win.stack.can_undo:  # back to the start: a later round revisits measured states
+            win.stack.undo()
+        pump(app, lambda: not c.busy)
         for label, fn in edits(win):
             t0 = time.perf_counter()
             fn()
@@ -140,7 +166,7 @@ def reference(session):
         Simulator(twin.graph, march).full(twin.concats())
         sims.append((time.perf_counter() - t0) * 1e3)
     t0 = time.perf_counter()
-    measure_session(twin)  # first call: no cached float run
+    measure_session(twin, follow_edits=True)  # first call: no cached float run (the GUI's first check)
     cold_fid = (time.perf_counter() - t0) * 1e3
     return {"cold_sim_ms": statistics.median(sims), "cold_fidelity_ms": cold_fid,
             "new_state": new_states(session)}
@@ -171,12 +197,12 @@ def new_states(session):
         try:
             twin = open_model(g.path, dict(g.input_shapes), session.options)
             twin.set_calibration(session.calibration)
-            measure_session(twin)
+            measure_session(twin, follow_edits=True)
             times = []
             for k, members in enumerate(steps):
                 share(twin, members)
                 t0 = time.perf_counter()
-                measure_session(twin)
+                measure_session(twin, follow_edits=True)
                 if k:  # from the second edit on: the check after a new state with warm caches
                     times.append((time.perf_counter() - t0) * 1e3)
             out[how] = times
@@ -194,25 +220,27 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=str(SHARED / "models"), help="folder with yolov8n_320.onnx")
     ap.add_argument("--calib", default=str(SHARED / "calib"), help="calibration images (else synthetic data)")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of the 10-edit sequence")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds of the edit sequence (from the second on, every state was measured before)")
     args = ap.parse_args()
     model = Path(args.models) / "yolov8n_320.onnx"
     if not model.exists():
         print(f"{model} not found: give --models DIR")
         return 2
     calib = args.calib if Path(args.calib).is_dir() else "synthetic"
-    print(f"model {model.name} (images=1x3x320x320), calibration {calib}, {args.rounds} rounds of 10 edits")
-    worst = 0.0
+    print(f"model {model.name} (images=1x3x320x320), calibration {calib}, {args.rounds} round(s) of the edit sequence")
+    worst, new_medians = 0.0, []
     for overlay in ("none", "latency"):
         rows, refs, nodes = run(model, {"images": (1, 3, 320, 320)}, calib, args.rounds, overlay)
         print(f"\noverlay {overlay!r} ({nodes} nodes): milliseconds from the edit to ...")
-        print(f"{'edit':34s} {'canvas':>8s} {'summary':>8s} {'fidelity':>9s}")
+        print(f"{'edit':38s} {'state':>9s} {'canvas':>8s} {'summary':>8s} {'fidelity':>9s}")
         by = {}
-        for label, a, p, f, _ in rows:
-            by.setdefault(label, []).append((a, p, f))
+        for label, a, p, f, new in rows:
+            by.setdefault(label, []).append((a, p, f, new))
         for label, vals in by.items():
             med = [statistics.median(v[i] for v in vals) for i in range(3)]
-            print(f"{label:34s} {med[0]:8.1f} {med[1]:8.1f} {med[2]:9.1f}")
+            state = "/".join(sorted({"new" if v[3] else "revisit" for v in vals}))
+            print(f"{label:38s} {state:>9s} {med[0]:8.1f} {med[1]:8.1f} {med[2]:9.1f}")
         for name, i in (("canvas", 1), ("summary", 2), ("fidelity", 3)):
             m, p90, mx = stats([r[i] for r in rows])
             print(f"  {name:9s} median {m:7.1f}  p90 {p90:7.1f}  max {mx:7.1f} ms  over {len(rows)} edits")
@@ -222,6 +250,8 @@ def main() -> int:
                 m, p90, mx = stats(part)
                 print(f"  fidelity, {name:9s}: median {m:7.1f}  p90 {p90:7.1f}  max {mx:7.1f} ms  over {len(part)} "
                       f"edits ({'a state not measured before' if new else 'back to a state measured before'})")
+                if new:
+                    new_medians.append(m)
         sm, _, smax = stats([r[2] for r in rows])
         worst = max(worst, smax)
         print(f"  reference: analysis + cold full simulation {refs['cold_sim_ms']:.1f} ms "
@@ -234,6 +264,11 @@ def main() -> int:
               f"{' '.join(f'{x:.0f}' for x in fresh)} ms (ratio of sums {sum(inc) / sum(fresh):.2f})")
     print(f"\ntarget: summary refreshed < {TARGET_MS:.0f} ms after an edit: worst {worst:.1f} ms "
           f"-> {'met' if worst < TARGET_MS else 'NOT met'}")
+    if new_medians:
+        w = max(new_medians)
+        print(f"target (issue 21): fidelity refreshed <= {FIDELITY_TARGET_MS:.0f} ms median after an edit that reaches "
+              f"a new state: {' / '.join(f'{m:.1f}' for m in new_medians)} ms (overlays none / latency) "
+              f"-> {'met' if w <= FIDELITY_TARGET_MS else 'NOT met'}")
     return 0
 
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from .errors import BadInputError
 from .incremental import IncrementalRunner, moved_domains, run_session
-from .metrics import ErrorSums, Figure, cosine, sqnr_db
+from .metrics import ErrorSums, Figure, cosine, signal_noise_db, sqnr_db
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
 from .quant import bits_lost, qparams_for_range
 from .runtime import layout_passes_off, make_session, session_text, with_outputs
@@ -213,6 +213,7 @@ class _Cache:
         self.slices = None
         self.figures: dict[tuple, tuple] = {}  # (id(run), scheme, outputs) -> (run, figures)
         self.member_sqnr: dict[tuple, float] = {}  # (tensor, qparams) -> SQNR dB
+        self.member_signal: dict[str, float] = {}  # tensor -> its Σref² over the check samples
         self.runner = None  # qtquant.incremental.IncrementalRunner of the check samples
         self.runtime: dict[int, str] = {}  # id(a shipped-model run) -> how its session ran
 
@@ -443,6 +444,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     if cache.calib_id is not cal:
         cache.calib_id, cache.float_out, cache.tensors, cache.runs = cal, None, {}, {}
         cache.figures, cache.member_sqnr, cache.runner, cache.runtime = {}, {}, None, {}
+        cache.member_signal = {}
     if cache.slices is None:
         cache.slices = output_slices(graph)
     outs = _float_outputs(graph)
@@ -510,7 +512,12 @@ def _member_sqnr(cache, t, qp) -> float:
     key = (t, qp)
     if key not in cache.member_sqnr:
         vals = np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in cache.tensors[t]])
-        cache.member_sqnr[key] = sqnr_db(vals, fake_quant(vals, qp))
+        # metrics.sqnr_db's sums, its signal kept per tensor (a share moves every member's scale)
+        ref = vals.astype(np.float64)
+        if t not in cache.member_signal:
+            cache.member_signal[t] = float(np.sum(ref ** 2))
+        noise = float(np.sum((ref - fake_quant(vals, qp).astype(np.float64)) ** 2))
+        cache.member_sqnr[key] = signal_noise_db(cache.member_signal[t], noise)
     return cache.member_sqnr[key]
 
 

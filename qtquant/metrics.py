@@ -11,17 +11,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["sqnr_db", "cosine", "ErrorSums", "Figure", "no_signal_reason"]
+__all__ = ["sqnr_db", "signal_noise_db", "cosine", "ErrorSums", "Figure", "no_signal_reason"]
 
 
 def sqnr_db(ref: np.ndarray, test: np.ndarray) -> float:
     """10·log10(Σref² / Σ(ref−test)²); +inf when identical."""
     ref = np.asarray(ref, dtype=np.float64).ravel()
     test = np.asarray(test, dtype=np.float64).ravel()
-    return _sqnr(float(np.sum(ref ** 2)), float(np.sum((ref - test) ** 2)))
+    return signal_noise_db(float(np.sum(ref ** 2)), float(np.sum((ref - test) ** 2)))
 
 
-def _sqnr(signal: float, noise: float) -> float:
+def signal_noise_db(signal: float, noise: float) -> float:
+    """10·log10(signal / noise) of two sums of squares; +inf without noise."""
     if noise == 0.0:
         return math.inf
     if signal == 0.0:
@@ -40,7 +41,7 @@ def _cos(dot: float, na2: float, nb2: float) -> float:
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     a = np.asarray(a, dtype=np.float64).ravel()
     b = np.asarray(b, dtype=np.float64).ravel()
-    return _cos(float(np.dot(a, b)), float(np.dot(a, a)), float(np.dot(b, b)))
+    return _cos(float(_sum_of_products(a, b)), float(_sum_of_products(a, a)), float(_sum_of_products(b, b)))
 
 
 @dataclass
@@ -83,6 +84,11 @@ def no_signal_reason(lo: float, hi: float, step: float | None, samples: int) -> 
     return ""
 
 
+def _sum_of_products(a: np.ndarray, b: np.ndarray) -> float:
+    """Σ a·b in float64, on this thread, the same bits on every machine."""
+    return np.add.reduce(np.multiply(a, b))
+
+
 class ErrorSums:
     """Running sums over samples for one part of an output."""
 
@@ -97,10 +103,13 @@ class ErrorSums:
         r = np.asarray(ref, dtype=np.float64).ravel()
         t = np.asarray(test, dtype=np.float64).ravel()
         e = r - t
-        self.ref2 += float(np.dot(r, r))
-        self.err2 += float(np.dot(e, e))
-        self.dot += float(np.dot(r, t))
-        self.test2 += float(np.dot(t, t))
+        # numpy's pairwise sums, not np.dot: BLAS splits a long dot over its threads, so the last
+        # bits of a figure depended on the core count, and on a loaded machine its spinning threads
+        # made one output's sums take 0.1-0.9 s (the GUI's refresh after an edit waited on them).
+        self.ref2 += float(_sum_of_products(r, r))
+        self.err2 += float(_sum_of_products(e, e))
+        self.dot += float(_sum_of_products(r, t))
+        self.test2 += float(_sum_of_products(t, t))
         if r.size:
             self.max_abs = max(self.max_abs, float(np.max(np.abs(e))))
             self.lo, self.hi = min(self.lo, float(r.min())), max(self.hi, float(r.max()))
@@ -109,7 +118,7 @@ class ErrorSums:
 
     @property
     def sqnr(self) -> float:
-        return _sqnr(self.ref2, self.err2)
+        return signal_noise_db(self.ref2, self.err2)
 
     @property
     def cos(self) -> float:
