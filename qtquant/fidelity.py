@@ -44,7 +44,8 @@ from .incremental import IncrementalRunner, moved_domains, run_session
 from .metrics import ErrorSums, Figure, cosine, signal_noise_db, sqnr_db
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
 from .quant import bits_lost, qparams_for_range
-from .runtime import layout_passes_off, make_session, session_text, with_outputs
+from .runtime import (REFERENCE_OFF_TEXT, layout_passes_off, make_session, reference_level, session_text,
+                      shipped_session, split_parts, with_outputs)
 
 __all__ = ["Fidelity", "OutputFidelity", "MemberFidelity", "measure_session", "sqnr_db", "cosine",
            "fake_quant", "KERNEL_TOLERANCE_DB", "output_mode_of"]
@@ -229,16 +230,32 @@ def _float_outputs(graph):
                                                onnx.TensorProto.DOUBLE, 0)]
 
 
-def runtime_text(model=None) -> str:
+def runtime_text(model=None, segments: int = 1) -> str:
     """How the shipped model runs in the check: default session options (on a big ``model``
-    without a layout pass, :func:`~qtquant.runtime.layout_passes_off`)."""
-    return session_text(layout_passes_off(model) if model is not None else ())
+    without a layout pass, :func:`~qtquant.runtime.layout_passes_off`; in ``segments``, see
+    :func:`~qtquant.runtime.shipped_session`)."""
+    return session_text(layout_passes_off(model) if model is not None else (), segments)
 
 
 def _run(model, base_dir, names, feeds, cancel, level="basic"):
     off = layout_passes_off(model) if level == "default" else ()
     # spinning threads starve the GUI
     sess = make_session(model, base_dir, spinning=False, level=level, disabled=off)
+    return run_session(sess, names, feeds, cancel)
+
+
+def _shape_of(graph):
+    """The float model's static shapes by tensor name (what a QuantizeLinear of the export reads)."""
+    def shape_of(name):
+        t = graph.tensors.get(name)
+        return None if t is None else t.shape
+    return shape_of
+
+
+def _reference_run(model, graph, names, feeds, cancel):
+    """The cross-check's run of ``model``: Q/DQ evaluated in float (basic optimisations; on a big
+    graph none at all, :func:`~qtquant.runtime.reference_level`, and in segments)."""
+    sess = shipped_session(model, graph.base_dir, shape_of=_shape_of(graph), level=reference_level(model))
     return run_session(sess, names, feeds, cancel)
 
 
@@ -277,12 +294,21 @@ def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, foll
     runner's second optimisation for its reuse check would buy nothing)."""
     from .export import qdq
 
-    if not follow_edits:
-        return [_run(model, session.graph.base_dir, outs, feeds, cancel, "default") for _, model in jobs]
-    if cache.runner is None:
-        cache.runner = IncrementalRunner(feeds)
-    return [cache.runner.run(model, outs, cancel, session.graph.base_dir, moved=lambda dm=dm: qdq.build_qdq_model(
-        session, moved_domains(dm), float_tensors=float_tensors).model) for dm, model in jobs]
+    res = []
+    for dm, model in jobs:
+        if not follow_edits or split_parts(model) > 1:
+            # A fresh default session (also the runner's above its MAX_NODES); above SPLIT_NODES in
+            # segments created side by side (runtime.shipped_session: bit-identical outputs), said.
+            sess = shipped_session(model, session.graph.base_dir, shape_of=_shape_of(session.graph))
+            res.append(run_session(sess, outs, feeds, cancel))
+            cache.runtime[id(res[-1])] = runtime_text(model, getattr(sess, "segments", 1))
+            continue
+        if cache.runner is None:
+            cache.runner = IncrementalRunner(feeds)
+        res.append(cache.runner.run(model, outs, cancel, session.graph.base_dir,
+                                    moved=lambda dm=dm: qdq.build_qdq_model(session, moved_domains(dm),
+                                                                            float_tensors=float_tensors).model))
+    return res
 
 
 def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, first=None, meanwhile=None,
@@ -326,7 +352,7 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
                 for i, (_, dm, level) in enumerate(todo):
                     if level != "default":
                         model = next(m for d, m in models if d is dm or d == dm)
-                        futs[i] = pool.submit(_run, model, session.graph.base_dir, outs, feeds, cancel, level)
+                        futs[i] = pool.submit(_reference_run, model, session.graph, outs, feeds, cancel)
                 if meanwhile is not None:
                     meanwhile()
                     meanwhile = None
@@ -342,7 +368,9 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
         for (key, dm, level), res in zip(todo, done):
             _store_run(session, cache, key, dm, res)
             if level == "default":
-                cache.runtime[id(res)] = runtime_text(next(m for d, m in models if d is dm or d == dm))
+                cache.runtime.setdefault(id(res), runtime_text(next(m for d, m in models if d is dm or d == dm)))
+            elif reference_level(next(m for d, m in models if d is dm or d == dm)) != "basic":
+                cache.runtime[id(res)] = REFERENCE_OFF_TEXT
     if meanwhile is not None:
         meanwhile()
     out = [res if res is not None else _cached_run(cache, key, dm) for key, dm, res in got]
@@ -459,16 +487,27 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
                if t in after_dm.member_range and graph.tensors[t].kind != "weight"]
     need = [t for _, t in members if t not in cache.tensors]
     need = list(dict.fromkeys(need))
+    kept = getattr(cal, "check_values", None)
+    if kept and len(kept) == len(feeds) and all(n in kept[0] for n in outs + need):
+        kept = kept[0]  # what calibration kept covers this check (see below)
+    else:
+        kept = None
     if cache.float_out is None:
         # Fetch every shareable activation in the first float run when they fit in memory:
         # later edits then cost no float run at all (the GUI re-measures after each edit).
-        need = list(dict.fromkeys(need + _prefetchable(graph, len(feeds))))
-    float_run = None
+        # From calibration's values: those it observed (a later member it did not is fetched then).
+        pre = _prefetchable(graph, len(feeds))
+        need = list(dict.fromkeys(need + (pre if kept is None else [t for t in pre if t in kept])))
+    float_run = from_calib = None
     if cache.float_out is None or need:
         names = outs + [t for t in need if t not in outs]
-
-        def float_run():
-            return _run(with_outputs(graph.model, names), graph.base_dir, names, feeds, cancel)
+        if kept is not None:
+            # An in-sample check's samples went through the float model in calibration, which kept
+            # every observed tensor's values: the same float reference, without a float run.
+            from_calib = [{n: v[n] for n in names} for v in cal.check_values]
+        else:
+            def float_run():
+                return _run(with_outputs(graph.model, names), graph.base_dir, names, feeds, cancel)
 
     # With no groups the session's map equals the baseline: the same export, so the same run
     # (on a 20,000-node model one QDQ session is some 15 s to create).
@@ -478,7 +517,8 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
         wanted.append((after_dm, "basic"))
     got, res = _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, float_run, meanwhile,
                                  follow_edits)
-    if float_run is not None:
+    res = from_calib if from_calib is not None else res
+    if res is not None:
         if cache.float_out is None:
             cache.float_out = [{o: r[o] for o in outs} for r in res]
         for t in need:
@@ -492,6 +532,8 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
                    runtime=cache.runtime.get(id(before), runtime_text()), float_outputs=[w.text() for w in why])
     if cross_check:
         fake = got[-1]
+        if cache.runtime.get(id(fake)):  # a big graph's reference ran without optimisations: say so
+            fid.runtime += f"; {cache.runtime[id(fake)]}"
         fid.findings += _kernel_findings(fid.after, _figures(ranges, after_dm, cache.slices, cache.float_out,
                                                              fake, outs), outs)
 

@@ -13,7 +13,8 @@ import onnx
 from .errors import ModelError
 
 __all__ = ["make_session", "run_with_outputs", "zeros_feed", "with_outputs", "input_specs", "layout_passes_off",
-           "session_text", "LAYOUT_PASS_NODES"]
+           "session_text", "LAYOUT_PASS_NODES", "shipped_session", "split_model", "ChainedSession", "SPLIT_NODES",
+           "SEGMENT_NODES", "reference_level", "REFERENCE_OFF_TEXT", "split_parts"]
 
 
 def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
@@ -48,8 +49,8 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
 
     ``level="default"`` keeps onnxruntime's default graph optimisations, as a user's session
     has them: that is how the fidelity check runs the exported model (Q/DQ pairs fused into
-    int8 kernels).  ``"basic"`` keeps every intermediate tensor observable.  ``disabled``: names
-    of onnxruntime graph transformers to leave out (see :func:`layout_passes_off`).
+    int8 kernels).  ``"basic"`` keeps every intermediate tensor observable; ``"disabled"`` optimises
+    nothing.  ``disabled``: names of onnxruntime graph transformers to leave out (see :func:`layout_passes_off`).
     """
     import onnxruntime as ort
 
@@ -64,6 +65,8 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
     if level == "basic":
         # Fusions that drop intermediate tensors would hide the activations we ask for as outputs.
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    elif level == "disabled":
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     elif level != "default":
         raise ValueError(f"unknown optimisation level {level!r}")
     try:
@@ -100,15 +103,31 @@ def layout_passes_off(model: onnx.ModelProto) -> tuple[str, ...]:
     return LAYOUT_PASSES if len(model.graph.node) > LAYOUT_PASS_NODES else ()
 
 
-def session_text(disabled=()) -> str:
+def reference_level(model: onnx.ModelProto) -> str:
+    """The optimisation level of the cross-check's Q/DQ-in-float reference of ``model``: basic, or
+    above :data:`LAYOUT_PASS_NODES` nodes none (``"disabled"``): basic optimisations only fold the
+    weights' DequantizeLinear and drop redundant nodes, which on a 20,000-node CNN's export cost
+    about twice the session's own creation (CPU seconds, 2 cores)."""
+    return "disabled" if len(model.graph.node) > LAYOUT_PASS_NODES else "basic"
+
+
+REFERENCE_OFF_TEXT = (f"the cross-check's Q/DQ-in-float reference ran with onnxruntime's graph optimisations off "
+                      f"(above {LAYOUT_PASS_NODES:,} nodes)")
+
+
+def session_text(disabled=(), segments: int = 1) -> str:
     """How a shipped-model session ran, for reports."""
     import onnxruntime as ort
 
+    split = "" if segments <= 1 else (
+        f"; the file ran as {segments} segments cut at int8 hand-over tensors, their sessions created side by "
+        f"side (above {SPLIT_NODES:,} nodes onnxruntime's graph optimisation grows faster than the graph; the "
+        "outputs are bit-identical to one session of the whole file)")
     if not disabled:
-        return f"onnxruntime {ort.__version__}, default session options, CPU"
+        return f"onnxruntime {ort.__version__}, default session options{split}, CPU"
     return (f"onnxruntime {ort.__version__}, default session options but {', '.join(disabled)} (a layout pass, "
             f"left out above {LAYOUT_PASS_NODES:,} nodes: its cost grows with the square of the graph and its "
-            "outputs are bit-identical), CPU")
+            f"outputs are bit-identical){split}, CPU")
 
 
 def input_specs(graph) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -129,3 +148,226 @@ def run_with_outputs(graph, names, feed) -> dict[str, np.ndarray]:
     sess = make_session(with_outputs(graph.model, names), graph.base_dir)
     res = sess.run(names, feed)
     return dict(zip(names, res))
+
+
+# Segments: onnxruntime's graph optimisation is single-threaded and grows faster than the graph (QDQ
+# exports of the block CNN, CPU seconds to create a session: 16,652 nodes 2.6, 33,332 nodes 4.8,
+# 66,662 nodes 14.1), so above SPLIT_NODES the shipped file runs as segments of about
+# SEGMENT_NODES nodes, cut where only int8 tensors cross, whose sessions are created side by side.
+SPLIT_NODES = 30_000
+SEGMENT_NODES = 20_000
+_MAX_CUT = 8  # tensors crossing one cut at most
+
+
+class ChainedSession:
+    """Sessions of consecutive segments of one model, run one after the other; ``run`` answers as
+    an InferenceSession of the whole model does (graph outputs by name)."""
+
+    def __init__(self, parts, sessions):
+        self.parts = parts  # [(inputs, outputs)] per segment
+        self.sessions = sessions
+
+    @property
+    def segments(self) -> int:
+        return len(self.sessions)
+
+    def run(self, names, feed):
+        vals = dict(feed)
+        for (ins, outs), sess in zip(self.parts, self.sessions):
+            vals.update(zip(outs, sess.run(outs, {n: vals[n] for n in ins})))
+        return [vals[n] for n in names]
+
+
+def _const_nodes(nodes, consts: set[str]) -> list[bool]:
+    """Per node: computes only from initializers (weights' DequantizeLinear, Constant)."""
+    out, known = [], set(consts)
+    for n in nodes:
+        c = all(not x or x in known for x in n.input)
+        if c:
+            known.update(n.output)
+        out.append(c)
+    return out
+
+
+def _order(nodes, const: list[bool]) -> list[int]:
+    """A topological order in which each constant node and each DequantizeLinear comes just before
+    its first consumer (the exporter writes the weights' DQ first and an activation's DQs right after
+    its QuantizeLinear): only int8 tensors then stay alive between the node units."""
+    sink = [c or n.op_type == "DequantizeLinear" for c, n in zip(const, nodes)]
+    made = {o: i for i, n in enumerate(nodes) if sink[i] for o in n.output}
+    done, order = set(), []
+
+    def emit_consts(i):
+        stack = [(i, False)]
+        while stack:
+            j, expanded = stack.pop()
+            if j in done:
+                continue
+            if expanded:
+                done.add(j)
+                order.append(j)
+                continue
+            stack.append((j, True))
+            stack += [(made[x], False) for x in nodes[j].input if x in made and made[x] not in done]
+
+    for i, n in enumerate(nodes):
+        if sink[i]:
+            continue
+        for x in n.input:
+            if x in made and made[x] not in done:
+                emit_consts(made[x])
+        done.add(i)
+        order.append(i)
+    for i in range(len(nodes)):  # what nothing reads (a DQ writing a model output), in file order
+        if i not in done:
+            emit_consts(i)
+    return order
+
+
+def _handover_type(q, inits, shape_of):
+    """(elem type, shape) of a QuantizeLinear's output, or None when its shape is not known."""
+    shape = shape_of(q.input[0])
+    if shape is None or any(not isinstance(d, int) or d <= 0 for d in shape):
+        return None
+    zp = inits.get(q.input[2]) if len(q.input) > 2 and q.input[2] else None
+    if zp is not None:
+        elem = zp.data_type
+    else:
+        elem = next((a.i for a in q.attribute if a.name == "output_dtype" and a.i), onnx.TensorProto.UINT8)
+    return elem, tuple(shape)
+
+
+def split_model(model: onnx.ModelProto, parts: int, shape_of) -> list[onnx.ModelProto] | None:
+    """``model`` as up to ``parts`` consecutive segments, or None when it cannot be cut.
+
+    A cut is a point of a topological order that only outputs of QuantizeLinear nodes cross (at
+    most :data:`_MAX_CUT` of them), none of them consumed before the cut nor a graph output, of a
+    known static shape (``shape_of(name)``: the shape of the float tensor a QuantizeLinear reads, or
+    None).  So every node unit onnxruntime fuses (DequantizeLinear, op, QuantizeLinear) lies
+    within one segment, and what crosses is what one int8 kernel hands the next.  A segment's
+    inputs are graph inputs and hand-over tensors, its outputs graph outputs and hand-over
+    tensors; each carries the initializers it reads.  Models with subgraphs or external data are
+    not cut."""
+    g = model.graph
+    nodes = list(g.node)
+    if parts < 2 or _has_external(model) or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                                 for n in nodes for a in n.attribute):
+        return None
+    inits = {t.name: t for t in g.initializer}
+    graph_in = {i.name for i in g.input}
+    graph_out = {o.name for o in g.output}
+    const = _const_nodes(nodes, set(inits) | {t.values.name for t in g.sparse_initializer})
+    order = _order(nodes, const)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    uses: dict[str, int] = {}
+    for n in nodes:
+        for x in set(n.input):
+            if x in producer:
+                uses[x] = uses.get(x, 0) + 1
+    handover = {}  # tensor -> (elem, shape) for the eligible ones
+    live: dict[str, int] = {}  # tensor -> uses left after the point
+    bad = 0  # live tensors that cannot cross a cut
+    cuts = []  # (position in order, crossing tensors)
+    for pos, i in enumerate(order):
+        if pos and not bad and 0 < len(live) <= _MAX_CUT:
+            cuts.append((pos, tuple(live)))
+        n = nodes[i]
+        for x in set(n.input):
+            if x in live:
+                if x in handover:
+                    bad += 1  # consumed on both sides of a later cut: not a hand-over any more
+                    del handover[x]
+                live[x] -= 1
+                if not live[x]:
+                    del live[x]
+                    bad -= 1
+        for o in n.output:
+            if not o or not uses.get(o):
+                continue
+            live[o] = uses[o]
+            t = _handover_type(n, inits, shape_of) if n.op_type == "QuantizeLinear" and o not in graph_out else None
+            if t is not None:
+                handover[o] = t
+            else:
+                bad += 1
+    if not cuts:
+        return None
+    step = len(order) / parts
+    chosen = []
+    for k in range(1, parts):
+        pos, _ = min(cuts, key=lambda c: (abs(c[0] - k * step), len(c[1])))
+        if (not chosen or pos > chosen[-1]) and pos < len(order):
+            chosen.append(pos)
+    if not chosen:
+        return None
+    bounds = [0, *chosen, len(order)]
+    seg_of = {}
+    for k in range(len(bounds) - 1):
+        for i in order[bounds[k]:bounds[k + 1]]:
+            seg_of[i] = k
+    in_vi = {i.name: i for i in g.input}
+    out_vi = {o.name: o for o in g.output}
+    later_use: dict[str, int] = {}  # tensor -> last segment reading it
+    for i, n in enumerate(nodes):
+        for x in n.input:
+            if x in producer:
+                later_use[x] = max(later_use.get(x, -1), seg_of[i])
+    models = []
+    for k in range(len(bounds) - 1):
+        idx = sorted(order[bounds[k]:bounds[k + 1]])  # the file's own order within the segment
+        made = {o for i in idx for o in nodes[i].output if o}
+        reads = list(dict.fromkeys(x for i in idx for x in nodes[i].input if x and x not in made))
+        ins, inis = [], []
+        for x in reads:
+            if x in inits:
+                inis.append(inits[x])
+            elif x in graph_in:
+                ins.append(in_vi[x])
+            else:
+                elem, shape = _handover_type(nodes[producer[x]], inits, shape_of)
+                ins.append(onnx.helper.make_tensor_value_info(x, elem, shape))
+        outs = []
+        for i in idx:
+            for o in nodes[i].output:
+                if o in graph_out:
+                    outs.append(out_vi[o])
+                elif o in made and later_use.get(o, -1) > k:
+                    elem, shape = _handover_type(nodes[i], inits, shape_of)
+                    outs.append(onnx.helper.make_tensor_value_info(o, elem, shape))
+        seg = onnx.helper.make_graph([nodes[i] for i in idx], f"{g.name}_{k}", ins, outs, inis)
+        m = onnx.ModelProto()
+        m.ir_version, m.producer_name, m.producer_version = (model.ir_version, model.producer_name,
+                                                             model.producer_version)
+        m.domain, m.model_version = model.domain, model.model_version
+        m.opset_import.extend(model.opset_import)
+        m.functions.extend(model.functions)
+        m.graph.CopyFrom(seg)
+        models.append(m)
+    return models
+
+
+def split_parts(model: onnx.ModelProto) -> int:
+    """Segments :func:`shipped_session` cuts ``model`` into (1: none)."""
+    n = len(model.graph.node)
+    return -(-n // SEGMENT_NODES) if n > SPLIT_NODES else 1
+
+
+def shipped_session(model: onnx.ModelProto, base_dir: Path | None = None, *, shape_of=None, level="default",
+                    spinning: bool = False):
+    """A session of the exported ``model`` as the fidelity check runs it: default options (above
+    :data:`LAYOUT_PASS_NODES` nodes without the layout pass), and above :data:`SPLIT_NODES` nodes,
+    when :func:`split_model` finds cuts, a :class:`ChainedSession` of its segments created on
+    two threads (onnxruntime releases the GIL while it optimises).  ``level="disabled"``: no graph
+    optimisation (the cross-check's reference of a big graph)."""
+    off = layout_passes_off(model) if level == "default" else ()
+    parts = split_parts(model)
+    segs = split_model(model, parts, shape_of) if parts > 1 and shape_of is not None else None
+    if segs is None:
+        return make_session(model, base_dir, spinning=spinning, level=level, disabled=off)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2, thread_name_prefix="qtquant-segment") as pool:
+        sessions = list(pool.map(lambda m: make_session(m, base_dir, spinning=spinning, level=level,
+                                                        disabled=off), segs))
+    return ChainedSession([([i.name for i in m.graph.input], [o.name for o in m.graph.output]) for m in segs],
+                          sessions)

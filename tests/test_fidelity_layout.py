@@ -59,10 +59,13 @@ def test_big_graph_check_says_it_left_the_pass_out(conv_session, monkeypatch):
 
     monkeypatch.setattr("qtquant.fidelity.make_session", spy)
     monkeypatch.setattr("qtquant.incremental.make_session", spy)
+    monkeypatch.setattr("qtquant.runtime.make_session", spy)  # (runtime.shipped_session's)
     big = measure_session(_recalibrated(conv_session), cross_check=True)
     assert ("default", runtime.LAYOUT_PASSES) in seen
-    assert ("basic", ()) in seen  # the cross-check is the fake-quant reference either way
+    # the cross-check is the fake-quant reference either way; on a big graph without optimisations
+    assert ("disabled", ()) in seen
     assert "but NhwcTransformer" in big.runtime and "bit-identical" in big.runtime
+    assert "optimisations off" in big.runtime and "optimisations off" not in small.runtime
     np.testing.assert_equal(big.sqnr_db, small.sqnr_db)  # the same figures
     assert big.findings == small.findings
 

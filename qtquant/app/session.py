@@ -139,8 +139,10 @@ class Session(StateFacts):
     def ready(self) -> bool:
         return self.calibration is not None or self.qdq is not None
 
-    def run_calibration(self, progress=None, cancel=None) -> CalibrationResult:
-        res = calibrate(self.graph, self.options.calib, progress=progress, cancel=cancel)
+    def run_calibration(self, progress=None, cancel=None, keep_check_values: bool = False) -> CalibrationResult:
+        # keep_check_values: the fidelity check will follow (qtquant analyze), see calibrate()
+        res = calibrate(self.graph, self.options.calib, progress=progress, cancel=cancel,
+                        keep_check_values=keep_check_values)
         self.set_calibration(res)
         return res
 

@@ -38,7 +38,7 @@ from .stats import BINS, MINMAX_BINS, NonFiniteError, TensorStats, update_rows
 __all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "CalibConfigError", "calibrate", "run_chunk",
            "ChunkRunner",
            "split_samples", "Split", "parse_holdout", "held_back_count", "synthetic_sample_count",
-           "DEFAULT_COUNT", "AUTO_HOLDOUT_MIN", "AUTO_HOLDOUT_FRACTION", "CHECK_CAP", "INT_TEXT"]
+           "DEFAULT_COUNT", "AUTO_HOLDOUT_MIN", "AUTO_HOLDOUT_FRACTION", "CHECK_CAP", "INT_TEXT", "KEEP_CHECK_BYTES"]
 
 AUTO_MINMAX_STRIDE = 8
 ROWS_MIN = 8  # tensors of one size reduced together from this many on (update_rows)
@@ -51,6 +51,10 @@ AUTO_HOLDOUT_FRACTION = 0.2
 # thousands of samples, or a large --holdout, would otherwise hold every input tensor of the run
 # (32 inputs of 1x3x640x640 float32 are 157 MB).
 CHECK_CAP = 32
+# An in-sample calibration keeps the observed tensors' values of its check samples while they fit in
+# this many bytes (all samples): the fidelity check's float reference is then the calibration run's own
+# (20,000-node CNN, 4 samples: 164 MB, and a float session plus four runs fewer).
+KEEP_CHECK_BYTES = 256 << 20
 
 _HOLDOUT_HELP = "auto, a count of samples (0 = check in-sample) or a fraction between 0 and 1 such as 0.2"
 INT_TEXT = re.compile(r"[+-]?\d+")  # a count, as opposed to a fraction
@@ -204,6 +208,10 @@ class CalibrationResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     in_sample: bool = False  # the check feeds are calibration samples, not held-out ones
+    # Per check feed (``holdout`` order), the float values of every observed tensor as the
+    # calibration run computed them: an in-sample check's float reference without a second float
+    # run (see :data:`KEEP_CHECK_BYTES`).  Empty when not kept (held-out checks, child processes).
+    check_values: list = field(default_factory=list, repr=False)
 
     @property
     def samples(self) -> int:
@@ -381,28 +389,35 @@ class ChunkRunner:
         self.sess = make_session(aug, Path(base_dir) if base_dir else None, threads=threads, spinning=False,
                                  arena=False)
 
-    def run(self, source: Source, refs: list[SampleRef], *, progress=None, cancel=None) -> dict[str, TensorStats]:
-        return _run_refs(self, source, refs, progress, cancel)
+    def run(self, source: Source, refs: list[SampleRef], *, progress=None, cancel=None,
+            kept: dict | None = None) -> dict[str, TensorStats]:
+        return _run_refs(self, source, refs, progress, cancel, kept)
 
 
 def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[SampleRef], *,
               progress=None, cancel=None, threads: int = 0, stride: int = 1,
-              bins: int = BINS) -> dict[str, TensorStats]:
-    """Run ``refs`` through the model and reduce them into statistics for ``names``."""
+              bins: int = BINS, kept: dict | None = None) -> dict[str, TensorStats]:
+    """Run ``refs`` through the model and reduce them into statistics for ``names``.  ``kept``: a
+    dict whose keys are refs to keep the values of (see :func:`_run_refs`)."""
     runner = ChunkRunner(model, base_dir, names, source.specs, threads=threads, stride=stride, bins=bins)
-    return runner.run(source, refs, progress=progress, cancel=cancel)
+    return runner.run(source, refs, progress=progress, cancel=cancel, kept=kept)
 
 
-def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel) -> dict[str, TensorStats]:
+def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel, kept=None) -> dict[str, TensorStats]:
     """onnxruntime computes the min and max of every tensor in the graph (see :mod:`.augment`); the
     histogram of batch k is built, and batch k+2 loaded, in a helper thread while onnxruntime
     computes batch k+1 (both release the GIL for their heavy parts); at most two batches of
     outputs are alive.
+
+    ``kept``: refs -> None on entry; each of those refs gets the values of every observed tensor
+    (name -> array, as fetched) while all of them fit in :data:`KEEP_CHECK_BYTES`, else ``kept``
+    is emptied.
     """
     sess, plan, inputs, stride = runner.sess, runner.plan, runner.inputs, runner.stride
     stats = {n: TensorStats(bins=runner.bins) for n in runner.names}
     total = len(refs)
     at = {n: j for j, n in enumerate(plan.reduced)}  # the others are small: numpy takes their min and max
+    keep_bytes = [0]
 
     def reduce(ref, box, feed):
         # The outputs come in a list emptied here: the executor keeps its arguments until a moment
@@ -413,6 +428,12 @@ def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel) -> di
         work = [(n, outs[i], (mins[at[n]], maxs[at[n]], outs[i].size) if n in at else None)
                 for i, n in enumerate(plan.tensors)]
         work += [(n, feed[n], None) for n in inputs]
+        if kept and ref in kept:  # the values themselves, not copies: nothing below writes into them
+            keep_bytes[0] += sum(v.nbytes for _, v, _ in work if isinstance(v, np.ndarray))
+            if keep_bytes[0] > KEEP_CHECK_BYTES:
+                kept.clear()
+            else:
+                kept[ref] = {n: v for n, v, _ in work}
         # Small float32 tensors of one size are reduced together (update_rows: the same statistics,
         # bit for bit, without one round of numpy calls per tensor); the others, and any row it
         # leaves (zeros only, NaN), one by one.
@@ -473,7 +494,7 @@ def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel) -> di
 
 
 def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=None, *,
-              isolate: bool = False) -> CalibrationResult:
+              isolate: bool = False, keep_check_values: bool = False) -> CalibrationResult:
     """Calibrate ``graph`` on ``config.source``.
 
     ``progress(done, total)`` is called after each batch; ``cancel()`` is polled between batches and
@@ -481,6 +502,9 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
     ``isolate`` runs the model in a child process even with one job: onnxruntime's session of a
     big model takes the GIL for a long time when it is destroyed (20,000 nodes: 0.6 s), which a
     GUI in the same process would feel as a freeze.
+    ``keep_check_values``: an in-sample, single-process run keeps its check samples' values
+    (:attr:`CalibrationResult.check_values`, the fidelity check's float reference); off by default,
+    since they are held as long as the result.
     """
     t0 = time.perf_counter()
     if cancel is not None and cancel():
@@ -491,6 +515,7 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
     calib_refs = source.load_order(split.calib)
     names = list(graph.observed_tensors)
     jobs = min(config.jobs, len(calib_refs))
+    check_values = []
     if config.ray and calib_refs:
         from .rayrun import run_ray
 
@@ -502,7 +527,13 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
         stats = run_parallel(graph, names, source, calib_refs, max(jobs, 1), stride=config.stride, progress=progress,
                              cancel=cancel, bins=config.bins)
     else:
+        # An in-sample check runs on calibration samples: keep their values for its float reference.
+        kept = dict.fromkeys(split.check) if split.in_sample and keep_check_values else None
         stats = run_chunk(graph.model, graph.base_dir, names, source, calib_refs, progress=progress, cancel=cancel,
-                          stride=config.stride, bins=config.bins)
+                          stride=config.stride, bins=config.bins, kept=kept)
+        order = source.load_order(split.check)  # the order of the check feeds
+        if kept and all(kept.get(r) is not None for r in order) and all(
+                np.array_equal(kept[r][n], v) for r, feed in zip(order, check) for n, v in feed.items()):
+            check_values = [kept[r] for r in order]  # (the same inputs as the check's feeds: checked)
     return CalibrationResult(stats, compute_ranges(stats, config), config, check, len(calib_refs),
-                             time.perf_counter() - t0, split.notes, split.in_sample)
+                             time.perf_counter() - t0, split.notes, split.in_sample, check_values)

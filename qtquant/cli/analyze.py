@@ -57,7 +57,7 @@ def run(args) -> int:
     from ..perf.precision import report_text
     from ..report import analysis_dict, concat_table_text
 
-    session = open_session(args)
+    session = open_session(args, keep_check_values=not args.no_fidelity)
     sqnr = None
     if args.max_sqnr_drop is not None:
         from .fix import sqnr_share_from_args

@@ -105,8 +105,9 @@ def options_from_args(args):
                    calib=calib_config_from_args(args), output_mode=output_mode_from_args(args))
 
 
-def open_session(args, *, calibrate: bool = True, progress=None):
-    """Load the model named in ``args``, detect QDQ, calibrate when needed, apply --plan."""
+def open_session(args, *, calibrate: bool = True, progress=None, keep_check_values: bool = False):
+    """Load the model named in ``args``, detect QDQ, calibrate when needed, apply --plan.
+    ``keep_check_values``: a fidelity check follows (see :func:`qtquant.calib.calibrate`)."""
     from ..app import open_model
 
     opts = options_from_args(args)
@@ -119,7 +120,7 @@ def open_session(args, *, calibrate: bool = True, progress=None):
 
         session.load_statistics(args.stats, explicit=explicit_data_fields(opts.calib))
     elif calibrate and not session.quantized_file:
-        session.run_calibration(progress=progress)
+        session.run_calibration(progress=progress, keep_check_values=keep_check_values)
     if getattr(args, "plan", None):
         from ..plan import apply_plan_file  # provided by the sharing/plan module
 

@@ -1,0 +1,118 @@
+"""A big export's shipped-model check runs the file as segments cut at int8 hand-over tensors
+(runtime.shipped_session): every output bit as one default session of the whole file gives, and the
+report says so.  An in-sample check takes its float reference from calibration's own run."""
+
+import dataclasses
+
+import numpy as np
+import onnx
+import pytest
+
+from builders import detector_model, save, synthetic_model
+from qtquant import runtime
+from qtquant.app import open_model
+from qtquant.app.session import Options
+from qtquant.calib import CalibConfig
+from qtquant.export.qdq import build_qdq_model
+from qtquant.fidelity import _shape_of, measure_session
+
+
+@pytest.fixture(scope="module")
+def conv_session(tmp_path_factory):
+    s = open_model(save(synthetic_model(150, seed=5), tmp_path_factory.mktemp("seg") / "syn.onnx"),
+                   options=Options(calib=CalibConfig(count=4)))
+    s.run_calibration(keep_check_values=True)  # as qtquant analyze calibrates
+    return s
+
+
+def _chained(model, segs):
+    sessions = [runtime.make_session(m, level="default") for m in segs]
+    return runtime.ChainedSession([([i.name for i in m.graph.input], [o.name for o in m.graph.output])
+                                   for m in segs], sessions)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_segments_give_the_whole_files_outputs_bit_for_bit(conv_session, parts):
+    model = build_qdq_model(conv_session).model
+    segs = runtime.split_model(model, parts, _shape_of(conv_session.graph))
+    assert segs is not None and len(segs) == parts
+    # Every node in exactly one segment; only int8 hand-overs (and the model input) cross.
+    assert sorted(n.name for m in segs for n in m.graph.node) == sorted(n.name for n in model.graph.node)
+    producers = {o: n for n in model.graph.node for o in n.output}
+    for m in segs[1:]:
+        crossing = [i for i in m.graph.input if i.name not in {x.name for x in model.graph.input}]
+        assert crossing
+        for i in crossing:
+            assert producers[i.name].op_type == "QuantizeLinear"
+            assert i.type.tensor_type.elem_type == onnx.TensorProto.INT8
+    names = [o.name for o in model.graph.output]
+    whole = runtime.make_session(model, level="default")
+    chained = _chained(model, segs)
+    for feed in conv_session.calibration.holdout:
+        for a, b in zip(whole.run(names, feed), chained.run(names, feed)):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_a_model_with_no_cut_runs_whole(tmp_path):
+    s = open_model(save(detector_model(), tmp_path / "det.onnx"), options=Options(calib=CalibConfig(count=2)))
+    s.run_calibration()
+    model = build_qdq_model(s).model
+    assert runtime.split_model(model, 2, lambda name: None) is None  # no known shapes: no hand-over
+    assert runtime.split_model(model, 1, _shape_of(s.graph)) is None
+
+
+def _fresh(s, calibration):
+    other = open_model(s.graph.path, options=s.options)
+    other.set_calibration(calibration)
+    return other
+
+
+def test_big_check_runs_segments_and_says_so(conv_session, monkeypatch):
+    small = measure_session(_fresh(conv_session, conv_session.calibration), cross_check=True)
+    assert "segments" not in small.runtime
+    monkeypatch.setattr(runtime, "SPLIT_NODES", 10)
+    monkeypatch.setattr(runtime, "SEGMENT_NODES", 200)
+    made = []
+    real = runtime.split_model
+
+    def spy(*a, **k):
+        made.append(real(*a, **k))
+        return made[-1]
+
+    monkeypatch.setattr(runtime, "split_model", spy)
+    big = measure_session(_fresh(conv_session, conv_session.calibration), cross_check=True)
+    assert made and made[0] is not None and len(made[0]) > 1
+    assert f"ran as {len(made[0])} segments" in big.runtime and "bit-identical" in big.runtime
+    assert big.to_dict()["outputs"] == small.to_dict()["outputs"]  # the same figures, bit for bit
+    assert big.findings == small.findings
+
+
+def test_in_sample_check_takes_calibrations_float_values(conv_session, monkeypatch):
+    cal = conv_session.calibration
+    assert cal.in_sample and len(cal.check_values) == len(cal.holdout)
+    for kept, feed in zip(cal.check_values, cal.holdout):
+        for name, value in feed.items():
+            assert np.array_equal(kept[name], value)
+    runs = []
+    real = runtime.make_session
+
+    def spy(model, *a, **k):
+        runs.append(k.get("level", "basic"))
+        return real(model, *a, **k)
+
+    monkeypatch.setattr("qtquant.fidelity.make_session", spy)
+    kept = measure_session(_fresh(conv_session, cal))
+    assert "basic" not in runs  # no float run: calibration's values are the reference
+    without = measure_session(_fresh(conv_session, dataclasses.replace(cal, check_values=[])))
+    assert "basic" in runs  # the float run, as before
+    assert kept.to_dict() == without.to_dict()
+
+
+def test_held_out_check_keeps_no_values(tmp_path):
+    s = open_model(save(synthetic_model(40, seed=1), tmp_path / "h.onnx"),
+                   options=Options(calib=CalibConfig(count=3, holdout=2)))
+    res = s.run_calibration(keep_check_values=True)
+    assert not res.in_sample and res.check_values == []
+    s2 = open_model(s.graph.path, options=Options(calib=CalibConfig(count=3)))
+    assert s2.run_calibration().check_values == []  # only kept when asked (they live as long as the result)
+    assert s2.run_calibration(keep_check_values=True).check_values
