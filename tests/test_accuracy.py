@@ -139,3 +139,29 @@ def test_fix_max_sqnr_drop_prints_the_curve(det_path, tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     curve = doc["sqnr_share"]["curve"]
     assert curve[0]["concat"] is None and all(s["drop_db"] <= 0.2 for s in curve if s["accepted"])
+
+
+def test_a_ranking_without_information_says_so_and_the_collapse_is_located():
+    """Gains that are all rounding noise get a sentence instead of a ranking to trust, and a lost
+    output gets the first tensor in graph order where the cumulative SQNR falls under 10 dB."""
+    from types import SimpleNamespace
+
+    from qtquant.accuracy.report import AccuracyReport
+    from qtquant.accuracy.sensitivity import Sensitivity
+    from qtquant.accuracy.tensors import TensorError
+    from qtquant.app.views.accuracy import status_text
+    from qtquant.vocab import Precision
+
+    tensors = [TensorError("x", None, Precision.INT8, 40.0, 40.0), TensorError("a", "A", Precision.INT8, 22.0, 27.0),
+               TensorError("b", "B", Precision.INT8, 7.5, 30.8), TensorError("y", "Y", Precision.INT8, 0.0, 61.0)]
+    flat = [Sensitivity("A", Precision.FLOAT, 0.01, False), Sensitivity("B", Precision.FLOAT, -0.02, False),
+            Sensitivity("Y", Precision.FLOAT, 3.0, True)]  # an estimate does not count
+    rep = AccuracyReport(7, True, "rt", SimpleNamespace(worst_db=0.0, worst_label="y"), tensors, flat)
+    assert rep.no_single_fix.startswith("no node kept in float alone moves the worst slice")
+    assert "(2 measured)" in rep.no_single_fix
+    assert rep.collapse_text.startswith(
+        "cumulative SQNR first falls under 10 dB at b (7.50 dB, 30.80 dB local; tensor 3 of 4")
+    assert rep.no_single_fix in status_text(rep)
+    helps = flat[:1] + [Sensitivity("B", Precision.FLOAT, 2.5, False)]
+    fine = AccuracyReport(7, True, "rt", SimpleNamespace(worst_db=12.5, worst_label="y"), tensors, helps)
+    assert fine.no_single_fix == "" and fine.collapse_text == "" and "alone" not in status_text(fine)

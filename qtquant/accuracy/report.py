@@ -11,10 +11,16 @@ from .check import Bench, Variant
 from .sensitivity import DEFAULT_TOP, ESTIMATE_TEXT, Sensitivity, rank, units_of
 from .tensors import TensorError, tensor_errors
 
-__all__ = ["AccuracyReport", "analyze_accuracy", "LATENCY_TEXT"]
+__all__ = ["AccuracyReport", "analyze_accuracy", "LATENCY_TEXT", "NO_GAIN_DB", "LOW_SQNR_DB"]
 
 LATENCY_TEXT = ("latency µs: the simulator's price of the node kept in float (it runs on the CPU; "
                 "qtquant/perf/precision.py, docs/mixed-precision.md), an estimate for {march}")
+
+# A measured gain under this is rounding noise between two exports, not information.
+NO_GAIN_DB = 0.05
+# Under this the signal is less than ten times the error: where a model's cumulative SQNR first
+# falls below it is where to look when the outputs are lost.
+LOW_SQNR_DB = 10.0
 
 
 @dataclass
@@ -32,6 +38,29 @@ class AccuracyReport:
     def sample_text(self) -> str:
         n = f"{self.samples} sample{'s' if self.samples != 1 else ''}"
         return f"{n} in-sample (the calibration samples)" if self.in_sample else f"{n} held out from calibration"
+
+    @property
+    def no_single_fix(self) -> str:
+        """A sentence when no measured node moves the worst slice (the gains carry no
+        information, so the ranking says so in words), else ""."""
+        measured = [x for x in self.sensitivity if not x.estimate]
+        if not measured or any(math.isfinite(x.gain_db) and abs(x.gain_db) >= NO_GAIN_DB for x in measured):
+            return ""
+        return (f"no node kept in float alone moves the worst slice by {NO_GAIN_DB} dB or more "
+                f"({len(measured)} measured): the loss is not one node's")
+
+    @property
+    def collapse_text(self) -> str:
+        """Where the cumulative SQNR first falls under LOW_SQNR_DB in graph order, when the worst
+        slice is under it too, else ""."""
+        if not (math.isfinite(self.base.worst_db) and self.base.worst_db < LOW_SQNR_DB):
+            return ""
+        for i, t in enumerate(self.tensors):
+            if math.isfinite(t.sqnr_db) and t.sqnr_db < LOW_SQNR_DB:
+                local = "" if t.local_sqnr_db is None else f", {_f(t.local_sqnr_db)} dB local"
+                return (f"cumulative SQNR first falls under {LOW_SQNR_DB:g} dB at {t.tensor} "
+                        f"({_f(t.sqnr_db)} dB{local}; tensor {i + 1} of {len(self.tensors)} in graph order)")
+        return ""
 
     def tensor(self, name: str) -> TensorError | None:
         return self._by_tensor().get(name)
@@ -82,8 +111,10 @@ class AccuracyReport:
                                  for s in shown],
                                 ("node", "precision", "gain dB", "how", "worst slice after", "latency µs"),
                                 "llrlll", rule=True, max_width=48))
+        if self.no_single_fix:
+            lines.append(self.no_single_fix)
         lines.append(ESTIMATE_TEXT)
-        lines += [f"note: {n}" for n in self.notes]
+        lines += [f"note: {n}" for n in self.notes if n != self.no_single_fix]
         return "\n".join(lines)
 
 
@@ -117,5 +148,7 @@ def analyze_accuracy(session, *, top: int = DEFAULT_TOP, output_mode: OutputMode
     if bench.export_float:
         notes.append(f"{len(bench.export_float)} tensor(s) the default export keeps in float "
                      "(an output Concat that cannot share one scale) stay float in every variant")
-    return AccuracyReport(bench.samples, bench.in_sample, bench.runtime, base, errors, sens,
-                          revision=getattr(session, "revision", 0), notes=notes)
+    rep = AccuracyReport(bench.samples, bench.in_sample, bench.runtime, base, errors, sens,
+                         revision=getattr(session, "revision", 0), notes=notes)
+    rep.notes += [t for t in (rep.no_single_fix, rep.collapse_text) if t]
+    return rep

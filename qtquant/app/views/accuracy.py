@@ -126,8 +126,9 @@ def status_text(report, stale: bool = False) -> str:
     m = sum(1 for s in report.sensitivity if not s.estimate)
     worst = report.base.worst_label or "no slice measured"
     db = _num_text(report.base.worst_db)
+    spread = f"; {report.no_single_fix}" if report.no_single_fix else ""
     return (f"{report.sample_text}; worst slice {worst} {db} dB; {n} nodes ranked, {m} measured by a real "
-            f"export" + ("; stale: the model changed since" if stale else ""))
+            f"export{spread}" + ("; stale: the model changed since" if stale else ""))
 
 
 @dataclass(frozen=True)
