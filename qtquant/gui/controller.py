@@ -35,8 +35,9 @@ __all__ = ["Controller", "PERF_DEBOUNCE_MS", "FIDELITY_DEBOUNCE_MS"]
 # After an edit: the incremental simulator costs a few ms, so it waits only long enough
 # to fold a burst of undo/redo into one run; fidelity runs onnxruntime and waits longer.
 PERF_DEBOUNCE_MS = 15
-# The check runs in a child process and answers a state it measured before from its cache, so it
-# starts as soon as the simulation does; a newer edit cancels it between samples.
+# The check runs in a child process and answers a state it measured before from its cache: after
+# an edit it starts at once (Controller._edit_made); this delay is for the in-process check and
+# the first check after a calibration.  A newer edit cancels it between samples.
 FIDELITY_DEBOUNCE_MS = PERF_DEBOUNCE_MS
 SETTLE_POLL_MS = 20  # after a calibration: how often to ask whether the views are done
 _MODEL_JOBS = ("layout", "calibrate", "perf", "fidelity", "histogram")
@@ -104,6 +105,12 @@ class Controller(QObject):
         self.calibrating = False
         self._calibrate_after_layout = False
         self.jobs.jobFinished.connect(self._on_job_finished)
+        # Connected before any view: an edit starts the check in the child process at once, so it
+        # measures while this thread recolours the canvas and docks (two cores at work, not one
+        # after the other); the simulation still waits for the views (it shares this process's GIL).
+        self.relay.groupsChanged.connect(self._edit_made)
+        self.relay.optionsChanged.connect(self._edit_made)
+        self._fid_started = None  # the _key() the latest check was started for
         self.relay.settled.connect(self._on_session_changed)
         self._perf_timer = QTimer(self, singleShot=True, interval=PERF_DEBOUNCE_MS)
         self._perf_timer.timeout.connect(self.refresh_perf)
@@ -319,7 +326,17 @@ class Controller(QObject):
 
     def schedule_refresh(self) -> None:
         self._perf_timer.start()
-        self._fid_timer.start()
+        if self._fid_started != self._key():  # not started at the edit already
+            self._fid_timer.start()
+
+    def _edit_made(self, changed=None) -> None:
+        """An edit (groups or options): start its check now when it runs in the child process and
+        a first check has landed (a burst of edits supersedes, each check cancelled between samples)."""
+        s = self.session
+        if (s is None or not self.relay.ready or self.calibrating or self.fidelity_worker is None
+                or s.fidelity is None or (changed and "calib" in changed)):
+            return
+        self.refresh_fidelity()
 
     def _refresh_when_settled(self) -> None:
         # Idle at two polls in a row: the repaint of the last looks has run in between (it
@@ -378,6 +395,7 @@ class Controller(QObject):
         if s is None or not s.ready or meas is None or s.calibration is None:
             return None
         snap = s.snapshot()  # taken here: the worker thread must not read a session being edited
+        self._fid_started = self._key()
 
         def work(progress, cancelled):  # a newer edit cancels it (supersede) between samples
             return meas(snap, cancel=cancelled)
