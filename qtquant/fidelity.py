@@ -44,6 +44,7 @@ from .incremental import IncrementalRunner, moved_domains, run_session
 from .metrics import ErrorSums, Figure, cosine, signal_noise_db, sqnr_db
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
 from .quant import bits_lost, qparams_for_range
+from .tables import fmt_num
 from .runtime import (REFERENCE_OFF_TEXT, layout_passes_off, make_session, reference_level, session_text,
                       shipped_session, split_parts, with_outputs)
 
@@ -196,11 +197,7 @@ def _change(b: Figure, a: Figure) -> str:
 
 
 def _f(x: float, signed: bool = False) -> str:
-    if x is None or math.isnan(x):
-        return "n/a"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:+z.2f}" if signed else f"{x:z.2f}"  # never "-0.00"
+    return fmt_num(x, signed=signed)
 
 
 class _Cache:

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-__all__ = ["text_table", "clip_left"]
+__all__ = ["text_table", "clip_left", "fmt_num"]
+
+
+def fmt_num(x, nd: int = 2, *, signed: bool = False, missing: str = "n/a") -> str:
+    """A figure in a table cell: ``missing`` for None or nan, "inf" / "-inf", text as it is, and
+    never "-0.00" (a figure that rounds to zero prints 0.00)."""
+    if isinstance(x, str):
+        return x
+    if x is None or x != x:
+        return missing
+    if x in (float("inf"), float("-inf")):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:{'+' if signed else ''}z.{nd}f}"
 
 RULE_MAX = 120  # a rule under the header never runs wider than a wide terminal
 

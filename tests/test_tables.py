@@ -33,3 +33,12 @@ def test_long_cells_keep_their_end_and_the_rule_stays_terminal_wide():
 def test_cells_are_text_and_an_empty_table_is_empty():
     assert text_table([(1, 2.5)]) == "1  2.5"
     assert text_table([]) == ""
+
+
+def test_fmt_num_is_the_one_figure_format():
+    from qtquant.tables import fmt_num
+
+    assert [fmt_num(x) for x in (-0.001, 1.005e1, None, float("nan"), float("inf"), "no signal")] == \
+        ["0.00", "10.05", "n/a", "n/a", "inf", "no signal"]
+    assert fmt_num(-0.0, signed=True) == "+0.00" and fmt_num(-1.5, 1, signed=True) == "-1.5"
+    assert fmt_num(None, missing="-") == "-"

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..outputs import OutputMode
+from ..tables import fmt_num as _f
 from .check import Bench, Variant
 from .sensitivity import DEFAULT_TOP, ESTIMATE_TEXT, Sensitivity, rank, units_of
 from .tensors import TensorError, tensor_errors
@@ -104,7 +105,8 @@ class AccuracyReport:
         shown = self.sensitivity[:max(tensors, sum(1 for s in self.sensitivity if not s.estimate))]
         lines.append(f"sensitivity: worst-slice gain with one node kept in float ({len(self.sensitivity)} nodes, "
                      f"{sum(1 for s in self.sensitivity if not s.estimate)} measured)")
-        lines.append(text_table([(s.node, s.precision.value, f"{s.gain_db:+.2f}" if math.isfinite(s.gain_db) else "n/a",
+        lines.append(text_table([(s.node, s.precision.value,
+                                  _f(s.gain_db if math.isfinite(s.gain_db) else None, signed=True),
                                   "estimate" if s.estimate else "measured",
                                   "" if s.estimate else f"{s.worst_label} {_f(s.worst_db)}",
                                   "n/a" if s.latency_delta_us is None else f"{s.latency_delta_us:+.1f}")
@@ -116,16 +118,6 @@ class AccuracyReport:
         lines.append(ESTIMATE_TEXT)
         lines += [f"note: {n}" for n in self.notes if n != self.no_single_fix]
         return "\n".join(lines)
-
-
-def _f(x) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    if isinstance(x, str):
-        return x
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:.2f}"
 
 
 def analyze_accuracy(session, *, top: int = DEFAULT_TOP, output_mode: OutputMode = OutputMode.AUTO,

@@ -7,6 +7,7 @@ import math
 import sys
 
 from .common import add_common, open_session
+from ..tables import fmt_num
 from .output_options import add_output_options, output_mode_from_args
 
 NAME = "fix"
@@ -37,12 +38,7 @@ def _counts(concats):
 
 
 def _fmt(x, nd=2):
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf"
-    # "z": a figure that rounds to zero prints 0.00, not -0.00
-    return f"{x:z.{nd}f}" if isinstance(x, float) else str(x)
+    return fmt_num(x, nd, missing="-") if isinstance(x, float) or x is None else str(x)
 
 
 def _perf(session, args):
@@ -84,7 +80,7 @@ def _delta(after, before) -> str:
     if after.no_signal or before.no_signal:
         return ""
     if math.isfinite(after.sqnr_db) and math.isfinite(before.sqnr_db):
-        return f"{after.sqnr_db - before.sqnr_db:+z.2f}"
+        return fmt_num(after.sqnr_db - before.sqnr_db, signed=True)
     return "-"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ...tables import fmt_num
 from ...vocab import Overlay
 from .palette import heat_hex
 
@@ -93,7 +94,7 @@ class SensitivityRow:
 def _num_text(x, signed=False) -> str:
     if not _finite(x):
         return "n/a"
-    return f"{x:+.2f}" if signed else f"{x:.2f}"
+    return fmt_num(x, signed=signed)
 
 
 def sensitivity_rows(report) -> list[SensitivityRow]:
