@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from .domains import concat_scale_source
 from .gcpause import gc_paused
-from .outputs import output_reached
+from .outputs import pass_through_walk
 from .qdq import channel_scales_of, has_channel_scales
 from .quant import bits_lost, scales_differ
 from .vocab import ConcatScaleRule, TensorKind
@@ -58,7 +58,7 @@ def concat_members(graph, node, notes: list | None = None) -> list[str]:
     return list(dict.fromkeys(members))
 
 
-@dataclass
+@dataclass(slots=True)  # 10,000s on a big graph: no dict each
 class ConcatMember:
     tensor: str
     index: int  # input index, or -1 for the output
@@ -87,7 +87,7 @@ class ConcatMember:
         return self.channel_scales is not None
 
 
-@dataclass
+@dataclass(slots=True)
 class ConcatInfo:
     node: str
     axis: int
@@ -133,21 +133,26 @@ def _member(graph, dm, tensor, index, concat_name, merged, channels: bool) -> Co
     own = dm.member_range.get(tensor, _NO_RANGE)
     lo, hi = own
     t = graph.tensors[tensor]
+    scheme = dm.scheme
     if d is not None:
         q = d.qparams
-        if lo == lo and d.lo == d.lo:  # neither NaN
-            # Sharing nothing beyond its own range loses nothing: bits_lost(r, r) is 0 for any r.
-            now = 0.0 if d.lo == lo and d.hi == hi else bits_lost(own, (d.lo, d.hi), dm.scheme)
+        dlo, dhi = d.lo, d.hi
+        # Sharing nothing beyond its own range loses nothing: bits_lost(r, r) is 0 for any r.
+        now = bits_lost(own, (dlo, dhi), scheme) if lo == lo and dlo == dlo and (dlo != lo or dhi != hi) else 0.0
+        if q is not None:
+            scale, zp = q.scale, q.zero_point
         else:
-            now = 0.0
+            scale = zp = None
+        domain = d.id
     else:
+        scale = zp = domain = None
         q, now = None, 0.0
     consumers = t.consumers
+    n_other = len(consumers) - consumers.count(concat_name)
     m = ConcatMember(
-        tensor, index, t.producer, d.id if d is not None else None,
-        q.scale if q else None, q.zero_point if q else None, lo, hi,
-        bits_lost(own, merged, dm.scheme) if merged and lo == lo else 0.0, now,
-        False, t.kind == TensorKind.WEIGHT, len(consumers) - consumers.count(concat_name))
+        tensor, index, t.producer, domain, scale, zp, lo, hi,
+        bits_lost(own, merged, scheme) if merged and lo == lo else 0.0, now,
+        False, t.kind == TensorKind.WEIGHT, n_other)
     cs = _file_channels(graph, dm, tensor, d) if channels else None
     if cs is not None and q is not None:
         m.channel_scales, m.channel_zero_points, m.channel_axis = cs.scales, cs.zero_points, cs.axis
@@ -237,6 +242,9 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
     infos = []
     channels = has_channel_scales(graph)
     tensors, member_range = graph.tensors, dm.member_range
+    # What output_reached(graph, t) is not None says, for every t at once: one walk up from the
+    # outputs instead of one walk down from each Concat.
+    feeding = set(pass_through_walk(graph, graph.outputs, upstream=True))
     for node in graph.concat_nodes():
         out = node.outputs[0]
         axis = int(node.attrs.get("axis", 0))
@@ -290,8 +298,11 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
                 rule_note = (f"output takes the scale of input {reference.index} ({reference.tensor}, the widest, "
                              f"scale {reference.scale:.4g}) by the target's Concat rule ({dm.concat_rule})")
             if out_m.channel_scales is None:
+                ref_scale, ref_zp = out_m.scale, out_m.zero_point
                 for m in live:
-                    m.needs_rescale = _compare(m, out_m.scale, out_m.zero_point)
+                    # _compare, spelt out for the per-tensor members (all but a QDQ file's per-channel ones)
+                    m.needs_rescale = _compare(m, ref_scale, ref_zp) if m.channel_scales is not None else \
+                        scales_differ(m.scale, ref_scale) or (ref_zp is not None and m.zero_point != ref_zp)
             else:
                 by_index = {m.index: m for m in live}
                 split = _same_axis(graph, out, out_m.channel_axis, axis)
@@ -310,11 +321,7 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
                 scales.append(m.scale)
         scales = [s for s in scales if s > 0]
         ratio = max(scales) / min(scales) if scales else 1.0
-        feeds = output_reached(graph, out) is not None
-        info = ConcatInfo(node.name, axis, members, out_m, ratio,
-                          sum(m.needs_rescale for m in members), feeds_output=feeds, notes=notes,
-                          output_float=output_float, export_float=export_float,
-                          reference_input=reference.index if reference is not None else None,
-                          rule_note=rule_note)
-        infos.append(info)
+        infos.append(ConcatInfo(node.name, axis, members, out_m, ratio, sum(m.needs_rescale for m in members),
+                                out in feeding, notes, output_float, export_float,
+                                reference.index if reference is not None else None, rule_note))
     return infos

@@ -22,7 +22,7 @@ from .vocab import DEFAULT_PERCENTILE, ConcatScaleRule, Policy, Precision, Tenso
 __all__ = ["Policy", "Domain", "DomainMap", "build_domains", "concat_scale_source", "ConcatScaleRule", "UnionFind"]
 
 
-@dataclass
+@dataclass(slots=True)  # one per quantized tensor of a big graph: no dict each
 class Domain:
     id: int
     members: tuple[str, ...]
@@ -173,8 +173,8 @@ UnionFind = _Sets
 def _natural_sets(graph, fixed: dict | None) -> _Sets:
     uf = _Sets()
     is_quantized = graph.is_quantized
-    for node in graph.nodes.values():
-        if node.op_type not in PASS_OPS or not node.inputs or not passes_through(node, graph):
+    for node in graph.nodes_of(PASS_OPS):
+        if not node.inputs or not passes_through(node, graph):
             continue
         src = node.inputs[0]
         if not is_quantized(src):
@@ -253,8 +253,11 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     for members in natural_groups:
         fs = frozenset(members)
         sets.append(fs)
-        for t in fs:
-            natural[t] = fs
+        if len(members) == 1:
+            natural[members[0]] = fs
+        else:
+            for t in fs:
+                natural[t] = fs
     const_ranges: dict[str, tuple[float, float]] = {}
     for members in groups:  # constants can join a domain (DESIGN §3)
         for m in members:
@@ -282,12 +285,13 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
         src.update(fixed or {})
     isfinite = math.isfinite
     member_range: dict[str, tuple[float, float]] = {}
+    get = src.get
     for fs in sets:
         if len(fs) == 1:  # the common case: one observer, no pass-through chain
-            (t,) = fs
-            r = src.get(t)
-            if r is not None and isfinite(r[0]) and isfinite(r[1]):
-                member_range[t] = r
+            for t in fs:
+                r = get(t)
+                if r is not None and isfinite(r[0]) and isfinite(r[1]):
+                    member_range[t] = r
             continue
         rs = [src[t] for t in fs if t in src and isfinite(src[t][0]) and isfinite(src[t][1])]
         if rs:
@@ -304,19 +308,25 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
         order = graph.quantized_tensors if not const_ranges else [t for t in graph.tensors if t in natural]
         sets_in_order = uf.groups(order)
     nan = float("nan")
+    any_fixed = bool(fixed)
+    own_range = member_range.get
     for did, members in enumerate(sets_in_order):
         first = members[0]
-        if len(members) == 1:
-            is_fixed = bool(fixed)  # one member: it is its own natural set
-            r = member_range.get(first)  # no user group: the natural set's own range
+        if len(members) == 1:  # one member: it is its own natural set, with that set's own range
+            r = own_range(first)
+            q = qparams_for_range(r[0], r[1], scheme) if r is not None else None
+            lo, hi = r if r is not None else (nan, nan)
+            domains[did] = Domain(did, (first,), lo, hi, q, any_fixed,
+                                  tuple(sorted(set(group_of[first]))) if first in group_of else ())
+            of[first] = did
+            continue
+        nat0 = natural[first]
+        is_fixed = any_fixed and all(m in fixed or natural[m] == nat0 for m in members) \
+            and len({natural[m] for m in members}) == 1
+        if len(members) == len(nat0) and not fixed:
+            r = member_range.get(first)
         else:
-            nat0 = natural[first]
-            is_fixed = bool(fixed) and all(m in fixed or natural[m] == nat0 for m in members) \
-                and len({natural[m] for m in members}) == 1
-            if len(members) == len(nat0) and not fixed:
-                r = member_range.get(first)
-            else:
-                r = _policy_range(policy, members, natural, member_range, graph, hist_pool, percentile, scheme)
+            r = _policy_range(policy, members, natural, member_range, graph, hist_pool, percentile, scheme)
         q = qparams_for_range(*r, scheme) if r is not None else None
         gids = tuple(sorted({g for m in members for g in group_of.get(m, ())})) if group_of else ()
         lo, hi = r if r is not None else (nan, nan)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 from functools import cached_property
+from operator import attrgetter, methodcaller
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +57,8 @@ class Node:
     def attrs(self) -> dict:
         if self._attrs is None:
             protos = self._attr_protos if self._src is None else self._src[self.index].attribute
-            self._attrs = {a.name: _attr_value(a) for a in protos}
+            # [:]: a plain list to iterate (see modelcheck._all_tensors)
+            self._attrs = {a.name: _attr_value(a) for a in protos[:]} if protos else {}
         return self._attrs
 
     @property
@@ -98,12 +100,15 @@ class Tensor:
         return int(np.prod(self.shape, dtype=np.int64))
 
 
-_INT = onnx.AttributeProto.INT
+_INT, _INTS = onnx.AttributeProto.INT, onnx.AttributeProto.INTS
 
 
 def _attr_value(a: onnx.AttributeProto):
-    if a.type == _INT and not a.ref_attr_name:  # the common case (axis, group), as get_attribute_value reads it
-        return a.i
+    kind = a.type
+    if (kind == _INT or kind == _INTS) and not a.ref_attr_name:
+        # The common cases (axis, group; kernel_shape, pads), as get_attribute_value reads them,
+        # but a full slice for list(): see modelcheck._all_tensors.
+        return a.i if kind == _INT else a.ints[:]
     if a.type == onnx.AttributeProto.GRAPH:
         return "<graph>"
     if a.type == onnx.AttributeProto.GRAPHS:
@@ -139,17 +144,17 @@ def _value_types(g) -> dict[str, tuple[int, tuple | None]]:
     """Each typed value of graph ``g`` (value_info, then outputs, then inputs: later ones win)
     as (element type, shape).  A graph's values share few distinct types, so each is decoded
     once, keyed by its serialized bytes: walking every dim of every value from Python is most
-    of the cost of building a big graph otherwise."""
-    decoded: dict[bytes, tuple] = {}
-    out: dict[str, tuple] = {}
-    for v in (*g.value_info, *g.output, *g.input):
-        tp = v.type
-        key = tp.SerializeToString()
-        r = decoded.get(key)
-        if r is None:
-            r = decoded[key] = (tp.tensor_type.elem_type, _dims(tp))
-        out[v.name] = r
-    return out
+    of the cost of building a big graph otherwise.  The per-value reads run as C-level maps
+    (no Python step per value: 10,000s of them)."""
+    values = [*g.value_info, *g.output, *g.input]
+    types = list(map(_TYPE, values))
+    keys = list(map(_SERIALIZE, types))
+    decoded = {key: (tp.tensor_type.elem_type, _dims(tp)) for key, tp in dict(zip(keys, types)).items()}
+    return dict(zip(map(_NAME, values), map(decoded.__getitem__, keys)))
+
+
+_TYPE, _NAME = attrgetter("type"), attrgetter("name")
+_SERIALIZE = methodcaller("SerializeToString")
 
 
 KEEP_MODEL_BYTES = 64 << 20  # Graph.model_bytes keeps serialized models up to this size
@@ -175,6 +180,8 @@ class Graph:
         self._init_protos = {t.name: t for t in model.graph.initializer}
         self._init_cache: dict[str, np.ndarray] = {}
         self._concat_nodes: list[Node] | None = None
+        self._by_op: dict[str, list[Node]] = {}  # op type -> its nodes, in graph order
+        self._unshaped: list[str] = []  # activations shape inference left (partly) unknown
         self._model_bytes: bytes | None = None
         self._build(table if table is not None else NodeTable(model.graph))
 
@@ -186,7 +193,7 @@ class Graph:
         WEIGHT, SHAPE, ACTIVATION, INPUT = TensorKind.WEIGHT, TensorKind.SHAPE, TensorKind.ACTIVATION, TensorKind.INPUT
         for t in g.initializer:
             kind = WEIGHT if t.data_type in FLOAT_TYPES else SHAPE
-            tensors[t.name] = Tensor(t.name, tuple(t.dims), t.data_type, kind)
+            tensors[t.name] = Tensor(t.name, tuple(t.dims[:]), t.data_type, kind)
         for i in g.input:
             if i.name in tensors:
                 continue  # old-style models list initializers as inputs
@@ -195,20 +202,29 @@ class Graph:
             tensors[i.name] = Tensor(i.name, _dims(i.type), et, kind)
             self.inputs.append(i.name)
 
-        quantized = {n for n, t in tensors.items() if t.kind == INPUT}
+        # Insertion-ordered (a dict of None): the quantized tensors in graph order, with no pass over
+        # every tensor to find them (inputs first, then node outputs, as ``tensors`` holds them).
+        quantized = dict.fromkeys(n for n, t in tensors.items() if t.kind is INPUT)
         names = node_names(table.names, table.ops)
         protos = g.node
         for idx, (name, given) in enumerate(zip(names, table.names)):
             if name != given:
                 protos[idx].name = name  # the file's node had no name (or a taken one)
         nodes = self.nodes
+        by_op = self._by_op
+        unshaped = self._unshaped
         get_type = types.get
         floats = FLOAT_TYPES
         NONE = Role.NONE
         roles: dict[str, Role] = {}
         for idx, (name, op, node_ins, node_outs, domain) in enumerate(
                 zip(names, table.ops, table.inputs, table.outputs, table.domains)):
-            nodes[name] = Node(name, op, node_ins, node_outs, None, domain, idx, (), protos)
+            node = nodes[name] = Node(name, op, node_ins, node_outs, None, domain, idx, (), protos)
+            same_op = by_op.get(op)
+            if same_op is None:
+                by_op[op] = [node]
+            else:
+                same_op.append(node)
             has_ins = False
             static = True  # every input a weight or a shape value
             for i in node_ins:
@@ -234,10 +250,14 @@ class Graph:
                 else:
                     kind = ACTIVATION
                 tensors[o] = Tensor(o, shape, et, kind, name)
-                if kind is ACTIVATION and role is not NONE:
-                    quantized.add(o)
+                if kind is ACTIVATION:
+                    if shape is None or None in shape:
+                        unshaped.append(o)
+                    if role is not NONE:
+                        quantized[o] = None
+        for t in fused_into_producer(self):
+            quantized.pop(t, None)
         self._quantized = quantized
-        self._quantized -= fused_into_producer(self)
 
     # -- views ----------------------------------------------------------------------------
     @property
@@ -258,7 +278,17 @@ class Graph:
 
     @cached_property
     def quantized_tensors(self) -> list[str]:
-        return [n for n in self.tensors if n in self._quantized]
+        return list(self._quantized)
+
+    def nodes_of(self, op_types) -> list[Node]:
+        """The nodes whose op type is in ``op_types`` (one op type or a collection), in graph order:
+        analyses that read a few op types (Concat, Conv, the pass-through ops) skip the others unseen."""
+        if isinstance(op_types, str):
+            return list(self._by_op.get(op_types, ()))
+        lists = [self._by_op[op] for op in op_types if op in self._by_op]
+        if len(lists) == 1:
+            return list(lists[0])
+        return sorted((n for lst in lists for n in lst), key=_index)
 
     def observed(self, tensor: str) -> bool:
         """True when the tensor gets an observer of its own (not inherited through a pass-through op)."""
@@ -269,16 +299,20 @@ class Graph:
 
     @cached_property
     def observed_tensors(self) -> list[str]:
-        tensors, nodes, quantized = self.tensors, self.nodes, self._quantized
-        return [n for n in self.quantized_tensors  # observed(n) spelt out: a big graph asks it 10,000 times
-                if n in quantized and (not (p := tensors[n].producer) or (node := nodes[p]).op_type not in PASS_OPS
-                                       or not passes_through(node, self))]
+        # observed(n) for every quantized n, spelt out: a big graph asks it 10,000 times.  Only an
+        # output of a pass-through node inherits its observer, so only those nodes are asked.
+        quantized = self._quantized
+        inherited = {o for node in self.nodes_of(PASS_OPS) if any(x in quantized for x in node.outputs)
+                     and passes_through(node, self) for o in node.outputs}
+        if not inherited:
+            return list(self.quantized_tensors)
+        return [n for n in self.quantized_tensors if n not in inherited]
 
     def concat_nodes(self) -> list[Node]:
         # Asked on every overlay refresh; the graph does not change after _build.
         if self._concat_nodes is None:
-            self._concat_nodes = [n for n in self.nodes.values() if n.op_type == "Concat"
-                                  and n.outputs and self.is_quantized(n.outputs[0])]
+            quantized = self._quantized
+            self._concat_nodes = [n for n in self._by_op.get("Concat", ()) if n.outputs and n.outputs[0] in quantized]
         return list(self._concat_nodes)
 
     def model_bytes(self) -> bytes:
@@ -338,6 +372,10 @@ class Graph:
         return f"<Graph {self.path.name if self.path else '?'}: {len(self.nodes)} nodes>"
 
 
+def _index(node: Node) -> int:
+    return node.index
+
+
 def _default_opset(model) -> int:
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
@@ -347,8 +385,7 @@ def _default_opset(model) -> int:
 
 def _ort_fill_shapes(graph: "Graph") -> None:
     """Where onnx shape inference left activation shapes unknown, run onnxruntime once."""
-    missing = [n for n, t in graph.tensors.items()
-               if t.kind is TensorKind.ACTIVATION and (t.shape is None or None in t.shape)]
+    missing = [n for n in graph._unshaped if graph.tensors[n].kind is TensorKind.ACTIVATION]
     if not missing:
         return
     from .runtime import run_with_outputs, zeros_feed
@@ -364,13 +401,13 @@ def _ort_fill_shapes(graph: "Graph") -> None:
             t.elem_type = onnx.helper.np_dtype_to_tensor_dtype(v.dtype)
             if t.elem_type not in FLOAT_TYPES:
                 t.kind = TensorKind.SHAPE
-                graph._quantized.discard(n)
+                graph._quantized.pop(n, None)
 
 
 def _check_channels(graph: "Graph") -> None:
     """Shape inference does not compare Conv input channels with the weights; do it here."""
-    for node in graph.nodes.values():
-        if node.op_type != "Conv" or len(node.inputs) < 2:
+    for node in graph.nodes_of("Conv"):
+        if len(node.inputs) < 2:
             continue
         x, w = graph.tensors.get(node.inputs[0]), graph.tensors.get(node.inputs[1])
         if not x or not w or not x.shape or not w.shape or len(x.shape) < 2 or x.shape[1] is None:

@@ -93,25 +93,31 @@ def topo_order(g, table: NodeTable) -> list[int] | None:
 
 def _all_tensors(graph, attributes=None):
     """Every TensorProto of a graph: initializers, Constant-like attributes, subgraphs.
-    ``attributes``: the graph's nodes' attribute containers, read already (NodeTable)."""
-    yield from graph.initializer
-    for sp in graph.sparse_initializer:
+    ``attributes``: the graph's nodes' attribute containers, read already (NodeTable).
+
+    upb's repeated containers are iterated by index until an IndexError, whose message costs
+    more than the rest of the step: the loops here run over full slices (plain lists), and
+    empty containers are not iterated at all (10,000 nodes: ~15,000 exceptions fewer)."""
+    yield from graph.initializer[:]
+    for sp in graph.sparse_initializer[:]:
         yield sp.values
         yield sp.indices
-    for attrs in (attributes if attributes is not None else (n.attribute for n in graph.node)):
+    for attrs in (attributes if attributes is not None else (n.attribute for n in graph.node[:])):
         if not attrs:
             continue
-        for a in attrs:
+        for a in attrs[:]:
             if a.HasField("t"):
                 yield a.t
-            yield from a.tensors
+            if a.tensors:
+                yield from a.tensors[:]
             if a.HasField("sparse_tensor"):
                 yield a.sparse_tensor.values
                 yield a.sparse_tensor.indices
             if a.HasField("g"):
                 yield from _all_tensors(a.g)
-            for sub in a.graphs:
-                yield from _all_tensors(sub)
+            if a.graphs:
+                for sub in a.graphs[:]:
+                    yield from _all_tensors(sub)
 
 
 def check_external_data(model, base_dir: Path, table: NodeTable | None = None) -> None:
@@ -134,24 +140,26 @@ def check_external_data(model, base_dir: Path, table: NodeTable | None = None) -
 
 def check_text(model, table: NodeTable | None = None) -> None:
     """protobuf hands back strings that are not valid UTF-8 as bytes; refuse them once here.
-    ``table``: the model's nodes read already (:class:`NodeTable`), so they are not read twice."""
+    ``table``: the model's nodes read already (:class:`NodeTable`), so they are not read twice.
+    ``str.join`` refuses anything but str: one C-level pass over each list finds a bytes name."""
     g = model.graph
     table = table if table is not None else NodeTable(g)
-    names = [o.domain for o in model.opset_import]
-    names += table.names
-    names += table.ops
-    names += table.domains
-    for lst in (table.inputs, table.outputs):
-        for x in lst:
-            names += x
-    names += [a.name for attrs in table.attributes if attrs for a in attrs]
-    for t in g.initializer:
-        names.append(t.name)
-        if t.external_data:
-            names += (*(e.key for e in t.external_data), *(e.value for e in t.external_data))
-    names += [v.name for v in (*g.input, *g.output, *g.value_info)]
-    if not {str}.issuperset(map(type, names)):
-        raise ModelError("the model has a name that is not valid UTF-8 text (corrupt file?)")
+    join = "".join
+    try:
+        join([o.domain for o in model.opset_import])
+        join(table.names)
+        join(table.ops)
+        join(table.domains)
+        join(map(join, table.inputs))
+        join(map(join, table.outputs))
+        join([a.name for attrs in table.attributes if attrs for a in attrs[:]])  # [:]: see _all_tensors
+        join([t.name for t in g.initializer])
+        for t in g.initializer:
+            if t.external_data:
+                join([*(e.key for e in t.external_data), *(e.value for e in t.external_data)])
+        join([v.name for v in (*g.input, *g.output, *g.value_info)])
+    except TypeError:
+        raise ModelError("the model has a name that is not valid UTF-8 text (corrupt file?)") from None
 
 
 def apply_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
@@ -213,7 +221,7 @@ def _drop_huge_shape_hints(model) -> None:
         if not v.type.HasField("tensor_type"):
             return False
         tt = v.type.tensor_type
-        dims = tt.shape.dim
+        dims = tt.shape.dim[:]
         return (len(dims) == 1 or tt.elem_type not in FLOAT_TYPES) and any(d.dim_value > MAX_SHAPE_HINT for d in dims)
 
     g = model.graph
@@ -255,7 +263,7 @@ _ITEM_BYTES = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.Tens
 def _data_bytes(t) -> int:
     """The size of a float tensor's data by its dims (no serializing, unlike ByteSize)."""
     n = _ITEM_BYTES.get(t.data_type, 4)
-    for d in t.dims:
+    for d in t.dims[:]:  # [:]: see _all_tensors
         n *= d
     return n
 

@@ -224,8 +224,8 @@ def fused_into_producer(graph, rule: FusionRule | None = None) -> set[str]:
     acts, gates, folded = rule.activations, rule.gates, rule.folded
     outputs = set(graph.outputs)
     fused: set[str] = set()
-    for node in graph.nodes.values():
-        if node.op_type not in rule.producers or not node.outputs:
+    for node in graph.nodes_of(rule.producers):
+        if not node.outputs:
             continue
         t, affine_ok = node.outputs[0], True
         while t and t not in outputs:

@@ -72,6 +72,22 @@ class QParams:
         return (self.qmax - self.zero_point) * self.scale
 
 
+_new = object.__new__
+
+
+def _checked(scale: float, zero_point: int, scheme: Scheme, bits: int) -> QParams:
+    """``QParams(...)`` for values already known valid (a positive finite scale, a width qrange
+    accepted), without the frozen dataclass's checked construction: a big graph makes one per
+    domain (10,000s), and the checks cost more than the arithmetic."""
+    q = _new(QParams)
+    d = q.__dict__
+    d["scale"] = scale
+    d["zero_point"] = zero_point
+    d["scheme"] = scheme
+    d["bits"] = bits
+    return q
+
+
 def qparams_for_range(lo: float, hi: float, scheme: Scheme = Scheme.SYMMETRIC_INT8, bits: int = 8) -> QParams:
     """The parameters covering [lo, hi] on a ``bits``-wide grid (symmetric: absmax / qmax with zero
     point 0; asymmetric: the range, widened to hold 0, over all the steps)."""
@@ -79,13 +95,17 @@ def qparams_for_range(lo: float, hi: float, scheme: Scheme = Scheme.SYMMETRIC_IN
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(f"range [{lo}, {hi}] is not finite")
     qmin, qmax = qrange(scheme, bits)
+    # Finite bounds and a floor of _TINY make the scales below positive (and finite, but for an
+    # asymmetric range wider than a float holds).
     if scheme is Scheme.SYMMETRIC_INT8:
         absmax = max(abs(lo), abs(hi), _TINY)
-        return QParams(absmax / float(qmax), 0, scheme, bits)
+        return _checked(absmax / float(qmax), 0, scheme, bits)
     lo, hi = min(lo, 0.0), max(hi, 0.0)  # zero must be exactly representable
     scale = max(hi - lo, _TINY) / float(qmax - qmin)
+    if not math.isfinite(scale):  # hi - lo overflowed: the checked constructor says so
+        return QParams(scale, 0, scheme, bits)
     zp = int(round(-lo / scale))
-    return QParams(scale, max(qmin, min(qmax, zp)), scheme, bits)
+    return _checked(scale, max(qmin, min(qmax, zp)), scheme, bits)
 
 
 def range_width(lo: float, hi: float, scheme: Scheme) -> float:
@@ -97,8 +117,12 @@ def range_width(lo: float, hi: float, scheme: Scheme) -> float:
 def bits_lost(member_range: tuple[float, float], domain_range: tuple[float, float],
               scheme: Scheme = Scheme.SYMMETRIC_INT8) -> float:
     """log2(absmax(D) / absmax(t)): resolution a member gives up by sharing the domain's scale."""
-    m = range_width(*member_range, scheme)
-    d = range_width(*domain_range, scheme)
+    if scheme is Scheme.SYMMETRIC_INT8:  # range_width, spelt out: asked for every Concat member
+        m = max(abs(member_range[0]), abs(member_range[1]))
+        d = max(abs(domain_range[0]), abs(domain_range[1]))
+    else:
+        m = range_width(*member_range, scheme)
+        d = range_width(*domain_range, scheme)
     if m <= _TINY:
         return 0.0 if d <= _TINY else float("inf")
     return max(0.0, math.log2(max(d, _TINY) / m))
