@@ -126,37 +126,43 @@ class ConcatInfo:
         return [rescale_node_names(self.node, m.tensor, m.index) for m in self.inputs if m.needs_rescale]
 
 
-def _member(graph, dm, tensor, index, concat_name, merged, channels: bool) -> ConcatMember:
-    """``channels``: the graph carries per-channel scales read from a QDQ file."""
-    did = dm.of.get(tensor)
-    d = dm.domains.get(did) if did is not None else None  # dm.domain_of, spelt out: 5,000 calls on a big graph
-    own = dm.member_range.get(tensor, _NO_RANGE)
-    lo, hi = own
-    t = graph.tensors[tensor]
-    scheme = dm.scheme
-    if d is not None:
-        q = d.qparams
-        dlo, dhi = d.lo, d.hi
-        # Sharing nothing beyond its own range loses nothing: bits_lost(r, r) is 0 for any r.
-        now = bits_lost(own, (dlo, dhi), scheme) if lo == lo and dlo == dlo and (dlo != lo or dhi != hi) else 0.0
-        if q is not None:
-            scale, zp = q.scale, q.zero_point
+def _member_maker(graph, dm, channels: bool):
+    """``member(tensor, index, concat_name, merged)``: the :class:`ConcatMember` of one tensor of
+    one Concat, with the graph's and the domain map's tables bound once (a big graph makes
+    10,000s of members).  ``channels``: the graph carries per-channel scales read from a QDQ file."""
+    tensors, of, domains, member_range, scheme = graph.tensors, dm.of, dm.domains, dm.member_range, dm.scheme
+    weight = TensorKind.WEIGHT
+
+    def member(tensor, index, concat_name, merged) -> ConcatMember:
+        did = of.get(tensor)
+        d = domains.get(did) if did is not None else None  # dm.domain_of, spelt out
+        own = member_range.get(tensor, _NO_RANGE)
+        lo, hi = own
+        t = tensors[tensor]
+        if d is not None:
+            q = d.qparams
+            dlo, dhi = d.lo, d.hi
+            # Sharing nothing beyond its own range loses nothing: bits_lost(r, r) is 0 for any r.
+            now = bits_lost(own, (dlo, dhi), scheme) if lo == lo and dlo == dlo and (dlo != lo or dhi != hi) else 0.0
+            if q is not None:
+                scale, zp = q.scale, q.zero_point
+            else:
+                scale = zp = None
+            domain = d.id
         else:
-            scale = zp = None
-        domain = d.id
-    else:
-        scale = zp = domain = None
-        q, now = None, 0.0
-    consumers = t.consumers
-    n_other = len(consumers) - consumers.count(concat_name)
-    m = ConcatMember(
-        tensor, index, t.producer, domain, scale, zp, lo, hi,
-        bits_lost(own, merged, scheme) if merged and lo == lo else 0.0, now,
-        False, t.kind == TensorKind.WEIGHT, n_other)
-    cs = _file_channels(graph, dm, tensor, d) if channels else None
-    if cs is not None and q is not None:
-        m.channel_scales, m.channel_zero_points, m.channel_axis = cs.scales, cs.zero_points, cs.axis
-    return m
+            scale = zp = domain = None
+            q, now = None, 0.0
+        consumers = t.consumers
+        m = ConcatMember(
+            tensor, index, t.producer, domain, scale, zp, lo, hi,
+            bits_lost(own, merged, scheme) if merged and lo == lo else 0.0, now,
+            False, t.kind == weight, len(consumers) - consumers.count(concat_name))
+        cs = _file_channels(graph, dm, tensor, d) if channels else None
+        if cs is not None and q is not None:
+            m.channel_scales, m.channel_zero_points, m.channel_axis = cs.scales, cs.zero_points, cs.axis
+        return m
+
+    return member
 
 
 _NO_RANGE = (float("nan"), float("nan"))
@@ -242,27 +248,36 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
     infos = []
     channels = has_channel_scales(graph)
     tensors, member_range = graph.tensors, dm.member_range
+    member = _member_maker(graph, dm, channels)
     # What output_reached(graph, t) is not None says, for every t at once: one walk up from the
     # outputs instead of one walk down from each Concat.
     feeding = set(pass_through_walk(graph, graph.outputs, upstream=True))
     for node in graph.concat_nodes():
-        out = node.outputs[0]
+        out, name = node.outputs[0], node.name
         axis = int(node.attrs.get("axis", 0))
-        ins = [(i, t) for i, t in enumerate(node.inputs) if t and t in tensors]
+        # Plain loops below, no comprehensions: each one is a function call of its own in this
+        # Python, and a big graph has thousands of Concats.
+        ins, seq = [], []
+        for i, t in enumerate(node.inputs):
+            if t and t in tensors:
+                ins.append((i, t))
+                seq.append(t)
+        seq.append(out)
         # The merged range of the inputs and the output: what sharing one scale would give them.
         lo = hi = None
-        for t in (*(t for _, t in ins), out):
+        for t in seq:
             r = member_range.get(t)
-            if r is not None:
-                lo = r[0] if lo is None else min(lo, r[0])
-                hi = r[1] if hi is None else max(hi, r[1])
+            if r is not None:  # min() and max() spelt out (see quant.bits_lost)
+                a, b = r
+                lo = a if lo is None or a < lo else lo
+                hi = b if hi is None or b > hi else hi
         merged = (lo, hi) if lo is not None else None
-        out_m = _member(graph, dm, out, -1, node.name, merged, channels)
-        members = [_member(graph, dm, t, i, node.name, merged, channels) for i, t in ins]
-        notes = []
+        out_m = member(out, -1, name, merged)
+        members, live, notes = [], [], []
         rule_note = ""
-        live = []
-        for m in members:
+        for i, t in ins:
+            m = member(t, i, name, merged)
+            members.append(m)
             if m.constant:
                 # Constants are requantized offline to the output scale: no runtime op.
                 continue
@@ -313,15 +328,15 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
                     if m is not None:
                         m.needs_rescale = _compare_channels(m, out_m, offset if split else None, width)
                     offset = offset + width if offset is not None and width is not None else None
-        scales = []
-        for m in (*live, out_m):
+        scales, rescales = [], 0  # the positive scales; the inputs that need a rescale (only live ones can)
+        live.append(out_m)
+        for m in live:
+            rescales += m.needs_rescale
             if m.channel_scales is not None:
-                scales.extend(m.channel_scales)
-            elif m.scale:
+                scales.extend([s for s in m.channel_scales if s > 0])
+            elif m.scale and m.scale > 0:
                 scales.append(m.scale)
-        scales = [s for s in scales if s > 0]
         ratio = max(scales) / min(scales) if scales else 1.0
-        infos.append(ConcatInfo(node.name, axis, members, out_m, ratio, sum(m.needs_rescale for m in members),
-                                out in feeding, notes, output_float, export_float,
-                                reference.index if reference is not None else None, rule_note))
+        infos.append(ConcatInfo(name, axis, members, out_m, ratio, rescales, out in feeding, notes, output_float,
+                                export_float, reference.index if reference is not None else None, rule_note))
     return infos

@@ -247,24 +247,40 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     """
     uf = _natural_sets(graph, fixed)
     natural: dict[str, frozenset] = {}
-    sets: list[frozenset] = []  # the natural sets, in the order their members enter ``natural``
     natural_groups = uf.groups(graph.quantized_tensors)
     natural_merges = uf.merges
+    # A member's own range is the union over its natural set (pass-through chain); a file's
+    # ranges win over calibrated ones.  Worked out in the same pass that makes the sets.
+    src = ranges if not fixed else {**ranges, **fixed}
+    isfinite = math.isfinite
+    member_range: dict[str, tuple[float, float]] = {}
+    get = src.get
     for members in natural_groups:
         fs = frozenset(members)
-        sets.append(fs)
-        if len(members) == 1:
-            natural[members[0]] = fs
-        else:
+        if len(members) == 1:  # the common case: one observer, no pass-through chain
+            t = members[0]
+            natural[t] = fs
+            r = get(t)
+            if r is not None and isfinite(r[0]) and isfinite(r[1]):
+                member_range[t] = r
+            continue
+        for t in fs:
+            natural[t] = fs
+        rs = [src[t] for t in fs if t in src and isfinite(src[t][0]) and isfinite(src[t][1])]
+        if rs:
+            r = (min(r[0] for r in rs), max(r[1] for r in rs))
             for t in fs:
-                natural[t] = fs
+                member_range[t] = r
     const_ranges: dict[str, tuple[float, float]] = {}
-    for members in groups:  # constants can join a domain (DESIGN §3)
+    for members in groups:  # constants can join a domain (DESIGN §3), as sets of their own
         for m in members:
             if m not in natural and (r := _constant_range(graph, m)) is not None:
-                fs = natural[m] = frozenset((m,))
-                sets.append(fs)
+                natural[m] = frozenset((m,))
                 const_ranges[m] = r
+                if fixed and m in fixed:
+                    r = fixed[m]
+                if isfinite(r[0]) and isfinite(r[1]):
+                    member_range[m] = r
     group_of: dict[str, list[int]] = {}
     for gi, members in enumerate(groups):
         members = [m for m in members if m in natural]
@@ -276,28 +292,6 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
         members = [m for m in members if m in natural]
         for a, b in zip(members, members[1:]):
             uf.union(a, b)
-
-    # A member's own range is the union over its natural set (pass-through chain).
-    src = ranges
-    if const_ranges or fixed:
-        src = dict(ranges)
-        src.update(const_ranges)
-        src.update(fixed or {})
-    isfinite = math.isfinite
-    member_range: dict[str, tuple[float, float]] = {}
-    get = src.get
-    for fs in sets:
-        if len(fs) == 1:  # the common case: one observer, no pass-through chain
-            for t in fs:
-                r = get(t)
-                if r is not None and isfinite(r[0]) and isfinite(r[1]):
-                    member_range[t] = r
-            continue
-        rs = [src[t] for t in fs if t in src and isfinite(src[t][0]) and isfinite(src[t][1])]
-        if rs:
-            r = (min(r[0] for r in rs), max(r[1] for r in rs))
-            for t in fs:
-                member_range[t] = r
 
     domains: dict[int, Domain] = {}
     of: dict[str, int] = {}

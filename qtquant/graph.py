@@ -137,19 +137,25 @@ def _dims(type_proto) -> tuple | None:
     return tuple(map(_dim, tt.shape.dim))
 
 
-_UNTYPED = (0, None)  # a value shape inference gave no type: element type unknown, no shape
+def _typed(elem_type: int, shape: tuple | None) -> tuple[int, tuple | None, bool]:
+    """(element type, shape, whether the shape is unknown or has unknown dims): the last is
+    worked out once per distinct type, not once per value."""
+    return elem_type, shape, shape is None or None in shape
 
 
-def _value_types(g) -> dict[str, tuple[int, tuple | None]]:
+_UNTYPED = _typed(0, None)  # a value shape inference gave no type: element type unknown, no shape
+
+
+def _value_types(g) -> dict[str, tuple[int, tuple | None, bool]]:
     """Each typed value of graph ``g`` (value_info, then outputs, then inputs: later ones win)
-    as (element type, shape).  A graph's values share few distinct types, so each is decoded
-    once, keyed by its serialized bytes: walking every dim of every value from Python is most
-    of the cost of building a big graph otherwise.  The per-value reads run as C-level maps
-    (no Python step per value: 10,000s of them)."""
+    as (element type, shape, shape unknown in part or whole: :func:`_typed`).  A graph's values
+    share few distinct types, so each is decoded once, keyed by its serialized bytes: walking
+    every dim of every value from Python is most of the cost of building a big graph otherwise.
+    The per-value reads run as C-level maps (no Python step per value: 10,000s of them)."""
     values = [*g.value_info, *g.output, *g.input]
     types = list(map(_TYPE, values))
     keys = list(map(_SERIALIZE, types))
-    decoded = {key: (tp.tensor_type.elem_type, _dims(tp)) for key, tp in dict(zip(keys, types)).items()}
+    decoded = {key: _typed(tp.tensor_type.elem_type, _dims(tp)) for key, tp in dict(zip(keys, types)).items()}
     return dict(zip(map(_NAME, values), map(decoded.__getitem__, keys)))
 
 
@@ -207,9 +213,10 @@ class Graph:
         quantized = dict.fromkeys(n for n, t in tensors.items() if t.kind is INPUT)
         names = node_names(table.names, table.ops)
         protos = g.node
-        for idx, (name, given) in enumerate(zip(names, table.names)):
-            if name != given:
-                protos[idx].name = name  # the file's node had no name (or a taken one)
+        if names != table.names:
+            for idx, (name, given) in enumerate(zip(names, table.names)):
+                if name != given:
+                    protos[idx].name = name  # the file's node had no name (or a taken one)
         nodes = self.nodes
         by_op = self._by_op
         unshaped = self._unshaped
@@ -240,7 +247,7 @@ class Graph:
             for o in node_outs:
                 if not o:
                     continue
-                et, shape = get_type(o, _UNTYPED)
+                et, shape, unknown = get_type(o, _UNTYPED)
                 if et and et not in floats:
                     kind = SHAPE
                 elif op == "Constant" or (static and has_ins) or (not has_ins and role is NONE):
@@ -251,7 +258,7 @@ class Graph:
                     kind = ACTIVATION
                 tensors[o] = Tensor(o, shape, et, kind, name)
                 if kind is ACTIVATION:
-                    if shape is None or None in shape:
+                    if unknown:
                         unshaped.append(o)
                     if role is not NONE:
                         quantized[o] = None

@@ -73,39 +73,39 @@ class QParams:
 
 
 _new = object.__new__
-
-
-def _checked(scale: float, zero_point: int, scheme: Scheme, bits: int) -> QParams:
-    """``QParams(...)`` for values already known valid (a positive finite scale, a width qrange
-    accepted), without the frozen dataclass's checked construction: a big graph makes one per
-    domain (10,000s), and the checks cost more than the arithmetic."""
-    q = _new(QParams)
-    d = q.__dict__
-    d["scale"] = scale
-    d["zero_point"] = zero_point
-    d["scheme"] = scheme
-    d["bits"] = bits
-    return q
+_isfinite = math.isfinite
+_GRID8 = {s: qrange(s) for s in Scheme}  # qrange's 8-bit grids, read without a call
 
 
 def qparams_for_range(lo: float, hi: float, scheme: Scheme = Scheme.SYMMETRIC_INT8, bits: int = 8) -> QParams:
     """The parameters covering [lo, hi] on a ``bits``-wide grid (symmetric: absmax / qmax with zero
-    point 0; asymmetric: the range, widened to hold 0, over all the steps)."""
+    point 0; asymmetric: the range, widened to hold 0, over all the steps).
+
+    A big graph asks this once per domain (10,000s), so the already-valid result is made without
+    the frozen dataclass's checked construction (and without further calls): finite bounds and a
+    floor of _TINY make the scale positive, and finite but for an asymmetric range wider than a
+    float holds, which the checked constructor refuses."""
     lo, hi = float(lo), float(hi)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
+    if not (_isfinite(lo) and _isfinite(hi)):
         raise ValueError(f"range [{lo}, {hi}] is not finite")
-    qmin, qmax = qrange(scheme, bits)
-    # Finite bounds and a floor of _TINY make the scales below positive (and finite, but for an
-    # asymmetric range wider than a float holds).
+    qmin, qmax = _GRID8[scheme] if bits == 8 else qrange(scheme, bits)
     if scheme is Scheme.SYMMETRIC_INT8:
-        absmax = max(abs(lo), abs(hi), _TINY)
-        return _checked(absmax / float(qmax), 0, scheme, bits)
-    lo, hi = min(lo, 0.0), max(hi, 0.0)  # zero must be exactly representable
-    scale = max(hi - lo, _TINY) / float(qmax - qmin)
-    if not math.isfinite(scale):  # hi - lo overflowed: the checked constructor says so
-        return QParams(scale, 0, scheme, bits)
-    zp = int(round(-lo / scale))
-    return _checked(scale, max(qmin, min(qmax, zp)), scheme, bits)
+        absmax, x = abs(lo), abs(hi)  # max(|lo|, |hi|, _TINY), see bits_lost
+        absmax = x if x > absmax else absmax
+        scale, zp = (_TINY if _TINY > absmax else absmax) / float(qmax), 0
+    else:
+        lo, hi = min(lo, 0.0), max(hi, 0.0)  # zero must be exactly representable
+        scale = max(hi - lo, _TINY) / float(qmax - qmin)
+        if not _isfinite(scale):
+            return QParams(scale, 0, scheme, bits)  # raises
+        zp = max(qmin, min(qmax, int(round(-lo / scale))))
+    q = _new(QParams)
+    d = q.__dict__
+    d["scale"] = scale
+    d["zero_point"] = zp
+    d["scheme"] = scheme
+    d["bits"] = bits
+    return q
 
 
 def range_width(lo: float, hi: float, scheme: Scheme) -> float:
@@ -117,16 +117,22 @@ def range_width(lo: float, hi: float, scheme: Scheme) -> float:
 def bits_lost(member_range: tuple[float, float], domain_range: tuple[float, float],
               scheme: Scheme = Scheme.SYMMETRIC_INT8) -> float:
     """log2(absmax(D) / absmax(t)): resolution a member gives up by sharing the domain's scale."""
-    if scheme is Scheme.SYMMETRIC_INT8:  # range_width, spelt out: asked for every Concat member
-        m = max(abs(member_range[0]), abs(member_range[1]))
-        d = max(abs(domain_range[0]), abs(domain_range[1]))
+    # Asked for every Concat member: range_width spelt out, and max(x, y) as ``y if y > x else x``
+    # (what the builtin returns, without its argument parsing, which costs more than the maths).
+    if scheme is Scheme.SYMMETRIC_INT8:
+        m, x = abs(member_range[0]), abs(member_range[1])
+        m = x if x > m else m
+        d, x = abs(domain_range[0]), abs(domain_range[1])
+        d = x if x > d else d
     else:
         m = range_width(*member_range, scheme)
         d = range_width(*domain_range, scheme)
     if m <= _TINY:
         return 0.0 if d <= _TINY else float("inf")
-    return max(0.0, math.log2(max(d, _TINY) / m))
+    lost = math.log2((_TINY if _TINY > d else d) / m)
+    return lost if lost > 0.0 else 0.0
 
 
 def scales_differ(a: float, b: float) -> bool:
-    return abs(a - b) > SCALE_RTOL * max(abs(a), abs(b))
+    x, y = abs(a), abs(b)
+    return abs(a - b) > SCALE_RTOL * (y if y > x else x)  # max(|a|, |b|), see bits_lost
