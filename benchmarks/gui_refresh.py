@@ -222,13 +222,23 @@ def main() -> int:
     ap.add_argument("--calib", default=str(SHARED / "calib"), help="calibration images (else synthetic data)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="rounds of the edit sequence (from the second on, every state was measured before)")
+    ap.add_argument("--child-nice", type=int, default=None,
+                    help="niceness of the app's child processes (the fidelity worker among them; "
+                         "default: the app's own, qtquant.gui.jobs.WORKER_NICENESS)")
     args = ap.parse_args()
+    if args.child_nice is not None:
+        from qtquant.gui import jobs
+
+        jobs.WORKER_NICENESS = args.child_nice
     model = Path(args.models) / "yolov8n_320.onnx"
     if not model.exists():
         print(f"{model} not found: give --models DIR")
         return 2
     calib = args.calib if Path(args.calib).is_dir() else "synthetic"
-    print(f"model {model.name} (images=1x3x320x320), calibration {calib}, {args.rounds} round(s) of the edit sequence")
+    from qtquant.gui.jobs import WORKER_NICENESS
+
+    print(f"model {model.name} (images=1x3x320x320), calibration {calib}, {args.rounds} round(s) of the edit sequence; "
+          f"child processes at nice {WORKER_NICENESS}")
     worst, new_medians = 0.0, []
     for overlay in ("none", "latency"):
         rows, refs, nodes = run(model, {"images": (1, 3, 320, 320)}, calib, args.rounds, overlay)
