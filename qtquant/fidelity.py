@@ -44,9 +44,9 @@ from .incremental import IncrementalRunner, moved_domains, run_session
 from .metrics import ErrorSums, Figure, cosine, signal_noise_db, sqnr_db
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
 from .quant import bits_lost, qparams_for_range
+from .runtime import (REFERENCE_OFF_TEXT, REFERENCE_SKIPPED_TEXT, layout_passes_off, make_session, reference_level,
+                      segments_of, session_text, shipped_session, split_parts, with_outputs)
 from .tables import fmt_num
-from .runtime import (REFERENCE_OFF_TEXT, layout_passes_off, make_session, reference_level, session_text,
-                      shipped_session, split_parts, with_outputs)
 
 __all__ = ["Fidelity", "OutputFidelity", "MemberFidelity", "measure_session", "sqnr_db", "cosine",
            "fake_quant", "KERNEL_TOLERANCE_DB", "output_mode_of"]
@@ -283,7 +283,8 @@ def _store_run(session, cache, key, dm, res) -> None:
     cache.runs[key] = ([first] if first else []) + [r for r in runs if r is not first][-KEEP_STATES:]
 
 
-def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, follow_edits=False) -> list:
+def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, follow_edits=False,
+                  segments=None) -> list:
     """The default-level runs of ``jobs`` ((dm, model) pairs), one after another (the runner
     keeps state).  With ``follow_edits``: onnxruntime's program of the exported file, re-run only
     where the edit changed it (qtquant.incremental; the same outputs as a fresh default session,
@@ -296,7 +297,8 @@ def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, foll
         if not follow_edits or split_parts(model) > 1:
             # A fresh default session (also the runner's above its MAX_NODES); above SPLIT_NODES in
             # segments created side by side (runtime.shipped_session: bit-identical outputs), said.
-            sess = shipped_session(model, session.graph.base_dir, shape_of=_shape_of(session.graph))
+            sess = shipped_session(model, session.graph.base_dir, shape_of=_shape_of(session.graph),
+                                   segments=(segments or {}).get(id(model), False))
             res.append(run_session(sess, outs, feeds, cancel))
             cache.runtime[id(res[-1])] = runtime_text(model, getattr(sess, "segments", 1))
             continue
@@ -346,12 +348,17 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
                 shipped = [(dm, next(m for d, m in models if d is dm or d == dm))
                            for _, dm, level in todo if level == "default"]
                 if shipped:
+                    # A big export's segments are cut here, before the pool thread starts: cutting is
+                    # Python work, and beside ``meanwhile`` (the perf simulation) it only took turns.
+                    segs = {id(m): segments_of(m, _shape_of(session.graph)) for _, m in shipped
+                            if split_parts(m) > 1}
                     futs["default"] = pool.submit(_shipped_runs, session, cache, shipped, outs, feeds, cancel,
-                                                  float_tensors, follow_edits)
+                                                  float_tensors, follow_edits, segs)
                 for i, (_, dm, level) in enumerate(todo):
                     if level != "default":
                         model = next(m for d, m in models if d is dm or d == dm)
-                        futs[i] = pool.submit(_reference_run, model, session.graph, outs, feeds, cancel)
+                        if reference_level(model) is not None:  # (None: too big, no cross-check)
+                            futs[i] = pool.submit(_reference_run, model, session.graph, outs, feeds, cancel)
                 if meanwhile is not None:
                     meanwhile()
                     meanwhile = None
@@ -361,10 +368,12 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
                         f.cancel()  # the ones not started; the pool waits for the others
                 raise
             shipped_res = iter(futs["default"].result() if "default" in futs else ())
-            done = [next(shipped_res) if level == "default" else futs[i].result()
+            done = [next(shipped_res) if level == "default" else futs[i].result() if i in futs else None
                     for i, (_, _, level) in enumerate(todo)]
             first_result = pre.result() if pre is not None else None
         for (key, dm, level), res in zip(todo, done):
+            if res is None:
+                continue  # a cross-check left out
             _store_run(session, cache, key, dm, res)
             if level == "default":
                 cache.runtime.setdefault(id(res), runtime_text(next(m for d, m in models if d is dm or d == dm)))
@@ -553,10 +562,13 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
                    runtime=cache.runtime.get(id(before), runtime_text()), float_outputs=[w.text() for w in why])
     if cross_check:
         fake = got[-1]
-        if cache.runtime.get(id(fake)):  # a big graph's reference ran without optimisations: say so
-            fid.runtime += f"; {cache.runtime[id(fake)]}"
-        fid.findings += _kernel_findings(fid.after, _figures(ranges, after_dm, cache.slices, cache.float_out,
-                                                             fake, outs), outs)
+        if fake is None:  # left out on a very big graph: say so
+            fid.runtime += f"; {REFERENCE_SKIPPED_TEXT}"
+        else:
+            if cache.runtime.get(id(fake)):  # a big graph's reference ran without optimisations: say so
+                fid.runtime += f"; {cache.runtime[id(fake)]}"
+            fid.findings += _kernel_findings(fid.after, _figures(ranges, after_dm, cache.slices, cache.float_out,
+                                                                 fake, outs), outs)
 
     for gid, t in members:
         qa, qb = after_dm.qparams_of(t), before_dm.qparams_of(t)

@@ -14,7 +14,8 @@ from .errors import ModelError
 
 __all__ = ["make_session", "run_with_outputs", "zeros_feed", "with_outputs", "input_specs", "layout_passes_off",
            "session_text", "LAYOUT_PASS_NODES", "shipped_session", "split_model", "ChainedSession", "SPLIT_NODES",
-           "SEGMENT_NODES", "reference_level", "REFERENCE_OFF_TEXT", "split_parts"]
+           "SEGMENT_NODES", "reference_level", "REFERENCE_OFF_TEXT", "REFERENCE_SKIPPED_TEXT", "split_parts",
+           "segments_of"]
 
 
 def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
@@ -87,6 +88,12 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
 # Above this many nodes the shipped-model check leaves out onnxruntime's NhwcTransformer (below).
 LAYOUT_PASS_NODES = 10_000
 LAYOUT_PASSES = ("NhwcTransformer",)
+# Segments: onnxruntime's graph optimisation runs on one thread (QDQ exports of the block CNN, CPU
+# seconds to create a session on a loaded machine: 16,652 nodes 2.6, 33,332 nodes 4.8, 66,662 nodes
+# 12.9-14.1; as 4 segments 10.6), so above SPLIT_NODES the shipped file runs as segments of about
+# SEGMENT_NODES nodes, cut where only int8 tensors cross, whose sessions are created side by side.
+SPLIT_NODES = 30_000
+SEGMENT_NODES = 20_000
 
 
 def layout_passes_off(model: onnx.ModelProto) -> tuple[str, ...]:
@@ -103,16 +110,21 @@ def layout_passes_off(model: onnx.ModelProto) -> tuple[str, ...]:
     return LAYOUT_PASSES if len(model.graph.node) > LAYOUT_PASS_NODES else ()
 
 
-def reference_level(model: onnx.ModelProto) -> str:
-    """The optimisation level of the cross-check's Q/DQ-in-float reference of ``model``: basic, or
+def reference_level(model: onnx.ModelProto) -> str | None:
+    """The optimisation level of the cross-check's Q/DQ-in-float reference of ``model``: basic;
     above :data:`LAYOUT_PASS_NODES` nodes none (``"disabled"``): basic optimisations only fold the
     weights' DequantizeLinear and drop redundant nodes, which on a 20,000-node CNN's export cost
-    about twice the session's own creation (CPU seconds, 2 cores)."""
-    return "disabled" if len(model.graph.node) > LAYOUT_PASS_NODES else "basic"
+    about twice the session's own creation (CPU seconds, 2 cores); above :data:`SPLIT_NODES` None:
+    no cross-check (its session, even unoptimised, was a quarter of the check's CPU time on that
+    CNN's 66,662-node export, on 2 cores that the shipped file's segments already fill)."""
+    n = len(model.graph.node)
+    return None if n > SPLIT_NODES else "disabled" if n > LAYOUT_PASS_NODES else "basic"
 
 
 REFERENCE_OFF_TEXT = (f"the cross-check's Q/DQ-in-float reference ran with onnxruntime's graph optimisations off "
                       f"(above {LAYOUT_PASS_NODES:,} nodes)")
+REFERENCE_SKIPPED_TEXT = (f"no cross-check against Q/DQ evaluated in float (left out above {SPLIT_NODES:,} nodes: "
+                          "one more session of the whole export)")
 
 
 def session_text(disabled=(), segments: int = 1) -> str:
@@ -121,8 +133,8 @@ def session_text(disabled=(), segments: int = 1) -> str:
 
     split = "" if segments <= 1 else (
         f"; the file ran as {segments} segments cut at int8 hand-over tensors, their sessions created side by "
-        f"side (above {SPLIT_NODES:,} nodes onnxruntime's graph optimisation grows faster than the graph; the "
-        "outputs are bit-identical to one session of the whole file)")
+        f"side (above {SPLIT_NODES:,} nodes: onnxruntime optimises a graph on one thread; the outputs are "
+        "bit-identical to one session of the whole file)")
     if not disabled:
         return f"onnxruntime {ort.__version__}, default session options{split}, CPU"
     return (f"onnxruntime {ort.__version__}, default session options but {', '.join(disabled)} (a layout pass, "
@@ -150,13 +162,8 @@ def run_with_outputs(graph, names, feed) -> dict[str, np.ndarray]:
     return dict(zip(names, res))
 
 
-# Segments: onnxruntime's graph optimisation is single-threaded and grows faster than the graph (QDQ
-# exports of the block CNN, CPU seconds to create a session: 16,652 nodes 2.6, 33,332 nodes 4.8,
-# 66,662 nodes 14.1), so above SPLIT_NODES the shipped file runs as segments of about
-# SEGMENT_NODES nodes, cut where only int8 tensors cross, whose sessions are created side by side.
-SPLIT_NODES = 30_000
-SEGMENT_NODES = 20_000
 _MAX_CUT = 8  # tensors crossing one cut at most
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})  # the standard ops with graph attributes
 
 
 class ChainedSession:
@@ -178,63 +185,104 @@ class ChainedSession:
         return [vals[n] for n in names]
 
 
-def _const_nodes(nodes, consts: set[str]) -> list[bool]:
+def _const_nodes(info, consts: set[str]) -> list[bool]:
     """Per node: computes only from initializers (weights' DequantizeLinear, Constant)."""
     out, known = [], set(consts)
-    for n in nodes:
-        c = all(not x or x in known for x in n.input)
+    for _, ins, outs in info:
+        c = all(not x or x in known for x in ins)
         if c:
-            known.update(n.output)
+            known.update(outs)
         out.append(c)
     return out
 
 
-def _order(nodes, const: list[bool]) -> list[int]:
+def _order(info, const: list[bool]) -> list[int]:
     """A topological order in which each constant node and each DequantizeLinear comes just before
     its first consumer (the exporter writes the weights' DQ first and an activation's DQs right after
     its QuantizeLinear): only int8 tensors then stay alive between the node units."""
-    sink = [c or n.op_type == "DequantizeLinear" for c, n in zip(const, nodes)]
-    made = {o: i for i, n in enumerate(nodes) if sink[i] for o in n.output}
-    done, order = set(), []
+    sink = [c or op == "DequantizeLinear" for c, (op, _, _) in zip(const, info)]
+    made = {o: i for i, (_, _, outs) in enumerate(info) if sink[i] for o in outs}
+    done = [False] * len(info)
+    order = []
 
-    def emit_consts(i):
+    def emit(i):
         stack = [(i, False)]
         while stack:
             j, expanded = stack.pop()
-            if j in done:
+            if done[j]:
                 continue
             if expanded:
-                done.add(j)
+                done[j] = True
                 order.append(j)
                 continue
             stack.append((j, True))
-            stack += [(made[x], False) for x in nodes[j].input if x in made and made[x] not in done]
+            stack += [(made[x], False) for x in info[j][1] if x in made and not done[made[x]]]
 
-    for i, n in enumerate(nodes):
+    for i, (_, ins, _) in enumerate(info):
         if sink[i]:
             continue
-        for x in n.input:
-            if x in made and made[x] not in done:
-                emit_consts(made[x])
-        done.add(i)
+        for x in ins:
+            if x in made and not done[made[x]]:
+                emit(made[x])
+        done[i] = True
         order.append(i)
-    for i in range(len(nodes)):  # what nothing reads (a DQ writing a model output), in file order
-        if i not in done:
-            emit_consts(i)
+    for i in range(len(info)):  # what nothing reads (a DQ writing a model output), in file order
+        if not done[i]:
+            emit(i)
     return order
 
 
-def _handover_type(q, inits, shape_of):
-    """(elem type, shape) of a QuantizeLinear's output, or None when its shape is not known."""
-    shape = shape_of(q.input[0])
+def _handover_type(node, ins, inits, shape_of):
+    """(elem type, shape) of a QuantizeLinear's output (``ins``: its inputs), or None when its
+    shape is not known."""
+    shape = shape_of(ins[0])
     if shape is None or any(not isinstance(d, int) or d <= 0 for d in shape):
         return None
-    zp = inits.get(q.input[2]) if len(q.input) > 2 and q.input[2] else None
+    zp = inits.get(ins[2]) if len(ins) > 2 and ins[2] else None
     if zp is not None:
         elem = zp.data_type
     else:
-        elem = next((a.i for a in q.attribute if a.name == "output_dtype" and a.i), onnx.TensorProto.UINT8)
+        elem = next((a.i for a in node.attribute if a.name == "output_dtype" and a.i), onnx.TensorProto.UINT8)
     return elem, tuple(shape)
+
+
+def _cuts(info, order, nodes, inits, graph_out, shape_of) -> tuple[list, dict]:
+    """The points of ``order`` only eligible hand-over tensors cross (see :func:`split_model`):
+    [(position, crossing tensors)], and the hand-over tensors' (elem type, shape)."""
+    producer = {o: i for i, (_, _, outs) in enumerate(info) for o in outs if o}
+    uses: dict[str, int] = {}
+    for _, ins, _ in info:
+        for x in set(ins):
+            if x in producer:
+                uses[x] = uses.get(x, 0) + 1
+    handover, types = {}, {}  # eligible live tensors; (elem, shape) of every eligible tensor seen
+    live: dict[str, int] = {}  # tensor -> uses left after the point
+    bad = 0  # live tensors that cannot cross a cut
+    cuts = []
+    for pos, i in enumerate(order):
+        if pos and not bad and 0 < len(live) <= _MAX_CUT:
+            cuts.append((pos, tuple(live)))
+        op, ins, outs = info[i]
+        for x in set(ins):
+            if x in live:
+                if x in handover:
+                    bad += 1  # consumed on both sides of a later point: not a hand-over there
+                    del handover[x]
+                live[x] -= 1
+                if not live[x]:
+                    del live[x]
+                    bad -= 1
+        for o in outs:
+            if not o or not uses.get(o):
+                continue
+            live[o] = uses[o]
+            t = (_handover_type(nodes[i], ins, inits, shape_of) if op == "QuantizeLinear" and o not in graph_out
+                 else None)
+            if t is not None:
+                handover[o] = types[o] = t
+            else:
+                bad += 1
+    return cuts, types
 
 
 def split_model(model: onnx.ModelProto, parts: int, shape_of) -> list[onnx.ModelProto] | None:
@@ -250,46 +298,19 @@ def split_model(model: onnx.ModelProto, parts: int, shape_of) -> list[onnx.Model
     not cut."""
     g = model.graph
     nodes = list(g.node)
-    if parts < 2 or _has_external(model) or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                                                 for n in nodes for a in n.attribute):
+    if parts < 2 or _has_external(model):
+        return None
+    info = [(n.op_type, tuple(n.input), tuple(n.output)) for n in nodes]  # read from the protos once
+    if any(op in _SUBGRAPH_OPS for op, _, _ in info) or any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+            for n in nodes if n.domain for a in n.attribute):
         return None
     inits = {t.name: t for t in g.initializer}
-    graph_in = {i.name for i in g.input}
-    graph_out = {o.name for o in g.output}
-    const = _const_nodes(nodes, set(inits) | {t.values.name for t in g.sparse_initializer})
-    order = _order(nodes, const)
-    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-    uses: dict[str, int] = {}
-    for n in nodes:
-        for x in set(n.input):
-            if x in producer:
-                uses[x] = uses.get(x, 0) + 1
-    handover = {}  # tensor -> (elem, shape) for the eligible ones
-    live: dict[str, int] = {}  # tensor -> uses left after the point
-    bad = 0  # live tensors that cannot cross a cut
-    cuts = []  # (position in order, crossing tensors)
-    for pos, i in enumerate(order):
-        if pos and not bad and 0 < len(live) <= _MAX_CUT:
-            cuts.append((pos, tuple(live)))
-        n = nodes[i]
-        for x in set(n.input):
-            if x in live:
-                if x in handover:
-                    bad += 1  # consumed on both sides of a later cut: not a hand-over any more
-                    del handover[x]
-                live[x] -= 1
-                if not live[x]:
-                    del live[x]
-                    bad -= 1
-        for o in n.output:
-            if not o or not uses.get(o):
-                continue
-            live[o] = uses[o]
-            t = _handover_type(n, inits, shape_of) if n.op_type == "QuantizeLinear" and o not in graph_out else None
-            if t is not None:
-                handover[o] = t
-            else:
-                bad += 1
+    graph_in = {i.name: i for i in g.input}
+    graph_out = {o.name: o for o in g.output}
+    const = _const_nodes(info, set(inits) | {t.values.name for t in g.sparse_initializer})
+    order = _order(info, const)
+    cuts, types = _cuts(info, order, nodes, inits, graph_out, shape_of)
     if not cuts:
         return None
     step = len(order) / parts
@@ -301,47 +322,37 @@ def split_model(model: onnx.ModelProto, parts: int, shape_of) -> list[onnx.Model
     if not chosen:
         return None
     bounds = [0, *chosen, len(order)]
-    seg_of = {}
+    seg_of = [0] * len(nodes)
     for k in range(len(bounds) - 1):
         for i in order[bounds[k]:bounds[k + 1]]:
             seg_of[i] = k
-    in_vi = {i.name: i for i in g.input}
-    out_vi = {o.name: o for o in g.output}
-    later_use: dict[str, int] = {}  # tensor -> last segment reading it
-    for i, n in enumerate(nodes):
-        for x in n.input:
-            if x in producer:
-                later_use[x] = max(later_use.get(x, -1), seg_of[i])
+    last_use: dict[str, int] = {}  # tensor -> last segment reading it
+    for i, (_, ins, _) in enumerate(info):
+        for x in ins:
+            if last_use.get(x, -1) < seg_of[i]:
+                last_use[x] = seg_of[i]
+
+    def value(name):
+        elem, shape = types[name]
+        return onnx.helper.make_tensor_value_info(name, elem, shape)
+
     models = []
     for k in range(len(bounds) - 1):
         idx = sorted(order[bounds[k]:bounds[k + 1]])  # the file's own order within the segment
-        made = {o for i in idx for o in nodes[i].output if o}
-        reads = list(dict.fromkeys(x for i in idx for x in nodes[i].input if x and x not in made))
-        ins, inis = [], []
-        for x in reads:
-            if x in inits:
-                inis.append(inits[x])
-            elif x in graph_in:
-                ins.append(in_vi[x])
-            else:
-                elem, shape = _handover_type(nodes[producer[x]], inits, shape_of)
-                ins.append(onnx.helper.make_tensor_value_info(x, elem, shape))
-        outs = []
-        for i in idx:
-            for o in nodes[i].output:
-                if o in graph_out:
-                    outs.append(out_vi[o])
-                elif o in made and later_use.get(o, -1) > k:
-                    elem, shape = _handover_type(nodes[i], inits, shape_of)
-                    outs.append(onnx.helper.make_tensor_value_info(o, elem, shape))
-        seg = onnx.helper.make_graph([nodes[i] for i in idx], f"{g.name}_{k}", ins, outs, inis)
-        m = onnx.ModelProto()
-        m.ir_version, m.producer_name, m.producer_version = (model.ir_version, model.producer_name,
-                                                             model.producer_version)
-        m.domain, m.model_version = model.domain, model.model_version
+        made = {o for i in idx for o in info[i][2] if o}
+        reads = dict.fromkeys(x for i in idx for x in info[i][1] if x and x not in made)
+        m = onnx.ModelProto(ir_version=model.ir_version, producer_name=model.producer_name,
+                            producer_version=model.producer_version, domain=model.domain,
+                            model_version=model.model_version)
         m.opset_import.extend(model.opset_import)
         m.functions.extend(model.functions)
-        m.graph.CopyFrom(seg)
+        sg = m.graph
+        sg.name = f"{g.name}_{k}"
+        sg.node.extend(nodes[i] for i in idx)  # (one copy of each node, into its segment)
+        sg.initializer.extend(inits[x] for x in reads if x in inits)
+        sg.input.extend(graph_in[x] if x in graph_in else value(x) for x in reads if x not in inits)
+        sg.output.extend(graph_out[o] if o in graph_out else value(o) for i in idx for o in info[i][2]
+                         if o in graph_out or last_use.get(o, -1) > k)
         models.append(m)
     return models
 
@@ -352,16 +363,23 @@ def split_parts(model: onnx.ModelProto) -> int:
     return -(-n // SEGMENT_NODES) if n > SPLIT_NODES else 1
 
 
+def segments_of(model: onnx.ModelProto, shape_of) -> list[onnx.ModelProto] | None:
+    """The segments :func:`shipped_session` runs ``model`` in (None: whole).  Python work: a caller
+    with other Python work to do beside the sessions' creation does this first."""
+    parts = split_parts(model)
+    return split_model(model, parts, shape_of) if parts > 1 and shape_of is not None else None
+
+
 def shipped_session(model: onnx.ModelProto, base_dir: Path | None = None, *, shape_of=None, level="default",
-                    spinning: bool = False):
+                    spinning: bool = False, segments=False):
     """A session of the exported ``model`` as the fidelity check runs it: default options (above
     :data:`LAYOUT_PASS_NODES` nodes without the layout pass), and above :data:`SPLIT_NODES` nodes,
     when :func:`split_model` finds cuts, a :class:`ChainedSession` of its segments created on
     two threads (onnxruntime releases the GIL while it optimises).  ``level="disabled"``: no graph
-    optimisation (the cross-check's reference of a big graph)."""
+    optimisation (the cross-check's reference of a big graph).  ``segments``: :func:`segments_of`
+    the model, when the caller has them already."""
     off = layout_passes_off(model) if level == "default" else ()
-    parts = split_parts(model)
-    segs = split_model(model, parts, shape_of) if parts > 1 and shape_of is not None else None
+    segs = segments_of(model, shape_of) if segments is False else segments
     if segs is None:
         return make_session(model, base_dir, spinning=spinning, level=level, disabled=off)
     from concurrent.futures import ThreadPoolExecutor
