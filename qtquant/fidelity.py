@@ -5,10 +5,14 @@ What ships is measured: the QDQ model the exporter writes (built in memory by
 it, with default session options on the CPU provider, so Q/DQ pairs are fused into
 onnxruntime's int8 kernels.  (One exception, said in the report: above
 :data:`~qtquant.runtime.LAYOUT_PASS_NODES` nodes the NhwcTransformer layout pass is left out, see
-:func:`~qtquant.runtime.layout_passes_off`.)  The float model runs beside it on the check
-samples (held out from calibration when there are enough of them, else the calibration samples,
-and the report says which).  The float run, the shipped session and the cross-check's session
-are created side by side on two threads.
+:func:`~qtquant.runtime.layout_passes_off`.)  Above :data:`~qtquant.runtime.SPLIT_NODES` nodes
+the file runs as segments cut at int8 hand-over tensors, their sessions created side by side
+(:func:`~qtquant.runtime.shipped_session`: the same outputs bit for bit; said in the report too).
+The float model runs beside it on the check samples (held out from calibration when there are
+enough of them, else the calibration samples, and the report says which); an in-sample check
+of ``qtquant analyze`` takes the float values calibration kept of those very samples
+(``CalibrationResult.check_values``) instead.  The float run, the shipped session and the
+cross-check's session are created side by side on two threads.
 
 For each float output: SQNR in dB, cosine and max abs error, before (no user groups) and
 after (the session's groups).  An output that is a Concat, directly or through relabelling
@@ -20,7 +24,9 @@ versus shared.
 
 With ``cross_check`` the same model also runs with basic optimisations only (Q/DQ evaluated
 in float, the fake-quant reference); where the two disagree by more than
-:data:`KERNEL_TOLERANCE_DB`, the report says so.
+:data:`KERNEL_TOLERANCE_DB`, the report says so.  On big exports that reference runs without
+optimisations, and above :data:`~qtquant.runtime.SPLIT_NODES` nodes not at all
+(:func:`~qtquant.runtime.reference_level`; the report says which).
 
 The GUI re-runs this after every edit, so results are cached per graph and calibration: float
 outputs once per calibration, the "before" run once per baseline domain map, and the "after"
