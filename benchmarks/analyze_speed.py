@@ -6,6 +6,7 @@ usage: python benchmarks/analyze_speed.py [--models-dir ../shared/models]
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -74,7 +75,16 @@ def main():
         run(cases)
 
 
+def _load() -> str:
+    """The machine's load averages: timings on a shared machine mean little without them."""
+    try:
+        return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
 def run(cases):
+    print(f"({_load()} before)")
     print(f"{'model':22s} {'nodes':>6s} {'concats':>7s} {'floor s':>8s} {'qtquant s':>9s} {'ratio':>6s} {'target':>6s}")
     for name, path, shapes, floor_path, target in cases:
         cats = ours(path, shapes)
@@ -82,8 +92,10 @@ def run(cases):
         n = len(onnx.load(str(path), load_external_data=False).graph.node)
         goal = f"<={target:g}x" if target else "-"
         print(f"{name:22s} {n:6d} {len(cats):7d} {t_floor:8.3f} {t_ours:9.3f} {t_ours / t_floor:5.2f}x {goal:>6s}")
-    print("floor = onnx.load + onnx.shape_inference.infer_shapes(data_prop=True); qtquant = load_graph + "
-          "build_domains + analyze_concats (best of 7 each, run alternately)")
+    print("floor = onnx.load + onnx.shape_inference.infer_shapes(data_prop=True); qtquant = load_graph (which "
+          "includes the same load and inference) + stand-in ranges + build_domains + analyze_concats, freeing "
+          "the results included (best of 7 each, run alternately)")
+    print(f"({_load()} after)")
 
 
 if __name__ == "__main__":
