@@ -19,8 +19,12 @@ by the boxes, so it looks fine even when the class scores are crushed.  This scr
      it falls back to [0:4] / [4:N] with a warning only when that fails.
 
 Checks (PASS/FAIL, exit code 0 unless the script crashes):
-  - class-score rows of the shipped (auto-share) file >= 9 dB (peers on the same data: NNCF 3.4
-    reaches 9.3 dB, ModelOpt 0.47 16.3 dB);
+  - class-score rows of the shipped (auto-share) file no lower than the unshared export's (sharing
+    must not crush the class scores); the absolute figure is printed next to the peers' (NNCF 3.4
+    9.3 dB, ModelOpt 0.47 16.3 dB on the same data), which are not the same program: their targets
+    fuse Conv+SiLU into one quantization point, the X5 (bayes-e, qtquant's default) rounds the conv
+    output to int8 before its SiLU lookup table as well (docs/perf-model.md).  Until Session 8 qtquant
+    exported one point too and this check was ">= 9 dB" (14.76 dB then);
   - box rows of the shipped file within 1 dB of the unshared export;
   - qtquant's own per-slice report agrees with this script within 0.5 dB.
 
@@ -51,7 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 PASS_THROUGH = ("Identity", "Cast")  # ops between the Concat and the output that keep the layout
 
-CLASS_MIN_DB = 9.0
+CLASS_TOL_DB = 0.1  # auto-share's class rows may sit this far under the unshared export's
 BOX_TOL_DB = 1.0
 AGREE_TOL_DB = 0.5
 PEERS = "NNCF 3.4: 9.3 dB, ModelOpt 0.47: 16.3 dB"
@@ -512,14 +516,14 @@ def main(argv=None) -> int:
     # checks
     print("\n=== checks ===")
     sh, un = results.get("auto-share"), results.get("unshared")
-    if sh:
-        c = sh[cls[0]][0]
-        print(f"{'PASS' if c >= CLASS_MIN_DB else 'FAIL'}  class-score rows {cls[0]} of the auto-share export: "
-              f"{fmt(c)} dB (need >= {CLASS_MIN_DB:g} dB; peers on the same data: {PEERS})")
-        if un:
-            print(f"      (unshared export: class rows {fmt(un[cls[0]][0])} dB)")
+    if sh and un:
+        c, u = sh[cls[0]][0], un[cls[0]][0]
+        print(f"{'PASS' if c >= u - CLASS_TOL_DB else 'FAIL'}  class-score rows {cls[0]}: auto-share {fmt(c)} dB "
+              f"vs unshared {fmt(u)} dB ({fmt(c - u, signed=True)} dB; need no lower than {CLASS_TOL_DB:g} dB under)")
+        print(f"      peers on the same data: {PEERS} (targets that fuse Conv+SiLU: one int8 rounding fewer "
+              "per layer than the X5's program)")
     else:
-        print("FAIL  class-score rows: no auto-share export to measure")
+        print("FAIL  class-score rows: an export is missing")
     if sh and un:
         d = sh[box[0]][0] - un[box[0]][0]
         print(f"{'PASS' if abs(d) <= BOX_TOL_DB else 'FAIL'}  box rows {box[0]}: auto-share {fmt(sh[box[0]][0])} dB "

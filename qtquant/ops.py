@@ -131,13 +131,12 @@ def passes_through(node, graph) -> bool:
 # What a compiler folds into the layer that computes its input is a property of the compiler,
 # so it lives in the march profile (``resources/marches/*.json``, "fusion"; perf/march.py parses
 # it into a FusionRule).  A BatchNormalization, or an Add/Sub/Mul/Div by a constant, becomes the
-# layer's weights and bias; an activation is applied to the accumulator before requantizing.  So
-# the layer's raw output, and every step up to the last folded op, never exists in int8 and gets
-# no observer.  TFLite stores RELU/RELU6 as a Conv's fused_activation_function; TensorRT fuses a
-# convolution with the pointwise ops after it (x·Sigmoid(x) included); NNCF's hardware fusing
-# patterns put no quantizer between a Conv, its BatchNormalization and its activation (SiLU,
-# HardSwish included); onnxruntime's optimizer folds Conv+BatchNormalization, Conv+Add and
-# Conv+Mul by constants before it quantizes.
+# layer's weights and bias; a write-back activation is applied to the accumulator before
+# requantizing.  So the layer's raw output, and every step up to the last folded op, never exists
+# in int8 and gets no observer.  TFLite stores RELU/RELU6 as a Conv's fused_activation_function;
+# onnxruntime's optimizer folds Conv+BatchNormalization, Conv+Add and Conv+Mul by constants before
+# it quantizes.  What else is fused differs: TensorRT and NNCF's CPU patterns fuse x·Sigmoid(x)
+# into the conv, but the X5 evaluates it as a lookup table on the conv's int8 output (FusionRule).
 _PRODUCERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 _FOLDED_AFFINE = frozenset({"BatchNormalization", "Add", "Sub", "Mul", "Div"})
 # Composite activations: names in a rule's lists that stand for several ONNX ops.
@@ -169,15 +168,22 @@ class FusionRule:
     lut: frozenset = frozenset()
     concat_in_place: bool = False
 
+    # A lookup-table pass reads int8: the producer's output is requantized for it and has a
+    # threshold of its own.  The X5 compile log of YOLOv8n lists `/model.0/conv/Conv`
+    # (HzSQuantizedConv, input threshold 1.12451) and then `/model.0/act/Mul` (HzLut, input
+    # threshold 35.5202, the conv's output) - two quantization points, not one.  Only what the
+    # write-back applies to the accumulator leaves the layer with one.
+
     @property
     def activations(self) -> frozenset:
-        """Single ops after a producer that leave one quantization point (the export's rule)."""
-        return frozenset((self.write_back | self.lut) - {"SiLU"})
+        """Single ops after a producer that leave one quantization point (the export's rule):
+        the write-back activations."""
+        return frozenset(self.write_back - COMPOSITES)
 
     @property
     def gates(self) -> frozenset:
-        """g of the x·g(x) pairs that leave one quantization point."""
-        return frozenset(g for c, g in _GATE_OF.items() if c in (self.write_back | self.lut))
+        """g of the x·g(x) pairs that leave one quantization point (applied in the write-back)."""
+        return frozenset(g for c, g in _GATE_OF.items() if c in self.write_back)
 
 
 def default_fusion_rule() -> FusionRule:
