@@ -421,15 +421,22 @@ PREFETCH_BYTES = 256 << 20
 
 
 def _prefetchable(graph, samples: int) -> list[str]:
-    names, total = [], 0
+    """The activations the first float run fetches for later edits' group members, within
+    PREFETCH_BYTES: a Concat's inputs and output first (what shares join), then the rest in graph
+    order while they fit.  (All or nothing made a model whose activations pass the budget pay a
+    float run of its own at every edit that brought a new member: yolov8n_320 ~300 ms.)"""
+    sizes = {}
     for t in graph.quantized_tensors:
         shape = graph.tensors[t].shape
         if not shape or any(d is None for d in shape):
             return []  # unknown sizes: fetch members on demand instead
-        total += int(np.prod(shape, dtype=np.int64)) * 4 * samples
-        if total > PREFETCH_BYTES:
-            return []
-        names.append(t)
+        sizes[t] = int(np.prod(shape, dtype=np.int64)) * 4 * samples
+    first = [t for n in graph.nodes_of("Concat") for t in (*n.inputs, *n.outputs) if t in sizes]
+    names, total = [], 0
+    for t in dict.fromkeys(first + list(sizes)):
+        if total + sizes[t] <= PREFETCH_BYTES:
+            names.append(t)
+            total += sizes[t]
     return names
 
 

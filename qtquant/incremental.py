@@ -239,11 +239,32 @@ class _Program:
             other = _optimise(pert)
             oi = {t.name: t for t in other.graph.initializer}
             # The same program, and every value of it either moved from the model (in place) or
-            # the same as here (not derived from anything that moved).
-            self._reusable = (_skeleton(other) == _skeleton(self.optimised) and set(oi) == set(self.inits)
+            # the same as here (not derived from anything that moved).  The moved program may keep
+            # apart initializers this one merged: onnxruntime's ConstantSharing joins equal
+            # values, and two domains' scales can be equal (a SiLU's output range ends where its
+            # conv output's does).
+            extra = set(oi) - set(self.inits)
+            self._reusable = (_skeleton(other) == _skeleton(self.optimised) and set(self.inits) <= set(oi)
+                              and extra <= moved
                               and all(n in moved or _value_key(oi[n]) == _value_key(t)
                                       for n, t in self.inits.items()))
+            if self._reusable and extra:
+                self._take_apart(other, moved)
         return self._reusable
+
+    def _take_apart(self, other: onnx.ModelProto, moved: set[str]) -> None:
+        """Use ``other`` (the moved model's program, where no two slots share an initializer) with
+        this model's values in its slots: an edit can then give the merged ones different values.
+        Sharing an initializer between equal values changes no result."""
+        own = {t.name: t for t in self.model.graph.initializer}
+        for t in other.graph.initializer:
+            if t.name in moved:
+                name = t.name
+                t.CopyFrom(own[name])
+                t.name = name
+        self.optimised = other
+        self.inits = {t.name: t for t in other.graph.initializer}
+        self._fp = self._prod = None
 
     def program_for(self, model) -> dict[str, onnx.TensorProto] | None:
         """The optimised program of ``model`` (same structure) as the values that differ from

@@ -253,4 +253,15 @@ def fused_into_producer(graph, rule: FusionRule | None = None) -> set[str]:
                         and len(graph.consumers(g)) == 1 and g not in outputs:
                     fused.update((t, g))
             break
+    # x·g(x) evaluated as one lookup-table pass (SiLU on the X5: one HzLut named after its Mul):
+    # its gate's output exists only inside the pass.  Its input stays a quantization point.
+    lut_gates = frozenset(g for c, g in _GATE_OF.items() if c in rule.lut)
+    for gate in graph.nodes_of(lut_gates) if lut_gates else ():
+        if not gate.inputs or not gate.outputs:
+            continue
+        x, g = gate.inputs[0], gate.outputs[0]
+        cons = graph.consumers(g)
+        if g not in outputs and len(cons) == 1 and cons[0].op_type == "Mul" \
+                and sorted(cons[0].inputs) == sorted([x, g]):
+            fused.add(g)
     return fused

@@ -240,3 +240,38 @@ def test_a_check_no_edit_follows_runs_fresh_default_sessions_with_the_same_figur
         # qtquant analyze / fix: no runner, so no second optimisation for its reuse check
         assert (runner is not None) is follow
     assert figs[False] == figs[True]
+
+
+def test_domains_with_equal_scales_are_kept_apart_so_an_edit_can_move_one(tmp_path):
+    """Two branches with the same weights get the same scale; onnxruntime's ConstantSharing merges
+    their scale initializers in the program.  The runner keeps them apart (the moved model's
+    program), so sharing one branch into a Concat re-runs the program, bit-identical to a fresh
+    default session, instead of falling back to one."""
+    from onnx import TensorProto, helper
+
+    from builders import conv_node
+    from qtquant.incremental import _Program
+
+    inits = []
+    nodes = [conv_node(inits, "x", 3, 4, 3, "twin_a", gain=2.0, seed=5),
+             conv_node(inits, "x", 3, 4, 3, "twin_b", gain=2.0, seed=5),  # the same weights: the same range
+             conv_node(inits, "x", 3, 4, 3, "other", gain=9.0, seed=1)]
+    nodes += [helper.make_node("Concat", ["twin_a_out", "other_out"], ["cat_a"], name="cat_a", axis=1),
+              helper.make_node("Add", ["twin_b_out", "twin_b_out"], ["y_b"], name="dbl")]
+    g = helper.make_graph(nodes, "twins", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("cat_a", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("y_b", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    s = open_model(save(m, tmp_path / "twins.onnx"), options=Options(calib=replace(Options().calib, count=4)))
+    s.run_calibration()
+    assert s.domains.scale_of("twin_a_out") == s.domains.scale_of("twin_b_out")
+    outs, feeds, runner, model, ref = _first_run(s)
+    (p,) = runner._programs.values()
+    plain = {t.name for t in _Program(model, None).optimised.graph.initializer}  # merged
+    assert p.reusable and len({t.name for t in p.optimised.graph.initializer}) > len(plain)  # kept apart
+    share(s, ["twin_a_out", "other_out"])
+    s.groups_changed()
+    model, ref = _fresh(s, outs, feeds)
+    assert _equal(runner.run(model, outs, moved=_moved(s)), ref, outs)
+    assert runner.last[0] == "optimised program"
