@@ -57,7 +57,7 @@ def test_big_graph_check_says_it_left_the_pass_out(conv_session, monkeypatch):
         seen.append((k.get("level"), tuple(k.get("disabled", ()))))
         return real(model, *a, **k)
 
-    monkeypatch.setattr("qtquant.fidelity.make_session", spy)
+    monkeypatch.setattr("qtquant.fidelity_runs.make_session", spy)
     monkeypatch.setattr("qtquant.incremental.make_session", spy)
     monkeypatch.setattr("qtquant.runtime.make_session", spy)  # (runtime.shipped_session's)
     big = measure_session(_recalibrated(conv_session), cross_check=True)

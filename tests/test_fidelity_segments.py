@@ -14,7 +14,8 @@ from qtquant.app import open_model
 from qtquant.app.session import Options
 from qtquant.calib import CalibConfig
 from qtquant.export.qdq import build_qdq_model
-from qtquant.fidelity import _shape_of, measure_session
+from qtquant.fidelity import measure_session
+from qtquant.fidelity_runs import _shape_of
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,7 @@ def test_in_sample_check_takes_calibrations_float_values(conv_session, monkeypat
         runs.append(k.get("level", "basic"))
         return real(model, *a, **k)
 
-    monkeypatch.setattr("qtquant.fidelity.make_session", spy)
+    monkeypatch.setattr("qtquant.fidelity_runs.make_session", spy)
     kept = measure_session(_fresh(conv_session, cal))
     assert "basic" not in runs  # no float run: calibration's values are the reference
     without = measure_session(_fresh(conv_session, dataclasses.replace(cal, check_values=[])))

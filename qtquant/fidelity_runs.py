@@ -1,0 +1,254 @@
+"""The runs a fidelity check is made of, and their cache: the float run, the shipped model's
+default-level runs (fresh sessions, segments of a big export, or the incremental runner after an
+edit), the cross-check's reference run, and which activations the first float run prefetches.
+
+Results are kept per graph and calibration (:data:`_caches`): the "before" run once per baseline
+domain map, the "after" runs of the last few maps (an equal map builds the same model, so an
+undo or redo back to a measured state runs nothing).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from .incremental import IncrementalRunner, moved_domains, run_session
+from .runtime import (REFERENCE_OFF_TEXT, layout_passes_off, make_session, reference_level, segments_of, session_text,
+                      shipped_session, split_parts)
+
+__all__ = ["runtime_text", "KEEP_STATES", "PREFETCH_BYTES"]
+
+
+class _Cache:
+    def __init__(self):
+        self.calib_id = None
+        self.float_out: list[dict] | None = None  # per sample: output -> array
+        self.tensors: dict[str, list[np.ndarray]] = {}  # member tensor -> per-sample float values
+        # (float tensors, level, precision) -> [(dm, per-sample outputs)], the baseline first, then
+        # the latest few maps: an undo or redo to a map measured before is measured already.
+        self.runs: dict[tuple, list] = {}
+        self.slices = None
+        self.figures: dict[tuple, tuple] = {}  # (id(run), scheme, outputs) -> (run, figures)
+        self.member_sqnr: dict[tuple, float] = {}  # (tensor, qparams) -> SQNR dB
+        self.member_signal: dict[str, float] = {}  # tensor -> its Σref² over the check samples
+        self.runner = None  # qtquant.incremental.IncrementalRunner of the check samples
+        self.runtime: dict[int, str] = {}  # id(a shipped-model run) -> how its session ran
+
+
+_caches: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _float_outputs(graph):
+    import onnx
+
+    return [o for o in graph.outputs if graph.tensors.get(o) is not None
+            and graph.tensors[o].elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+                                               onnx.TensorProto.DOUBLE, 0)]
+
+
+def runtime_text(model=None, segments: int = 1) -> str:
+    """How the shipped model runs in the check: default session options (on a big ``model``
+    without a layout pass, :func:`~qtquant.runtime.layout_passes_off`; in ``segments``, see
+    :func:`~qtquant.runtime.shipped_session`)."""
+    return session_text(layout_passes_off(model) if model is not None else (), segments)
+
+
+def _run(model, base_dir, names, feeds, cancel, level="basic"):
+    off = layout_passes_off(model) if level == "default" else ()
+    # spinning threads starve the GUI
+    sess = make_session(model, base_dir, spinning=False, level=level, disabled=off)
+    return run_session(sess, names, feeds, cancel)
+
+
+def _shape_of(graph):
+    """The float model's static shapes by tensor name (what a QuantizeLinear of the export reads)."""
+    def shape_of(name):
+        t = graph.tensors.get(name)
+        return None if t is None else t.shape
+    return shape_of
+
+
+def _reference_run(model, graph, names, feeds, cancel):
+    """The cross-check's run of ``model``: Q/DQ evaluated in float (basic optimisations; on a big
+    graph none at all, :func:`~qtquant.runtime.reference_level`, and in segments)."""
+    sess = shipped_session(model, graph.base_dir, shape_of=_shape_of(graph), level=reference_level(model))
+    return run_session(sess, names, feeds, cancel)
+
+
+KEEP_STATES = 6  # domain maps whose runs are kept besides the baseline's
+
+
+def _run_key(session, float_tensors, level):
+    # The precision is part of the program that ships: the same domains at other precisions are another run.
+    return (float_tensors, level, getattr(getattr(session, "options", None), "precision", None))
+
+
+def _cached_run(cache, key, dm):
+    # Equal maps build the same model, so a map equal to one measured before reuses its run.
+    runs = cache.runs.setdefault(key, [])
+    for i, (m, res) in enumerate(runs):
+        if m is dm or m == dm:
+            if i:
+                runs.append(runs.pop(i))
+            return res
+    return None
+
+
+def _store_run(session, cache, key, dm, res) -> None:
+    base = session.baseline_domains
+    runs = cache.runs.setdefault(key, [])
+    runs.append((dm, res))
+    first = next((r for r in runs if r[0] is base or r[0] == base), None)
+    cache.runs[key] = ([first] if first else []) + [r for r in runs if r is not first][-KEEP_STATES:]
+
+
+def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, follow_edits=False,
+                  segments=None) -> list:
+    """The default-level runs of ``jobs`` ((dm, model) pairs), one after another (the runner
+    keeps state).  With ``follow_edits``: onnxruntime's program of the exported file, re-run only
+    where the edit changed it (qtquant.incremental; the same outputs as a fresh default session,
+    bit for bit).  Without: each model in a fresh default session (no edit follows, so the
+    runner's second optimisation for its reuse check would buy nothing)."""
+    from .export import qdq
+
+    res = []
+    for dm, model in jobs:
+        if not follow_edits or split_parts(model) > 1:
+            # A fresh default session (also the runner's above its MAX_NODES); above SPLIT_NODES in
+            # segments created side by side (runtime.shipped_session: bit-identical outputs), said.
+            sess = shipped_session(model, session.graph.base_dir, shape_of=_shape_of(session.graph),
+                                   segments=(segments or {}).get(id(model), False))
+            res.append(run_session(sess, outs, feeds, cancel))
+            cache.runtime[id(res[-1])] = runtime_text(model, getattr(sess, "segments", 1))
+            continue
+        if cache.runner is None:
+            cache.runner = IncrementalRunner(feeds)
+        res.append(cache.runner.run(model, outs, cancel, session.graph.base_dir,
+                                    moved=lambda dm=dm: qdq.build_qdq_model(session, moved_domains(dm),
+                                                                            float_tensors=float_tensors).model))
+    return res
+
+
+def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, first=None, meanwhile=None,
+                      follow_edits=False):
+    """Per ``(dm, level)`` of ``wanted``: the QDQ model's outputs on ``feeds``; and the result of
+    ``first`` (a callable: the float run), run before them in the same pool.  ``meanwhile()`` is
+    called in this thread once the models are built and their sessions under way.
+
+    Each domain map's model is built once, whatever the levels it runs at, and the sessions not
+    cached yet are created side by side on two threads: onnxruntime releases the GIL while it
+    optimises a graph, and on a 20,000-node export that is seconds per session, so the float run
+    and the cross-check's basic-level session take no wall time beside the default one."""
+    got, todo = [], []
+    for dm, level in wanted:
+        key = _run_key(session, float_tensors, level)
+        res = _cached_run(cache, key, dm)
+        if res is None and not any(k == key and (d is dm or d == dm) for k, d, _ in todo):
+            todo.append((key, dm, level))
+        got.append((key, dm, res))
+    first_result = None
+    if todo or first is not None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .export import qdq
+
+        models = []
+        # One run and nothing beside it (the GUI's check after an edit): this thread runs it.
+        alone = first is None and meanwhile is None and len(todo) == 1
+        with _Inline() if alone else ThreadPoolExecutor(2, thread_name_prefix="qtquant-fidelity") as pool:
+            pre = pool.submit(first) if first is not None else None
+            futs = {}
+            try:
+                for key, dm, level in todo:
+                    model = next((m for d, m in models if d is dm or d == dm), None)
+                    if model is None:  # built here, while the float run goes on in onnxruntime
+                        model = qdq.build_qdq_model(session, dm, float_tensors=float_tensors).model
+                        models.append((dm, model))
+                shipped = [(dm, next(m for d, m in models if d is dm or d == dm))
+                           for _, dm, level in todo if level == "default"]
+                if shipped:
+                    # A big export's segments are cut here, before the pool thread starts: cutting is
+                    # Python work, and beside ``meanwhile`` (the perf simulation) it only took turns.
+                    segs = {id(m): segments_of(m, _shape_of(session.graph)) for _, m in shipped
+                            if split_parts(m) > 1}
+                    futs["default"] = pool.submit(_shipped_runs, session, cache, shipped, outs, feeds, cancel,
+                                                  float_tensors, follow_edits, segs)
+                for i, (_, dm, level) in enumerate(todo):
+                    if level != "default":
+                        model = next(m for d, m in models if d is dm or d == dm)
+                        if reference_level(model) is not None:  # (None: too big, no cross-check)
+                            futs[i] = pool.submit(_reference_run, model, session.graph, outs, feeds, cancel)
+                if meanwhile is not None:
+                    meanwhile()
+                    meanwhile = None
+            except BaseException:
+                for f in [pre, *futs.values()]:
+                    if f is not None:
+                        f.cancel()  # the ones not started; the pool waits for the others
+                raise
+            shipped_res = iter(futs["default"].result() if "default" in futs else ())
+            done = [next(shipped_res) if level == "default" else futs[i].result() if i in futs else None
+                    for i, (_, _, level) in enumerate(todo)]
+            first_result = pre.result() if pre is not None else None
+        for (key, dm, level), res in zip(todo, done):
+            if res is None:
+                continue  # a cross-check left out
+            _store_run(session, cache, key, dm, res)
+            if level == "default":
+                cache.runtime.setdefault(id(res), runtime_text(next(m for d, m in models if d is dm or d == dm)))
+            elif reference_level(next(m for d, m in models if d is dm or d == dm)) != "basic":
+                cache.runtime[id(res)] = REFERENCE_OFF_TEXT
+    if meanwhile is not None:
+        meanwhile()
+    out = [res if res is not None else _cached_run(cache, key, dm) for key, dm, res in got]
+    return out, first_result
+
+
+class _Inline:
+    """A pool whose ``submit`` runs the call at once in this thread: starting two threads for one
+    run cost up to 20 ms of an edit's check on a loaded machine."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @staticmethod
+    def submit(fn, *args):
+        from concurrent.futures import Future
+
+        f = Future()
+        try:
+            f.set_result(fn(*args))
+        except BaseException as e:  # raised where the pool's future would raise it: at .result()
+            f.set_exception(e)
+        return f
+
+
+def _qdq_outputs(session, dm, cache, outs, feeds, cancel, float_tensors, level="default"):
+    return _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, [(dm, level)])[0][0]
+
+
+PREFETCH_BYTES = 256 << 20
+
+
+def _prefetchable(graph, samples: int) -> list[str]:
+    """The activations the first float run fetches for later edits' group members, within
+    PREFETCH_BYTES: a Concat's inputs and output first (what shares join), then the rest in graph
+    order while they fit.  (All or nothing made a model whose activations pass the budget pay a
+    float run of its own at every edit that brought a new member: yolov8n_320 ~300 ms.)"""
+    sizes = {}
+    for t in graph.quantized_tensors:
+        shape = graph.tensors[t].shape
+        if not shape or any(d is None for d in shape):
+            return []  # unknown sizes: fetch members on demand instead
+        sizes[t] = int(np.prod(shape, dtype=np.int64)) * 4 * samples
+    first = [t for n in graph.nodes_of("Concat") for t in (*n.inputs, *n.outputs) if t in sizes]
+    names, total = [], 0
+    for t in dict.fromkeys(first + list(sizes)):
+        if total + sizes[t] <= PREFETCH_BYTES:
+            names.append(t)
+            total += sizes[t]
+    return names
