@@ -247,21 +247,27 @@ def fused_into_producer(graph, rule: FusionRule | None = None) -> set[str]:
                 break  # the activation's output is the layer's output
             if len(cons) == 2 and {c.op_type for c in cons} <= gates | {"Mul"}:
                 gate = next((c for c in cons if c.op_type in gates), None)
-                mul = next((c for c in cons if c.op_type == "Mul"), None)
-                g = gate.outputs[0] if gate is not None else ""
-                if mul is not None and g and sorted(mul.inputs) == sorted([t, g]) \
-                        and len(graph.consumers(g)) == 1 and g not in outputs:
+                g = _gated(graph, gate, outputs) if gate is not None else None
+                if g is not None:
                     fused.update((t, g))
             break
     # x·g(x) evaluated as one lookup-table pass (SiLU on the X5: one HzLut named after its Mul):
     # its gate's output exists only inside the pass.  Its input stays a quantization point.
     lut_gates = frozenset(g for c, g in _GATE_OF.items() if c in rule.lut)
     for gate in graph.nodes_of(lut_gates) if lut_gates else ():
-        if not gate.inputs or not gate.outputs:
-            continue
-        x, g = gate.inputs[0], gate.outputs[0]
-        cons = graph.consumers(g)
-        if g not in outputs and len(cons) == 1 and cons[0].op_type == "Mul" \
-                and sorted(cons[0].inputs) == sorted([x, g]):
+        g = _gated(graph, gate, outputs)
+        if g is not None:
             fused.add(g)
     return fused
+
+
+def _gated(graph, gate, outputs) -> str | None:
+    """The output g of ``gate`` when nothing but a Mul of it and the gate's own input reads it
+    (x·g(x)) and it is no graph output; else None."""
+    if not gate.inputs or not gate.outputs:
+        return None
+    x, g = gate.inputs[0], gate.outputs[0]
+    cons = graph.consumers(g)
+    if g in outputs or len(cons) != 1 or cons[0].op_type != "Mul" or sorted(cons[0].inputs) != sorted([x, g]):
+        return None
+    return g
