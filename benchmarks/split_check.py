@@ -1,4 +1,4 @@
-"""The shipped model's segments (qtquant.runtime.split_model) against one default session of the whole
+"""The shipped model's segments (qtquant.segments.split_model) against one default session of the whole
 exported file: outputs bit for bit, and what each costs to create.
 
 usage: python benchmarks/split_check.py [MODEL ...] [--input-shape NAME=1x3x320x320] [--calib DIR]
@@ -34,7 +34,7 @@ def _timed(fn):
 
 
 def check(path: Path, shape, calib: str, parts: list[int]) -> bool:
-    from qtquant import runtime
+    from qtquant import runtime, segments, shipped
     from qtquant.app import open_model
     from qtquant.app.session import Options
     from qtquant.calib import CalibConfig
@@ -49,7 +49,7 @@ def check(path: Path, shape, calib: str, parts: list[int]) -> bool:
     model = build_qdq_model(s, s.domains, float_tensors=ft).model
     feeds = s.calibration.holdout
     names = [o.name for o in model.graph.output]
-    off = runtime.layout_passes_off(model)
+    off = shipped.layout_passes_off(model)
     whole, w, c = _timed(lambda: runtime.make_session(model, s.graph.base_dir, spinning=False, level="default",
                                                       disabled=off))
     ref = [whole.run(names, f) for f in feeds]
@@ -62,7 +62,7 @@ def check(path: Path, shape, calib: str, parts: list[int]) -> bool:
 
     ok = True
     for k in parts:
-        segs = runtime.split_model(model, k, shape_of)
+        segs = segments.split_model(model, k, shape_of)
         if segs is None:
             print(f"  {k} parts: no cut found")
             continue
@@ -73,7 +73,7 @@ def check(path: Path, shape, calib: str, parts: list[int]) -> bool:
             with ThreadPoolExecutor(2) as pool:
                 sess = list(pool.map(lambda m: runtime.make_session(m, s.graph.base_dir, spinning=False,
                                                                     level="default", disabled=off), segs))
-            return runtime.ChainedSession([([i.name for i in m.graph.input], [o.name for o in m.graph.output])
+            return segments.ChainedSession([([i.name for i in m.graph.input], [o.name for o in m.graph.output])
                                            for m in segs], sess)
 
         chained, w, c = _timed(make)

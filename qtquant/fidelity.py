@@ -4,10 +4,10 @@ What ships is measured: the QDQ model the exporter writes (built in memory by
 :mod:`qtquant.export.qdq`, the same bytes) runs in onnxruntime the way a user's session runs
 it, with default session options on the CPU provider, so Q/DQ pairs are fused into
 onnxruntime's int8 kernels.  (One exception, said in the report: above
-:data:`~qtquant.runtime.LAYOUT_PASS_NODES` nodes the NhwcTransformer layout pass is left out, see
-:func:`~qtquant.runtime.layout_passes_off`.)  Above :data:`~qtquant.runtime.SPLIT_NODES` nodes
+:data:`~qtquant.shipped.LAYOUT_PASS_NODES` nodes the NhwcTransformer layout pass is left out, see
+:func:`~qtquant.shipped.layout_passes_off`.)  Above :data:`~qtquant.shipped.SPLIT_NODES` nodes
 the file runs as segments cut at int8 hand-over tensors, their sessions created side by side
-(:func:`~qtquant.runtime.shipped_session`: the same outputs bit for bit; said in the report too).
+(:func:`~qtquant.shipped.shipped_session`: the same outputs bit for bit; said in the report too).
 The float model runs beside it on the check samples (held out from calibration when there are
 enough of them, else the calibration samples, and the report says which); an in-sample check
 of ``qtquant analyze`` takes the float values calibration kept of those very samples
@@ -25,8 +25,8 @@ versus shared.
 With ``cross_check`` the same model also runs with basic optimisations only (Q/DQ evaluated
 in float, the fake-quant reference); where the two disagree by more than
 :data:`KERNEL_TOLERANCE_DB`, the report says so.  On big exports that reference runs without
-optimisations, and above :data:`~qtquant.runtime.SPLIT_NODES` nodes not at all
-(:func:`~qtquant.runtime.reference_level`; the report says which).
+optimisations, and above :data:`~qtquant.shipped.SPLIT_NODES` nodes not at all
+(:func:`~qtquant.shipped.reference_level`; the report says which).
 
 The GUI re-runs this after every edit, so results are cached per graph and calibration: float
 outputs once per calibration, the "before" run once per baseline domain map, and the "after"
@@ -50,7 +50,8 @@ from .fidelity_runs import (_caches, _Cache, _float_outputs, _prefetchable, _qdq
 from .metrics import ErrorSums, cosine, signal_noise_db, sqnr_db
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
 from .quant import bits_lost, qparams_for_range
-from .runtime import REFERENCE_SKIPPED_TEXT, with_outputs
+from .runtime import with_outputs
+from .shipped import REFERENCE_SKIPPED_TEXT
 
 __all__ = ["Fidelity", "OutputFidelity", "MemberFidelity", "measure_session", "sqnr_db", "cosine",
            "fake_quant", "KERNEL_TOLERANCE_DB", "output_mode_of"]

@@ -14,7 +14,8 @@ import weakref
 import numpy as np
 
 from .incremental import IncrementalRunner, moved_domains, run_session
-from .runtime import (REFERENCE_OFF_TEXT, layout_passes_off, make_session, reference_level, segments_of, session_text,
+from .runtime import make_session
+from .shipped import (REFERENCE_OFF_TEXT, layout_passes_off, reference_level, segments_of, session_text,
                       shipped_session, split_parts)
 
 __all__ = ["runtime_text", "KEEP_STATES", "PREFETCH_BYTES"]
@@ -49,8 +50,8 @@ def _float_outputs(graph):
 
 def runtime_text(model=None, segments: int = 1) -> str:
     """How the shipped model runs in the check: default session options (on a big ``model``
-    without a layout pass, :func:`~qtquant.runtime.layout_passes_off`; in ``segments``, see
-    :func:`~qtquant.runtime.shipped_session`)."""
+    without a layout pass, :func:`~qtquant.shipped.layout_passes_off`; in ``segments``, see
+    :func:`~qtquant.shipped.shipped_session`)."""
     return session_text(layout_passes_off(model) if model is not None else (), segments)
 
 
@@ -71,7 +72,7 @@ def _shape_of(graph):
 
 def _reference_run(model, graph, names, feeds, cancel):
     """The cross-check's run of ``model``: Q/DQ evaluated in float (basic optimisations; on a big
-    graph none at all, :func:`~qtquant.runtime.reference_level`, and in segments)."""
+    graph none at all, :func:`~qtquant.shipped.reference_level`, and in segments)."""
     sess = shipped_session(model, graph.base_dir, shape_of=_shape_of(graph), level=reference_level(model))
     return run_session(sess, names, feeds, cancel)
 
@@ -116,7 +117,7 @@ def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, foll
     for dm, model in jobs:
         if not follow_edits or split_parts(model) > 1:
             # A fresh default session (also the runner's above its MAX_NODES); above SPLIT_NODES in
-            # segments created side by side (runtime.shipped_session: bit-identical outputs), said.
+            # segments created side by side (shipped.shipped_session: bit-identical outputs), said.
             sess = shipped_session(model, session.graph.base_dir, shape_of=_shape_of(session.graph),
                                    segments=(segments or {}).get(id(model), False))
             res.append(run_session(sess, outs, feeds, cancel))

@@ -36,7 +36,8 @@ import onnx
 from onnx import helper
 
 from .errors import Cancelled, ModelError
-from .runtime import layout_passes_off, make_session
+from .runtime import make_session
+from .shipped import layout_passes_off
 
 __all__ = ["IncrementalRunner", "run_session", "fingerprints", "moved_domains", "KEEP_BYTES", "MAX_NODES"]
 
@@ -319,7 +320,7 @@ class IncrementalRunner:
         found = self._program(model, moved) if _followable(model) else None
         if found is None:
             self.last = ("fresh default session", len(model.graph.node), len(model.graph.node))
-            # (above LAYOUT_PASS_NODES without the NhwcTransformer: runtime.layout_passes_off)
+            # (above LAYOUT_PASS_NODES without the NhwcTransformer: shipped.layout_passes_off)
             sess = make_session(model, base_dir, spinning=False, level="default", disabled=layout_passes_off(model))
             return run_session(sess, names, self.feeds, cancel)
         return self._run_program(*found, names, cancel)

@@ -7,7 +7,7 @@ import onnxruntime as ort
 import pytest
 
 from builders import save, synthetic_model
-from qtquant import runtime
+from qtquant import runtime, shipped
 from qtquant.app import open_model
 from qtquant.export.qdq import build_qdq_model
 from qtquant.fidelity import measure_session
@@ -33,7 +33,7 @@ def test_nhwc_transformer_changes_no_output_bit(conv_session, tmp_path):
     model = build_qdq_model(conv_session).model
     feeds = conv_session.calibration.holdout
     on = _outputs(model, feeds, [], tmp_path / "on.onnx")
-    off = _outputs(model, feeds, list(runtime.LAYOUT_PASSES), tmp_path / "off.onnx")
+    off = _outputs(model, feeds, list(shipped.LAYOUT_PASSES), tmp_path / "off.onnx")
 
     # The pass did act in the default session: channels-last int8 convolutions, none without it.
     def channels_last(path):
@@ -49,7 +49,7 @@ def test_nhwc_transformer_changes_no_output_bit(conv_session, tmp_path):
 def test_big_graph_check_says_it_left_the_pass_out(conv_session, monkeypatch):
     small = measure_session(conv_session, cross_check=True)
     assert "NhwcTransformer" not in small.runtime and "default session options" in small.runtime
-    monkeypatch.setattr(runtime, "LAYOUT_PASS_NODES", 10)  # this graph now counts as big
+    monkeypatch.setattr(shipped, "LAYOUT_PASS_NODES", 10)  # this graph now counts as big
     seen = []
     real = runtime.make_session
 
@@ -59,9 +59,9 @@ def test_big_graph_check_says_it_left_the_pass_out(conv_session, monkeypatch):
 
     monkeypatch.setattr("qtquant.fidelity_runs.make_session", spy)
     monkeypatch.setattr("qtquant.incremental.make_session", spy)
-    monkeypatch.setattr("qtquant.runtime.make_session", spy)  # (runtime.shipped_session's)
+    monkeypatch.setattr("qtquant.shipped.make_session", spy)  # (shipped.shipped_session's)
     big = measure_session(_recalibrated(conv_session), cross_check=True)
-    assert ("default", runtime.LAYOUT_PASSES) in seen
+    assert ("default", shipped.LAYOUT_PASSES) in seen
     # the cross-check is the fake-quant reference either way; on a big graph without optimisations
     assert ("disabled", ()) in seen
     assert "but NhwcTransformer" in big.runtime and "bit-identical" in big.runtime

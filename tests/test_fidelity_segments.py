@@ -1,5 +1,5 @@
 """A big export's shipped-model check runs the file as segments cut at int8 hand-over tensors
-(runtime.shipped_session): every output bit as one default session of the whole file gives, and the
+(shipped.shipped_session): every output bit as one default session of the whole file gives, and the
 report says so.  An in-sample check takes its float reference from calibration's own run."""
 
 import dataclasses
@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from builders import detector_model, save, synthetic_model
-from qtquant import runtime
+from qtquant import runtime, segments, shipped
 from qtquant.app import open_model
 from qtquant.app.session import Options
 from qtquant.calib import CalibConfig
@@ -28,14 +28,14 @@ def conv_session(tmp_path_factory):
 
 def _chained(model, segs):
     sessions = [runtime.make_session(m, level="default") for m in segs]
-    return runtime.ChainedSession([([i.name for i in m.graph.input], [o.name for o in m.graph.output])
+    return segments.ChainedSession([([i.name for i in m.graph.input], [o.name for o in m.graph.output])
                                    for m in segs], sessions)
 
 
 @pytest.mark.parametrize("parts", [2, 3])
 def test_segments_give_the_whole_files_outputs_bit_for_bit(conv_session, parts):
     model = build_qdq_model(conv_session).model
-    segs = runtime.split_model(model, parts, _shape_of(conv_session.graph))
+    segs = segments.split_model(model, parts, _shape_of(conv_session.graph))
     assert segs is not None and len(segs) == parts
     # Every node in exactly one segment; only int8 hand-overs (and the model input) cross.
     assert sorted(n.name for m in segs for n in m.graph.node) == sorted(n.name for n in model.graph.node)
@@ -58,8 +58,8 @@ def test_a_model_with_no_cut_runs_whole(tmp_path):
     s = open_model(save(detector_model(), tmp_path / "det.onnx"), options=Options(calib=CalibConfig(count=2)))
     s.run_calibration()
     model = build_qdq_model(s).model
-    assert runtime.split_model(model, 2, lambda name: None) is None  # no known shapes: no hand-over
-    assert runtime.split_model(model, 1, _shape_of(s.graph)) is None
+    assert segments.split_model(model, 2, lambda name: None) is None  # no known shapes: no hand-over
+    assert segments.split_model(model, 1, _shape_of(s.graph)) is None
 
 
 def _fresh(s, calibration):
@@ -71,16 +71,16 @@ def _fresh(s, calibration):
 def test_big_check_runs_segments_and_says_so(conv_session, monkeypatch):
     small = measure_session(_fresh(conv_session, conv_session.calibration), cross_check=True)
     assert "segments" not in small.runtime
-    monkeypatch.setattr(runtime, "SPLIT_NODES", 10)
-    monkeypatch.setattr(runtime, "SEGMENT_NODES", 200)
+    monkeypatch.setattr(shipped, "SPLIT_NODES", 10)
+    monkeypatch.setattr(shipped, "SEGMENT_NODES", 200)
     made = []
-    real = runtime.split_model
+    real = segments.split_model
 
     def spy(*a, **k):
         made.append(real(*a, **k))
         return made[-1]
 
-    monkeypatch.setattr(runtime, "split_model", spy)
+    monkeypatch.setattr(shipped, "split_model", spy)
     big = measure_session(_fresh(conv_session, conv_session.calibration), cross_check=True)
     assert made and made[0] is not None and len(made[0]) > 1
     assert f"ran as {len(made[0])} segments" in big.runtime and "bit-identical" in big.runtime
