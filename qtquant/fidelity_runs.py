@@ -14,6 +14,7 @@ import weakref
 import numpy as np
 
 from .incremental import IncrementalRunner, moved_domains, run_session
+from .modelcheck import FLOAT_TYPES
 from .runtime import make_session
 from .shipped import (REFERENCE_OFF_TEXT, layout_passes_off, reference_level, segments_of, session_text,
                       shipped_session, split_parts)
@@ -41,11 +42,9 @@ _caches: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _float_outputs(graph):
-    import onnx
-
+    # elem_type 0: not typed in the file; the check compares it as float (onnxruntime says if not)
     return [o for o in graph.outputs if graph.tensors.get(o) is not None
-            and graph.tensors[o].elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
-                                               onnx.TensorProto.DOUBLE, 0)]
+            and (graph.tensors[o].elem_type in FLOAT_TYPES or graph.tensors[o].elem_type == 0)]
 
 
 def runtime_text(model=None, segments: int = 1) -> str:
