@@ -209,7 +209,15 @@ def gated_calibrate(monkeypatch, stop_at: int):
                 reached.set()
                 release.wait(20)
 
-        return real(graph, cfg, progress=prog, cancel=cancel, **kw)
+        def stop():
+            # Point 0 pauses at the first cancel poll, before any batch runs: without the pause
+            # a loaded machine could finish all four batches before the test's click lands.
+            if first and stop_at == 0 and not reached.is_set():
+                reached.set()
+                release.wait(20)
+            return cancel()
+
+        return real(graph, cfg, progress=prog, cancel=stop if cancel is not None else None, **kw)
 
     monkeypatch.setattr(ctl, "calibrate", cal)
     return reached, release, calls
@@ -252,14 +260,11 @@ def test_cancel_calibration_at_several_points(qtbot, make_win, model, monkeypatc
     w.open_model(model, calib=CalibConfig(count=4, holdout=0))
     stopped = []
     w.controller.calibrationFinished.connect(stopped.append)
-    if point == 0:
-        qtbot.waitUntil(lambda: bool(w.jobs.active("calibrate")), timeout=20000)
-        qtbot.mouseClick(w.progress.cancel_button, Qt.LeftButton)
-    else:
-        qtbot.waitUntil(reached.is_set, timeout=20000)
-        qtbot.waitUntil(w.progress.cancel_button.isVisible, timeout=5000)
-        qtbot.mouseClick(w.progress.cancel_button, Qt.LeftButton)
-        release.set()
+    qtbot.waitUntil(reached.is_set, timeout=20000)
+    assert w.jobs.active("calibrate")
+    qtbot.waitUntil(w.progress.cancel_button.isVisible, timeout=5000)
+    qtbot.mouseClick(w.progress.cancel_button, Qt.LeftButton)
+    release.set()
     qtbot.waitUntil(lambda: stopped == [False], timeout=20000)
     job = [j for j in w.jobs.history if j.kind == "calibrate"][-1]
     assert job.status == "cancelled"

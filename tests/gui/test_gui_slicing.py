@@ -132,7 +132,16 @@ def test_docks_keep_their_size_when_results_arrive(qtbot, win, tmp_path):
     """A dock growing with its content (a long summary line, a chart with more bars) re-lays
     out the window and repaints the whole canvas when calibration ends."""
     win.resize(1000, 650)
-    qtbot.wait(50)
+    # Under load the resize's layout may land late: wait until it has, so a late one is not
+    # mistaken for a dock growing with its content.
+    qtbot.waitUntil(lambda: win.size().toTuple() == (1000, 650), timeout=5000)
+    seen = []
+
+    def settled():
+        seen.append(win.view.viewport().size().toTuple())
+        return len(seen) > 2 and seen[-1] == seen[-2] == seen[-3]
+
+    qtbot.waitUntil(settled, timeout=5000)
     sizes = {}
     resizes = []
 
