@@ -174,8 +174,56 @@ def _slot_values(base_model, model) -> dict[str, onnx.TensorProto] | None:
     return out
 
 
-def _optimise(model: onnx.ModelProto) -> onnx.ModelProto:
-    """onnxruntime's optimised program of ``model`` at default options (what a user's session runs)."""
+SHARED_BYTES = 4096  # initializers up to this size used in several slots get one copy per slot
+
+
+def _unshared(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each small initializer used in several slots copied once per slot.
+
+    The exporter shares one zero-point initializer between every domain with that zero point,
+    and one scale between every tensor of a domain; an edit that moves one domain's zero point, or
+    splits a domain (an ungroup), gives those slots different values, which one initializer of
+    the kept program cannot hold.  Apart, every slot can take its own value (what ``program_for``
+    fills in).  The computation is the same: sharing an initializer changes no result."""
+    g = model.graph
+    small = {t.name: t for t in g.initializer if _nbytes(t) <= SHARED_BYTES}
+    uses: dict[str, int] = {}
+    for n in g.node:
+        for i in n.input:
+            if i in small:
+                uses[i] = uses.get(i, 0) + 1
+    shared = {n for n, k in uses.items() if k > 1}
+    if not shared:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    seen: dict[str, int] = {}
+    extra = []
+    for n in out.graph.node:
+        for j, i in enumerate(n.input):
+            if i in shared:
+                k = seen[i] = seen.get(i, 0) + 1
+                if k > 1:  # the first use keeps the name
+                    c = onnx.TensorProto()
+                    c.CopyFrom(small[i])
+                    c.name = n.input[j] = f"{i}__qtq_slot{k}"
+                    extra.append(c)
+    out.graph.initializer.extend(extra)
+    return out
+
+
+def _nbytes(t: onnx.TensorProto) -> int:
+    if t.raw_data:
+        return len(t.raw_data)
+    return int(np.prod(t.dims, dtype=np.int64)) * 8 if t.dims else 8
+
+
+def _optimise(model: onnx.ModelProto, keep_apart: bool = False) -> onnx.ModelProto:
+    """onnxruntime's optimised program of ``model`` at default options (what a user's session runs).
+
+    ``keep_apart``: without onnxruntime's ConstantSharing, which merges initializers of equal
+    value (the program then keeps one per slot of :func:`_unshared`; whether the kernels are the
+    default program's is checked in :attr:`_Program.reusable`)."""
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory(prefix="qtquant-ort-") as tmp:
@@ -185,7 +233,8 @@ def _optimise(model: onnx.ModelProto) -> onnx.ModelProto:
         so.optimized_model_filepath = path
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"],
+                                 **({"disabled_optimizers": ["ConstantSharing"]} if keep_apart else {}))
             return onnx.load(path)
         except Exception as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -216,10 +265,11 @@ class _Program:
     """onnxruntime's optimised program of one structure, and where an edit's values go in it."""
 
     def __init__(self, model: onnx.ModelProto, moved):
-        self.model = model  # the QDQ model it was optimised from (its values: the program's)
-        self.optimised = _optimise(model)
+        self.exported = model  # the QDQ model as the exporter builds it
+        self.model = _unshared(model)  # the same, one initializer per slot: the program's values
+        self.optimised = _optimise(self.model, keep_apart=True)
         self.inits = {t.name: t for t in self.optimised.graph.initializer}
-        self.values = {t.name: _value_key(t) for t in model.graph.initializer}
+        self.values = {t.name: _value_key(t) for t in self.model.graph.initializer}
         self._moved = moved  # () -> the same structure's model with every value moved
         self._reusable: bool | None = None
         self.itemsize: dict[str, int] = {}  # tensor -> bytes per element, once a run has shown it
@@ -232,12 +282,18 @@ class _Program:
         program is made, by optimising the model the exporter builds with every domain's range moved."""
         if self._reusable is None:
             pert = self._moved() if self._moved is not None else None
+            pert = _unshared(pert) if pert is not None else None
             if pert is None or _skeleton(pert) != _skeleton(self.model) or _slot_values(self.model, pert) is None:
                 self._reusable = False
                 return False
             slots = _slot_values(self.model, pert)
             moved = {n for n, t in slots.items() if _value_key(t) != self.values[n]}
-            other = _optimise(pert)
+            other = _optimise(pert, keep_apart=True)
+            # The kernels and wiring of a default session of the exported file (its initializers
+            # shared or not changes no result, see _unshared): otherwise this program is not what ships.
+            if _skeleton(_optimise(self.exported)) != _skeleton(self.optimised):
+                self._reusable = False
+                return False
             oi = {t.name: t for t in other.graph.initializer}
             # The same program, and every value of it either moved from the model (in place) or
             # the same as here (not derived from anything that moved).  The moved program may keep

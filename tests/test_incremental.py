@@ -250,7 +250,7 @@ def test_domains_with_equal_scales_are_kept_apart_so_an_edit_can_move_one(tmp_pa
     from onnx import TensorProto, helper
 
     from builders import conv_node
-    from qtquant.incremental import _Program
+    from qtquant.incremental import _optimise
 
     inits = []
     nodes = [conv_node(inits, "x", 3, 4, 3, "twin_a", gain=2.0, seed=5),
@@ -268,10 +268,27 @@ def test_domains_with_equal_scales_are_kept_apart_so_an_edit_can_move_one(tmp_pa
     assert s.domains.scale_of("twin_a_out") == s.domains.scale_of("twin_b_out")
     outs, feeds, runner, model, ref = _first_run(s)
     (p,) = runner._programs.values()
-    plain = {t.name for t in _Program(model, None).optimised.graph.initializer}  # merged
+    plain = {t.name for t in _optimise(model).graph.initializer}  # a default session's program: merged
     assert p.reusable and len({t.name for t in p.optimised.graph.initializer}) > len(plain)  # kept apart
     share(s, ["twin_a_out", "other_out"])
     s.groups_changed()
     model, ref = _fresh(s, outs, feeds)
     assert _equal(runner.run(model, outs, moved=_moved(s)), ref, outs)
     assert runner.last[0] == "optimised program"
+
+
+def test_an_edit_that_splits_a_domain_of_the_first_run_is_followed(yolo):
+    """The file holds one scale initializer per domain (and one zero point per value): when the
+    first run's model shares a domain that a later edit splits (an ungroup), the slots of that one
+    initializer take two values.  The program keeps one initializer per slot, so the split still
+    re-runs the program from where it changed, bit-identical to a fresh default session."""
+    head = _head(yolo.graph)
+    share(yolo, head)
+    yolo.groups_changed()
+    outs, feeds, runner, model, ref = _first_run(yolo)
+    unshare(yolo, yolo.groups.group_of(head[0]).id)
+    yolo.groups_changed()
+    model, ref = _fresh(yolo, outs, feeds)
+    assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+    how, ran, total = runner.last
+    assert how == "optimised program" and 0 < ran < total
