@@ -130,7 +130,10 @@ def run(model, shapes, calib, rounds: int, overlay: str):
             win.perf_summary.repaint()
             t_fid = time.perf_counter()
             key = state_key(s())
-            rows.append((label, (t_canvas - t0) * 1e3, (t_perf - t0) * 1e3, (t_fid - t0) * 1e3, key not in seen))
+            tr = dict(getattr(s().fidelity.value, "trace", {}))
+            if "submitted_at" in tr:
+                tr["edit"] = (tr.pop("submitted_at") - t0) * 1e3  # from the edit to the check's submission
+            rows.append((label, (t_canvas - t0) * 1e3, (t_perf - t0) * 1e3, (t_fid - t0) * 1e3, key not in seen, tr))
             seen.add(key)
             pump(app, lambda: not c.busy)
     session = s()
@@ -211,6 +214,30 @@ def new_states(session):
     return out
 
 
+# (column, trace keys): where an edit's fidelity time went, from the edit to the figure in the window
+_STEPS = (("edit", ("edit",)), ("queue", ("snapshot", "queued", "before_call")), ("ipc", ()),
+          ("build", ("build",)), ("prog", ("program",)), ("prep", ("prepare",)), ("sess", ("session",)),
+          ("run", ("run",)), ("figs", ("figures", "members")), ("rest", ()), ("deliv", ("delivered",)))
+
+
+def print_trace(rows):
+    """Per edit: ms of each step of its fidelity check (Fidelity.trace); ipc is the round trip to
+    the child process less the child's own time, rest the child's time outside the named steps,
+    and the last column what remains of the landing time (the GUI thread applying the result)."""
+    print(f"  where the fidelity time went (ms): {'edit':30s} " + " ".join(f"{c:>6s}" for c, _ in _STEPS)
+          + f" {'apply':>6s} {'landed':>7s}")
+    for label, _, _, f, new, tr in rows:
+        if not tr:
+            continue
+        vals = {c: sum(tr.get(k, 0.0) for k in keys) for c, keys in _STEPS}
+        total = tr.get("total", 0.0)
+        vals["ipc"] = tr.get("call", 0.0) - total
+        vals["rest"] = total - sum(vals[c] for c in ("build", "prog", "prep", "sess", "run", "figs"))
+        apply_ms = f - sum(vals.values())
+        print(f"  {'new' if new else 'revisit':>7s} {label[:30]:30s}                      "
+              + " ".join(f"{vals[c]:6.0f}" for c, _ in _STEPS) + f" {apply_ms:6.0f} {f:7.0f}")
+
+
 def stats(xs):
     xs = sorted(xs)
     return statistics.median(xs), xs[min(len(xs) - 1, int(round(0.9 * (len(xs) - 1))))], xs[-1]
@@ -245,12 +272,13 @@ def main() -> int:
         print(f"\noverlay {overlay!r} ({nodes} nodes): milliseconds from the edit to ...")
         print(f"{'edit':38s} {'state':>9s} {'canvas':>8s} {'summary':>8s} {'fidelity':>9s}")
         by = {}
-        for label, a, p, f, new in rows:
+        for label, a, p, f, new, _ in rows:
             by.setdefault(label, []).append((a, p, f, new))
         for label, vals in by.items():
             med = [statistics.median(v[i] for v in vals) for i in range(3)]
             state = "/".join(sorted({"new" if v[3] else "revisit" for v in vals}))
             print(f"{label:38s} {state:>9s} {med[0]:8.1f} {med[1]:8.1f} {med[2]:9.1f}")
+        print_trace(rows)
         for name, i in (("canvas", 1), ("summary", 2), ("fidelity", 3)):
             m, p90, mx = stats([r[i] for r in rows])
             print(f"  {name:9s} median {m:7.1f}  p90 {p90:7.1f}  max {mx:7.1f} ms  over {len(rows)} edits")

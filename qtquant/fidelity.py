@@ -40,13 +40,14 @@ re-run only from where they changed (the same outputs as a fresh default session
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
 from .errors import BadInputError
 from .fidelity_report import Fidelity, MemberFidelity, OutputFidelity
 from .fidelity_runs import (_caches, _Cache, _float_outputs, _prefetchable, _qdq_outputs_many, _run,
-                            runtime_text)
+                            runtime_text, trace)
 from .metrics import ErrorSums, cosine, signal_noise_db, sqnr_db
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
 from .quant import bits_lost, qparams_for_range
@@ -135,6 +136,8 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     AUTO (the default export), QUANTIZE (``--quantize-outputs``) or FLOAT (``--float-outputs``);
     neither given: the session's own ``options.output_mode``.
     """
+    t_start = time.perf_counter()
+    steps = trace(reset=True)
     if output_mode is None and quantize_outputs is None:
         output_mode = session.options.output_mode
     mode = output_mode_of(quantize_outputs, output_mode)
@@ -205,6 +208,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     before = got[0]
     after = before if same else got[1]
     ranges = getattr(cal, "ranges", None) or {}
+    t_fig = time.perf_counter()
     fid = Fidelity(outs, _run_figures(cache, ranges, after_dm, after, outs),
                    _run_figures(cache, ranges, before_dm, before, outs),
                    samples=len(feeds), in_sample=bool(getattr(cal, "in_sample", False)), revision=revision,
@@ -219,6 +223,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
             fid.findings += _kernel_findings(fid.after, _figures(ranges, after_dm, cache.slices, cache.float_out,
                                                                  fake, outs), outs)
 
+    t_mem = time.perf_counter()
     for gid, t in members:
         qa, qb = after_dm.qparams_of(t), before_dm.qparams_of(t)
         if qa is None or qb is None:
@@ -227,6 +232,9 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
         fid.members.append(MemberFidelity(
             t, gid, bits_lost(after_dm.member_range[t], (d.lo, d.hi), after_dm.scheme),
             _member_sqnr(cache, t, qb), _member_sqnr(cache, t, qa)))
+    end = time.perf_counter()
+    steps.update(figures=(t_mem - t_fig) * 1e3, members=(end - t_mem) * 1e3, total=(end - t_start) * 1e3)
+    fid.trace = dict(steps)
     return fid
 
 
@@ -236,13 +244,28 @@ def _member_sqnr(cache, t, qp) -> float:
     key = (t, qp)
     if key not in cache.member_sqnr:
         vals = np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in cache.tensors[t]])
-        # metrics.sqnr_db's sums, its signal kept per tensor (a share moves every member's scale)
-        ref = vals.astype(np.float64)
+        # metrics.sqnr_db's sums, its signal kept per tensor (a share moves every member's scale).
+        # The same values as fake_quant and float64 (ref - test)² would give, in fewer passes and
+        # temporaries: after a share every member of the group is measured again.
         if t not in cache.member_signal:
-            cache.member_signal[t] = float(np.sum(ref ** 2))
-        noise = float(np.sum((ref - fake_quant(vals, qp).astype(np.float64)) ** 2))
+            ref = vals.astype(np.float64)
+            cache.member_signal[t] = float(np.sum(np.square(ref, out=ref)))
+        diff = np.subtract(vals, _fake_quant_into(vals, qp), dtype=np.float64)
+        noise = float(np.sum(np.square(diff, out=diff)))
         cache.member_sqnr[key] = signal_noise_db(cache.member_signal[t], noise)
     return cache.member_sqnr[key]
+
+
+def _fake_quant_into(x: np.ndarray, qp) -> np.ndarray:
+    """:func:`fake_quant` of a float32 ``x`` in one new array, computed in place (same values)."""
+    s, zp = np.float32(qp.scale), np.float32(qp.zero_point)
+    q = np.divide(x, s)
+    np.rint(q, out=q)
+    q += zp
+    np.clip(q, qp.qmin, qp.qmax, out=q)
+    q -= zp
+    q *= s
+    return q
 
 
 def _run_figures(cache, ranges, dm, res, outs) -> dict[str, OutputFidelity]:

@@ -57,6 +57,9 @@ class Fidelity:
     runtime: str = ""
     findings: list[str] = field(default_factory=list)
     float_outputs: list[str] = field(default_factory=list)  # why outputs stayed float (auto mode)
+    # Where the check's time went, ms per step (benchmarks/gui_refresh.py prints it): not a figure,
+    # never in the report, and left out of equality.
+    trace: dict = field(default_factory=dict, compare=False, repr=False)
 
     # Headline figures per output: the worst slice's.  NaN where there is no signal.
     def _headlines(self, side: dict, attr: str) -> dict[str, float]:

@@ -9,6 +9,8 @@ undo or redo back to a measured state runs nothing).
 
 from __future__ import annotations
 
+import threading
+import time
 import weakref
 
 import numpy as np
@@ -19,7 +21,17 @@ from .runtime import make_session
 from .shipped import (REFERENCE_OFF_TEXT, layout_passes_off, reference_level, segments_of, session_text,
                       shipped_session, split_parts)
 
-__all__ = ["runtime_text", "KEEP_STATES", "PREFETCH_BYTES"]
+__all__ = ["runtime_text", "KEEP_STATES", "PREFETCH_BYTES", "trace"]
+
+_trace = threading.local()
+
+
+def trace(reset: bool = False) -> dict:
+    """This thread's ms per step of the check under way (Fidelity.trace): build, program,
+    prepare, session, run (the incremental runner's), figures, members, total."""
+    if reset or not hasattr(_trace, "d"):
+        _trace.d = {}
+    return _trace.d
 
 
 class _Cache:
@@ -127,6 +139,8 @@ def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, foll
         res.append(cache.runner.run(model, outs, cancel, session.graph.base_dir,
                                     moved=lambda dm=dm: qdq.build_qdq_model(session, moved_domains(dm),
                                                                             float_tensors=float_tensors).model))
+        for k, v in cache.runner.times.items():
+            trace()[k] = trace().get(k, 0.0) + v
     return res
 
 
@@ -163,7 +177,9 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
                 for key, dm, level in todo:
                     model = next((m for d, m in models if d is dm or d == dm), None)
                     if model is None:  # built here, while the float run goes on in onnxruntime
+                        t0 = time.perf_counter()
                         model = qdq.build_qdq_model(session, dm, float_tensors=float_tensors).model
+                        trace()["build"] = trace().get("build", 0.0) + (time.perf_counter() - t0) * 1e3
                         models.append((dm, model))
                 shipped = [(dm, next(m for d, m in models if d is dm or d == dm))
                            for _, dm, level in todo if level == "default"]

@@ -18,6 +18,7 @@ file is ever unpickled.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
@@ -130,6 +131,7 @@ class FidelityWorker:
         edited (the GUI thread), or a session no one edits meanwhile."""
         from .fidelity import output_mode_of
 
+        t0 = time.perf_counter()
         mode = output_mode_of(quantize_outputs, output_mode).value
         after, before = snapshot.domains, snapshot.baseline_domains
         graph, cal = snapshot.graph, snapshot.calibration
@@ -153,7 +155,11 @@ class FidelityWorker:
                 send_before = None
             else:
                 send_before = "same" if before is after else _parts(before)
+            t1 = time.perf_counter()
             res = self._child.call(("measure", snapshot.options, snapshot.groups, snapshot.revision,
                                     send_after, send_before, mode), cancel=cancel)
             self._sent = (after, before)
+            t2 = time.perf_counter()
+            # the parent's side: waiting for an earlier request and the model, then the round trip
+            res.trace.update(before_call=(t1 - t0) * 1e3, call=(t2 - t1) * 1e3)
             return res

@@ -210,9 +210,9 @@ def test_the_runner_keeps_only_one_byte_hand_overs_and_asks_for_nothing_else(yol
     asked = []
     real = inc.run_session
 
-    def spy(sess, names, feeds, cancel):
+    def spy(sess, names, feeds, cancel, **kw):
         asked.append({a.name: a.type for a in sess.get_outputs()})
-        return real(sess, names, feeds, cancel)
+        return real(sess, names, feeds, cancel, **kw)
 
     monkeypatch.setattr(inc, "run_session", spy)
     outs, feeds, runner, model, ref = _first_run(yolo)
@@ -292,3 +292,16 @@ def test_an_edit_that_splits_a_domain_of_the_first_run_is_followed(yolo):
     assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
     how, ran, total = runner.last
     assert how == "optimised program" and 0 < ran < total
+
+
+def test_a_check_says_where_its_time_went_outside_its_figures(yolo):
+    """Fidelity.trace: ms per step of the check (what benchmarks/gui_refresh.py breaks an edit's
+    refresh into), never part of the report, its JSON or its equality."""
+    measure_session(yolo, follow_edits=True)
+    share(yolo, _head(yolo.graph))
+    fid = measure_session(yolo, follow_edits=True)
+    assert {"build", "program", "prepare", "session", "run", "figures", "members", "total"} <= set(fid.trace)
+    assert all(v >= 0 for v in fid.trace.values())
+    assert "trace" not in json.dumps(fid.to_dict())
+    other = measure_session(yolo, follow_edits=True)  # answered from the cache: other times
+    assert other == fid and "build" not in other.trace

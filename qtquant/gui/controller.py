@@ -9,6 +9,7 @@ still current (model generation and session revision).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -394,11 +395,18 @@ class Controller(QObject):
         meas = fidelity_measure(self.fidelity_worker)
         if s is None or not s.ready or meas is None or s.calibration is None:
             return None
+        t0 = time.perf_counter()
         snap = s.snapshot()  # taken here: the worker thread must not read a session being edited
         self._fid_started = self._key()
+        t1 = time.perf_counter()
 
         def work(progress, cancelled):  # a newer edit cancels it (supersede) between samples
-            return meas(snap, cancel=cancelled)
+            t2 = time.perf_counter()
+            fid = meas(snap, cancel=cancelled)
+            # Where an edit's check spent its time before and after the check itself (Fidelity.trace)
+            fid.trace.update(snapshot=(t1 - t0) * 1e3, queued=(t2 - t1) * 1e3, submitted_at=t1,
+                             returned=time.perf_counter())
+            return fid
 
         return self.jobs.submit("fidelity", "fidelity", work, lambda r: self._fidelity_done(s, r, snap.revision),
                                 stale_key=self._key)
@@ -413,6 +421,9 @@ class Controller(QObject):
         self.perfFinished.emit()
 
     def _fidelity_done(self, session: Session, fid, rev) -> None:
+        returned = fid.trace.pop("returned", None)
+        if returned is not None:  # from the worker thread's return to the GUI thread
+            fid.trace["delivered"] = (time.perf_counter() - returned) * 1e3
         session.set_fidelity(fid, rev)
         self.fidelityFinished.emit()
 
