@@ -307,25 +307,30 @@ def test_float16_model(tmp_path, observer):
     assert res.stats["t"].max == pytest.approx(float(t.max()), abs=1e-3)
 
 
-def test_small_tensors_reduced_in_numpy_equal_graph_reductions(graph, tmp_path, monkeypatch):
-    """Tensors below REDUCE_MIN_SIZE get their min and max from numpy, not from ReduceMin/Max nodes
-    in the augmented model; both routes give the same statistics, and a mixed plan keeps the
-    onnxruntime vectors in step with the tensors that have them."""
+def test_augmented_model_only_adds_outputs_and_lanes_do_not_change_statistics(graph, tmp_path, monkeypatch):
+    """The augmented model is the model with the observed tensors as outputs (numpy takes min and
+    max).  Statistics are bit for bit the same with one lane or two, and whether small tensors of
+    one size are reduced together (update_rows) or one by one."""
     from qtquant.calib import augment as aug
+    from qtquant.calib import runner
 
+    names = [n for n in graph.observed_tensors if n != "x"]
+    m, plan = aug.augment(graph.model, names)
+    assert [n.name for n in m.graph.node] == [n.name for n in graph.model.graph.node]
+    assert plan.fetch == plan.tensors == tuple(names) and set(names) <= {o.name for o in m.graph.output}
     rng = np.random.default_rng(3)
-    np.save(tmp_path / "d.npy", rng.normal(0, 2, (4, 3, 4, 6)).astype(np.float32))
-    cfg = CalibConfig(source=str(tmp_path / "d.npy"), count=4, holdout=0, observer="percentile")
-    _, plan = aug.augment(graph.model, [n for n in graph.observed_tensors if n != "x"])
-    assert plan.reduced == () and len(plan.fetch) == len(plan.tensors)  # 72-value tensors: numpy
+    np.save(tmp_path / "d.npy", rng.normal(0, 2, (9, 3, 4, 6)).astype(np.float32))
     runs = {}
-    for limit in (aug.REDUCE_MIN_SIZE, 0, 100):  # numpy only, onnxruntime only, mixed (y has 144 values)
-        monkeypatch.setattr(aug, "REDUCE_MIN_SIZE", limit)
-        if limit == 100:
-            assert aug.augment(graph.model, ["m", "y", "r"])[1].reduced == ("y",)
-        runs[limit] = calibrate(graph, cfg).stats
-    for name, want in runs[0].items():
-        for limit in (aug.REDUCE_MIN_SIZE, 100):
-            got = runs[limit][name]
-            assert (got.min, got.max, got.count, got.samples) == (want.min, want.max, want.count, want.samples)
-            assert np.array_equal(got.hist, want.hist), name
+    for lanes, rows_min in ((1, 10**9), (2, 10**9), (2, 1), (1, 1)):  # (1, 1): every size batched
+        monkeypatch.setattr(runner, "LANES", lanes)
+        monkeypatch.setattr(runner, "ROWS_MIN", rows_min)
+        for observer in ("minmax", "percentile"):
+            cfg = CalibConfig(source=str(tmp_path / "d.npy"), count=9, holdout=0, observer=observer)
+            runs[lanes, rows_min, observer] = calibrate(graph, cfg).stats
+    for (lanes, rows_min, observer), stats in runs.items():
+        want = runs[1, 10**9, observer]
+        for name, w in want.items():
+            got = stats[name]
+            assert (got.min, got.max, got.count, got.samples, got.ma_min, got.ma_max, got.exp, got.lo) == \
+                (w.min, w.max, w.count, w.samples, w.ma_min, w.ma_max, w.exp, w.lo), (lanes, rows_min, name)
+            assert np.array_equal(got.hist, w.hist), (lanes, rows_min, name)

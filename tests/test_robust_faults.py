@@ -69,7 +69,7 @@ class _FlakySession:
 @pytest.mark.parametrize("exc", [RuntimeError("injected: CUDA? no, CPU out of luck\nsecond line"),
                                  MemoryError(), ValueError("")])
 def test_onnxruntime_raising_mid_calibration(tmp_path, monkeypatch, fail_at, exc):
-    import qtquant.calib.engine as engine
+    import qtquant.calib.runner as engine
 
     s = _session(tmp_path)
     good = s.run_calibration()
@@ -90,7 +90,8 @@ def test_onnxruntime_raising_mid_calibration(tmp_path, monkeypatch, fail_at, exc
     msg = str(ei.value)
     assert "\n" not in msg and msg.strip(), msg
     assert isinstance(ei.value, ModelError)
-    assert made and made[0].calls == fail_at
+    # The failing run is the last one started, bar the one another lane may have started meanwhile.
+    assert made and fail_at <= made[0].calls < fail_at + engine.LANES
     # The previous calibration stays; nothing was announced.
     assert s.calibration is good and s.revision == rev and "calibrated" not in events
     _no_new_threads(before)

@@ -15,25 +15,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import BadInputError, CalibrationDataError, Cancelled, ModelError
-from ..runtime import input_specs, make_session
-from .augment import augment
+from ..errors import BadInputError, Cancelled
+from ..runtime import input_specs
 from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAULT_PERCENTILE, DEFAULT_SCHEME,
                      LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, Observer, scheme_name)
 from .observers import abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
-from .stats import BINS, MINMAX_BINS, NonFiniteError, TensorStats, update_rows
+from .runner import KEEP_CHECK_BYTES, ChunkRunner, run_chunk
+from .stats import BINS, MINMAX_BINS, TensorStats
 
 __all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "CalibConfigError", "calibrate", "run_chunk",
            "ChunkRunner",
@@ -41,7 +38,6 @@ __all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "CalibConfigError"
            "DEFAULT_COUNT", "AUTO_HOLDOUT_MIN", "AUTO_HOLDOUT_FRACTION", "CHECK_CAP", "INT_TEXT", "KEEP_CHECK_BYTES"]
 
 AUTO_MINMAX_STRIDE = 8
-ROWS_MIN = 8  # tensors of one size reduced together from this many on (update_rows)
 DEFAULT_COUNT = DEFAULT_CALIB_COUNT
 # --holdout auto: a held-out check only pays when enough samples are left to calibrate on; below
 # this the check runs in-sample.  The 20% of 32 is 6 samples held out, 26 calibrated on.
@@ -51,10 +47,6 @@ AUTO_HOLDOUT_FRACTION = 0.2
 # thousands of samples, or a large --holdout, would otherwise hold every input tensor of the run
 # (32 inputs of 1x3x640x640 float32 are 157 MB).
 CHECK_CAP = 32
-# An in-sample calibration keeps the observed tensors' values of its check samples while they fit in
-# this many bytes (all samples): the fidelity check's float reference is then the calibration run's own
-# (20,000-node CNN, 4 samples: 164 MB, and a float session plus four runs fewer).
-KEEP_CHECK_BYTES = 256 << 20
 
 _HOLDOUT_HELP = "auto, a count of samples (0 = check in-sample) or a fraction between 0 and 1 such as 0.2"
 INT_TEXT = re.compile(r"[+-]?\d+")  # a count, as opposed to a fraction
@@ -366,131 +358,6 @@ def _check_feeds(source: Source, refs: list[SampleRef]) -> list[dict]:
     # Copies: a feed can be a view of a whole loaded .npz array or of a memory-mapped .npy, and
     # the check keeps its feeds for the life of the result.
     return [{k: np.array(v, copy=True) for k, v in feed.items()} for _, feed in source.feeds(source.load_order(refs))]
-
-
-class ChunkRunner:
-    """One onnxruntime session of the augmented model, reused for any number of chunks (a Ray
-    worker keeps one for its life).  Capturing the activations (this class) is kept apart from
-    reducing them (:meth:`TensorStats.update`)."""
-
-    def __init__(self, model, base_dir, names: list[str], input_names, *, threads: int = 0, stride: int = 1,
-                 bins: int = BINS):
-        self.names, self.stride, self.bins = list(names), stride, bins
-        self.inputs = [n for n in names if n in input_names]
-        run_names = [n for n in names if n not in input_names]
-        aug, self.plan = augment(model, run_names)
-        if not threads:
-            # Leave a core to the histogram thread when it has real work (stride 1).  And no spinning:
-            # busy-waiting pool threads starve the histogram thread (yolov8n, 2 cores, loaded machine:
-            # 42-47 ms per sample without spinning, 57-74 ms with).
-            threads = max(1, (os.cpu_count() or 2) - (1 if stride == 1 else 0))
-        # No arena: its fragmentation let peak RSS creep up with the number of batches (yolov8n:
-        # 271 MiB after 16 samples, 294 after 64; without it 262-263 whatever the count).
-        self.sess = make_session(aug, Path(base_dir) if base_dir else None, threads=threads, spinning=False,
-                                 arena=False)
-
-    def run(self, source: Source, refs: list[SampleRef], *, progress=None, cancel=None,
-            kept: dict | None = None) -> dict[str, TensorStats]:
-        return _run_refs(self, source, refs, progress, cancel, kept)
-
-
-def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[SampleRef], *,
-              progress=None, cancel=None, threads: int = 0, stride: int = 1,
-              bins: int = BINS, kept: dict | None = None) -> dict[str, TensorStats]:
-    """Run ``refs`` through the model and reduce them into statistics for ``names``.  ``kept``: a
-    dict whose keys are refs to keep the values of (see :func:`_run_refs`)."""
-    runner = ChunkRunner(model, base_dir, names, source.specs, threads=threads, stride=stride, bins=bins)
-    return runner.run(source, refs, progress=progress, cancel=cancel, kept=kept)
-
-
-def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel, kept=None) -> dict[str, TensorStats]:
-    """onnxruntime computes the min and max of every tensor in the graph (see :mod:`.augment`); the
-    histogram of batch k is built, and batch k+2 loaded, in a helper thread while onnxruntime
-    computes batch k+1 (both release the GIL for their heavy parts); at most two batches of
-    outputs are alive.
-
-    ``kept``: refs -> None on entry; each of those refs gets the values of every observed tensor
-    (name -> array, as fetched) while all of them fit in :data:`KEEP_CHECK_BYTES`, else ``kept``
-    is emptied.
-    """
-    sess, plan, inputs, stride = runner.sess, runner.plan, runner.inputs, runner.stride
-    stats = {n: TensorStats(bins=runner.bins) for n in runner.names}
-    total = len(refs)
-    at = {n: j for j, n in enumerate(plan.reduced)}  # the others are small: numpy takes their min and max
-    keep_bytes = [0]
-
-    def reduce(ref, box, feed):
-        # The outputs come in a list emptied here: the executor keeps its arguments until a moment
-        # after the result is set, and a third batch of outputs alive shows in peak RSS.
-        outs = box.pop()
-        n_run = len(plan.tensors)
-        mins, maxs = (outs[n_run], outs[n_run + 1]) if plan.reduced else ((), ())
-        work = [(n, outs[i], (mins[at[n]], maxs[at[n]], outs[i].size) if n in at else None)
-                for i, n in enumerate(plan.tensors)]
-        work += [(n, feed[n], None) for n in inputs]
-        if kept and ref in kept:  # the values themselves, not copies: nothing below writes into them
-            keep_bytes[0] += sum(v.nbytes for _, v, _ in work if isinstance(v, np.ndarray))
-            if keep_bytes[0] > KEEP_CHECK_BYTES:
-                kept.clear()
-            else:
-                kept[ref] = {n: v for n, v, _ in work}
-        # Small float32 tensors of one size are reduced together (update_rows: the same statistics,
-        # bit for bit, without one round of numpy calls per tensor); the others, and any row it
-        # leaves (zeros only, NaN), one by one.
-        by_size: dict[int, list] = {}
-        for item in work:
-            v = item[1]
-            if item[2] is None and isinstance(v, np.ndarray) and v.dtype == np.float32 and v.size:
-                by_size.setdefault(v.size, []).append(item)
-        batched = set()
-        for size, items in by_size.items():
-            if len(items) < ROWS_MIN:
-                continue
-            rows = np.stack([v.reshape(-1) for _, v, _ in items])
-            left = set(update_rows([stats[n] for n, _, _ in items], rows, stride))
-            batched.update(n for k, (n, _, _) in enumerate(items) if k not in left)
-        for n, values, reduced in work:
-            if n in batched:
-                continue
-            try:
-                stats[n].update(values, stride=stride, reduced=reduced)
-            except NonFiniteError:
-                raise CalibrationDataError(f"tensor {n!r} has NaN or Inf values on {ref.label()}") from None
-
-    done = 0
-    # One helper thread, FIFO: it reduces batch k-1 and loads batch k+1 while onnxruntime runs
-    # batch k.  Loading there too (not in a thread of its own) keeps allocations in one malloc
-    # arena: a separate loader thread made peak RSS jump around by some 30 MB.
-    with ThreadPoolExecutor(1, thread_name_prefix="qtquant-calib") as pool:
-        items = source.feeds(refs)
-        loading = pool.submit(next, items, None)
-        pending = None
-        while True:
-            item = loading.result()
-            if item is None:
-                break
-            loading = pool.submit(next, items, None)
-            ref, feed = item
-            if cancel is not None and cancel():
-                raise Cancelled("calibration cancelled")
-            try:
-                outs = sess.run(list(plan.fetch), feed) if plan.fetch else []
-            except Exception as e:  # onnxruntime raises its own types; report one line
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise ModelError(f"onnxruntime failed on {ref.label()}: {first[:300]}") from None
-            if pending is not None:
-                pending.result()
-                done += 1
-                if progress is not None:
-                    progress(done, total)
-            pending = pool.submit(reduce, ref, [outs], feed)
-            del outs
-        if pending is not None:
-            pending.result()
-            done += 1
-            if progress is not None:
-                progress(done, total)
-    return stats
 
 
 def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=None, *,

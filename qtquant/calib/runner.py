@@ -1,0 +1,233 @@
+"""Running the calibration samples through onnxruntime and reducing each into statistics.
+
+Two *lanes* (threads) share one onnxruntime session.  Each takes the next sample, loads it, runs
+it, and reduces the outputs into the statistics when its turn comes: samples are reduced strictly
+in order, so the moving-average states (the only order-dependent part of
+:class:`~qtquant.calib.stats.TensorStats`) come out bit for bit as in one thread.  onnxruntime's
+``Run`` is thread-safe and releases the GIL, Pillow's decoding and numpy's big loops release it
+too, so while one lane reduces sample k the other runs sample k+1, and both cores stay busy without
+onnxruntime's intra-op threads waiting on each other op by op.  At most one sample's outputs per
+lane are alive.
+
+The session keeps the intra-op thread count a one-lane run had (all CPUs, one less when the
+histogram takes every value): onnxruntime splits some kernels by that count, and another split
+rounds a few activations differently (yolov8n_320: two 10x10 convolutions of the head).  A lane
+whose partner is busy does its shares itself, so the results do not depend on who ran them.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CalibrationDataError, Cancelled, ModelError
+from ..runtime import make_session
+from .augment import augment
+from .sources import SampleRef, Source
+from .stats import BINS, NonFiniteError, TensorStats, update_rows
+
+__all__ = ["ChunkRunner", "run_chunk", "LANES", "ROWS_MIN", "ROWS_MAX_SIZE", "KEEP_CHECK_BYTES"]
+
+LANES = 2  # samples in flight: one reduced while the other runs
+ROWS_MIN = 8  # tensors of one size reduced together from this many on (update_rows)
+ROWS_MAX_SIZE = 4096  # ... when smaller than this (bigger ones pay numpy's per-call cost back)
+# An in-sample calibration keeps the observed tensors' values of its check samples while they fit in
+# this many bytes (all samples): the fidelity check's float reference is then the calibration run's own
+# (20,000-node CNN, 4 samples: 164 MB, and a float session plus four runs fewer).
+KEEP_CHECK_BYTES = 256 << 20
+
+
+class ChunkRunner:
+    """One onnxruntime session of the augmented model, reused for any number of chunks (a Ray
+    worker keeps one for its life).  Capturing the activations (this class) is kept apart from
+    reducing them (:meth:`TensorStats.update`)."""
+
+    def __init__(self, model, base_dir, names: list[str], input_names, *, threads: int = 0, stride: int = 1,
+                 bins: int = BINS):
+        self.names, self.stride, self.bins = list(names), stride, bins
+        self.inputs = [n for n in names if n in input_names]
+        run_names = [n for n in names if n not in input_names]
+        aug, self.plan = augment(model, run_names)
+        if not threads:
+            # Leave a core to the histogram when it has real work (stride 1).  And no spinning:
+            # busy-waiting pool threads starve the lane that reduces.
+            threads = max(1, (os.cpu_count() or 2) - (1 if stride == 1 else 0))
+        # No arena: its fragmentation let peak RSS creep up with the number of batches (yolov8n:
+        # 271 MiB after 16 samples, 294 after 64; without it 262-263 whatever the count).
+        self.sess = make_session(aug, Path(base_dir) if base_dir else None, threads=threads, spinning=False,
+                                 arena=False)
+
+    def run(self, source: Source, refs: list[SampleRef], *, progress=None, cancel=None,
+            kept: dict | None = None) -> dict[str, TensorStats]:
+        return _run_refs(self, source, refs, progress, cancel, kept)
+
+
+def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[SampleRef], *,
+              progress=None, cancel=None, threads: int = 0, stride: int = 1,
+              bins: int = BINS, kept: dict | None = None) -> dict[str, TensorStats]:
+    """Run ``refs`` through the model and reduce them into statistics for ``names``.  ``kept``: a
+    dict whose keys are refs to keep the values of (see :func:`_run_refs`)."""
+    runner = ChunkRunner(model, base_dir, names, source.specs, threads=threads, stride=stride, bins=bins)
+    return runner.run(source, refs, progress=progress, cancel=cancel, kept=kept)
+
+
+def _one_line(e: Exception) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:300]
+
+
+class _Reducer:
+    """Folds one sample's outputs into the statistics (called in sample order)."""
+
+    def __init__(self, runner: ChunkRunner, kept: dict | None):
+        self.plan, self.inputs, self.stride = runner.plan, runner.inputs, runner.stride
+        self.stats = {n: TensorStats(bins=runner.bins) for n in runner.names}
+        self.kept, self.keep_bytes = kept, 0
+
+    def __call__(self, ref: SampleRef, outs: list, feed: dict) -> None:
+        stats = self.stats
+        work = [*zip(self.plan.tensors, outs), *((n, feed[n]) for n in self.inputs)]
+        kept = self.kept
+        if kept and ref in kept:  # the values themselves, not copies: nothing below writes into them
+            self.keep_bytes += sum(v.nbytes for _, v in work if isinstance(v, np.ndarray))
+            if self.keep_bytes > KEEP_CHECK_BYTES:
+                kept.clear()
+            else:
+                kept[ref] = dict(work)
+        # Small float32 tensors of one size are reduced together (update_rows: the same statistics,
+        # bit for bit, without one round of numpy calls per tensor); the others, and any row it
+        # leaves (zeros only, NaN), one by one.
+        by_size: dict[int, list] = {}
+        for item in work:
+            v = item[1]
+            if isinstance(v, np.ndarray) and v.dtype == np.float32 and 0 < v.size < ROWS_MAX_SIZE:
+                by_size.setdefault(v.size, []).append(item)
+        batched = set()
+        for items in by_size.values():
+            if len(items) < ROWS_MIN:
+                continue
+            rows = np.stack([v.reshape(-1) for _, v in items])
+            left = set(update_rows([stats[n] for n, _ in items], rows, self.stride))
+            batched.update(n for k, (n, _) in enumerate(items) if k not in left)
+        for n, values in work:
+            if n in batched:
+                continue
+            try:
+                stats[n].update(values, stride=self.stride)
+            except NonFiniteError:
+                raise CalibrationDataError(f"tensor {n!r} has NaN or Inf values on {ref.label()}") from None
+
+
+class _Lanes:
+    """The lanes' shared state: the sample iterator, whose turn it is to reduce, the first failure."""
+
+    def __init__(self, runner: ChunkRunner, source: Source, refs, reducer: "_Reducer"):
+        self.runner, self.reduce = runner, reducer
+        self.items = source.feeds(refs)
+        self.take = threading.Lock()  # the iterator (loading happens under it, in sample order)
+        self.turn = threading.Condition()
+        self.taken = 0  # samples handed to lanes
+        self.folded = 0  # samples reduced, in order
+        self.stop_at = len(refs)  # no sample from here on is reduced (a failure, a cancel)
+        self.error: tuple[int, BaseException] | None = None  # (sample, what it raised): the earliest
+        self.done: queue.SimpleQueue = queue.SimpleQueue()  # a token per reduced sample, then None per lane
+
+    def fail(self, k: int, e: BaseException) -> None:
+        with self.turn:
+            if self.error is None or k < self.error[0]:
+                self.error = (k, e)
+            self.stop_at = min(self.stop_at, k)
+            self.turn.notify_all()
+
+    def stop(self) -> None:
+        """Nothing more is reduced (a lane reducing now finishes that sample)."""
+        with self.turn:
+            self.stop_at = -1
+            self.turn.notify_all()
+
+    def lane(self) -> None:
+        try:
+            while self._one():
+                pass
+        finally:
+            self.done.put(None)
+
+    def _one(self) -> bool:
+        """Load, run and reduce the next sample; False when there is none left (or a stop)."""
+        with self.take:
+            k = self.taken
+            if k >= self.stop_at:
+                return False
+            try:
+                item = next(self.items, None)
+            except BaseException as e:  # noqa: BLE001 - a bad sample: reported as the sample's error
+                self.fail(k, e)
+                return False
+            if item is None:
+                return False
+            self.taken += 1
+        ref, feed = item
+        plan = self.runner.plan
+        try:
+            outs = self.runner.sess.run(list(plan.fetch), feed) if plan.fetch else []
+        except Exception as e:  # onnxruntime raises its own types; report one line
+            self.fail(k, ModelError(f"onnxruntime failed on {ref.label()}: {_one_line(e)}"))
+            return False
+        with self.turn:
+            while self.folded != k and k < self.stop_at:
+                self.turn.wait()
+            if k >= self.stop_at:
+                return False
+        try:
+            self.reduce(ref, outs, feed)
+        except BaseException as e:  # noqa: BLE001 - handed to the calling thread
+            self.fail(k, e)
+            return False
+        del outs, feed
+        with self.turn:
+            self.folded += 1
+            self.turn.notify_all()
+        self.done.put(k)
+        return True
+
+
+def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel, kept=None) -> dict[str, TensorStats]:
+    """Statistics of ``refs``, run and reduced on :data:`LANES` lanes; ``progress`` and ``cancel``
+    are called from this thread, between samples.
+
+    ``kept``: refs -> None on entry; each of those refs gets the values of every observed tensor
+    (name -> array, as fetched) while all of them fit in :data:`KEEP_CHECK_BYTES`,
+    else ``kept`` is emptied.
+    """
+    reducer = _Reducer(runner, kept)
+    total = len(refs)
+    if cancel is not None and cancel():
+        raise Cancelled("calibration cancelled")
+    state = _Lanes(runner, source, refs, reducer)
+    lanes = [threading.Thread(target=state.lane, name=f"qtquant-calib-lane-{i}", daemon=True)
+             for i in range(min(LANES, max(total, 1)))]
+    for t in lanes:
+        t.start()
+    done, running = 0, len(lanes)
+    try:
+        while running:
+            token = state.done.get()
+            if token is None:
+                running -= 1
+                continue
+            done += 1
+            if progress is not None:
+                progress(done, total)
+            if done < total and cancel is not None and cancel():
+                raise Cancelled("calibration cancelled")
+    finally:
+        state.stop()
+        for t in lanes:
+            t.join()
+    if state.error is not None:
+        raise state.error[1]
+    return reducer.stats
