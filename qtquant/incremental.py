@@ -296,13 +296,25 @@ class _Program:
     def __init__(self, model: onnx.ModelProto, moved):
         self.exported = model  # the QDQ model as the exporter builds it
         self.model = _unshared(model)  # the same, one initializer per slot: the program's values
+        self._reusable: bool | None = None
+        # A new structure needs three optimisations: this program, a default session's (whose
+        # kernels this one must have) and the moved model's (the reuse check).  onnxruntime
+        # optimises a graph on one thread and releases the GIL meanwhile, so the other two run on
+        # the sample pool's threads while this thread builds the moved model and optimises the
+        # program (int16 on yolov8n_320, a new structure: ~3 optimisations' time before).
+        pool = _sample_pool(2)
+        self._default = self._pert = None
+        if moved is not None:  # () -> the model with every value moved; without it, never reused
+            self._default = pool.submit(_optimise, model)
+            pert = moved()
+            if pert is not None:
+                pert = _unshared(pert)
+                self._pert = (pert, pool.submit(_optimise, pert, True))
         self.optimised = _optimise(self.model, keep_apart=True)
         self.inits = {t.name: t for t in self.optimised.graph.initializer}
         self.values = {t.name: _value_key(t) for t in self.model.graph.initializer}
-        self._moved = moved  # () -> the same structure's model with every value moved
-        self._reusable: bool | None = None
         self.itemsize: dict[str, int] = {}  # tensor -> bytes per element, once a run has shown it
-        self._fp = self._prod = None
+        self._fp = self._prod = self._slots = None
 
     @property
     def reusable(self) -> bool:
@@ -310,17 +322,17 @@ class _Program:
         initializer of the program derived from a value that moves): checked once, when the
         program is made, by optimising the model the exporter builds with every domain's range moved."""
         if self._reusable is None:
-            pert = self._moved() if self._moved is not None else None
-            pert = _unshared(pert) if pert is not None else None
+            (pert, pending), self._pert = self._pert or (None, None), None
+            default, self._default = self._default, None
             if pert is None or _skeleton(pert) != _skeleton(self.model) or _slot_values(self.model, pert) is None:
                 self._reusable = False
                 return False
             slots = _slot_values(self.model, pert)
             moved = {n for n, t in slots.items() if _value_key(t) != self.values[n]}
-            other = _optimise(pert, keep_apart=True)
+            other = pending.result()
             # The kernels and wiring of a default session of the exported file (its initializers
             # shared or not changes no result, see _unshared): otherwise this program is not what ships.
-            if _skeleton(_optimise(self.exported)) != _skeleton(self.optimised):
+            if _skeleton(default.result()) != _skeleton(self.optimised):
                 self._reusable = False
                 return False
             oi = {t.name: t for t in other.graph.initializer}
@@ -356,10 +368,9 @@ class _Program:
         """The optimised program of ``model`` (same structure) as the values that differ from
         :attr:`optimised`'s (program initializer name -> tensor of that name), or None if it
         cannot be had here."""
-        slots = _slot_values(self.model, model)
-        if slots is None:
+        changed = self._changed(model)
+        if changed is None:
             return None
-        changed = {n: t for n, t in slots.items() if _value_key(t) != self.values[n]}
         if not changed:
             return {}
         if not self.reusable or any(n not in self.inits for n in changed):
@@ -370,6 +381,35 @@ class _Program:
             c.CopyFrom(t)
             c.name = name
             out[name] = c
+        return out
+
+    def _changed(self, model) -> dict[str, onnx.TensorProto] | None:
+        """:func:`_slot_values` of ``model`` (same structure) where the value differs from the
+        program's, or None when one program initializer would need two values.  The slots are
+        listed once per program and each of ``model``'s initializers keyed once (it fills several
+        slots): this runs at every edit."""
+        if self._slots is None:
+            bi = {t.name for t in self.model.graph.initializer}
+            self._slots = [(k, j, name) for k, n in enumerate(self.model.graph.node)
+                           for j, name in enumerate(n.input) if name in bi]
+        mi = {t.name: t for t in model.graph.initializer}
+        inputs = [n.input for n in model.graph.node]
+        keys: dict[str, bytes] = {}
+        took: dict[str, str] = {}  # program initializer -> model initializer in its first slot
+        out = {}
+        try:
+            for k, j, a in self._slots:
+                b = inputs[k][j]
+                first = took.setdefault(a, b)
+                kb = keys.get(b)
+                if kb is None:
+                    kb = keys[b] = _value_key(mi[b])
+                if first != b and keys[first] != kb:
+                    return None  # (a shared initializer above SHARED_BYTES)
+                if kb != self.values[a]:
+                    out[a] = mi[b]
+        except (IndexError, KeyError):
+            return None  # not the same structure after all
         return out
 
     @property
