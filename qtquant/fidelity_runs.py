@@ -15,6 +15,7 @@ import weakref
 
 import numpy as np
 
+from .calib.keep import VALUES_BUDGET, keep_order, within_budget
 from .incremental import IncrementalRunner, moved_domains, run_session
 from .modelcheck import FLOAT_TYPES
 from .runtime import make_session
@@ -247,12 +248,13 @@ def _qdq_outputs(session, dm, cache, outs, feeds, cancel, float_tensors, level="
     return _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, [(dm, level)])[0][0]
 
 
-PREFETCH_BYTES = 256 << 20
+PREFETCH_BYTES = VALUES_BUDGET  # one budget with calibration's kept check values
 
 
 def _prefetchable(graph, samples: int) -> list[str]:
     """The activations the first float run fetches for later edits' group members, within
-    PREFETCH_BYTES: a Concat's inputs and output first (what shares join), then the rest in graph
+    PREFETCH_BYTES, by the rule calibration keeps its check values by (:mod:`qtquant.calib.keep`):
+    the outputs and a Concat's inputs and output first (what shares join), then the rest in graph
     order while they fit.  (All or nothing made a model whose activations pass the budget pay a
     float run of its own at every edit that brought a new member: yolov8n_320 ~300 ms.)"""
     sizes = {}
@@ -261,10 +263,4 @@ def _prefetchable(graph, samples: int) -> list[str]:
         if not shape or any(d is None for d in shape):
             return []  # unknown sizes: fetch members on demand instead
         sizes[t] = int(np.prod(shape, dtype=np.int64)) * 4 * samples
-    first = [t for n in graph.nodes_of("Concat") for t in (*n.inputs, *n.outputs) if t in sizes]
-    names, total = [], 0
-    for t in dict.fromkeys(first + list(sizes)):
-        if total + sizes[t] <= PREFETCH_BYTES:
-            names.append(t)
-            total += sizes[t]
-    return names
+    return within_budget(keep_order(graph, list(sizes)), sizes.__getitem__, PREFETCH_BYTES)

@@ -119,3 +119,40 @@ def test_held_out_check_keeps_no_values(tmp_path):
     s2 = open_model(s.graph.path, options=Options(calib=CalibConfig(count=3)))
     assert s2.run_calibration().check_values == []  # only kept when asked (they live as long as the result)
     assert s2.run_calibration(keep_check_values=True).check_values
+
+
+def test_kept_values_past_the_budget_keep_outputs_and_concat_tensors_first(conv_session, monkeypatch):
+    """Past the budget calibration keeps the inputs, then (calib.keep's rule, shared with the fidelity
+    prefetch) the outputs and Concat tensors, then the rest while they fit, instead of nothing; the
+    check still takes no float run, with the same figures."""
+    from qtquant.calib import runner
+    from qtquant.calib.keep import keep_order
+
+    graph = conv_session.graph
+    full = conv_session.calibration.check_values  # everything fits the real budget
+    concat = {t for n in graph.nodes_of("Concat") for t in (*n.inputs, *n.outputs)} & set(graph.observed_tensors)
+    first = {*graph.inputs, *graph.outputs, *concat}
+    nbytes = lambda names: sum(d[t].nbytes for d in full for t in names)  # noqa: E731
+    budget = nbytes(first) + nbytes(set(full[0]) - first) // 3
+    monkeypatch.setattr(runner, "KEEP_CHECK_BYTES", budget)
+    cal = _fresh(conv_session, None).run_calibration(keep_check_values=True)
+    kept = cal.check_values
+    assert len(kept) == len(cal.holdout) and all(d.keys() == kept[0].keys() for d in kept)
+    assert nbytes(kept[0]) <= budget
+    order = [t for t in keep_order(graph, graph.observed_tensors) if t not in graph.inputs]
+    got = [t for t in kept[0] if t not in graph.inputs]
+    assert set(graph.inputs) <= set(kept[0]) and concat and first - set(graph.inputs) <= set(got)
+    assert len(got) < len(order)
+    assert got == [t for t in order if t in got]  # in the rule's order
+    runs = []
+    real = runtime.make_session
+
+    def spy(model, *a, **k):
+        runs.append(k.get("level", "basic"))
+        return real(model, *a, **k)
+
+    monkeypatch.setattr("qtquant.fidelity_runs.make_session", spy)
+    with_kept = measure_session(_fresh(conv_session, cal))
+    assert "basic" not in runs
+    without = measure_session(_fresh(conv_session, dataclasses.replace(cal, check_values=[])))
+    assert with_kept.to_dict() == without.to_dict()

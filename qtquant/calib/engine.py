@@ -29,6 +29,7 @@ from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAUL
                      LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, Observer, scheme_name)
 from .observers import abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
+from .keep import keep_order
 from .runner import KEEP_CHECK_BYTES, ChunkRunner, run_chunk
 from .stats import BINS, MINMAX_BINS, TensorStats
 
@@ -200,9 +201,10 @@ class CalibrationResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     in_sample: bool = False  # the check feeds are calibration samples, not held-out ones
-    # Per check feed (``holdout`` order), the float values of every observed tensor as the
-    # calibration run computed them: an in-sample check's float reference without a second float
-    # run (see :data:`KEEP_CHECK_BYTES`).  Empty when not kept (held-out checks, child processes).
+    # Per check feed (``holdout`` order), the float values of the model inputs and of the observed
+    # tensors that fit (the outputs and Concat tensors first, see :mod:`.keep`) as the calibration
+    # run computed them: an in-sample check's float reference without a second float run (see
+    # :data:`KEEP_CHECK_BYTES`).  Empty when not kept (held-out checks, child processes).
     check_values: list = field(default_factory=list, repr=False)
 
     @property
@@ -397,10 +399,12 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
         # An in-sample check runs on calibration samples: keep their values for its float reference.
         kept = dict.fromkeys(split.check) if split.in_sample and keep_check_values else None
         stats = run_chunk(graph.model, graph.base_dir, names, source, calib_refs, progress=progress, cancel=cancel,
-                          stride=config.stride, bins=config.bins, kept=kept)
+                          stride=config.stride, bins=config.bins, kept=kept,
+                          keep_order=keep_order(graph, names) if kept else None)
         order = source.load_order(split.check)  # the order of the check feeds
         if kept and all(kept.get(r) is not None for r in order) and all(
-                np.array_equal(kept[r][n], v) for r, feed in zip(order, check) for n, v in feed.items()):
+                n in kept[r] and np.array_equal(kept[r][n], v) for r, feed in zip(order, check)
+                for n, v in feed.items()):
             check_values = [kept[r] for r in order]  # (the same inputs as the check's feeds: checked)
     return CalibrationResult(stats, compute_ranges(stats, config), config, check, len(calib_refs),
                              time.perf_counter() - t0, split.notes, split.in_sample, check_values)

@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import CalibrationDataError, Cancelled, ModelError
 from ..runtime import make_session
 from .augment import augment
+from .keep import VALUES_BUDGET, within_budget
 from .sources import SampleRef, Source
 from .stats import BINS, NonFiniteError, TensorStats, update_rows
 
@@ -35,10 +36,10 @@ __all__ = ["ChunkRunner", "run_chunk", "LANES", "ROWS_MIN", "ROWS_MAX_SIZE", "KE
 LANES = 2  # samples in flight: one reduced while the other runs
 ROWS_MIN = 8  # tensors of one size reduced together from this many on (update_rows)
 ROWS_MAX_SIZE = 4096  # ... when smaller than this (bigger ones pay numpy's per-call cost back)
-# An in-sample calibration keeps the observed tensors' values of its check samples while they fit in
-# this many bytes (all samples): the fidelity check's float reference is then the calibration run's own
-# (20,000-node CNN, 4 samples: 164 MB, and a float session plus four runs fewer).
-KEEP_CHECK_BYTES = 256 << 20
+# An in-sample calibration keeps the observed tensors' values of its check samples within this many
+# bytes (all samples), by calib.keep's rule: the fidelity check's float reference is then the
+# calibration run's own (20,000-node CNN, 4 samples: 164 MB, and a float session plus four runs fewer).
+KEEP_CHECK_BYTES = VALUES_BUDGET
 
 
 class ChunkRunner:
@@ -62,17 +63,18 @@ class ChunkRunner:
                                  arena=False)
 
     def run(self, source: Source, refs: list[SampleRef], *, progress=None, cancel=None,
-            kept: dict | None = None) -> dict[str, TensorStats]:
-        return _run_refs(self, source, refs, progress, cancel, kept)
+            kept: dict | None = None, keep_order=None) -> dict[str, TensorStats]:
+        return _run_refs(self, source, refs, progress, cancel, kept, keep_order)
 
 
 def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[SampleRef], *,
               progress=None, cancel=None, threads: int = 0, stride: int = 1,
-              bins: int = BINS, kept: dict | None = None) -> dict[str, TensorStats]:
+              bins: int = BINS, kept: dict | None = None, keep_order=None) -> dict[str, TensorStats]:
     """Run ``refs`` through the model and reduce them into statistics for ``names``.  ``kept``: a
-    dict whose keys are refs to keep the values of (see :func:`_run_refs`)."""
+    dict whose keys are refs to keep the values of, ``keep_order`` the tensors in the order they are
+    kept by (see :func:`_run_refs`)."""
     runner = ChunkRunner(model, base_dir, names, source.specs, threads=threads, stride=stride, bins=bins)
-    return runner.run(source, refs, progress=progress, cancel=cancel, kept=kept)
+    return runner.run(source, refs, progress=progress, cancel=cancel, kept=kept, keep_order=keep_order)
 
 
 def _one_line(e: Exception) -> str:
@@ -83,21 +85,32 @@ def _one_line(e: Exception) -> str:
 class _Reducer:
     """Folds one sample's outputs into the statistics (called in sample order)."""
 
-    def __init__(self, runner: ChunkRunner, kept: dict | None):
+    def __init__(self, runner: ChunkRunner, kept: dict | None, keep_order=None):
         self.plan, self.inputs, self.stride = runner.plan, runner.inputs, runner.stride
         self.stats = {n: TensorStats(bins=runner.bins) for n in runner.names}
-        self.kept, self.keep_bytes = kept, 0
+        self.kept, self.keep_order, self.keep_bytes = kept, keep_order, 0
+        self.keep_names: list[str] | None = None  # chosen on the first check sample, the same for all
+
+    def _keep(self, ref: SampleRef, work: list) -> None:
+        """Keep the inputs and, by :func:`~qtquant.calib.keep.within_budget`, what fits of the rest."""
+        values = dict(work)
+        if self.keep_names is None:
+            n = len(self.kept)  # the check samples
+            size = {t: v.nbytes * n for t, v in work if isinstance(v, np.ndarray)}
+            inputs = sum(size[i] for i in self.inputs)  # kept first: they tell the samples apart
+            order = [t for t in (self.keep_order or self.plan.tensors) if t in size and t not in self.inputs]
+            self.keep_names = [*self.inputs, *within_budget(order, size.__getitem__, KEEP_CHECK_BYTES - inputs)]
+        # The values themselves, not copies: nothing writes into them.
+        self.kept[ref] = {t: values[t] for t in self.keep_names if t in values}
+        self.keep_bytes += sum(v.nbytes for v in self.kept[ref].values())
+        if self.keep_bytes > KEEP_CHECK_BYTES:  # a sample bigger than the first (data-dependent shapes)
+            self.kept.clear()
 
     def __call__(self, ref: SampleRef, outs: list, feed: dict) -> None:
         stats = self.stats
         work = [*zip(self.plan.tensors, outs), *((n, feed[n]) for n in self.inputs)]
-        kept = self.kept
-        if kept and ref in kept:  # the values themselves, not copies: nothing below writes into them
-            self.keep_bytes += sum(v.nbytes for _, v in work if isinstance(v, np.ndarray))
-            if self.keep_bytes > KEEP_CHECK_BYTES:
-                kept.clear()
-            else:
-                kept[ref] = dict(work)
+        if self.kept and ref in self.kept:
+            self._keep(ref, work)
         # Small float32 tensors of one size are reduced together (update_rows: the same statistics,
         # bit for bit, without one round of numpy calls per tensor); the others, and any row it
         # leaves (zeros only, NaN), one by one.
@@ -195,15 +208,18 @@ class _Lanes:
         return True
 
 
-def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel, kept=None) -> dict[str, TensorStats]:
+def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel, kept=None,
+              keep_order=None) -> dict[str, TensorStats]:
     """Statistics of ``refs``, run and reduced on :data:`LANES` lanes; ``progress`` and ``cancel``
     are called from this thread, between samples.
 
-    ``kept``: refs -> None on entry; each of those refs gets the values of every observed tensor
-    (name -> array, as fetched) while all of them fit in :data:`KEEP_CHECK_BYTES`,
-    else ``kept`` is emptied.
+    ``kept``: refs -> None on entry; each of those refs gets the values of the model inputs and of
+    the observed tensors that fit in :data:`KEEP_CHECK_BYTES` over all of them, taken in
+    ``keep_order`` (:func:`~qtquant.calib.keep.keep_order`; default: the fetch order) by
+    :func:`~qtquant.calib.keep.within_budget` (name -> array, as fetched).  ``kept`` is emptied
+    when the inputs alone do not fit.
     """
-    reducer = _Reducer(runner, kept)
+    reducer = _Reducer(runner, kept, keep_order)
     total = len(refs)
     if cancel is not None and cancel():
         raise Cancelled("calibration cancelled")
