@@ -9,7 +9,17 @@ policy selector runs.  For every edit it records
   hulls, badges and docks on the GUI thread before it returns, plus one synchronous repaint;
 * **summary**: until the background simulator's result for the new revision is applied
   (latency, FPS, rescales, per-group savings; debounce included) and repainted;
-* **fidelity**: until the SQNR per output for the new revision is in the summary.
+* **fidelity**: until the SQNR per output for the new revision is in the summary.  There is one
+  figure per edit, the exact one: the exported program as onnxruntime runs it (no estimate first).
+
+Where the fidelity time went, per edit (``Fidelity.trace``, ms): *edit* from the edit to the check's
+submission, *queue* the snapshot, the job queue and the worker's lock, *ipc* the round trip to the
+child process less the child's own time, then the child's steps -- *build* the QDQ model the
+exporter writes, *prog* finding the kept program and the edit's values in it (a new structure:
+its optimisations, under *rest*), *prep* fingerprints and the part to re-run, *sess* its
+onnxruntime session, *run* the samples, *figs* the figures and the group members' SQNR still
+running when the runs end -- *deliv* the result's way to the GUI thread, and *apply* what remains
+(the GUI applying it; for a revisited state, waiting for the summary, which this script reads first).
 
 Reference in the same run: what a non-incremental refresh costs (a Concat analysis plus a
 cold full simulation, i.e. a fresh ``Simulator``), and a cold fidelity check (no cached

@@ -37,6 +37,8 @@ import onnx
 from onnx import helper
 
 from .errors import Cancelled, ModelError
+from .fingerprints import Fingerprinter, fingerprints
+from .fingerprints import value_key as _value_key
 from .runtime import make_session
 from .shipped import layout_passes_off
 
@@ -88,68 +90,6 @@ def sample_threads() -> int:
     """Samples the runner's sessions run side by side: one per core, at most two (beside the
     window's own thread and the perf simulation)."""
     return max(1, min(2, os.cpu_count() or 1))
-
-
-def _value_key(t: onnx.TensorProto) -> bytes:
-    """The value of an initializer, not its name (a rebuilt model names its scales afresh)."""
-    if t.raw_data:
-        body = t.raw_data
-    else:
-        c = onnx.TensorProto()
-        c.CopyFrom(t)
-        c.name = ""
-        body = c.SerializeToString()
-    return f"{t.data_type}:{tuple(t.dims)}:".encode() + body
-
-
-class _Fingerprinter:
-    """:func:`fingerprints` of one graph for any values of its initializers: each node's own part
-    (op, attributes) and each initializer's digest are hashed once, an edit hashes its new values
-    and the wiring only (the whole program's fingerprints cost 8 ms a time on yolov8n_320)."""
-
-    def __init__(self, model: onnx.ModelProto):
-        g = model.graph
-        self.salt = salt = hashlib.sha1(repr(sorted((o.domain, o.version) for o in model.opset_import))
-                                        .encode()).digest()
-        self.base: dict[str, bytes] = {t.name: hashlib.sha1(salt + _value_key(t)).digest() for t in g.initializer}
-        for i in g.input:
-            if i.name not in self.base:
-                self.base[i.name] = hashlib.sha1(salt + b"input:" + i.name.encode()).digest()
-        self.nodes = []
-        for n in g.node:
-            m = hashlib.sha1(salt)
-            m.update(f"{n.domain}/{n.op_type}/{len(n.input)}".encode())
-            for a in n.attribute:
-                m.update(a.SerializeToString())
-            self.nodes.append((m, tuple(n.input), tuple(n.output)))
-
-    def __call__(self, values: dict[str, onnx.TensorProto] | None = None) -> dict[str, bytes] | None:
-        """Tensor name -> fingerprint with ``values`` (initializer name -> tensor) in place of the
-        graph's own; None when the nodes are out of topological order."""
-        h = dict(self.base)
-        for name, t in (values or {}).items():
-            h[name] = hashlib.sha1(self.salt + _value_key(t)).digest()
-        for m0, inputs, outputs in self.nodes:
-            m = m0.copy()
-            for i in inputs:
-                if not i:
-                    m.update(b"-")
-                    continue
-                d = h.get(i)
-                if d is None:
-                    return None
-                m.update(d)
-            d = m.digest()
-            for k, o in enumerate(outputs):
-                if o:
-                    h[o] = hashlib.sha1(d + k.to_bytes(4, "little")).digest()
-        return h
-
-
-def fingerprints(model: onnx.ModelProto) -> dict[str, bytes] | None:
-    """Tensor name -> fingerprint of the computation producing it: its node, attributes,
-    initializer values (not names) and inputs' fingerprints (None: nodes out of topological order)."""
-    return _Fingerprinter(model)()
 
 
 def _followable(model) -> bool:
@@ -420,9 +360,9 @@ class _Program:
         return self._prod
 
     @property
-    def fingerprinter(self) -> "_Fingerprinter":
+    def fingerprinter(self) -> "Fingerprinter":
         if self._fp is None:
-            self._fp = _Fingerprinter(self.optimised)
+            self._fp = Fingerprinter(self.optimised)
         return self._fp
 
 
