@@ -90,6 +90,8 @@ def test_fidelity_line_escapes_names_and_colours_changes():
     assert "b: inf" in html and "(1 in-sample sample, worst slice)" in html and "1 finding(s)" in html
     fid.after["b"] = out(_figure("b", math.nan, no_signal=True))
     assert "b: <i>no signal</i>" in fidelity_html(fid) and "representative data" in fidelity_html(fid)
+    fid.after["b"] = out(_figure("b", -0.001))  # a destroyed output: 0.0 dB, never "-0.0"
+    assert "b: 0.0 dB" in fidelity_html(fid) and "-0.0" not in fidelity_html(fid)
 
 
 def test_group_rows(session):

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QDoubleSpinBox, QHB
                                QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ..app.views.accuracy import SENSITIVITY_HEADERS, sensitivity_rows, status_text, tradeoff_points
+from ..tables import fmt_num
 
 __all__ = ["SensitivityDock", "TradeoffPlot", "AccuracyJobs"]
 
@@ -98,7 +99,7 @@ class TradeoffPlot(QWidget):
             c = at(q.removed, max(q.worst_db, lo))
             if not q.accepted:
                 p.setPen(QColor("#c62828"))
-                p.drawText(QRectF(c.x() - 80, c.y() - 18, 76, 14), Qt.AlignRight, f"{q.worst_db:.1f} dB")
+                p.drawText(QRectF(c.x() - 80, c.y() - 18, 76, 14), Qt.AlignRight, f"{fmt_num(q.worst_db, 1)} dB")
             if q.accepted:
                 p.setPen(QPen(QColor("#0570b0"), 1))
                 p.setBrush(QColor("#0570b0"))

@@ -70,7 +70,7 @@ def error_looks(looks, parts, report, local: bool, graph=None):
                 if base is PLAIN:
                     nodes[name] = FADED_LOOK
                 continue
-            text = f"{v:.1f} dB"
+            text = f"{fmt_num(v, 1)} dB"
             b = badge_of.get(text)
             if b is None:
                 b = badge_of[text] = Badge(text, ERROR_BADGE)

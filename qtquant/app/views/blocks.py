@@ -17,6 +17,7 @@ from .looks import FADED_LOOK, LATENCY_BADGE, Badge, NodeLook, rescale_badge
 from .palette import mismatch_band, mismatch_hex
 from .perfdata import node_us
 from .concats import concat_rows
+from ...tables import fmt_num
 
 __all__ = ["BlockSummary", "block_summaries", "fill_block_looks", "worst_concat", "node_sqnr", "SQNR_BADGE"]
 
@@ -76,7 +77,7 @@ def fill_block_looks(looks, model, mode: str, concats=None, perf=None, sqnr: dic
         if mode == Overlay.LATENCY and s.latency_us >= 0.005:
             badges.insert(0, Badge(fmt_us(s.latency_us), LATENCY_BADGE))
         if s.sqnr_db is not None:
-            badges.append(Badge(f"{s.sqnr_db:.1f} dB", SQNR_BADGE))
+            badges.append(Badge(f"{fmt_num(s.sqnr_db, 1)} dB", SQNR_BADGE))
         w = s.worst
         fill = mismatch_hex(w.ratio, w.rescales) if w is not None and w.rescales else None
         faded = mode == Overlay.MISMATCH and not s.rescales

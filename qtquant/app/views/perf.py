@@ -12,6 +12,7 @@ from html import escape
 
 from .fmt import fmt_bytes, fmt_us
 from .perfdata import num, simulator, top_layers
+from ...tables import fmt_num
 
 __all__ = ["Change", "Figure", "PerfSummaryView", "perf_summary", "fidelity_html", "fidelity_tip"]
 
@@ -120,10 +121,11 @@ def fidelity_html(fid) -> str:
         if a.no_signal:
             parts.append(f"{name}: <i>no signal</i>")
             continue
-        t = f"{name}: {a.sqnr_db:.1f} dB" if math.isfinite(a.sqnr_db) else f"{name}: {a.sqnr_db}"
+        t = f"{name}: {fmt_num(a.sqnr_db, 1)} dB"
         if not w.no_signal and math.isfinite(a.sqnr_db) and math.isfinite(w.sqnr_db) \
                 and abs(a.sqnr_db - w.sqnr_db) >= 0.005:
-            t += _change(f"{a.sqnr_db - w.sqnr_db:+.2f} dB", a.sqnr_db - w.sqnr_db, lower_better=False).html()
+            d = a.sqnr_db - w.sqnr_db
+            t += _change(f"{fmt_num(d, signed=True)} dB", d, lower_better=False).html()
         parts.append(t)
     text = "; ".join(parts)
     kind = "in-sample" if fid.in_sample else "held-out"
