@@ -334,3 +334,29 @@ def test_augmented_model_only_adds_outputs_and_lanes_do_not_change_statistics(gr
             assert (got.min, got.max, got.count, got.samples, got.ma_min, got.ma_max, got.exp, got.lo) == \
                 (w.min, w.max, w.count, w.samples, w.ma_min, w.ma_max, w.exp, w.lo), (lanes, rows_min, name)
             assert np.array_equal(got.hist, w.hist), (lanes, rows_min, name)
+
+
+def test_in_sample_check_feeds_come_from_the_run_without_a_second_load(graph, tmp_path, monkeypatch):
+    """An in-sample check's feeds are copies of what the calibration run loaded: every sample is
+    loaded once, and the feeds equal the data (a held-out check still loads its samples itself)."""
+    from qtquant.calib import sources
+
+    data = np.random.default_rng(4).normal(0, 1, (5, 3, 4, 6)).astype(np.float32)
+    np.save(tmp_path / "d.npy", data)
+    loaded = []
+    real = sources.ArraySource.feeds
+
+    def counting(self, refs):
+        for ref, feed in real(self, refs):
+            loaded.append(ref)
+            yield ref, feed
+
+    monkeypatch.setattr(sources.ArraySource, "feeds", counting)
+    res = calibrate(graph, CalibConfig(source=str(tmp_path / "d.npy"), count=5, holdout=0))
+    assert res.in_sample and len(res.holdout) == 5 and sorted(loaded) == sorted(set(loaded)) and len(loaded) == 5
+    got = sorted(f["x"].tobytes() for f in res.holdout)
+    assert got == sorted(row[None].tobytes() for row in data)
+    assert all(f["x"].base is None or f["x"].base.size == f["x"].size for f in res.holdout)  # copies, not views
+    loaded.clear()
+    held = calibrate(graph, CalibConfig(source=str(tmp_path / "d.npy"), count=3, holdout=2))
+    assert not held.in_sample and len(held.holdout) == 2 and len(loaded) == 5

@@ -380,10 +380,13 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
         raise Cancelled("calibration cancelled")
     source = open_source(input_specs(graph), config)
     split = split_samples(source.refs, config)
-    check = _check_feeds(source, split.check)
     calib_refs = source.load_order(split.calib)
     names = list(graph.observed_tensors)
     jobs = min(config.jobs, len(calib_refs))
+    in_process = not config.ray and not (jobs > 1 or (isolate and calib_refs))
+    # An in-sample check's feeds are calibration samples: copied as this process's run loads them
+    # rather than loaded (decoded) a second time up front.
+    check = None if in_process and split.in_sample else _check_feeds(source, split.check)
     check_values = []
     if config.ray and calib_refs:
         from .rayrun import run_ray
@@ -398,10 +401,13 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
     else:
         # An in-sample check runs on calibration samples: keep their values for its float reference.
         kept = dict.fromkeys(split.check) if split.in_sample and keep_check_values else None
+        feeds = dict.fromkeys(split.check) if check is None else None
         stats = run_chunk(graph.model, graph.base_dir, names, source, calib_refs, progress=progress, cancel=cancel,
                           stride=config.stride, bins=config.bins, kept=kept,
-                          keep_order=keep_order(graph, names) if kept else None)
+                          keep_order=keep_order(graph, names) if kept else None, check_feeds=feeds)
         order = source.load_order(split.check)  # the order of the check feeds
+        if check is None:
+            check = [feeds[r] for r in order]
         if kept and all(kept.get(r) is not None for r in order) and all(
                 n in kept[r] and np.array_equal(kept[r][n], v) for r, feed in zip(order, check)
                 for n, v in feed.items()):

@@ -63,18 +63,20 @@ class ChunkRunner:
                                  arena=False)
 
     def run(self, source: Source, refs: list[SampleRef], *, progress=None, cancel=None,
-            kept: dict | None = None, keep_order=None) -> dict[str, TensorStats]:
-        return _run_refs(self, source, refs, progress, cancel, kept, keep_order)
+            kept: dict | None = None, keep_order=None, check_feeds: dict | None = None) -> dict[str, TensorStats]:
+        return _run_refs(self, source, refs, progress, cancel, kept, keep_order, check_feeds)
 
 
 def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[SampleRef], *,
               progress=None, cancel=None, threads: int = 0, stride: int = 1,
-              bins: int = BINS, kept: dict | None = None, keep_order=None) -> dict[str, TensorStats]:
+              bins: int = BINS, kept: dict | None = None, keep_order=None,
+              check_feeds: dict | None = None) -> dict[str, TensorStats]:
     """Run ``refs`` through the model and reduce them into statistics for ``names``.  ``kept``: a
     dict whose keys are refs to keep the values of, ``keep_order`` the tensors in the order they are
-    kept by (see :func:`_run_refs`)."""
+    kept by, ``check_feeds`` refs whose feeds to copy (see :func:`_run_refs`)."""
     runner = ChunkRunner(model, base_dir, names, source.specs, threads=threads, stride=stride, bins=bins)
-    return runner.run(source, refs, progress=progress, cancel=cancel, kept=kept, keep_order=keep_order)
+    return runner.run(source, refs, progress=progress, cancel=cancel, kept=kept, keep_order=keep_order,
+                      check_feeds=check_feeds)
 
 
 def _one_line(e: Exception) -> str:
@@ -85,8 +87,9 @@ def _one_line(e: Exception) -> str:
 class _Reducer:
     """Folds one sample's outputs into the statistics (called in sample order)."""
 
-    def __init__(self, runner: ChunkRunner, kept: dict | None, keep_order=None):
+    def __init__(self, runner: ChunkRunner, kept: dict | None, keep_order=None, check_feeds: dict | None = None):
         self.plan, self.inputs, self.stride = runner.plan, runner.inputs, runner.stride
+        self.check_feeds = check_feeds
         self.stats = {n: TensorStats(bins=runner.bins) for n in runner.names}
         self.kept, self.keep_order, self.keep_bytes = kept, keep_order, 0
         self.keep_names: list[str] | None = None  # chosen on the first check sample, the same for all
@@ -111,6 +114,9 @@ class _Reducer:
         work = [*zip(self.plan.tensors, outs), *((n, feed[n]) for n in self.inputs)]
         if self.kept and ref in self.kept:
             self._keep(ref, work)
+        if self.check_feeds is not None and ref in self.check_feeds:
+            # Copies: a feed can be a view of a whole loaded .npz array or of a memory-mapped .npy.
+            self.check_feeds[ref] = {k: np.array(v, copy=True) for k, v in feed.items()}
         # Small float32 tensors of one size are reduced together (update_rows: the same statistics,
         # bit for bit, without one round of numpy calls per tensor); the others, and any row it
         # leaves (zeros only, NaN), one by one.
@@ -209,7 +215,7 @@ class _Lanes:
 
 
 def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel, kept=None,
-              keep_order=None) -> dict[str, TensorStats]:
+              keep_order=None, check_feeds=None) -> dict[str, TensorStats]:
     """Statistics of ``refs``, run and reduced on :data:`LANES` lanes; ``progress`` and ``cancel``
     are called from this thread, between samples.
 
@@ -217,9 +223,10 @@ def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel, kept=
     the observed tensors that fit in :data:`KEEP_CHECK_BYTES` over all of them, taken in
     ``keep_order`` (:func:`~qtquant.calib.keep.keep_order`; default: the fetch order) by
     :func:`~qtquant.calib.keep.within_budget` (name -> array, as fetched).  ``kept`` is emptied
-    when the inputs alone do not fit.
+    when the inputs alone do not fit.  ``check_feeds``: refs -> None on entry, each ref's feed
+    (copied) on return.
     """
-    reducer = _Reducer(runner, kept, keep_order)
+    reducer = _Reducer(runner, kept, keep_order, check_feeds)
     total = len(refs)
     if cancel is not None and cancel():
         raise Cancelled("calibration cancelled")
