@@ -16,7 +16,7 @@ Where the fidelity time went, per edit (``Fidelity.trace``, ms): *edit* from the
 submission, *queue* the snapshot, the job queue and the worker's lock, *ipc* the round trip to the
 child process less the child's own time, then the child's steps -- *build* the QDQ model the
 exporter writes, *prog* finding the kept program and the edit's values in it (a new structure:
-its optimisations, under *rest*), *prep* fingerprints and the part to re-run, *sess* its
+making it: three onnxruntime optimisations), *prep* fingerprints and the part to re-run, *sess* its
 onnxruntime session, *run* the samples, *figs* the figures and the group members' SQNR still
 running when the runs end -- *deliv* the result's way to the GUI thread, and *apply* what remains
 (the GUI applying it; for a revisited state, waiting for the summary, which this script reads first).

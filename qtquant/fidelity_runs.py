@@ -117,12 +117,13 @@ def _store_run(session, cache, key, dm, res) -> None:
 
 
 def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, follow_edits=False,
-                  segments=None) -> list:
+                  segments=None, steps=None) -> list:
     """The default-level runs of ``jobs`` ((dm, model) pairs), one after another (the runner
     keeps state).  With ``follow_edits``: onnxruntime's program of the exported file, re-run only
     where the edit changed it (qtquant.incremental; the same outputs as a fresh default session,
     bit for bit).  Without: each model in a fresh default session (no edit follows, so the
     runner's second optimisation for its reuse check would buy nothing)."""
+    steps = trace() if steps is None else steps  # (the caller's: this may run on a pool thread)
     from .export import qdq
 
     res = []
@@ -141,7 +142,7 @@ def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, foll
                                     moved=lambda dm=dm: qdq.build_qdq_model(session, moved_domains(dm),
                                                                             float_tensors=float_tensors).model))
         for k, v in cache.runner.times.items():
-            trace()[k] = trace().get(k, 0.0) + v
+            steps[k] = steps.get(k, 0.0) + v
     return res
 
 
@@ -190,7 +191,7 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
                     segs = {id(m): segments_of(m, _shape_of(session.graph)) for _, m in shipped
                             if split_parts(m) > 1}
                     futs["default"] = pool.submit(_shipped_runs, session, cache, shipped, outs, feeds, cancel,
-                                                  float_tensors, follow_edits, segs)
+                                                  float_tensors, follow_edits, segs, trace())
                 for i, (_, dm, level) in enumerate(todo):
                     if level != "default":
                         model = next(m for d, m in models if d is dm or d == dm)

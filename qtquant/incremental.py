@@ -237,19 +237,10 @@ class _Program:
         self.exported = model  # the QDQ model as the exporter builds it
         self.model = _unshared(model)  # the same, one initializer per slot: the program's values
         self._reusable: bool | None = None
-        # A new structure needs three optimisations: this program, a default session's (whose
-        # kernels this one must have) and the moved model's (the reuse check).  onnxruntime
-        # optimises a graph on one thread and releases the GIL meanwhile, so the other two run on
-        # the sample pool's threads while this thread builds the moved model and optimises the
-        # program (int16 on yolov8n_320, a new structure: ~3 optimisations' time before).
-        pool = _sample_pool(2)
-        self._default = self._pert = None
-        if moved is not None:  # () -> the model with every value moved; without it, never reused
-            self._default = pool.submit(_optimise, model)
-            pert = moved()
-            if pert is not None:
-                pert = _unshared(pert)
-                self._pert = (pert, pool.submit(_optimise, pert, True))
+        self._moved = moved  # () -> the same structure's model with every value moved
+        # (A new structure's three optimisations -- this program, a default session's, the moved
+        # model's -- on two threads side by side took longer than one after another on yolov8n_320:
+        # 554-705 against 452-526 ms, 2 busy cores.)
         self.optimised = _optimise(self.model, keep_apart=True)
         self.inits = {t.name: t for t in self.optimised.graph.initializer}
         self.values = {t.name: _value_key(t) for t in self.model.graph.initializer}
@@ -262,17 +253,17 @@ class _Program:
         initializer of the program derived from a value that moves): checked once, when the
         program is made, by optimising the model the exporter builds with every domain's range moved."""
         if self._reusable is None:
-            (pert, pending), self._pert = self._pert or (None, None), None
-            default, self._default = self._default, None
+            pert = self._moved() if self._moved is not None else None
+            pert = _unshared(pert) if pert is not None else None
             if pert is None or _skeleton(pert) != _skeleton(self.model) or _slot_values(self.model, pert) is None:
                 self._reusable = False
                 return False
             slots = _slot_values(self.model, pert)
             moved = {n for n, t in slots.items() if _value_key(t) != self.values[n]}
-            other = pending.result()
+            other = _optimise(pert, keep_apart=True)
             # The kernels and wiring of a default session of the exported file (its initializers
             # shared or not changes no result, see _unshared): otherwise this program is not what ships.
-            if _skeleton(default.result()) != _skeleton(self.optimised):
+            if _skeleton(_optimise(self.exported)) != _skeleton(self.optimised):
                 self._reusable = False
                 return False
             oi = {t.name: t for t in other.graph.initializer}

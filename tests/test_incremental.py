@@ -305,3 +305,7 @@ def test_a_check_says_where_its_time_went_outside_its_figures(yolo):
     assert "trace" not in json.dumps(fid.to_dict())
     other = measure_session(yolo, follow_edits=True)  # answered from the cache: other times
     assert other == fid and "build" not in other.trace
+    # A precision change runs the baseline and the edit on a pool thread: their steps still count.
+    yolo.set_precision([_head(yolo.graph)[0]], "int16")
+    wide = measure_session(yolo, follow_edits=True)
+    assert wide.trace.get("program", 0) > 0 and wide.trace.get("run", 0) > 0
