@@ -364,7 +364,8 @@ class PerfSummary(QWidget):
         form.addRow("March:", self.march)
         self.values = {}
         for key, label in (("latency", "Latency:"), ("fps", "FPS:"), ("ddr", "DDR / frame:"),
-                           ("rescales", "Rescales:"), ("rescale_us", "Rescale cost:"), ("sqnr", "Output SQNR:")):
+                           ("rescales", "Rescales:"), ("rescale_us", "Rescale cost:"), ("sqnr", "Output SQNR:"),
+                           ("sqnr_basis", "Measured on:")):
             # SQNR (one entry per model output) wrapped and its third line was clipped: one
             # elided line, the whole report in its tooltip; a later result cannot grow the dock.
             lab = ElidedLabel() if key == "sqnr" else QLabel("—")
@@ -426,6 +427,7 @@ class PerfSummary(QWidget):
 
     def _show_sqnr(self, view) -> None:
         self.values["sqnr"].set_full_text(view.sqnr_html, view.sqnr_tip)
+        self.values["sqnr_basis"].setText(view.sqnr_basis)
 
 
 class JobLog(QPlainTextEdit):

@@ -159,6 +159,10 @@ def test_rubber_band_ctrl_g_shares_and_concat_turns_green(qtbot, win, model):
     qtbot.waitUntil(lambda: win.session.fidelity is not None
                     and win.session.fidelity.revision == win.session.revision, timeout=20000)
     assert "y1:" in win.perf_summary.values["sqnr"].text()
+    fid = win.session.fidelity.value
+    kind = "in-sample" if fid.in_sample else "held-out"
+    # the sample count has a row of its own: the SQNR line is elided at the dock's width
+    assert win.perf_summary.values["sqnr_basis"].text().startswith(f"{fid.samples} {kind} sample")
 
 
 def test_share_on_a_selection_proposes_only_what_feeds_the_concat(qtbot, win, model):

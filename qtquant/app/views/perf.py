@@ -14,7 +14,8 @@ from .fmt import fmt_bytes, fmt_us
 from .perfdata import num, simulator, top_layers
 from ...tables import fmt_num
 
-__all__ = ["Change", "Figure", "PerfSummaryView", "perf_summary", "fidelity_html", "fidelity_tip"]
+__all__ = ["Change", "Figure", "PerfSummaryView", "perf_summary", "fidelity_html", "fidelity_tip",
+           "fidelity_basis"]
 
 GOOD, BAD, MUTED, WARN = "#2e7d32", "#c62828", "#777", "#b26a00"
 
@@ -56,6 +57,9 @@ class PerfSummaryView:
     rescale_us: Figure = Figure()
     sqnr_html: str = "—"  # one entry per model output, rich text
     sqnr_tip: str = ""
+    # What the SQNR rests on ("7 in-sample samples, worst slice"): a row of its own, because the
+    # SQNR line is elided at the dock's width and the sample count at its end was cut off.
+    sqnr_basis: str = "—"
     note: str = ""
     chart: tuple = ()  # (name, op type, µs) of the slowest layers
     stale: bool = False  # the perf figures are of an older revision: a new run is on its way
@@ -97,7 +101,7 @@ def perf_summary(session) -> PerfSummaryView:
     fields = {"rescales": _rescales(session)}
     fid = session.fidelity.value if session.fidelity is not None else None
     if fid is not None and getattr(fid, "after", None):
-        fields.update(sqnr_html=fidelity_html(fid), sqnr_tip=fidelity_tip(fid))
+        fields.update(sqnr_html=fidelity_html(fid), sqnr_tip=fidelity_tip(fid), sqnr_basis=fidelity_basis(fid))
     if perf is None:
         fields["note"] = "" if simulator() is not None else "The perf simulator is not installed."
         return PerfSummaryView(**fields)
@@ -128,15 +132,19 @@ def fidelity_html(fid) -> str:
             t += _change(f"{fmt_num(d, signed=True)} dB", d, lower_better=False).html()
         parts.append(t)
     text = "; ".join(parts)
-    kind = "in-sample" if fid.in_sample else "held-out"
-    text += f' <span style="color:{MUTED}">({fid.samples} {kind} sample{"s" if fid.samples != 1 else ""}'
-    if any(fid.after[o].slices for o in fid.outputs):
-        text += ", worst slice"
-    text += ")</span>"
     if any(fid.after[o].headline.no_signal for o in fid.outputs):
         text += f' <span style="color:{WARN}">no signal on these samples: use representative data</span>'
     if fid.findings:
         text += f' <span style="color:{BAD}">{len(fid.findings)} finding(s), see tooltip</span>'
+    return text
+
+
+def fidelity_basis(fid) -> str:
+    """What the SQNR figures rest on: '7 in-sample samples, worst slice'."""
+    kind = "in-sample" if fid.in_sample else "held-out"
+    text = f'{fid.samples} {kind} sample{"s" if fid.samples != 1 else ""}'
+    if any(fid.after[o].slices for o in fid.outputs):
+        text += ", worst slice"
     return text
 
 
