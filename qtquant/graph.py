@@ -21,7 +21,7 @@ from .fileio.paths import existing_file
 from .gcpause import gc_paused
 from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_external_data, check_input_sizes,
                          check_text, infer_shapes, inline_small_external, topo_order)
-from .nodetable import NodeTable, node_names
+from .nodetable import NodeTable, node_names, value_type_bytes
 from .ops import PASS_OPS, Role, fused_into_producer, handler_for, passes_through
 from .qdq import is_qdq_model
 from .shapes import format_shape, parse_input_shapes
@@ -146,17 +146,29 @@ def _typed(elem_type: int, shape: tuple | None) -> tuple[int, tuple | None, bool
 _UNTYPED = _typed(0, None)  # a value shape inference gave no type: element type unknown, no shape
 
 
-def _value_types(g) -> dict[str, tuple[int, tuple | None, bool]]:
+def _value_types(g, given: dict[str, bytes] | None = None) -> dict[str, tuple[int, tuple | None, bool]]:
     """Each typed value of graph ``g`` (value_info, then outputs, then inputs: later ones win)
     as (element type, shape, shape unknown in part or whole: :func:`_typed`).  A graph's values
     share few distinct types, so each is decoded once, keyed by its serialized bytes: walking
     every dim of every value from Python is most of the cost of building a big graph otherwise.
-    The per-value reads run as C-level maps (no Python step per value: 10,000s of them)."""
-    values = [*g.value_info, *g.output, *g.input]
-    types = list(map(_TYPE, values))
-    keys = list(map(_SERIALIZE, types))
-    decoded = {key: _typed(tp.tensor_type.elem_type, _dims(tp)) for key, tp in dict(zip(keys, types)).items()}
-    return dict(zip(map(_NAME, values), map(decoded.__getitem__, keys)))
+    ``given``: name -> serialized type of ``g.value_info``, read already from the serialized
+    model (:func:`~qtquant.nodetable.value_type_bytes`); else they are read here, value by value,
+    as C-level maps (no Python step per value: 10,000s of them)."""
+    if given is None:
+        values = [*g.value_info, *g.output, *g.input]
+        types = list(map(_TYPE, values))
+        keys = list(map(_SERIALIZE, types))
+        decoded = {key: _typed(tp.tensor_type.elem_type, _dims(tp)) for key, tp in dict(zip(keys, types)).items()}
+        return dict(zip(map(_NAME, values), map(decoded.__getitem__, keys)))
+    ends = [*g.output, *g.input]  # a few: read one by one
+    given.update(zip(map(_NAME, ends), map(_SERIALIZE, map(_TYPE, ends))))
+    decoded = {key: _decoded(key) for key in set(given.values())}
+    return dict(zip(given, map(decoded.__getitem__, given.values())))
+
+
+def _decoded(type_bytes: bytes) -> tuple[int, tuple | None, bool]:
+    tp = onnx.TypeProto.FromString(type_bytes)
+    return _typed(tp.tensor_type.elem_type, _dims(tp))
 
 
 _TYPE, _NAME = attrgetter("type"), attrgetter("name")
@@ -170,8 +182,11 @@ class Graph:
     """A loaded, shape-resolved ONNX graph.  Plain data plus topological views."""
 
     def __init__(self, model: onnx.ModelProto, path: Path | None, input_shapes: dict, sha256: str,
-                 cut: tuple[str, ...] = (), table: NodeTable | None = None):
-        """``table``: ``model.graph.node`` read already (:class:`NodeTable`, in the same order)."""
+                 cut: tuple[str, ...] = (), table: NodeTable | None = None,
+                 value_types: dict[str, bytes] | None = None):
+        """``table``: ``model.graph.node`` read already (:class:`NodeTable`, in the same order);
+        ``value_types``: ``model.graph.value_info`` read already, as name -> serialized type
+        (:func:`~qtquant.nodetable.value_type_bytes`)."""
         self.model = model
         self.cut = tuple(cut)  # the tensors the file's graph was cut at (its outputs now); () = whole file
         self.path = path
@@ -189,12 +204,12 @@ class Graph:
         self._by_op: dict[str, list[Node]] = {}  # op type -> its nodes, in graph order
         self._unshaped: list[str] = []  # activations shape inference left (partly) unknown
         self._model_bytes: bytes | None = None
-        self._build(table if table is not None else NodeTable(model.graph))
+        self._build(table if table is not None else NodeTable(model.graph), value_types)
 
     # -- construction -------------------------------------------------------------------
-    def _build(self, table: NodeTable) -> None:
+    def _build(self, table: NodeTable, value_types: dict[str, bytes] | None) -> None:
         g = self.model.graph
-        types = _value_types(g)
+        types = _value_types(g, value_types)
         tensors = self.tensors
         WEIGHT, SHAPE, ACTIVATION, INPUT = TensorKind.WEIGHT, TensorKind.SHAPE, TensorKind.ACTIVATION, TensorKind.INPUT
         for t in g.initializer:
@@ -570,13 +585,15 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     check_input_sizes(model, shapes)
     if path is not None:
         inline_small_external(model, path.parent)
-    inferred = infer_shapes(model)
+    inferred, inferred_bytes = infer_shapes(model)
     if isinstance(sha256, FileDigest):
         sha256 = sha256.result()
     if not sha256:
         sha256 = hashlib.sha256(model.SerializeToString()).hexdigest()
     # Shape inference adds types and keeps the nodes as they were: the table still reads them.
-    graph = Graph(inferred, path, shapes, sha256, cut, table if len(table) == len(inferred.graph.node) else None)
+    types = value_type_bytes(inferred_bytes, len(inferred.graph.value_info)) if inferred_bytes else None
+    graph = Graph(inferred, path, shapes, sha256, cut, table if len(table) == len(inferred.graph.node) else None,
+                  types)
     _check_channels(graph)
     if ort_fallback:
         _ort_fill_shapes(graph)

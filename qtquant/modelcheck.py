@@ -299,38 +299,50 @@ def _skeleton(model, min_total: int = _SKELETON_MIN_TOTAL) -> onnx.ModelProto | 
     return sk
 
 
-def infer_shapes(model) -> onnx.ModelProto:
+def infer_shapes(model) -> tuple[onnx.ModelProto, bytes | None]:
+    """``model`` with the types shape inference gives its values, and the serialized model they
+    were read from (its ``graph.value_info`` is the returned model's), or None where there is none
+    to hand: the caller reads the types from those bytes in one pass
+    (:func:`~qtquant.nodetable.value_type_bytes`)."""
     from . import shape_child
 
     _drop_huge_shape_hints(model)
     sk = _skeleton(model, 1 if shape_child.may_want(model) else _SKELETON_MIN_TOTAL)
     if sk is None:
         return _infer_proto(model)
-    inferred = _infer_proto(sk)
+    inferred, data = _infer_proto(sk)
     # Graft the inferred types back onto the real model (which keeps the weights).
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)
     for dst, src in zip(model.graph.output, inferred.graph.output):
         dst.CopyFrom(src)
-    return model
+    return model, data
 
 
-def _infer_proto(model) -> onnx.ModelProto:
+def _infer_proto(model) -> tuple[onnx.ModelProto, bytes]:
     from . import shape_child
 
-    if shape_child.wanted(model):
-        return shape_child.infer_in_child(model)
-    return _infer_here(model)
+    data = shape_child.infer_in_child(model) if shape_child.wanted(model) else _infer_here(model)
+    return onnx.load_model_from_string(data), data
 
 
-def _infer_here(model) -> onnx.ModelProto:
+try:  # what onnx.shape_inference.infer_shapes calls, which keeps the inferred bytes to itself
+    from onnx.onnx_cpp2py_export.shape_inference import infer_shapes as _infer_bytes
+except ImportError:  # pragma: no cover - another onnx layout: the public call, serialized again
+    def _infer_bytes(data, check_type, strict_mode, data_prop):
+        return onnx.shape_inference.infer_shapes(data, check_type, strict_mode, data_prop).SerializeToString()
+
+
+def _infer_here(model: onnx.ModelProto | bytes) -> bytes:
+    """``model`` (or its serialized bytes) with inferred types, serialized (one-line errors)."""
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        data = model if isinstance(model, bytes) else model.SerializeToString()
+        return _infer_bytes(data, False, True, True)
     except onnx.shape_inference.InferenceError as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else "shape inference failed"
         if "No Op registered" in msg or "not registered" in msg or "Unsupported" in msg:
             try:
-                return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+                return _infer_bytes(data, False, False, True)
             except Exception as e2:  # pragma: no cover - onnx internals
                 raise ModelError(f"shape inference failed: {e2}") from None
         raise ShapeError(f"the input shapes do not fit the model: {msg}") from None

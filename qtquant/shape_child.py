@@ -32,21 +32,22 @@ def wanted(model: onnx.ModelProto) -> bool:
     return may_want(model) and model.ByteSize() <= MAX_BYTES
 
 
-def infer_in_child(model: onnx.ModelProto) -> onnx.ModelProto:
-    """What ``modelcheck._infer_here(model)`` returns, computed in a child process."""
+def infer_in_child(model: onnx.ModelProto) -> bytes:
+    """What ``modelcheck._infer_here(model)`` returns (the inferred model, serialized), computed in
+    a child process."""
     try:
         out = childproc.run(_infer, model.SerializeToString(), name="qtquant-shapes", what="shape inference",
                             error=ModelError, timeout=_TIMEOUT_S)
     except OSError as e:
         raise ModelError(f"cannot start shape inference: {e}") from None
-    return onnx.ModelProto.FromString(out)
+    return out
 
 
 def _infer(data: bytes, link) -> bytes:
     from .modelcheck import _infer_here
 
     try:
-        return _infer_here(onnx.ModelProto.FromString(data)).SerializeToString()
+        return _infer_here(data)
     except QtQuantError:
         raise
     except Exception as e:  # one line, never a traceback

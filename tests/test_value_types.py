@@ -1,0 +1,51 @@
+"""The graph's value types read in one parse of the inferred model equal those read value by value."""
+
+import onnx
+from onnx import TensorProto, helper
+
+from builders import detector_model, save
+from qtquant import graph as graph_mod
+from qtquant.graph import load_graph
+from qtquant.nodetable import value_type_bytes
+
+
+def _both(model: onnx.ModelProto):
+    g = model.graph
+    fast = value_type_bytes(model.SerializeToString(), len(g.value_info))
+    return graph_mod._value_types(g), (graph_mod._value_types(g, fast) if fast is not None else None), fast
+
+
+def test_fast_read_equals_value_by_value():
+    m = onnx.shape_inference.infer_shapes(detector_model(), data_prop=True)
+    assert len(m.graph.value_info) > 5
+    slow, fast, raw = _both(m)
+    assert raw is not None and fast == slow
+
+
+def test_entries_the_map_cannot_hold_fall_back():
+    """A doc string on a value (the map parser drops such an entry) or a repeated name (the map
+    keeps one) must not lose a type: the fast reading says it cannot stand in."""
+    vi = [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2]),
+          helper.make_tensor_value_info("b", TensorProto.INT64, [3], doc_string="a note")]
+    m = helper.make_model(helper.make_graph([], "g", [], [], value_info=vi))
+    assert value_type_bytes(m.SerializeToString(), 2) is None
+    vi[1].ClearField("doc_string")
+    m = helper.make_model(helper.make_graph([], "g", [], [], value_info=vi))
+    assert value_type_bytes(m.SerializeToString(), 2) is not None
+    m.graph.value_info.append(helper.make_tensor_value_info("a", TensorProto.FLOAT16, [4]))
+    assert value_type_bytes(m.SerializeToString(), 3) is None
+    slow = graph_mod._value_types(m.graph)
+    assert slow["a"][:2] == (TensorProto.FLOAT16, (4,))  # later entries win
+    assert value_type_bytes(b"\xff\xff not a model", 0) is None
+
+
+def test_documented_values_keep_their_types(tmp_path):
+    """A file whose value_info carries doc strings loads with the same types as without them."""
+    m = detector_model()
+    inferred = onnx.shape_inference.infer_shapes(m)
+    plain = load_graph(save(inferred, tmp_path / "plain.onnx"))
+    for v in inferred.graph.value_info:
+        v.doc_string = f"type of {v.name}"
+    documented = load_graph(save(inferred, tmp_path / "doc.onnx"))
+    assert {n: (t.shape, t.elem_type, t.kind) for n, t in documented.tensors.items()} == \
+        {n: (t.shape, t.elem_type, t.kind) for n, t in plain.tensors.items()}
