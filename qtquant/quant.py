@@ -75,6 +75,7 @@ class QParams:
 _new = object.__new__
 _isfinite = math.isfinite
 _GRID8 = {s: qrange(s) for s in Scheme}  # qrange's 8-bit grids, read without a call
+_SYM, _ASYM = Scheme.SYMMETRIC_INT8, Scheme.ASYMMETRIC_UINT8
 
 
 def qparams_for_range(lo: float, hi: float, scheme: Scheme = Scheme.SYMMETRIC_INT8, bits: int = 8) -> QParams:
@@ -88,8 +89,15 @@ def qparams_for_range(lo: float, hi: float, scheme: Scheme = Scheme.SYMMETRIC_IN
     lo, hi = float(lo), float(hi)
     if not (_isfinite(lo) and _isfinite(hi)):
         raise ValueError(f"range [{lo}, {hi}] is not finite")
-    qmin, qmax = _GRID8[scheme] if bits == 8 else qrange(scheme, bits)
-    if scheme is Scheme.SYMMETRIC_INT8:
+    if bits != 8:
+        qmin, qmax = qrange(scheme, bits)
+    elif scheme is _SYM:  # _GRID8[scheme] spelt out: an Enum's __hash__ is a Python call
+        qmin, qmax = -128, 127
+    elif scheme is _ASYM:
+        qmin, qmax = 0, 255
+    else:
+        qmin, qmax = _GRID8[scheme]
+    if scheme is _SYM:
         absmax, x = abs(lo), abs(hi)  # max(|lo|, |hi|, _TINY), see bits_lost
         absmax = x if x > absmax else absmax
         scale, zp = (_TINY if _TINY > absmax else absmax) / float(qmax), 0
