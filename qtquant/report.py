@@ -126,6 +126,44 @@ def _rule(session):
     return session.domains.concat_rule
 
 
+def points_note(session) -> str | None:
+    """When the chosen march's fusion rule would place the quantization points differently from
+    the default march's, which the graph, calibration and export follow: say so (the march then
+    prices the latency only)."""
+    from .ops import fused_into_producer
+    from .perf import load_march
+    from .vocab import DEFAULT_MARCH
+
+    march = session.options.march
+    if session.quantized_file or not march or march == DEFAULT_MARCH:
+        return None
+    try:
+        rule = load_march(march).fusion
+    except Exception:  # a bad profile is reported where it is loaded, not here
+        return None
+    g = session.graph
+    mine, default = fused_into_producer(g, rule), fused_into_producer(g)
+    folds, observes = mine & set(g.observed_tensors), default - mine
+    if not folds and not observes:
+        return None
+    parts = []
+    if folds:
+        extra = ", ".join(sorted(rule.write_back - _default_write_back()))
+        parts.append(f"fold {len(folds)} of them into their layers" + (f" (its write-back also applies {extra})"
+                                                                        if extra else ""))
+    if observes:
+        parts.append(f"observe {len(observes)} tensors that {DEFAULT_MARCH}'s leaves inside a layer")
+    return (f"quantization points follow {DEFAULT_MARCH}'s fusion rule (read from an X5 compile log): "
+            f"{len(g.observed_tensors)} observed tensors. {march}'s own rule would {' and '.join(parts)}; "
+            f"on {march} it prices the latency only")
+
+
+def _default_write_back() -> frozenset:
+    from .ops import default_fusion_rule
+
+    return default_fusion_rule().write_back
+
+
 def _rule_text(rule) -> str:
     if rule == ConcatScaleRule.WIDEST_INPUT:
         return "the widest input's (rule widest-input); only the other inputs are rescaled"
@@ -175,6 +213,9 @@ def concat_table_text(session, concats=None, perf=None) -> str:
                  f"(* = input needs a rescale" + ("; ^ = the input whose scale the output takes)"
                                                   if any(c.rule_note for c in concats) else ")"))
     lines.append(f"Concat output scale on {session.options.march}: {_rule_text(_rule(session))}")
+    points = points_note(session)
+    if points:
+        lines.append(f"note: {points}")
     if perf is not None:
         lines.append(f"latency {perf.total_ms:.3f} ms ({perf.fps:.1f} FPS) on {session.options.march}, "
                      f"rescales cost {perf.rescale_us:.1f} µs, DDR {perf.ddr_bytes / 1e6:.2f} MB/frame")

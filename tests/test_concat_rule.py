@@ -202,3 +202,27 @@ def test_auto_share_skips_concats_the_rule_already_matches(own_march):
     # Under "own" the same Concat is shared as before (its members are separate domains).
     report, groups = plan_auto_share(_session(own_march, _twin_model(), CalibConfig(count=8)), 1.0)
     assert report.decisions[0].action is ShareAction.GROUPED and len(groups) == 1
+
+
+def _silu_concat_model() -> onnx.ModelProto:
+    """x -> two Conv+SiLU (Sigmoid and Mul) branches -> Concat -> y."""
+    inits, nodes = [], []
+    for i in range(2):
+        nodes.append(conv_node(inits, "x", 3, 4, 3, f"c{i}", gain=1.0 + 2 * i, seed=i))
+        nodes.append(helper.make_node("Sigmoid", [f"c{i}_out"], [f"s{i}"], name=f"sig{i}"))
+        nodes.append(helper.make_node("Mul", [f"c{i}_out", f"s{i}"], [f"m{i}"], name=f"mul{i}"))
+    nodes.append(helper.make_node("Concat", ["m0", "m1"], ["y"], name="cat", axis=1))
+    g = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_analyze_says_when_the_march_would_place_quantization_points_otherwise():
+    """The graph's quantization points follow the default march's fusion rule (bayes-e: the conv
+    output before a SiLU is observed).  nash-e's write-back applies SiLU and bernoulli2 evaluates
+    the Sigmoid as a pass of its own: the report says so instead of leaving it silent."""
+    texts = {m: concat_table_text(_session(m, _silu_concat_model())) for m in ("bayes-e", "nash-e", "bernoulli2")}
+    assert "quantization points follow" not in texts["bayes-e"]
+    assert "nash-e's own rule would fold 2 of them into their layers" in texts["nash-e"]
+    assert "SiLU" in texts["nash-e"] and "prices the latency only" in texts["nash-e"]
+    assert "bernoulli2's own rule would observe 2 tensors that bayes-e's leaves inside a layer" in texts["bernoulli2"]
