@@ -15,14 +15,15 @@ import weakref
 
 import numpy as np
 
-from .calib.keep import VALUES_BUDGET, keep_order, within_budget
+from .calib import keep
+from .calib.keep import keep_order, within_budget
 from .incremental import IncrementalRunner, moved_domains, run_session
 from .modelcheck import FLOAT_TYPES
 from .runtime import make_session
 from .shipped import (REFERENCE_OFF_TEXT, layout_passes_off, reference_level, segments_of, session_text,
                       shipped_session, split_parts)
 
-__all__ = ["runtime_text", "KEEP_STATES", "PREFETCH_BYTES", "trace"]
+__all__ = ["runtime_text", "KEEP_STATES", "trace"]
 
 _trace = threading.local()
 
@@ -249,12 +250,10 @@ def _qdq_outputs(session, dm, cache, outs, feeds, cancel, float_tensors, level="
     return _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, [(dm, level)])[0][0]
 
 
-PREFETCH_BYTES = VALUES_BUDGET  # one budget with calibration's kept check values
-
-
 def _prefetchable(graph, samples: int) -> list[str]:
     """The activations the first float run fetches for later edits' group members, within
-    PREFETCH_BYTES, by the rule calibration keeps its check values by (:mod:`qtquant.calib.keep`):
+    :data:`~qtquant.calib.keep.VALUES_BUDGET`, by the rule calibration keeps its check values by
+    (:mod:`qtquant.calib.keep`):
     the outputs and a Concat's inputs and output first (what shares join), then the rest in graph
     order while they fit.  (All or nothing made a model whose activations pass the budget pay a
     float run of its own at every edit that brought a new member: yolov8n_320 ~300 ms.)"""
@@ -264,4 +263,4 @@ def _prefetchable(graph, samples: int) -> list[str]:
         if not shape or any(d is None for d in shape):
             return []  # unknown sizes: fetch members on demand instead
         sizes[t] = int(np.prod(shape, dtype=np.int64)) * 4 * samples
-    return within_budget(keep_order(graph, list(sizes)), sizes.__getitem__, PREFETCH_BYTES)
+    return within_budget(keep_order(graph, list(sizes)), sizes.__getitem__, keep.VALUES_BUDGET)

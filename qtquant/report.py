@@ -130,7 +130,7 @@ def points_note(session) -> str | None:
     """When the chosen march's fusion rule would place the quantization points differently from
     the default march's, which the graph, calibration and export follow: say so (the march then
     prices the latency only)."""
-    from .ops import fused_into_producer
+    from .ops import default_fusion_rule, fused_into_producer
     from .perf import load_march
     from .vocab import DEFAULT_MARCH
 
@@ -148,7 +148,7 @@ def points_note(session) -> str | None:
         return None
     parts = []
     if folds:
-        extra = ", ".join(sorted(rule.write_back - _default_write_back()))
+        extra = ", ".join(sorted(rule.write_back - default_fusion_rule().write_back))
         parts.append(f"fold {len(folds)} of them into their layers" + (f" (its write-back also applies {extra})"
                                                                         if extra else ""))
     if observes:
@@ -156,12 +156,6 @@ def points_note(session) -> str | None:
     return (f"quantization points follow {DEFAULT_MARCH}'s fusion rule (read from an X5 compile log): "
             f"{len(g.observed_tensors)} observed tensors. {march}'s own rule would {' and '.join(parts)}; "
             f"on {march} it prices the latency only")
-
-
-def _default_write_back() -> frozenset:
-    from .ops import default_fusion_rule
-
-    return default_fusion_rule().write_back
 
 
 def _rule_text(rule) -> str:

@@ -90,12 +90,9 @@ def test_big_check_runs_segments_and_says_so(conv_session, monkeypatch):
     assert big.findings == []
 
 
-def test_in_sample_check_takes_calibrations_float_values(conv_session, monkeypatch):
-    cal = conv_session.calibration
-    assert cal.in_sample and len(cal.check_values) == len(cal.holdout)
-    for kept, feed in zip(cal.check_values, cal.holdout):
-        for name, value in feed.items():
-            assert np.array_equal(kept[name], value)
+def _float_runs(monkeypatch) -> list[str]:
+    """The optimisation level of every session the fidelity check makes from now on ("basic": a
+    float run)."""
     runs = []
     real = runtime.make_session
 
@@ -104,6 +101,16 @@ def test_in_sample_check_takes_calibrations_float_values(conv_session, monkeypat
         return real(model, *a, **k)
 
     monkeypatch.setattr("qtquant.fidelity_runs.make_session", spy)
+    return runs
+
+
+def test_in_sample_check_takes_calibrations_float_values(conv_session, monkeypatch):
+    cal = conv_session.calibration
+    assert cal.in_sample and len(cal.check_values) == len(cal.holdout)
+    for kept, feed in zip(cal.check_values, cal.holdout):
+        for name, value in feed.items():
+            assert np.array_equal(kept[name], value)
+    runs = _float_runs(monkeypatch)
     kept = measure_session(_fresh(conv_session, cal))
     assert "basic" not in runs  # no float run: calibration's values are the reference
     without = measure_session(_fresh(conv_session, dataclasses.replace(cal, check_values=[])))
@@ -125,7 +132,7 @@ def test_kept_values_past_the_budget_keep_outputs_and_concat_tensors_first(conv_
     """Past the budget calibration keeps the inputs, then (calib.keep's rule, shared with the fidelity
     prefetch) the outputs and Concat tensors, then the rest while they fit, instead of nothing; the
     check still takes no float run, with the same figures."""
-    from qtquant.calib import runner
+    from qtquant.calib import keep
     from qtquant.calib.keep import keep_order
 
     graph = conv_session.graph
@@ -134,7 +141,7 @@ def test_kept_values_past_the_budget_keep_outputs_and_concat_tensors_first(conv_
     first = {*graph.inputs, *graph.outputs, *concat}
     nbytes = lambda names: sum(d[t].nbytes for d in full for t in names)  # noqa: E731
     budget = nbytes(first) + nbytes(set(full[0]) - first) // 3
-    monkeypatch.setattr(runner, "KEEP_CHECK_BYTES", budget)
+    monkeypatch.setattr(keep, "VALUES_BUDGET", budget)
     cal = _fresh(conv_session, None).run_calibration(keep_check_values=True)
     kept = cal.check_values
     assert len(kept) == len(cal.holdout) and all(d.keys() == kept[0].keys() for d in kept)
@@ -144,14 +151,7 @@ def test_kept_values_past_the_budget_keep_outputs_and_concat_tensors_first(conv_
     assert set(graph.inputs) <= set(kept[0]) and concat and first - set(graph.inputs) <= set(got)
     assert len(got) < len(order)
     assert got == [t for t in order if t in got]  # in the rule's order
-    runs = []
-    real = runtime.make_session
-
-    def spy(model, *a, **k):
-        runs.append(k.get("level", "basic"))
-        return real(model, *a, **k)
-
-    monkeypatch.setattr("qtquant.fidelity_runs.make_session", spy)
+    runs = _float_runs(monkeypatch)
     with_kept = measure_session(_fresh(conv_session, cal))
     assert "basic" not in runs
     without = measure_session(_fresh(conv_session, dataclasses.replace(cal, check_values=[])))

@@ -30,13 +30,13 @@ from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAUL
 from .observers import abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
 from .keep import keep_order
-from .runner import KEEP_CHECK_BYTES, ChunkRunner, run_chunk
+from .runner import ChunkRunner, run_chunk
 from .stats import BINS, MINMAX_BINS, TensorStats
 
 __all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "CalibConfigError", "calibrate", "run_chunk",
            "ChunkRunner",
            "split_samples", "Split", "parse_holdout", "held_back_count", "synthetic_sample_count",
-           "DEFAULT_COUNT", "AUTO_HOLDOUT_MIN", "AUTO_HOLDOUT_FRACTION", "CHECK_CAP", "INT_TEXT", "KEEP_CHECK_BYTES"]
+           "DEFAULT_COUNT", "AUTO_HOLDOUT_MIN", "AUTO_HOLDOUT_FRACTION", "CHECK_CAP", "INT_TEXT"]
 
 AUTO_MINMAX_STRIDE = 8
 DEFAULT_COUNT = DEFAULT_CALIB_COUNT
@@ -204,7 +204,7 @@ class CalibrationResult:
     # Per check feed (``holdout`` order), the float values of the model inputs and of the observed
     # tensors that fit (the outputs and Concat tensors first, see :mod:`.keep`) as the calibration
     # run computed them: an in-sample check's float reference without a second float run (see
-    # :data:`KEEP_CHECK_BYTES`).  Empty when not kept (held-out checks, child processes).
+    # :data:`~qtquant.calib.keep.VALUES_BUDGET`).  Empty when not kept (held-out checks, child processes).
     check_values: list = field(default_factory=list, repr=False)
 
     @property

@@ -27,11 +27,12 @@ import numpy as np
 from ..errors import CalibrationDataError, Cancelled, ModelError
 from ..runtime import make_session
 from .augment import augment
-from .keep import VALUES_BUDGET, within_budget
+from . import keep
+from .keep import within_budget
 from .sources import SampleRef, Source
 from .stats import BINS, NonFiniteError, TensorStats, update_rows
 
-__all__ = ["ChunkRunner", "run_chunk", "LANES", "ROWS_MIN", "ROWS_MAX_SIZE", "KEEP_CHECK_BYTES"]
+__all__ = ["ChunkRunner", "run_chunk", "LANES", "ROWS_MIN", "ROWS_MAX_SIZE"]
 
 LANES = 2  # samples in flight: one reduced while the other runs
 ROWS_MIN = 8  # tensors of one size reduced together from this many on (update_rows)
@@ -39,7 +40,6 @@ ROWS_MAX_SIZE = 4096  # ... when smaller than this (bigger ones pay numpy's per-
 # An in-sample calibration keeps the observed tensors' values of its check samples within this many
 # bytes (all samples), by calib.keep's rule: the fidelity check's float reference is then the
 # calibration run's own (20,000-node CNN, 4 samples: 164 MB, and a float session plus four runs fewer).
-KEEP_CHECK_BYTES = VALUES_BUDGET
 
 
 class ChunkRunner:
@@ -102,11 +102,11 @@ class _Reducer:
             size = {t: v.nbytes * n for t, v in work if isinstance(v, np.ndarray)}
             inputs = sum(size[i] for i in self.inputs)  # kept first: they tell the samples apart
             order = [t for t in (self.keep_order or self.plan.tensors) if t in size and t not in self.inputs]
-            self.keep_names = [*self.inputs, *within_budget(order, size.__getitem__, KEEP_CHECK_BYTES - inputs)]
+            self.keep_names = [*self.inputs, *within_budget(order, size.__getitem__, keep.VALUES_BUDGET - inputs)]
         # The values themselves, not copies: nothing writes into them.
         self.kept[ref] = {t: values[t] for t in self.keep_names if t in values}
         self.keep_bytes += sum(v.nbytes for v in self.kept[ref].values())
-        if self.keep_bytes > KEEP_CHECK_BYTES:  # a sample bigger than the first (data-dependent shapes)
+        if self.keep_bytes > keep.VALUES_BUDGET:  # a sample bigger than the first (data-dependent shapes)
             self.kept.clear()
 
     def __call__(self, ref: SampleRef, outs: list, feed: dict) -> None:
@@ -220,7 +220,7 @@ def _run_refs(runner: ChunkRunner, source: Source, refs, progress, cancel, kept=
     are called from this thread, between samples.
 
     ``kept``: refs -> None on entry; each of those refs gets the values of the model inputs and of
-    the observed tensors that fit in :data:`KEEP_CHECK_BYTES` over all of them, taken in
+    the observed tensors that fit in :data:`~qtquant.calib.keep.VALUES_BUDGET` over all of them, taken in
     ``keep_order`` (:func:`~qtquant.calib.keep.keep_order`; default: the fetch order) by
     :func:`~qtquant.calib.keep.within_budget` (name -> array, as fetched).  ``kept`` is emptied
     when the inputs alone do not fit.  ``check_feeds``: refs -> None on entry, each ref's feed
