@@ -18,6 +18,7 @@ __all__ = [
     "Cancelled",
     "from_name",
     "to_name",
+    "first_line",
 ]
 
 
@@ -90,3 +91,10 @@ def from_name(name: str, message: str, fallback: str = "{message}") -> QtQuantEr
     if isinstance(cls, type) and issubclass(cls, QtQuantError):
         return cls(message)
     return QtQuantError(fallback.format(message=message))
+
+
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """The first line of another library's error (onnxruntime's run several lines with a stack),
+    or its type's name when it says nothing: what a one-line message quotes."""
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:limit]

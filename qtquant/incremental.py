@@ -36,7 +36,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .errors import Cancelled, ModelError
+from .errors import Cancelled, ModelError, first_line
 from .fingerprints import Fingerprinter, fingerprints
 from .fingerprints import value_key as _value_key
 from .runtime import make_session
@@ -62,8 +62,7 @@ def run_session(sess, names, feeds, cancel, threads: int = 1) -> list[dict]:
         try:
             out = sess.run(names, feed)
         except Exception as e:  # onnxruntime's errors are not ours: make them a one-line message
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ModelError(f"fidelity check failed in onnxruntime: {first[:300]}") from None
+            raise ModelError(f"fidelity check failed in onnxruntime: {first_line(e)}") from None
         return dict(zip(names, out))
 
     feeds = list(feeds)
@@ -206,8 +205,7 @@ def _optimise(model: onnx.ModelProto, keep_apart: bool = False) -> onnx.ModelPro
                                  **({"disabled_optimizers": ["ConstantSharing"]} if keep_apart else {}))
             return onnx.load(path)
         except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ModelError(f"onnxruntime cannot run this model: {first[:300]}") from None
+            raise ModelError(f"onnxruntime cannot run this model: {first_line(e)}") from None
 
 
 def moved_domains(dm):
@@ -537,5 +535,4 @@ def _disabled_session(model):
     try:
         return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelError(f"onnxruntime cannot run this model: {first[:300]}") from None
+        raise ModelError(f"onnxruntime cannot run this model: {first_line(e)}") from None

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from .errors import ModelError
+from .errors import ModelError, first_line
 
 __all__ = ["make_session", "run_with_outputs", "zeros_feed", "with_outputs", "input_specs", "has_external_data"]
 
@@ -77,8 +77,7 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
         return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"],
                                     disabled_optimizers=list(disabled) or None)
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelError(f"onnxruntime cannot run this model: {first[:300]}") from None
+        raise ModelError(f"onnxruntime cannot run this model: {first_line(e)}") from None
 
 
 def input_specs(graph) -> dict[str, tuple[tuple[int, ...], np.dtype]]:

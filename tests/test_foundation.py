@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 from builders import branchy_concat_model, save
 from qtquant.calib.engine import CalibConfig, CalibrationResult, TensorStats
 from qtquant.domains import build_domains
-from qtquant.errors import ModelError, QtQuantError, ShapeError
+from qtquant.errors import ModelError, QtQuantError, ShapeError, first_line
 from qtquant.graph import graph_from_model, load_graph
 from qtquant.ops import Role, handler_for
 from qtquant.runtime import run_with_outputs
@@ -223,3 +223,10 @@ def test_prepare_model_bytes_skips_models_too_big_to_keep(tmp_path, monkeypatch)
                         raising=False)
     g.prepare_model_bytes()
     assert g._model_bytes is None
+
+
+def test_first_line_quotes_another_librarys_error_in_one_line():
+    assert first_line(RuntimeError("[ONNXRuntimeError] : 2 : bad shape\n  at frame 1\n  at frame 2")) == \
+        "[ONNXRuntimeError] : 2 : bad shape"
+    assert first_line(ValueError("  ")) == "ValueError"  # says nothing: its type
+    assert first_line(RuntimeError("x" * 400)) == "x" * 300

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CalibrationDataError, Cancelled, ModelError
+from ..errors import CalibrationDataError, Cancelled, ModelError, first_line
 from ..runtime import make_session
 from .augment import augment
 from . import keep
@@ -77,11 +77,6 @@ def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[Samp
     runner = ChunkRunner(model, base_dir, names, source.specs, threads=threads, stride=stride, bins=bins)
     return runner.run(source, refs, progress=progress, cancel=cancel, kept=kept, keep_order=keep_order,
                       check_feeds=check_feeds)
-
-
-def _one_line(e: Exception) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else type(e).__name__)[:300]
 
 
 class _Reducer:
@@ -194,7 +189,7 @@ class _Lanes:
         try:
             outs = self.runner.sess.run(list(plan.fetch), feed) if plan.fetch else []
         except Exception as e:  # onnxruntime raises its own types; report one line
-            self.fail(k, ModelError(f"onnxruntime failed on {ref.label()}: {_one_line(e)}"))
+            self.fail(k, ModelError(f"onnxruntime failed on {ref.label()}: {first_line(e)}"))
             return False
         with self.turn:
             while self.folded != k and k < self.stop_at:
