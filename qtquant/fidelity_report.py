@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from .metrics import Figure
-from .tables import fmt_num
+from .tables import fmt_num, samples_text
 
 __all__ = ["Fidelity", "OutputFidelity", "MemberFidelity"]
 
@@ -72,8 +72,7 @@ class Fidelity:
 
     @property
     def sample_text(self) -> str:
-        n = f"{self.samples} sample{'s' if self.samples != 1 else ''}"
-        return f"{n} in-sample (the calibration samples)" if self.in_sample else f"{n} held out from calibration"
+        return samples_text(self.samples, self.in_sample)
 
     def delta_db(self, output: str) -> float:
         return self.sqnr_db[output] - self.before_sqnr_db[output]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["text_table", "clip_left", "fmt_num"]
+__all__ = ["text_table", "clip_left", "fmt_num", "samples_text"]
 
 
 def fmt_num(x, nd: int = 2, *, signed: bool = False, missing: str = "n/a") -> str:
@@ -15,6 +15,16 @@ def fmt_num(x, nd: int = 2, *, signed: bool = False, missing: str = "n/a") -> st
     if x in (float("inf"), float("-inf")):
         return "inf" if x > 0 else "-inf"
     return f"{x:{'+' if signed else ''}z.{nd}f}"
+
+def samples_text(samples: int, in_sample: bool, *, short: bool = False) -> str:
+    """What a figure rests on, in the one wording reports use: "7 samples in-sample (the calibration
+    samples)" / "20 samples held out from calibration"; ``short``: "7 in-sample samples"."""
+    plural = "s" if samples != 1 else ""
+    if short:
+        return f"{samples} {'in-sample' if in_sample else 'held-out'} sample{plural}"
+    n = f"{samples} sample{plural}"
+    return f"{n} in-sample (the calibration samples)" if in_sample else f"{n} held out from calibration"
+
 
 RULE_MAX = 120  # a rule under the header never runs wider than a wide terminal
 

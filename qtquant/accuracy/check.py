@@ -21,6 +21,7 @@ from ..errors import BadInputError
 from ..fidelity import OutputFidelity, output_figures, run_feeds, float_outputs_of, runtime_text
 from ..outputs import OutputMode, float_output_tensors, output_slices
 from ..runtime import with_outputs
+from ..tables import samples_text
 
 __all__ = ["Bench", "Variant", "worst_of"]
 
@@ -84,8 +85,7 @@ class Bench:
 
     @property
     def sample_text(self) -> str:
-        n = f"{self.samples} sample{'s' if self.samples != 1 else ''}"
-        return f"{n} in-sample (the calibration samples)" if self.in_sample else f"{n} held out from calibration"
+        return samples_text(self.samples, self.in_sample)
 
     def float_out(self) -> list[dict]:
         if self._float_out is None:

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..outputs import OutputMode
-from ..tables import fmt_num as _f
+from ..tables import fmt_num as _f, samples_text
 from .check import Bench, Variant
 from .sensitivity import DEFAULT_TOP, ESTIMATE_TEXT, Sensitivity, rank, units_of
 from .tensors import TensorError, tensor_errors
@@ -37,8 +37,7 @@ class AccuracyReport:
 
     @property
     def sample_text(self) -> str:
-        n = f"{self.samples} sample{'s' if self.samples != 1 else ''}"
-        return f"{n} in-sample (the calibration samples)" if self.in_sample else f"{n} held out from calibration"
+        return samples_text(self.samples, self.in_sample)
 
     @property
     def no_single_fix(self) -> str:

@@ -23,6 +23,7 @@ from ..errors import ShareRefused
 from ..groups import GroupSet
 from ..outputs import OutputMode, export_float_of
 from .check import Bench
+from ..tables import samples_text
 
 __all__ = ["ShareStep", "ShareCandidate", "SqnrShareReport", "plan_sqnr_share", "sqnr_share", "FREE_DB"]
 
@@ -84,8 +85,7 @@ class SqnrShareReport:
 
     @property
     def sample_text(self) -> str:
-        n = f"{self.samples} sample{'s' if self.samples != 1 else ''}"
-        return f"{n} in-sample (the calibration samples)" if self.in_sample else f"{n} held out from calibration"
+        return samples_text(self.samples, self.in_sample)
 
     @property
     def grouped(self) -> list[str]:

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import BadInputError, Cancelled
 from ..runtime import input_specs
+from ..tables import samples_text
 from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAULT_PERCENTILE, DEFAULT_SCHEME,
                      LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, Observer, scheme_name)
 from .observers import abs_percentile, observe, signed_quantile
@@ -222,7 +223,7 @@ class CalibrationResult:
         n = len(self.holdout)
         if not n:
             return "no check samples"
-        return f"{n} {'in-sample' if self.in_sample else 'held-out'} sample{'s' if n != 1 else ''}"
+        return samples_text(n, self.in_sample, short=True)
 
     def pooled_range(self, members, percentile: float) -> tuple[float, float] | None:
         """Percentile range over the merged histograms of ``members`` (the ``pooled`` policy)."""

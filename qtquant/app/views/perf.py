@@ -12,7 +12,7 @@ from html import escape
 
 from .fmt import fmt_bytes, fmt_us
 from .perfdata import num, simulator, top_layers
-from ...tables import fmt_num
+from ...tables import fmt_num, samples_text
 
 __all__ = ["Change", "Figure", "PerfSummaryView", "perf_summary", "fidelity_html", "fidelity_tip",
            "fidelity_basis"]
@@ -141,8 +141,7 @@ def fidelity_html(fid) -> str:
 
 def fidelity_basis(fid) -> str:
     """What the SQNR figures rest on: '7 in-sample samples, worst slice'."""
-    kind = "in-sample" if fid.in_sample else "held-out"
-    text = f'{fid.samples} {kind} sample{"s" if fid.samples != 1 else ""}'
+    text = samples_text(fid.samples, fid.in_sample, short=True)
     if any(fid.after[o].slices for o in fid.outputs):
         text += ", worst slice"
     return text
