@@ -100,7 +100,7 @@ def test_strided_histogram_takes_every_nth_block(n, stride):
     np.testing.assert_array_equal(s.hist, np.histogram(x[:, keep].astype(np.float64), bins=s.edges)[0])
     assert (s.min, s.max, s.count, s.samples, s.stride) == (x.min(), x.max(), 2 * n, 2, stride)
     one = TensorStats()
-    one.update(x[0], stride=stride, reduced=(x[0].min(), x[0].max(), n))
+    one.update(x[0], stride=stride)
     two = TensorStats()
     two.update(x[1], stride=stride)
     np.testing.assert_array_equal(one.merge(two).hist, s.hist)  # the merge law holds with a stride too
@@ -112,10 +112,10 @@ def test_nan_is_refused():
         s.update(np.array([1.0, np.nan], np.float32))
     with pytest.raises(ValueError):
         s.update(np.array([np.inf], np.float32))
-    with pytest.raises(ValueError):  # min/max computed elsewhere skipped the NaN: the index cast catches it
-        s.update(np.array([1.0, np.nan], np.float32), reduced=(1.0, 1.0, 2))
-    with pytest.raises(ValueError):
-        s.update(np.array([0.0, np.nan], np.float32), reduced=(0.0, 0.0, 2))
+    with pytest.raises(ValueError):  # a NaN beside zeros only (no histogram window to index into)
+        s.update(np.array([0.0, np.nan], np.float32))
+    with pytest.raises(ValueError):  # a NaN outside the strided subsample still counts
+        s.update(np.concatenate([np.ones(64, np.float32), [np.nan]]), stride=8)
     assert s.count == 0 and s.hist is None  # a refused batch leaves no trace
 
 

@@ -236,24 +236,19 @@ class TensorStats:
                            self.total)
 
     # -- accumulation ------------------------------------------------------------------------
-    def update(self, x: np.ndarray, samples: int = 1, *, stride: int = 1, reduced: tuple | None = None) -> None:
+    def update(self, x: np.ndarray, samples: int = 1, *, stride: int = 1) -> None:
         """Fold one batch holding ``samples`` samples (the leading axis splits them) into the stats.
 
         The histogram takes every ``stride``-th block of ``SUB_BLOCK`` values of each flattened sample;
-        min, max and count cover all values.  ``reduced = (min, max, count)`` of a one-sample batch
-        comes precomputed (by onnxruntime).
+        min, max and count cover all values.
         """
         x = np.asarray(x)
         per = x.reshape(samples, -1)
-        if reduced is not None:
-            # through float32, like the values: rounding is monotonic, so the max stays the max
-            lo, hi, count = float(np.float32(reduced[0])), float(np.float32(reduced[1])), int(reduced[2])
-            mins, maxs = np.array([lo]), np.array([hi])
-        else:
-            count = int(x.size)
-            if count:
-                mins, maxs = per.min(axis=1), per.max(axis=1)
-                lo, hi = float(np.float32(mins.min())), float(np.float32(maxs.max()))
+        count = int(x.size)
+        if count:
+            # numpy's min/max propagate NaN, so the finiteness check below sees any NaN in the batch
+            mins, maxs = per.min(axis=1), per.max(axis=1)
+            lo, hi = float(np.float32(mins.min())), float(np.float32(maxs.max()))
         sub = _subsample(per, stride)
         if count == 0:
             self.samples += samples
@@ -276,19 +271,7 @@ class TensorStats:
             y = np.multiply(sub, np.float32(scale), dtype=np.float32)
             np.floor(y, out=y)
             y += bins - first
-            try:
-                with np.errstate(invalid="raise"):  # NaN cannot become an index (onnxruntime's min/max skip it)
-                    idx = y.astype(np.int16)
-            except FloatingPointError:
-                raise NonFiniteError("NaN values") from None
-            if len(idx) and int(idx.min()) < 0:  # only if min/max came from elsewhere and were wrong
-                shift_by = -int(idx.min())
-                idx += shift_by
-                first -= shift_by
-                width += shift_by
-            counts = np.bincount(idx, minlength=width)
-        elif np.isnan(sub).any():  # an all-zero batch as far as min/max kernels that skip NaN can tell
-            raise NonFiniteError("NaN values")
+            counts = np.bincount(y.astype(np.int16), minlength=width)
         self._fold(lo, hi, count, samples, stride, mins, maxs, counts, first, e, int(sub.size))
 
     def _fold(self, lo, hi, count, samples, stride, mins, maxs, counts, first, e, n_sub) -> None:
