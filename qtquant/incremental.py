@@ -39,7 +39,7 @@ from onnx import helper
 from .errors import Cancelled, ModelError, first_line
 from .fingerprints import Fingerprinter, fingerprints
 from .fingerprints import value_key as _value_key
-from .runtime import make_session
+from .runtime import make_session, ort_session
 from .shipped import layout_passes_off
 
 __all__ = ["IncrementalRunner", "run_session", "fingerprints", "moved_domains", "KEEP_BYTES", "MAX_NODES"]
@@ -200,12 +200,8 @@ def _optimise(model: onnx.ModelProto, keep_apart: bool = False) -> onnx.ModelPro
         so.log_severity_level = 3
         so.optimized_model_filepath = path
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        try:
-            ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"],
-                                 **({"disabled_optimizers": ["ConstantSharing"]} if keep_apart else {}))
-            return onnx.load(path)
-        except Exception as e:
-            raise ModelError(f"onnxruntime cannot run this model: {first_line(e)}") from None
+        ort_session(model, so, **({"disabled_optimizers": ["ConstantSharing"]} if keep_apart else {}))
+        return onnx.load(path)
 
 
 def moved_domains(dm):
@@ -532,7 +528,4 @@ def _disabled_session(model):
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    try:
-        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    except Exception as e:
-        raise ModelError(f"onnxruntime cannot run this model: {first_line(e)}") from None
+    return ort_session(model, so)

@@ -12,7 +12,8 @@ import onnx
 
 from .errors import ModelError, first_line
 
-__all__ = ["make_session", "run_with_outputs", "zeros_feed", "with_outputs", "input_specs", "has_external_data"]
+__all__ = ["make_session", "ort_session", "run_with_outputs", "zeros_feed", "with_outputs", "input_specs",
+           "has_external_data"]
 
 def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
     """A copy of ``model`` whose graph also outputs ``names`` (in that order, after the originals)."""
@@ -29,6 +30,17 @@ def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
             m.graph.output.append(onnx.ValueInfoProto(name=n))
         have.add(n)
     return m
+
+
+def ort_session(model: onnx.ModelProto, so, **kwargs):
+    """``onnxruntime.InferenceSession`` on the CPU provider for an in-memory model; whatever
+    onnxruntime refuses becomes the one-line :class:`ModelError` every caller reports."""
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"], **kwargs)
+    except Exception as e:
+        raise ModelError(f"onnxruntime cannot run this model: {first_line(e)}") from None
 
 
 def has_external_data(model) -> bool:
@@ -66,18 +78,14 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     elif level != "default":
         raise ValueError(f"unknown optimisation level {level!r}")
-    try:
-        if has_external_data(model) and base_dir is not None:
-            # The bytes carry no weights (they stay in their files, so >2 GB models work);
-            # onnxruntime reads them from base_dir and itself refuses paths escaping it.
-            # (A symlinked temp folder does not work: onnxruntime resolves the links and
-            # refuses targets outside the folder.)
-            so.add_session_config_entry("session.model_external_initializers_file_folder_path",
-                                        str(Path(base_dir).resolve()))
-        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"],
-                                    disabled_optimizers=list(disabled) or None)
-    except Exception as e:
-        raise ModelError(f"onnxruntime cannot run this model: {first_line(e)}") from None
+    if has_external_data(model) and base_dir is not None:
+        # The bytes carry no weights (they stay in their files, so >2 GB models work);
+        # onnxruntime reads them from base_dir and itself refuses paths escaping it.
+        # (A symlinked temp folder does not work: onnxruntime resolves the links and
+        # refuses targets outside the folder.)
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                    str(Path(base_dir).resolve()))
+    return ort_session(model, so, disabled_optimizers=list(disabled) or None)
 
 
 def input_specs(graph) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
