@@ -16,9 +16,10 @@ _RAW_TYPES = {np.dtype(t): e for t, e in ((np.float32, onnx.TensorProto.FLOAT), 
 
 
 class _Names:
-    def __init__(self, model):
+    def __init__(self, model, inits=()):
         g = model.graph
-        self.used = {t.name for t in g.initializer} | {i.name for i in g.input} | {o.name for o in g.output}
+        self.used = {t.name for t in g.initializer} | {t.name for t in inits} | {i.name for i in g.input} | \
+            {o.name for o in g.output}
         for n in g.node:
             self.used.update(n.input)
             self.used.update(n.output)
@@ -49,8 +50,9 @@ def _subgraph_inputs(node) -> set[str]:
     return names
 
 
-def prune(model) -> None:
-    """Drop initializers and Constant nodes nothing reads any more (the float originals)."""
+def prune(model, pending=()) -> None:
+    """Drop initializers and Constant nodes nothing reads any more (the float originals).
+    ``pending``: initializers not in the model yet, appended after its own where read."""
     g = model.graph
     used = {o.name for o in g.output}
     consts = []
@@ -67,10 +69,13 @@ def prune(model) -> None:
         del g.node[:]
         g.node.extend(keep_nodes)
     keep = [t for t in g.initializer if t.name in used]
-    dropped = {t.name for t in g.initializer} - {t.name for t in keep}
-    if dropped:
+    dropped = ({t.name for t in g.initializer} - {t.name for t in keep}) | \
+        {t.name for t in pending if t.name not in used}
+    if len(keep) < len(g.initializer):
         del g.initializer[:]
         g.initializer.extend(keep)
+    g.initializer.extend(t for t in pending if t.name in used)
+    if dropped:
         # Old-style models also list initializers as graph inputs: drop the pruned ones.
         ins = [i for i in g.input if i.name not in dropped]
         del g.input[:]
@@ -80,9 +85,12 @@ def prune(model) -> None:
 class Rewrite:
     """The model a build rewrites, and the nodes and initializers it adds."""
 
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, base_inits=()):
+        """``base_inits``: the original initializers, left out of ``model``; :meth:`assemble`
+        adds back those still read (the float weights the build replaces are never copied)."""
         self.model = model
-        self.names = _Names(model)
+        self.base_inits = list(base_inits)
+        self.names = _Names(model, self.base_inits)
         self.nodes = {n.name: n for n in model.graph.node}
         self.inits: list[onnx.TensorProto] = []
         self.head: list[onnx.NodeProto] = []  # DQ of weights/constants and Q/DQ of model inputs
@@ -178,5 +186,4 @@ class Rewrite:
         for n in order:
             g.node.append(n)
             added(self.after.get(n.name, ()))
-        g.initializer.extend(self.inits)
-        prune(self.model)
+        prune(self.model, self.base_inits + self.inits)

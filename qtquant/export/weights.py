@@ -140,12 +140,40 @@ def _uses(graph, weight_uses, per_channel: bool, act_qp) -> list[tuple]:
         need = base_scale
         if bias is not None:
             qp = act_qp[node.inputs[0]]
-            x_span = max(abs(qp.qmin - qp.zero_point), abs(qp.qmax - qp.zero_point))
-            n_out = base_scale.size if base_scale.ndim else bias[2].size
-            fan_in = max(1, int(np.size(graph.constant_value(w))) // max(1, n_out))
-            need = _bias_fit_scale(bias[2], qp.scale, base_scale, fan_in * x_span * WEIGHT_QMAX)
+            need = _memo(graph, ("fit", bias[1], w, axis, qp), lambda qp=qp, bias=bias, w=w, base_scale=base_scale:
+                         _fit(graph, bias[2], w, base_scale, qp))
         uses.append((node, idx, w, axis, bias, need))
     return uses
+
+
+def _fit(graph, bv, w, base_scale, qp):
+    x_span = max(abs(qp.qmin - qp.zero_point), abs(qp.qmax - qp.zero_point))
+    n_out = base_scale.size if base_scale.ndim else bv.size
+    fan_in = max(1, int(np.size(graph.constant_value(w))) // max(1, n_out))
+    return _bias_fit_scale(bv, qp.scale, base_scale, fan_in * x_span * WEIGHT_QMAX)
+
+
+_MEMO_ENTRIES = 4096  # per graph: bias fits and int32 biases of recent builds
+
+
+def _memo(graph, key, make):
+    """``make()`` once per ``key`` (what a weight use's numbers depend on, all of it in the key):
+    a build after an edit changes few input scales, and these were a fifth of each build
+    (yolov8n_320).  The oldest go first past :data:`_MEMO_ENTRIES`."""
+    memo = _weights_cache.setdefault(graph, {}).setdefault("memo", {})
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = make()
+        if len(memo) > _MEMO_ENTRIES:
+            memo.pop(next(iter(memo)))
+    return got
+
+
+def _int32_bias(bv, bscale, b, node_name):
+    """(int32 bias at ``bscale``, ClipRecord or None)."""
+    raw = np.rint(bv.astype(np.float64) / bscale.astype(np.float64))
+    rec = clip_record(bv, raw, INT32_MIN, INT32_MAX, bscale, 0, tensor=b, kind="bias", node=node_name)
+    return np.clip(np.nan_to_num(raw), INT32_MIN, INT32_MAX).astype(np.int32), rec
 
 
 def quantize_weights(rw, build, graph, weight_uses, per_channel: bool, act_qp) -> None:
@@ -190,11 +218,10 @@ def quantize_weights(rw, build, graph, weight_uses, per_channel: bool, act_qp) -
                 shared_with=tuple(n for n in dict.fromkeys(readers[key]) if n != node.name),
                 copied=len(versions[(w, axis)]) > 1))
         bscale = (np.float32(act_qp[x].scale) * scale).astype(np.float32)
-        raw = np.rint(bv.astype(np.float64) / bscale.astype(np.float64))
-        rec = clip_record(bv, raw, INT32_MIN, INT32_MAX, bscale, 0, tensor=b, kind="bias", node=node.name)
+        bq, rec = _memo(graph, ("bias", b, node.name, bscale.tobytes(), bscale.shape),
+                        lambda bv=bv, bscale=bscale, b=b, node=node: _int32_bias(bv, bscale, b, node.name))
         if rec is not None:
             build.clipped.append(rec)
-        bq = np.clip(np.nan_to_num(raw), INT32_MIN, INT32_MAX).astype(np.int32)
         out = rw.dequantized(b, bq, bscale, np.zeros(bscale.shape, np.int32),
                              0 if bscale.ndim == 1 and per_channel else None)
         rw.rewire(node.name, b, out, bidx)
