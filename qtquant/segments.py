@@ -12,7 +12,7 @@ import onnx
 
 from .runtime import has_external_data
 
-__all__ = ["ChainedSession", "split_model"]
+__all__ = ["ChainedSession", "split_model", "iter_segments"]
 
 
 _MAX_CUT = 8  # tensors crossing one cut at most
@@ -149,6 +149,15 @@ def split_model(model: onnx.ModelProto, parts: int, shape_of) -> list[onnx.Model
     inputs are graph inputs and hand-over tensors, its outputs graph outputs and hand-over
     tensors; each carries the initializers it reads.  Models with subgraphs or external data are
     not cut."""
+    segs = iter_segments(model, parts, shape_of)
+    return None if segs is None else list(segs)
+
+
+def iter_segments(model: onnx.ModelProto, parts: int, shape_of):
+    """:func:`split_model`'s segments one at a time, each built when asked for (None when the
+    model cannot be cut): a caller that creates a session per segment starts on the first while
+    the next ones are built (Python work that onnxruntime's session creation, which releases the
+    GIL, runs beside)."""
     g = model.graph
     nodes = list(g.node)
     if parts < 2 or has_external_data(model):
@@ -189,8 +198,7 @@ def split_model(model: onnx.ModelProto, parts: int, shape_of) -> list[onnx.Model
         elem, shape = types[name]
         return onnx.helper.make_tensor_value_info(name, elem, shape)
 
-    models = []
-    for k in range(len(bounds) - 1):
+    def build(k):
         idx = sorted(order[bounds[k]:bounds[k + 1]])  # the file's own order within the segment
         made = {o for i in idx for o in info[i][2] if o}
         reads = dict.fromkeys(x for i in idx for x in info[i][1] if x and x not in made)
@@ -206,5 +214,6 @@ def split_model(model: onnx.ModelProto, parts: int, shape_of) -> list[onnx.Model
         sg.input.extend(graph_in[x] if x in graph_in else value(x) for x in reads if x not in inits)
         sg.output.extend(graph_out[o] if o in graph_out else value(o) for i in idx for o in info[i][2]
                          if o in graph_out or last_use.get(o, -1) > k)
-        models.append(m)
-    return models
+        return m
+
+    return (build(k) for k in range(len(bounds) - 1))

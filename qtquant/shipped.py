@@ -10,7 +10,7 @@ from pathlib import Path
 import onnx
 
 from .runtime import make_session
-from .segments import ChainedSession, split_model
+from .segments import ChainedSession, iter_segments
 
 __all__ = ["layout_passes_off", "session_text", "LAYOUT_PASS_NODES", "LAYOUT_PASSES", "shipped_session",
            "SPLIT_NODES", "SEGMENT_NODES", "reference_level", "REFERENCE_OFF_TEXT", "REFERENCE_SKIPPED_TEXT",
@@ -24,8 +24,11 @@ LAYOUT_PASSES = ("NhwcTransformer",)
 # seconds to create a session on a loaded machine: 16,652 nodes 2.6, 33,332 nodes 4.8, 66,662 nodes
 # 12.9-14.1; as 4 segments 10.6), so above SPLIT_NODES the shipped file runs as segments of about
 # SEGMENT_NODES nodes, cut where only int8 tensors cross, whose sessions are created side by side.
+# Small segments cost less in all: the same quarter of that 66,662-node export took 1.57-2.14 CPU
+# seconds as one session of 16,678 nodes, 1.03-1.55 as 4 of about 4,200, 0.91-1.32 as 8 of about
+# 2,100, 0.83-1.08 as 16 (same instruction counts under callgrind: smaller graphs stay in cache).
 SPLIT_NODES = 30_000
-SEGMENT_NODES = 20_000
+SEGMENT_NODES = 2_000
 
 
 def layout_passes_off(model: onnx.ModelProto) -> tuple[str, ...]:
@@ -80,18 +83,19 @@ def split_parts(model: onnx.ModelProto) -> int:
     return -(-n // SEGMENT_NODES) if n > SPLIT_NODES else 1
 
 
-def segments_of(model: onnx.ModelProto, shape_of) -> list[onnx.ModelProto] | None:
-    """The segments :func:`shipped_session` runs ``model`` in (None: whole).  Python work: a caller
-    with other Python work to do beside the sessions' creation does this first."""
+def segments_of(model: onnx.ModelProto, shape_of):
+    """The segments :func:`shipped_session` runs ``model`` in (None: whole), an iterator that builds
+    each when it is asked for (:func:`~qtquant.segments.iter_segments`); the cuts are found here.
+    Python work: a caller with other Python work to do beside the sessions' creation does this first."""
     parts = split_parts(model)
-    return split_model(model, parts, shape_of) if parts > 1 and shape_of is not None else None
+    return iter_segments(model, parts, shape_of) if parts > 1 and shape_of is not None else None
 
 
 def shipped_session(model: onnx.ModelProto, base_dir: Path | None = None, *, shape_of=None, level="default",
                     spinning: bool = False, segments=False):
     """A session of the exported ``model`` as the fidelity check runs it: default options (above
     :data:`LAYOUT_PASS_NODES` nodes without the layout pass), and above :data:`SPLIT_NODES` nodes,
-    when :func:`split_model` finds cuts, a :class:`ChainedSession` of its segments created on
+    when :func:`~qtquant.segments.split_model` finds cuts, a :class:`ChainedSession` of its segments created on
     two threads (onnxruntime releases the GIL while it optimises).  ``level="disabled"``: no graph
     optimisation (the cross-check's reference of a big graph).  ``segments``: :func:`segments_of`
     the model, when the caller has them already."""
@@ -101,8 +105,10 @@ def shipped_session(model: onnx.ModelProto, base_dir: Path | None = None, *, sha
         return make_session(model, base_dir, spinning=spinning, level=level, disabled=off)
     from concurrent.futures import ThreadPoolExecutor
 
+    parts, made = [], []
     with ThreadPoolExecutor(2, thread_name_prefix="qtquant-segment") as pool:
-        sessions = list(pool.map(lambda m: make_session(m, base_dir, spinning=spinning, level=level,
-                                                        disabled=off), segs))
-    return ChainedSession([([i.name for i in m.graph.input], [o.name for o in m.graph.output]) for m in segs],
-                          sessions)
+        for m in segs:  # (iter_segments builds each here, while the sessions before it are created)
+            parts.append(([i.name for i in m.graph.input], [o.name for o in m.graph.output]))
+            made.append(pool.submit(make_session, m, base_dir, spinning=spinning, level=level, disabled=off))
+        sessions = [f.result() for f in made]
+    return ChainedSession(parts, sessions)

@@ -15,7 +15,7 @@ from qtquant.concat import analyze_concats
 from qtquant.domains import build_domains
 from qtquant.errors import MarchError
 from qtquant.graph import graph_from_model
-from qtquant.perf import Simulator, load_march, march_names, simulate, simulate_session
+from qtquant.perf import Simulator, load_march, march_names, simulate, simulate_session, warm_up
 from qtquant.perf.march import PARAMS
 from qtquant.app import Session
 
@@ -230,6 +230,30 @@ def test_session_groups_and_simulate_session():
     s.set_options(march="nash-e")
     assert simulate_session(s).march == "nash-e"
     assert simulate_session(s).total_us < after.total_us
+
+
+def test_warm_up_computes_the_costs_simulate_session_reuses():
+    """qtquant analyze starts the per-node costs before calibrating (warm_up); the simulation after
+    calibration then reuses them, with the figures a cold simulation gives."""
+    from qtquant.perf import simulator
+
+    g, ranges = _synthetic(150, seed=5)
+    s = Session(g)
+    warm_up(s).join()
+    sim = simulator._simulator_for(g, load_march(s.options.march))
+    assert sim._state is not None  # computed before any scale exists
+    warm_state = sim._state
+    s.set_calibration(CalibrationResult({t: TensorStats(*r) for t, r in ranges.items()}, dict(ranges),
+                                        CalibConfig()))
+    res = simulate_session(s)
+    assert sim._state is warm_state
+    cold = simulate(g, load_march(s.options.march), s.concats())
+    assert res.to_dict() == cold.to_dict()
+    # A march that does not load: nothing raised on the thread, simulate_session reports it.
+    s.set_options(march="no-such-march")
+    warm_up(s).join()
+    with pytest.raises(MarchError):
+        simulate_session(s)
 
 
 def test_incremental_equals_full():

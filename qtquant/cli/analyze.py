@@ -33,6 +33,18 @@ def _perf(session, args):
     return simulate_session(session, march_file=getattr(args, "march_file", None))
 
 
+def _warm_perf(args):
+    """``opened`` for open_session: the perf simulation's per-node costs (they need no scales) on
+    a thread of their own while calibration runs (see perf.simulator.warm_up)."""
+    if args.no_perf:
+        return None
+    try:
+        from ..perf import warm_up
+    except ImportError:
+        return None
+    return lambda session: warm_up(session, march_file=getattr(args, "march_file", None))
+
+
 def _fidelity(session, args, meanwhile=None):
     if args.no_fidelity or session.calibration is None or not session.calibration.holdout:
         return None
@@ -57,7 +69,7 @@ def run(args) -> int:
     from ..perf.precision import report_text
     from ..report import analysis_dict, concat_table_text
 
-    session = open_session(args, keep_check_values=not args.no_fidelity)
+    session = open_session(args, keep_check_values=not args.no_fidelity, opened=_warm_perf(args))
     sqnr = None
     if args.max_sqnr_drop is not None:
         from .fix import sqnr_share_from_args

@@ -105,14 +105,18 @@ def options_from_args(args):
                    calib=calib_config_from_args(args), output_mode=output_mode_from_args(args))
 
 
-def open_session(args, *, calibrate: bool = True, progress=None, keep_check_values: bool = False):
+def open_session(args, *, calibrate: bool = True, progress=None, keep_check_values: bool = False, opened=None):
     """Load the model named in ``args``, detect QDQ, calibrate when needed, apply --plan.
-    ``keep_check_values``: a fidelity check follows (see :func:`qtquant.calib.calibrate`)."""
+    ``keep_check_values``: a fidelity check follows (see :func:`qtquant.calib.calibrate`).
+    ``opened(session)``: called once the model is open, before calibrating (work that needs no
+    scales can start there, beside onnxruntime creating calibration's session)."""
     from ..app import open_model
 
     opts = options_from_args(args)
     session = open_model(args.model, args.input_shape, opts, cut=getattr(args, "cut", None) or ())
     apply_precision_args(session, args, check_only=True)  # a typo fails before the slow calibration
+    if opened is not None:
+        opened(session)
     if getattr(args, "stats", None):
         if session.quantized_file:
             raise BadInputError(f"{args.model} is already quantized (QDQ); --stats is for float models")

@@ -12,9 +12,9 @@ from ..errors import MarchError
 from .costs import LayerCost
 from .macs import macs_of, model_macs
 from .march import MarchProfile, load_march, march_names
-from .simulator import PerfResult, Simulator, simulate, simulate_session
+from .simulator import PerfResult, Simulator, simulate, simulate_session, warm_up
 
-__all__ = ["simulate_session", "simulate", "Simulator", "PerfResult", "LayerCost", "MarchProfile",
+__all__ = ["simulate_session", "warm_up", "simulate", "Simulator", "PerfResult", "LayerCost", "MarchProfile",
            "load_march", "march_names", "march_choices", "MARCHES", "macs_of", "model_macs"]
 
 

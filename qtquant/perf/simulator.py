@@ -17,7 +17,7 @@ from .costs import CostContext, LayerCost, copy_cost, node_cost, rescale_cost, z
 from .march import MarchProfile, load_march
 from .macs import shape_of
 
-__all__ = ["PerfResult", "Simulator", "simulate", "simulate_session", "SCHEMA_VERSION"]
+__all__ = ["PerfResult", "Simulator", "simulate", "simulate_session", "warm_up", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -178,13 +178,18 @@ class Simulator:
 
     def update(self, concats) -> PerfResult:
         """Re-cost only the Concats and their rescales, reusing every other node's cost."""
+        return self._assemble(concats, self.base_state(), self._memo)
+
+    def base_state(self):
+        """The per-node costs :meth:`update` reuses, computed on first use (a caller on another
+        thread computing them meanwhile is waited for)."""
         state = self._state
         if state is None:
             with self._lock:
                 if self._state is None:
                     self._state = self._compute_base()
                 state = self._state
-        return self._assemble(concats, state, self._memo)
+        return state
 
     # -- internals ------------------------------------------------------------------------------
     def _compute_base(self):
@@ -276,6 +281,25 @@ def _simulator_for(graph, march: MarchProfile) -> Simulator:
         if sim is None:
             sim = per_graph[march] = Simulator(graph, march)
         return sim
+
+
+def warm_up(session, march_file=None) -> threading.Thread:
+    """Compute the per-node costs :func:`simulate_session` will reuse, on a thread of their own.
+
+    They depend on the graph and the march only, not on the scales, so ``qtquant analyze`` starts
+    them before calibrating: onnxruntime releases the GIL while it creates calibration's session
+    (20,000-node CNN: about a second, beside the 1-1.5 s these costs take), so the two overlap
+    instead of the simulation taking its turn later.  A failure here is left to
+    :func:`simulate_session`, which computes them again and raises it where it is reported."""
+    def run():
+        try:
+            _simulator_for(session.graph, load_march(march_file if march_file else session.options.march)).base_state()
+        except Exception:  # noqa: BLE001 - reported by simulate_session (see above)
+            pass
+
+    t = threading.Thread(target=run, name="qtquant-perf-warm", daemon=True)
+    t.start()
+    return t
 
 
 def simulate_session(session, march_file=None, *, baseline: bool = False) -> PerfResult:
