@@ -40,6 +40,7 @@ re-run only from where they changed (the same outputs as a fresh default session
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 import numpy as np
@@ -265,27 +266,51 @@ def _member_sqnr(cache, t, qp) -> float:
     # scale changed are measured again.
     key = (t, qp)
     if key not in cache.member_sqnr:
-        vals = np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in cache.tensors[t]])
+        parts = cache.tensors[t]
+        n = sum(int(np.size(v)) for v in parts)
+        # Scratch arrays reused from one member to the next (this thread's): a fresh array of a
+        # neck tensor over the check samples is megabytes of new pages, and their faults cost
+        # more than the arithmetic on a busy machine.
+        vals = np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in parts], out=_scratch(n, np.float32, 0))
         # metrics.sqnr_db's sums, its signal kept per tensor (a share moves every member's scale).
         # The same values as fake_quant and float64 (ref - test)² would give, in fewer passes and
         # temporaries: after a share every member of the group is measured again.
+        wide = _scratch(n, np.float64, 2)
         if t not in cache.member_signal:
-            ref = vals.astype(np.float64)
-            cache.member_signal[t] = float(np.sum(np.square(ref, out=ref)))
-        diff = np.subtract(vals, _fake_quant_into(vals, qp), dtype=np.float64)
+            np.copyto(wide, vals)
+            cache.member_signal[t] = float(np.sum(np.square(wide, out=wide)))
+        diff = np.subtract(vals, _fake_quant_into(vals, qp, _scratch(n, np.float32, 1)), out=wide, dtype=np.float64)
         noise = float(np.sum(np.square(diff, out=diff)))
         cache.member_sqnr[key] = signal_noise_db(cache.member_signal[t], noise)
     return cache.member_sqnr[key]
 
 
-def _fake_quant_into(x: np.ndarray, qp) -> np.ndarray:
-    """:func:`fake_quant` of a float32 ``x`` in one new array, computed in place (same values)."""
+_scratches = threading.local()
+
+
+def _scratch(n: int, dtype, slot: int) -> np.ndarray:
+    """A length-``n`` array of ``dtype`` from this thread's scratch ``slot`` (grown, never shrunk)."""
+    bufs = getattr(_scratches, "bufs", None)
+    if bufs is None:
+        bufs = _scratches.bufs = {}
+    b = bufs.get(slot)
+    if b is None or b.dtype != dtype or b.size < n:
+        b = bufs[slot] = np.empty(n, dtype)
+    return b[:n]
+
+
+def _fake_quant_into(x: np.ndarray, qp, out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`fake_quant` of a float32 ``x`` computed in place in ``out`` (default: a new array),
+    same values.  A zero point of 0 is not added and taken away: that only turns -0.0 into +0.0,
+    which no difference or square tells apart."""
     s, zp = np.float32(qp.scale), np.float32(qp.zero_point)
-    q = np.divide(x, s)
+    q = np.divide(x, s, out=out)
     np.rint(q, out=q)
-    q += zp
+    if zp:
+        q += zp
     np.clip(q, qp.qmin, qp.qmax, out=q)
-    q -= zp
+    if zp:
+        q -= zp
     q *= s
     return q
 
