@@ -233,9 +233,11 @@ _STEPS = (("edit", ("edit",)), ("queue", ("snapshot", "queued", "before_call")),
 def print_trace(rows):
     """Per edit: ms of each step of its fidelity check (Fidelity.trace); ipc is the round trip to
     the child process less the child's own time, rest the child's time outside the named steps,
-    and the last column what remains of the landing time (the GUI thread applying the result)."""
+    and *apply* what remains of the landing time (the GUI thread applying the result); *cpu* the CPU
+    time the child process spent on the check, all its threads (against the child's steps: how long it
+    waited for a core at its lower priority)."""
     print(f"  where the fidelity time went (ms): {'edit':30s} " + " ".join(f"{c:>6s}" for c, _ in _STEPS)
-          + f" {'apply':>6s} {'landed':>7s}")
+          + f" {'apply':>6s} {'landed':>7s} {'cpu':>6s}")
     for label, _, _, f, new, tr in rows:
         if not tr:
             continue
@@ -245,7 +247,7 @@ def print_trace(rows):
         vals["rest"] = total - sum(vals[c] for c in ("build", "prog", "prep", "sess", "run", "figs"))
         apply_ms = f - sum(vals.values())
         print(f"  {'new' if new else 'revisit':>7s} {label[:30]:30s}                      "
-              + " ".join(f"{vals[c]:6.0f}" for c, _ in _STEPS) + f" {apply_ms:6.0f} {f:7.0f}")
+              + " ".join(f"{vals[c]:6.0f}" for c, _ in _STEPS) + f" {apply_ms:6.0f} {f:7.0f} {tr.get('cpu', 0.0):6.0f}")
 
 
 def stats(xs):
