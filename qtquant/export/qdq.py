@@ -54,7 +54,7 @@ from ..precision import PrecisionMap, float_nodes
 from ..quant import qparams_for_range
 from ..vocab import Precision
 from .records import BiasAdjustment, ClipRecord, ExportResult, QdqBuild, clip_record
-from .rewrite import Rewrite
+from .rewrite import Rewrite, names_in
 from .weights import INT32_MAX, INT32_MIN, quantize_weights
 
 __all__ = ["QdqBuild", "ExportResult", "BiasAdjustment", "ClipRecord", "build_qdq_model", "export_qdq",
@@ -101,8 +101,8 @@ def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
 
 
 def _shell(graph, base):
-    """(``base`` without initializers and value_info, its initializers): once per base of ``graph``
-    (kept beside it in :data:`_base_cache`)."""
+    """(``base`` without initializers and value_info, its initializers, the names they use): once
+    per base of ``graph`` (kept beside it in :data:`_base_cache`)."""
     cache = _base_cache.setdefault(graph, {})
     got = cache.get(("shell", id(base)))
     if got is None or got[0] is not base:
@@ -110,8 +110,9 @@ def _shell(graph, base):
         shell.CopyFrom(base)
         del shell.graph.initializer[:]
         del shell.graph.value_info[:]  # recomputed by any consumer; stale shapes would only mislead
-        got = cache[("shell", id(base))] = (base, shell, list(base.graph.initializer))
-    return got[1], got[2]
+        inits = list(base.graph.initializer)
+        got = cache[("shell", id(base))] = (base, shell, inits, frozenset(names_in(shell, inits)))
+    return got[1:]
 
 
 def _quantize_values(v: np.ndarray, qp) -> np.ndarray:
@@ -163,11 +164,11 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     base, opset, per_channel, base_notes = _base(graph, bool(weight_uses), int16_used)
     # The base without its initializers, which the build adds back when still read: copying the
     # float weights in and pruning them out again was a third of a build on yolov8n_320 (12 MB).
-    shell, base_inits = _shell(graph, base)
+    shell, base_inits, names = _shell(graph, base)
     model = onnx.ModelProto()
     model.CopyFrom(shell)
     build = QdqBuild(model, opset, notes=list(base_notes), cut=tuple(getattr(graph, "cut", ())))
-    rw = Rewrite(model, base_inits)
+    rw = Rewrite(model, base_inits, names)
     missing = [n for n in graph.nodes if n not in rw.nodes]
     if missing:
         raise ModelError(f"cannot export: node {missing[0]!r} is missing from the model after opset conversion")

@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["Rewrite", "prune"]
+__all__ = ["Rewrite", "prune", "names_in"]
 
 _RAW_TYPES = {np.dtype(t): e for t, e in ((np.float32, onnx.TensorProto.FLOAT), (np.int8, onnx.TensorProto.INT8),
                                            (np.uint8, onnx.TensorProto.UINT8), (np.int32, onnx.TensorProto.INT32),
@@ -15,15 +15,22 @@ _RAW_TYPES = {np.dtype(t): e for t, e in ((np.float32, onnx.TensorProto.FLOAT), 
                                            (np.int64, onnx.TensorProto.INT64))}
 
 
+def names_in(model, inits=()) -> set[str]:
+    """Every name ``model`` (and ``inits``, initializers kept apart from it) uses: tensors and nodes."""
+    g = model.graph
+    used = {t.name for t in g.initializer} | {t.name for t in inits} | {i.name for i in g.input} | \
+        {o.name for o in g.output}
+    for n in g.node:
+        used.update(n.input)
+        used.update(n.output)
+        used.add(n.name)
+    return used
+
+
 class _Names:
-    def __init__(self, model, inits=()):
-        g = model.graph
-        self.used = {t.name for t in g.initializer} | {t.name for t in inits} | {i.name for i in g.input} | \
-            {o.name for o in g.output}
-        for n in g.node:
-            self.used.update(n.input)
-            self.used.update(n.output)
-            self.used.add(n.name)
+    def __init__(self, model, inits=(), used=None):
+        # ``used``: names_in(model, inits) computed already (a build's base is the same each time)
+        self.used = set(used) if used is not None else names_in(model, inits)
         self.next: dict[str, int] = {}
 
     def fresh(self, base: str) -> str:
@@ -85,12 +92,13 @@ def prune(model, pending=()) -> None:
 class Rewrite:
     """The model a build rewrites, and the nodes and initializers it adds."""
 
-    def __init__(self, model: onnx.ModelProto, base_inits=()):
+    def __init__(self, model: onnx.ModelProto, base_inits=(), names=None):
         """``base_inits``: the original initializers, left out of ``model``; :meth:`assemble`
-        adds back those still read (the float weights the build replaces are never copied)."""
+        adds back those still read (the float weights the build replaces are never copied).
+        ``names``: :func:`names_in` of the two, if known."""
         self.model = model
         self.base_inits = list(base_inits)
-        self.names = _Names(model, self.base_inits)
+        self.names = _Names(model, self.base_inits, names)
         self.nodes = {n.name: n for n in model.graph.node}
         self.inits: list[onnx.TensorProto] = []
         self.head: list[onnx.NodeProto] = []  # DQ of weights/constants and Q/DQ of model inputs
