@@ -20,6 +20,8 @@ making it: three onnxruntime optimisations), *prep* fingerprints and the part to
 onnxruntime session, *run* the samples, *figs* the figures and the group members' SQNR still
 running when the runs end -- *deliv* the result's way to the GUI thread, and *apply* what remains
 (the GUI applying it; for a revisited state, waiting for the summary, which this script reads first).
+Last, *cpu*: the CPU time the child spent on the check, all its threads.  Far below the child's own
+steps, it says the child (nice 10) waited for a core while the window and other processes ran.
 
 Reference in the same run: what a non-incremental refresh costs (a Concat analysis plus a
 cold full simulation, i.e. a fresh ``Simulator``), and a cold fidelity check (no cached
