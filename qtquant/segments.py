@@ -12,11 +12,27 @@ import onnx
 
 from .runtime import has_external_data
 
-__all__ = ["ChainedSession", "split_model", "iter_segments"]
+__all__ = ["ChainedSession", "split_model", "iter_segments", "chained_session"]
 
 
 _MAX_CUT = 8  # tensors crossing one cut at most
 _SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})  # the standard ops with graph attributes
+
+
+def chained_session(segments, make) -> "ChainedSession":
+    """A :class:`ChainedSession` of ``segments`` (an iterable of models, e.g. :func:`iter_segments`),
+    each session made by ``make(model)`` on one of two threads: onnxruntime optimises a graph on
+    one thread and releases the GIL meanwhile, so two segments' sessions are created side by side,
+    and the next segment is built here while they are."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    parts, made = [], []
+    with ThreadPoolExecutor(2, thread_name_prefix="qtquant-segment") as pool:
+        for m in segments:
+            parts.append(([i.name for i in m.graph.input], [o.name for o in m.graph.output]))
+            made.append(pool.submit(make, m))
+        sessions = [f.result() for f in made]
+    return ChainedSession(parts, sessions)
 
 
 class ChainedSession:
@@ -89,7 +105,7 @@ def _handover_type(node, ins, inits, shape_of):
     """(elem type, shape) of a QuantizeLinear's output (``ins``: its inputs), or None when its
     shape is not known."""
     shape = shape_of(ins[0])
-    if shape is None or any(not isinstance(d, int) or d <= 0 for d in shape):
+    if not _static(shape):
         return None
     zp = inits.get(ins[2]) if len(ins) > 2 and ins[2] else None
     if zp is not None:
@@ -99,9 +115,15 @@ def _handover_type(node, ins, inits, shape_of):
     return elem, tuple(shape)
 
 
-def _cuts(info, order, nodes, inits, graph_out, shape_of) -> tuple[list, dict]:
+def _static(shape):
+    return shape is not None and all(isinstance(d, int) and d > 0 for d in shape)
+
+
+def _cuts(info, order, handover_type) -> tuple[list, dict]:
     """The points of ``order`` only eligible hand-over tensors cross (see :func:`split_model`):
-    [(position, crossing tensors)], and the hand-over tensors' (elem type, shape)."""
+    [(position, crossing tensors)], and the hand-over tensors' (elem type, shape).
+    ``handover_type(i, op, ins, o)``: (elem type, shape) of output ``o`` of node ``i`` when it may
+    cross a cut, else None."""
     producer = {o: i for i, (_, _, outs) in enumerate(info) for o in outs if o}
     uses: dict[str, int] = {}
     for _, ins, _ in info:
@@ -129,8 +151,7 @@ def _cuts(info, order, nodes, inits, graph_out, shape_of) -> tuple[list, dict]:
             if not o or not uses.get(o):
                 continue
             live[o] = uses[o]
-            t = (_handover_type(nodes[i], ins, inits, shape_of) if op == "QuantizeLinear" and o not in graph_out
-                 else None)
+            t = handover_type(i, op, ins, o)
             if t is not None:
                 handover[o] = types[o] = t
             else:
@@ -153,11 +174,16 @@ def split_model(model: onnx.ModelProto, parts: int, shape_of) -> list[onnx.Model
     return None if segs is None else list(segs)
 
 
-def iter_segments(model: onnx.ModelProto, parts: int, shape_of):
+def iter_segments(model: onnx.ModelProto, parts: int, shape_of, *, cross: str = "int8"):
     """:func:`split_model`'s segments one at a time, each built when asked for (None when the
     model cannot be cut): a caller that creates a session per segment starts on the first while
     the next ones are built (Python work that onnxruntime's session creation, which releases the
-    GIL, runs beside)."""
+    GIL, runs beside).
+
+    ``cross="outputs"``: the cuts are where only graph outputs of a known static shape cross
+    instead (calibration's augmented model, whose observed tensors are all outputs): no
+    optimisation of the whole model fuses nodes across a graph output, so each segment's kernels
+    are the whole model's, and so are the values."""
     g = model.graph
     nodes = list(g.node)
     if parts < 2 or has_external_data(model):
@@ -172,7 +198,19 @@ def iter_segments(model: onnx.ModelProto, parts: int, shape_of):
     graph_out = {o.name: o for o in g.output}
     const = _const_nodes(info, set(inits) | {t.values.name for t in g.sparse_initializer})
     order = _order(info, const)
-    cuts, types = _cuts(info, order, nodes, inits, graph_out, shape_of)
+    if cross == "int8":
+        def handover_type(i, op, ins, o):
+            return _handover_type(nodes[i], ins, inits, shape_of) if op == "QuantizeLinear" and o not in graph_out \
+                else None
+    elif cross == "outputs":
+        def handover_type(i, op, ins, o):
+            v = graph_out.get(o)
+            shape = shape_of(o) if v is not None else None
+            return (v.type.tensor_type.elem_type, tuple(shape)) if _static(shape) and \
+                v.type.tensor_type.elem_type else None
+    else:
+        raise ValueError(f"unknown cross {cross!r}")
+    cuts, types = _cuts(info, order, handover_type)
     if not cuts:
         return None
     step = len(order) / parts
@@ -212,6 +250,7 @@ def iter_segments(model: onnx.ModelProto, parts: int, shape_of):
         sg.node.extend(nodes[i] for i in idx)  # (one copy of each node, into its segment)
         sg.initializer.extend(inits[x] for x in reads if x in inits)
         sg.input.extend(graph_in[x] if x in graph_in else value(x) for x in reads if x not in inits)
+        # (a graph output crossing a cut is one of both segments, typed by its shape in the next)
         sg.output.extend(graph_out[o] if o in graph_out else value(o) for i in idx for o in info[i][2]
                          if o in graph_out or last_use.get(o, -1) > k)
         return m

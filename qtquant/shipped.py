@@ -10,7 +10,7 @@ from pathlib import Path
 import onnx
 
 from .runtime import make_session
-from .segments import ChainedSession, iter_segments
+from .segments import chained_session, iter_segments
 
 __all__ = ["layout_passes_off", "session_text", "LAYOUT_PASS_NODES", "LAYOUT_PASSES", "shipped_session",
            "SPLIT_NODES", "SEGMENT_NODES", "reference_level", "REFERENCE_OFF_TEXT", "REFERENCE_SKIPPED_TEXT",
@@ -95,20 +95,12 @@ def shipped_session(model: onnx.ModelProto, base_dir: Path | None = None, *, sha
                     spinning: bool = False, segments=False):
     """A session of the exported ``model`` as the fidelity check runs it: default options (above
     :data:`LAYOUT_PASS_NODES` nodes without the layout pass), and above :data:`SPLIT_NODES` nodes,
-    when :func:`~qtquant.segments.split_model` finds cuts, a :class:`ChainedSession` of its segments created on
-    two threads (onnxruntime releases the GIL while it optimises).  ``level="disabled"``: no graph
-    optimisation (the cross-check's reference of a big graph).  ``segments``: :func:`segments_of`
-    the model, when the caller has them already."""
+    when :func:`~qtquant.segments.split_model` finds cuts, a :class:`~qtquant.segments.ChainedSession`
+    of its segments created on two threads (onnxruntime releases the GIL while it optimises).
+    ``level="disabled"``: no graph optimisation (the cross-check's reference of a big graph).
+    ``segments``: :func:`segments_of` the model, when the caller has them already."""
     off = layout_passes_off(model) if level == "default" else ()
     segs = segments_of(model, shape_of) if segments is False else segments
     if segs is None:
         return make_session(model, base_dir, spinning=spinning, level=level, disabled=off)
-    from concurrent.futures import ThreadPoolExecutor
-
-    parts, made = [], []
-    with ThreadPoolExecutor(2, thread_name_prefix="qtquant-segment") as pool:
-        for m in segs:  # (iter_segments builds each here, while the sessions before it are created)
-            parts.append(([i.name for i in m.graph.input], [o.name for o in m.graph.output]))
-            made.append(pool.submit(make_session, m, base_dir, spinning=spinning, level=level, disabled=off))
-        sessions = [f.result() for f in made]
-    return ChainedSession(parts, sessions)
+    return chained_session(segs, lambda m: make_session(m, base_dir, spinning=spinning, level=level, disabled=off))

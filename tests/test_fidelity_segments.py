@@ -157,3 +157,35 @@ def test_kept_values_past_the_budget_keep_outputs_and_concat_tensors_first(conv_
     assert "basic" not in runs
     without = measure_session(_fresh(conv_session, dataclasses.replace(cal, check_values=[])))
     assert with_kept.to_dict() == without.to_dict()
+
+
+def test_big_augmented_model_calibrates_as_segments_bit_for_bit(tmp_path, monkeypatch):
+    """Above calib.runner.SPLIT_NODES calibration's augmented model runs as segments cut where only
+    observed tensors (its outputs) cross: the statistics and the kept check values are those of one
+    session of the whole model, bit for bit."""
+    from qtquant.calib import runner
+
+    path = save(synthetic_model(150, seed=5), tmp_path / "syn.onnx")
+    opts = Options(calib=CalibConfig(count=3))
+    whole = open_model(path, options=opts).run_calibration(keep_check_values=True)
+    monkeypatch.setattr(runner, "SPLIT_NODES", 10)
+    monkeypatch.setattr(runner, "SEGMENT_NODES", 30)
+    made = []
+    real = runner.chained_session
+
+    def spy(segs, make):
+        made.append(real(segs, make))
+        return made[-1]
+
+    monkeypatch.setattr(runner, "chained_session", spy)
+    split = open_model(path, options=opts).run_calibration(keep_check_values=True)
+    assert made and made[0].segments > 2
+    assert split.ranges == whole.ranges and split.stats.keys() == whole.stats.keys()
+    for name, a in whole.stats.items():
+        b = split.stats[name]
+        assert (a.min, a.max, a.count, a.lo, a.exp, a.total, a.ma_min, a.ma_max) == \
+            (b.min, b.max, b.count, b.lo, b.exp, b.total, b.ma_min, b.ma_max), name
+        assert np.array_equal(a.counts, b.counts), name
+    assert len(split.check_values) == len(whole.check_values) == 3
+    for a, b in zip(whole.check_values, split.check_values):
+        assert a.keys() == b.keys() and all(np.array_equal(a[n], b[n]) for n in a)

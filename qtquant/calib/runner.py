@@ -26,15 +26,18 @@ import numpy as np
 
 from ..errors import CalibrationDataError, Cancelled, ModelError, first_line
 from ..runtime import make_session
+from ..segments import chained_session, iter_segments
+from ..shipped import SEGMENT_NODES
 from .augment import augment
 from . import keep
 from .keep import within_budget
 from .sources import SampleRef, Source
 from .stats import BINS, NonFiniteError, TensorStats, update_rows
 
-__all__ = ["ChunkRunner", "run_chunk", "LANES", "ROWS_MIN", "ROWS_MAX_SIZE"]
+__all__ = ["ChunkRunner", "run_chunk", "LANES", "ROWS_MIN", "ROWS_MAX_SIZE", "SPLIT_NODES"]
 
 LANES = 2  # samples in flight: one reduced while the other runs
+SPLIT_NODES = 10_000  # an augmented model above this many nodes runs as segments (see _session)
 ROWS_MIN = 8  # tensors of one size reduced together from this many on (update_rows)
 ROWS_MAX_SIZE = 4096  # ... when smaller than this (bigger ones pay numpy's per-call cost back)
 # An in-sample calibration keeps the observed tensors' values of its check samples within this many
@@ -59,12 +62,43 @@ class ChunkRunner:
             threads = max(1, (os.cpu_count() or 2) - (1 if stride == 1 else 0))
         # No arena: its fragmentation let peak RSS creep up with the number of batches (yolov8n:
         # 271 MiB after 16 samples, 294 after 64; without it 262-263 whatever the count).
-        self.sess = make_session(aug, Path(base_dir) if base_dir else None, threads=threads, spinning=False,
-                                 arena=False)
+        self.sess = _session(aug, Path(base_dir) if base_dir else None, threads)
 
     def run(self, source: Source, refs: list[SampleRef], *, progress=None, cancel=None,
             kept: dict | None = None, keep_order=None, check_feeds: dict | None = None) -> dict[str, TensorStats]:
         return _run_refs(self, source, refs, progress, cancel, kept, keep_order, check_feeds)
+
+
+def _session(aug, base_dir, threads):
+    """The augmented model's session; above :data:`SPLIT_NODES` nodes a
+    :class:`~qtquant.segments.ChainedSession` of segments of about ``shipped.SEGMENT_NODES``
+    nodes, cut where only observed tensors (graph outputs of ``aug``) cross, created two at a time.
+
+    Why: onnxruntime creates a session on one thread, and small graphs cost less per node (they
+    stay in cache): the 20,000-node CNN's augmented model took ~1.1 CPU seconds as one session.
+    The values are the whole model's: no optimisation fuses nodes across a graph output, each
+    segment's session has the same options (the same intra-op thread count), and what crosses a
+    cut is handed on as fetched."""
+    def make(m):
+        return make_session(m, base_dir, threads=threads, spinning=False, arena=False)
+
+    n = len(aug.graph.node)
+    if n > SPLIT_NODES:
+        shapes = _value_shapes(aug.graph)
+        segs = iter_segments(aug, -(-n // SEGMENT_NODES), shapes.get, cross="outputs")
+        if segs is not None:
+            return chained_session(segs, make)
+    return make(aug)
+
+
+def _value_shapes(g) -> dict[str, tuple]:
+    """Static shapes the model's value infos state (what a segment's inputs are typed with)."""
+    out = {}
+    for v in (*g.value_info, *g.input, *g.output):
+        dims = v.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            out[v.name] = tuple(d.dim_value for d in dims)
+    return out
 
 
 def run_chunk(model, base_dir, names: list[str], source: Source, refs: list[SampleRef], *,

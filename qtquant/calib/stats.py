@@ -101,12 +101,18 @@ def _subsample(per: np.ndarray, stride: int) -> np.ndarray:
 
 
 
+# (dtype, its max), narrowest first: made once, since count_dtype runs per tensor and sample
+# (20,000-node CNN: 62,000 calls, where building the three np.iinfo each time cost 0.13 s).
+_COUNT_TYPES = tuple((np.dtype(t), int(np.iinfo(t).max)) for t in (np.uint8, np.uint16, np.uint32))
+_U64 = np.dtype(np.uint64)
+
+
 def count_dtype(total: int) -> np.dtype:
     """The narrowest unsigned type holding ``total`` (every bin of a histogram is at most its total)."""
-    for t in (np.uint8, np.uint16, np.uint32):
-        if total <= np.iinfo(t).max:
-            return np.dtype(t)
-    return np.dtype(np.uint64)
+    for t, top in _COUNT_TYPES:
+        if total <= top:
+            return t
+    return _U64
 
 
 def _log2(bins: int) -> int:
