@@ -132,6 +132,7 @@ def _member_maker(graph, dm, channels: bool):
     10,000s of members).  ``channels``: the graph carries per-channel scales read from a QDQ file."""
     tensors, of, domains, member_range, scheme = graph.tensors, dm.of, dm.domains, dm.member_range, dm.scheme
     weight = TensorKind.WEIGHT
+    new = object.__new__
 
     def member(tensor, index, concat_name, merged) -> ConcatMember:
         did = of.get(tensor)
@@ -153,13 +154,29 @@ def _member_maker(graph, dm, channels: bool):
             scale = zp = domain = None
             q, now = None, 0.0
         consumers = t.consumers
-        m = ConcatMember(
-            tensor, index, t.producer, domain, scale, zp, lo, hi,
-            bits_lost(own, merged, scheme) if merged and lo == lo else 0.0, now,
-            False, t.kind == weight, len(consumers) - consumers.count(concat_name))
+        # ConcatMember(tensor, index, t.producer, domain, scale, zp, lo, hi, shared, now, False,
+        # constant, others), its slots filled past the dataclass __init__, whose call costs more
+        # than what it sets (10,000s of members).
+        m = new(ConcatMember)
+        m.tensor = tensor
+        m.index = index
+        m.producer = t.producer
+        m.domain = domain
+        m.scale = scale
+        m.zero_point = zp
+        m.lo = lo
+        m.hi = hi
+        m.bits_lost_if_shared = bits_lost(own, merged, scheme) if merged and lo == lo else 0.0
+        m.bits_lost_now = now
+        m.needs_rescale = False
+        m.constant = t.kind == weight
+        m.other_consumers = len(consumers) - consumers.count(concat_name)
+        m.worst_channel_ratio = None
         cs = _file_channels(graph, dm, tensor, d) if channels else None
         if cs is not None and q is not None:
             m.channel_scales, m.channel_zero_points, m.channel_axis = cs.scales, cs.zero_points, cs.axis
+        else:
+            m.channel_scales = m.channel_zero_points = m.channel_axis = None
         return m
 
     return member
@@ -246,6 +263,7 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
     ``float_tensors``: what the export leaves in float (:func:`qtquant.outputs.export_float_tensors`);
     a Concat whose output is one needs no rescale."""
     infos = []
+    new = object.__new__
     channels = has_channel_scales(graph)
     tensors, member_range = graph.tensors, dm.member_range
     member = _member_maker(graph, dm, channels)
@@ -337,6 +355,20 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
             elif m.scale and m.scale > 0:
                 scales.append(m.scale)
         ratio = max(scales) / min(scales) if scales else 1.0
-        infos.append(ConcatInfo(name, axis, members, out_m, ratio, rescales, out in feeding, notes, output_float,
-                                export_float, reference.index if reference is not None else None, rule_note))
+        # ConcatInfo(name, axis, members, out_m, ratio, rescales, out in feeding, notes,
+        # output_float, export_float, reference index, rule_note), filled past its __init__ (see member)
+        info = new(ConcatInfo)
+        info.node = name
+        info.axis = axis
+        info.inputs = members
+        info.output = out_m
+        info.ratio = ratio
+        info.rescales = rescales
+        info.feeds_output = out in feeding
+        info.notes = notes
+        info.output_float = output_float
+        info.export_float = export_float
+        info.reference_input = reference.index if reference is not None else None
+        info.rule_note = rule_note
+        infos.append(info)
     return infos

@@ -6,7 +6,6 @@ multi-gigabyte model costs no more to open than its structure.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 from functools import cached_property
 from operator import attrgetter, methodcaller
@@ -16,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .cut import cut_model, parse_cut
 from .errors import ModelError, ShapeError
 from .fileio.paths import existing_file
 from .gcpause import gc_paused
@@ -239,44 +239,68 @@ class Graph:
         floats = FLOAT_TYPES
         NONE = Role.NONE
         roles: dict[str, Role] = {}
+        # The weights and shape values so far (and "", an absent optional input): a node reading
+        # nothing else is constant-folded, which one C-level issuperset asks, not a test per input.
+        static_names = {n for n, t in tensors.items() if t.kind is WEIGHT or t.kind is SHAPE}
+        static_names.add("")
+        add_static = static_names.add
+        # Nodes and tensors are filled in here slot by slot, past their __init__: a call of a
+        # Python __init__ costs more than the whole of what it sets (10,000s of each).
+        new = object.__new__
         for idx, (name, op, node_ins, node_outs, domain) in enumerate(
                 zip(names, table.ops, table.inputs, table.outputs, table.domains)):
-            node = nodes[name] = Node(name, op, node_ins, node_outs, None, domain, idx, (), protos)
+            node = new(Node)  # Node(name, op, node_ins, node_outs, None, domain, idx, (), protos)
+            node.name = name
+            node.op_type = op
+            node.inputs = node_ins
+            node.outputs = node_outs
+            node.domain = domain
+            node.index = idx
+            node._attrs = None
+            node._attr_protos = ()
+            node._src = protos
+            nodes[name] = node
             same_op = by_op.get(op)
             if same_op is None:
                 by_op[op] = [node]
             else:
                 same_op.append(node)
-            has_ins = False
-            static = True  # every input a weight or a shape value
             for i in node_ins:
                 if i:
-                    t = tensors[i]
-                    t.consumers.append(name)
-                    has_ins = True
-                    if static and t.kind is not WEIGHT and t.kind is not SHAPE:
-                        static = False
+                    tensors[i].consumers.append(name)
             role = roles.get(op)
             if role is None:
                 role = roles[op] = handler_for(op).role
+            has_ins = any(node_ins)
+            # every input a weight or a shape value (static), a Constant, or a source of nothing quantized
+            folded = op == "Constant" or (has_ins and static_names.issuperset(node_ins)) or \
+                (not has_ins and role is NONE)
             for o in node_outs:
                 if not o:
                     continue
                 et, shape, unknown = get_type(o, _UNTYPED)
                 if et and et not in floats:
                     kind = SHAPE
-                elif op == "Constant" or (static and has_ins) or (not has_ins and role is NONE):
+                elif folded:
                     kind = WEIGHT if (et in floats or not et) else SHAPE
                 elif not et and (role is NONE or not any(tensors[i].is_float for i in node_ins if i)):
                     kind = SHAPE
                 else:
                     kind = ACTIVATION
-                tensors[o] = Tensor(o, shape, et, kind, name)
+                t = tensors[o] = new(Tensor)  # Tensor(o, shape, et, kind, name)
+                t.name = o
+                t.shape = shape
+                t.elem_type = et
+                t.kind = kind
+                t.producer = name
+                t.consumers = []
                 if kind is ACTIVATION:
                     if unknown:
                         unshaped.append(o)
                     if role is not NONE:
                         quantized[o] = None
+                else:
+                    add_static(o)
         for t in fused_into_producer(self):
             quantized.pop(t, None)
         self._quantized = quantized
@@ -320,12 +344,24 @@ class Graph:
         return p is None or not passes_through(p, self)
 
     @cached_property
+    def passing_nodes(self) -> list[Node]:
+        """The nodes whose outputs keep their first input's scale (:func:`~qtquant.ops.passes_through`),
+        in graph order: the observers' and the scale domains' one question to the pass-through ops,
+        asked once (the graph does not change after it is built)."""
+        return [node for node in self.nodes_of(PASS_OPS) if passes_through(node, self)]
+
+    @cached_property
     def observed_tensors(self) -> list[str]:
         # observed(n) for every quantized n, spelt out: a big graph asks it 10,000 times.  Only an
         # output of a pass-through node inherits its observer, so only those nodes are asked.
         quantized = self._quantized
-        inherited = {o for node in self.nodes_of(PASS_OPS) if any(x in quantized for x in node.outputs)
-                     and passes_through(node, self) for o in node.outputs}
+        inherited = set()
+        for node in self.passing_nodes:
+            outs = node.outputs
+            for x in outs:
+                if x in quantized:
+                    inherited.update(outs)
+                    break
         if not inherited:
             return list(self.quantized_tensors)
         return [n for n in self.quantized_tensors if n not in inherited]
@@ -455,79 +491,6 @@ def read_model_file(path) -> tuple[onnx.ModelProto, Path]:
     if not model.graph.node:
         raise ModelError(f"{p.name} is not a readable ONNX model (it has no graph nodes)")
     return model, p
-
-
-def parse_cut(cut) -> tuple[str, ...]:
-    """``--cut`` text (``a,b``), or a list of names, as a tuple of tensor names (order kept, no repeats)."""
-    if not cut:
-        return ()
-    parts = cut.split(",") if isinstance(cut, str) else [p for c in cut for p in str(c).split(",")]
-    return tuple(dict.fromkeys(p.strip() for p in parts if p.strip()))
-
-
-def _subgraph_names(node) -> set[str]:
-    """Names a node's subgraphs (If/Loop/Scan bodies) read: outer-scope values it needs too."""
-    names: set[str] = set()
-    for a in node.attribute:
-        for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                   list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
-            for n in sg.node:
-                names.update(i for i in n.input if i)
-                names |= _subgraph_names(n)
-    return names
-
-
-def cut_model(model: onnx.ModelProto, cut) -> None:
-    """Cut ``model`` in place to the subgraph that ends at the tensors ``cut``, as
-    ``onnx.utils.extract_model`` does: the outputs become ``cut``, the inputs stay, nodes
-    (and initializers) nothing in ``cut`` needs are dropped.  A name that is not a tensor the
-    graph computes or reads is a one-line :class:`ModelError`, naming a close match if any."""
-    cut = parse_cut(cut)
-    if not cut:
-        return
-    g = model.graph
-    producer = {o: n for n in g.node for o in n.output if o}
-    inputs = {i.name for i in g.input}
-    known = set(producer) | inputs
-    weights = {t.name for t in g.initializer}
-    for t in cut:
-        if t in known and t not in weights:
-            continue
-        if t in weights:
-            raise ModelError(f"cannot cut at {t!r}: it is a weight of the model, not a tensor it computes")
-        close = difflib.get_close_matches(t, sorted(known - weights), n=1, cutoff=0.6)
-        raise ModelError(f"cannot cut at {t!r}: the model has no tensor of that name"
-                         + (f" (did you mean {close[0]!r}?)" if close else ""))
-    needed = set(cut)
-    kept: set[int] = set()
-    stack = list(cut)
-    while stack:
-        n = producer.get(stack.pop())
-        if n is None or id(n) in kept:
-            continue
-        kept.add(id(n))
-        for i in [*n.input, *_subgraph_names(n)]:
-            if i and i not in needed:
-                needed.add(i)
-                stack.append(i)
-    vi = {v.name: v for v in [*g.value_info, *g.input, *g.output]}
-    outs = []
-    for t in cut:
-        o = onnx.ValueInfoProto()
-        if t in vi:
-            o.CopyFrom(vi[t])
-        else:
-            o.name = t  # typed by shape inference
-        outs.append(o)
-    nodes = [n for n in g.node if id(n) in kept]
-    # Initializers listed as inputs (old-style models) stay: the inputs are unchanged.
-    inits = [t for t in g.initializer if t.name in needed or t.name in inputs]
-    infos = [v for v in g.value_info if v.name in needed and v.name not in set(cut)]
-    del g.node[:], g.initializer[:], g.value_info[:], g.output[:]
-    g.node.extend(nodes)
-    g.initializer.extend(inits)
-    g.value_info.extend(infos)
-    g.output.extend(outs)
 
 
 @gc_paused

@@ -228,16 +228,21 @@ def fused_into_producer(graph, rule: FusionRule | None = None) -> set[str]:
     march's :class:`FusionRule` (default: :func:`default_fusion_rule`)."""
     rule = rule or default_fusion_rule()
     acts, gates, folded = rule.activations, rule.gates, rule.folded
+    pair_ops = gates | {"Mul"}
     outputs = set(graph.outputs)
+    # Consumers read as names from the tensors (graph.consumers spelt out, no list of nodes per
+    # tensor): a big graph asks this for every Conv and every gate.
+    tensors, nodes = graph.tensors, graph.nodes
     fused: set[str] = set()
     for node in graph.nodes_of(rule.producers):
         if not node.outputs:
             continue
         t, affine_ok = node.outputs[0], True
         while t and t not in outputs:
-            cons = graph.consumers(t)
+            info = tensors.get(t)
+            cons = info.consumers if info is not None else ()
             if len(cons) == 1:
-                c = cons[0]
+                c = nodes[cons[0]]
                 if affine_ok and c.op_type in folded and constant_operand(c, t, graph):
                     fused.add(t)
                     t = c.outputs[0]
@@ -245,11 +250,13 @@ def fused_into_producer(graph, rule: FusionRule | None = None) -> set[str]:
                 if c.op_type in acts:
                     fused.add(t)
                 break  # the activation's output is the layer's output
-            if len(cons) == 2 and {c.op_type for c in cons} <= gates | {"Mul"}:
-                gate = next((c for c in cons if c.op_type in gates), None)
-                g = _gated(graph, gate, outputs) if gate is not None else None
-                if g is not None:
-                    fused.update((t, g))
+            if len(cons) == 2:
+                pair = (nodes[cons[0]], nodes[cons[1]])
+                if pair[0].op_type in pair_ops and pair[1].op_type in pair_ops:
+                    gate = next((c for c in pair if c.op_type in gates), None)
+                    g = _gated(graph, gate, outputs) if gate is not None else None
+                    if g is not None:
+                        fused.update((t, g))
             break
     # x·g(x) evaluated as one lookup-table pass (SiLU on the X5: one HzLut named after its Mul):
     # its gate's output exists only inside the pass.  Its input stays a quantization point.
@@ -267,7 +274,11 @@ def _gated(graph, gate, outputs) -> str | None:
     if not gate.inputs or not gate.outputs:
         return None
     x, g = gate.inputs[0], gate.outputs[0]
-    cons = graph.consumers(g)
-    if g in outputs or len(cons) != 1 or cons[0].op_type != "Mul" or sorted(cons[0].inputs) != sorted([x, g]):
+    info = graph.tensors.get(g)
+    cons = info.consumers if info is not None else ()
+    if g in outputs or len(cons) != 1:
+        return None
+    c = graph.nodes[cons[0]]
+    if c.op_type != "Mul" or sorted(c.inputs) != sorted([x, g]):
         return None
     return g
