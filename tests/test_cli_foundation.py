@@ -1,6 +1,7 @@
 """Issue 2: the CLI contract for analyze and demo, exit codes, JSON schema, and no Qt in the core."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,27 @@ def test_help_names_subcommands():
     assert r.returncode == 0
     for cmd in ("analyze", "fix", "perf", "screenshot", "demo"):
         assert cmd in r.stdout
+
+
+def test_quick_exit_prints_everything_and_runs_exit_handlers(tmp_path, capsys):
+    """``python -m qtquant analyze`` ends without the interpreter's teardown (cli.entry): its output
+    is main()'s to the byte, its exit code main()'s, and exit handlers still run; a failing command
+    keeps its exit code."""
+    p = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx")
+    args = ["analyze", p, "--json", "--calib", "synthetic", "--calib-count", "2"]
+    rc, out, _ = _run(capsys, *args)
+    assert rc == 0
+    mark = tmp_path / "atexit-ran"
+    code = ("import atexit, os, pathlib; atexit.register(lambda: pathlib.Path(os.environ['MARK']).write_text('x')); "
+            "from qtquant.cli import entry; entry()")
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                       env={**os.environ, "MARK": str(mark)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == out
+    assert mark.read_text() == "x"
+    bad = subprocess.run([sys.executable, "-m", "qtquant", "analyze", str(tmp_path / "missing.onnx")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 3 and "missing.onnx" in bad.stderr
 
 
 def test_demo_writes_models_and_data(tmp_path, capsys):

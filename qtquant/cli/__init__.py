@@ -13,7 +13,7 @@ import sys
 
 from ..errors import BadInputError, QtQuantError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "entry", "QUICK_EXIT"]
 
 COMMANDS = ["analyze", "fix", "perf", "accuracy", "calibrate", "screenshot", "demo"]
 
@@ -137,3 +137,35 @@ def main(argv=None) -> int:
     except MemoryError:
         sys.stderr.write("qtquant: error: out of memory\n")
         return 3
+
+
+# Commands that end with everything written and nothing left for the interpreter's teardown to do
+# but free memory (no Qt: the GUI, screenshot and demo keep the normal exit).
+QUICK_EXIT = frozenset({"analyze", "fix", "perf", "accuracy", "calibrate"})
+
+
+def entry() -> None:
+    """The ``qtquant`` command and ``python -m qtquant``: :func:`main`, then, after one of
+    :data:`QUICK_EXIT`, an exit that skips the interpreter's teardown.
+
+    Why: that teardown frees one object at a time everything the command built and runs a last
+    garbage collection over it: 0.5-0.6 s after ``analyze`` of a 20,000-node CNN (load ~3), where
+    the quick exit took 0.06-0.08 s.  The exit handlers still run (atexit: Ray, multiprocessing,
+    temporary folders), stdout and stderr are flushed, and a non-daemon thread still running gets
+    the normal exit (which waits for it)."""
+    import threading
+
+    argv = sys.argv[1:]
+    rc = main()
+    if not argv or argv[0] not in QUICK_EXIT or any(
+            t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        sys.exit(rc)
+    import atexit
+
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe: what the normal exit would report, and exit 120
+        sys.exit(rc)
+    os._exit(rc)
