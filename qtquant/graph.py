@@ -148,22 +148,30 @@ _UNTYPED = _typed(0, None)  # a value shape inference gave no type: element type
 
 def _value_types(g, given: dict[str, bytes] | None = None) -> dict[str, tuple[int, tuple | None, bool]]:
     """Each typed value of graph ``g`` (value_info, then outputs, then inputs: later ones win)
-    as (element type, shape, shape unknown in part or whole: :func:`_typed`).  A graph's values
-    share few distinct types, so each is decoded once, keyed by its serialized bytes: walking
-    every dim of every value from Python is most of the cost of building a big graph otherwise.
+    as (element type, shape, shape unknown in part or whole: :func:`_typed`); see
+    :func:`_value_type_keys`, which the graph reads them through."""
+    keys, decoded = _value_type_keys(g, given)
+    return dict(zip(keys, map(decoded.__getitem__, keys.values())))
+
+
+def _value_type_keys(g, given: dict[str, bytes] | None = None) -> tuple[dict[str, bytes], dict[bytes, tuple]]:
+    """(value name -> its serialized type, serialized type -> :func:`_typed`) for the typed values
+    of graph ``g``.  A graph's values share few distinct types, so each is decoded once, keyed by
+    its serialized bytes: walking every dim of every value from Python is most of the cost of
+    building a big graph otherwise; and the two tables are looked up one after the other rather
+    than joined into one per value (10,000s of entries).
     ``given``: name -> serialized type of ``g.value_info``, read already from the serialized
     model (:func:`~qtquant.nodetable.value_type_bytes`); else they are read here, value by value,
-    as C-level maps (no Python step per value: 10,000s of them)."""
+    as C-level maps (no Python step per value)."""
     if given is None:
         values = [*g.value_info, *g.output, *g.input]
         types = list(map(_TYPE, values))
         keys = list(map(_SERIALIZE, types))
         decoded = {key: _typed(tp.tensor_type.elem_type, _dims(tp)) for key, tp in dict(zip(keys, types)).items()}
-        return dict(zip(map(_NAME, values), map(decoded.__getitem__, keys)))
+        return dict(zip(map(_NAME, values), keys)), decoded
     ends = [*g.output, *g.input]  # a few: read one by one
     given.update(zip(map(_NAME, ends), map(_SERIALIZE, map(_TYPE, ends))))
-    decoded = {key: _decoded(key) for key in set(given.values())}
-    return dict(zip(given, map(decoded.__getitem__, given.values())))
+    return given, {key: _decoded(key) for key in set(given.values())}
 
 
 def _decoded(type_bytes: bytes) -> tuple[int, tuple | None, bool]:
@@ -209,7 +217,7 @@ class Graph:
     # -- construction -------------------------------------------------------------------
     def _build(self, table: NodeTable, value_types: dict[str, bytes] | None) -> None:
         g = self.model.graph
-        types = _value_types(g, value_types)
+        type_keys, decoded_types = _value_type_keys(g, value_types)
         tensors = self.tensors
         WEIGHT, SHAPE, ACTIVATION, INPUT = TensorKind.WEIGHT, TensorKind.SHAPE, TensorKind.ACTIVATION, TensorKind.INPUT
         for t in g.initializer:
@@ -235,7 +243,7 @@ class Graph:
         nodes = self.nodes
         by_op = self._by_op
         unshaped = self._unshaped
-        get_type = types.get
+        type_key = type_keys.get
         floats = FLOAT_TYPES
         NONE = Role.NONE
         roles: dict[str, Role] = {}
@@ -278,7 +286,8 @@ class Graph:
             for o in node_outs:
                 if not o:
                     continue
-                et, shape, unknown = get_type(o, _UNTYPED)
+                key = type_key(o)
+                et, shape, unknown = _UNTYPED if key is None else decoded_types[key]
                 if et and et not in floats:
                     kind = SHAPE
                 elif folded:
