@@ -9,6 +9,7 @@ undo or redo back to a measured state runs nothing).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import weakref
@@ -262,5 +263,5 @@ def _prefetchable(graph, samples: int) -> list[str]:
         shape = graph.tensors[t].shape
         if not shape or any(d is None for d in shape):
             return []  # unknown sizes: fetch members on demand instead
-        sizes[t] = int(np.prod(shape, dtype=np.int64)) * 4 * samples
+        sizes[t] = math.prod(shape) * 4 * samples  # (np.prod per tensor: 0.1 s on the 20k CNN)
     return within_budget(keep_order(graph, list(sizes)), sizes.__getitem__, keep.VALUES_BUDGET)
