@@ -20,6 +20,7 @@ from synthetic import synthetic_model  # noqa: E402
 from qtquant.concat import analyze_concats  # noqa: E402
 from qtquant.domains import build_domains  # noqa: E402
 from qtquant.graph import load_graph  # noqa: E402
+from bench_common import SHARED  # noqa: E402
 
 
 def best_pair(fa, fb, reps=7):
@@ -49,8 +50,7 @@ def ours(path, shapes):
 
 def main():
     ap = argparse.ArgumentParser()
-    root = Path(__file__).resolve().parents[1]
-    ap.add_argument("--models-dir", default=str(root.parent / "shared" / "models"))
+    ap.add_argument("--models-dir", default=str(SHARED / "models"))
     args = ap.parse_args()
     yolo = Path(args.models_dir) / "yolov8n_320.onnx"
     with tempfile.TemporaryDirectory() as d:

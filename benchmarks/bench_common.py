@@ -11,6 +11,18 @@ from pathlib import Path
 
 import numpy as np
 
+def _shared_dir() -> Path:
+    """The shared folder (models/, calib/) beside the checkout; from a git worktree kept elsewhere,
+    the first one beside a folder above it.  Every script's default paths start here."""
+    repo = Path(__file__).resolve().parents[1]
+    for d in repo.parents:
+        if (d / "shared" / "models").is_dir():
+            return d / "shared"
+    return repo.parent / "shared"
+
+
+SHARED = _shared_dir()
+
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
 
 

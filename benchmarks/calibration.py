@@ -24,10 +24,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from bench_common import SHARED  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL = REPO.parent / "shared" / "models" / "yolov8n_320.onnx"
-DEFAULT_CALIB = REPO.parent / "shared" / "calib"
+DEFAULT_MODEL = SHARED / "models" / "yolov8n_320.onnx"
+DEFAULT_CALIB = SHARED / "calib"
 INPUT, SHAPE = "images", (1, 3, 320, 320)
 PERCENTILE = 99.99
 METHODS = ("qtquant-minmax", "ort-minmax", "qtquant-percentile", "ort-percentile")

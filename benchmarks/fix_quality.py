@@ -38,6 +38,7 @@ from qtquant.fidelity import sqnr_db  # noqa: E402
 from qtquant.app import open_model  # noqa: E402
 from qtquant.runtime import make_session  # noqa: E402
 from qtquant.app import Options  # noqa: E402
+from bench_common import SHARED  # noqa: E402
 
 
 def rescales_in_file(path, shapes):
@@ -68,9 +69,9 @@ def sqnr_per_output(ref, test, names):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=str(HERE.parent.parent / "shared/models/yolov8n_320.onnx"))
+    ap.add_argument("--model", default=str(SHARED / "models" / "yolov8n_320.onnx"))
     ap.add_argument("--input-shape", action="append", default=None)
-    ap.add_argument("--calib", default=str(HERE.parent.parent / "shared/calib"))
+    ap.add_argument("--calib", default=str(SHARED / "calib"))
     ap.add_argument("--calib-count", type=int, default=64)
     ap.add_argument("--holdout", type=int, default=2)
     ap.add_argument("--mean", default=None)

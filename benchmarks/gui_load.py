@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from bench_common import SHARED  # noqa: E402
 
 
 def synthetic_model(path: Path, target_nodes: int = 5000) -> Path:
@@ -202,7 +203,7 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default=str(Path(__file__).resolve().parents[2] / "shared" / "models"),
+    ap.add_argument("--models", default=str(SHARED / "models"),
                     help="folder with yolov8n_320.onnx (skipped if missing)")
     ap.add_argument("--nodes", type=int, default=5000, help="size of the synthetic graph")
     args = ap.parse_args()

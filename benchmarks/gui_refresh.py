@@ -48,10 +48,10 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_common import SHARED  # noqa: E402
 
 TARGET_MS = 300.0
 FIDELITY_TARGET_MS = 100.0  # issue 21: median over the edits that reach a new state
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
 def pump(app, cond, timeout=120.0) -> float:

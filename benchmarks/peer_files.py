@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from bench_common import SHARED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 
 PEER_PACKAGES = {
     "nncf": ["nncf", "onnx", "onnxruntime", "pillow"],

@@ -26,8 +26,8 @@ from qtquant.graph import graph_from_model  # noqa: E402
 from qtquant.app import open_model  # noqa: E402
 from qtquant.perf import model_macs, simulate_session  # noqa: E402
 from qtquant.app import Options, Session  # noqa: E402
+from bench_common import SHARED  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 # DESIGN §4: RDK X5, 224x224, single-thread latency including CPU pre/post.
 PUBLIC_X5_MS = {"resnet18": 2.95, "mobilenet_v2": 1.42, "mobilenet_v1": 1.27, "googlenet": 2.19}

@@ -26,8 +26,9 @@ from qtquant.concat import analyze_concats  # noqa: E402
 from qtquant.domains import build_domains  # noqa: E402
 from qtquant.graph import graph_from_model, load_graph  # noqa: E402
 from qtquant.perf import Simulator  # noqa: E402
+from bench_common import SHARED  # noqa: E402
 
-DEFAULT_YOLO = Path(__file__).resolve().parents[2] / "shared" / "models" / "yolov8n_320.onnx"
+DEFAULT_YOLO = SHARED / "models" / "yolov8n_320.onnx"
 
 
 def _timeit(fn, repeat):

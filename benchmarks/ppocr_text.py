@@ -36,10 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_common import cosine, default_qtquant, list_images, load_image, rel, sqnr_db  # noqa: E402
+from bench_common import SHARED, cosine, default_qtquant, list_images, load_image, rel, sqnr_db  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 DB_THRESH = 0.3  # DBNet's binarization threshold (PaddleOCR det_db_thresh)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from bench_common import SHARED  # noqa: E402
 
 
 def photo_reader(calib_dir: Path, name: str, shape, count: int):
@@ -58,11 +59,10 @@ def dq_scales(model: onnx.ModelProto) -> dict[str, list[float]]:
 
 
 def main():
-    root = Path(__file__).resolve().parents[1]
     ap = argparse.ArgumentParser()
-    ap.add_argument("model", nargs="?", default=str(root.parent / "shared" / "models" / "yolov8n_320.onnx"))
+    ap.add_argument("model", nargs="?", default=str(SHARED / "models" / "yolov8n_320.onnx"))
     ap.add_argument("--input-shape", default="images=1x3x320x320")
-    ap.add_argument("--calib", default=str(root.parent / "shared" / "calib"))
+    ap.add_argument("--calib", default=str(SHARED / "calib"))
     ap.add_argument("--count", type=int, default=7)
     ap.add_argument("--keep", default=None, help="also save the QDQ model here")
     args = ap.parse_args()

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_common import SHARED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +44,7 @@ def _compare(a, b) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=str(ROOT.parent / "shared" / "models" / "yolov8n_320.onnx"))
+    ap.add_argument("--model", default=str(SHARED / "models" / "yolov8n_320.onnx"))
     ap.add_argument("--input-shape", default="images=1x3x320x320")
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--observers", default="minmax", help="comma-separated, e.g. minmax,percentile")
