@@ -38,10 +38,8 @@ def _warm_perf(args):
     a thread of their own while calibration runs (see perf.simulator.warm_up)."""
     if args.no_perf:
         return None
-    try:
-        from ..perf import warm_up
-    except ImportError:
-        return None
+    from ..perf import warm_up
+
     return lambda session: warm_up(session, march_file=getattr(args, "march_file", None))
 
 

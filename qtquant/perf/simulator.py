@@ -283,6 +283,11 @@ def _simulator_for(graph, march: MarchProfile) -> Simulator:
         return sim
 
 
+def _march_of(session, march_file=None) -> MarchProfile:
+    """The march a session is priced on: ``march_file`` when given, else ``session.options.march``."""
+    return load_march(march_file if march_file else session.options.march)
+
+
 def warm_up(session, march_file=None) -> threading.Thread:
     """Compute the per-node costs :func:`simulate_session` will reuse, on a thread of their own.
 
@@ -293,7 +298,7 @@ def warm_up(session, march_file=None) -> threading.Thread:
     :func:`simulate_session`, which computes them again and raises it where it is reported."""
     def run():
         try:
-            _simulator_for(session.graph, load_march(march_file if march_file else session.options.march)).base_state()
+            _simulator_for(session.graph, _march_of(session, march_file)).base_state()
         except Exception:  # noqa: BLE001 - reported by simulate_session (see above)
             pass
 
@@ -307,7 +312,7 @@ def simulate_session(session, march_file=None, *, baseline: bool = False) -> Per
 
     The march is ``march_file`` when given, else ``session.options.march``.
     """
-    march = load_march(march_file if march_file else session.options.march)
+    march = _march_of(session, march_file)
     sim = _simulator_for(session.graph, march)
     res = sim.update(session.concats(baseline=baseline))
     precision = getattr(session.options, "precision", None)
