@@ -288,8 +288,15 @@ def _member_sqnr(cache, t, qp) -> float:
 _scratches = threading.local()
 
 
+_SCRATCH_MAX = 1 << 22  # elements: bigger members get fresh arrays, so a thread keeps at most ~64 MB
+
+
 def _scratch(n: int, dtype, slot: int) -> np.ndarray:
-    """A length-``n`` array of ``dtype`` from this thread's scratch ``slot`` (grown, never shrunk)."""
+    """A length-``n`` array of ``dtype`` from this thread's scratch ``slot`` (grown up to
+    :data:`_SCRATCH_MAX`, never shrunk: a 640x640 detector's first feature map over the check
+    samples would otherwise stay held, hundreds of MB, for the whole session)."""
+    if n > _SCRATCH_MAX:
+        return np.empty(n, dtype)
     bufs = getattr(_scratches, "bufs", None)
     if bufs is None:
         bufs = _scratches.bufs = {}

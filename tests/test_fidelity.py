@@ -109,3 +109,31 @@ def test_a_map_measured_before_is_not_run_again_and_gives_the_same_figures(sessi
     cold.run_calibration()
     share(cold, ["box", "score", "head_out"])
     assert measure_session(cold).to_dict() == f3.to_dict()
+
+
+def test_member_sqnr_is_the_same_with_or_without_scratch_reuse(monkeypatch):
+    """Members above the scratch limit get fresh arrays (nothing that big stays held per thread);
+    the figure must not depend on which way a member went, and equals the plain formula."""
+    from types import SimpleNamespace
+
+    import qtquant.fidelity as fid_mod
+    from qtquant.quant import QParams
+    from qtquant.vocab import Scheme
+
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(0, 2, (3, 40)).astype(np.float32) for _ in range(4)]
+    qp = QParams(scale=0.05, zero_point=0, scheme=Scheme.SYMMETRIC_INT8)
+
+    def figure():
+        cache = SimpleNamespace(tensors={"t": parts}, member_sqnr={}, member_signal={})
+        return fid_mod._member_sqnr(cache, "t", qp)
+
+    x = np.concatenate([p.ravel() for p in parts]).astype(np.float64)
+    q = np.clip(np.rint(x / 0.05), -128, 127) * 0.05
+    expect = 10 * math.log10(np.sum(x ** 2) / np.sum((x - q) ** 2))
+    reused = figure()
+    monkeypatch.setattr(fid_mod, "_SCRATCH_MAX", 0)  # every member above the limit
+    monkeypatch.setattr(fid_mod, "_scratches", __import__("threading").local())
+    fresh = figure()
+    assert fresh == reused and fresh == pytest.approx(expect, rel=1e-6)
+    assert getattr(fid_mod._scratches, "bufs", None) is None  # nothing was kept
