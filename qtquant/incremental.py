@@ -217,7 +217,10 @@ def _optimise(model: onnx.ModelProto, keep_apart: bool = False) -> onnx.ModelPro
         so.optimized_model_filepath = path
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         ort_session(model, so, **({"disabled_optimizers": ["ConstantSharing"]} if keep_apart else {}))
-        return onnx.load(path)
+        # onnxruntime writes the program with its initializers inline (no external-data entry is set),
+        # so onnx's walk of every tensor and attribute looking for external files finds nothing:
+        # ~7 of ~8 ms for a 960-node program, 155M of 166M instructions for a 10k-node one.
+        return onnx.load(path, load_external_data=False)
 
 
 def moved_domains(dm):
