@@ -324,8 +324,13 @@ class Graph:
         return self.nodes[t.producer] if t is not None and t.producer else None
 
     def consumers(self, tensor: str) -> list[Node]:
+        return [self.nodes[c] for c in self.consumer_names(tensor)]
+
+    def consumer_names(self, tensor: str) -> list[str] | tuple:
+        """The names of the nodes reading ``tensor`` (no Node list made: asked per Conv and gate
+        of a big graph)."""
         t = self.tensors.get(tensor)
-        return [self.nodes[c] for c in t.consumers] if t else []
+        return t.consumers if t is not None else ()
 
     def is_quantized(self, tensor: str) -> bool:
         """Activations (and float model inputs) that carry int8 quantization."""

@@ -268,10 +268,11 @@ class _Program:
         if self._reusable is None:
             pert = self._moved() if self._moved is not None else None
             pert = _unshared(pert) if pert is not None else None
-            if pert is None or _skeleton(pert) != _skeleton(self.model) or _slot_values(self.model, pert) is None:
+            slots = _slot_values(self.model, pert) if pert is not None and _skeleton(pert) == _skeleton(self.model) \
+                else None
+            if slots is None:
                 self._reusable = False
                 return False
-            slots = _slot_values(self.model, pert)
             moved = {n for n, t in slots.items() if _value_key(t) != self.values[n]}
             other = _optimise(pert, keep_apart=True)
             # The kernels and wiring of a default session of the exported file (its initializers

@@ -230,17 +230,14 @@ def fused_into_producer(graph, rule: FusionRule | None = None) -> set[str]:
     acts, gates, folded = rule.activations, rule.gates, rule.folded
     pair_ops = gates | {"Mul"}
     outputs = set(graph.outputs)
-    # Consumers read as names from the tensors (graph.consumers spelt out, no list of nodes per
-    # tensor): a big graph asks this for every Conv and every gate.
-    tensors, nodes = graph.tensors, graph.nodes
+    consumer_names, nodes = graph.consumer_names, graph.nodes
     fused: set[str] = set()
     for node in graph.nodes_of(rule.producers):
         if not node.outputs:
             continue
         t, affine_ok = node.outputs[0], True
         while t and t not in outputs:
-            info = tensors.get(t)
-            cons = info.consumers if info is not None else ()
+            cons = consumer_names(t)
             if len(cons) == 1:
                 c = nodes[cons[0]]
                 if affine_ok and c.op_type in folded and constant_operand(c, t, graph):
@@ -274,8 +271,7 @@ def _gated(graph, gate, outputs) -> str | None:
     if not gate.inputs or not gate.outputs:
         return None
     x, g = gate.inputs[0], gate.outputs[0]
-    info = graph.tensors.get(g)
-    cons = info.consumers if info is not None else ()
+    cons = graph.consumer_names(g)
     if g in outputs or len(cons) != 1:
         return None
     c = graph.nodes[cons[0]]
