@@ -250,6 +250,7 @@ class _Program:
         self.exported = model  # the QDQ model as the exporter builds it
         self.model = _unshared(model)  # the same, one initializer per slot: the program's values
         self._reusable: bool | None = None
+        self.moved: frozenset[str] = frozenset()  # the program's initializers an edit can change (once reusable)
         self._moved = moved  # () -> the same structure's model with every value moved
         # (A new structure's three optimisations -- this program, a default session's, the moved
         # model's -- on two threads side by side took longer than one after another on yolov8n_320:
@@ -291,6 +292,8 @@ class _Program:
                               and extra <= moved
                               and all(n in moved or _value_key(oi[n]) == _value_key(t)
                                       for n, t in self.inits.items()))
+            if self._reusable:
+                self.moved = frozenset(moved)
             if self._reusable and extra:
                 self._take_apart(other, moved)
         return self._reusable
