@@ -93,8 +93,8 @@ def from_name(name: str, message: str, fallback: str = "{message}") -> QtQuantEr
     return QtQuantError(fallback.format(message=message))
 
 
-def first_line(e: BaseException, limit: int = 300) -> str:
+def first_line(e: BaseException, limit: int = 300, default: str | None = None) -> str:
     """The first line of another library's error (onnxruntime's run several lines with a stack),
-    or its type's name when it says nothing: what a one-line message quotes."""
+    or ``default`` (its type's name) when it says nothing: what a one-line message quotes."""
     text = str(e).strip()
-    return (text.splitlines()[0] if text else type(e).__name__)[:limit]
+    return (text.splitlines()[0] if text else default or type(e).__name__)[:limit]

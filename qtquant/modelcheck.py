@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from .errors import ModelError, ShapeError
+from .errors import ModelError, ShapeError, first_line
 from .nodetable import NodeTable
 from .shapes import format_shape
 
@@ -339,7 +339,7 @@ def _infer_here(model: onnx.ModelProto | bytes) -> bytes:
         data = model if isinstance(model, bytes) else model.SerializeToString()
         return _infer_bytes(data, False, True, True)
     except onnx.shape_inference.InferenceError as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else "shape inference failed"
+        msg = first_line(e, default="shape inference failed")
         if "No Op registered" in msg or "not registered" in msg or "Unsupported" in msg:
             try:
                 return _infer_bytes(data, False, False, True)
@@ -347,7 +347,7 @@ def _infer_here(model: onnx.ModelProto | bytes) -> bytes:
                 raise ModelError(f"shape inference failed: {e2}") from None
         raise ShapeError(f"the input shapes do not fit the model: {msg}") from None
     except Exception as e:
-        raise ModelError(f"shape inference failed: {str(e).strip().splitlines()[0] if str(e).strip() else e}") from None
+        raise ModelError(f"shape inference failed: {first_line(e)}") from None
 
 
 def inline_small_external(model, base_dir: Path, limit: int = 1 << 16) -> None:

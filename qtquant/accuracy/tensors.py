@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from ..errors import Cancelled, ModelError
+from ..errors import Cancelled, ModelError, first_line
 from ..fidelity import fake_quant
 from ..runtime import make_session, with_outputs
 from ..vocab import Precision
@@ -151,8 +151,7 @@ def tensor_errors(bench, dm=None, *, chunk_bytes: int = CHUNK_BYTES, progress=No
             try:
                 fo, qo = fs.run(chunk, feed), qs.run(qnames, feed)
             except Exception as e:  # onnxruntime's errors are not ours: one line
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                raise ModelError(f"accuracy check failed in onnxruntime: {first[:300]}") from None
+                raise ModelError(f"accuracy check failed in onnxruntime: {first_line(e)}") from None
             for t, f, q in zip(chunk, fo, qo):
                 cum[t].add(f, q)
                 if t in loc:

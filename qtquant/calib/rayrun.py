@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import socket
 
-from ..errors import BadInputError, CalibrationDataError, Cancelled, QtQuantError
+from ..errors import BadInputError, CalibrationDataError, Cancelled, QtQuantError, first_line
 from .parallel import split_even
 from .stats import BINS, TensorStats
 
@@ -67,8 +67,7 @@ def connect(address: str) -> bool:
     try:
         ray.init(address=address, **kw)
     except Exception as e:  # noqa: BLE001 - Ray raises several types for a bad or unreachable address
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise BadInputError(f"cannot connect to the Ray cluster at {address}: {first[:200]}") from None
+        raise BadInputError(f"cannot connect to the Ray cluster at {address}: {first_line(e, 200)}") from None
     return True
 
 

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import BadInputError, CalibrationDataError
+from ..errors import BadInputError, CalibrationDataError, first_line
 from ..shapes import format_shape
 
 __all__ = ["SampleRef", "Source", "open_source", "preprocess_image", "parse_channels",
@@ -338,8 +338,7 @@ def preprocess_image(path, shape, dtype=np.float32, *, resize: str = "stretch", 
                 im = im.resize((w, h), method)
             x = np.asarray(im, dtype=np.float32)
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CalibrationDataError(f"cannot read image {path}: {reason}") from None
+        raise CalibrationDataError(f"cannot read image {path}: {first_line(e)}") from None
     x = x.reshape(h, w, c)
     if c == 3 and color == "bgr":
         x = x[:, :, ::-1]

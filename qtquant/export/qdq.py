@@ -47,7 +47,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..errors import BadInputError, ModelError
+from ..errors import BadInputError, ModelError, first_line
 from ..fileio.atomic import atomic_dir, check_output_path, commit
 from ..ops import handler_for
 from ..precision import PrecisionMap, float_nodes
@@ -90,7 +90,7 @@ def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
                     list(model.opset_import), ignore_unknown=True))
                 notes.append(f"opset raised from {graph.opset} to {target} for {why}")
             except Exception as e:  # no adapter for some op
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                first = first_line(e, 200)
                 if target == INT16_OPSET:
                     raise ModelError(f"cannot export int16: raising opset {graph.opset} to {target} "
                                      f"failed ({first})") from None

@@ -33,7 +33,7 @@ import onnx
 import torch
 from onnx import helper, numpy_helper
 
-from ..errors import BadInputError
+from ..errors import BadInputError, first_line
 from ._fakequant import INT8_DTYPES, FrozenFakeQuant as _FrozenFakeQuant, onnx_range
 from ._pt2e_export import producer_label, qdq_to_fake_quant, split_shared_calls, to_eval
 from ._resolve import Resolver, is_observer, is_pt2e
@@ -314,8 +314,7 @@ def export_onnx(model: torch.nn.Module, example_inputs, path=None, *, opset_vers
                               input_names=input_names, output_names=output_names, dynamic_axes=dynamic_axes,
                               do_constant_folding=True)
     except Exception as e:  # the exporter's errors are long; keep the first line
-        raise BadInputError("torch.onnx.export failed: " + (str(e).strip().splitlines() or [type(e).__name__])[0]
-                            ) from None
+        raise BadInputError(f"torch.onnx.export failed: {first_line(e)}") from None
     finally:
         if m is model and was_training:
             model.train()
