@@ -497,14 +497,26 @@ def _check_channels(graph: "Graph") -> None:
 
 def read_model_file(path) -> tuple[onnx.ModelProto, Path]:
     """The model in ``path``, without its external data, or a one-line :class:`ModelError`."""
+    model, p, _ = _read_model(path)
+    return model, p
+
+
+def _read_model(path) -> tuple[onnx.ModelProto, Path, bytes | None]:
+    """:func:`read_model_file`, and the file's bytes when it is a serialized protobuf (most are:
+    onnx.load picks the format by the file's suffix), for :class:`NodeTable` to read once more."""
     p = existing_file(path, ModelError, noun="model", folder_noun="ONNX model")
     try:
-        model = onnx.load(str(p), load_external_data=False)
+        data = None
+        if onnx.serialization.registry.get_format_from_file_extension(p.suffix) in (None, "protobuf"):
+            data = p.read_bytes()
+            model = onnx.load_model_from_string(data)
+        else:
+            model = onnx.load(str(p), load_external_data=False)
     except Exception:
         raise ModelError(f"{p.name} is not a readable ONNX model (corrupt or wrong format)") from None
     if not model.graph.node:
         raise ModelError(f"{p.name} is not a readable ONNX model (it has no graph nodes)")
-    return model, p
+    return model, p, data
 
 
 @gc_paused
@@ -514,8 +526,9 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
     A QDQ-quantized file is refused: its graph is only right once its Q/DQ pairs are read into
     scales, which :func:`qtquant.open_model` (the one way to open any model) does.
     """
-    model, p = read_model_file(path)
-    table = NodeTable(model.graph)
+    model, p, data = _read_model(path)
+    table = NodeTable(model.graph, data)
+    del data
     if is_qdq_model(model, table):
         raise ModelError(f"{p.name} is QDQ-quantized; open it with qtquant.open_model, which reads its scales")
     sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed

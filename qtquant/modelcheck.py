@@ -124,7 +124,9 @@ def check_external_data(model, base_dir: Path, table: NodeTable | None = None) -
     """Refuse external data outside the model folder (or missing) before anything reads it.
     ``table``: the model's nodes read already (:class:`NodeTable`)."""
     base = base_dir.resolve()
-    for t in _all_tensors(model.graph, table.attributes if table is not None else None):
+    # a table's attributes None: none holds a tensor or a graph (NodeTable)
+    attributes = None if table is None else table.attributes if table.attributes is not None else ()
+    for t in _all_tensors(model.graph, attributes):
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         loc = next((e.value for e in t.external_data if e.key == "location"), "")
@@ -152,7 +154,7 @@ def check_text(model, table: NodeTable | None = None) -> None:
         join(table.domains)
         join(map(join, table.inputs))
         join(map(join, table.outputs))
-        join([a.name for attrs in table.attributes if attrs for a in attrs[:]])  # [:]: see _all_tensors
+        join(table.attribute_names())
         join([t.name for t in g.initializer])
         for t in g.initializer:
             if t.external_data:

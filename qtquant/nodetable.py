@@ -15,25 +15,48 @@ __all__ = ["NodeTable", "node_names", "value_type_bytes"]
 
 class NodeTable:
     """Names, op types, domains, inputs, outputs and attribute containers of ``graph_proto.node``,
-    position by position."""
+    position by position.
 
-    __slots__ = ("names", "ops", "domains", "inputs", "outputs", "attributes")
+    ``model_bytes``: the serialized model ``graph_proto`` was parsed from; when given (and the
+    model is mostly structure, not weights), the names, op types, domains and attribute names
+    come from one more parse of those bytes (:func:`_merged_nodes`) instead of node by node."""
 
-    def __init__(self, graph_proto=None):
+    __slots__ = ("names", "ops", "domains", "inputs", "outputs", "attributes", "_attr_names")
+
+    def __init__(self, graph_proto=None, model_bytes: bytes | None = None):
+        self._attr_names = None
         if graph_proto is None:
             self.names, self.ops, self.domains, self.inputs, self.outputs, self.attributes = [], [], [], [], [], []
             return
         nodes = list(graph_proto.node)
-        self.names = [n.name for n in nodes]
-        self.ops = [n.op_type for n in nodes]
-        self.domains = [n.domain for n in nodes]
+        merged = _merged_nodes(model_bytes, len(nodes)) if model_bytes is not None else None
+        if merged is None:
+            self.names = [n.name for n in nodes]
+            self.ops = [n.op_type for n in nodes]
+            self.domains = [n.domain for n in nodes]
+        else:
+            self.names, self.ops, self.domains, self._attr_names, holds_values = merged
+            self.names = self.names if self.names is not None else [n.name for n in nodes]
+            self.ops = self.ops if self.ops is not None else [n.op_type for n in nodes]
+            self.domains = self.domains if self.domains is not None else [n.domain for n in nodes]
         # A full slice is the cheapest way to a list under upb (a third of ``list(n.input)``).
         self.inputs = [n.input[:] for n in nodes]
         self.outputs = [n.output[:] for n in nodes]
-        self.attributes = [n.attribute for n in nodes]  # the containers (empty for most nodes)
+        # The containers (empty for most nodes); None: read from the bytes, and no attribute holds
+        # a tensor or a graph, the only reason to walk them (modelcheck._all_tensors).
+        if merged is None or holds_values:
+            self.attributes = [n.attribute for n in nodes]
+        else:
+            self.attributes = None
 
     def __len__(self) -> int:
         return len(self.ops)
+
+    def attribute_names(self) -> list[str]:
+        """The name of every attribute of every node (in no particular order)."""
+        if self._attr_names is not None:
+            return self._attr_names
+        return [a.name for attrs in self.attributes if attrs for a in attrs[:]]  # [:]: see modelcheck._all_tensors
 
     def reordered(self, order: list[int]) -> NodeTable:
         """The table of the nodes in ``order`` (positions in this table)."""
@@ -43,7 +66,8 @@ class NodeTable:
         t.domains = [self.domains[i] for i in order]
         t.inputs = [self.inputs[i] for i in order]
         t.outputs = [self.outputs[i] for i in order]
-        t.attributes = [self.attributes[i] for i in order]
+        t.attributes = None if self.attributes is None else [self.attributes[i] for i in order]
+        t._attr_names = self._attr_names
         return t
 
 
@@ -73,34 +97,80 @@ def node_names(names, ops) -> list[str]:
 # ``v.type.SerializeToString()`` value by value from Python costs ~8,000 instructions a value
 # (a 10,000-node graph: ~11,700 values, ~95M instructions against ~35M).  Everything else in the
 # model is an unknown field to this schema and stays unread.
-_LITE_MODEL = None
+_LITE: dict[str, type] = {}  # message name -> class, made on first use
 _MAX_BYTES_PER_VALUE = 4096  # about where the one parse stops paying (see value_type_bytes)
 
 
-def _lite_model_class():
-    global _LITE_MODEL
-    if _LITE_MODEL is None:
+def _lite_class(name: str):
+    """``VtModel`` (value types, above) or ``NodesModel`` (:func:`_merged_nodes`), from a schema
+    that declares only what is read."""
+    if not _LITE:
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-        fd = descriptor_pb2.FileDescriptorProto(name="qtquant_value_types.proto", package="qtquant_vt",
-                                                syntax="proto2")
-        graph = fd.message_type.add(name="Graph")
-        entry = graph.nested_type.add(name="ValueInfoEntry")
+        F = descriptor_pb2.FieldDescriptorProto
+        fd = descriptor_pb2.FileDescriptorProto(name="qtquant_lite.proto", package="qtquant_lite", syntax="proto2")
+
+        def message(name, fields, parent=None):
+            m = (parent.nested_type if parent is not None else fd.message_type).add(name=name)
+            for fname, number, kind, label, type_name in fields:
+                f = m.field.add(name=fname, number=number, type=kind, label=label)
+                if type_name:
+                    f.type_name = type_name
+            return m
+
+        one, many, string, raw, msg = F.LABEL_OPTIONAL, F.LABEL_REPEATED, F.TYPE_STRING, F.TYPE_BYTES, F.TYPE_MESSAGE
+        vt_graph = message("VtGraph", [("value_info", 13, msg, many, ".qtquant_lite.VtGraph.ValueInfoEntry")])
+        entry = message("ValueInfoEntry", [("key", 1, string, one, ""), ("value", 2, raw, one, "")], vt_graph)
         entry.options.map_entry = True
-        entry.field.add(name="key", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
-                        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
-        entry.field.add(name="value", number=2, type=descriptor_pb2.FieldDescriptorProto.TYPE_BYTES,
-                        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
-        graph.field.add(name="value_info", number=13, type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-                        label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
-                        type_name=".qtquant_vt.Graph.ValueInfoEntry")
-        model = fd.message_type.add(name="Model")
-        model.field.add(name="graph", number=7, type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-                        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL, type_name=".qtquant_vt.Graph")
+        message("VtModel", [("graph", 7, msg, one, ".qtquant_lite.VtGraph")])
+        # AttributeProto's name and the fields that hold tensors or graphs (the rest stay unread)
+        message("AllAttributes", [("name", 1, string, many, ""), ("t", 5, raw, many, ""), ("g", 6, raw, many, ""),
+                                  ("tensors", 10, raw, many, ""), ("graphs", 11, raw, many, ""),
+                                  ("sparse_tensor", 22, raw, many, ""), ("sparse_tensors", 23, raw, many, "")])
+        message("AllNodes", [("name", 3, string, many, ""), ("op_type", 4, string, many, ""),
+                             ("attribute", 5, msg, one, ".qtquant_lite.AllAttributes"),
+                             ("domain", 7, string, many, "")])
+        message("NodesGraph", [("node", 1, msg, one, ".qtquant_lite.AllNodes")])
+        message("NodesModel", [("graph", 7, msg, one, ".qtquant_lite.NodesGraph")])
         pool = descriptor_pool.DescriptorPool()
         pool.Add(fd)
-        _LITE_MODEL = message_factory.GetMessageClass(pool.FindMessageTypeByName("qtquant_vt.Model"))
-    return _LITE_MODEL
+        for m in ("VtModel", "NodesModel"):
+            _LITE[m] = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"qtquant_lite.{m}"))
+    return _LITE[name]
+
+
+# -- the graph's node names, op types, domains and attribute names, read in one parse ---------
+# A message field that is not repeated but occurs many times on the wire is merged, and merging
+# concatenates repeated fields: a schema that declares GraphProto's ``node`` (field 1) one message
+# of repeated strings reads the names (field 3) of all nodes into one list, in node order, in one
+# C-level pass (likewise op types, domains and, one level down, the attributes' names), where
+# reading ``n.name`` node by node makes a wrapper and a call per node (a 10,000-node graph:
+# ~25M instructions of names, op types and domains alone).  A field a node leaves out (no name,
+# the default domain) is missing from its list: a list shorter than the node count is read node
+# by node instead, but a domain list that is empty means every domain is the default "".  (A
+# crafted file that repeats a node's name, of which a parse keeps the last, next to a node without
+# one could shift the names by one node: it gets labels, no check is skipped, as the UTF-8 check
+# reads every copy.)
+_MAX_BYTES_PER_NODE = 4096  # a model of mostly weights: copying them costs more (see value_type_bytes)
+
+
+def _merged_nodes(model_bytes: bytes, n_nodes: int):
+    """(names, op types, domains, attribute names, whether any attribute holds a tensor or a graph)
+    of the ``n_nodes`` nodes of the serialized model ``model_bytes``, each list None when it
+    cannot stand for reading node by node; None when nothing can be read so."""
+    if not n_nodes or len(model_bytes) > _MAX_BYTES_PER_NODE * n_nodes:
+        return None
+    try:
+        nodes = _lite_class("NodesModel").FromString(model_bytes).graph.node
+    except Exception:  # noqa: BLE001 - anything unexpected: the caller reads the nodes one by one
+        return None
+    names, ops, domains = nodes.name[:], nodes.op_type[:], nodes.domain[:]
+    if not domains:
+        domains = [""] * n_nodes
+    a = nodes.attribute
+    holds = bool(a.t or a.g or a.tensors or a.graphs or a.sparse_tensor or a.sparse_tensors)
+    return (names if len(names) == n_nodes else None, ops if len(ops) == n_nodes else None,
+            domains if len(domains) == n_nodes else None, a.name[:], holds)
 
 
 def value_type_bytes(model_bytes: bytes, n_values: int) -> dict[str, bytes] | None:
@@ -116,7 +186,7 @@ def value_type_bytes(model_bytes: bytes, n_values: int) -> dict[str, bytes] | No
     if len(model_bytes) > _MAX_BYTES_PER_VALUE * n_values:
         return None
     try:
-        entries = _lite_model_class().FromString(model_bytes).graph.value_info
+        entries = _lite_class("VtModel").FromString(model_bytes).graph.value_info
         if len(entries) != n_values:
             return None
         return dict(entries)
