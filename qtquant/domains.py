@@ -171,19 +171,21 @@ UnionFind = _Sets
 
 def _natural_sets(graph, fixed: dict | None) -> _Sets:
     uf = _Sets()
-    is_quantized = graph.is_quantized
+    quantized = graph.quantized  # graph.is_quantized, without a call per tensor
+    union = uf.union
     for node in graph.passing_nodes:
-        if not node.inputs:
+        ins = node.inputs
+        if not ins:
             continue
-        src = node.inputs[0]
-        if not is_quantized(src):
+        src = ins[0]
+        if src not in quantized:
             continue
         for o in node.outputs:
-            if o and is_quantized(o):
+            if o and o in quantized:
                 # A QDQ file may re-quantize after a pass-through op; keep its scales apart then.
                 if fixed and o in fixed and src in fixed and fixed[o] != fixed[src]:
                     continue
-                uf.union(src, o)
+                union(src, o)
     return uf
 
 
@@ -263,12 +265,22 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
             if r is not None and isfinite(r[0]) and isfinite(r[1]):
                 member_range[t] = r
             continue
-        for t in fs:
+        # min() and max() over the finite ranges, spelt out (no generator per set), in member order
+        lo = hi = None
+        for t in members:
             natural[t] = fs
-        rs = [src[t] for t in fs if t in src and isfinite(src[t][0]) and isfinite(src[t][1])]
-        if rs:
-            r = (min(r[0] for r in rs), max(r[1] for r in rs))
-            for t in fs:
+            r = get(t)
+            if r is not None:
+                a, b = r
+                if isfinite(a) and isfinite(b):
+                    if lo is None:
+                        lo, hi = a, b
+                    else:
+                        lo = a if a < lo else lo
+                        hi = b if b > hi else hi
+        if lo is not None:
+            r = (lo, hi)
+            for t in members:
                 member_range[t] = r
     const_ranges: dict[str, tuple[float, float]] = {}
     for members in groups:  # constants can join a domain (DESIGN §3), as sets of their own

@@ -332,6 +332,12 @@ class Graph:
         t = self.tensors.get(tensor)
         return t.consumers if t is not None else ()
 
+    @property
+    def quantized(self):
+        """The quantized tensors (:meth:`is_quantized`) as a read-only set view, in graph order: a
+        membership test without a call, for loops that ask it of every tensor."""
+        return self._quantized.keys()
+
     def is_quantized(self, tensor: str) -> bool:
         """Activations (and float model inputs) that carry int8 quantization."""
         return tensor in self._quantized
