@@ -49,3 +49,24 @@ def test_long_lived(clean_gc):
     assert gc.get_freeze_count() > 0
     gcpolicy.model_closing()
     assert gc.get_freeze_count() == 0
+
+
+def test_a_batch_command_collects_the_young_generation_less_often(clean_gc):
+    before = gc.get_threshold()
+    gc.enable()
+    try:
+        gcpolicy.batch()
+        now = gc.get_threshold()
+        assert now[0] == gcpolicy.BATCH_THRESHOLD > before[0]
+        assert now[1:] == before[1:]  # the older generations keep their pace
+        collected = []
+        gc.callbacks.append(lambda phase, info: collected.append(info["generation"]) if phase == "stop" else None)
+        try:
+            gc.collect()  # reset the young count
+            del collected[:]
+            keep = [[i] for i in range(5000)]  # 5,000 new containers: several collections at 700
+            assert keep and not collected
+        finally:
+            gc.callbacks.pop()
+    finally:
+        gc.set_threshold(*before)

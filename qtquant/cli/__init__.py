@@ -152,10 +152,15 @@ def entry() -> None:
     garbage collection over it: 0.5-0.6 s after ``analyze`` of a 20,000-node CNN (load ~3), where
     the quick exit took 0.06-0.08 s.  The exit handlers still run (atexit: Ray, multiprocessing,
     temporary folders), stdout and stderr are flushed, and a non-daemon thread still running gets
-    the normal exit (which waits for it)."""
+    the normal exit (which waits for it).  Those commands also collect garbage at a batch
+    command's pace (:func:`qtquant.app.gcpolicy.batch`)."""
     import threading
 
     argv = sys.argv[1:]
+    if argv and argv[0] in QUICK_EXIT:
+        from ..app.gcpolicy import batch
+
+        batch()
     rc = main()
     if not argv or argv[0] not in QUICK_EXIT or any(
             t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
