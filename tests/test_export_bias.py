@@ -41,8 +41,15 @@ def _session(tmp_path, data, **kw):
     return s
 
 
-def _run(path, data, name="y"):
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])  # default options
+def _run(path, data, name="y", precise=False):
+    """``name`` on the check data, at default options.  ``precise``: with onnxruntime's precision
+    mode for x86 int8 kernels, for a figure that is the export's and not the CPU's: on AVX2 without
+    VNNI the u8s8 kernels add byte products in saturating 16-bit pairs, and the shared-weight model
+    read 26.0 dB there against 39.8 dB with the mode on (and with optimisations off)."""
+    so = ort.SessionOptions()
+    if precise:
+        so.add_session_config_entry("session.x64quantprecision", "1")
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     return np.concatenate([sess.run([name], {"x": x})[0] for x in data[N_CALIB:]])
 
 
@@ -134,7 +141,7 @@ def test_shared_weight_is_copied_for_the_raised_scale(tmp_path, data):
     p = tmp_path / "shared.onnx"
     onnx.save(b.model, str(p))
     ref = _run(s.graph.path, data, "y2")
-    assert sqnr_db(ref, _run(p, data, "y2")) > 30
+    assert sqnr_db(ref, _run(p, data, "y2", precise=True)) > 30
 
 
 @pytest.mark.parametrize("shared_fc", [False, True])

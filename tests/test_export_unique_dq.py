@@ -148,3 +148,16 @@ def test_reopened_export_reads_one_weight_and_one_pair_per_tensor(built, tmp_pat
     assert again.qdq.pairs == res.build.activations
     counts = Counter(n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node)
     assert counts["DequantizeLinear"] > counts["QuantizeLinear"]  # the copies are there
+
+
+@pytest.mark.parametrize("op, axis", [("QuantizeLinear", None), ("DequantizeLinear", None), ("DequantizeLinear", 0),
+                                      ("DequantizeLinear", 1)])
+def test_the_export_writes_the_nodes_onnx_helper_would(op, axis):
+    from onnx import helper
+
+    from qtquant.export.rewrite import _node
+
+    ours = _node(op, ["x", "x_scale", "x_zero_point"], "y", "n_1", axis)
+    theirs = helper.make_node(op, ["x", "x_scale", "x_zero_point"], ["y"], name="n_1",
+                              **({} if axis is None else {"axis": axis}))
+    assert ours.SerializeToString() == theirs.SerializeToString()

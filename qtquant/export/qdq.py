@@ -231,7 +231,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
         q_out = rw.fresh(f"{t}_quantized")
         uses = rw.uses(t, tt.consumers)
         where = rw.head if tt.producer is None else rw.after.setdefault(tt.producer, [])
-        where.append(helper.make_node("QuantizeLinear", [t, s, z], [q_out], name=rw.fresh(f"{t}_QuantizeLinear")))
+        rw.add_q([t, s, z], q_out, rw.fresh(f"{t}_QuantizeLinear"), where)
         if t in outputs:
             # The output keeps its name: the producer writes <t>_prequant, a DQ of its own writes t
             # and each consumer inside the graph reads another DQ (one DQ per use, Rewrite.dq_copy).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 __all__ = ["Rewrite", "prune", "names_in"]
 
@@ -25,6 +25,21 @@ def names_in(model, inits=()) -> set[str]:
         used.update(n.output)
         used.add(n.name)
     return used
+
+
+def _node(op: str, inputs, out: str, name: str, axis: int | None = None) -> onnx.NodeProto:
+    """What ``helper.make_node(op, inputs, [out], name=name[, axis=axis])`` makes (the same bytes),
+    without its checks and attribute sorting: 1.6 against 3.0 us a node, 2.2 against 9.5 with the
+    axis (46,664 nodes in the 20,000-node CNN's export)."""
+    node = onnx.NodeProto()  # (field by field: half the time of the keyword constructor under upb)
+    node.op_type = op
+    node.input.extend(inputs)
+    node.output.append(out)
+    node.name = name
+    if axis is not None:
+        a = node.attribute.add()
+        a.name, a.i, a.type = "axis", axis, onnx.AttributeProto.INT
+    return node
 
 
 class _Names:
@@ -124,9 +139,15 @@ class Rewrite:
             if i == old and (index is None or k == index):
                 pn.input[k] = ins[k] = new
 
-    def add_dq(self, inputs, out: str, name: str, where: list, **attrs) -> onnx.NodeProto:
+    def add_q(self, inputs, out: str, name: str, where: list) -> onnx.NodeProto:
+        """A QuantizeLinear writing ``out``, appended to ``where``."""
+        node = _node("QuantizeLinear", inputs, out, name)
+        where.append(node)
+        return node
+
+    def add_dq(self, inputs, out: str, name: str, where: list, axis: int | None = None) -> onnx.NodeProto:
         """A DequantizeLinear writing ``out``, appended to ``where`` (:attr:`head` or an :attr:`after` list)."""
-        node = helper.make_node("DequantizeLinear", list(inputs), [out], name=name, **attrs)
+        node = _node("DequantizeLinear", inputs, out, name, axis)
         where.append(node)
         self._dq[out] = node
         return node
@@ -143,7 +164,7 @@ class Rewrite:
         the same values."""
         node = self._dq[out]
         new = self.fresh(out)
-        copy = helper.make_node("DequantizeLinear", list(node.input), [new], name=self.fresh(node.name))
+        copy = _node("DequantizeLinear", node.input, new, self.fresh(node.name))
         copy.attribute.extend(node.attribute)
         self._copies.setdefault(node.output[0], []).append(copy)
         self._dq[new] = node
@@ -176,8 +197,7 @@ class Rewrite:
         out = self.fresh(f"{base}_dequantized")
         for arr, name in ((q, qn), (scale, sn), (zero_point, zn)):
             self.add_init(arr, name)
-        attrs = {"axis": axis} if axis is not None else {}
-        self.add_dq([qn, sn, zn], out, self.fresh(f"{base}_DequantizeLinear"), self.head, **attrs)
+        self.add_dq([qn, sn, zn], out, self.fresh(f"{base}_DequantizeLinear"), self.head, axis)
         return out
 
     def assemble(self) -> None:
