@@ -27,8 +27,8 @@ from .qdq import is_qdq_model
 from .shapes import format_shape, parse_input_shapes
 from .vocab import TensorKind
 
-__all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "graph_from_model", "MIN_OPSET",
-           "MAX_OPSET", "parse_cut", "cut_model"]
+__all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "read_model_table", "graph_from_model",
+           "MIN_OPSET", "MAX_OPSET", "parse_cut", "cut_model"]
 
 MIN_OPSET = 11
 MAX_OPSET = 23
@@ -525,6 +525,13 @@ def _read_model(path) -> tuple[onnx.ModelProto, Path, bytes | None]:
     return model, p, data
 
 
+def read_model_table(path) -> tuple[onnx.ModelProto, Path, NodeTable]:
+    """:func:`read_model_file` and the model's :class:`NodeTable`, read from the file's bytes where
+    it can be (one more parse instead of node by node)."""
+    model, p, data = _read_model(path)
+    return model, p, NodeTable(model.graph, data)
+
+
 @gc_paused
 def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
     """Load a float ONNX file, resolve dynamic dims from ``input_shapes`` and infer shapes.
@@ -532,9 +539,7 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
     A QDQ-quantized file is refused: its graph is only right once its Q/DQ pairs are read into
     scales, which :func:`qtquant.open_model` (the one way to open any model) does.
     """
-    model, p, data = _read_model(path)
-    table = NodeTable(model.graph, data)
-    del data
+    model, p, table = read_model_table(path)
     if is_qdq_model(model, table):
         raise ModelError(f"{p.name} is QDQ-quantized; open it with qtquant.open_model, which reads its scales")
     sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed

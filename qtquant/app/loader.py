@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from ..errors import ModelError
 from ..gcpause import gc_paused
-from ..graph import graph_from_model, read_model_file
+from ..graph import graph_from_model, read_model_table
 from ..modelcheck import FileDigest, check_external_data, check_text
-from ..nodetable import NodeTable
 from ..qdq import attach_qdq, is_qdq_model, strip_qdq
 from .session import Options, Session
 
@@ -17,9 +16,8 @@ __all__ = ["open_model"]
 def open_model(path, input_shapes=None, options: Options = Options(), *, cut=()) -> Session:
     """``cut``: tensor names (or ``a,b`` text) the graph is cut at: the session works on the
     subgraph that ends there (:func:`qtquant.graph.cut_model`)."""
-    model, p = read_model_file(path)
+    model, p, table = read_model_table(path)
     sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed
-    table = NodeTable(model.graph)
     check_text(model, table)
     check_external_data(model, p.parent, table)
     qdq = None
