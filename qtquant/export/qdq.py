@@ -54,7 +54,7 @@ from ..precision import PrecisionMap, float_nodes
 from ..quant import qparams_for_range
 from ..vocab import Precision
 from .records import BiasAdjustment, ClipRecord, ExportResult, QdqBuild, clip_record
-from .rewrite import Rewrite, names_in
+from .rewrite import BaseFacts, Rewrite, names_in
 from .weights import INT32_MAX, INT32_MIN, quantize_weights
 
 __all__ = ["QdqBuild", "ExportResult", "BiasAdjustment", "ClipRecord", "build_qdq_model", "export_qdq",
@@ -101,8 +101,8 @@ def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
 
 
 def _shell(graph, base):
-    """(``base`` without initializers and value_info, its initializers, the names they use): once
-    per base of ``graph`` (kept beside it in :data:`_base_cache`)."""
+    """(``base`` without initializers and value_info, its initializers, the names they use, its
+    nodes' :class:`~.rewrite.BaseFacts`): once per base of ``graph`` (kept beside it in :data:`_base_cache`)."""
     cache = _base_cache.setdefault(graph, {})
     got = cache.get(("shell", id(base)))
     if got is None or got[0] is not base:
@@ -111,7 +111,7 @@ def _shell(graph, base):
         del shell.graph.initializer[:]
         del shell.graph.value_info[:]  # recomputed by any consumer; stale shapes would only mislead
         inits = list(base.graph.initializer)
-        got = cache[("shell", id(base))] = (base, shell, inits, frozenset(names_in(shell, inits)))
+        got = cache[("shell", id(base))] = (base, shell, inits, frozenset(names_in(shell, inits)), BaseFacts(shell))
     return got[1:]
 
 
@@ -164,11 +164,11 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     base, opset, per_channel, base_notes = _base(graph, bool(weight_uses), int16_used)
     # The base without its initializers, which the build adds back when still read: copying the
     # float weights in and pruning them out again was a third of a build on yolov8n_320 (12 MB).
-    shell, base_inits, names = _shell(graph, base)
+    shell, base_inits, names, facts = _shell(graph, base)
     model = onnx.ModelProto()
     model.CopyFrom(shell)
     build = QdqBuild(model, opset, notes=list(base_notes), cut=tuple(getattr(graph, "cut", ())))
-    rw = Rewrite(model, base_inits, names)
+    rw = Rewrite(model, base_inits, names, facts)
     missing = [n for n in graph.nodes if n not in rw.nodes]
     if missing:
         raise ModelError(f"cannot export: node {missing[0]!r} is missing from the model after opset conversion")
@@ -240,7 +240,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
             for k, o in enumerate(producer.output):
                 if o == t:
                     producer.output[k] = src
-            where[-1].input[0] = src
+            rw.set_input(where[-1], 0, src)
             rw.add_dq([q_out, s, z], t, rw.fresh(f"{t}_DequantizeLinear"), where)
             if uses:
                 first = rw.dq_copy(t)
