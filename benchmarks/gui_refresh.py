@@ -184,25 +184,33 @@ def reference(session):
     measure_session(twin, follow_edits=True)  # first call: no cached float run (the GUI's first check)
     cold_fid = (time.perf_counter() - t0) * 1e3
     return {"cold_sim_ms": statistics.median(sims), "cold_fidelity_ms": cold_fid,
-            "new_state": new_states(session), "feeds": feeds_not_models(session)}
+            "new_state": new_states(session)}
 
 
 def new_states(session):
     """Headless, in this process: the check of edits reaching new states (after a first edit),
-    with the exported program
-    re-run where it changed (qtquant.incremental) and, on a twin, in a fresh default session per
-    edit as before.  Same edits, same machine, same minute."""
-    from qtquant import incremental
+    with the exported program re-run where it changed (qtquant.incremental) and, on a twin, in a
+    fresh default session per edit as before; then, on the runner's own program and the models it
+    ran, the issue's one-session design (:func:`feeds_not_models`).  Same edits, same machine,
+    same minute."""
+    from qtquant import fidelity_runs, incremental
     from qtquant.app import open_model
     from qtquant.fidelity import measure_session
     from qtquant.groups import share
 
     g = session.graph
     steps = _steps(g)
-    out = {}
-    real = incremental.MAX_NODES
+    out, ran, edits = {}, [], []  # ran: (model, outputs, results) of each incremental run; edits: each edit's
+    real, real_run = incremental.MAX_NODES, incremental.IncrementalRunner.run
+
+    def spy(self, model, names, *a, **k):
+        res = real_run(self, model, names, *a, **k)
+        ran.append((model, names, res))
+        return res
+
     for how, limit in (("incremental", real), ("fresh", 0)):
         incremental.MAX_NODES = limit
+        incremental.IncrementalRunner.run = spy if how == "incremental" else real_run
         try:
             twin = open_model(g.path, dict(g.input_shapes), session.options)
             twin.set_calibration(session.calibration)
@@ -210,91 +218,72 @@ def new_states(session):
             times = []
             for k, members in enumerate(steps):
                 share(twin, members)
+                before = len(ran)
                 t0 = time.perf_counter()
                 measure_session(twin, follow_edits=True)
                 if k:  # from the second edit on: the check after a new state with warm caches
                     times.append((time.perf_counter() - t0) * 1e3)
+                if how == "incremental":
+                    edits.append(ran[-1] if len(ran) > before else None)
             out[how] = times
+            if how == "incremental":
+                runner = fidelity_runs._caches[twin.graph].runner
         finally:
-            incremental.MAX_NODES = real
+            incremental.MAX_NODES, incremental.IncrementalRunner.run = real, real_run
+    out["feeds"] = feeds_not_models(runner, edits)
     return out
 
 
-def feeds_not_models(session):
+def feeds_not_models(runner, edits):
     """Issue 21's suggestion, measured beside the runner: one onnxruntime session per structure in
     which every value an edit can move is a graph input, so that an edit changes feeds and not the
-    model.  The session is the exported model's optimised program (the runner's, so the same
-    kernels a default session of the file runs) with the initializers that move when every
-    domain moves (``_Program.moved``) made inputs; it is created once, then per edit the whole
-    program runs on the check samples with the edit's values fed.  Same edits as
-    :func:`new_states`, headless; each edit's outputs are compared with the runner's."""
+    model.  The session is ``runner``'s optimised program of the export (so the same kernels a
+    default session of the file runs) with the initializers that move when every domain moves
+    (``_Program.moved``) made inputs; it is created once, then per edit the whole program runs on
+    the check samples with the edit's values fed.  ``edits``: (model, outputs, results) of the
+    runner's run of each edit, whose outputs these are compared with."""
     import numpy as np
     import onnx
     from onnx import numpy_helper
 
-    from qtquant import fidelity_runs, incremental
-    from qtquant.app import open_model
-    from qtquant.fidelity import measure_session
-    from qtquant.groups import share
+    from qtquant import incremental
 
-    twin = open_model(session.graph.path, dict(session.graph.input_shapes), session.options)
-    twin.set_calibration(session.calibration)
-    seen = []  # (model, outputs) the runner ran for each check
-    real_run = incremental.IncrementalRunner.run
-
-    def spy(self, model, names, *a, **k):
-        res = real_run(self, model, names, *a, **k)
-        seen.append((model, names, res))
-        return res
-
-    incremental.IncrementalRunner.run = spy
-    try:
-        measure_session(twin, follow_edits=True)
-        runner = fidelity_runs._caches[twin.graph].runner
-        prog = next(iter(runner._programs.values()))
-        if not prog.reusable:
-            return None
-        edits = []
-        for members in _steps(twin.graph):
-            share(twin, members)
-            measure_session(twin, follow_edits=True)
-            model, names, ref = seen[-1]
-            values = prog.program_for(model)
-            if values is None:
-                return None
-            edits.append((names, ref, values))
-        # Inputs: what moves when every domain moves, and whatever else these edits changed (a
-        # weight whose bias fit raised its scale): the session is made before the edits.
-        fed = set(prog.moved) | {n for _, _, v in edits for n in v}
-        inputs = [n for n in prog.inits if n in fed]
-        sub = onnx.ModelProto()
-        sub.CopyFrom(prog.optimised)
-        keep = [t for t in sub.graph.initializer if t.name not in fed]
-        del sub.graph.initializer[:]
-        sub.graph.initializer.extend(keep)
-        for n in inputs:
-            t = prog.inits[n]
-            sub.graph.input.append(onnx.helper.make_tensor_value_info(n, t.data_type, list(t.dims)))
+    prog = next(iter(runner._programs.values()), None) if runner is not None else None
+    if prog is None or not edits or None in edits or not prog.reusable:
+        return None
+    values = [prog.program_for(model) for model, _, _ in edits]
+    if any(v is None for v in values):
+        return None
+    # Inputs: what moves when every domain moves, and whatever else these edits changed (a
+    # weight whose bias fit raised its scale): the session is made before the edits.
+    fed = set(prog.moved) | {n for v in values for n in v}
+    inputs = [n for n in prog.inits if n in fed]
+    sub = onnx.ModelProto()
+    sub.CopyFrom(prog.optimised)
+    keep = [t for t in sub.graph.initializer if t.name not in fed]
+    del sub.graph.initializer[:]
+    sub.graph.initializer.extend(keep)
+    for n in inputs:
+        t = prog.inits[n]
+        sub.graph.input.append(onnx.helper.make_tensor_value_info(n, t.data_type, list(t.dims)))
+    t0 = time.perf_counter()
+    sess = incremental._disabled_session(sub)
+    created = (time.perf_counter() - t0) * 1e3
+    defaults = {n: numpy_helper.to_array(prog.inits[n]) for n in inputs}
+    times, same = [], True
+    for (_, names, ref), changed in zip(edits, values):
         t0 = time.perf_counter()
-        sess = incremental._disabled_session(sub)
-        created = (time.perf_counter() - t0) * 1e3
-        defaults = {n: numpy_helper.to_array(prog.inits[n]) for n in inputs}
-        times, same = [], True
-        for names, ref, values in edits:
-            t0 = time.perf_counter()
-            edit = {**defaults, **{n: numpy_helper.to_array(t) for n, t in values.items()}}
-            out = incremental.run_session(sess, names, [{**f, **edit} for f in runner.feeds], None,
-                                          threads=incremental.sample_threads())
-            times.append((time.perf_counter() - t0) * 1e3)
-            same = same and all(np.array_equal(a[n], b[n]) for a, b in zip(out, ref) for n in names)
-        return {"created_ms": created, "inputs": len(inputs), "times": times, "same": same}
-    finally:
-        incremental.IncrementalRunner.run = real_run
+        edit = {**defaults, **{n: numpy_helper.to_array(t) for n, t in changed.items()}}
+        out = incremental.run_session(sess, names, [{**f, **edit} for f in runner.feeds], None,
+                                      threads=incremental.sample_threads())
+        times.append((time.perf_counter() - t0) * 1e3)
+        same = same and all(np.array_equal(a[n], b[n]) for a, b in zip(out, ref) for n in names)
+    return {"created_ms": created, "inputs": len(inputs), "times": times, "same": same}
 
 
 def _steps(g):
-    """The headless edits of :func:`new_states` and :func:`feeds_not_models`: the three head
-    shares, then a Resize dropped on a mid-network Concat."""
+    """The headless edits of :func:`new_states`: the three head shares, then a Resize dropped on a
+    mid-network Concat."""
     from qtquant.concat import concat_members
     from qtquant.gui.editing import node_outputs
 
@@ -394,7 +383,7 @@ def main() -> int:
         print("  new states, headless check only (3 edits: two head shares, a mid-network Concat): "
               f"program re-run where changed {' '.join(f'{x:.0f}' for x in inc)} ms; fresh default session "
               f"{' '.join(f'{x:.0f}' for x in fresh)} ms (ratio of sums {sum(inc) / sum(fresh):.2f})")
-        fd = refs["feeds"]
+        fd = refs["new_state"]["feeds"]
         if fd is None:
             print("  one session, edits as feeds: not measured (the program does not hold when the values move)")
         else:

@@ -10,6 +10,7 @@ import pytest
 from onnx import numpy_helper
 
 from builders import detector_model, save
+from ortkit import precise_options
 from qtquant.autoshare import auto_share
 from qtquant.errors import BadInputError
 from qtquant.export import qdq as qdq_mod
@@ -32,14 +33,12 @@ def _feed(seed=0):
 
 
 def _ort(path, level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL, precise=False):
-    """``precise``: onnxruntime's precision mode for x86 int8 kernels, for a figure that is the
-    export's and not the CPU's (on AVX2 without VNNI the u8s8 kernels add byte products in
-    saturating 16-bit pairs: the uint8 detector below read 15.25 dB there, 31.15 dB with the mode
-    or with optimisations off)."""
-    so = ort.SessionOptions()
-    so.graph_optimization_level = level
+    """``precise``: :func:`ortkit.precise_options`."""
     if precise:
-        so.add_session_config_entry("session.x64quantprecision", "1")
+        so = precise_options(level)
+    else:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = level
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 

@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from builders import dead_relu_model, save_graph
+from ortkit import precise_options
 from qtquant.calib import CalibConfig
 from qtquant.domains import Policy
 from qtquant.export import weights as weights_mod
@@ -42,13 +43,8 @@ def _session(tmp_path, data, **kw):
 
 
 def _run(path, data, name="y", precise=False):
-    """``name`` on the check data, at default options.  ``precise``: with onnxruntime's precision
-    mode for x86 int8 kernels, for a figure that is the export's and not the CPU's: on AVX2 without
-    VNNI the u8s8 kernels add byte products in saturating 16-bit pairs, and the shared-weight model
-    read 26.0 dB there against 39.8 dB with the mode on (and with optimisations off)."""
-    so = ort.SessionOptions()
-    if precise:
-        so.add_session_config_entry("session.x64quantprecision", "1")
+    """``name`` on the check data, at default options (``precise``: :func:`ortkit.precise_options`)."""
+    so = precise_options() if precise else ort.SessionOptions()
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     return np.concatenate([sess.run([name], {"x": x})[0] for x in data[N_CALIB:]])
 
