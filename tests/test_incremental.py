@@ -309,3 +309,37 @@ def test_a_check_says_where_its_time_went_outside_its_figures(yolo):
     yolo.set_precision([_head(yolo.graph)[0]], "int16")
     wide = measure_session(yolo, follow_edits=True)
     assert wide.trace.get("program", 0) > 0 and wide.trace.get("run", 0) > 0
+
+
+def test_dequantized_weights_are_computed_once_for_every_sample_and_edit(yolo, monkeypatch):
+    """onnxruntime's program keeps a DequantizeLinear for each weight that does not fuse into an
+    int8 kernel; its output is the same for every sample, so it is computed once, in a session of
+    its own, and fed to the re-runs (bit-identical: onnxruntime's kernel computes it)."""
+    import qtquant.incremental as inc
+
+    made = []
+    real = inc._disabled_session
+
+    def spy(model):
+        made.append(model)
+        return real(model)
+
+    monkeypatch.setattr(inc, "_disabled_session", spy)
+    outs, feeds, runner, model, ref = _first_run(yolo)
+    prog = next(iter(runner._programs.values()))
+    assert prog.consts  # the test model has weight DequantizeLinears outside int8 kernels
+    consts = [m for m in made if not m.graph.input]
+    assert len(consts) == 1 and {o.name for o in consts[0].graph.output} <= prog.consts
+    kept = [v for v in runner._kept.values() if v[0].dtype == np.float32]
+    assert kept and all(all(x is v[0] for x in v) for v in kept)  # one array for all samples
+
+    del made[:]
+    share(yolo, _head(yolo.graph))
+    yolo.groups_changed()
+    model, ref = _fresh(yolo, outs, feeds)
+    assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+    # The edit moved activation scales only: no weight is dequantized again.
+    assert made and not any(not m.graph.input for m in made)
+    ran = [m for m in made if m.graph.input][-1]
+    assert not any(n.input and all(i in prog.consts or i in prog.inits for i in n.input if i)
+                   and n.output[0] in prog.consts for n in ran.graph.node)
