@@ -272,7 +272,7 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
     feeding = set(pass_through_walk(graph, graph.outputs, upstream=True))
     for node in graph.concat_nodes():
         out, name = node.outputs[0], node.name
-        axis = int(node.attrs.get("axis", 0))
+        axis = int(node.int_attr("axis", 0))
         # Plain loops below, no comprehensions: each one is a function call of its own in this
         # Python, and a big graph has thousands of Concats.
         ins, seq = [], []

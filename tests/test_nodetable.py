@@ -7,10 +7,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from builders import branchy_concat_model, detector_model
-from qtquant.errors import ModelError
-from qtquant.graph import load_graph
+from qtquant.errors import ModelError, ShapeError
+from qtquant.graph import Node, graph_from_model, load_graph
 from qtquant.modelcheck import check_external_data, check_text
-from qtquant.nodetable import NodeTable
+from qtquant.nodetable import NodeTable, int_attribute
 
 
 def _unnamed_and_domains() -> onnx.ModelProto:
@@ -75,3 +75,41 @@ def test_load_graph_reads_the_same_either_way(tmp_path, monkeypatch):
     assert [(n.name, n.op_type, n.inputs, n.outputs, n.domain) for n in fast.nodes.values()] == \
         [(n.name, n.op_type, n.inputs, n.outputs, n.domain) for n in slow.nodes.values()]
     assert fast.quantized_tensors == slow.quantized_tensors
+
+
+def test_int_attr_reads_what_attrs_gives():
+    """A plain INT read without decoding the rest, the last of repeated names as the dict keeps it;
+    any other kind of value (a float, a list, a reference) is handed to attrs."""
+    node = helper.make_node("Concat", ["a", "b"], ["c"], axis=1, other=[1, 2])
+    dup = helper.make_node("Concat", ["a", "b"], ["c"], axis=1)
+    dup.attribute.append(helper.make_attribute("axis", 3))
+    odd = helper.make_node("Concat", ["a", "b"], ["c"], axis=1.5)
+    ref = helper.make_node("Concat", ["a", "b"], ["c"])
+    ref.attribute.append(onnx.AttributeProto(name="axis", type=onnx.AttributeProto.INT, ref_attr_name="ax"))
+    for proto, want in ((node, 1), (dup, 3), (odd, None), (ref, None), (helper.make_node("Relu", ["a"], ["b"]), 0)):
+        assert int_attribute(proto.attribute, "axis", 0) == want
+    protos = [node, dup, odd, helper.make_node("Relu", ["a"], ["b"])]
+    for idx, proto in enumerate(protos):
+        n = Node(f"n{idx}", proto.op_type, [], [], index=idx, src=protos)
+        fresh = Node(f"n{idx}", proto.op_type, [], [], index=idx, src=protos)
+        assert n.int_attr("axis", 0) == fresh.attrs.get("axis", 0)
+
+
+def test_conv_group_checked_with_and_without_attribute_names():
+    """The channel check knows a Conv's group from the attribute names when none is "group", and
+    reads it when one is: a grouped Conv whose channels fit passes, one whose do not is refused."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    for group, w_in, ok in ((1, 4, True), (2, 2, True), (1, 2, False), (2, 4, False)):
+        w = numpy_helper.from_array(np.ones((4, w_in, 1, 1), np.float32), "w")
+        kw = {"group": group} if group != 1 else {}
+        conv = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", **kw)
+        m = helper.make_model(helper.make_graph([conv], "g", [x], [y], [w]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+        for table in (NodeTable(m.graph, m.SerializeToString()), NodeTable(m.graph)):
+            if ok:
+                graph_from_model(onnx.ModelProto.FromString(m.SerializeToString()), table=table, ort_fallback=False)
+            else:
+                with pytest.raises(ShapeError, match="expects"):
+                    graph_from_model(onnx.ModelProto.FromString(m.SerializeToString()), table=table,
+                                     ort_fallback=False)
