@@ -103,13 +103,15 @@ def node_names(names, ops) -> list[str]:
 
 
 # -- a graph's value types, read from the serialized model in one parse ---------------------
-# ``ValueInfoProto`` is ``{name = 1; type = 2; ...}``: on the wire, the same as a map entry
-# ``{key = 1; value = 2}``.  Parsing a serialized model with a schema that declares the graph's
-# ``value_info`` (field 13 of GraphProto, field 7 of ModelProto) a ``map<string, bytes>`` gives
-# name -> serialized TypeProto in one C-level pass, where reading ``v.name`` and
-# ``v.type.SerializeToString()`` value by value from Python costs ~8,000 instructions a value
-# (a 10,000-node graph: ~11,700 values, ~95M instructions against ~35M).  Everything else in the
-# model is an unknown field to this schema and stays unread.
+# ``ValueInfoProto`` is ``{name = 1; type = 2; ...}``.  Parsing a serialized model with a schema
+# that declares the graph's ``value_info`` (field 13 of GraphProto, field 7 of ModelProto) one
+# message of a repeated string ``name`` and a repeated bytes ``type`` merges all the values into
+# it (see _merged_nodes): every name and every serialized TypeProto, in value order, in one
+# C-level pass, where reading ``v.name`` and ``v.type.SerializeToString()`` value by value from
+# Python costs ~8,000 instructions a value (a 10,000-node graph: ~11,700 values).  (Declared a
+# ``map<string, bytes>``, the same wire format as a map entry, the parse costs twice as much:
+# 3.1 ms against 1.7 on that graph, the map's hashing and its dict.)  Everything else in the model
+# is an unknown field to this schema and stays unread.
 _LITE: dict[str, type] = {}  # message name -> class, made on first use
 _MAX_BYTES_PER_VALUE = 4096  # about where the one parse stops paying (see value_type_bytes)
 
@@ -132,9 +134,8 @@ def _lite_class(name: str):
             return m
 
         one, many, string, raw, msg = F.LABEL_OPTIONAL, F.LABEL_REPEATED, F.TYPE_STRING, F.TYPE_BYTES, F.TYPE_MESSAGE
-        vt_graph = message("VtGraph", [("value_info", 13, msg, many, ".qtquant_lite.VtGraph.ValueInfoEntry")])
-        entry = message("ValueInfoEntry", [("key", 1, string, one, ""), ("value", 2, raw, one, "")], vt_graph)
-        entry.options.map_entry = True
+        message("AllValues", [("name", 1, string, many, ""), ("type", 2, raw, many, "")])
+        message("VtGraph", [("value_info", 13, msg, one, ".qtquant_lite.AllValues")])
         message("VtModel", [("graph", 7, msg, one, ".qtquant_lite.VtGraph")])
         # AttributeProto's name and the fields that hold tensors or graphs (the rest stay unread)
         message("AllAttributes", [("name", 1, string, many, ""), ("t", 5, raw, many, ""), ("g", 6, raw, many, ""),
@@ -188,21 +189,23 @@ def _merged_nodes(model_bytes: bytes, n_nodes: int):
 
 def value_type_bytes(model_bytes: bytes, n_values: int) -> dict[str, bytes] | None:
     """name -> serialized TypeProto of each ``value_info`` entry of the serialized model
-    ``model_bytes``, whose graph has ``n_values`` of them; None when this fast reading cannot
-    stand for reading them one by one: names repeated (a map keeps one; the caller's rule,
-    later ones win, is not the map's) or an entry with more than a name and a type (a doc string:
-    the parser drops such a map entry), both seen as fewer entries than ``n_values``; or a name
-    that is not valid UTF-8 (the message parser hands those back as bytes).  Also None when the
-    model holds much more than its types (inline weights): the parser copies every byte it does
-    not read, which costs more than reading the few values one by one (yolov8n_320, 12 MB and 332
-    values: 1.7 ms against 0.9 ms; the synthetic 10k graph, 0.9 MB and 11,661 values: 8 against 13)."""
+    ``model_bytes``, whose graph has ``n_values`` of them (later entries win, as where they are
+    read one by one); None when this fast reading cannot stand for reading them one by one: an
+    entry without a name or a type, seen as fewer names or types than ``n_values`` (the bytes are
+    shape inference's output, whose serializer writes each entry's name and type at most once, so
+    a count that matches means one of each); or a name that is not valid UTF-8 (the message parser
+    hands those back as bytes).  Also None when the model holds much more than its types (inline
+    weights): the parser copies every byte it does not read, which costs more than reading the
+    few values one by one (yolov8n_320, 12 MB and 332 values: 1.7 ms against 0.9 ms)."""
     if len(model_bytes) > _MAX_BYTES_PER_VALUE * n_values:
         return None
     try:
-        entries = _lite_class("VtModel").FromString(model_bytes).graph.value_info
-        if len(entries) != n_values:
+        values = _lite_class("VtModel").FromString(model_bytes).graph.value_info
+        names, types = values.name[:], values.type[:]
+        if len(names) != n_values or len(types) != n_values:
             return None
-        return dict(entries)
+        "".join(names)  # a TypeError for a bytes name, in one C-level pass (as modelcheck.check_text)
+        return dict(zip(names, types))
     except Exception:  # noqa: BLE001 - anything unexpected: the caller reads the values one by one
         return None
 

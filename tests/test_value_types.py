@@ -22,20 +22,25 @@ def test_fast_read_equals_value_by_value():
     assert raw is not None and fast == slow
 
 
-def test_entries_the_map_cannot_hold_fall_back():
-    """A doc string on a value (the map parser drops such an entry) or a repeated name (the map
-    keeps one) must not lose a type: the fast reading says it cannot stand in."""
+def test_entries_the_fast_reading_cannot_line_up_fall_back():
+    """A value without a type (fewer types than values) or with a name that is not UTF-8 must not
+    shift or lose a type: the fast reading says it cannot stand in.  A doc string on a value or a
+    repeated name (later entries win) are read as value by value."""
     vi = [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2]),
           helper.make_tensor_value_info("b", TensorProto.INT64, [3], doc_string="a note")]
     m = helper.make_model(helper.make_graph([], "g", [], [], value_info=vi))
-    assert value_type_bytes(m.SerializeToString(), 2) is None
-    vi[1].ClearField("doc_string")
-    m = helper.make_model(helper.make_graph([], "g", [], [], value_info=vi))
-    assert value_type_bytes(m.SerializeToString(), 2) is not None
+    fast = value_type_bytes(m.SerializeToString(), 2)
+    assert fast is not None and graph_mod._value_types(m.graph, fast) == graph_mod._value_types(m.graph)
     m.graph.value_info.append(helper.make_tensor_value_info("a", TensorProto.FLOAT16, [4]))
-    assert value_type_bytes(m.SerializeToString(), 3) is None
+    fast = value_type_bytes(m.SerializeToString(), 3)
     slow = graph_mod._value_types(m.graph)
     assert slow["a"][:2] == (TensorProto.FLOAT16, (4,))  # later entries win
+    assert fast is not None and graph_mod._value_types(m.graph, fast) == slow
+    m.graph.value_info.append(onnx.ValueInfoProto(name="untyped"))
+    assert value_type_bytes(m.SerializeToString(), 4) is None
+    del m.graph.value_info[-1]
+    m.graph.value_info[1].name = "bb"
+    assert value_type_bytes(m.SerializeToString().replace(b"bb", b"\xff\xfe"), 3) is None
     assert value_type_bytes(b"\xff\xff not a model", 0) is None
 
 
