@@ -42,9 +42,14 @@ from .fingerprints import value_key as _value_key
 from .runtime import make_session, ort_session
 from .shipped import layout_passes_off
 
-__all__ = ["IncrementalRunner", "run_session", "fingerprints", "moved_domains", "KEEP_BYTES", "MAX_NODES"]
+__all__ = ["IncrementalRunner", "run_session", "fingerprints", "moved_domains", "KEEP_BYTES", "CONST_BYTES",
+           "MAX_NODES"]
 
 KEEP_BYTES = 256 << 20  # the kept int8 tensors of a runner (all samples); the oldest go first
+# The kept constants (dequantized weights, one array for all samples), apart from the int8 tensors: in
+# one budget, yolov8n_320's float weights (13 MB a program) pushed out the hand-overs a mid-network
+# edit re-runs from, and it ran 498 nodes instead of 256.
+CONST_BYTES = 64 << 20
 MAX_NODES = 5000
 
 
@@ -370,11 +375,15 @@ class _Program:
 
     @property
     def consts(self) -> frozenset[str]:
-        """The program's tensors computed from its initializers alone: in onnxruntime's program of
-        an export, the DequantizeLinear of each weight and bias that does not fuse into an int8
-        kernel.  Every sample computes them again otherwise (yolov8n_320: 5 of 43 ms a sample)."""
+        """The program's tensors computed from initializers no edit moves (:attr:`moved`): in
+        onnxruntime's program of an export, the DequantizeLinear of each weight that does not fuse
+        into an int8 kernel.  Every sample computes them again otherwise (yolov8n_320: 5 of 43 ms
+        a sample).  A bias moves with its input's scale, so its DequantizeLinear stays in the re-run
+        (as constants, an edit's new ones cost a session of their own)."""
+        if self._reusable is None:
+            return frozenset()  # what moves is not known yet
         if self._consts is None:
-            inits, c = self.inits, set()
+            inits, c = self.inits.keys() - self.moved, set()
             for n in self.optimised.graph.node:
                 ins = [i for i in n.input if i]
                 if ins and all(i in inits or i in c for i in ins):
@@ -393,9 +402,12 @@ class IncrementalRunner:
     """Runs exported QDQ models of one graph on fixed ``feeds``; ``run`` returns what a fresh
     default session of the whole model returns, running only what is new."""
 
-    def __init__(self, feeds, keep_bytes: int = KEEP_BYTES):
+    def __init__(self, feeds, keep_bytes: int = KEEP_BYTES, const_bytes: int = CONST_BYTES):
         self.feeds = list(feeds)
         self.keep_bytes = keep_bytes
+        self.const_bytes = const_bytes
+        self._const_kept: "OrderedDict[bytes, np.ndarray]" = OrderedDict()  # fingerprint -> value (see _constants)
+        self._const_bytes = 0
         self._programs: "OrderedDict[bytes, _Program]" = OrderedDict()  # structure -> program
         self._kept: "OrderedDict[bytes, list[np.ndarray]]" = OrderedDict()  # tensor fingerprint -> per sample
         self._bytes = 0
@@ -456,14 +468,14 @@ class IncrementalRunner:
             n = prod.get(t)
             if n is None:
                 front[t] = None  # a graph input: the check sample
+            elif t in consts and t not in wanted:
+                front[t] = None  # the same for every sample: computed once (see _constants)
             elif h[t] in self._kept and t not in wanted:
                 front[t] = None  # computed the same way by an earlier run
-            elif t in consts and t not in wanted:
-                front[t] = None  # the same for every sample: computed once below
             elif id(n) not in need:
                 need.add(id(n))
                 stack.extend(n.input)
-        fixed = self._constants(p, inits, h, [t for t in front if t in consts and h[t] not in self._kept])
+        fixed = self._constants(p, inits, h, [t for t in front if t in consts])
         nodes = [n for n in g.node if id(n) in need]
         used = {i for n in nodes for i in n.input}
         sub = onnx.ModelProto()
@@ -496,7 +508,7 @@ class IncrementalRunner:
         else:
             res = [{} for _ in self.feeds]
         for x in front:
-            if x not in graph_inputs and h[x] in self._kept:
+            if x not in graph_inputs and x not in fixed:
                 self._kept.move_to_end(h[x])
         for o in (out_names[len(names):] if nodes else []):
             vals = [r[o] for r in res]
@@ -507,12 +519,22 @@ class IncrementalRunner:
         return [{n: r[n] for n in names} for r in res]
 
     def _constants(self, p: _Program, inits, h, names) -> dict[str, np.ndarray]:
-        """``names`` (tensors of :attr:`_Program.consts`) computed once, in a session of the nodes
-        computing them with no input, and kept by fingerprint like the int8 hand-overs (one array
-        for all samples).  onnxruntime's own kernels compute them, so they are its values bit for bit."""
+        """The values of ``names`` (tensors of :attr:`_Program.consts`): kept by fingerprint (one
+        array for all samples, within :data:`CONST_BYTES`), else computed in a session of the
+        nodes computing them, which has no input.  onnxruntime's own kernels compute them, so they
+        are its values bit for bit."""
         self._const_nodes = 0
-        if not names:
-            return {}
+        out, todo = {}, []
+        for t in names:
+            a = self._const_kept.get(h[t])
+            if a is None:
+                todo.append(t)
+            else:
+                self._const_kept.move_to_end(h[t])
+                out[t] = a
+        if not todo:
+            return out
+        names = todo
         prod, need, stack = p.producers, set(), list(names)
         while stack:
             n = prod.get(stack.pop())
@@ -534,10 +556,13 @@ class IncrementalRunner:
             got = _disabled_session(sub).run(names, {})
         except Exception as e:  # onnxruntime's errors are not ours: make them a one-line message
             raise ModelError(f"fidelity check failed in onnxruntime: {first_line(e)}") from None
-        out = dict(zip(names, got))
-        samples = len(self.feeds)
-        for t, a in out.items():
-            self._keep(h[t], [a] * samples)
+        for t, a in zip(names, got):
+            out[t] = a
+            self._const_kept[h[t]] = a
+            self._const_bytes += int(a.nbytes)
+        while self._const_bytes > self.const_bytes and self._const_kept:
+            _, a = self._const_kept.popitem(last=False)
+            self._const_bytes -= int(a.nbytes)
         return out
 
     def _session(self, sub, outs, names, keep, p: _Program):
@@ -579,22 +604,17 @@ class IncrementalRunner:
         return make(ok), names + ok
 
     def _keep(self, key: bytes, values: list) -> None:
-        size = _size(values)
+        size = sum(int(v.nbytes) for v in values)
         if size > self.keep_bytes:
             return
         old = self._kept.pop(key, None)
         if old is not None:
-            self._bytes -= _size(old)
+            self._bytes -= sum(int(v.nbytes) for v in old)
         self._kept[key] = values
         self._bytes += size
         while self._bytes > self.keep_bytes and self._kept:
             _, v = self._kept.popitem(last=False)
-            self._bytes -= _size(v)
-
-
-def _size(values: list) -> int:
-    """Bytes held by one kept tensor's values (a constant's samples are one array)."""
-    return sum(int(v.nbytes) for v in {id(v): v for v in values}.values())
+            self._bytes -= sum(int(x.nbytes) for x in v)
 
 
 _ONE_BYTE = frozenset({"tensor(uint8)", "tensor(int8)", "tensor(bool)"})

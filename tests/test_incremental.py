@@ -115,7 +115,7 @@ def test_each_edit_reruns_only_what_changed_and_matches_a_fresh_session_bit_for_
 def test_a_small_budget_only_costs_runs(yolo):
     outs = float_outputs_of(yolo.graph)
     feeds = list(yolo.calibration.holdout)
-    runner = IncrementalRunner(feeds, keep_bytes=1)  # nothing kept: every run is the whole model
+    runner = IncrementalRunner(feeds, keep_bytes=1, const_bytes=1)  # nothing kept: every run is the whole model
     for members in ([], _head(yolo.graph)):
         if members:
             share(yolo, members)
@@ -330,8 +330,9 @@ def test_dequantized_weights_are_computed_once_for_every_sample_and_edit(yolo, m
     assert prog.consts  # the test model has weight DequantizeLinears outside int8 kernels
     consts = [m for m in made if not m.graph.input]
     assert len(consts) == 1 and {o.name for o in consts[0].graph.output} <= prog.consts
-    kept = [v for v in runner._kept.values() if v[0].dtype == np.float32]
-    assert kept and all(all(x is v[0] for x in v) for v in kept)  # one array for all samples
+    # Kept apart from the int8 hand-overs, one array for all samples, in a budget of their own.
+    assert runner._const_kept and runner._const_bytes == sum(a.nbytes for a in runner._const_kept.values())
+    assert all(v[0].dtype.itemsize == 1 for v in runner._kept.values())
 
     del made[:]
     share(yolo, _head(yolo.graph))
@@ -343,3 +344,18 @@ def test_dequantized_weights_are_computed_once_for_every_sample_and_edit(yolo, m
     ran = [m for m in made if m.graph.input][-1]
     assert not any(n.input and all(i in prog.consts or i in prog.inits for i in n.input if i)
                    and n.output[0] in prog.consts for n in ran.graph.node)
+
+
+def test_constants_have_a_budget_of_their_own(yolo):
+    """Over the budget the oldest constants go, and what is not kept is computed again for the
+    run that needs it (once, not per sample): the figures stay a fresh session's."""
+    outs = float_outputs_of(yolo.graph)
+    feeds = list(yolo.calibration.holdout)
+    runner = IncrementalRunner(feeds, const_bytes=4096)
+    for members in ([], _head(yolo.graph)):
+        if members:
+            share(yolo, members)
+            yolo.groups_changed()
+        model, ref = _fresh(yolo, outs, feeds)
+        assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+        assert runner._const_bytes <= 4096
