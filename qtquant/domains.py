@@ -156,7 +156,12 @@ class _Sets:
         find, parent = self.find, self.parent
         by_root: dict[str, list[str]] = {}
         for t in names:
-            r = find(t) if t in parent else t
+            if t in parent:
+                r = parent[t]
+                if r in parent:  # not a root yet: find, which compresses the path (one step needs no find)
+                    r = find(t)
+            else:
+                r = t
             lst = by_root.get(r)
             if lst is None:
                 by_root[r] = [t]
@@ -172,7 +177,7 @@ UnionFind = _Sets
 def _natural_sets(graph, fixed: dict | None) -> _Sets:
     uf = _Sets()
     quantized = graph.quantized  # graph.is_quantized, without a call per tensor
-    union = uf.union
+    union, find, parent = uf.union, uf.find, uf.parent
     for node in graph.passing_nodes:
         ins = node.inputs
         if not ins:
@@ -185,7 +190,15 @@ def _natural_sets(graph, fixed: dict | None) -> _Sets:
                 # A QDQ file may re-quantize after a pass-through op; keep its scales apart then.
                 if fixed and o in fixed and src in fixed and fixed[o] != fixed[src]:
                     continue
-                union(src, o)
+                if o in parent:
+                    union(src, o)
+                    continue
+                # union(src, o) for an o that is a root (no parent): what it does, without its two
+                # finds (a pass-through output is most often met here first)
+                root = find(src) if src in parent else src
+                if root != o:
+                    parent[o] = root
+                    uf.merges += 1
     return uf
 
 
