@@ -19,13 +19,12 @@ requantize nodes the compiler inserts for the others, under its own names.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import log2
 
 from .domains import concat_scale_source
 from .gcpause import gc_paused
 from .outputs import pass_through_walk
 from .qdq import channel_scales_of, has_channel_scales
-from .quant import _TINY, Scheme, bits_lost, scales_differ
+from .quant import bits_lost, scales_differ
 from .vocab import ConcatScaleRule, TensorKind
 
 __all__ = ["ConcatMember", "ConcatInfo", "analyze_concats", "concat_members", "rescale_node_names"]
@@ -128,16 +127,14 @@ class ConcatInfo:
 
 
 def _member_maker(graph, dm, channels: bool):
-    """``member(tensor, index, concat_name, merged, wide)``: the :class:`ConcatMember` of one tensor
-    of one Concat, with the graph's and the domain map's tables bound once (a big graph makes
-    10,000s of members); ``wide``: under the symmetric scheme, ``merged``'s absmax, worked out once
-    a Concat rather than once a member.  ``channels``: the graph carries per-channel scales read
-    from a QDQ file."""
+    """``member(tensor, index, concat_name, merged)``: the :class:`ConcatMember` of one tensor of
+    one Concat, with the graph's and the domain map's tables bound once (a big graph makes
+    10,000s of members).  ``channels``: the graph carries per-channel scales read from a QDQ file."""
     tensors, of, domains, member_range, scheme = graph.tensors, dm.of, dm.domains, dm.member_range, dm.scheme
     weight = TensorKind.WEIGHT
     new = object.__new__
 
-    def member(tensor, index, concat_name, merged, wide) -> ConcatMember:
+    def member(tensor, index, concat_name, merged) -> ConcatMember:
         did = of.get(tensor)
         d = domains.get(did) if did is not None else None  # dm.domain_of, spelt out
         own = member_range.get(tensor, _NO_RANGE)
@@ -169,18 +166,7 @@ def _member_maker(graph, dm, channels: bool):
         m.zero_point = zp
         m.lo = lo
         m.hi = hi
-        if merged is None or lo != lo:
-            m.bits_lost_if_shared = 0.0
-        elif wide is None:
-            m.bits_lost_if_shared = bits_lost(own, merged, scheme)
-        else:  # bits_lost(own, merged) under the symmetric scheme, spelt out (no call a member)
-            a, b = abs(lo), abs(hi)
-            a = b if b > a else a
-            if a <= _TINY:
-                m.bits_lost_if_shared = 0.0 if wide <= _TINY else _INF
-            else:
-                lost = log2((_TINY if _TINY > wide else wide) / a)
-                m.bits_lost_if_shared = lost if lost > 0.0 else 0.0
+        m.bits_lost_if_shared = bits_lost(own, merged, scheme) if merged and lo == lo else 0.0
         m.bits_lost_now = now
         m.needs_rescale = False
         m.constant = t.kind == weight
@@ -197,7 +183,6 @@ def _member_maker(graph, dm, channels: bool):
 
 
 _NO_RANGE = (float("nan"), float("nan"))
-_INF = float("inf")
 
 
 def _file_channels(graph, dm, tensor, d):
@@ -282,7 +267,6 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
     channels = has_channel_scales(graph)
     tensors, member_range = graph.tensors, dm.member_range
     member = _member_maker(graph, dm, channels)
-    sym = dm.scheme is Scheme.SYMMETRIC_INT8
     # What output_reached(graph, t) is not None says, for every t at once: one walk up from the
     # outputs instead of one walk down from each Concat.
     feeding = set(pass_through_walk(graph, graph.outputs, upstream=True))
@@ -306,15 +290,11 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
                 lo = a if lo is None or a < lo else lo
                 hi = b if hi is None or b > hi else hi
         merged = (lo, hi) if lo is not None else None
-        wide = None
-        if merged is not None and sym:
-            wide, b = abs(lo), abs(hi)  # max(|lo|, |hi|), as bits_lost spells it
-            wide = b if b > wide else wide
-        out_m = member(out, -1, name, merged, wide)
+        out_m = member(out, -1, name, merged)
         members, live, notes = [], [], []
         rule_note = ""
         for i, t in ins:
-            m = member(t, i, name, merged, wide)
+            m = member(t, i, name, merged)
             members.append(m)
             if m.constant:
                 # Constants are requantized offline to the output scale: no runtime op.

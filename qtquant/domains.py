@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .gcpause import gc_paused
-from .quant import _TINY, QParams, Scheme, qparams_for_range, range_width
+from .quant import QParams, Scheme, qparams_for_range, range_width
 from .vocab import DEFAULT_PERCENTILE, ConcatScaleRule, Policy, Precision, TensorKind
 
 __all__ = ["Policy", "Domain", "DomainMap", "build_domains", "concat_scale_source", "ConcatScaleRule", "UnionFind"]
@@ -147,6 +147,18 @@ class _Sets:
             self.parent[rb] = ra
             self.merges += 1
 
+    def attach(self, a: str, b: str) -> None:
+        """``union(a, b)``, without a find for ``b`` while it is a root (no parent): the natural sets
+        meet most pass-through outputs first as the ``b`` of a union."""
+        parent = self.parent
+        if b in parent:
+            self.union(a, b)
+            return
+        ra = self.find(a) if a in parent else a
+        if ra != b:
+            parent[b] = ra
+            self.merges += 1
+
     __getitem__ = find  # networkx.utils.UnionFind's spelling, which auto-share used
 
     def groups(self, names) -> list[list[str]]:
@@ -177,7 +189,7 @@ UnionFind = _Sets
 def _natural_sets(graph, fixed: dict | None) -> _Sets:
     uf = _Sets()
     quantized = graph.quantized  # graph.is_quantized, without a call per tensor
-    union, find, parent = uf.union, uf.find, uf.parent
+    attach = uf.attach
     for node in graph.passing_nodes:
         ins = node.inputs
         if not ins:
@@ -190,15 +202,7 @@ def _natural_sets(graph, fixed: dict | None) -> _Sets:
                 # A QDQ file may re-quantize after a pass-through op; keep its scales apart then.
                 if fixed and o in fixed and src in fixed and fixed[o] != fixed[src]:
                     continue
-                if o in parent:
-                    union(src, o)
-                    continue
-                # union(src, o) for an o that is a root (no parent): what it does, without its two
-                # finds (a pass-through output is most often met here first)
-                root = find(src) if src in parent else src
-                if root != o:
-                    parent[o] = root
-                    uf.merges += 1
+                attach(src, o)
     return uf
 
 
@@ -258,7 +262,6 @@ def _natural_domains(natural_groups, src, scheme):
     get = src.get
     new = object.__new__
     nan = float("nan")
-    sym = scheme is Scheme.SYMMETRIC_INT8
     for did, members in enumerate(natural_groups):
         if len(members) == 1:  # the common case: one observer, no pass-through chain
             t = members[0]
@@ -267,19 +270,7 @@ def _natural_domains(natural_groups, src, scheme):
             if r is not None and isfinite(r[0]) and isfinite(r[1]):
                 member_range[t] = r
                 lo, hi = r
-                if sym:
-                    # qparams_for_range(lo, hi, scheme) on the int8 grid, spelt out: one call fewer
-                    # a domain, and the range is known finite already
-                    a, b = abs(float(lo)), abs(float(hi))
-                    a = b if b > a else a
-                    q = new(QParams)
-                    qd = q.__dict__
-                    qd["scale"] = (_TINY if _TINY > a else a) / 127.0
-                    qd["zero_point"] = 0
-                    qd["scheme"] = scheme
-                    qd["bits"] = 8
-                else:
-                    q = qparams_for_range(lo, hi, scheme)
+                q = qparams_for_range(lo, hi, scheme)
             else:
                 q, lo, hi = None, nan, nan
             # Domain(did, (t,), lo, hi, q), its slots filled past the dataclass __init__ (see build_domains)
