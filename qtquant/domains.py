@@ -249,6 +249,31 @@ def _constant_range(graph, name):
     return float(v.min()), float(v.max())
 
 
+def _set_range(members, fs, natural, get, member_range) -> tuple[float, float] | None:
+    """The finite ranges of a natural set's ``members`` (``get``: tensor -> range) joined, written
+    to each member in ``member_range``, and ``fs`` (the set) to each in ``natural``; None when no
+    member has a finite range.  min() and max() spelt out, in member order (no generator per set)."""
+    isfinite = math.isfinite
+    lo = hi = None
+    for t in members:
+        natural[t] = fs
+        r = get(t)
+        if r is not None:
+            a, b = r
+            if isfinite(a) and isfinite(b):
+                if lo is None:
+                    lo, hi = a, b
+                else:
+                    lo = a if a < lo else lo
+                    hi = b if b > hi else hi
+    if lo is None:
+        return None
+    r = (lo, hi)
+    for t in members:
+        member_range[t] = r
+    return r
+
+
 def _natural_domains(natural_groups, src, scheme):
     """(domains, of, natural_of, member_range) of :func:`build_domains` when nothing but the
     pass-through ops joins tensors (no group, target rule or file range): each natural set is a
@@ -284,23 +309,9 @@ def _natural_domains(natural_groups, src, scheme):
             d.user_groups = ()
             of[t] = did
             continue
-        fs = frozenset(members)
-        lo = hi = None
-        for t in members:  # min() and max() over the finite ranges, as build_domains spells them
-            natural[t] = fs
-            r = get(t)
-            if r is not None:
-                a, b = r
-                if isfinite(a) and isfinite(b):
-                    if lo is None:
-                        lo, hi = a, b
-                    else:
-                        lo = a if a < lo else lo
-                        hi = b if b > hi else hi
-        if lo is not None:
-            r = (lo, hi)
-            for t in members:
-                member_range[t] = r
+        r = _set_range(members, frozenset(members), natural, get, member_range)
+        if r is not None:
+            lo, hi = r
             q = qparams_for_range(lo, hi, scheme)
         else:
             q, lo, hi = None, nan, nan
@@ -348,23 +359,7 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
             if r is not None and isfinite(r[0]) and isfinite(r[1]):
                 member_range[t] = r
             continue
-        # min() and max() over the finite ranges, spelt out (no generator per set), in member order
-        lo = hi = None
-        for t in members:
-            natural[t] = fs
-            r = get(t)
-            if r is not None:
-                a, b = r
-                if isfinite(a) and isfinite(b):
-                    if lo is None:
-                        lo, hi = a, b
-                    else:
-                        lo = a if a < lo else lo
-                        hi = b if b > hi else hi
-        if lo is not None:
-            r = (lo, hi)
-            for t in members:
-                member_range[t] = r
+        _set_range(members, fs, natural, get, member_range)
     const_ranges: dict[str, tuple[float, float]] = {}
     for members in groups:  # constants can join a domain (DESIGN §3), as sets of their own
         for m in members:
