@@ -249,6 +249,23 @@ def _constant_range(graph, name):
     return float(v.min()), float(v.max())
 
 
+def _domain(did, members, lo, hi, q, fixed, user_groups) -> "Domain":
+    """``Domain(did, members, lo, hi, q, fixed, user_groups)``, its slots filled past the dataclass
+    __init__, whose call costs more than what it sets (10,000s of domains)."""
+    d = _new(Domain)
+    d.id = did
+    d.members = members
+    d.lo = lo
+    d.hi = hi
+    d.qparams = q
+    d.fixed = fixed
+    d.user_groups = user_groups
+    return d
+
+
+_new = object.__new__
+
+
 def _set_range(members, fs, natural, get, member_range) -> tuple[float, float] | None:
     """The finite ranges of a natural set's ``members`` (``get``: tensor -> range) joined, written
     to each member in ``member_range``, and ``fs`` (the set) to each in ``natural``; None when no
@@ -285,7 +302,6 @@ def _natural_domains(natural_groups, src, scheme):
     of: dict[str, int] = {}
     isfinite = math.isfinite
     get = src.get
-    new = object.__new__
     nan = float("nan")
     for did, members in enumerate(natural_groups):
         if len(members) == 1:  # the common case: one observer, no pass-through chain
@@ -298,15 +314,7 @@ def _natural_domains(natural_groups, src, scheme):
                 q = qparams_for_range(lo, hi, scheme)
             else:
                 q, lo, hi = None, nan, nan
-            # Domain(did, (t,), lo, hi, q), its slots filled past the dataclass __init__ (see build_domains)
-            d = domains[did] = new(Domain)
-            d.id = did
-            d.members = (t,)
-            d.lo = lo
-            d.hi = hi
-            d.qparams = q
-            d.fixed = False
-            d.user_groups = ()
+            domains[did] = _domain(did, (t,), lo, hi, q, False, ())
             of[t] = did
             continue
         r = _set_range(members, frozenset(members), natural, get, member_range)
@@ -393,7 +401,6 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     nan = float("nan")
     any_fixed = bool(fixed)
     own_range = member_range.get
-    new = object.__new__
     for did, members in enumerate(sets_in_order):
         first = members[0]
         if len(members) == 1:  # one member: it is its own natural set, with that set's own range
@@ -403,16 +410,8 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
                 lo, hi = r
             else:
                 q, lo, hi = None, nan, nan
-            # Domain(did, (first,), lo, hi, q, any_fixed, groups), its slots filled past the
-            # dataclass __init__, whose call costs more than what it sets (10,000s of domains).
-            d = domains[did] = new(Domain)
-            d.id = did
-            d.members = (first,)
-            d.lo = lo
-            d.hi = hi
-            d.qparams = q
-            d.fixed = any_fixed
-            d.user_groups = tuple(sorted(set(group_of[first]))) if first in group_of else ()
+            domains[did] = _domain(did, (first,), lo, hi, q, any_fixed,
+                                   tuple(sorted(set(group_of[first]))) if first in group_of else ())
             of[first] = did
             continue
         nat0 = natural[first]
