@@ -246,7 +246,7 @@ def feeds_not_models(runner, edits):
     import onnx
     from onnx import numpy_helper
 
-    from qtquant import incremental
+    from qtquant import incremental, sampleruns
 
     prog = next(iter(runner._programs.values()), None) if runner is not None else None
     if prog is None or not edits or None in edits or not prog.reusable:
@@ -274,8 +274,8 @@ def feeds_not_models(runner, edits):
     for (_, names, ref), changed in zip(edits, values):
         t0 = time.perf_counter()
         edit = {**defaults, **{n: numpy_helper.to_array(t) for n, t in changed.items()}}
-        out = incremental.run_session(sess, names, [{**f, **edit} for f in runner.feeds], None,
-                                      threads=incremental.sample_threads())
+        out = sampleruns.run_session(sess, names, [{**f, **edit} for f in runner.feeds], None,
+                                     threads=sampleruns.sample_threads())
         times.append((time.perf_counter() - t0) * 1e3)
         same = same and all(np.array_equal(a[n], b[n]) for a, b in zip(out, ref) for n in names)
     return {"created_ms": created, "inputs": len(inputs), "times": times, "same": same}
