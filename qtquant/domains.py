@@ -249,6 +249,9 @@ def _constant_range(graph, name):
     return float(v.min()), float(v.max())
 
 
+_new = object.__new__
+
+
 def _domain(did, members, lo, hi, q, fixed, user_groups) -> "Domain":
     """``Domain(did, members, lo, hi, q, fixed, user_groups)``, its slots filled past the dataclass
     __init__, whose call costs more than what it sets (10,000s of domains)."""
@@ -261,9 +264,6 @@ def _domain(did, members, lo, hi, q, fixed, user_groups) -> "Domain":
     d.fixed = fixed
     d.user_groups = user_groups
     return d
-
-
-_new = object.__new__
 
 
 def _set_range(members, fs, natural, get, member_range) -> tuple[float, float] | None:

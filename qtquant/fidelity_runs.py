@@ -18,7 +18,8 @@ import numpy as np
 
 from .calib import keep
 from .calib.keep import keep_order, within_budget
-from .incremental import IncrementalRunner, moved_domains
+from .incremental import IncrementalRunner
+from .programs import moved_domains
 from .sampleruns import run_session
 from .modelcheck import FLOAT_TYPES
 from .runtime import make_session

@@ -146,7 +146,7 @@ def test_a_build_after_other_builds_is_the_cold_build(tmp_path, data, shared_fc)
     no byte: each map built after the others equals its build with every cache of the exporter
     empty (the raised, the copied and the plain weight and bias alike)."""
     from qtquant.export import qdq as qdq_mod
-    from qtquant.incremental import moved_domains
+    from qtquant.programs import moved_domains
 
     s = _session(tmp_path, data, shared_fc=shared_fc)
     maps = [s.domains, moved_domains(s.domains), moved_domains(moved_domains(s.domains))]

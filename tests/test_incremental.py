@@ -15,7 +15,9 @@ from qtquant.concat import concat_members
 from qtquant.export.qdq import build_qdq_model
 from qtquant.fidelity import float_outputs_of, measure_session, run_feeds
 from qtquant.groups import share, unshare
-from qtquant.incremental import IncrementalRunner, fingerprints, moved_domains
+from qtquant.fingerprints import fingerprints
+from qtquant.incremental import IncrementalRunner
+from qtquant.programs import moved_domains
 from qtquant.plan import save_plan
 from qtquant.vocab import Policy, Scheme
 
@@ -250,7 +252,7 @@ def test_domains_with_equal_scales_are_kept_apart_so_an_edit_can_move_one(tmp_pa
     from onnx import TensorProto, helper
 
     from builders import conv_node
-    from qtquant.incremental import _optimise
+    from qtquant.programs import _optimise
 
     inits = []
     nodes = [conv_node(inits, "x", 3, 4, 3, "twin_a", gain=2.0, seed=5),
