@@ -232,7 +232,9 @@ class Graph:
         type_key = type_keys.get
         floats = FLOAT_TYPES
         NONE = Role.NONE
-        roles: dict[str, Role] = {}
+        # op type -> (its nodes in by_op, it is a source of nothing quantized (role NONE), it is a
+        # Constant): one lookup a node for what each node of the type needs
+        per_op: dict[str, tuple[list[Node], bool, bool]] = {}
         # The weights and shape values so far (and "", an absent optional input): a node reading
         # nothing else is constant-folded, which one C-level issuperset asks, not a test per input.
         static_names = {n for n, t in tensors.items() if t.kind is WEIGHT or t.kind is SHAPE}
@@ -254,21 +256,21 @@ class Graph:
             node._attr_protos = ()
             node._src = protos
             nodes[name] = node
-            same_op = by_op.get(op)
-            if same_op is None:
-                by_op[op] = [node]
-            else:
-                same_op.append(node)
+            kept = per_op.get(op)
+            if kept is None:
+                kept = per_op[op] = (by_op.setdefault(op, []), handler_for(op).role is NONE, op == "Constant")
+            kept[0].append(node)
             for i in node_ins:
                 if i:
                     tensors[i].consumers.append(name)
-            role = roles.get(op)
-            if role is None:
-                role = roles[op] = handler_for(op).role
-            has_ins = any(node_ins)
-            # every input a weight or a shape value (static), a Constant, or a source of nothing quantized
-            folded = op == "Constant" or (has_ins and static_names.issuperset(node_ins)) or \
-                (not has_ins and role is NONE)
+            inert = kept[1]
+            # Folded: a Constant, or every input a weight or a shape value (static) with at least
+            # one given, or no input at all and a source of nothing quantized.  Most nodes read an
+            # activation, and one C-level issuperset settles them.
+            if static_names.issuperset(node_ins):  # "" is static: no given input passes too
+                folded = kept[2] or inert or any(node_ins)
+            else:
+                folded = kept[2]
             for o in node_outs:
                 if not o:
                     continue
@@ -278,7 +280,7 @@ class Graph:
                     kind = SHAPE
                 elif folded:
                     kind = WEIGHT if (et in floats or not et) else SHAPE
-                elif not et and (role is NONE or not any(tensors[i].is_float for i in node_ins if i)):
+                elif not et and (inert or not any(tensors[i].is_float for i in node_ins if i)):
                     kind = SHAPE
                 else:
                     kind = ACTIVATION
@@ -292,7 +294,7 @@ class Graph:
                 if kind is ACTIVATION:
                     if unknown:
                         unshaped.append(o)
-                    if role is not NONE:
+                    if not inert:
                         quantized[o] = None
                 else:
                     add_static(o)
