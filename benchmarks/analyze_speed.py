@@ -20,10 +20,10 @@ from synthetic import synthetic_model  # noqa: E402
 from qtquant.concat import analyze_concats  # noqa: E402
 from qtquant.domains import build_domains  # noqa: E402
 from qtquant.graph import load_graph  # noqa: E402
-from bench_common import SHARED  # noqa: E402
+from bench_common import SHARED, interpreter  # noqa: E402
 
 
-def best_pair(fa, fb, reps=7):
+def best_pair(fa, fb, reps=11):
     """The best time of each of two functions, run alternately so both see the same machine load
     (timing one after the other on a shared machine lets the load change in between)."""
     ta, tb = [], []
@@ -84,7 +84,7 @@ def _load() -> str:
 
 
 def run(cases):
-    print(f"({_load()} before)")
+    print(f"({_load()} before; {interpreter()})")
     print(f"{'model':22s} {'nodes':>6s} {'concats':>7s} {'floor s':>8s} {'qtquant s':>9s} {'ratio':>6s} {'target':>6s}")
     for name, path, shapes, floor_path, target in cases:
         cats = ours(path, shapes)
@@ -94,7 +94,7 @@ def run(cases):
         print(f"{name:22s} {n:6d} {len(cats):7d} {t_floor:8.3f} {t_ours:9.3f} {t_ours / t_floor:5.2f}x {goal:>6s}")
     print("floor = onnx.load + onnx.shape_inference.infer_shapes(data_prop=True); qtquant = load_graph (which "
           "includes the same load and inference) + stand-in ranges + build_domains + analyze_concats, freeing "
-          "the results included (best of 7 each, run alternately)")
+          "the results included (best of 11 each, run alternately)")
     print(f"({_load()} after)")
 
 

@@ -81,3 +81,13 @@ def rel(p) -> str:
         return r if len(r) < len(str(p)) else str(p)
     except ValueError:
         return str(p)
+
+
+def interpreter() -> str:
+    """Which Python ran the benchmark.  Pure-Python stages move with the interpreter's build (the
+    same 3.11 built with profile-guided optimisation, as Debian ships it, runs them ~15% faster
+    than one built without, as pyenv builds it by default), while onnx's and onnxruntime's C++
+    does not: a ratio against a C++ floor depends on it."""
+    import platform
+
+    return f"Python {platform.python_version()} ({sys.executable})"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from functools import cached_property
-from operator import attrgetter, methodcaller
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,8 @@ from .fileio.paths import existing_file
 from .gcpause import gc_paused
 from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_external_data, check_input_sizes,
                          check_text, infer_shapes, inline_small_external, topo_order)
-from .nodetable import NodeTable, attr_value, int_attribute, node_names, value_type_bytes
+from .nodetable import (UNTYPED, NodeTable, attr_value, dims_of, int_attribute, node_names, value_type_bytes,
+                        value_type_keys)
 from .ops import PASS_OPS, Role, fused_into_producer, handler_for, passes_through
 from .qdq import is_qdq_model
 from .shapes import format_shape, parse_input_shapes
@@ -33,6 +34,15 @@ __all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "read_mod
 MIN_OPSET = 11
 MAX_OPSET = 23
 
+
+
+class NotInOrder(ModelError):
+    """A graph whose nodes are not in topological order, or that makes a value twice: the file's
+    order is sorted (:func:`~qtquant.modelcheck.topo_order`, which names what is wrong) and the
+    graph built again."""
+
+    def __init__(self):
+        super().__init__("the graph's nodes are not in topological order, or a value is made twice")
 
 
 class Node:
@@ -109,66 +119,6 @@ class Tensor:
         return int(np.prod(self.shape, dtype=np.int64))
 
 
-def _dim(d):
-    v = d.dim_value
-    if v:
-        return v
-    return 0 if d.HasField("dim_value") else None  # a literal zero-sized dim vs an unknown one
-
-
-def _dims(type_proto) -> tuple | None:
-    tt = type_proto.tensor_type
-    if not tt.HasField("shape"):
-        return None
-    return tuple(map(_dim, tt.shape.dim))
-
-
-def _typed(elem_type: int, shape: tuple | None) -> tuple[int, tuple | None, bool]:
-    """(element type, shape, whether the shape is unknown or has unknown dims): the last is
-    worked out once per distinct type, not once per value."""
-    return elem_type, shape, shape is None or None in shape
-
-
-_UNTYPED = _typed(0, None)  # a value shape inference gave no type: element type unknown, no shape
-
-
-def _value_types(g, given: dict[str, bytes] | None = None) -> dict[str, tuple[int, tuple | None, bool]]:
-    """Each typed value of graph ``g`` (value_info, then outputs, then inputs: later ones win)
-    as (element type, shape, shape unknown in part or whole: :func:`_typed`); see
-    :func:`_value_type_keys`, which the graph reads them through."""
-    keys, decoded = _value_type_keys(g, given)
-    return dict(zip(keys, map(decoded.__getitem__, keys.values())))
-
-
-def _value_type_keys(g, given: dict[str, bytes] | None = None) -> tuple[dict[str, bytes], dict[bytes, tuple]]:
-    """(value name -> its serialized type, serialized type -> :func:`_typed`) for the typed values
-    of graph ``g``.  A graph's values share few distinct types, so each is decoded once, keyed by
-    its serialized bytes: walking every dim of every value from Python is most of the cost of
-    building a big graph otherwise; and the two tables are looked up one after the other rather
-    than joined into one per value (10,000s of entries).
-    ``given``: name -> serialized type of ``g.value_info``, read already from the serialized
-    model (:func:`~qtquant.nodetable.value_type_bytes`); else they are read here, value by value,
-    as C-level maps (no Python step per value)."""
-    if given is None:
-        values = [*g.value_info, *g.output, *g.input]
-        types = list(map(_TYPE, values))
-        keys = list(map(_SERIALIZE, types))
-        decoded = {key: _typed(tp.tensor_type.elem_type, _dims(tp)) for key, tp in dict(zip(keys, types)).items()}
-        return dict(zip(map(_NAME, values), keys)), decoded
-    ends = [*g.output, *g.input]  # a few: read one by one
-    given.update(zip(map(_NAME, ends), map(_SERIALIZE, map(_TYPE, ends))))
-    return given, {key: _decoded(key) for key in set(given.values())}
-
-
-def _decoded(type_bytes: bytes) -> tuple[int, tuple | None, bool]:
-    tp = onnx.TypeProto.FromString(type_bytes)
-    return _typed(tp.tensor_type.elem_type, _dims(tp))
-
-
-_TYPE, _NAME = attrgetter("type"), attrgetter("name")
-_SERIALIZE = methodcaller("SerializeToString")
-
-
 KEEP_MODEL_BYTES = 64 << 20  # Graph.model_bytes keeps serialized models up to this size
 
 
@@ -177,10 +127,12 @@ class Graph:
 
     def __init__(self, model: onnx.ModelProto, path: Path | None, input_shapes: dict, sha256: str,
                  cut: tuple[str, ...] = (), table: NodeTable | None = None,
-                 value_types: dict[str, bytes] | None = None):
+                 value_types: dict[str, bytes] | None = None, check_order: bool = False):
         """``table``: ``model.graph.node`` read already (:class:`NodeTable`, in the same order);
         ``value_types``: ``model.graph.value_info`` read already, as name -> serialized type
-        (:func:`~qtquant.nodetable.value_type_bytes`)."""
+        (:func:`~qtquant.nodetable.value_type_bytes`).  A node that reads a value no node before it
+        makes is a :class:`NotInOrder`; with ``check_order`` (no node leaves an optional output
+        out), so is a value made twice, or made that is also an initializer or input."""
         self.model = model
         self.cut = tuple(cut)  # the tensors the file's graph was cut at (its outputs now); () = whole file
         self.path = path
@@ -198,12 +150,12 @@ class Graph:
         self._by_op: dict[str, list[Node]] = {}  # op type -> its nodes, in graph order
         self._unshaped: list[str] = []  # activations shape inference left (partly) unknown
         self._model_bytes: bytes | None = None
-        self._build(table if table is not None else NodeTable(model.graph), value_types)
+        self._build(table if table is not None else NodeTable(model.graph), value_types, check_order)
 
     # -- construction -------------------------------------------------------------------
-    def _build(self, table: NodeTable, value_types: dict[str, bytes] | None) -> None:
+    def _build(self, table: NodeTable, value_types: dict[str, bytes] | None, check_order: bool) -> None:
         g = self.model.graph
-        type_keys, decoded_types = _value_type_keys(g, value_types)
+        type_keys, decoded_types = value_type_keys(g, value_types)
         tensors = self.tensors
         WEIGHT, SHAPE, ACTIVATION, INPUT = TensorKind.WEIGHT, TensorKind.SHAPE, TensorKind.ACTIVATION, TensorKind.INPUT
         for t in g.initializer:
@@ -214,7 +166,7 @@ class Graph:
                 continue  # old-style models list initializers as inputs
             et = i.type.tensor_type.elem_type
             kind = INPUT if et in FLOAT_TYPES else SHAPE
-            tensors[i.name] = Tensor(i.name, _dims(i.type), et, kind)
+            tensors[i.name] = Tensor(i.name, dims_of(i.type), et, kind)
             self.inputs.append(i.name)
 
         # Insertion-ordered (a dict of None): the quantized tensors in graph order, with no pass over
@@ -243,61 +195,67 @@ class Graph:
         # Nodes and tensors are filled in here slot by slot, past their __init__: a call of a
         # Python __init__ costs more than the whole of what it sets (10,000s of each).
         new = object.__new__
-        for idx, (name, op, node_ins, node_outs, domain) in enumerate(
-                zip(names, table.ops, table.inputs, table.outputs, table.domains)):
-            node = new(Node)  # Node(name, op, node_ins, node_outs, None, domain, idx, (), protos)
-            node.name = name
-            node.op_type = op
-            node.inputs = node_ins
-            node.outputs = node_outs
-            node.domain = domain
-            node.index = idx
-            node._attrs = None
-            node._attr_protos = ()
-            node._src = protos
-            nodes[name] = node
-            kept = per_op.get(op)
-            if kept is None:
-                kept = per_op[op] = (by_op.setdefault(op, []), handler_for(op).role is NONE, op == "Constant")
-            kept[0].append(node)
-            for i in node_ins:
-                if i:
-                    tensors[i].consumers.append(name)
-            inert = kept[1]
-            # Folded: a Constant, or every input a weight or a shape value (static) with at least
-            # one given, or no input at all and a source of nothing quantized.  Most nodes read an
-            # activation, and one C-level issuperset settles them.
-            if static_names.issuperset(node_ins):  # "" is static: no given input passes too
-                folded = kept[2] or inert or any(node_ins)
-            else:
-                folded = kept[2]
-            for o in node_outs:
-                if not o:
-                    continue
-                key = type_key(o)
-                et, shape, unknown = _UNTYPED if key is None else decoded_types[key]
-                if et and et not in floats:
-                    kind = SHAPE
-                elif folded:
-                    kind = WEIGHT if (et in floats or not et) else SHAPE
-                elif not et and (inert or not any(tensors[i].is_float for i in node_ins if i)):
-                    kind = SHAPE
+        sources = len(tensors)
+        try:
+            for idx, (name, op, node_ins, node_outs, domain) in enumerate(
+                    zip(names, table.ops, table.inputs, table.outputs, table.domains)):
+                node = new(Node)  # Node(name, op, node_ins, node_outs, None, domain, idx, (), protos)
+                node.name = name
+                node.op_type = op
+                node.inputs = node_ins
+                node.outputs = node_outs
+                node.domain = domain
+                node.index = idx
+                node._attrs = None
+                node._attr_protos = ()
+                node._src = protos
+                nodes[name] = node
+                kept = per_op.get(op)
+                if kept is None:
+                    kept = per_op[op] = (by_op.setdefault(op, []), handler_for(op).role is NONE, op == "Constant")
+                kept[0].append(node)
+                for i in node_ins:
+                    if i:
+                        tensors[i].consumers.append(name)
+                inert = kept[1]
+                # Folded: a Constant, or every input a weight or a shape value (static) with at least
+                # one given, or no input at all and a source of nothing quantized.  Most nodes read an
+                # activation, and one C-level issuperset settles them.
+                if static_names.issuperset(node_ins):  # "" is static: no given input passes too
+                    folded = kept[2] or inert or any(node_ins)
                 else:
-                    kind = ACTIVATION
-                t = tensors[o] = new(Tensor)  # Tensor(o, shape, et, kind, name)
-                t.name = o
-                t.shape = shape
-                t.elem_type = et
-                t.kind = kind
-                t.producer = name
-                t.consumers = []
-                if kind is ACTIVATION:
-                    if unknown:
-                        unshaped.append(o)
-                    if not inert:
-                        quantized[o] = None
-                else:
-                    add_static(o)
+                    folded = kept[2]
+                for o in node_outs:
+                    if not o:
+                        continue
+                    key = type_key(o)
+                    et, shape, unknown = UNTYPED if key is None else decoded_types[key]
+                    if et and et not in floats:
+                        kind = SHAPE
+                    elif folded:
+                        kind = WEIGHT if (et in floats or not et) else SHAPE
+                    elif not et and (inert or not any(tensors[i].is_float for i in node_ins if i)):
+                        kind = SHAPE
+                    else:
+                        kind = ACTIVATION
+                    t = tensors[o] = new(Tensor)  # Tensor(o, shape, et, kind, name)
+                    t.name = o
+                    t.shape = shape
+                    t.elem_type = et
+                    t.kind = kind
+                    t.producer = name
+                    t.consumers = []
+                    if kind is ACTIVATION:
+                        if unknown:
+                            unshaped.append(o)
+                        if not inert:
+                            quantized[o] = None
+                    else:
+                        add_static(o)
+        except KeyError:  # a node read a value no node before it made
+            raise NotInOrder() from None
+        if check_order and len(tensors) != sources + sum(map(len, table.outputs)):
+            raise NotInOrder()  # a value made twice, or an initializer or input made again
         for t in fused_into_producer(self):
             quantized.pop(t, None)
         self._quantized = quantized
@@ -493,6 +451,18 @@ def _check_channels(graph: "Graph", attr_names=None) -> None:
                              f"{format_shape(graph.tensors[src].shape) if src in graph.tensors else ''})")
 
 
+def _sorted(model: onnx.ModelProto, table: NodeTable) -> NodeTable:
+    """``model``'s nodes put in topological order in place (cycles, values nothing makes and values
+    made twice are a one-line ModelError), and their table in the same order."""
+    order = topo_order(model.graph, table)
+    if order is None:
+        return table
+    protos = list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(protos[i] for i in order)
+    return table.reordered(order)
+
+
 def read_model_file(path) -> tuple[onnx.ModelProto, Path]:
     """The model in ``path``, without its external data, or a one-line :class:`ModelError`."""
     model, p, _ = _read_model(path)
@@ -563,13 +533,13 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
 
         inline_local_functions(model)
         table = NodeTable(model.graph)
-    # Shape inference needs topological order, and cycles fail here.
-    order = topo_order(model.graph, table)
-    if order is not None:
-        protos = list(model.graph.node)
-        del model.graph.node[:]
-        model.graph.node.extend(protos[i] for i in order)
-        table = table.reordered(order)
+    # Shape inference needs topological order, and cycles fail here.  Most files are in order, and
+    # building the graph finds out at no cost (every value a node reads is known by then): the
+    # sort runs first only where that cannot stand for it (a cut; a node that leaves an optional
+    # output out, whose files the sort has always reordered), and else only if the build fails.
+    deferred = not cut and "" not in chain.from_iterable(table.outputs)
+    if not deferred:
+        table = _sorted(model, table)
     if cut:
         cut_model(model, cut)  # before shape inference: the cut graph is all it needs to type
         table = NodeTable(model.graph)
@@ -578,15 +548,29 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     check_input_sizes(model, shapes)
     if path is not None:
         inline_small_external(model, path.parent)
-    inferred, inferred_bytes = infer_shapes(model)
+    try:
+        inferred, inferred_bytes = infer_shapes(model)
+    except (ModelError, ShapeError):
+        if not deferred or topo_order(model.graph, table) is None:
+            raise
+        inferred = None  # the file is out of order: sorted below, and typed again
     if isinstance(sha256, FileDigest):
         sha256 = sha256.result()
     if not sha256:
         sha256 = hashlib.sha256(model.SerializeToString()).hexdigest()
-    # Shape inference adds types and keeps the nodes as they were: the table still reads them.
-    types = value_type_bytes(inferred_bytes, len(inferred.graph.value_info)) if inferred_bytes else None
-    same = len(table) == len(inferred.graph.node)
-    graph = Graph(inferred, path, shapes, sha256, cut, table if same else None, types)
+    try:
+        if inferred is None:
+            raise NotInOrder()
+        # Shape inference adds types and keeps the nodes as they were: the table still reads them.
+        types = value_type_bytes(inferred_bytes, len(inferred.graph.value_info)) if inferred_bytes else None
+        same = len(table) == len(inferred.graph.node)
+        graph = Graph(inferred, path, shapes, sha256, cut, table if same else None, types, check_order=deferred)
+    except NotInOrder:
+        ordered = _sorted(model, table) if deferred else table
+        if ordered is table:  # in order after all: nothing a sort mends
+            raise
+        return graph_from_model(model, input_shapes, path=path, sha256=sha256, ort_fallback=ort_fallback,
+                                text_checked=True, table=ordered)
     _check_channels(graph, table.read_attribute_names() if same else None)
     if ort_fallback:
         _ort_fill_shapes(graph)

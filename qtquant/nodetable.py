@@ -10,12 +10,13 @@ those steps share it (a 10,000-node graph: tens of milliseconds fewer per open).
 
 from __future__ import annotations
 
-from operator import attrgetter, itemgetter
+from operator import attrgetter, itemgetter, methodcaller
 
 import onnx
 from onnx import numpy_helper
 
-__all__ = ["NodeTable", "node_names", "value_type_bytes", "attr_value", "int_attribute"]
+__all__ = ["NodeTable", "node_names", "value_type_bytes", "value_type_keys", "value_types", "dims_of", "UNTYPED",
+           "attr_value", "int_attribute"]
 
 
 _INPUT, _OUTPUT, _FULL = attrgetter("input"), attrgetter("output"), itemgetter(slice(None))
@@ -246,3 +247,64 @@ def int_attribute(protos, name: str, default: int) -> int | None:
     if found is None:
         return default
     return found.i if found.type == _INT and not found.ref_attr_name else None
+
+
+# -- value types decoded: (element type, shape, shape unknown in part or whole) ------------------
+def _dim(d):
+    v = d.dim_value
+    if v:
+        return v
+    return 0 if d.HasField("dim_value") else None  # a literal zero-sized dim vs an unknown one
+
+
+def dims_of(type_proto) -> tuple | None:
+    tt = type_proto.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return tuple(map(_dim, tt.shape.dim))
+
+
+def _typed(elem_type: int, shape: tuple | None) -> tuple[int, tuple | None, bool]:
+    """(element type, shape, whether the shape is unknown or has unknown dims): the last is
+    worked out once per distinct type, not once per value."""
+    return elem_type, shape, shape is None or None in shape
+
+
+UNTYPED = _typed(0, None)  # a value shape inference gave no type: element type unknown, no shape
+
+
+def value_types(g, given: dict[str, bytes] | None = None) -> dict[str, tuple[int, tuple | None, bool]]:
+    """Each typed value of graph ``g`` (value_info, then outputs, then inputs: later ones win)
+    as (element type, shape, shape unknown in part or whole: :func:`_typed`); see
+    :func:`value_type_keys`, which the graph reads them through."""
+    keys, decoded = value_type_keys(g, given)
+    return dict(zip(keys, map(decoded.__getitem__, keys.values())))
+
+
+def value_type_keys(g, given: dict[str, bytes] | None = None) -> tuple[dict[str, bytes], dict[bytes, tuple]]:
+    """(value name -> its serialized type, serialized type -> :func:`_typed`) for the typed values
+    of graph ``g``.  A graph's values share few distinct types, so each is decoded once, keyed by
+    its serialized bytes: walking every dim of every value from Python is most of the cost of
+    building a big graph otherwise; and the two tables are looked up one after the other rather
+    than joined into one per value (10,000s of entries).
+    ``given``: name -> serialized type of ``g.value_info``, read already from the serialized
+    model (:func:`~qtquant.nodetable.value_type_bytes`); else they are read here, value by value,
+    as C-level maps (no Python step per value)."""
+    if given is None:
+        values = [*g.value_info, *g.output, *g.input]
+        types = list(map(_TYPE, values))
+        keys = list(map(_SERIALIZE, types))
+        decoded = {key: _typed(tp.tensor_type.elem_type, dims_of(tp)) for key, tp in dict(zip(keys, types)).items()}
+        return dict(zip(map(_NAME, values), keys)), decoded
+    ends = [*g.output, *g.input]  # a few: read one by one
+    given.update(zip(map(_NAME, ends), map(_SERIALIZE, map(_TYPE, ends))))
+    return given, {key: _decoded_type(key) for key in set(given.values())}
+
+
+def _decoded_type(type_bytes: bytes) -> tuple[int, tuple | None, bool]:
+    tp = onnx.TypeProto.FromString(type_bytes)
+    return _typed(tp.tensor_type.elem_type, dims_of(tp))
+
+
+_TYPE, _NAME = attrgetter("type"), attrgetter("name")
+_SERIALIZE = methodcaller("SerializeToString")

@@ -4,15 +4,14 @@ import onnx
 from onnx import TensorProto, helper
 
 from builders import detector_model, save
-from qtquant import graph as graph_mod
 from qtquant.graph import load_graph
-from qtquant.nodetable import value_type_bytes
+from qtquant.nodetable import value_type_bytes, value_types
 
 
 def _both(model: onnx.ModelProto):
     g = model.graph
     fast = value_type_bytes(model.SerializeToString(), len(g.value_info))
-    return graph_mod._value_types(g), (graph_mod._value_types(g, fast) if fast is not None else None), fast
+    return value_types(g), (value_types(g, fast) if fast is not None else None), fast
 
 
 def test_fast_read_equals_value_by_value():
@@ -30,12 +29,12 @@ def test_entries_the_fast_reading_cannot_line_up_fall_back():
           helper.make_tensor_value_info("b", TensorProto.INT64, [3], doc_string="a note")]
     m = helper.make_model(helper.make_graph([], "g", [], [], value_info=vi))
     fast = value_type_bytes(m.SerializeToString(), 2)
-    assert fast is not None and graph_mod._value_types(m.graph, fast) == graph_mod._value_types(m.graph)
+    assert fast is not None and value_types(m.graph, fast) == value_types(m.graph)
     m.graph.value_info.append(helper.make_tensor_value_info("a", TensorProto.FLOAT16, [4]))
     fast = value_type_bytes(m.SerializeToString(), 3)
-    slow = graph_mod._value_types(m.graph)
+    slow = value_types(m.graph)
     assert slow["a"][:2] == (TensorProto.FLOAT16, (4,))  # later entries win
-    assert fast is not None and graph_mod._value_types(m.graph, fast) == slow
+    assert fast is not None and value_types(m.graph, fast) == slow
     m.graph.value_info.append(onnx.ValueInfoProto(name="untyped"))
     assert value_type_bytes(m.SerializeToString(), 4) is None
     del m.graph.value_info[-1]
