@@ -141,17 +141,19 @@ def _members_maker(graph, dm, channels: bool):
     no_range = _NO_RANGE
 
     def members_of(node):
-        name = node.name
-        todo = []
-        for i, t in enumerate(node.inputs):
-            if t and t in tensors:
-                todo.append((i, t))
-        todo.append((-1, node.outputs[0]))
+        name, ins = node.name, node.inputs
+        last = len(ins)
         # One loop makes every member (no call each) and the merged range of the inputs and the
         # output (what sharing one scale would give them) as it reads their own ranges.
         members, live, notes, scales = [], [], [], []
         lo = hi = None
-        for index, tensor in todo:
+        index = -1
+        for tensor in (*ins, node.outputs[0]):  # the index counted, not enumerated: no tuple a member
+            index += 1
+            if index == last:
+                index = -1  # the output
+            elif not tensor or tensor not in tensors:
+                continue
             did = of.get(tensor)
             d = domains.get(did) if did is not None else None  # dm.domain_of, spelt out
             own = member_range.get(tensor, no_range)
@@ -165,7 +167,7 @@ def _members_maker(graph, dm, channels: bool):
                 dlo, dhi = d.lo, d.hi
                 # Sharing nothing beyond its own range loses nothing: bits_lost(r, r) is 0 for any r.
                 now = bits_lost(own, (dlo, dhi), scheme) \
-                    if mlo == mlo and dlo == dlo and (dlo != mlo or dhi != mhi) else 0.0
+                    if (dlo != mlo or dhi != mhi) and mlo == mlo and dlo == dlo else 0.0
                 if q is not None:
                     scale, zp = q.scale, q.zero_point
                 else:
@@ -309,6 +311,7 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
     infos = []
     new = object.__new__
     channels = has_channel_scales(graph)
+    concat_source = dm.concat_source  # empty under ConcatScaleRule.OWN
     members_of = _members_maker(graph, dm, channels)
     # What output_reached(graph, t) is not None says, for every t at once: one walk up from the
     # outputs instead of one walk down from each Concat.
@@ -345,7 +348,7 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
                 notes.append(f"output is not quantized in the file; its inputs share one scale "
                              f"({reference.scale:.4g}), which a compiler would give the output: no rescale")
         elif out_m.scale is not None:
-            src = dm.concat_source.get(node.name)
+            src = concat_source.get(name) if concat_source else None
             reference = next((m for m in live if m.tensor == src), None) if src else None
             if reference is not None:
                 rule_note = (f"output takes the scale of input {reference.index} ({reference.tensor}, the widest, "

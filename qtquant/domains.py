@@ -308,9 +308,8 @@ def _natural_domains(natural_groups, src, scheme):
             t = members[0]
             natural[t] = frozenset(members)
             r = get(t)
-            if r is not None and isfinite(r[0]) and isfinite(r[1]):
+            if r is not None and isfinite(lo := r[0]) and isfinite(hi := r[1]):
                 member_range[t] = r
-                lo, hi = r
                 q = qparams_for_range(lo, hi, scheme)
             else:
                 q, lo, hi = None, nan, nan
@@ -323,7 +322,7 @@ def _natural_domains(natural_groups, src, scheme):
             q = qparams_for_range(lo, hi, scheme)
         else:
             q, lo, hi = None, nan, nan
-        domains[did] = Domain(did, tuple(members), lo, hi, q)
+        domains[did] = _domain(did, tuple(members), lo, hi, q, False, ())
         for t in members:
             of[t] = did
     return domains, of, natural, member_range
