@@ -325,7 +325,6 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
         members, live, notes, scales = members_of(node)
         out_m = members.pop()
         rule_note = ""
-        rescales = 0  # the inputs that need a rescale (only live ones can)
         # A file that already leaves the output in float keeps DESIGN §3's comparison below.
         export_float = out in float_tensors and bool(live) and out_m.scale is not None
         output_float = out_m.scale is None and bool(live)
@@ -339,7 +338,7 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
             reference = live[k or 0]
             for m in live:
                 m.needs_rescale = _compare(m, reference.scale, reference.zero_point)
-            rescales = n = sum(m.needs_rescale for m in live)
+            n = sum(m.needs_rescale for m in live)
             if n:
                 notes.append(f"output is not quantized in the file; its inputs are compared with input "
                              f"{reference.index} ({reference.tensor}, the widest, scale {reference.scale:.4g}), "
@@ -357,9 +356,8 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
                 ref_scale, ref_zp = out_m.scale, out_m.zero_point
                 for m in live:
                     # _compare, spelt out for the per-tensor members (all but a QDQ file's per-channel ones)
-                    m.needs_rescale = r = _compare(m, ref_scale, ref_zp) if m.channel_scales is not None else \
+                    m.needs_rescale = _compare(m, ref_scale, ref_zp) if m.channel_scales is not None else \
                         scales_differ(m.scale, ref_scale) or (ref_zp is not None and m.zero_point != ref_zp)
-                    rescales += r
             else:
                 by_index = {m.index: m for m in live}
                 split = _same_axis(graph, out, out_m.channel_axis, axis)
@@ -370,7 +368,9 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
                     if m is not None:
                         m.needs_rescale = _compare_channels(m, out_m, offset if split else None, width)
                     offset = offset + width if offset is not None and width is not None else None
-                rescales = sum(m.needs_rescale for m in live)
+        rescales = 0  # the inputs that need a rescale (only live ones can)
+        for m in live:
+            rescales += m.needs_rescale
         ratio = max(scales) / min(scales) if scales else 1.0
         # ConcatInfo(name, axis, members, out_m, ratio, rescales, out in feeding, notes,
         # output_float, export_float, reference index, rule_note), filled past its __init__ (see members_of)

@@ -550,25 +550,19 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         inline_small_external(model, path.parent)
     try:
         inferred, inferred_bytes = infer_shapes(model)
-    except (ModelError, ShapeError):
-        if not deferred or topo_order(model.graph, table) is None:
-            raise
-        inferred = None  # the file is out of order: sorted below, and typed again
-    if isinstance(sha256, FileDigest):
-        sha256 = sha256.result()
-    if not sha256:
-        sha256 = hashlib.sha256(model.SerializeToString()).hexdigest()
-    try:
-        if inferred is None:
-            raise NotInOrder()
+        if isinstance(sha256, FileDigest):
+            sha256 = sha256.result()
+        if not sha256:
+            sha256 = hashlib.sha256(model.SerializeToString()).hexdigest()
         # Shape inference adds types and keeps the nodes as they were: the table still reads them.
         types = value_type_bytes(inferred_bytes, len(inferred.graph.value_info)) if inferred_bytes else None
         same = len(table) == len(inferred.graph.node)
         graph = Graph(inferred, path, shapes, sha256, cut, table if same else None, types, check_order=deferred)
-    except NotInOrder:
+    except (ModelError, ShapeError):  # NotInOrder among them
         ordered = _sorted(model, table) if deferred else table
-        if ordered is table:  # in order after all: nothing a sort mends
+        if ordered is table:  # in order after all: the error stands
             raise
+        # Out of order: typed and built again in the sorted order (the steps above are idempotent).
         return graph_from_model(model, input_shapes, path=path, sha256=sha256, ort_fallback=ort_fallback,
                                 text_checked=True, table=ordered)
     _check_channels(graph, table.read_attribute_names() if same else None)
