@@ -20,7 +20,8 @@ from .errors import ModelError, ShapeError
 from .fileio.paths import existing_file
 from .gcpause import gc_paused
 from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_external_data, check_input_sizes,
-                         check_text, infer_shapes, inline_small_external, topo_order)
+                         check_text, infer_shapes, inline_small_external, needs_data_propagation,
+                         topo_order)
 from .nodetable import (UNTYPED, NodeTable, attr_value, dims_of, int_attribute, node_names, value_type_bytes,
                         value_type_keys)
 from .ops import PASS_OPS, Role, fused_into_producer, handler_for, passes_through
@@ -549,7 +550,7 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     if path is not None:
         inline_small_external(model, path.parent)
     try:
-        inferred, inferred_bytes = infer_shapes(model)
+        inferred, inferred_bytes = infer_shapes(model, needs_data_propagation(model, table, opset))
         if isinstance(sha256, FileDigest):
             sha256 = sha256.result()
         if not sha256:
