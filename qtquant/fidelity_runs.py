@@ -121,12 +121,13 @@ def _store_run(session, cache, key, dm, res) -> None:
 
 
 def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, follow_edits=False,
-                  segments=None, steps=None) -> list:
+                  segments=None, steps=None, builds=None) -> list:
     """The default-level runs of ``jobs`` ((dm, model) pairs), one after another (the runner
-    keeps state).  With ``follow_edits``: onnxruntime's program of the exported file, re-run only
-    where the edit changed it (qtquant.incremental; the same outputs as a fresh default session,
-    bit for bit).  Without: each model in a fresh default session (no edit follows, so the
-    runner's second optimisation for its reuse check would buy nothing)."""
+    keeps state; ``builds``: id(model) -> the QdqBuild that made it).  With ``follow_edits``:
+    onnxruntime's program of the exported file, re-run only where the edit changed it
+    (qtquant.incremental; the same outputs as a fresh default session, bit for bit).  Without: each
+    model in a fresh default session (no edit follows, so the runner's second optimisation for its
+    reuse check would buy nothing)."""
     steps = trace() if steps is None else steps  # (the caller's: this may run on a pool thread)
     from .export import qdq
 
@@ -144,7 +145,8 @@ def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, foll
             cache.runner = IncrementalRunner(feeds)
         res.append(cache.runner.run(model, outs, cancel, session.graph.base_dir,
                                     moved=lambda dm=dm: qdq.build_qdq_model(session, moved_domains(dm),
-                                                                            float_tensors=float_tensors).model))
+                                                                            float_tensors=float_tensors).model,
+                                    build=(builds or {}).get(id(model))))
         for k, v in cache.runner.times.items():
             steps[k] = steps.get(k, 0.0) + v
     return res
@@ -173,7 +175,7 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
 
         from .export import qdq
 
-        models = []
+        models, builds = [], {}
         # One run and nothing beside it (the GUI's check after an edit): this thread runs it.
         alone = first is None and meanwhile is None and len(todo) == 1
         with _Inline() if alone else ThreadPoolExecutor(2, thread_name_prefix="qtquant-fidelity") as pool:
@@ -184,7 +186,9 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
                     model = next((m for d, m in models if d is dm or d == dm), None)
                     if model is None:  # built here, while the float run goes on in onnxruntime
                         t0 = time.perf_counter()
-                        model = qdq.build_qdq_model(session, dm, float_tensors=float_tensors).model
+                        build = qdq.build_qdq_model(session, dm, float_tensors=float_tensors, record=follow_edits)
+                        model = build.model
+                        builds[id(model)] = build
                         trace()["build"] = trace().get("build", 0.0) + (time.perf_counter() - t0) * 1e3
                         models.append((dm, model))
                 shipped = [(dm, next(m for d, m in models if d is dm or d == dm))
@@ -195,7 +199,7 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
                     segs = {id(m): segments_of(m, _shape_of(session.graph)) for _, m in shipped
                             if split_parts(m) > 1}
                     futs["default"] = pool.submit(_shipped_runs, session, cache, shipped, outs, feeds, cancel,
-                                                  float_tensors, follow_edits, segs, trace())
+                                                  float_tensors, follow_edits, segs, trace(), builds)
                 for i, (_, dm, level) in enumerate(todo):
                     if level != "default":
                         model = next(m for d, m in models if d is dm or d == dm)

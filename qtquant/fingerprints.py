@@ -9,18 +9,19 @@ import hashlib
 
 import onnx
 
+from .export.rewrite import raw_value_key
+
 __all__ = ["fingerprints", "Fingerprinter", "value_key"]
 
 def value_key(t: onnx.TensorProto) -> bytes:
     """The value of an initializer, not its name (a rebuilt model names its scales afresh)."""
-    if t.raw_data:
-        body = t.raw_data
-    else:
+    body = t.raw_data
+    if not body:
         c = onnx.TensorProto()
         c.CopyFrom(t)
         c.name = ""
         body = c.SerializeToString()
-    return f"{t.data_type}:{tuple(t.dims)}:".encode() + body
+    return raw_value_key(t.data_type, t.dims, body)
 
 
 class Fingerprinter:
@@ -43,12 +44,46 @@ class Fingerprinter:
             for a in n.attribute:
                 m.update(a.SerializeToString())
             self.nodes.append((m, tuple(n.input), tuple(n.output)))
+        self._own: dict[str, bytes] | None = None  # the fingerprints with the graph's own values
+        self._own_done = False
 
     def __call__(self, values: dict[str, onnx.TensorProto] | None = None) -> dict[str, bytes] | None:
         """Tensor name -> fingerprint with ``values`` (initializer name -> tensor) in place of the
-        graph's own; None when the nodes are out of topological order."""
-        h = dict(self.base)
+        graph's own; None when the nodes are out of topological order.
+
+        From the graph's own fingerprints (computed once), only the nodes downstream of a value
+        that differs are hashed again: an edit moves a few of yolov8n_320's program's ~600 nodes'
+        inputs (the other nodes' fingerprints cannot change: their inputs' did not)."""
+        if not self._own_done:
+            self._own, self._own_done = self._full({}), True
+        own = self._own
+        if own is None or any(name not in self.base for name in (values or ())):
+            return self._full(values or {})
+        h = dict(own)
+        dirty = set()
         for name, t in (values or {}).items():
+            d = hashlib.sha1(self.salt + value_key(t)).digest()
+            if d != own[name]:
+                h[name] = d
+                dirty.add(name)
+        if not dirty:
+            return h
+        for m0, inputs, outputs in self.nodes:
+            if dirty.isdisjoint(inputs):
+                continue
+            m = m0.copy()
+            for i in inputs:
+                m.update(h[i] if i else b"-")
+            d = m.digest()
+            for k, o in enumerate(outputs):
+                if o:
+                    h[o] = hashlib.sha1(d + k.to_bytes(4, "little")).digest()
+                    dirty.add(o)
+        return h
+
+    def _full(self, values) -> dict[str, bytes] | None:
+        h = dict(self.base)
+        for name, t in values.items():
             h[name] = hashlib.sha1(self.salt + value_key(t)).digest()
         for m0, inputs, outputs in self.nodes:
             m = m0.copy()

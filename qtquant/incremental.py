@@ -63,13 +63,15 @@ class IncrementalRunner:
     def _const_bytes(self) -> int:
         return self._const_kept.bytes
 
-    def run(self, model: onnx.ModelProto, names, cancel=None, base_dir=None, moved=None) -> list[dict]:
+    def run(self, model: onnx.ModelProto, names, cancel=None, base_dir=None, moved=None, build=None) -> list[dict]:
         """``moved``: () -> the model the exporter builds from the same domains with every value
-        moved (:func:`moved_domains`); without it every edit runs in a fresh default session."""
+        moved (:func:`moved_domains`); without it every edit runs in a fresh default session.
+        ``build``: the :class:`~qtquant.export.QdqBuild` that made ``model``, whose record of its nodes
+        spares reading them back (:meth:`_Walk.of_build`)."""
         names = list(names)
         t0 = time.perf_counter()
         self.times = {}
-        walk = _Walk(model)
+        walk = _Walk.of_build(build) if build is not None and build.model is model else _Walk(model)
         found = self._program(model, moved, walk) if walk.followable and len(walk.inputs) <= MAX_NODES else None
         if found is None:
             self.last = ("fresh default session", len(model.graph.node), len(model.graph.node))
@@ -92,7 +94,7 @@ class IncrementalRunner:
                 self._programs.popitem(last=False)
             p.reusable  # checked now, with the first (cold) check, so that the first edit does not wait on it
         self._programs.move_to_end(key)
-        opt = p.program_for(model, walk.inputs)
+        opt = p.program_for(model, walk.inputs, walk.inits, walk.keys)
         return (p, opt) if opt is not None else None
 
     def _run_program(self, p: _Program, values, names, cancel) -> list[dict]:

@@ -37,13 +37,30 @@ class _Walk:
     """One pass over a model's nodes: its structure key (:func:`_skeleton`), each node's inputs,
     and whether the runner can follow it.  Reading a node proto is the cost (a Python object per
     field under upb): the key, the followable check and the edit's slots each walked the 900
-    nodes of yolov8n_320's export on their own, some 10 ms an edit."""
+    nodes of yolov8n_320's export on their own, some 10 ms an edit.  :meth:`of_build` takes the
+    same facts from the exporter's own lists instead of the model's protos."""
 
-    __slots__ = ("key", "inputs", "followable")
+    __slots__ = ("key", "inputs", "followable", "inits", "keys")
 
-    def __init__(self, model):
+    def __init__(self, model, nodes=None, inits=None, keys=None):
+        """``nodes``: per node of ``model`` in order, ``(domain, op_type, its attributes serialized,
+        whether one is a subgraph, inputs, outputs)``, ``inits`` its initializers by name and ``keys``
+        the :func:`~qtquant.fingerprints.value_key` of some of them, when known without reading the
+        model (:meth:`of_build`); else read from ``model``."""
         g = model.graph
-        inits = {t.name for t in g.initializer}
+        if nodes is None:
+            inits = {t.name: t for t in g.initializer}
+            nodes = []
+            for n in g.node:
+                attrs = n.attribute
+                if len(attrs):
+                    nodes.append((n.domain, n.op_type, [a.SerializeToString() for a in attrs],
+                                  any(a.type in _SUBGRAPH for a in attrs), n.input[:], n.output[:]))
+                else:
+                    nodes.append((n.domain, n.op_type, (), False, n.input[:], n.output[:]))
+        external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in inits.values())
+        self.inits = inits  # name -> initializer proto (the model's, or the one the build copied into it)
+        self.keys = keys or {}  # name -> value_key, where known
         # Each initializer input is a marker and each inner tensor its order of appearance (the
         # exporter names some tensors after a domain's number, which an edit renumbers).
         pre: dict[str, object] = {n: None for n in inits}
@@ -51,28 +68,31 @@ class _Walk:
         pre.update({o.name: o.name for o in g.output})
         pre[""] = ""
         ids: dict[str, int] = {}
-        nodes, inputs, sub = [], [], False
-        for n in g.node:
-            ins, outs = n.input[:], n.output[:]
+        key, inputs, sub = [], [], False
+        for domain, op, sa, has_sub, ins, outs in nodes:
             inputs.append(ins)
-            attrs = n.attribute
-            if len(attrs):
-                sa = [a.SerializeToString() for a in attrs]
-                sub = sub or any(a.type in _SUBGRAPH for a in attrs)
-            else:
-                sa = ()
-            nodes.append((n.domain, n.op_type, sa,
-                          [pre[x] if x in pre else ids.setdefault(x, len(ids)) for x in ins],
-                          [pre[x] if x in pre else ids.setdefault(x, len(ids)) for x in outs]))
+            sub = sub or has_sub
+            key.append((domain, op, sa,
+                        [pre[x] if x in pre else ids.setdefault(x, len(ids)) for x in ins],
+                        [pre[x] if x in pre else ids.setdefault(x, len(ids)) for x in outs]))
         io = (tuple(i.SerializeToString() for i in g.input if i.name not in inits),
               tuple(o.name for o in g.output), tuple(sorted((o.domain, o.version) for o in model.opset_import)))
-        self.key = hashlib.sha1(repr((nodes, io)).encode()).digest()
+        self.key = hashlib.sha1(repr((key, io)).encode()).digest()
         self.inputs = inputs
         # Models with external data, subgraphs, or whose default program leaves out a layout pass
         # (it would not be the check's) run in a fresh default session (and so do big ones: the
         # runner's MAX_NODES).
-        self.followable = not (sub or layout_passes_off(model)
-                               or any(t.data_location == onnx.TensorProto.EXTERNAL for t in g.initializer))
+        self.followable = not (sub or layout_passes_off(model) or external)
+
+    @classmethod
+    def of_build(cls, build) -> "_Walk":
+        """The walk of ``build.model`` (a :class:`~qtquant.export.QdqBuild`) from what the exporter
+        recorded as it made it (:attr:`~qtquant.export.QdqBuild.made`), the same as a walk of the
+        model (tests check it); without that record, of the model."""
+        made = getattr(build, "made", None)
+        if made is None:
+            return cls(build.model)
+        return cls(build.model, *made)
 
 
 def _skeleton(model):
@@ -252,11 +272,13 @@ class _Program:
         self.inits = {t.name: t for t in other.graph.initializer}
         self._fp = self._prod = self._consts = None
 
-    def program_for(self, model, inputs=None) -> dict[str, onnx.TensorProto] | None:
+    def program_for(self, model, inputs=None, inits=None, keys=None) -> dict[str, onnx.TensorProto] | None:
         """The optimised program of ``model`` (same structure) as the values that differ from
         :attr:`optimised`'s (program initializer name -> tensor of that name), or None if it
-        cannot be had here.  ``inputs``: each node's inputs (:attr:`_Walk.inputs`), if read already."""
-        changed = self._changed(model, inputs)
+        cannot be had here.  ``inputs``, ``inits`` and ``keys``: each node's inputs, the initializers by
+        name and some of their value keys (:attr:`_Walk.inputs`, :attr:`_Walk.inits`, :attr:`_Walk.keys`),
+        if known already."""
+        changed = self._changed(model, inputs, inits, keys)
         if changed is None:
             return None
         if not changed:
@@ -271,7 +293,7 @@ class _Program:
             out[name] = c
         return out
 
-    def _changed(self, model, inputs=None) -> dict[str, onnx.TensorProto] | None:
+    def _changed(self, model, inputs=None, inits=None, keys=None) -> dict[str, onnx.TensorProto] | None:
         """:func:`_slot_values` of ``model`` (same structure) where the value differs from the
         program's, or None when one program initializer would need two values.  The slots are
         listed once per program and each of ``model``'s initializers keyed once (it fills several
@@ -280,10 +302,10 @@ class _Program:
             bi = {t.name for t in self.model.graph.initializer}
             self._slots = [(k, j, name) for k, n in enumerate(self.model.graph.node)
                            for j, name in enumerate(n.input) if name in bi]
-        mi = {t.name: t for t in model.graph.initializer}
+        mi = {t.name: t for t in model.graph.initializer} if inits is None else inits
         if inputs is None:
             inputs = [n.input[:] for n in model.graph.node]
-        keys: dict[str, bytes] = {}
+        keys = dict(keys) if keys else {}
         took: dict[str, str] = {}  # program initializer -> model initializer in its first slot
         out = {}
         try:

@@ -5,19 +5,24 @@ import json
 from dataclasses import replace
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from builders import save, yolov8n
 from qtquant.app import Options, open_model
+from qtquant.app.commands import CommandStack, SetPolicyCommand, SetPrecisionCommand
 from qtquant.autoshare import auto_share
 from qtquant.cli import main
 from qtquant.concat import concat_members
 from qtquant.export.qdq import build_qdq_model
 from qtquant.fidelity import float_outputs_of, measure_session, run_feeds
 from qtquant.groups import share, unshare
-from qtquant.fingerprints import fingerprints
+from qtquant.export import qdq
+from qtquant.export.rewrite import MEMO_MIN_BYTES, ValueMemo, raw_value_key
+from qtquant.fingerprints import Fingerprinter, fingerprints, value_key
 from qtquant.incremental import IncrementalRunner
-from qtquant.programs import moved_domains
+from qtquant.programs import _Walk, moved_domains
 from qtquant.plan import save_plan
 from qtquant.vocab import Policy, Scheme
 
@@ -361,3 +366,113 @@ def test_constants_have_a_budget_of_their_own(yolo):
         model, ref = _fresh(yolo, outs, feeds)
         assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
         assert runner._const_bytes <= 4096
+
+
+# What a recording build hands the check (QdqBuild.made): the same walk as reading the model back,
+# the same bytes as a plain build; an edit's fingerprints from the program's own ones.
+
+def _check(session, **kw):
+    b = qdq.build_qdq_model(session, record=True, **kw)
+    plain = qdq.build_qdq_model(session, **kw)
+    assert plain.made is None  # an export keeps no second reference to its initializers
+    assert b.model.SerializeToString() == plain.model.SerializeToString()
+    got, read = _Walk.of_build(b), _Walk(b.model)
+    assert b.made is not None
+    assert got.key == read.key and got.inputs == read.inputs and got.followable == read.followable
+    assert got.inits.keys() == read.inits.keys()
+    assert all(got.inits[n].SerializeToString() == read.inits[n].SerializeToString() for n in read.inits)
+    assert got.keys and all(value_key(read.inits[n]) == k for n, k in got.keys.items() if n in read.inits)
+    return b
+
+
+def test_a_recording_build_walks_as_its_model_reads_and_writes_the_same_bytes(yolo):
+    first = _check(yolo)
+    _check(yolo, float_tensors=frozenset(yolo.graph.outputs[:1]))
+    g = share(yolo, _head(yolo.graph))
+    shared = _check(yolo)
+    # the edit moved values, not the structure: the same key, other value keys for the moved scales
+    w0, w1 = _Walk.of_build(first), _Walk.of_build(shared)
+    assert w0.key == w1.key and w0.keys != w1.keys
+    st = CommandStack(yolo)
+    st.push(SetPolicyCommand("max-input"))
+    _check(yolo)
+    st.push(SetPrecisionCommand.for_domain(yolo, _head(yolo.graph)[0], "int16"))
+    _check(yolo)  # opset 21, another structure
+    st.push(SetPrecisionCommand.for_domain(yolo, _head(yolo.graph)[1], "float"))
+    _check(yolo)
+    st.undo()
+    st.undo()
+    st.undo()
+    unshare(yolo, g.id)
+    again = _check(yolo)
+    assert again.model.SerializeToString() == first.model.SerializeToString()
+
+
+def test_reused_weights_give_the_bytes_of_a_fresh_build_after_an_edit(yolo):
+    qdq.build_qdq_model(yolo, record=True)  # fills the memo
+    share(yolo, _head(yolo.graph))
+    warm = qdq.build_qdq_model(yolo, record=True).model.SerializeToString()
+    qdq._base_cache.clear()  # a fresh base, shell and memo
+    cold = qdq.build_qdq_model(yolo).model.SerializeToString()
+    assert warm == cold
+
+
+def test_the_value_memo_returns_an_arrays_bytes_and_key_and_keeps_to_its_budget():
+    memo = ValueMemo(budget=3 * (MEMO_MIN_BYTES + 64))
+    a = np.arange(MEMO_MIN_BYTES, dtype=np.int8)
+    raw, key = memo.raw_and_key(a, TensorProto.INT8)
+    assert raw == a.tobytes() and key == raw_value_key(TensorProto.INT8, a.shape, raw)
+    assert memo.raw_and_key(a, TensorProto.INT8)[0] is raw  # the same array: not copied out again
+    b = a.copy()  # equal values, another array: its own entry
+    assert memo.raw_and_key(b, TensorProto.INT8)[0] is not raw
+    small = np.zeros(4, np.int8)
+    assert memo.raw_and_key(small, TensorProto.INT8) == (small.tobytes(), raw_value_key(TensorProto.INT8, (4,),
+                                                                                          small.tobytes()))
+    for _ in range(4):  # newer ones push the oldest out
+        memo.raw_and_key(np.ones(MEMO_MIN_BYTES, np.int8), TensorProto.INT8)
+    assert memo.bytes <= memo.budget
+    assert memo.raw_and_key(a, TensorProto.INT8)[0] is not raw  # dropped, copied out afresh
+    assert memo.raw_and_key(a, TensorProto.INT8)[0] == raw
+
+
+def _chain():
+    nodes, inits = [], [helper.make_tensor("z", TensorProto.INT8, [], [0])]
+    x = "x"
+    for k in range(4):
+        inits.append(helper.make_tensor(f"s{k}", TensorProto.FLOAT, [], [0.5 + k]))
+        nodes.append(helper.make_node("QuantizeLinear", [x, f"s{k}", "z"], [f"q{k}"]))
+        nodes.append(helper.make_node("DequantizeLinear", [f"q{k}", f"s{k}", "z"], [f"d{k}"]))
+        nodes.append(helper.make_node("Relu", [f"d{k}"], [f"r{k}"]))
+        x = f"r{k}"
+    side = helper.make_node("Neg", ["x"], ["n"])
+    g = helper.make_graph(nodes + [side], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [2]),
+                           helper.make_tensor_value_info("n", TensorProto.FLOAT, [2])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_an_edits_fingerprints_from_the_programs_own_equal_computing_them_all():
+    m = _chain()
+    fp = Fingerprinter(m)
+    own = fp._full({})
+    assert fp() == own
+    for values in ({"s2": helper.make_tensor("s2", TensorProto.FLOAT, [], [9.0])},
+                   {"s0": helper.make_tensor("other", TensorProto.FLOAT, [], [0.5])},  # the same value
+                   {"s1": helper.make_tensor("s1", TensorProto.FLOAT, [], [7.0]),
+                    "z": helper.make_tensor("z", TensorProto.INT8, [], [3])},
+                   {"d1": helper.make_tensor("d1", TensorProto.FLOAT, [2], [1.0, 2.0])}):  # not an initializer
+        got = fp(values)
+        assert got == fp._full(values)
+    moved = fp({"s2": helper.make_tensor("s2", TensorProto.FLOAT, [], [9.0])})
+    assert moved["r1"] == own["r1"] and moved["n"] == own["n"]
+    assert moved["q2"] != own["q2"] and moved["r3"] != own["r3"]
+    m.graph.node.reverse()  # not topological: not followed, with or without values
+    fp = Fingerprinter(m)
+    assert fp() is None and fp({"s2": helper.make_tensor("s2", TensorProto.FLOAT, [], [9.0])}) is None
+
+
+def test_a_build_without_its_record_is_walked_from_the_model(yolo):
+    b = qdq.build_qdq_model(yolo)
+    assert b.made is None
+    w = _Walk.of_build(b)
+    assert w.key == _Walk(b.model).key and isinstance(b.model, onnx.ModelProto)

@@ -54,7 +54,7 @@ from ..precision import PrecisionMap, float_nodes
 from ..quant import qparams_for_range
 from ..vocab import Precision
 from .records import BiasAdjustment, ClipRecord, ExportResult, QdqBuild, clip_record
-from .rewrite import BaseFacts, Rewrite, names_in
+from .rewrite import BaseFacts, Rewrite, ValueMemo, names_in
 from .weights import INT32_MAX, INT32_MIN, quantize_weights
 
 __all__ = ["QdqBuild", "ExportResult", "BiasAdjustment", "ClipRecord", "build_qdq_model", "export_qdq",
@@ -102,7 +102,8 @@ def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
 
 def _shell(graph, base):
     """(``base`` without initializers and value_info, its initializers, the names they use, its
-    nodes' :class:`~.rewrite.BaseFacts`): once per base of ``graph`` (kept beside it in :data:`_base_cache`)."""
+    nodes' :class:`~.rewrite.BaseFacts`, and the :class:`~.rewrite.ValueMemo` of its recording builds):
+    once per base of ``graph`` (kept beside it in :data:`_base_cache`)."""
     cache = _base_cache.setdefault(graph, {})
     got = cache.get(("shell", id(base)))
     if got is None or got[0] is not base:
@@ -111,7 +112,8 @@ def _shell(graph, base):
         del shell.graph.initializer[:]
         del shell.graph.value_info[:]  # recomputed by any consumer; stale shapes would only mislead
         inits = list(base.graph.initializer)
-        got = cache[("shell", id(base))] = (base, shell, inits, frozenset(names_in(shell, inits)), BaseFacts(shell))
+        got = cache[("shell", id(base))] = (base, shell, inits, frozenset(names_in(shell, inits)), BaseFacts(shell),
+                                            ValueMemo())
     return got[1:]
 
 
@@ -121,7 +123,7 @@ def _quantize_values(v: np.ndarray, qp) -> np.ndarray:
 
 
 def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
-                    float_tensors: frozenset[str] = frozenset(), precision=None) -> QdqBuild:
+                    float_tensors: frozenset[str] = frozenset(), precision=None, record: bool = False) -> QdqBuild:
     """The QDQ model for ``dm`` (default: the session's current domains), in memory.
 
     ``quantize_outputs=False`` leaves the model outputs in float (no Q/DQ pair on them),
@@ -132,6 +134,8 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     ``quantize_outputs=False`` is the same as naming every model output there.
     ``precision``: tensor -> int16 / float (default: ``session.options.precision``; pass ``{}``
     for all int8).
+    ``record``: keep what the build made in :attr:`QdqBuild.made` (the fidelity check walks the model
+    from it; it holds the initializers the model has copies of, so an export does not keep it).
     """
     graph = session.graph
     dm = session.domains if dm is None else dm
@@ -164,11 +168,11 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     base, opset, per_channel, base_notes = _base(graph, bool(weight_uses), int16_used)
     # The base without its initializers, which the build adds back when still read: copying the
     # float weights in and pruning them out again was a third of a build on yolov8n_320 (12 MB).
-    shell, base_inits, names, facts = _shell(graph, base)
+    shell, base_inits, names, facts, memo = _shell(graph, base)
     model = onnx.ModelProto()
     model.CopyFrom(shell)
     build = QdqBuild(model, opset, notes=list(base_notes), cut=tuple(getattr(graph, "cut", ())))
-    rw = Rewrite(model, base_inits, names, facts)
+    rw = Rewrite(model, base_inits, names, facts, record, memo)
     missing = [n for n in graph.nodes if n not in rw.nodes]
     if missing:
         raise ModelError(f"cannot export: node {missing[0]!r} is missing from the model after opset conversion")
@@ -236,10 +240,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
             # The output keeps its name: the producer writes <t>_prequant, a DQ of its own writes t
             # and each consumer inside the graph reads another DQ (one DQ per use, Rewrite.dq_copy).
             src = rw.fresh(f"{t}_prequant")
-            producer = rw.nodes[tt.producer]
-            for k, o in enumerate(producer.output):
-                if o == t:
-                    producer.output[k] = src
+            rw.set_output(tt.producer, t, src)
             rw.set_input(where[-1], 0, src)
             rw.add_dq([q_out, s, z], t, rw.fresh(f"{t}_DequantizeLinear"), where)
             if uses:
@@ -298,6 +299,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
                 rw.rewire(cons.name, c, clone(c, did), i)
 
     rw.assemble()
+    build.made = rw.made
     build.domains = len(domain_inits)
     meta = {"version": 1, "scheme": scheme.value, "policy": session.options.policy.value,
             "groups": len(session.groups), "domains": build.domains, "float_outputs": not quantize_outputs}

@@ -135,6 +135,9 @@ class QdqBuild:
     bias_adjusted: list[BiasAdjustment] = field(default_factory=list)
     clipped: list[ClipRecord] = field(default_factory=list)
     cut: tuple[str, ...] = ()  # the graph was cut at these tensors (--cut): the file holds only that part
+    # What the build made, as it made it (Rewrite.made): the nodes and initializers of ``model``
+    # without reading them back (the fidelity check's walk of the model, programs._Walk.of_build).
+    made: tuple | None = field(default=None, repr=False, compare=False)
 
     def warnings(self) -> list[str]:
         """One line per weight scale raised for a bias and per tensor still clipped (kept out of

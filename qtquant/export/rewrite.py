@@ -3,16 +3,66 @@ initializers the export adds, and the float originals it leaves unread."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-__all__ = ["Rewrite", "BaseFacts", "prune", "names_in"]
+__all__ = ["Rewrite", "BaseFacts", "ValueMemo", "prune", "names_in", "raw_value_key"]
 
 _RAW_TYPES = {np.dtype(t): e for t, e in ((np.float32, onnx.TensorProto.FLOAT), (np.int8, onnx.TensorProto.INT8),
                                            (np.uint8, onnx.TensorProto.UINT8), (np.int32, onnx.TensorProto.INT32),
                                            (np.int16, onnx.TensorProto.INT16), (np.uint16, onnx.TensorProto.UINT16),
                                            (np.int64, onnx.TensorProto.INT64))}
+
+
+def raw_value_key(data_type: int, dims, body: bytes) -> bytes:
+    """:func:`qtquant.fingerprints.value_key` of an initializer of ``data_type`` and ``dims`` whose
+    raw data (or, without any, its serialization with the name left empty) is ``body``."""
+    return f"{data_type}:{tuple(dims)}:".encode() + body
+
+
+class ValueMemo:
+    """What recording builds (:attr:`Rewrite.made`) keep from one to the next: the
+    :func:`raw_value_key` of base initializers by name, and the raw bytes and key of big arrays by
+    identity (the quantized weights are cached, the same objects in every build: copying them out
+    twice per build was 1.5 of yolov8n_320's ~10 ms), the least recently used dropped past
+    :data:`MEMO_BYTES`.  An array is held while it is here, so its id is not reused meanwhile; arrays
+    given to a build are never changed in place."""
+
+    def __init__(self, budget: int | None = None):
+        self.base: dict[str, bytes] = {}
+        self.budget = MEMO_BYTES if budget is None else budget
+        self._arrays: "OrderedDict[int, tuple]" = OrderedDict()
+        self.bytes = 0
+
+    def raw_and_key(self, array: np.ndarray, elem: int) -> tuple[bytes, bytes]:
+        """(``array.tobytes()``, its :func:`raw_value_key` as an initializer of type ``elem``)."""
+        if array.nbytes < MEMO_MIN_BYTES:
+            raw = array.tobytes()
+            return raw, raw_value_key(elem, array.shape, raw)
+        got = self._arrays.get(id(array))
+        if got is not None and got[0] is array and got[1] == elem:
+            self._arrays.move_to_end(id(array))
+            return got[2], got[3]
+        raw = array.tobytes()
+        key = raw_value_key(elem, array.shape, raw)
+        size = len(raw) + len(key)
+        if size <= self.budget:
+            old = self._arrays.pop(id(array), None)
+            if old is not None:
+                self.bytes -= len(old[2]) + len(old[3])
+            self._arrays[id(array)] = (array, elem, raw, key)
+            self.bytes += size
+            while self.bytes > self.budget:
+                _, (_, _, r, k) = self._arrays.popitem(last=False)
+                self.bytes -= len(r) + len(k)
+        return raw, key
+
+
+MEMO_MIN_BYTES = 4096  # smaller arrays are copied out at each build (cheap, and most are new each time)
+MEMO_BYTES = 64 << 20  # ValueMemo's raw bytes and keys of big arrays, together
 
 
 def names_in(model, inits=()) -> set[str]:
@@ -109,30 +159,58 @@ def prune(model, pending=(), used=None, consts=None) -> None:
 class BaseFacts:
     """What :meth:`Rewrite.assemble` needs of a build's base nodes, read once per base: each node's
     inputs, the names its subgraphs read and each Constant node's outputs (reading the built model's
-    ~900 nodes back for them was a fifth of a build of yolov8n_320)."""
+    ~900 nodes back for them was a fifth of a build of yolov8n_320); and for :attr:`Rewrite.made`,
+    the nodes in order with their domain, op, serialized attributes, outputs and whether an
+    attribute is a subgraph (None when two nodes share a name: then nothing is recorded)."""
 
-    __slots__ = ("inputs", "sub_used", "consts")
+    __slots__ = ("inputs", "sub_used", "consts", "order", "parts", "outputs")
 
     def __init__(self, model: onnx.ModelProto):
         self.inputs: dict[str, list[str]] = {}
         self.sub_used: set[str] = set()
         self.consts: list[list[str]] = []
+        self.order: list[str] | None = []
+        self.parts: dict[str, tuple] = {}  # name -> (domain, op_type, serialized attributes, a subgraph?)
+        self.outputs: dict[str, list[str]] = {}
         for n in model.graph.node:
             self.inputs[n.name] = n.input[:]
-            if n.attribute:
+            self.order.append(n.name)
+            self.outputs[n.name] = n.output[:]
+            attrs = n.attribute
+            if attrs:
                 self.sub_used |= _subgraph_inputs(n)
                 if n.op_type == "Constant":
                     self.consts.append(n.output[:])
+                self.parts[n.name] = (n.domain, n.op_type, [a.SerializeToString() for a in attrs],
+                                      any(a.type in _SUBGRAPHS for a in attrs))
+            else:
+                self.parts[n.name] = (n.domain, n.op_type, (), False)
+        if len(self.parts) != len(self.order):
+            self.order = None
+
+
+_SUBGRAPHS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+_AXIS_BYTES: dict[int, bytes] = {}
+
+
+def _axis_bytes(axis: int) -> bytes:
+    """The serialized ``axis`` attribute of :func:`_node` (what a walk of the model reads back)."""
+    b = _AXIS_BYTES.get(axis)
+    if b is None:
+        b = _AXIS_BYTES[axis] = _node("DequantizeLinear", (), "", "", axis).attribute[0].SerializeToString()
+    return b
 
 
 class Rewrite:
     """The model a build rewrites, and the nodes and initializers it adds."""
 
-    def __init__(self, model: onnx.ModelProto, base_inits=(), names=None, facts: BaseFacts | None = None):
+    def __init__(self, model: onnx.ModelProto, base_inits=(), names=None, facts: BaseFacts | None = None,
+                 record: bool = False, memo: ValueMemo | None = None):
         """``base_inits``: the original initializers, left out of ``model``; :meth:`assemble`
         adds back those still read (the float weights the build replaces are never copied).
         ``names``: :func:`names_in` of the two, if known; ``facts``: :class:`BaseFacts` of ``model``,
-        if known."""
+        if known.  ``record``: set :attr:`made` (``memo``: the caller's :class:`ValueMemo`, kept from
+        one build to the next)."""
         self.model = model
         self.facts = facts if facts is not None else BaseFacts(model)
         self._read: set[str] = set()  # what the nodes the build adds read
@@ -147,6 +225,18 @@ class Rewrite:
         # node name -> its inputs as a list, kept in step with the proto by rewire: reading a
         # proto's repeated field item by item was a tenth of a 20,000-node CNN's build.
         self._inputs: dict[str, list[str]] = {}
+        self._outputs: dict[str, list[str]] = {}  # base node name -> its outputs, where set_output changed them
+        self._added: dict[int, tuple] = {}  # id(a node the build added) -> (op, serialized attributes, inputs, outputs)
+        # What the build made, for a walk of the model without reading it back (programs._Walk.of_build):
+        # per node in order (domain, op_type, serialized attributes, a subgraph?, inputs, outputs), and
+        # the initializers by name (the protos the model got copies of).  Set by assemble; None when
+        # unknown (not asked for, nodes sharing a name, Constant nodes pruned, a model that came with
+        # initializers).
+        # and the :func:`raw_value_key` of those whose value the build knows (a dict of them).
+        self.made: tuple[list[tuple], dict[str, onnx.TensorProto], dict[str, bytes]] | None = None
+        self._record = record
+        self._keys: dict[str, bytes] | None = {} if record else None
+        self._memo = memo if memo is not None else ValueMemo()
 
     def _ins(self, name: str) -> list[str]:
         ins = self._inputs.get(name)
@@ -168,12 +258,24 @@ class Rewrite:
         node = _node("QuantizeLinear", inputs, out, name)
         self._read.update(inputs)
         where.append(node)
+        self._added[id(node)] = ("QuantizeLinear", (), list(inputs), [out])
         return node
 
     def set_input(self, node: onnx.NodeProto, index: int, name: str) -> None:
         """Input ``index`` of ``node`` (one the build added) reads ``name`` instead."""
         node.input[index] = name
+        self._added[id(node)][2][index] = name
         self._read.add(name)
+
+    def set_output(self, node_name: str, old: str, new: str) -> None:
+        """The base node ``node_name`` writes ``new`` where it wrote ``old``."""
+        pn = self.nodes[node_name]
+        outs = self._outputs.get(node_name)
+        if outs is None:
+            outs = self._outputs[node_name] = list(self.facts.outputs.get(node_name) or pn.output[:])
+        for k, o in enumerate(outs):
+            if o == old:
+                pn.output[k] = outs[k] = new
 
     def add_dq(self, inputs, out: str, name: str, where: list, axis: int | None = None) -> onnx.NodeProto:
         """A DequantizeLinear writing ``out``, appended to ``where`` (:attr:`head` or an :attr:`after` list)."""
@@ -181,6 +283,7 @@ class Rewrite:
         self._read.update(inputs)
         where.append(node)
         self._dq[out] = node
+        self._added[id(node)] = ("DequantizeLinear", () if axis is None else [_axis_bytes(axis)], list(inputs), [out])
         return node
 
     def dq_copy(self, out: str) -> str:
@@ -197,6 +300,8 @@ class Rewrite:
         new = self.fresh(out)
         copy = _node("DequantizeLinear", node.input, new, self.fresh(node.name))
         copy.attribute.extend(node.attribute)
+        op, sa, ins, _ = self._added[id(node)]
+        self._added[id(copy)] = (op, sa, list(ins), [new])
         self._copies.setdefault(node.output[0], []).append(copy)
         self._dq[new] = node
         return new
@@ -218,8 +323,13 @@ class Rewrite:
         else:
             # What numpy_helper.from_array writes for these types (raw little-endian bytes), without
             # its dtype checks: 13,340 initializers on the 20k CNN, 0.3 s of the build
-            self.inits.append(onnx.TensorProto(name=name, data_type=elem, dims=array.shape,
-                                               raw_data=array.tobytes()))
+            if self._keys is None:
+                raw = array.tobytes()
+            else:
+                raw, key = self._memo.raw_and_key(array, elem)
+                if raw:
+                    self._keys[name] = key
+            self.inits.append(onnx.TensorProto(name=name, data_type=elem, dims=array.shape, raw_data=raw))
         return name
 
     def dequantized(self, base: str, q, scale, zero_point, axis: int | None = None) -> str:
@@ -236,18 +346,49 @@ class Rewrite:
         g = self.model.graph
         order = list(g.node)
         del g.node[:]
+        facts, made_added = self.facts, self._added
+        record = self._record and facts.order is not None and len(order) == len(facts.order) and not len(g.initializer)
+        made: list[tuple] = []
+
         def added(nodes):
             for n in nodes:
                 g.node.append(n)
-                g.node.extend(self._copies.get(n.output[0], ()) if n.op_type == "DequantizeLinear" else ())
+                op, sa, ins, outs = made_added[id(n)]
+                copies = self._copies.get(outs[0], ()) if op == "DequantizeLinear" else ()
+                g.node.extend(copies)
+                if record:
+                    made.append(("", op, sa, False, ins, outs))
+                    for m in copies:
+                        op, sa, ins, outs = made_added[id(m)]
+                        made.append(("", op, sa, False, ins, outs))
 
         added(self.head)
-        for n in order:
+        outs = self._outputs
+        inputs = self._inputs
+        for k, n in enumerate(order):
             g.node.append(n)
+            if record:
+                name = facts.order[k]
+                domain, op, sa, sub = facts.parts[name]
+                made.append((domain, op, sa, sub, inputs.get(name, facts.inputs[name]),
+                             outs.get(name, facts.outputs[name])))
             added(self.after.get(n.name, ()))
         # (A DQ's copies read what it reads.)
         used = {o.name for o in g.output} | self.facts.sub_used | self._read
-        inputs = self._inputs
         for name, base in self.facts.inputs.items():
             used.update(inputs.get(name, base))
-        prune(self.model, self.base_inits + self.inits, used, self.facts.consts)
+        pending = self.base_inits + self.inits
+        if record and not any(not any(o in used for o in c) for c in facts.consts):  # no Constant node pruned
+            kept = {t.name: t for t in pending if t.name in used}
+            keys, base_keys = self._keys, self._memo.base
+            for t in self.base_inits:
+                name = t.name
+                if name in kept:
+                    key = base_keys.get(name)
+                    if key is None:
+                        raw = t.raw_data
+                        key = base_keys[name] = raw_value_key(t.data_type, t.dims, raw) if raw else b""
+                    if key:
+                        keys[name] = key
+            self.made = (made, kept, keys)
+        prune(self.model, pending, used, self.facts.consts)
