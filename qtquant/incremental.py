@@ -19,6 +19,8 @@ twice costs more than it saves) run in a fresh default session.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections import OrderedDict
 
@@ -147,7 +149,11 @@ class IncrementalRunner:
             t1 = time.perf_counter()
             sess, out_names = self._session(sub, outs, names, keep, p)
             t2 = time.perf_counter()
-            res = run_session(sess, out_names, feeds, cancel, threads=sample_threads())
+            try:
+                res = run_session(sess, out_names, feeds, cancel, threads=sample_threads())
+            finally:
+                retire(sess)
+                del sess
             self.times.update(prepare=(t1 - t0) * 1e3, session=(t2 - t1) * 1e3, run=(time.perf_counter() - t2) * 1e3)
         else:
             res = [{} for _ in self.feeds]
@@ -186,7 +192,12 @@ class IncrementalRunner:
         nodes = [n for n in p.optimised.graph.node if id(n) in need]
         sub = _sub_model(p.optimised, nodes, inits)
         sub.graph.output.extend(onnx.ValueInfoProto(name=t) for t in todo)
-        (got,) = run_session(_disabled_session(sub), todo, [{}], None)
+        sess = _disabled_session(sub)
+        try:
+            (got,) = run_session(sess, todo, [{}], None)
+        finally:
+            retire(sess)
+            del sess
         for t in todo:
             out[t] = got[t]
             self._const_kept.put(h[t], got[t])
@@ -228,6 +239,8 @@ class IncrementalRunner:
             ok.append(arg.name)
         if len(ok) == len(keep):
             return sess, names + keep
+        retire(sess)
+        del sess
         return make(ok), names + ok
 
 
@@ -274,6 +287,61 @@ def _sub_model(prog: onnx.ModelProto, nodes, inits) -> onnx.ModelProto:
     used = {i for n in nodes for i in n.input}
     sub.graph.initializer.extend(inits[i] for i in used if i in inits)
     return sub
+
+
+RETIRE_DELAY = 0.02  # s: a done session's destruction waits this long, past the check's end
+
+
+class _Retired:
+    """Sessions the runner is done with, destroyed on a thread of their own a moment later.
+
+    Destroying the re-run's session took 2-3 ms of each check after an edit (yolov8n_320: its
+    kernels, plan and arena, with the interpreter lock held), after the runs and before the figures.
+    :data:`RETIRE_DELAY` later the check has handed its result over: the child process waits for
+    the next edit then (one comes tens of ms later at the soonest: the window's own work on it)."""
+
+    def __init__(self, delay: float):
+        self.delay = delay
+        self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def put(self, sess) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="qtquant-retired-sessions", daemon=True)
+                self._thread.start()
+        self._queue.put((time.monotonic() + self.delay, sess))
+
+    def _loop(self) -> None:
+        while True:
+            due, sess = self._queue.get()
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            del sess  # the last reference: onnxruntime frees the session here
+
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Wait until every session put so far is destroyed (tests); False on a timeout."""
+        done = threading.Event()
+        self._queue.put((0.0, _Flag(done)))
+        return done.wait(timeout)
+
+
+class _Flag:
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __del__(self):
+        self.event.set()
+
+
+_retired = _Retired(RETIRE_DELAY)
+
+
+def retire(sess) -> None:
+    """Hand ``sess`` (no longer used) over for destruction off the check's path (:class:`_Retired`)."""
+    _retired.put(sess)
 
 
 _ONE_BYTE = frozenset({"tensor(uint8)", "tensor(int8)", "tensor(bool)"})

@@ -476,3 +476,30 @@ def test_a_build_without_its_record_is_walked_from_the_model(yolo):
     assert b.made is None
     w = _Walk.of_build(b)
     assert w.key == _Walk(b.model).key and isinstance(b.model, onnx.ModelProto)
+
+
+def test_the_sessions_a_run_is_done_with_are_destroyed_after_it_off_its_path(yolo, monkeypatch):
+    import gc
+    import weakref
+
+    import qtquant.incremental as inc
+
+    made = []
+    real = inc._disabled_session
+
+    def spy(model):
+        sess = real(model)
+        made.append(weakref.ref(sess))
+        return sess
+
+    monkeypatch.setattr(inc, "_disabled_session", spy)
+    later = inc._Retired(0.5)
+    monkeypatch.setattr(inc, "_retired", later)
+    outs, feeds, runner, model, ref = _first_run(yolo)
+    share(yolo, _head(yolo.graph))
+    model, ref = _fresh(yolo, outs, feeds)
+    assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+    assert made and any(r() is not None for r in made)  # handed over, not destroyed on the run's path
+    assert later.drain()
+    gc.collect()
+    assert all(r() is None for r in made)
