@@ -220,6 +220,7 @@ class _Program:
         self.values = {t.name: _value_key(t) for t in self.model.graph.initializer}
         self.itemsize: dict[str, int] = {}  # tensor -> bytes per element, once a run has shown it
         self._fp = self._prod = self._slots = self._consts = None
+        self.pieces = None  # qtquant.incremental's serialized nodes and initializers of `optimised`
 
     @property
     def reusable(self) -> bool:
@@ -270,7 +271,7 @@ class _Program:
                 t.name = name
         self.optimised = other
         self.inits = {t.name: t for t in other.graph.initializer}
-        self._fp = self._prod = self._consts = None
+        self._fp = self._prod = self._consts = self.pieces = None
 
     def program_for(self, model, inputs=None, inits=None, keys=None) -> dict[str, onnx.TensorProto] | None:
         """The optimised program of ``model`` (same structure) as the values that differ from

@@ -328,7 +328,7 @@ def test_dequantized_weights_are_computed_once_for_every_sample_and_edit(yolo, m
     real = inc._disabled_session
 
     def spy(model):
-        made.append(model)
+        made.append(onnx.ModelProto.FromString(model.SerializeToString()))
         return real(model)
 
     monkeypatch.setattr(inc, "_disabled_session", spy)
@@ -503,3 +503,33 @@ def test_the_sessions_a_run_is_done_with_are_destroyed_after_it_off_its_path(yol
     assert later.drain()
     gc.collect()
     assert all(r() is None for r in made)
+
+
+def test_a_re_runs_model_from_serialized_pieces_is_the_model_of_those_nodes(yolo):
+    """The re-run's model is joined from each node and initializer serialized once per program: it
+    parses to what copying them into a ModelProto gives (bar the initializers' order)."""
+    import qtquant.incremental as inc
+
+    outs, feeds, runner, model, ref = _first_run(yolo)
+    p = next(iter(runner._programs.values()))
+    g = p.optimised.graph
+    nodes = list(g.node)[len(g.node) // 3:]
+    name = next(iter(p.inits))
+    moved = onnx.TensorProto()
+    moved.CopyFrom(p.inits[name])
+    moved.name = name
+    moved.raw_data = bytes(len(moved.raw_data)) if moved.raw_data else b""
+    for values in ({}, {name: moved}):
+        got = inc._pieces(p).sub_model(nodes, values)
+        got.input.append(g.input[0])
+        got.output = [onnx.ValueInfoProto(name=nodes[-1].output[0])]
+        want = inc._sub_model(p.optimised, nodes, {**p.inits, **values})
+        want.graph.input.append(g.input[0])
+        want.graph.output.append(onnx.ValueInfoProto(name=nodes[-1].output[0]))
+        parsed = onnx.ModelProto.FromString(got.SerializeToString())
+        for m in (parsed, want):
+            inits = sorted(m.graph.initializer, key=lambda t: t.name)
+            del m.graph.initializer[:]
+            m.graph.initializer.extend(inits)
+        assert parsed.SerializeToString() == want.SerializeToString()
+    assert inc._pieces(p) is inc._pieces(p)  # once per program
