@@ -109,6 +109,8 @@ class IncrementalRunner:
         if h is None or any(n not in h or n in graph_inputs for n in names):
             raise ModelError("fidelity check: onnxruntime's optimised program cannot be followed")
         prod, consts = p.producers, p.consts
+        pieces = _pieces(p)
+        node_ins = pieces.inputs
         inits = {**p.inits, **values}
         need, front, seen, stack = set(), {}, set(), list(names)
         wanted = set(names)
@@ -126,10 +128,10 @@ class IncrementalRunner:
                 front[t] = None  # computed the same way by an earlier run
             elif id(n) not in need:
                 need.add(id(n))
-                stack.extend(n.input)
+                stack.extend(node_ins[id(n)])
         fixed, const_nodes = self._constants(p, inits, h, [t for t in front if t in consts])
-        nodes = [n for n in g.node if id(n) in need]
-        sub = _pieces(p).sub_model(nodes, values)
+        nodes = [n for n in pieces.order if id(n) in need]
+        sub = pieces.sub_model(nodes, values)
         for f in front:
             if f in graph_inputs:
                 sub.input.append(graph_inputs[f])
@@ -140,7 +142,8 @@ class IncrementalRunner:
         outs = {o.name: o for o in g.output}
         # Keep the 1-byte tensors (int8 hand-overs between kernels): small, and where edits cut.
         # (Every tensor of the program is its own kernel's output: asking for it changes nothing.)
-        keep = [o for n in nodes for o in n.output
+        node_outs = pieces.outputs
+        keep = [o for n in nodes for o in node_outs[id(n)]
                 if o and o not in wanted and o not in front and p.itemsize.get(o, 1) == 1]
         self.last = ("optimised program", len(nodes) + const_nodes, len(g.node))
         feeds = [{x: (f[x] if x in graph_inputs else fixed[x] if x in fixed else self._kept[h[x]][k]) for x in front}
@@ -322,14 +325,18 @@ class _SubModel:
 
 
 class _Pieces:
-    """A program's nodes (each with its inputs) and initializers serialized as fields of a model's
-    graph, once per program (an initializer when a re-run first reads it)."""
+    """A program's nodes and initializers serialized as fields of a model's graph, once per program
+    (an initializer when a re-run first reads it); and its nodes in order with their inputs and
+    outputs, read once (each read of a node proto's fields makes new Python objects)."""
 
     def __init__(self, p: _Program):
         prog = p.optimised
         self.optimised = prog
         self.inits = p.inits
-        self.nodes = {id(n): (_field(1, n.SerializeToString()), n.input[:]) for n in prog.graph.node}
+        self.order = list(prog.graph.node)  # (the same wrappers as the program's producers hold)
+        self.nodes = {id(n): _field(1, n.SerializeToString()) for n in self.order}
+        self.inputs = {id(n): n.input[:] for n in self.order}
+        self.outputs = {id(n): n.output[:] for n in self.order}
         self._init_bytes: dict[str, bytes] = {}
         self.head = b"\x08" + _varint(prog.ir_version)  # field 1, a varint
         self.name = _field(2, prog.graph.name.encode())
@@ -338,9 +345,9 @@ class _Pieces:
     def sub_model(self, nodes, values) -> _SubModel:
         """:func:`_sub_model` of ``nodes`` with ``values`` (initializer name -> tensor) in place of
         the program's own."""
-        pieces = [self.nodes[id(n)] for n in nodes]
-        used = {i for _, ins in pieces for i in ins}
-        out = [b for b, _ in pieces]
+        ins = self.inputs
+        used = {i for n in nodes for i in ins[id(n)]}
+        out = [self.nodes[id(n)] for n in nodes]
         out.append(self.name)
         own, done = self.inits, self._init_bytes
         for i in used:
