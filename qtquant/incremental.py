@@ -19,8 +19,6 @@ twice costs more than it saves) run in a fresh default session.
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from collections import OrderedDict
 
@@ -30,7 +28,7 @@ from onnx import helper
 
 from .errors import ModelError
 from .programs import _Program, _Walk
-from .runtime import make_session, ort_session
+from .runtime import make_session, ort_session, retire
 from .sampleruns import run_session, sample_threads
 from .shipped import layout_passes_off
 
@@ -367,61 +365,6 @@ def _pieces(p: _Program) -> _Pieces:
     if got is None or got.optimised is not p.optimised:
         got = p.pieces = _Pieces(p)
     return got
-
-
-RETIRE_DELAY = 0.02  # s: a done session's destruction waits this long, past the check's end
-
-
-class _Retired:
-    """Sessions the runner is done with, destroyed on a thread of their own a moment later.
-
-    Destroying the re-run's session took 2-3 ms of each check after an edit (yolov8n_320: its
-    kernels, plan and arena, with the interpreter lock held), after the runs and before the figures.
-    :data:`RETIRE_DELAY` later the check has handed its result over: the child process waits for
-    the next edit then (one comes tens of ms later at the soonest: the window's own work on it)."""
-
-    def __init__(self, delay: float):
-        self.delay = delay
-        self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def put(self, sess) -> None:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="qtquant-retired-sessions", daemon=True)
-                self._thread.start()
-        self._queue.put((time.monotonic() + self.delay, sess))
-
-    def _loop(self) -> None:
-        while True:
-            due, sess = self._queue.get()
-            wait = due - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            del sess  # the last reference: onnxruntime frees the session here
-
-    def drain(self, timeout: float = 5.0) -> bool:
-        """Wait until every session put so far is destroyed (tests); False on a timeout."""
-        done = threading.Event()
-        self._queue.put((0.0, _Flag(done)))
-        return done.wait(timeout)
-
-
-class _Flag:
-    def __init__(self, event: threading.Event):
-        self.event = event
-
-    def __del__(self):
-        self.event.set()
-
-
-_retired = _Retired(RETIRE_DELAY)
-
-
-def retire(sess) -> None:
-    """Hand ``sess`` (no longer used) over for destruction off the check's path (:class:`_Retired`)."""
-    _retired.put(sess)
 
 
 _ONE_BYTE = frozenset({"tensor(uint8)", "tensor(int8)", "tensor(bool)"})

@@ -493,8 +493,10 @@ def test_the_sessions_a_run_is_done_with_are_destroyed_after_it_off_its_path(yol
         return sess
 
     monkeypatch.setattr(inc, "_disabled_session", spy)
-    later = inc._Retired(0.5)
-    monkeypatch.setattr(inc, "_retired", later)
+    import qtquant.runtime as rt
+
+    later = rt._Retired(0.5)
+    monkeypatch.setattr(rt, "_retired", later)
     outs, feeds, runner, model, ref = _first_run(yolo)
     share(yolo, _head(yolo.graph))
     model, ref = _fresh(yolo, outs, feeds)
