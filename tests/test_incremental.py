@@ -417,22 +417,25 @@ def test_reused_weights_give_the_bytes_of_a_fresh_build_after_an_edit(yolo):
     assert warm == cold
 
 
-def test_the_value_memo_returns_an_arrays_bytes_and_key_and_keeps_to_its_budget():
-    memo = ValueMemo(budget=3 * (MEMO_MIN_BYTES + 64))
+def test_the_value_memo_returns_an_arrays_initializer_and_key_and_keeps_to_its_budget():
+    memo = ValueMemo(budget=3 * (2 * MEMO_MIN_BYTES + 64))
     a = np.arange(MEMO_MIN_BYTES, dtype=np.int8)
-    raw, key = memo.raw_and_key(a, TensorProto.INT8)
-    assert raw == a.tobytes() and key == raw_value_key(TensorProto.INT8, a.shape, raw)
-    assert memo.raw_and_key(a, TensorProto.INT8)[0] is raw  # the same array: not copied out again
+    t, key = memo.init(a, TensorProto.INT8, "w")
+    assert t.SerializeToString() == onnx.TensorProto(name="w", data_type=TensorProto.INT8, dims=a.shape,
+                                                     raw_data=a.tobytes()).SerializeToString()
+    assert key == raw_value_key(TensorProto.INT8, a.shape, a.tobytes())
+    assert memo.init(a, TensorProto.INT8, "w")[0] is t  # the same array and name: nothing made again
+    assert memo.init(a, TensorProto.INT8, "w_1")[0].name == "w_1"
     b = a.copy()  # equal values, another array: its own entry
-    assert memo.raw_and_key(b, TensorProto.INT8)[0] is not raw
+    assert memo.init(b, TensorProto.INT8, "w")[0] is not t
     small = np.zeros(4, np.int8)
-    assert memo.raw_and_key(small, TensorProto.INT8) == (small.tobytes(), raw_value_key(TensorProto.INT8, (4,),
-                                                                                          small.tobytes()))
+    st, sk = memo.init(small, TensorProto.INT8, "z")
+    assert st.raw_data == small.tobytes() and sk == raw_value_key(TensorProto.INT8, (4,), small.tobytes())
     for _ in range(4):  # newer ones push the oldest out
-        memo.raw_and_key(np.ones(MEMO_MIN_BYTES, np.int8), TensorProto.INT8)
+        memo.init(np.ones(MEMO_MIN_BYTES, np.int8), TensorProto.INT8, "o")
     assert memo.bytes <= memo.budget
-    assert memo.raw_and_key(a, TensorProto.INT8)[0] is not raw  # dropped, copied out afresh
-    assert memo.raw_and_key(a, TensorProto.INT8)[0] == raw
+    again = memo.init(a, TensorProto.INT8, "w")[0]
+    assert again is not t and again.SerializeToString() == t.SerializeToString()  # dropped, made afresh
 
 
 def _chain():

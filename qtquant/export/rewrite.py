@@ -25,44 +25,53 @@ def raw_value_key(data_type: int, dims, body: bytes) -> bytes:
 
 class ValueMemo:
     """What recording builds (:attr:`Rewrite.made`) keep from one to the next: the
-    :func:`raw_value_key` of base initializers by name, and the raw bytes and key of big arrays by
-    identity (the quantized weights are cached, the same objects in every build: copying them out
-    twice per build was 1.5 of yolov8n_320's ~10 ms), the least recently used dropped past
-    :data:`MEMO_BYTES`.  An array is held while it is here, so its id is not reused meanwhile; arrays
-    given to a build are never changed in place."""
+    :func:`raw_value_key` of base initializers by name, and for big arrays, by identity, their key
+    and the initializer protos made of them (the quantized weights are cached, the same objects in
+    every build: copying them out into bytes, a key and a proto at each build was 1.5 of
+    yolov8n_320's ~10 ms), the least recently used dropped past :data:`MEMO_BYTES`.  An array is
+    held while it is here, so its id is not reused meanwhile; arrays given to a build are never
+    changed in place, and nothing changes an initializer proto a build made (the model gets copies)."""
 
     def __init__(self, budget: int | None = None):
         self.base: dict[str, bytes] = {}
         self.budget = MEMO_BYTES if budget is None else budget
-        self._arrays: "OrderedDict[int, tuple]" = OrderedDict()
+        self._arrays: "OrderedDict[int, tuple]" = OrderedDict()  # id -> (array, elem, key, {name: proto})
         self.bytes = 0
 
-    def raw_and_key(self, array: np.ndarray, elem: int) -> tuple[bytes, bytes]:
-        """(``array.tobytes()``, its :func:`raw_value_key` as an initializer of type ``elem``)."""
+    def init(self, array: np.ndarray, elem: int, name: str) -> tuple[onnx.TensorProto, bytes]:
+        """(the initializer ``name`` of ``array``'s raw bytes as type ``elem``, its :func:`raw_value_key`)."""
         if array.nbytes < MEMO_MIN_BYTES:
             raw = array.tobytes()
-            return raw, raw_value_key(elem, array.shape, raw)
+            return (onnx.TensorProto(name=name, data_type=elem, dims=array.shape, raw_data=raw),
+                    raw_value_key(elem, array.shape, raw))
         got = self._arrays.get(id(array))
-        if got is not None and got[0] is array and got[1] == elem:
-            self._arrays.move_to_end(id(array))
-            return got[2], got[3]
-        raw = array.tobytes()
-        key = raw_value_key(elem, array.shape, raw)
-        size = len(raw) + len(key)
-        if size <= self.budget:
+        if got is None or got[0] is not array or got[1] != elem:
+            raw = array.tobytes()
+            got = (array, elem, raw_value_key(elem, array.shape, raw), {})
             old = self._arrays.pop(id(array), None)
             if old is not None:
-                self.bytes -= len(old[2]) + len(old[3])
-            self._arrays[id(array)] = (array, elem, raw, key)
-            self.bytes += size
-            while self.bytes > self.budget:
-                _, (_, _, r, k) = self._arrays.popitem(last=False)
-                self.bytes -= len(r) + len(k)
-        return raw, key
+                self.bytes -= self._size(old)
+            self._arrays[id(array)] = got
+            self.bytes += len(got[2])
+        else:
+            self._arrays.move_to_end(id(array))
+        proto = got[3].get(name)
+        if proto is None:
+            proto = got[3][name] = onnx.TensorProto(name=name, data_type=elem, dims=array.shape,
+                                                    raw_data=got[2][-array.nbytes:] if array.nbytes else b"")
+            self.bytes += array.nbytes
+        while self.bytes > self.budget and self._arrays:
+            _, old = self._arrays.popitem(last=False)
+            self.bytes -= self._size(old)
+        return proto, got[2]
+
+    @staticmethod
+    def _size(entry) -> int:
+        return len(entry[2]) + entry[0].nbytes * len(entry[3])
 
 
 MEMO_MIN_BYTES = 4096  # smaller arrays are copied out at each build (cheap, and most are new each time)
-MEMO_BYTES = 64 << 20  # ValueMemo's raw bytes and keys of big arrays, together
+MEMO_BYTES = 64 << 20  # ValueMemo's keys and protos of big arrays, together
 
 
 def names_in(model, inits=()) -> set[str]:
@@ -324,12 +333,13 @@ class Rewrite:
             # What numpy_helper.from_array writes for these types (raw little-endian bytes), without
             # its dtype checks: 13,340 initializers on the 20k CNN, 0.3 s of the build
             if self._keys is None:
-                raw = array.tobytes()
+                self.inits.append(onnx.TensorProto(name=name, data_type=elem, dims=array.shape,
+                                                   raw_data=array.tobytes()))
             else:
-                raw, key = self._memo.raw_and_key(array, elem)
-                if raw:
+                proto, key = self._memo.init(array, elem, name)
+                if array.nbytes:
                     self._keys[name] = key
-            self.inits.append(onnx.TensorProto(name=name, data_type=elem, dims=array.shape, raw_data=raw))
+                self.inits.append(proto)
         return name
 
     def dequantized(self, base: str, q, scale, zero_point, axis: int | None = None) -> str:
