@@ -2,6 +2,7 @@
 exported model gives, bit for bit, while running only the part an edit changed."""
 
 import json
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -498,14 +499,16 @@ def test_the_sessions_a_run_is_done_with_are_destroyed_after_it_off_its_path(yol
     monkeypatch.setattr(inc, "_disabled_session", spy)
     import qtquant.runtime as rt
 
-    later = rt._Retired(0.5)
+    later = rt._Retired(0.01)
     monkeypatch.setattr(rt, "_retired", later)
-    outs, feeds, runner, model, ref = _first_run(yolo)
-    share(yolo, _head(yolo.graph))
-    model, ref = _fresh(yolo, outs, feeds)
-    assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
-    assert made and any(r() is not None for r in made)  # handed over, not destroyed on the run's path
-    assert later.drain()
+    with rt.checking():  # a check runs: nothing is destroyed meanwhile
+        outs, feeds, runner, model, ref = _first_run(yolo)
+        share(yolo, _head(yolo.graph))
+        model, ref = _fresh(yolo, outs, feeds)
+        assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+        time.sleep(0.05)
+        assert made and all(r() is not None for r in made)  # handed over, not destroyed on the run's path
+    assert later.drain()  # once the check is over
     gc.collect()
     assert all(r() is None for r in made)
 
