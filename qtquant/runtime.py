@@ -112,7 +112,7 @@ def run_with_outputs(graph, names, feed) -> dict[str, np.ndarray]:
 
 
 RETIRE_DELAY = 0.05  # s: a done session's destruction waits for a pause this long between checks
-RETIRE_MAX = 16  # sessions waiting beyond which the oldest is destroyed without a pause
+RETIRE_MAX = 4  # sessions waiting beyond which the oldest is destroyed without a pause (their memory)
 
 
 class _Retired:
