@@ -39,7 +39,6 @@ re-run only from where they changed (the same outputs as a fresh default session
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 import time
@@ -53,7 +52,7 @@ from .fidelity_runs import (_caches, _Cache, _float_outputs, _prefetchable, _qdq
 from .metrics import ErrorSums, cosine, signal_noise_db, sqnr_db
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
 from .quant import bits_lost, qparams_for_range
-from .runtime import checking, with_outputs
+from .runtime import with_outputs
 from .shipped import REFERENCE_SKIPPED_TEXT
 
 __all__ = ["Fidelity", "OutputFidelity", "MemberFidelity", "measure_session", "sqnr_db", "cosine",
@@ -119,19 +118,6 @@ def _kernel_findings(after_ship, after_fake, outs) -> list[str]:
     return found
 
 
-def _while_checking(fn):
-    """``fn`` runs as a check: onnxruntime sessions retired meanwhile are destroyed after it
-    (:func:`~qtquant.runtime.checking`), not in the middle of it."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with checking():
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
-@_while_checking
 def measure_session(session, *, cancel=None, quantize_outputs: bool | None = None,
                     output_mode: OutputMode | None = None, cross_check: bool = False, meanwhile=None,
                     follow_edits: bool = False) -> Fidelity:

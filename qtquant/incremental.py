@@ -28,7 +28,7 @@ from onnx import helper
 
 from .errors import ModelError
 from .programs import _Program, _Walk
-from .runtime import make_session, ort_session, retire
+from .runtime import make_session, ort_session
 from .sampleruns import run_session, sample_threads
 from .shipped import layout_passes_off
 
@@ -150,11 +150,7 @@ class IncrementalRunner:
             t1 = time.perf_counter()
             sess, out_names = self._session(sub, outs, names, keep, p)
             t2 = time.perf_counter()
-            try:
-                res = run_session(sess, out_names, feeds, cancel, threads=sample_threads())
-            finally:
-                retire(sess)
-                del sess
+            res = run_session(sess, out_names, feeds, cancel, threads=sample_threads())
             self.times.update(prepare=(t1 - t0) * 1e3, session=(t2 - t1) * 1e3, run=(time.perf_counter() - t2) * 1e3)
         else:
             res = [{} for _ in self.feeds]
@@ -193,12 +189,7 @@ class IncrementalRunner:
         nodes = [n for n in p.optimised.graph.node if id(n) in need]
         sub = _sub_model(p.optimised, nodes, inits)
         sub.graph.output.extend(onnx.ValueInfoProto(name=t) for t in todo)
-        sess = _disabled_session(sub)
-        try:
-            (got,) = run_session(sess, todo, [{}], None)
-        finally:
-            retire(sess)
-            del sess
+        (got,) = run_session(_disabled_session(sub), todo, [{}], None)
         for t in todo:
             out[t] = got[t]
             self._const_kept.put(h[t], got[t])
@@ -238,8 +229,6 @@ class IncrementalRunner:
             ok.append(arg.name)
         if len(ok) == len(keep):
             return sess, names + keep
-        retire(sess)
-        del sess
         return make(ok), names + ok
 
 

@@ -24,7 +24,7 @@ import onnx
 
 from .fingerprints import Fingerprinter
 from .fingerprints import value_key as _value_key
-from .runtime import ort_session, retire
+from .runtime import ort_session
 from .shipped import layout_passes_off
 
 __all__ = ["moved_domains"]
@@ -176,8 +176,7 @@ def _optimise(model: onnx.ModelProto, keep_apart: bool = False) -> onnx.ModelPro
         so.log_severity_level = 3
         so.optimized_model_filepath = path
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        # (the session itself is not needed: destroyed off the check's path, runtime.retire)
-        retire(ort_session(model, so, **({"disabled_optimizers": ["ConstantSharing"]} if keep_apart else {})))
+        ort_session(model, so, **({"disabled_optimizers": ["ConstantSharing"]} if keep_apart else {}))
         # onnxruntime writes the program with its initializers inline (no external-data entry is set),
         # so onnx's walk of every tensor and attribute looking for external files finds nothing:
         # ~7 of ~8 ms for a 960-node program, 155M of 166M instructions for a 10k-node one.

@@ -5,9 +5,6 @@ All inference in qtquant goes through here: calibration, shape fallback and fide
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +13,7 @@ import onnx
 from .errors import ModelError, first_line
 
 __all__ = ["make_session", "ort_session", "run_with_outputs", "zeros_feed", "with_outputs", "input_specs",
-           "has_external_data", "retire", "checking", "RETIRE_DELAY"]
+           "has_external_data"]
 
 def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
     """A copy of ``model`` whose graph also outputs ``names`` (in that order, after the originals)."""
@@ -109,94 +106,3 @@ def run_with_outputs(graph, names, feed) -> dict[str, np.ndarray]:
     sess = make_session(with_outputs(graph.model, names), graph.base_dir)
     res = sess.run(names, feed)
     return dict(zip(names, res))
-
-
-RETIRE_DELAY = 0.05  # s: a done session's destruction waits for a pause this long between checks
-RETIRE_MAX = 4  # sessions waiting beyond which the oldest is destroyed without a pause (their memory)
-
-
-class _Retired:
-    """Sessions their user is done with, destroyed on a thread of their own once no check runs.
-
-    Destroying the incremental runner's re-run session took 2-3 ms of each fidelity check after an
-    edit (yolov8n_320: its kernels, plan and arena, with the interpreter lock held), after the runs
-    and before the figures; a new structure's three optimisations 2.5-2.9 ms each.  A check says
-    when it runs (:func:`checking`), and sessions are destroyed in a pause of :data:`RETIRE_DELAY`
-    without one: edits that follow each other at once leave only a few ms between checks (the
-    reply's way to the window and the next edit), and destroying sessions 2 ms after a check
-    delayed its reply by 8-14 ms.  Past :data:`RETIRE_MAX` waiting, the oldest goes at once."""
-
-    def __init__(self, delay: float):
-        self.delay = delay
-        self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._idle = threading.Condition()
-        self._busy = 0
-        self._since = 0.0  # when the last check ended
-
-    def put(self, sess) -> None:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="qtquant-retired-sessions", daemon=True)
-                self._thread.start()
-        self._queue.put(sess)
-
-    def enter(self) -> None:
-        with self._idle:
-            self._busy += 1
-
-    def leave(self) -> None:
-        with self._idle:
-            self._busy -= 1
-            self._since = time.monotonic()
-            self._idle.notify_all()
-
-    def _loop(self) -> None:
-        while True:
-            sess = self._queue.get()
-            with self._idle:
-                while self._queue.qsize() < RETIRE_MAX:
-                    if self._busy:
-                        self._idle.wait(self.delay)
-                        continue
-                    wait = self._since + self.delay - time.monotonic()
-                    if wait <= 0:
-                        break
-                    self._idle.wait(wait)
-            del sess  # the last reference: onnxruntime frees the session here
-
-    def drain(self, timeout: float = 5.0) -> bool:
-        """Wait until every session put so far is destroyed (tests); False on a timeout."""
-        done = threading.Event()
-        self._queue.put(_Flag(done))
-        return done.wait(timeout)
-
-
-class _Flag:
-    def __init__(self, event: threading.Event):
-        self.event = event
-
-    def __del__(self):
-        self.event.set()
-
-
-_retired = _Retired(RETIRE_DELAY)
-
-
-def retire(sess) -> None:
-    """Hand ``sess`` (no longer used) over for destruction off the check's path (:class:`_Retired`)."""
-    _retired.put(sess)
-
-
-class checking:
-    """``with checking():`` a fidelity check runs: no retired session is destroyed meanwhile."""
-
-    def __enter__(self):
-        self._r = _retired
-        self._r.enter()
-        return self
-
-    def __exit__(self, *exc):
-        self._r.leave()
-        return False

@@ -2,7 +2,6 @@
 exported model gives, bit for bit, while running only the part an edit changed."""
 
 import json
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -480,37 +479,6 @@ def test_a_build_without_its_record_is_walked_from_the_model(yolo):
     assert b.made is None
     w = _Walk.of_build(b)
     assert w.key == _Walk(b.model).key and isinstance(b.model, onnx.ModelProto)
-
-
-def test_the_sessions_a_run_is_done_with_are_destroyed_after_it_off_its_path(yolo, monkeypatch):
-    import gc
-    import weakref
-
-    import qtquant.incremental as inc
-
-    made = []
-    real = inc._disabled_session
-
-    def spy(model):
-        sess = real(model)
-        made.append(weakref.ref(sess))
-        return sess
-
-    monkeypatch.setattr(inc, "_disabled_session", spy)
-    import qtquant.runtime as rt
-
-    later = rt._Retired(0.01)
-    monkeypatch.setattr(rt, "_retired", later)
-    with rt.checking():  # a check runs: nothing is destroyed meanwhile
-        outs, feeds, runner, model, ref = _first_run(yolo)
-        share(yolo, _head(yolo.graph))
-        model, ref = _fresh(yolo, outs, feeds)
-        assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
-        time.sleep(0.05)
-        assert made and all(r() is not None for r in made)  # handed over, not destroyed on the run's path
-    assert later.drain()  # once the check is over
-    gc.collect()
-    assert all(r() is None for r in made)
 
 
 def test_a_re_runs_model_from_serialized_pieces_is_the_model_of_those_nodes(yolo):
