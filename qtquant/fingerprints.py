@@ -5,6 +5,7 @@ fingerprint is unchanged after an edit is not computed again."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import onnx
@@ -44,8 +45,6 @@ class Fingerprinter:
             for a in n.attribute:
                 m.update(a.SerializeToString())
             self.nodes.append((m, tuple(n.input), tuple(n.output)))
-        self._own: dict[str, bytes] | None = None  # the fingerprints with the graph's own values
-        self._own_done = False
 
     def __call__(self, values: dict[str, onnx.TensorProto] | None = None) -> dict[str, bytes] | None:
         """Tensor name -> fingerprint with ``values`` (initializer name -> tensor) in place of the
@@ -54,8 +53,6 @@ class Fingerprinter:
         From the graph's own fingerprints (computed once), only the nodes downstream of a value
         that differs are hashed again: an edit moves a few of yolov8n_320's program's ~600 nodes'
         inputs (the other nodes' fingerprints cannot change: their inputs' did not)."""
-        if not self._own_done:
-            self._own, self._own_done = self._full({}), True
         own = self._own
         if own is None or any(name not in self.base for name in (values or ())):
             return self._full(values or {})
@@ -80,6 +77,11 @@ class Fingerprinter:
                     h[o] = hashlib.sha1(d + k.to_bytes(4, "little")).digest()
                     dirty.add(o)
         return h
+
+    @functools.cached_property
+    def _own(self) -> dict[str, bytes] | None:
+        """The fingerprints with the graph's own values (None: nodes out of order)."""
+        return self._full({})
 
     def _full(self, values) -> dict[str, bytes] | None:
         h = dict(self.base)

@@ -127,7 +127,7 @@ class IncrementalRunner:
             elif id(n) not in need:
                 need.add(id(n))
                 stack.extend(node_ins[id(n)])
-        fixed, const_nodes = self._constants(p, inits, h, [t for t in front if t in consts])
+        fixed, const_nodes = self._constants(p, inits, values, h, [t for t in front if t in consts])
         nodes = [n for n in pieces.order if id(n) in need]
         sub = pieces.sub_model(nodes, values)
         for f in front:
@@ -165,8 +165,9 @@ class IncrementalRunner:
                     self._kept.put(h[o], vals)
         return [{n: r[n] for n in names} for r in res]
 
-    def _constants(self, p: _Program, inits, h, names) -> tuple[dict[str, np.ndarray], int]:
-        """The values of ``names`` (tensors of :attr:`_Program.consts`) and how many nodes computed
+    def _constants(self, p: _Program, inits, values, h, names) -> tuple[dict[str, np.ndarray], int]:
+        """The values of ``names`` (tensors of :attr:`_Program.consts`; ``inits``: the program's
+        initializers with ``values``, the edit's, in place) and how many nodes computed
         them: kept by fingerprint (one array for all samples, within :data:`CONST_BYTES`), else
         computed in a session of the nodes computing them, which has no input.  onnxruntime's own
         kernels compute them, so they are its values bit for bit."""
@@ -180,15 +181,17 @@ class IncrementalRunner:
                 out[t] = a
         if not todo:
             return out, 0
+        pieces = _pieces(p)
+        node_ins = pieces.inputs
         prod, need, stack = p.producers, set(), list(todo)
         while stack:
             n = prod.get(stack.pop())
             if n is not None and id(n) not in need:
                 need.add(id(n))
-                stack.extend(i for i in n.input if i and i not in inits)
-        nodes = [n for n in p.optimised.graph.node if id(n) in need]
-        sub = _sub_model(p.optimised, nodes, inits)
-        sub.graph.output.extend(onnx.ValueInfoProto(name=t) for t in todo)
+                stack.extend(i for i in node_ins[id(n)] if i and i not in inits)
+        nodes = [n for n in pieces.order if id(n) in need]
+        sub = pieces.sub_model(nodes, values)
+        sub.output = [onnx.ValueInfoProto(name=t) for t in todo]
         (got,) = run_session(_disabled_session(sub), todo, [{}], None)
         for t in todo:
             out[t] = got[t]
@@ -264,19 +267,6 @@ def _array_bytes(value: np.ndarray) -> int:
     return int(value.nbytes)
 
 
-def _sub_model(prog: onnx.ModelProto, nodes, inits) -> onnx.ModelProto:
-    """A model of ``nodes`` of onnxruntime's program ``prog``, with the initializers among
-    ``inits`` (name -> tensor) that they read; its inputs and outputs are the caller's."""
-    sub = onnx.ModelProto()
-    sub.ir_version = prog.ir_version
-    sub.opset_import.extend(prog.opset_import)
-    sub.graph.name = prog.graph.name
-    sub.graph.node.extend(nodes)
-    used = {i for n in nodes for i in n.input}
-    sub.graph.initializer.extend(inits[i] for i in used if i in inits)
-    return sub
-
-
 def _varint(v: int) -> bytes:
     out = bytearray()
     while v > 0x7F:
@@ -292,11 +282,12 @@ def _field(number: int, payload: bytes) -> bytes:
 
 
 class _SubModel:
-    """What :func:`_sub_model` makes, as serialized pieces: the nodes and initializers (each serialized
-    once per program, :class:`_Pieces`) and the inputs and outputs the caller sets.  Its bytes are
-    those fields in their field order, what ``SerializeToString`` of that ModelProto writes bar the
-    initializers' order (a set's in both).  Copying the nodes and initializers into a ModelProto and
-    serializing it again was 1.4 + 0.3 ms of a mid-network edit's check on yolov8n_320."""
+    """A model of some nodes of onnxruntime's program and the initializers they read, as serialized
+    pieces: the nodes and initializers (each serialized once per program, :class:`_Pieces`) and the
+    inputs and outputs the caller sets.  Its bytes are those fields in their field order, what
+    ``SerializeToString`` of the same ModelProto writes bar the initializers' order (a set's in
+    both).  Copying the nodes and initializers into a ModelProto and serializing it again was
+    1.4 + 0.3 ms of a mid-network edit's check on yolov8n_320."""
 
     __slots__ = ("head", "body", "tail", "input", "output")
 
@@ -330,8 +321,9 @@ class _Pieces:
         self.tail = b"".join(_field(8, o.SerializeToString()) for o in prog.opset_import)
 
     def sub_model(self, nodes, values) -> _SubModel:
-        """:func:`_sub_model` of ``nodes`` with ``values`` (initializer name -> tensor) in place of
-        the program's own."""
+        """The model of ``nodes`` (of the program, in its order) with the initializers they read,
+        ``values`` (initializer name -> tensor) in place of the program's own; its inputs and
+        outputs are the caller's."""
         ins = self.inputs
         used = {i for n in nodes for i in ins[id(n)]}
         out = [self.nodes[id(n)] for n in nodes]

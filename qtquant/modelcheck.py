@@ -18,6 +18,7 @@ import onnx
 
 from .errors import ModelError, ShapeError, first_line
 from .nodetable import NodeTable
+from .ops import SUBGRAPH_OPS
 from .shapes import format_shape
 
 __all__ = ["FLOAT_TYPES", "toposort", "topo_order", "check_external_data", "check_text", "apply_input_shapes",
@@ -337,19 +338,18 @@ def _infer_proto(model, data_prop: bool = True) -> tuple[onnx.ModelProto, bytes]
 # value propagated before).  Any other op with data propagation (Shape, Size, or one a later onnx
 # adds) is taken to make values of its own.
 _VALUE_PROPAGATING = frozenset({"Add", "Sub", "Mul", "Cast", "Concat", "Gather", "Slice", "Squeeze", "Unsqueeze"})
-_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 _SHAPE_INTS = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
 _INERT, _CARRIES, _SOURCE = 0, 1, 2
 
 
 @functools.cache
-def _propagation_role(op: str, domain: str, version: int) -> int:
-    """What onnx's data propagation does at a node of this op (its schema at this opset): nothing,
+def _propagation_role(op: str, version: int) -> int:
+    """What onnx's data propagation does at a node of this default-domain op (its schema at this opset): nothing,
     carry its inputs' values on, or make values (reads input shapes, or is inferred through its
     function body, inside which propagation runs).  The first lookup of a process initialises
     onnx's schema registry, which shape inference would do anyway (net cost measured: none)."""
     try:
-        s = onnx.defs.get_schema(op, version, domain)
+        s = onnx.defs.get_schema(op, version, "")
     except onnx.defs.SchemaError:
         return _INERT  # no schema at this opset: inference does not run on it
     if s.has_data_propagation_function:
@@ -371,9 +371,9 @@ def needs_data_propagation(model, table: NodeTable, opset: int) -> bool:
     domains are not read: a graph with one keeps propagation on."""
     present = set(table.ops)
     domains = set(table.domains)
-    if model.functions or not present.isdisjoint(_SUBGRAPH_OPS) or not domains <= {"", "ai.onnx"}:
+    if model.functions or not present.isdisjoint(SUBGRAPH_OPS) or not domains <= {"", "ai.onnx"}:
         return True
-    roles = {op: _propagation_role(op, "", opset) for op in present}
+    roles = {op: _propagation_role(op, opset) for op in present}
     if _SOURCE in roles.values():
         return True
     carriers = {op for op, r in roles.items() if r == _CARRIES}

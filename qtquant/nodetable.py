@@ -16,7 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 __all__ = ["NodeTable", "node_names", "value_type_bytes", "value_type_keys", "value_types", "dims_of", "UNTYPED",
-           "attr_value", "int_attribute"]
+           "attr_value", "int_attribute", "SUBGRAPH_ATTRS", "node_parts"]
 
 
 _INPUT, _OUTPUT, _FULL = attrgetter("input"), attrgetter("output"), itemgetter(slice(None))
@@ -213,6 +213,17 @@ def value_type_bytes(model_bytes: bytes, n_values: int) -> dict[str, bytes] | No
 
 # -- attribute values -------------------------------------------------------------------------
 _INT, _INTS = onnx.AttributeProto.INT, onnx.AttributeProto.INTS
+SUBGRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)  # the kinds that hold a subgraph
+
+
+def node_parts(n: onnx.NodeProto) -> tuple:
+    """(domain, op type, each attribute serialized (``()`` for none), whether one holds a subgraph)
+    of node proto ``n``: what identifies a node of a program apart from its wiring."""
+    attrs = n.attribute
+    if len(attrs):
+        return (n.domain, n.op_type, [a.SerializeToString() for a in attrs],
+                any(a.type in SUBGRAPH_ATTRS for a in attrs))
+    return (n.domain, n.op_type, (), False)
 
 
 def attr_value(a: onnx.AttributeProto):

@@ -16,7 +16,9 @@ from typing import Callable
 from .vocab import CostClass
 
 __all__ = ["Role", "OpHandler", "handler_for", "REGISTRY", "passes_through", "PASS_OPS", "FusionRule", "COMPOSITES",
-           "default_fusion_rule", "fusion_rule_from", "fused_into_producer", "constant_operand"]
+           "default_fusion_rule", "fusion_rule_from", "fused_into_producer", "constant_operand", "SUBGRAPH_OPS"]
+
+SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})  # the standard ops with graph attributes
 
 
 class Role(Enum):

@@ -24,13 +24,11 @@ import onnx
 
 from .fingerprints import Fingerprinter
 from .fingerprints import value_key as _value_key
+from .nodetable import node_parts
 from .runtime import ort_session
 from .shipped import layout_passes_off
 
 __all__ = ["moved_domains"]
-
-
-_SUBGRAPH = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 class _Walk:
@@ -50,14 +48,7 @@ class _Walk:
         g = model.graph
         if nodes is None:
             inits = {t.name: t for t in g.initializer}
-            nodes = []
-            for n in g.node:
-                attrs = n.attribute
-                if len(attrs):
-                    nodes.append((n.domain, n.op_type, [a.SerializeToString() for a in attrs],
-                                  any(a.type in _SUBGRAPH for a in attrs), n.input[:], n.output[:]))
-                else:
-                    nodes.append((n.domain, n.op_type, (), False, n.input[:], n.output[:]))
+            nodes = [(*node_parts(n), n.input[:], n.output[:]) for n in g.node]
         external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in inits.values())
         self.inits = inits  # name -> initializer proto (the model's, or the one the build copied into it)
         self.keys = keys or {}  # name -> value_key, where known
@@ -89,10 +80,7 @@ class _Walk:
         """The walk of ``build.model`` (a :class:`~qtquant.export.QdqBuild`) from what the exporter
         recorded as it made it (:attr:`~qtquant.export.QdqBuild.made`), the same as a walk of the
         model (tests check it); without that record, of the model."""
-        made = getattr(build, "made", None)
-        if made is None:
-            return cls(build.model)
-        return cls(build.model, *made)
+        return cls(build.model) if build.made is None else cls(build.model, *build.made)
 
 
 def _skeleton(model):

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import onnx
 
+from .nodetable import SUBGRAPH_ATTRS
+from .ops import SUBGRAPH_OPS
 from .runtime import has_external_data
 
 __all__ = ["ChainedSession", "split_model", "iter_segments", "chained_session"]
 
 
 _MAX_CUT = 8  # tensors crossing one cut at most
-_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})  # the standard ops with graph attributes
 
 
 def chained_session(segments, make) -> "ChainedSession":
@@ -192,8 +193,8 @@ def iter_segments(model: onnx.ModelProto, parts: int, shape_of, *, cross: str = 
     if parts < 2 or has_external_data(model):
         return None
     info = [(n.op_type, tuple(n.input), tuple(n.output)) for n in nodes]  # read from the protos once
-    if any(op in _SUBGRAPH_OPS for op, _, _ in info) or any(
-            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    if any(op in SUBGRAPH_OPS for op, _, _ in info) or any(
+            a.type in SUBGRAPH_ATTRS
             for n in nodes if n.domain for a in n.attribute):
         return None
     inits = {t.name: t for t in g.initializer}

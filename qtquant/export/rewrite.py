@@ -9,6 +9,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..nodetable import node_parts
+
 __all__ = ["Rewrite", "BaseFacts", "ValueMemo", "prune", "names_in", "raw_value_key"]
 
 _RAW_TYPES = {np.dtype(t): e for t, e in ((np.float32, onnx.TensorProto.FLOAT), (np.int8, onnx.TensorProto.INT8),
@@ -185,20 +187,15 @@ class BaseFacts:
             self.inputs[n.name] = n.input[:]
             self.order.append(n.name)
             self.outputs[n.name] = n.output[:]
-            attrs = n.attribute
-            if attrs:
+            if n.attribute:
                 self.sub_used |= _subgraph_inputs(n)
                 if n.op_type == "Constant":
                     self.consts.append(n.output[:])
-                self.parts[n.name] = (n.domain, n.op_type, [a.SerializeToString() for a in attrs],
-                                      any(a.type in _SUBGRAPHS for a in attrs))
-            else:
-                self.parts[n.name] = (n.domain, n.op_type, (), False)
+            self.parts[n.name] = node_parts(n)
         if len(self.parts) != len(self.order):
             self.order = None
 
 
-_SUBGRAPHS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 _AXIS_BYTES: dict[int, bytes] = {}
 
 
@@ -237,14 +234,12 @@ class Rewrite:
         self._outputs: dict[str, list[str]] = {}  # base node name -> its outputs, where set_output changed them
         self._added: dict[int, tuple] = {}  # id(a node the build added) -> (op, serialized attributes, inputs, outputs)
         # What the build made, for a walk of the model without reading it back (programs._Walk.of_build):
-        # per node in order (domain, op_type, serialized attributes, a subgraph?, inputs, outputs), and
-        # the initializers by name (the protos the model got copies of).  Set by assemble; None when
-        # unknown (not asked for, nodes sharing a name, Constant nodes pruned, a model that came with
-        # initializers).
-        # and the :func:`raw_value_key` of those whose value the build knows (a dict of them).
+        # per node in order (domain, op_type, serialized attributes, a subgraph?, inputs, outputs), the
+        # initializers by name (the protos the model got copies of), and the :func:`raw_value_key` of
+        # those whose value the build knows.  Set by assemble; None when unknown (not asked for, nodes
+        # sharing a name, Constant nodes pruned, a model that came with initializers).
         self.made: tuple[list[tuple], dict[str, onnx.TensorProto], dict[str, bytes]] | None = None
-        self._record = record
-        self._keys: dict[str, bytes] | None = {} if record else None
+        self._keys: dict[str, bytes] | None = {} if record else None  # None: not recording
         self._memo = memo if memo is not None else ValueMemo()
 
     def _ins(self, name: str) -> list[str]:
@@ -281,7 +276,7 @@ class Rewrite:
         pn = self.nodes[node_name]
         outs = self._outputs.get(node_name)
         if outs is None:
-            outs = self._outputs[node_name] = list(self.facts.outputs.get(node_name) or pn.output[:])
+            outs = self._outputs[node_name] = list(self.facts.outputs[node_name])
         for k, o in enumerate(outs):
             if o == old:
                 pn.output[k] = outs[k] = new
@@ -357,7 +352,8 @@ class Rewrite:
         order = list(g.node)
         del g.node[:]
         facts, made_added = self.facts, self._added
-        record = self._record and facts.order is not None and len(order) == len(facts.order) and not len(g.initializer)
+        record = (self._keys is not None and facts.order is not None and len(order) == len(facts.order)
+                  and not len(g.initializer))
         made: list[tuple] = []
 
         def added(nodes):
@@ -388,7 +384,7 @@ class Rewrite:
         for name, base in self.facts.inputs.items():
             used.update(inputs.get(name, base))
         pending = self.base_inits + self.inits
-        if record and not any(not any(o in used for o in c) for c in facts.consts):  # no Constant node pruned
+        if record and all(any(o in used for o in c) for c in facts.consts):  # no Constant node pruned
             kept = {t.name: t for t in pending if t.name in used}
             keys, base_keys = self._keys, self._memo.base
             for t in self.base_inits:
