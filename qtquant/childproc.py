@@ -11,7 +11,9 @@ hostile file also stays in the child and comes back as a one-line error.
 - A child serves requests with a *handler*, ``handler(request, link) -> reply``, a module-level
   function or object (it is pickled into the child, so an object can keep caches between
   requests).  :class:`Child` keeps a child for as long as the parent wants it (and replaces it
-  when it died); :func:`run` and :func:`run_all` start children for one request each.
+  when it died); :func:`run` and :func:`run_all` start children for one request each.  A handler
+  object with an ``idle()`` method has it called after each reply is sent, before the next request
+  is read: work that must not hold up a reply (the fidelity worker's garbage collection).
 - Requests and replies travel in parts: a dict or list with more than ``part`` entries (the whole
   message, or inside small tuples, lists and dicts of it) goes in slices of ``part`` entries (its
   entries whole), and long ``bytes`` go raw.  Unpickling a 20,000-entry map in one call holds the receiver's GIL some
@@ -183,6 +185,7 @@ def _serve(conn, flag, handler, part: int, once: bool, nice: int = 0) -> None:
         except (AttributeError, OSError):  # not allowed, or not Linux: the normal priority
             pass
     link, rx = Link(conn, flag), _Receiver()
+    idle = getattr(handler, "idle", None)
     while True:
         try:
             got = None
@@ -192,6 +195,8 @@ def _serve(conn, flag, handler, part: int, once: bool, nice: int = 0) -> None:
             return
         if got[0] == "stop" or not _answer(conn, _reply_to(handler, got[1], link), part) or once:
             return
+        if idle is not None:
+            idle()
 
 
 # -- the parent's side ---------------------------------------------------------------------------

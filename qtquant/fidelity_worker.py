@@ -58,20 +58,48 @@ def _parts(dm) -> dict:
 
 
 class _Server:
-    """The handler in the child: ``("load", ...)`` then any number of ``("measure", ...)``."""
+    """The handler in the child: ``("load", ...)`` then any number of ``("measure", ...)``.
+
+    Garbage collection follows the app's policy (:mod:`qtquant.app.gcpolicy`), here too: none in
+    the middle of a request, the thresholds' collections run in :meth:`idle` (after the reply went),
+    and the loaded model is frozen out of them.  At Python's own thresholds a full collection fell
+    inside a check now and then and walked the child's heap (the graph, the programs, the kept
+    runs): in benchmarks/gui_refresh.py on yolov8n_320 (gc.callbacks), 24.7 ms while the policy
+    edit's request was unpickled (its "ipc" 29 ms; 3-6 ms without) and 19.0 ms in a Resize drop's
+    build; the young collections inside a mid-network share's check were 1-2 ms more."""
 
     def __init__(self):
         self.loaded: _Loaded | None = None
+        self._collector = None
+
+    def idle(self) -> None:
+        """Between requests: the collections the thresholds ask for."""
+        if self._collector is not None:
+            self._collector.check()
 
     def __call__(self, request, link):
+        if self._collector is None:
+            from .app.gcpolicy import Collector
+
+            Collector.take_over()
+            self._collector = Collector()
         if request[0] == "load":
+            import gc
+
             import onnx
 
+            from .app.gcpolicy import long_lived, model_closing
             from .graph import graph_from_model
 
             _, model_bytes, path, sha256, holdout, in_sample, ranges = request
+            # The model replaced (and its caches: runs, programs, kept tensors) goes now, cycles
+            # and all: a load is rare and slow anyway, and the thresholds would wait 100 requests.
+            model_closing()
+            self.loaded = None
+            gc.collect()
             graph = graph_from_model(onnx.ModelProto.FromString(model_bytes), path=path, sha256=sha256)
             self.loaded = _Loaded(graph, _Holdout(holdout, in_sample, ranges))
+            long_lived()
             return None
         from .domains import DomainMap
         from .fidelity import measure_session

@@ -32,6 +32,19 @@ def _handle(request, link):
     return os.getpid()
 
 
+class _Idling:
+    """A handler object with an ``idle`` hook: it counts the calls made between requests."""
+
+    def __init__(self):
+        self.idled = 0
+
+    def __call__(self, request, link):
+        return self.idled
+
+    def idle(self):
+        self.idled += 1
+
+
 def _round_trip(value, part):
     """The frames' (kind, entries) and the message rebuilt from them."""
     rx = childproc._Receiver()
@@ -126,3 +139,11 @@ def test_children_run_at_the_niceness_asked_for(monkeypatch):
     assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # this process keeps its priority
     monkeypatch.setattr(childproc, "NICENESS", 0)
     assert childproc.run(_niceness, None, name="qtquant-test-nice", what="the test child") == mine
+
+
+def test_a_handler_idle_hook_runs_after_each_reply():
+    c = childproc.Child(_Idling(), name="qtquant-test", what="the test child")
+    try:
+        assert [c.call(None) for _ in range(3)] == [0, 1, 2]
+    finally:
+        c.close()

@@ -116,3 +116,24 @@ def test_domain_maps_travel_in_small_parts(worker, session, monkeypatch):
     assert got[0] == "end" and DomainMap(**got[1][1]) == session.domains
     monkeypatch.setattr(worker._child, "part", part)
     same(worker.measure(session), measure_session(session))
+
+
+def test_the_child_collects_between_requests_with_the_model_frozen(session):
+    """The app's collection policy (qtquant.app.gcpolicy) in the child: no automatic collection
+    in the middle of a check (a full one walked the child's heap 19-25 ms), the loaded model left
+    out of collections, and what the thresholds ask for collected after the reply (idle)."""
+    import gc
+
+    server = fidelity_worker._Server()  # in this process, as the child runs it
+    cal = session.calibration
+    try:
+        server(("load", session.graph.model_bytes(), session.graph.path, session.graph.sha256,
+                list(cal.holdout), False, dict(cal.ranges or {})), None)
+        assert not gc.isenabled() and gc.get_freeze_count() > 0
+        gc.collect()
+        assert not any(o is server.loaded.graph for o in gc.get_objects(2))  # frozen: out of the walks
+        server.idle()
+        assert server._collector is not None
+    finally:
+        gc.unfreeze()
+        gc.enable()
