@@ -142,6 +142,9 @@ class CanvasPresenter(QObject):
             self._store_state()
             self.apply_looks()
             self.update_hulls()
+            # Scales and latency can be in before the scene is (statistics from a file, a
+            # project's cache): the view they would have moved is only here now.
+            self._open_on_worst()
         self.view.minimap.schedule_refresh()  # in its own slice of the event loop, not this one
         self.built.emit(self.spec)
         pending, self._pending = self._pending, []

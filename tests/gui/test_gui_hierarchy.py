@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt
 
 from qtquant.app.scene.hierarchy import block_name
 from qtquant.gui.items import BlockItem
+from qtquant.calib import CalibConfig
 from tests.gui.guikit import big_blocks, double_click_node as _dclick, open_settled, settle
 from tests.gui.test_gui_edit import drag_node, press_keys
 
@@ -208,3 +209,36 @@ def test_big_model_shows_its_structure_before_it_has_loaded(qtbot, make_win, big
     assert final.layout.pos == first.layout.pos
     assert not win.canvas.provisional and win.canvas.expand("/model.2")
     assert "/model.2/Concat" in win.scene.nodes
+
+
+def test_opens_on_the_worst_concat_when_scales_come_before_the_scene(qtbot, make_win, big_model, tmp_path,
+                                                                   monkeypatch):
+    # A statistics file (or a project's cache) makes the session calibrated as it opens: the
+    # simulation runs while the scene is still being built, and no later signal moves the view.
+    from qtquant.app import open_model
+    from qtquant.app.views.blocks import worst_concat
+    from qtquant.calib import calibrate
+    from qtquant.calib.statsfile import write_stats
+    from qtquant.gui.canvasview import CanvasPresenter
+
+    graph = open_model(big_model).graph
+    stats = write_stats(tmp_path / "big.stats", graph, calibrate(graph, CalibConfig(count=4, holdout=0)))
+    real_build_more = CanvasPresenter._build_more
+    held = {"on": True}
+
+    def build_more(self):
+        if held["on"] and self.relay.session is not None and self.relay.session.perf is None:
+            self._build_timer.start(20)  # the scene waits for the simulation
+            return
+        real_build_more(self)
+
+    monkeypatch.setattr(CanvasPresenter, "_build_more", build_more)
+    win = make_win()
+    win.open_model(big_model, stats=str(stats))
+    settle(qtbot, win)
+    assert not win.controller.jobs.active("calibrate")
+    worst = worst_concat(win.session)
+    assert worst is not None
+    home = win.scene.item_for(worst)
+    centre = win.view.mapToScene(win.view.viewport().rect().center())
+    assert (win.scene.nodes[home].pos() - centre).manhattanLength() < 30
