@@ -73,7 +73,11 @@ class _Server:
         self._collector = None
 
     def idle(self) -> None:
-        """Between requests: the collections the thresholds ask for."""
+        """Between requests (the reply sent): the check's re-run session destroyed, then the
+        collections the thresholds ask for."""
+        from .incremental import release_sessions
+
+        release_sessions()
         if self._collector is not None:
             self._collector.check()
 

@@ -522,3 +522,37 @@ def test_a_re_runs_model_from_serialized_pieces_is_the_model_of_those_nodes(yolo
             m.graph.initializer.extend(inits)
         assert parsed.SerializeToString() == want.SerializeToString()
     assert inc._pieces(p) is inc._pieces(p)  # once per program
+
+
+def test_a_reruns_session_waits_for_its_release(yolo):
+    """The re-run's session is destroyed by release_sessions (the fidelity worker's child calls it
+    once its reply is sent), or when the next re-run retires its own: one waits at most."""
+    import weakref
+
+    from qtquant import incremental
+
+    outs, feeds, runner, model, ref = _first_run(yolo)
+    incremental.release_sessions()
+    made = []
+    real = incremental._disabled_session
+
+    def spy(m):
+        s = real(m)
+        made.append(weakref.ref(s))
+        return s
+
+    incremental._disabled_session = spy
+    try:
+        share(yolo, _head(yolo.graph))
+        model, ref = _fresh(yolo, outs, feeds)
+        assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+        assert made and made[-1]() is not None and incremental._retired == [made[-1]()]
+        first = made[-1]
+        unshare(yolo, yolo.groups.groups[0].id)
+        model, ref = _fresh(yolo, outs, feeds)
+        assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
+        assert first() is None and len(incremental._retired) == incremental.RETIRED_MAX
+        incremental.release_sessions()
+        assert all(w() is None for w in made)
+    finally:
+        incremental._disabled_session = real
