@@ -118,3 +118,11 @@ class _NotShared(SyntheticSource):
         if os.getpid() != self.driver:
             raise CalibrationDataError("calibration data not found: /data/not-here")
         return super().fingerprint()
+
+
+def test_a_live_cluster_address_passes_the_address_check(local_ray):
+    from qtquant.calib.rayrun import unreachable
+
+    address = ray.get_runtime_context().gcs_address
+    assert unreachable(address) == ""
+    assert unreachable("127.0.0.1:" + address.rsplit(":", 1)[1]) == ""  # Ray's own reading of a loopback one

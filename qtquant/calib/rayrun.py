@@ -26,17 +26,19 @@ model travels as bytes through Ray's object store; qtquant itself must be instal
 from __future__ import annotations
 
 import logging
+import os
 import socket
 
 from ..errors import BadInputError, CalibrationDataError, Cancelled, QtQuantError, first_line
 from .parallel import split_even
 from .stats import BINS, TensorStats
 
-__all__ = ["run_ray", "connect", "CHUNKS_PER_WORKER", "RETRIES"]
+__all__ = ["run_ray", "connect", "unreachable", "CHUNKS_PER_WORKER", "RETRIES"]
 
 CHUNKS_PER_WORKER = 8
 RETRIES = 2  # restarts of a dead worker, and re-runs of the chunk it held
 _POLL_S = 0.1  # how often a cancel request is looked at while chunks run
+PROBE_S = 10.0  # how long a cluster address may take to accept a connection
 _SHARED_FS = "--ray needs the calibration data on a filesystem every Ray worker can read (a shared filesystem)"
 
 
@@ -64,11 +66,67 @@ def connect(address: str) -> bool:
         except (ConnectionError, RuntimeError, ValueError):
             ray.init(**kw)  # no cluster here: a local one
         return True
+    problem = unreachable(address)
+    if problem:
+        raise BadInputError(f"cannot connect to the Ray cluster at {address}: {problem}")
     try:
         ray.init(address=address, **kw)
     except Exception as e:  # noqa: BLE001 - Ray raises several types for a bad or unreachable address
         raise BadInputError(f"cannot connect to the Ray cluster at {address}: {first_line(e, 200)}") from None
     return True
+
+
+def unreachable(address: str, timeout: float = PROBE_S) -> str:
+    """Why no Ray cluster can answer at ``address`` (``host:port`` or ``ray://host:port``), or ""
+    when a gRPC server does (or the address is not of that form: Ray judges it then).
+
+    Ray's own connect to an address where no cluster listens retries for many minutes (Ray
+    2.60: 20 attempts, each waiting out GCS connect timeouts of 5 to 30 s) before it says so."""
+    scheme, _, rest = address.rpartition("://")
+    host, sep, port = rest.rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit():
+        return ""
+    via = ""
+    if not scheme and host in ("localhost", "127.0.0.1"):
+        try:  # Ray connects to this machine's own address for a loopback cluster address
+            mine = _ray().util.get_node_ip_address()
+            host, via = mine, f" (Ray connects to this machine's address, {mine})"
+        except Exception:  # noqa: BLE001 - then the loopback address itself
+            pass
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+            # Ray's GCS and its client server speak gRPC (HTTP/2), which answers a connection
+            # preface with a SETTINGS frame; the dashboard (8265) answers in HTTP/1.
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return ""  # its gRPC speaks TLS first: a connection is all this can see
+            conn.sendall(_H2_PREFACE)
+            head = _read_some(conn, 9)
+    except socket.timeout:
+        return f"nothing answered within {timeout:g} s{via}; check the address{_WHERE}"
+    except OSError as e:
+        return f"nothing answers there ({e.strerror or e}){via}; check the address{_WHERE}"
+    if head.startswith(b"HTTP/"):
+        return (f"that is a web server (the Ray dashboard's port?), not the cluster's; give the head node's "
+                f"address and port (6379 unless the cluster says otherwise){_WHERE}")
+    if len(head) == 9 and head[3] == 4:  # a SETTINGS frame
+        return ""
+    return f"what answers there is not a Ray cluster (no gRPC server){via}; check the address{_WHERE}"
+
+
+_WHERE = " (`ray status` on the head node prints it)"
+# HTTP/2's client connection preface, then an empty SETTINGS frame (RFC 9113, 3.4 and 6.5)
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes((0, 0, 0, 4, 0, 0, 0, 0, 0))
+
+
+def _read_some(conn, n: int) -> bytes:
+    got = b""
+    while len(got) < n:
+        part = conn.recv(n - len(got))
+        if not part:
+            break
+        got += part
+    return got
 
 
 class _Worker:
