@@ -98,6 +98,8 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
         "policy": session.options.policy.value,
         "calibration": None if session.calibration is None else {
             "source": session.calibration.config.source,
+            # every source of a merged statistics file (qtquant calibrate --merge), else [source]
+            "sources": list(session.calibration.sources or (session.calibration.config.source,)),
             "observer": session.calibration.config.observer,
             "samples": session.calibration.batches,
             "check_samples": len(session.calibration.holdout),
@@ -217,7 +219,7 @@ def concat_table_text(session, concats=None, perf=None) -> str:
     lines.append(f"model {g.path.name if g.path else '?'} ({len(g.nodes)} nodes, {shapes}{cut_text(g)}); "
                  + ("scales read from the QDQ file" if session.quantized_file else
                     f"calibrated with {session.calibration.config.observer} on "
-                    f"{session.calibration.batches} samples of {session.calibration.config.source}"
+                    f"{session.calibration.batches} samples of {session.calibration.data_label()}"
                     if session.calibration else "not calibrated"))
     for note in getattr(session.calibration, "notes", None) or ():
         lines.append(f"note: {note}")

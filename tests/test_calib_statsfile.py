@@ -80,6 +80,17 @@ def test_merge_equals_calibrating_on_the_union(model, data, tmp_path):
     merged = load_stats(tmp_path / "ab.stats", g)
     _same_stats(merged.stats, whole.stats)
     assert merged.ranges == whole.ranges  # percentile ranges from bit-identical histograms
+    # What the merged statistics rest on, said of them (not the first file's own split notes,
+    # "calibrating on all 5 samples; the check runs in-sample on them"):
+    a, b = str(data / "a.npy"), str(data / "b.npy")
+    assert merged.sources == (a, b) and merged.data_label() == f"{a}, {b}"
+    assert merged.data_label(short=True) == "a.npy, b.npy"
+    assert not any(n.startswith("calibrating on") for n in merged.notes), merged.notes
+    assert f"merged from 2 statistics files (2 shards: 5 samples of {a}; 4 samples of {b})" in merged.notes
+    assert "the check runs on the 5 check samples of a.stats, calibration samples of its own (in-sample)" \
+        in merged.notes and merged.in_sample and merged.check_samples == 5
+    single = load_stats(tmp_path / "a.stats", g)
+    assert single.sources == () and single.data_label() == a
     # the same shard twice is not disjoint data
     with pytest.raises(StatsFileError, match="repeats the data"):
         merge_stats([tmp_path / "a.stats", tmp_path / "a.stats"], tmp_path / "aa.stats")

@@ -19,6 +19,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -207,10 +208,19 @@ class CalibrationResult:
     # run computed them: an in-sample check's float reference without a second float run (see
     # :data:`~qtquant.calib.keep.VALUES_BUDGET`).  Empty when not kept (held-out checks, child processes).
     check_values: list = field(default_factory=list, repr=False)
+    # A merged statistics file (qtquant calibrate --merge): the data each shard was calibrated on,
+    # in merge order (empty otherwise: ``config.source`` says it).
+    sources: tuple[str, ...] = ()
 
     @property
     def samples(self) -> int:
         return self.batches
+
+    def data_label(self, short: bool = False) -> str:
+        """What the statistics were computed on, for reports: the source, or a merged file's
+        sources; ``short``: file and folder names only."""
+        srcs = self.sources if len(self.sources) > 1 else (str(self.config.source),)
+        return ", ".join(dict.fromkeys((Path(s).name or s) if short else s for s in srcs))
 
     @property
     def check_samples(self) -> int:

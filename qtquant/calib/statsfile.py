@@ -245,8 +245,9 @@ def load_stats(path, graph, config: CalibConfig | None = None, *, explicit=()) -
     notes = list(header.notes) + [f"statistics from {name} ({header.batches} samples"
                                   + (f", merged from {len(header.shards)} files)" if len(header.shards) > 1
                                      else ")")]
+    merged = tuple(sh.source for sh in header.shards) if len(header.shards) > 1 else ()
     return CalibrationResult(stats, compute_ranges(stats, cfg), cfg, holdout, header.batches, header.seconds,
-                             notes, header.in_sample)
+                             notes, header.in_sample, sources=merged)
 
 
 def merge_stats(paths, out) -> StatsHeader:
@@ -294,7 +295,12 @@ def merge_stats(paths, out) -> StatsHeader:
             stats[n] = stats[n].merge(s) if n in stats else s
         batches += header.batches
         seconds += header.seconds
-    notes = list(first.notes) + [f"merged from {len(paths)} statistics files ({len(shards)} shards)"]
+    # The files' own notes describe each one's split ("calibrating on all 4 samples; the check runs
+    # in-sample on them"), which the merged statistics no longer have: say what they do have.
+    notes = [f"merged from {len(paths)} statistics files ({len(shards)} shards: "
+             + "; ".join(f"{sh.batches} samples of {sh.source}" for sh in shards) + ")",
+             f"the check runs on the {len(holdout)} check samples of {first_name}, "
+             + ("calibration samples of its own (in-sample)" if first.in_sample else "held out of its calibration")]
     result = CalibrationResult(stats, {}, _file_config(first, first_name), holdout, batches, seconds, notes,
                                first.in_sample)
     arrays, tensors, hold = pack_result(result)

@@ -53,7 +53,7 @@ def run(args) -> int:
         meta = {"model": model, "input": shapes + cut_text(g), "march": march.name, "nodes": len(g.nodes),
                 "groups": len(session.groups),
                 "scales": "read from the QDQ file" if session.quantized_file else
-                f"calibrated ({session.calibration.config.source})" if session.calibration else "not calibrated"}
+                f"calibrated ({session.calibration.data_label()})" if session.calibration else "not calibrated"}
         if after.precision is not None:
             meta["precision"] = precision_table_text(after).splitlines()[0]
         atomic_write_text(args.report, html_report(after, before if grouped else None,

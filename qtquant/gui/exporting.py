@@ -177,7 +177,7 @@ def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) ->
     meta = {"model": model, "input": ", ".join(f"{k}={format_shape(v)}" for k, v in g.input_shapes.items()),
             "march": march.name, "nodes": len(g.nodes), "groups": len(session.groups),
             "scales": "read from the QDQ file" if session.quantized_file else
-            f"calibrated ({session.calibration.config.source})" if session.calibration else "not calibrated"}
+            f"calibrated ({session.calibration.data_label()})" if session.calibration else "not calibrated"}
     inputs = [g.path]
     atomic_write_text(html_path, html_report(after, before if grouped else None,
                                              title=f"qtquant perf — {model} on {march.name}", meta=meta,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -120,9 +119,8 @@ def model_info(session) -> ModelInfoView:
         # source by its name, in full in the tooltip.
         check = (", in-sample check" if cal.in_sample and cal.check_samples else
                  f" + {cal.check_samples} held out" if cal.check_samples else ", no check")
-        src = str(cal.config.source)
-        calibration = f"{cal.config.observer}, {cal.batches} samples{check} ({Path(src).name or src})"
-        calibration_tip = (f"{cal.batches} calibration samples from {src}; the accuracy check runs on "
+        calibration = f"{cal.config.observer}, {cal.batches} samples{check} ({cal.data_label(short=True)})"
+        calibration_tip = (f"{cal.batches} calibration samples from {cal.data_label()}; the accuracy check runs on "
                            f"{cal.check_description}")
     cs = _concats(session)
     if cs is None:
