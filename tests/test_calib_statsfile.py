@@ -236,3 +236,22 @@ def test_twenty_thousand_tensors_fit_in_100_mb():
         one.update(x, stride=8)
     assert one.nbytes <= 2 * MINMAX_BINS  # at most 512 one-byte counts (128 values in the histogram)
     assert 20_000 * (one.nbytes + 1000) < 100e6  # + a generous per-object allowance
+
+
+def test_a_dynamic_model_opens_with_the_shapes_of_its_statistics(tmp_path, capsys):
+    """The laptop side of a cluster run: `qtquant analyze model.onnx --stats model.stats` with no
+    --input-shape, for a model with dynamic dims, uses the shapes the statistics were made at."""
+    model = save(branchy_concat_model(shape=(1, 3, 8, 8), dynamic=True), tmp_path / "dyn.onnx")
+    out = tmp_path / "dyn.stats"
+    assert main(["calibrate", str(model), "--input-shape", "x=1x3x12x12", "--calib", "synthetic",
+                 "--calib-count", "3", "--stats-out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["analyze", str(model), "--stats", str(out), "--no-perf"]) == 0
+    assert "x=1x3x12x12" in capsys.readouterr().out
+    # shapes given explicitly are still checked against the file
+    rc = main(["analyze", str(model), "--stats", str(out), "--input-shape", "x=1x3x16x16", "--no-perf"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "calibrated with input shapes x=1x3x12x12" in err and err.count("\n") == 1
+    # and without statistics the dynamic dims still need them
+    assert main(["analyze", str(model), "--calib", "synthetic", "--no-perf"]) == 3
+    assert "dynamic dimensions" in capsys.readouterr().err

@@ -146,6 +146,12 @@ def read_stats_header(path) -> StatsHeader:
     return header
 
 
+def stats_input_shapes(path) -> dict[str, tuple[int, ...]]:
+    """The input shapes a statistics file was calibrated with: what opening a model with it uses
+    when none are given (the laptop side of a cluster run needs no ``--input-shape``)."""
+    return {k: tuple(v) for k, v in read_stats_header(path).input_shapes.items()}
+
+
 def explicit_data_fields(config: CalibConfig) -> set[str]:
     """The data settings of ``config`` that differ from the defaults: what a user asked for on
     the command line, to be checked against a statistics file (the rest come from the file)."""

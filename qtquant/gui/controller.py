@@ -164,7 +164,12 @@ class Controller(QObject):
                 early = early_structure(p, self.structure_first_nodes)
                 if early is not None:
                     self.structureReady.emit(early, gen)
-            s = open_model(p, shapes, opts, cut=cut)
+            given = shapes
+            if stats and not given:  # the shapes the statistics were calibrated with
+                from ..calib.statsfile import stats_input_shapes
+
+                given = stats_input_shapes(stats)
+            s = open_model(p, given, opts, cut=cut)
             if stats and not s.quantized_file:
                 s.load_statistics(stats)
             # Serialized here, while nothing is drawn yet: later the calibration and fidelity

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog
 from ..app.modelinputs import default_shape, model_inputs, needs_shapes, readable_dims, recorded_shapes
 from ..calib import CalibConfig
 from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, DEFAULT_COUNT, parse_holdout
-from ..errors import BadInputError
+from ..errors import BadInputError, QtQuantError
 from ..graph import parse_cut
 from ..shapes import parse_input_shape
 from ..vocab import OBSERVERS
@@ -235,6 +235,7 @@ class OpenDialog(QDialog):
         self.stats_path.setPlaceholderText("none: calibrate here (or a file from qtquant calibrate --stats-out)")
         self.stats_path.setToolTip("Use calibration statistics computed elsewhere (qtquant calibrate --stats-out)\n"
                                    "instead of calibrating; the data settings above then come from the file.")
+        self.stats_path.editingFinished.connect(self._shapes_from_stats)
         cf.addRow("Statistics file:", path_row(self.stats_path, self._browse_stats))
         lay.addWidget(cbox)
 
@@ -291,6 +292,23 @@ class OpenDialog(QDialog):
                                            "qtquant statistics (*.npz *.stats);;All files (*)")
         if p:
             self.stats_path.setText(p)
+            self._shapes_from_stats()
+
+    def _shapes_from_stats(self) -> None:
+        """The input shapes the chosen statistics file was calibrated with, in the shape fields
+        (they must match it); a file that cannot be read is said when the dialog is accepted."""
+        from ..calib.statsfile import stats_input_shapes
+
+        path = self.stats_path.text().strip()
+        if not path or not Path(path).is_file():
+            return
+        try:
+            shapes = stats_input_shapes(path)
+        except QtQuantError:
+            return
+        for name, e in self.shape_edits.items():
+            if name in shapes and e.isEnabled():
+                e.setText("x".join(str(d) for d in shapes[name]))
 
     def values(self) -> dict:
         """{"shapes": {name: "1x3x640x640"}, "calib": {...}}; raises BadInputError on bad input."""

@@ -6,6 +6,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from PySide6.QtCore import Qt  # noqa: E402
+
 from builders import band_model, edit_model  # noqa: E402
 from qtquant.app import open_model  # noqa: E402
 from qtquant.calib import CalibConfig, calibrate  # noqa: E402
@@ -60,3 +62,44 @@ def test_open_dialog_statistics_field(qtbot, stats, tmp_path):
     again = OpenDialog(model, dlg.values())  # remembered with the model's settings
     qtbot.addWidget(again)
     assert again.stats_path.text() == str(path)
+
+
+@pytest.fixture
+def dynamic_stats(tmp_path):
+    """A model with dynamic height and width, and statistics calibrated at 12x12."""
+    from qtquant.calib.statsfile import stats_input_shapes
+
+    model = band_model(tmp_path / "dyn.onnx", dynamic=True)
+    graph = open_model(model, ["x=1x3x12x12"]).graph
+    path = write_stats(tmp_path / "dyn.stats", graph, calibrate(graph, CalibConfig(count=5, holdout=0)))
+    assert stats_input_shapes(path) == {"x": (1, 3, 12, 12)}
+    return model, path
+
+
+def test_open_dialog_takes_the_input_shapes_of_the_statistics_file(qtbot, dynamic_stats, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog, QPushButton
+
+    model, path = dynamic_stats
+    dlg = OpenDialog(model, {})
+    qtbot.addWidget(dlg)
+    assert dlg.shape_edits["x"].text() != "1x3x12x12"
+    # Browse... picks the file: the shapes it was calibrated with fill the fields
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(path), "")))
+    qtbot.mouseClick(dlg.stats_path.parentWidget().findChild(QPushButton), Qt.LeftButton)
+    assert dlg.stats_path.text() == str(path) and dlg.shape_edits["x"].text() == "1x3x12x12"
+    assert dlg.values()["shapes"] == {"x": "1x3x12x12"}
+    # typed: once the field is left (editingFinished; focus does not move offscreen)
+    other = OpenDialog(model, {})
+    qtbot.addWidget(other)
+    qtbot.keyClicks(other.stats_path, str(path))
+    assert other.shape_edits["x"].text() != "1x3x12x12"
+    other.stats_path.editingFinished.emit()
+    assert other.shape_edits["x"].text() == "1x3x12x12"
+
+
+def test_open_with_statistics_and_no_shapes_uses_the_files(qtbot, win, dynamic_stats):
+    model, path = dynamic_stats
+    win.open_model(model, stats=str(path))
+    qtbot.waitUntil(lambda: win.session is not None and win.session.calibration is not None, timeout=60000)
+    assert win.session.graph.input_shapes == {"x": (1, 3, 12, 12)}
+    assert win.session.calibration.batches == 5 and not win.errors
