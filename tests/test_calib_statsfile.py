@@ -255,3 +255,16 @@ def test_a_dynamic_model_opens_with_the_shapes_of_its_statistics(tmp_path, capsy
     # and without statistics the dynamic dims still need them
     assert main(["analyze", str(model), "--calib", "synthetic", "--no-perf"]) == 3
     assert "dynamic dimensions" in capsys.readouterr().err
+
+
+def test_statistics_of_a_cut_model_say_which_cut(model, tmp_path, capsys):
+    out = tmp_path / "cut.stats"
+    cut = "conv1_out" if "conv1_out" in _graph(model).tensors else _graph(model).nodes["conv1"].outputs[0]
+    assert main(["calibrate", model, "--cut", cut, "--calib", "synthetic", "--calib-count", "3",
+                 "--stats-out", str(out), "--quiet"]) == 0
+    assert read_stats_header(out).cut == (cut,)
+    capsys.readouterr()
+    assert main(["analyze", model, "--stats", str(out), "--no-perf"]) == 3
+    err = capsys.readouterr().err
+    assert f"it was calibrated on the model cut at {cut}: give --cut {cut}" in err and err.count("\n") == 1
+    assert main(["analyze", model, "--stats", str(out), "--cut", cut, "--no-perf"]) == 0

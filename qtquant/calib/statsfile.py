@@ -62,6 +62,7 @@ class StatsHeader(FileModel):
     model_sha256: str
     model_name: str = ""
     input_shapes: dict[str, list[int]]
+    cut: tuple[str, ...] = Field((), strict=False)  # --cut: the tensors the model was cut at (() = whole)
     config: dict  # the CalibConfig of the first shard (observer, percentile, scheme, data settings)
     stride: int
     bins: int
@@ -108,6 +109,7 @@ def write_stats(path, graph, result: CalibrationResult) -> Path:
                   holdout=cfg.holdout, batches=result.batches)
     header = StatsHeader(format=STATS_FORMAT, version=STATS_VERSION, model_sha256=graph.sha256,
                          model_name=graph.path.name if graph.path else "", input_shapes=_shapes(graph),
+                         cut=tuple(getattr(graph, "cut", ())),
                          config=_config_dict(cfg), stride=cfg.stride, bins=cfg.bins, shards=[shard],
                          batches=result.batches, seconds=float(result.seconds), notes=list(result.notes),
                          tensors=tensors, holdout=holdout, in_sample=bool(result.in_sample))
@@ -241,8 +243,10 @@ def load_stats(path, graph, config: CalibConfig | None = None, *, explicit=()) -
             raise StatsFileError(f"{name} is damaged (its arrays do not match its header)") from None
     missing = [n for n in graph.observed_tensors if n not in stats]
     if missing:
-        raise StatsFileError(f"{name} has no statistics for tensor {missing[0]!r} "
-                             f"({len(missing)} missing); calibrate again")
+        cut = tuple(header.cut)
+        again = (f"it was calibrated on the model cut at {', '.join(cut)}: give --cut {','.join(cut)}"
+                 if cut and cut != tuple(getattr(graph, "cut", ())) else "calibrate again")
+        raise StatsFileError(f"{name} has no statistics for tensor {missing[0]!r} ({len(missing)} missing); {again}")
     if not holdout_fits(graph, holdout):
         raise StatsFileError(f"{name}: its check samples do not fit the model's inputs")
     cfg = dataclasses.replace(file_cfg, observer=want.observer, percentile=want.percentile, scheme=want.scheme,
