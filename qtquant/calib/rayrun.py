@@ -231,10 +231,13 @@ def run_ray(graph, names, source, refs, address: str, jobs: int = 1, *, stride: 
                 merged[n] = merged[n].merge(part[n])
         return merged
     finally:
-        for a in actors:
-            try:
-                ray.kill(a)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
         if started:
+            # The workers are this driver's: they end with it.  Killing them first, mid-chunk, had
+            # each raylet log its task retry to the user's terminal (after "interrupted").
             ray.shutdown()
+        else:
+            for a in actors:
+                try:
+                    ray.kill(a)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
