@@ -308,7 +308,8 @@ def merge_stats(paths, out) -> StatsHeader:
     # The files' own notes describe each one's split ("calibrating on all 4 samples; the check runs
     # in-sample on them"), which the merged statistics no longer have: say what they do have.
     notes = [f"merged from {len(paths)} statistics files ({len(shards)} shards: "
-             + "; ".join(f"{sh.batches} samples of {sh.source}" for sh in shards) + ")",
+             + "; ".join(f"{sh.batches} samples of {sh.source}"
+                         + (f" (seed {sh.seed})" if sh.source == "synthetic" else "") for sh in shards) + ")",
              f"the check runs on the {len(holdout)} check samples of {first_name}, "
              + ("calibration samples of its own (in-sample)" if first.in_sample else "held out of its calibration")]
     result = CalibrationResult(stats, {}, _file_config(first, first_name), holdout, batches, seconds, notes,
