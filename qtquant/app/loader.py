@@ -13,9 +13,15 @@ __all__ = ["open_model"]
 
 
 @gc_paused
-def open_model(path, input_shapes=None, options: Options = Options(), *, cut=()) -> Session:
+def open_model(path, input_shapes=None, options: Options = Options(), *, cut=(), stats=None) -> Session:
     """``cut``: tensor names (or ``a,b`` text) the graph is cut at: the session works on the
-    subgraph that ends there (:func:`qtquant.graph.cut_model`)."""
+    subgraph that ends there (:func:`qtquant.graph.cut_model`).  ``stats``: the statistics file the
+    session is to use (``qtquant calibrate --stats-out``; the caller loads it): without
+    ``input_shapes``, the model opens at the shapes it was made at (a dynamic model needs none given)."""
+    if stats and not input_shapes:
+        from ..calib.statsfile import stats_input_shapes
+
+        input_shapes = stats_input_shapes(stats)
     model, p, table = read_model_table(path)
     sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed
     check_text(model, table)

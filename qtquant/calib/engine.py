@@ -219,7 +219,7 @@ class CalibrationResult:
     def data_label(self, short: bool = False) -> str:
         """What the statistics were computed on, for reports: the source, or a merged file's
         sources; ``short``: file and folder names only."""
-        srcs = self.sources if len(self.sources) > 1 else (str(self.config.source),)
+        srcs = self.sources or (str(self.config.source),)
         return ", ".join(dict.fromkeys((Path(s).name or s) if short else s for s in srcs))
 
     @property

@@ -249,15 +249,13 @@ def load_stats(path, graph, config: CalibConfig | None = None, *, explicit=()) -
         raise StatsFileError(f"{name} has no statistics for tensor {missing[0]!r} ({len(missing)} missing); {again}")
     if not holdout_fits(graph, holdout):
         raise StatsFileError(f"{name}: its check samples do not fit the model's inputs")
+    sources = tuple(sh.source for sh in header.shards) if len(header.shards) > 1 else ()  # a merged file's
     cfg = dataclasses.replace(file_cfg, observer=want.observer, percentile=want.percentile, scheme=want.scheme,
-                              count=max(file_cfg.count, header.batches) if len(header.shards) > 1
-                              else file_cfg.count)
+                              count=max(file_cfg.count, header.batches) if sources else file_cfg.count)
     notes = list(header.notes) + [f"statistics from {name} ({header.batches} samples"
-                                  + (f", merged from {len(header.shards)} files)" if len(header.shards) > 1
-                                     else ")")]
-    merged = tuple(sh.source for sh in header.shards) if len(header.shards) > 1 else ()
+                                  + (f", merged from {len(sources)} files)" if sources else ")")]
     return CalibrationResult(stats, compute_ranges(stats, cfg), cfg, holdout, header.batches, header.seconds,
-                             notes, header.in_sample, sources=merged)
+                             notes, header.in_sample, sources=sources)
 
 
 def merge_stats(paths, out) -> StatsHeader:

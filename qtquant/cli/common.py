@@ -113,12 +113,8 @@ def open_session(args, *, calibrate: bool = True, progress=None, keep_check_valu
     from ..app import open_model
 
     opts = options_from_args(args)
-    shapes = args.input_shape
-    if getattr(args, "stats", None) and not shapes:
-        from ..calib.statsfile import stats_input_shapes
-
-        shapes = list(stats_input_shapes(args.stats).items())
-    session = open_model(args.model, shapes, opts, cut=getattr(args, "cut", None) or ())
+    session = open_model(args.model, args.input_shape, opts, cut=getattr(args, "cut", None) or (),
+                         stats=getattr(args, "stats", None))
     apply_precision_args(session, args, check_only=True)  # a typo fails before the slow calibration
     if opened is not None:
         opened(session)

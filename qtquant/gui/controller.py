@@ -164,12 +164,7 @@ class Controller(QObject):
                 early = early_structure(p, self.structure_first_nodes)
                 if early is not None:
                     self.structureReady.emit(early, gen)
-            given = shapes
-            if stats and not given:  # the shapes the statistics were calibrated with
-                from ..calib.statsfile import stats_input_shapes
-
-                given = stats_input_shapes(stats)
-            s = open_model(p, given, opts, cut=cut)
+            s = open_model(p, shapes, opts, cut=cut, stats=stats)
             if stats and not s.quantized_file:
                 s.load_statistics(stats)
             # Serialized here, while nothing is drawn yet: later the calibration and fidelity

@@ -17,7 +17,7 @@ from ..calib import CalibConfig
 from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, DEFAULT_COUNT, parse_holdout
 from ..errors import BadInputError, QtQuantError
 from ..graph import parse_cut
-from ..shapes import parse_input_shape
+from ..shapes import format_shape, parse_input_shape
 from ..vocab import OBSERVERS
 
 __all__ = ["ErrorDialog", "OpenDialog", "file_dialog", "pick_open_file", "ModelSettings", "model_inputs",
@@ -300,15 +300,13 @@ class OpenDialog(QDialog):
         from ..calib.statsfile import stats_input_shapes
 
         path = self.stats_path.text().strip()
-        if not path or not Path(path).is_file():
-            return
         try:
-            shapes = stats_input_shapes(path)
-        except QtQuantError:
+            shapes = stats_input_shapes(path) if path else {}
+        except QtQuantError:  # missing or not a statistics file
             return
         for name, e in self.shape_edits.items():
             if name in shapes and e.isEnabled():
-                e.setText("x".join(str(d) for d in shapes[name]))
+                e.setText(format_shape(shapes[name]))
 
     def values(self) -> dict:
         """{"shapes": {name: "1x3x640x640"}, "calib": {...}}; raises BadInputError on bad input."""
