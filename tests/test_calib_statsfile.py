@@ -268,3 +268,20 @@ def test_statistics_of_a_cut_model_say_which_cut(model, tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"it was calibrated on the model cut at {cut}: give --cut {cut}" in err and err.count("\n") == 1
     assert main(["analyze", model, "--stats", str(out), "--cut", cut, "--no-perf"]) == 0
+
+
+def test_a_qdq_file_with_statistics_is_refused_in_one_line(model, tmp_path, capsys):
+    """A QDQ file's scales are its own: statistics for it are refused by the app layer, before any
+    mismatch of input names or shapes with the file could be reported instead."""
+    stats, qdq = tmp_path / "m.stats", tmp_path / "m_qdq.onnx"
+    assert main(["calibrate", model, "--calib", "synthetic", "--calib-count", "3", "--stats-out", str(stats),
+                 "--quiet"]) == 0
+    assert main(["fix", model, "--stats", str(stats), "-o", str(qdq), "--no-perf"]) == 0
+    capsys.readouterr()
+    for shapes in ([], ["--input-shape", "other=1x3x8x8"]):
+        assert main(["analyze", str(qdq), "--stats", str(stats), "--no-perf", *shapes]) == 3
+        err = capsys.readouterr().err
+        assert "already quantized (QDQ); a statistics file is for float models" in err and err.count("\n") == 1
+    with pytest.raises(Exception, match="a statistics file is for float models"):
+        open_model(qdq, stats=stats)
+    assert open_model(qdq).quantized_file  # without statistics it opens as before

@@ -17,17 +17,16 @@ def open_model(path, input_shapes=None, options: Options = Options(), *, cut=(),
     """``cut``: tensor names (or ``a,b`` text) the graph is cut at: the session works on the
     subgraph that ends there (:func:`qtquant.graph.cut_model`).  ``stats``: the statistics file the
     session is to use (``qtquant calibrate --stats-out``; the caller loads it): without
-    ``input_shapes``, the model opens at the shapes it was made at (a dynamic model needs none given)."""
-    if stats and not input_shapes:
-        from ..calib.statsfile import stats_input_shapes
-
-        input_shapes = stats_input_shapes(stats)
+    ``input_shapes``, the model opens at the shapes it was made at (a dynamic model needs none given).
+    A QDQ file with ``stats`` is refused: its scales are its own, and statistics would replace them."""
     model, p, table = read_model_table(path)
     sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed
     check_text(model, table)
     check_external_data(model, p.parent, table)
     qdq = None
     if is_qdq_model(model, table):
+        if stats:
+            raise ModelError(f"{p.name} is already quantized (QDQ); a statistics file is for float models")
         try:
             model, qdq = strip_qdq(model, p.parent)
         except ModelError:
@@ -35,6 +34,10 @@ def open_model(path, input_shapes=None, options: Options = Options(), *, cut=(),
         except Exception as e:
             raise ModelError(f"cannot read the QDQ quantization of {p.name}: {e}") from None
         table = None  # other nodes now
+    if stats and not input_shapes:
+        from ..calib.statsfile import stats_input_shapes
+
+        input_shapes = stats_input_shapes(stats)
     graph = graph_from_model(model, input_shapes or {}, path=p, sha256=sha, cut=cut, text_checked=True, table=table)
     if qdq is not None:
         attach_qdq(graph, qdq)

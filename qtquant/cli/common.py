@@ -118,9 +118,7 @@ def open_session(args, *, calibrate: bool = True, progress=None, keep_check_valu
     apply_precision_args(session, args, check_only=True)  # a typo fails before the slow calibration
     if opened is not None:
         opened(session)
-    if getattr(args, "stats", None):
-        if session.quantized_file:
-            raise BadInputError(f"{args.model} is already quantized (QDQ); --stats is for float models")
+    if getattr(args, "stats", None):  # (a QDQ file with statistics: refused by open_model)
         from ..calib.statsfile import explicit_data_fields
 
         session.load_statistics(args.stats, explicit=explicit_data_fields(opts.calib))

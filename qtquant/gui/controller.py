@@ -165,7 +165,7 @@ class Controller(QObject):
                 if early is not None:
                     self.structureReady.emit(early, gen)
             s = open_model(p, shapes, opts, cut=cut, stats=stats)
-            if stats and not s.quantized_file:
+            if stats:  # (a QDQ file with statistics: refused by open_model)
                 s.load_statistics(stats)
             # Serialized here, while nothing is drawn yet: later the calibration and fidelity
             # children need the bytes, and encoding holds the GIL, freezing a big graph's window.

@@ -103,3 +103,18 @@ def test_open_with_statistics_and_no_shapes_uses_the_files(qtbot, win, dynamic_s
     qtbot.waitUntil(lambda: win.session is not None and win.session.calibration is not None, timeout=60000)
     assert win.session.graph.input_shapes == {"x": (1, 3, 12, 12)}
     assert win.session.calibration.batches == 5 and not win.errors
+
+
+def test_a_qdq_file_with_statistics_is_an_error_dialog(qtbot, win, stats, tmp_path):
+    """Statistics would replace a QDQ file's own scales: the load fails with one line (it was
+    opened with the statistics silently left unused)."""
+    from qtquant.cli import main
+
+    model, path = stats
+    qdq = tmp_path / "bands_qdq.onnx"
+    assert main(["fix", str(model), "--stats", str(path), "-o", str(qdq), "--no-perf"]) == 0
+    win.open_model(qdq, stats=str(path))
+    qtbot.waitUntil(lambda: bool(win.errors), timeout=60000)
+    title, msg, details = win.errors[-1]
+    assert "already quantized (QDQ); a statistics file is for float models" in msg and "\n" not in msg
+    assert win.session is None
