@@ -20,7 +20,7 @@ from synthetic import synthetic_model  # noqa: E402
 from qtquant.concat import analyze_concats  # noqa: E402
 from qtquant.domains import build_domains  # noqa: E402
 from qtquant.graph import load_graph  # noqa: E402
-from bench_common import SHARED, interpreter  # noqa: E402
+from bench_common import SHARED, interpreter, machine  # noqa: E402
 
 
 def best_pair(fa, fb, reps=11):
@@ -84,7 +84,7 @@ def _load() -> str:
 
 
 def run(cases):
-    print(f"({_load()} before; {interpreter()})")
+    print(f"({_load()} before; {interpreter()}; {machine()})")
     print(f"{'model':22s} {'nodes':>6s} {'concats':>7s} {'floor s':>8s} {'qtquant s':>9s} {'ratio':>6s} {'target':>6s}")
     for name, path, shapes, floor_path, target in cases:
         cats = ours(path, shapes)

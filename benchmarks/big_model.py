@@ -41,6 +41,7 @@ from pathlib import Path
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import machine  # noqa: E402
 from synthetic import block_cnn  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -244,7 +245,8 @@ def main() -> None:
         folder = Path(d)
         t = time.perf_counter()
         model = build(folder, args.nodes)
-        print(f"model: {args.nodes} nodes requested, built in {time.perf_counter() - t:.1f} s ({model.name})")
+        print(f"model: {args.nodes} nodes requested, built in {time.perf_counter() - t:.1f} s ({model.name}); "
+              f"{machine()}")
         if not args.skip_stats:
             for obs in args.observers.split(","):
                 stats_size(model, folder, args.samples, obs.strip())

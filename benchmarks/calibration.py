@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from bench_common import SHARED  # noqa: E402
+from bench_common import SHARED, machine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = SHARED / "models" / "yolov8n_320.onnx"
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
     import onnxruntime
 
     print(f"model {args.model.name} at {'x'.join(map(str, SHAPE))}, photos from {args.calib} repeated; "
-          f"onnxruntime {onnxruntime.__version__}, {os.cpu_count()} CPUs, qtquant jobs={args.jobs}")
+          f"onnxruntime {onnxruntime.__version__}, {machine()}, qtquant jobs={args.jobs}")
     print(f"float activations per sample: {act_mb:.1f} MiB (what onnxruntime's Percentile keeps per sample)\n")
     results: dict[tuple[str, int], dict] = {}
     with tempfile.TemporaryDirectory(prefix="qtquant-bench-data-") as tmp:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_common import SHARED  # noqa: E402
+from bench_common import SHARED, machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,7 @@ def main() -> None:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     print(f"ray.init(num_cpus=2): {time.perf_counter() - t:.1f} s (not in the figures below)")
     print(f"model {Path(args.model).name} ({args.input_shape}), {args.samples} synthetic samples, "
-          f"{len(graph.observed_tensors)} observed tensors, {os.cpu_count()} CPUs")
+          f"{len(graph.observed_tensors)} observed tensors, {machine()}")
     try:
         for observer in args.observers.split(","):
             base = dict(source="synthetic", count=args.samples, holdout=0, observer=observer.strip())
