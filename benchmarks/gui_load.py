@@ -3,7 +3,8 @@
 For each model (the demo, yolov8n at 320x320 when the shared model folder is present, and
 a synthetic 5,000-node graph) this prints:
 
-* open -> first full paint: from ``open_model`` to the first paint of the canvas with
+* open -> first paint and full paint: from ``open_model`` to the first paint of the canvas
+  (a big graph's structure is drawn while it loads), and to the paint of the typed graph with
   every item placed (load, layout and scene build included; calibration runs alongside);
   also the split into load, layout and build, and open -> calibrated colours painted;
 * the layout engine's time and edge crossings against plain ``Graph.layout_sugiyama``
@@ -121,13 +122,12 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
     marks = {}
 
     class Window(MainWindow):
-        def _on_layout(self, spec):  # split "layout arrived" from "scene built"
-            marks["layout"] = time.perf_counter()
-            super()._on_layout(spec)
-
         def _scene_built(self, spec):  # the scene is built in slices: this runs after the last one
             super()._scene_built(spec)
+            # A big graph's structure is drawn before its load finishes (the early structure): the
+            # first build is that one, the last the typed graph's.
             marks["built"] = time.perf_counter()
+            marks.setdefault("first_built", marks["built"])
             probe.arm()
 
     tmp = tempfile.mkdtemp(prefix="qtquant-bench-")
@@ -139,19 +139,26 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
     vp = win.view.viewport()
     probe = PaintProbe(vp)
     win.controller.modelLoaded.connect(lambda s: marks.setdefault("loaded", time.perf_counter()))
+    # "layout arrived", apart from "scene built": the controller's signal, which the canvas builds the scene on
+    win.controller.layoutReady.connect(lambda spec: marks.setdefault("layout", time.perf_counter()))
     win.controller.calibrationFinished.connect(lambda ok: marks.setdefault("calibrated", time.perf_counter()))
     t0 = time.perf_counter()
     win.open_model(path, shapes, CalibConfig(count=calib_count))
     deadline = t0 + 300
-    # first full paint: the layout result was applied (scene built in the same slot) and the
-    # viewport then painted once
-    while time.perf_counter() < deadline:
-        app.processEvents()
-        if probe.armed and probe.pending and probe.t is None and win.scene.spec is not None:
-            probe.t = time.perf_counter()
-            break
-        time.sleep(0.001)
-    t_paint = probe.t
+    # first paint: a scene was built (the early structure, or the typed graph) and the viewport
+    # then painted once; full paint: the same for the typed graph's scene, built after the load
+    def painted(final: bool):
+        while time.perf_counter() < deadline:
+            app.processEvents()
+            if probe.armed and probe.pending and probe.t is None and win.scene.spec is not None and (
+                    not final or marks.get("built", 0) > marks.get("loaded", float("inf"))):
+                probe.t = time.perf_counter()
+                return probe.t
+            time.sleep(0.001)
+        raise SystemExit(f"{label}: not painted in {deadline - t0:.0f} s")
+
+    t_first = painted(final=False)
+    t_paint = t_first if marks["built"] > marks.get("loaded", float("inf")) else painted(final=True)
     while time.perf_counter() < deadline and ("calibrated" not in marks or win.controller.busy):
         app.processEvents()
         time.sleep(0.002)
@@ -179,7 +186,7 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
         return statistics.median(times), sorted(times)[int(len(times) * 0.95) - 1]
 
     win.view.set_zoom(1.0)
-    win.view.centerOn(win.scene.nodes[next(iter(win.session.graph.nodes))])
+    win.view.centerOn(next(iter(win.scene.nodes.values())))  # (a collapsed block is one item)
     pan_readable = pan()
     win.view.fit()
     pan_fit = pan()
@@ -188,7 +195,8 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
     fit_paint = (time.perf_counter() - t) * 1000
     res = {
         "label": label, "nodes": len(win.session.graph.nodes), "items": len(spec.nodes), "edges": len(edges),
-        "first_paint_s": t_paint - t0, "load_s": marks["loaded"] - t0, "layout_s": marks["layout"] - marks["loaded"],
+        "first_paint_s": t_first - t0, "full_paint_s": t_paint - t0,
+        "load_s": marks["loaded"] - t0, "layout_s": marks["layout"] - marks["loaded"],
         "build_s": marks["built"] - marks["layout"], "paint_s": t_paint - marks["built"], "colours_s": t_colours - t0,
         "engine_s": lay.seconds,
         "engine_x": lay.crossings, "igraph_s": ig_t, "igraph_x": ig_x, "pan_readable": pan_readable,
@@ -227,14 +235,15 @@ def main() -> int:
     rows = [run_model(app, p, s, label) for p, s, label in runs]
 
     print()
-    print(f"{'model':<20} {'nodes':>6} {'edges':>6} {'first paint':>12} {'load':>7} {'layout':>7} "
-          f"{'build':>7} {'paint':>7} {'colours':>8}")
+    print(f"{'model':<20} {'nodes':>6} {'edges':>6} {'first paint':>12} {'full paint':>11} {'load':>7} "
+          f"{'layout':>7} {'build':>7} {'paint':>7} {'colours':>8}")
     for r in rows:
         print(f"{r['label']:<20} {r['nodes']:>6} {r['edges']:>6} {r['first_paint_s']:>11.2f}s "
-              f"{r['load_s']:>6.2f}s {r['layout_s']:>6.2f}s {r['build_s']:>6.2f}s {r['paint_s']:>6.2f}s "
-              f"{r['colours_s']:>7.2f}s")
-    print("(first paint = load + layout job + scene build + first canvas paint; colours = calibration done, "
-          "canvas re-coloured)")
+              f"{r['full_paint_s']:>10.2f}s {r['load_s']:>6.2f}s {r['layout_s']:>6.2f}s {r['build_s']:>6.2f}s "
+              f"{r['paint_s']:>6.2f}s {r['colours_s']:>7.2f}s")
+    print("(first paint = the first canvas paint with a scene: a big graph's structure, drawn while it loads; "
+          "full paint = load + layout job + scene build + canvas paint of the typed graph; colours = "
+          "calibration done, canvas re-coloured)")
     print()
     print(f"{'model':<20} {'layout engine':>14} {'igraph sugiyama':>16} {'time ratio':>11} "
           f"{'crossings':>10} {'igraph':>7}")
@@ -251,11 +260,12 @@ def main() -> int:
     print()
     for r in rows:
         if r["label"] == "yolov8n_320":
-            print(f"target yolov8n_320 first paint < 2 s: {r['first_paint_s']:.2f} s "
-                  f"({'met' if r['first_paint_s'] < 2 else 'MISSED'})")
+            print(f"target yolov8n_320 painted < 2 s: {r['full_paint_s']:.2f} s "
+                  f"({'met' if r['full_paint_s'] < 2 else 'MISSED'})")
         if r["label"].startswith("synthetic"):
-            print(f"target {r['nodes']} nodes first paint < 5 s: {r['first_paint_s']:.2f} s "
-                  f"({'met' if r['first_paint_s'] < 5 else 'MISSED'}); pan median {r['pan_readable'][0]:.1f} ms "
+            print(f"target {r['nodes']} nodes painted < 5 s: {r['full_paint_s']:.2f} s "
+                  f"({'met' if r['full_paint_s'] < 5 else 'MISSED'}; its structure first at "
+                  f"{r['first_paint_s']:.2f} s); pan median {r['pan_readable'][0]:.1f} ms "
                   f"at 100%, {r['pan_fit'][0]:.1f} ms with all {r['nodes']} nodes in view")
     return 0
 

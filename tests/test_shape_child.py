@@ -50,3 +50,27 @@ def test_big_files_stay_in_process(monkeypatch):
     monkeypatch.setattr(shape_child, "MIN_NODES", None)
     monkeypatch.setattr(shape_child, "MAX_BYTES", 1 << 30)
     assert not shape_child.wanted(m)
+
+
+def test_the_child_is_kept_between_opens_and_replaced_when_it_died(tmp_path, in_child):
+    """Starting a child costs more than a second; inferring a big graph's shapes some ms: one is
+    kept (the app starts it early with warm()), and one that died is replaced at the next open."""
+    path = save(detector_model(), tmp_path / "det.onnx")
+    shape_child.close()
+    try:
+        shape_child.warm()  # returns at once: the child boots on its own
+        first = shape_child._child.process
+        assert first is not None and first.is_alive()
+        a = load_graph(path)
+        assert shape_child._child.process is first and first.is_alive()  # the warm child served it
+        b = load_graph(path)
+        assert shape_child._child.process is first
+        assert {n: t.shape for n, t in a.tensors.items()} == {n: t.shape for n, t in b.tensors.items()}
+        first.kill()
+        first.join(5)
+        c = load_graph(path)  # a new child, the same shapes
+        assert shape_child._child.process is not first and shape_child._child.process.is_alive()
+        assert {n: t.shape for n, t in c.tensors.items()} == {n: t.shape for n, t in a.tensors.items()}
+    finally:
+        shape_child.close()
+    assert shape_child._child.process is None

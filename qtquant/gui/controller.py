@@ -91,6 +91,9 @@ class Controller(QObject):
         collector.install_collector()  # garbage cycles (some hold Qt objects) collected on this thread only
         if shape_child.MIN_NODES is None:  # onnx holds the GIL while it infers shapes
             shape_child.MIN_NODES = self.child_process_nodes
+        # Started now, booting beside the window (at the children's lower priority): a big model
+        # opened later, or given on the command line, does not wait a second for it.
+        shape_child.warm()
         # The fidelity check runs in a child process: in a thread here, onnxruntime session
         # set-up and teardown and the QDQ build hold the GIL and freeze the window on big models.
         self.fidelity_worker = FidelityWorker.shared() if isolate_fidelity else None
