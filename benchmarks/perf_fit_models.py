@@ -77,7 +77,7 @@ def build(name: str, out_dir: Path) -> Path:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
-        raise SystemExit("usage: perf_fit_models.py OUT_DIR MODEL... (in a venv with ultralytics; see the top of this file)")
+        raise SystemExit("usage: perf_fit_models.py OUT_DIR MODEL... (in a venv with ultralytics: see this file)")
     out_dir = Path(argv[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in argv[1:]:
