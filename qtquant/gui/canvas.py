@@ -95,7 +95,9 @@ class GraphScene(QGraphicsScene):
             t.setFont(f)
             r = t.boundingRect()
             t.setPos(-r.width() / 2, -r.height() / 2)
-            self.setSceneRect(QRectF(-r.width(), -200, 2 * r.width(), 400))
+            # Just the text and a margin: a wider rect scrolled a narrow canvas (a 1200 px window)
+            # to its middle, cutting the hint off at both ends behind a scroll bar.
+            self.setSceneRect(QRectF(-r.width() / 2 - 16, -200, r.width() + 32, 400))
         self.looksChanged.emit()
 
     def build(self, spec: SceneSpec) -> None:

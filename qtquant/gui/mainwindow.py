@@ -93,7 +93,8 @@ class MainWindow(QMainWindow):
         self.recovery = Recovery(self.relay, self.projects, c, self.messages,
                                  recovery_dir(self.settings, settings is None), self)
         self._restore()
-        self.scene.reset("Open a model with File › Open (Ctrl+O), or drop an .onnx file here.")
+        self._show_options()
+        self.scene.reset("Open a model with File › Open (Ctrl+O),\nor drop an .onnx file here.")
         if offer_recovery and show_dialogs and self.recovery.pending():
             QTimer.singleShot(0, self.recovery.offer)
 
@@ -294,10 +295,11 @@ class MainWindow(QMainWindow):
         self.messages.report("Auto-share", report.text())
 
     def _show_options(self, *_) -> None:
-        s = self.relay.session
-        if s is not None:
-            self.window_actions.options.show_options(s.options)
-            self.perf_summary.set_march(s.options.march)
+        # With no model open: what the next one opens with (the toolbar showed its first march,
+        # bernoulli2, where the model would open on bayes-e).
+        options = self.controller.options
+        self.window_actions.options.show_options(options)
+        self.perf_summary.set_march(options.march)
 
     def update_title(self, *_) -> None:
         s = self.relay.session

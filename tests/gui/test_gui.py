@@ -317,6 +317,36 @@ def test_perf_dock_and_march_resimulates(qtbot, win, model):
     win.stack.set_clean()  # ...which closing the window would otherwise ask to save
 
 
+
+def test_empty_window_shows_the_options_a_model_opens_with_and_the_whole_hint(qtbot, settings):
+    """Before any model: the toolbar and the Performance dock show the march the next model opens
+    on (they showed the list's first, bernoulli2, while it opened on bayes-e), and the canvas hint
+    fits a 1200 px window's canvas (it was cut off at both ends behind a scroll bar)."""
+    from qtquant.app import Options
+
+    w = MainWindow(settings, Options(march="nash-e", max_bits_lost=1.5))
+    qtbot.addWidget(w)
+    w.resize(1200, 800)
+    w.show()
+    qtbot.waitExposed(w)
+    try:
+        assert w.option_widgets.march.currentText() == "nash-e"
+        assert w.perf_summary.march.currentText() == "nash-e"
+        assert w.option_widgets.bits.value() == 1.5
+        hint = w.scene.items()[0]
+        assert "Open a model" in hint.text()
+        shown = w.view.mapToScene(w.view.viewport().rect()).boundingRect()
+        assert shown.contains(hint.sceneBoundingRect())
+        assert not w.view.horizontalScrollBar().isVisible()
+        # Choosing a march with no model open is what the model then opens with.
+        w.option_widgets.march.setCurrentText("bayes")
+        assert w.controller.options.march == "bayes"
+        assert w.perf_summary.march.currentText() == "bayes"
+    finally:
+        w.show_dialogs = False
+        w.controller.shutdown()
+
+
 # -- background jobs ----------------------------------------------------------------------------------
 
 
