@@ -40,11 +40,12 @@ class _Walk:
 
     __slots__ = ("key", "inputs", "followable", "inits", "keys")
 
-    def __init__(self, model, nodes=None, inits=None, keys=None):
+    def __init__(self, model, nodes=None, inits=None, keys=None, structure=None):
         """``nodes``: per node of ``model`` in order, ``(domain, op_type, its attributes serialized,
         whether one is a subgraph, inputs, outputs)``, ``inits`` its initializers by name and ``keys``
         the :func:`~qtquant.fingerprints.value_key` of some of them, when known without reading the
-        model (:meth:`of_build`); else read from ``model``."""
+        model (:meth:`of_build`); else read from ``model``.  ``structure``: a build's one-item list
+        holding its key once known (:attr:`~qtquant.export.QdqBuild.structure`), read and filled here."""
         g = model.graph
         if nodes is None:
             inits = {t.name: t for t in g.initializer}
@@ -52,23 +53,31 @@ class _Walk:
         external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in inits.values())
         self.inits = inits  # name -> initializer proto (the model's, or the one the build copied into it)
         self.keys = keys or {}  # name -> value_key, where known
-        # Each initializer input is a marker and each inner tensor its order of appearance (the
-        # exporter names some tensors after a domain's number, which an edit renumbers).
-        pre: dict[str, object] = {n: None for n in inits}
-        pre.update({i.name: i.name for i in g.input})
-        pre.update({o.name: o.name for o in g.output})
-        pre[""] = ""
-        ids: dict[str, int] = {}
+        known = structure[0] if structure is not None else None
         key, inputs, sub = [], [], False
-        for domain, op, sa, has_sub, ins, outs in nodes:
-            inputs.append(ins)
-            sub = sub or has_sub
-            key.append((domain, op, sa,
-                        [pre[x] if x in pre else ids.setdefault(x, len(ids)) for x in ins],
-                        [pre[x] if x in pre else ids.setdefault(x, len(ids)) for x in outs]))
-        io = (tuple(i.SerializeToString() for i in g.input if i.name not in inits),
-              tuple(o.name for o in g.output), tuple(sorted((o.domain, o.version) for o in model.opset_import)))
-        self.key = hashlib.sha1(repr((key, io)).encode()).digest()
+        if known is not None:  # (a build patched from one walked before: the same nodes, the same key)
+            inputs = [n[4] for n in nodes]
+            sub = any(n[3] for n in nodes)
+        else:
+            # Each initializer input is a marker and each inner tensor its order of appearance (the
+            # exporter names some tensors after a domain's number, which an edit renumbers).
+            pre: dict[str, object] = {n: None for n in inits}
+            pre.update({i.name: i.name for i in g.input})
+            pre.update({o.name: o.name for o in g.output})
+            pre[""] = ""
+            ids: dict[str, int] = {}
+            for domain, op, sa, has_sub, ins, outs in nodes:
+                inputs.append(ins)
+                sub = sub or has_sub
+                key.append((domain, op, sa,
+                            [pre[x] if x in pre else ids.setdefault(x, len(ids)) for x in ins],
+                            [pre[x] if x in pre else ids.setdefault(x, len(ids)) for x in outs]))
+            io = (tuple(i.SerializeToString() for i in g.input if i.name not in inits),
+                  tuple(o.name for o in g.output), tuple(sorted((o.domain, o.version) for o in model.opset_import)))
+            known = hashlib.sha1(repr((key, io)).encode()).digest()
+            if structure is not None:
+                structure[0] = known
+        self.key = known
         self.inputs = inputs
         # Models with external data, subgraphs, or whose default program leaves out a layout pass
         # (it would not be the check's) run in a fresh default session (and so do big ones: the
@@ -80,7 +89,7 @@ class _Walk:
         """The walk of ``build.model`` (a :class:`~qtquant.export.QdqBuild`) from what the exporter
         recorded as it made it (:attr:`~qtquant.export.QdqBuild.made`), the same as a walk of the
         model (tests check it); without that record, of the model."""
-        return cls(build.model) if build.made is None else cls(build.model, *build.made)
+        return cls(build.model) if build.made is None else cls(build.model, *build.made, structure=build.structure)
 
 
 def _skeleton(model):

@@ -53,6 +53,7 @@ from ..ops import handler_for
 from ..precision import PrecisionMap, float_nodes
 from ..quant import qparams_for_range
 from ..vocab import Precision
+from . import rescale
 from .records import BiasAdjustment, ClipRecord, ExportResult, QdqBuild, clip_record
 from .rewrite import BaseFacts, Rewrite, ValueMemo, names_in
 from .weights import INT32_MAX, INT32_MIN, quantize_weights
@@ -151,6 +152,25 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     int16_tensors = frozenset(t for t in precision.tensors(Precision.INT16) if t not in float_tensors)
     cpu_nodes = float_nodes(graph, precision)  # they keep float weights
     scheme = dm.scheme
+    extra_float = float_tensors - (frozenset(outputs) if not quantize_outputs else frozenset())
+
+    def meta_of(domains, build=None):
+        meta = {"version": 1, "scheme": scheme.value, "policy": session.options.policy.value,
+                "groups": len(session.groups), "domains": domains, "float_outputs": not quantize_outputs}
+        if extra_float:
+            meta["float_tensors"] = len(extra_float)
+        for k, n in (("int16_tensors", build and build.int16), ("bias_adjusted", build and len(build.bias_adjusted)),
+                     ("clipped", build and len(build.clipped))):
+            if n:
+                meta[k] = n
+        return json.dumps(meta, sort_keys=True)
+
+    # An edit that moves scales only: the last full build with its scales and biases made again.
+    key = (float_tensors, precision, quantize_outputs, scheme)
+    if record and not int16_tensors:
+        got = rescale.patched(graph, key, dm, meta_of)
+        if got is not None:
+            return got
 
     # Which weights exist decides whether the opset must be raised.
     weight_uses = []  # (node, input index, weight name)
@@ -187,10 +207,9 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
         # One initializer per zero-point value and type, shared by every domain (the scale names
         # the domain): onnxruntime merges equal scalar initializers at session creation anyway
         # (ConstantSharing), at a cost that grows with their number.
-        key = (np.dtype(dtype).str, int(value))
+        key, name = rescale.zero_point_name(value, dtype)
         if key not in zp_inits:
-            tag = f"{np.dtype(dtype).name}" + ("" if int(value) == 0 else f"_{int(value)}".replace("-", "m"))
-            zp_inits[key] = rw.add_init(np.array(value, dtype=dtype), rw.fresh(f"qtq_zero_point_{tag}"))
+            zp_inits[key] = rw.add_init(np.array(value, dtype=dtype), rw.fresh(name))
         return zp_inits[key]
 
     def domain_qp(did):
@@ -215,18 +234,11 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
 
     # -- activations ------------------------------------------------------------------------
     act_qp: dict[str, object] = {}
-    skipped_dtype = 0
-    for t in graph.quantized_tensors:
-        did = dm.of.get(t)
-        if did is None or dm.domains[did].qparams is None:
-            continue
+    acts, skipped_dtype, left = rescale.quantized_activations(graph, dm, float_tensors, outputs)
+    build.float_kept = sum(precision.of(t) is Precision.FLOAT for t in left)  # (kept in float, or an input passed out)
+    names_of, q_of = {}, {}  # (for rescale.Basis)
+    for t, did in acts:
         tt = graph.tensors[t]
-        if tt.elem_type != onnx.TensorProto.FLOAT:
-            skipped_dtype += 1
-            continue
-        if t in float_tensors or (t in outputs and tt.producer is None):
-            build.float_kept += precision.of(t) is Precision.FLOAT
-            continue  # kept in float, or a model input passed straight out
         if t in int16_tensors:
             s, z, qp = wide_qp(did)
             build.int16 += 1
@@ -253,11 +265,14 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
         build.scale_of[t] = s
         act_qp[t] = qp
         build.activations += 1
+        names_of[t], q_of[t] = (s, z), q_out
     if skipped_dtype:
         build.notes.append(f"{skipped_dtype} non-float32 activations left unquantized")
+    act_inits = [i.name for i in rw.inits]
 
     # -- weights, per output channel, and their int32 biases --------------------------------
-    quantize_weights(rw, build, graph, weight_uses, per_channel, act_qp)
+    biases = [] if record else None
+    quantize_weights(rw, build, graph, weight_uses, per_channel, act_qp, biases)
 
     # -- constants: cloned into their domain, or to the output scale of the Concat they feed --
     cdone: dict[tuple, str] = {}
@@ -301,21 +316,16 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     rw.assemble()
     build.made = rw.made
     build.domains = len(domain_inits)
-    meta = {"version": 1, "scheme": scheme.value, "policy": session.options.policy.value,
-            "groups": len(session.groups), "domains": build.domains, "float_outputs": not quantize_outputs}
-    extra_float = float_tensors - (frozenset(outputs) if not quantize_outputs else frozenset())
-    if extra_float:
-        meta["float_tensors"] = len(extra_float)
-    if build.int16:
-        meta["int16_tensors"] = build.int16
-    if build.bias_adjusted:
-        meta["bias_adjusted"] = len(build.bias_adjusted)
-    if build.clipped:
-        meta["clipped"] = len(build.clipped)
     keep = [p for p in model.metadata_props if p.key != "qtquant"]
     del model.metadata_props[:]
     model.metadata_props.extend(keep)
-    model.metadata_props.add(key="qtquant", value=json.dumps(meta, sort_keys=True))
+    model.metadata_props.add(key="qtquant", value=meta_of(build.domains, build))
+    if record and build.made is not None and not (build.int16 or build.constants or build.bias_adjusted
+                                                  or build.clipped):
+        rescale.remember(graph, rescale.Basis(key, build, [t for t, _ in acts], names_of, q_of, act_inits,
+                                              weight_uses, per_channel, biases), rw.names.used)
+    elif record:
+        rescale.forget(graph, key)
     return build
 
 

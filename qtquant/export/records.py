@@ -138,6 +138,9 @@ class QdqBuild:
     # What the build made, as it made it (Rewrite.made): the nodes and initializers of ``model``
     # without reading them back (the fidelity check's walk of the model, programs._Walk.of_build).
     made: tuple | None = field(default=None, repr=False, compare=False)
+    # [the walk's structure key, once a walk computed it]: one list shared by a full build and the
+    # builds patched from it (.rescale), whose nodes differ only in the initializers they read.
+    structure: list = field(default_factory=lambda: [None], repr=False, compare=False)
 
     def warnings(self) -> list[str]:
         """One line per weight scale raised for a bias and per tensor still clipped (kept out of

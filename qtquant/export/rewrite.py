@@ -290,6 +290,10 @@ class Rewrite:
         self._added[id(node)] = ("DequantizeLinear", () if axis is None else [_axis_bytes(axis)], list(inputs), [out])
         return node
 
+    def read_by(self, out: str) -> list[str]:
+        """The inputs of the DequantizeLinear the build added writing ``out``."""
+        return self._added[id(self._dq[out])][2]
+
     def dq_copy(self, out: str) -> str:
         """One more DequantizeLinear reading what the one writing ``out`` reads, right after it; the
         float name it writes.

@@ -176,9 +176,10 @@ def _int32_bias(bv, bscale, b, node_name):
     return np.clip(np.nan_to_num(raw), INT32_MIN, INT32_MAX).astype(np.int32), rec
 
 
-def quantize_weights(rw, build, graph, weight_uses, per_channel: bool, act_qp) -> None:
+def quantize_weights(rw, build, graph, weight_uses, per_channel: bool, act_qp, biases: list | None = None) -> None:
     """Make every weight use read an int8 weight behind a DequantizeLinear, and its bias an int32 one;
-    ``act_qp`` holds the quantization of every activation that got a Q/DQ pair."""
+    ``act_qp`` holds the quantization of every activation that got a Q/DQ pair.  ``biases``: gets
+    (the use's index, its int32 and scale initializer names) per int32 bias (see :mod:`.rescale`)."""
     uses = _uses(graph, weight_uses, per_channel, act_qp)
     readers: dict[tuple, list[str]] = {}  # (w, axis, scale) -> nodes
     versions: dict[tuple, set] = {}  # (w, axis) -> the scales it is quantized with
@@ -187,7 +188,7 @@ def quantize_weights(rw, build, graph, weight_uses, per_channel: bool, act_qp) -
         versions.setdefault((w, axis), set()).add(need.tobytes())
 
     done: dict[tuple, tuple[str, np.ndarray]] = {}
-    for node, idx, w, axis, bias, scale in uses:
+    for i, (node, idx, w, axis, bias, scale) in enumerate(uses):
         base_q, base_scale, base_clip = _quantize_weight(graph, w, axis)
         raised = scale > base_scale
         key = (w, axis, scale.tobytes())
@@ -226,3 +227,5 @@ def quantize_weights(rw, build, graph, weight_uses, per_channel: bool, act_qp) -
                              0 if bscale.ndim == 1 and per_channel else None)
         rw.rewire(node.name, b, out, bidx)
         build.biases += 1
+        if biases is not None:
+            biases.append((i, *rw.read_by(out)[:2]))
