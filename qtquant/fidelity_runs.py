@@ -132,6 +132,7 @@ def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, foll
     from .export import qdq
 
     res = []
+    check = object()  # the runner's token for the models of this check
     for dm, model in jobs:
         if not follow_edits or split_parts(model) > 1:
             # A fresh default session (also the runner's above its MAX_NODES); above SPLIT_NODES in
@@ -146,7 +147,7 @@ def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, foll
         res.append(cache.runner.run(model, outs, cancel, session.graph.base_dir,
                                     moved=lambda dm=dm: qdq.build_qdq_model(session, moved_domains(dm),
                                                                             float_tensors=float_tensors).model,
-                                    build=(builds or {}).get(id(model))))
+                                    build=(builds or {}).get(id(model)), check=check))
         for k, v in cache.runner.times.items():
             steps[k] = steps.get(k, 0.0) + v
     return res

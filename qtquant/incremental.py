@@ -40,6 +40,9 @@ KEEP_BYTES = 256 << 20  # the kept int8 tensors of a runner (all samples); the o
 # edit re-runs from, and it ran 498 nodes instead of 256.
 CONST_BYTES = 64 << 20
 MAX_NODES = 5000
+# Structures met in one check after a runner's first, remembered by key: a later check makes the program.
+SEEN_MAX = 16
+_NEVER = object()
 
 
 RETIRED_MAX = 1  # re-run sessions waiting for release_sessions(); past it the oldest is destroyed at once
@@ -69,6 +72,7 @@ class IncrementalRunner:
         self.feeds = list(feeds)
         self.keep_bytes = keep_bytes
         self._programs: "OrderedDict[bytes, _Program]" = OrderedDict()  # structure -> program
+        self._seen: "OrderedDict[bytes, object]" = OrderedDict()  # structure met, no program yet -> its check
         self._kept = _Kept(keep_bytes, _samples_bytes)  # tensor fingerprint -> its values, per sample
         self._const_kept = _Kept(const_bytes, _array_bytes)  # fingerprint -> one value (see _constants)
         self.last = ("", 0, 0)  # (how, nodes run, nodes of the program) of the latest run
@@ -82,16 +86,19 @@ class IncrementalRunner:
     def _const_bytes(self) -> int:
         return self._const_kept.bytes
 
-    def run(self, model: onnx.ModelProto, names, cancel=None, base_dir=None, moved=None, build=None) -> list[dict]:
+    def run(self, model: onnx.ModelProto, names, cancel=None, base_dir=None, moved=None, build=None,
+            check=None) -> list[dict]:
         """``moved``: () -> the model the exporter builds from the same domains with every value
         moved (:func:`moved_domains`); without it every edit runs in a fresh default session.
         ``build``: the :class:`~qtquant.export.QdqBuild` that made ``model``, whose record of its nodes
-        spares reading them back (:meth:`_Walk.of_build`)."""
+        spares reading them back (:meth:`_Walk.of_build`).  ``check``: a token the models of one
+        check share (its before and after); None: this run is a check of its own."""
         names = list(names)
         t0 = time.perf_counter()
         self.times = {}
         walk = _Walk.of_build(build) if build is not None and build.model is model else _Walk(model)
-        found = self._program(model, moved, walk) if walk.followable and len(walk.inputs) <= MAX_NODES else None
+        found = self._program(model, moved, walk, check) if walk.followable and len(walk.inputs) <= MAX_NODES \
+            else None
         if found is None:
             self.last = ("fresh default session", len(model.graph.node), len(model.graph.node))
             # (above LAYOUT_PASS_NODES without the NhwcTransformer: shipped.layout_passes_off)
@@ -103,11 +110,26 @@ class IncrementalRunner:
         self.times["program"] = (time.perf_counter() - t0) * 1e3
         return self._run_program(*found, names, cancel)
 
-    def _program(self, model, moved, walk):
+    def _program(self, model, moved, walk, check=None):
         """(program, its optimised model) for ``model``, or None: run it in a fresh default session."""
         key = walk.key
         p = self._programs.get(key)
         if p is None:
+            # A structure first met after the runner's first (an int16 or float precision, float
+            # outputs) runs in a fresh default session, in every model of the check that meets it
+            # (the edit's, and the unedited domains' at the new precision): its program (three
+            # onnxruntime optimisations of the whole export) costs more than those sessions and
+            # their runs (yolov8n_320's int16 edit: 0.8-1.8 s against ~0.3 s a model), and pays only
+            # when the structure is edited again, while trying precisions meets many structures
+            # once each.  A later check that meets it again makes it.
+            met = self._seen.get(key, _NEVER)
+            if self._programs and (met is _NEVER or (check is not None and met is check)):
+                self._seen[key] = check
+                self._seen.move_to_end(key)
+                while len(self._seen) > SEEN_MAX:
+                    self._seen.popitem(last=False)
+                return None
+            self._seen.pop(key, None)
             p = self._programs[key] = _Program(model, moved)
             while len(self._programs) > 3:
                 self._programs.popitem(last=False)

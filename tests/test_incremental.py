@@ -104,11 +104,19 @@ def test_each_edit_reruns_only_what_changed_and_matches_a_fresh_session_bit_for_
     edit("auto", lambda: auto_share(yolo, 1.0))
     edit("undo head", lambda: unshare(yolo, yolo.groups.group_of(head[0]).id))
     edit("int16", lambda: yolo.set_precision([mid[0]], "int16"))
+    edit("int16, unshare mid", lambda: unshare(yolo, yolo.groups.group_of(mid[0]).id))
+    edit("int16, then a share", lambda: share(yolo, head))
     # A head edit re-runs the head only; a mid-network Concat re-runs from there on; a precision
-    # change is another structure: its own program.
-    assert all(ran[k][0] == "optimised program" for k in ran), ran
+    # change is another structure: met the first time, it runs in a fresh default session (its
+    # program would cost more than that); met again, it gets a program of its own, which runs
+    # whole once and then only what an edit changed.
+    assert all(ran[k][0] == "optimised program" for k in ("head", "mid", "policy", "auto", "undo head")), ran
     assert 0 < ran["head"][1] < ran["mid"][1] < total
-    assert ran["int16"][1] == ran["int16"][2]  # a new program runs whole
+    assert ran["int16"][0] == "fresh default session" and ran["int16"][1] == ran["int16"][2]
+    assert ran["int16, unshare mid"][0] == "optimised program"
+    assert ran["int16, unshare mid"][1] == ran["int16, unshare mid"][2]  # a new program runs whole
+    assert ran["int16, then a share"][0] == "optimised program"
+    assert 0 < ran["int16, then a share"][1] < ran["int16, then a share"][2]
     # Back to a model measured before: only the float tail after the last int8 tensor runs.
     yolo.groups.clear()
     yolo.set_options(policy=policy)
@@ -118,6 +126,29 @@ def test_each_edit_reruns_only_what_changed_and_matches_a_fresh_session_bit_for_
     assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
     assert runner.last[0] == "optimised program" and runner.last[1] < ran["head"][1]
 
+
+
+def test_a_new_structure_gets_its_program_in_the_next_check_that_meets_it(yolo):
+    """The models of one check (token ``check``) that meet a structure no earlier check met run in
+    fresh default sessions; a later check makes its program.  Outputs are a fresh session's either way."""
+    g = yolo.graph
+    outs, feeds, runner, model, ref = _first_run(yolo)
+    head = _head(g)
+    yolo.set_precision([head[0]], "int16")
+    yolo.groups_changed()
+    first_check = object()
+    for members in ([], head):  # the check's two models: the unedited domains, then the edit's
+        if members:
+            share(yolo, members)
+            yolo.groups_changed()
+        model, ref = _fresh(yolo, outs, feeds)
+        assert _equal(runner.run(model, outs, moved=_moved(yolo), check=first_check), ref, outs)
+        assert runner.last[0] == "fresh default session"
+    unshare(yolo, yolo.groups.group_of(head[0]).id)
+    yolo.groups_changed()
+    model, ref = _fresh(yolo, outs, feeds)
+    assert _equal(runner.run(model, outs, moved=_moved(yolo), check=object()), ref, outs)
+    assert runner.last[0] == "optimised program" and len(runner._programs) == 2
 
 def test_a_small_budget_only_costs_runs(yolo):
     outs = float_outputs_of(yolo.graph)
@@ -313,9 +344,10 @@ def test_a_check_says_where_its_time_went_outside_its_figures(yolo):
     other = measure_session(yolo, follow_edits=True)  # answered from the cache: other times
     assert other == fid and "build" not in other.trace
     # A precision change runs the baseline and the edit on a pool thread: their steps still count.
+    # (A structure the check meets first runs in fresh default sessions: no program step.)
     yolo.set_precision([_head(yolo.graph)[0]], "int16")
     wide = measure_session(yolo, follow_edits=True)
-    assert wide.trace.get("program", 0) > 0 and wide.trace.get("run", 0) > 0
+    assert wide.trace.get("session", 0) > 0 and wide.trace.get("run", 0) > 0 and "program" not in wide.trace
 
 
 def test_dequantized_weights_are_computed_once_for_every_sample_and_edit(yolo, monkeypatch):
