@@ -320,8 +320,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     del model.metadata_props[:]
     model.metadata_props.extend(keep)
     model.metadata_props.add(key="qtquant", value=meta_of(build.domains, build))
-    if record and build.made is not None and not (build.int16 or build.constants or build.bias_adjusted
-                                                  or build.clipped):
+    if record and rescale.patchable(build):
         rescale.remember(graph, rescale.Basis(key, build, [t for t, _ in acts], names_of, q_of, act_inits,
                                               weight_uses, per_channel, biases), rw.names.used)
     elif record:

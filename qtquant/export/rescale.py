@@ -29,7 +29,8 @@ from .records import QdqBuild
 from .rewrite import _RAW_TYPES, raw_value_key
 from .weights import _int32_bias, _memo, _quantize_weight, _uses
 
-__all__ = ["Basis", "patched", "remember", "forget", "basis_of", "quantized_activations", "zero_point_name"]
+__all__ = ["Basis", "patched", "patchable", "remember", "forget", "basis_of", "quantized_activations",
+           "zero_point_name"]
 
 _OURS = ("qtq_d", "qtq_zero_point")  # the prefixes of the names a patch makes anew
 # graph -> {build key -> Basis}: one per key, so that a build of another key (an int16 edit, float
@@ -113,11 +114,17 @@ class Basis:
                 self.ok = self.ok and tuple(ins[1:3]) == names_of[t]
 
 
+def patchable(build: QdqBuild) -> bool:
+    """Whether a patch of ``build`` could give a full build's bytes, by what the build did: recorded
+    its nodes, and no cloned constant, raised weight scale, clipped bias or int16 tensor (the
+    full build's own logic decides those).  Asked before a :class:`Basis` is made (it copies the model)."""
+    return build.made is not None and not (build.constants or build.bias_adjusted or build.clipped or build.int16)
+
+
 def remember(graph, basis: Basis, used_names) -> None:
     """Keep ``basis`` for the next recording build of ``graph``, if a patch of it can give a
     full build's bytes.  ``used_names``: every name the build's model holds or its base held."""
-    b = basis.build
-    if not basis.ok or b.made is None or b.constants or b.bias_adjusted or b.clipped or b.int16 \
+    if not basis.ok or not patchable(basis.build) \
             or any(n.startswith(_OURS) for n in used_names if n not in basis.act_names):
         forget(graph, basis.key)
         return
@@ -146,8 +153,7 @@ def patched(graph, key, dm, meta_of) -> QdqBuild | None:
     basis = basis_of(graph, key)
     if basis is None:
         return None
-    float_tensors, _, quantize_outputs, _ = key
-    acts, _, _ = quantized_activations(graph, dm, float_tensors, set(graph.outputs))
+    acts, _, _ = quantized_activations(graph, dm, key[0], set(graph.outputs))  # (key[0]: the float tensors)
     if len(acts) != len(basis.acts) or any(t != u for (t, _), u in zip(acts, basis.acts)):
         return None
     inits, keys, dinit, zps, names_of, act_qp = [], {}, {}, {}, {}, {}
