@@ -43,7 +43,7 @@ from multiprocessing.connection import wait
 from . import errors
 from .errors import Cancelled, QtQuantError
 
-__all__ = ["Child", "Link", "run", "run_all", "POLL_S", "PART", "NICENESS"]
+__all__ = ["Child", "Reply", "Link", "run", "run_all", "POLL_S", "PART", "NICENESS"]
 
 POLL_S = 0.02  # how often cancel() is polled while nothing arrives
 PART = 1000  # entries per part: pickling one takes ~5 ms on a big graph
@@ -251,6 +251,12 @@ class Child:
         tell = None if progress is None else (lambda _i, v: progress(v))
         return _value(self, _gather([self], [request], cancel, tell, timeout)[0])
 
+    def submit(self, request) -> Reply:
+        """Send ``request`` (starting the process if needed) and return at once: the
+        :class:`Reply`'s ``result()`` is what :meth:`call` would have returned."""
+        self.ensure_running()
+        return Reply(self, _post([self], [request]))
+
     def close(self, grace: float = 2.0) -> None:
         """Stop the process: asked to leave (given ``grace`` seconds), then killed."""
         proc, conn = self.process, self._conn
@@ -286,6 +292,12 @@ def _value(child: Child, reply: tuple):
 def _gather(children: list[Child], requests: list, cancel, progress, timeout) -> dict[int, tuple]:
     """Send each child its request and read the replies, until all came or one is an error.
     Any exception leaves the children stopped (their side of the protocol is unknown then)."""
+    return _collect(children, _post(children, requests), cancel, progress, timeout)
+
+
+def _post(children: list[Child], requests: list) -> dict:
+    """Send each child its request: what :func:`_collect` reads the replies with.  A failure
+    leaves the children stopped."""
     done = False
     try:
         pending = {}
@@ -297,6 +309,18 @@ def _gather(children: list[Child], requests: list, cancel, progress, timeout) ->
             except (OSError, ValueError):
                 c._died()
             pending[c._conn] = (i, _Receiver())
+        done = True
+        return pending
+    finally:
+        if not done:
+            for c in children:
+                c.close(grace=0)
+
+
+def _collect(children: list[Child], pending: dict, cancel, progress, timeout) -> dict[int, tuple]:
+    """The replies to the requests :func:`_post` sent (see :func:`_gather`)."""
+    done = False
+    try:
         deadline = None if timeout is None else time.monotonic() + timeout
         replies: dict[int, tuple] = {}
         while pending:
@@ -330,6 +354,34 @@ def _gather(children: list[Child], requests: list, cancel, progress, timeout) ->
         if not done:
             for c in children:
                 c.close(grace=0)
+
+
+class Reply:
+    """The reply to a request :meth:`Child.submit` sent, read when it is wanted: the caller works
+    meanwhile, beside the child.  Read it (:meth:`result`) or drop it (:meth:`discard`) before
+    the child's next request, or the two replies would be mixed up."""
+
+    def __init__(self, child: Child, pending: dict):
+        self._child, self._pending = child, pending
+
+    @property
+    def open(self) -> bool:
+        return self._pending is not None
+
+    def result(self, *, cancel=None, timeout: float | None = None):
+        pending, self._pending = self._pending, None
+        if pending is None:
+            raise RuntimeError("this reply was read or dropped already")
+        return _value(self._child, _collect([self._child], pending, cancel, None, timeout)[0])
+
+    def discard(self, timeout: float | None = None) -> None:
+        """Read the reply and drop it, whatever it says (a no-op once read)."""
+        if self._pending is None:
+            return
+        try:
+            self.result(timeout=timeout)
+        except QtQuantError:
+            pass
 
 
 def run_all(children: list[Child], requests: list, *, cancel=None, progress=None,

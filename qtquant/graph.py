@@ -19,12 +19,14 @@ from .cut import cut_model, parse_cut
 from .errors import ModelError, ShapeError
 from .fileio.paths import existing_file
 from .gcpause import gc_paused
+from .graphbuild import Structure, read_structure, type_structure
+from .graphitems import Node, Tensor
 from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_external_data, check_input_sizes,
                          check_text, infer_shapes, inline_small_external, needs_data_propagation,
                          topo_order)
-from .nodetable import (UNTYPED, NodeTable, attr_value, dims_of, int_attribute, node_names, value_type_bytes,
+from .nodetable import (NodeTable, value_type_bytes,
                         value_type_keys)
-from .ops import PASS_OPS, Role, fused_into_producer, handler_for, passes_through
+from .ops import PASS_OPS, fused_into_producer, passes_through
 from .qdq import is_qdq_model
 from .shapes import format_shape, parse_input_shapes
 from .vocab import TensorKind
@@ -36,90 +38,6 @@ MIN_OPSET = 11
 MAX_OPSET = 23
 
 
-
-class NotInOrder(ModelError):
-    """A graph whose nodes are not in topological order, or that makes a value twice: the file's
-    order is sorted (:func:`~qtquant.modelcheck.topo_order`, which names what is wrong) and the
-    graph built again."""
-
-    def __init__(self):
-        super().__init__("the graph's nodes are not in topological order, or a value is made twice")
-
-
-class Node:
-    """One op.  Attributes are decoded on first access: most analyses never look at them."""
-
-    __slots__ = ("name", "op_type", "inputs", "outputs", "domain", "index", "_attrs", "_attr_protos", "_src")
-
-    def __init__(self, name, op_type, inputs, outputs, attrs=None, domain="", index=0, attr_protos=(), src=None):
-        self.name = name
-        self.op_type = op_type
-        self.inputs = inputs
-        self.outputs = outputs
-        self.domain = domain
-        self.index = index  # position in topological order
-        self._attrs = attrs
-        self._attr_protos = attr_protos
-        # The graph's node protos (in topological order): when given, the attributes are taken
-        # from ``src[index]`` on first use, so nodes whose attributes nobody asks for cost nothing.
-        self._src = src
-
-    @property
-    def attrs(self) -> dict:
-        if self._attrs is None:
-            protos = self._attr_protos if self._src is None else self._src[self.index].attribute
-            # [:]: a plain list to iterate (see modelcheck._all_tensors)
-            self._attrs = {a.name: attr_value(a) for a in protos[:]} if protos else {}
-        return self._attrs
-
-    def int_attr(self, name: str, default: int):
-        """``self.attrs.get(name, default)`` for an attribute that is a plain INT, read without
-        decoding the node's other attributes (a Concat's axis, a Conv's group: thousands a graph)."""
-        if self._attrs is None and self._src is not None:
-            v = int_attribute(self._src[self.index].attribute, name, default)
-            if v is not None:
-                return v
-        return self.attrs.get(name, default)
-
-    @property
-    def handler(self):
-        return handler_for(self.op_type)
-
-    def __repr__(self) -> str:
-        return f"Node({self.name!r}, {self.op_type})"
-
-
-class Tensor:
-    """One value of the graph: name, shape (None when unknown), element type, kind, edges."""
-
-    __slots__ = ("name", "shape", "elem_type", "kind", "producer", "consumers")
-
-    def __init__(self, name, shape=None, elem_type=0, kind=TensorKind.ACTIVATION, producer=None, consumers=None):
-        self.name = name
-        self.shape = shape
-        self.elem_type = elem_type  # onnx.TensorProto enum, 0 when unknown
-        self.kind = kind
-        self.producer = producer
-        self.consumers = [] if consumers is None else consumers
-
-    def __repr__(self) -> str:
-        return f"Tensor({self.name!r}, {self.kind}, {self.shape})"
-
-    @property
-    def is_float(self) -> bool:
-        return self.elem_type in FLOAT_TYPES
-
-    @property
-    def dtype_name(self) -> str:
-        return onnx.TensorProto.DataType.Name(self.elem_type).lower() if self.elem_type else "unknown"
-
-    @property
-    def size(self) -> int:
-        if not self.shape or any(d is None for d in self.shape):
-            return 0 if self.shape is None else 0
-        return int(np.prod(self.shape, dtype=np.int64))
-
-
 KEEP_MODEL_BYTES = 64 << 20  # Graph.model_bytes keeps serialized models up to this size
 
 
@@ -128,12 +46,15 @@ class Graph:
 
     def __init__(self, model: onnx.ModelProto, path: Path | None, input_shapes: dict, sha256: str,
                  cut: tuple[str, ...] = (), table: NodeTable | None = None,
-                 value_types: dict[str, bytes] | None = None, check_order: bool = False):
+                 value_types: dict[str, bytes] | None = None, check_order: bool = False,
+                 structure: Structure | None = None):
         """``table``: ``model.graph.node`` read already (:class:`NodeTable`, in the same order);
         ``value_types``: ``model.graph.value_info`` read already, as name -> serialized type
         (:func:`~qtquant.nodetable.value_type_bytes`).  A node that reads a value no node before it
         makes is a :class:`NotInOrder`; with ``check_order`` (no node leaves an optional output
-        out), so is a value made twice, or made that is also an initializer or input."""
+        out), so is a value made twice, or made that is also an initializer or input.
+        ``structure``: :func:`~qtquant.graphbuild.read_structure` of ``table``, read already
+        (before shape inference gave ``model``, whose nodes are the same)."""
         self.model = model
         self.cut = tuple(cut)  # the tensors the file's graph was cut at (its outputs now); () = whole file
         self.path = path
@@ -151,112 +72,16 @@ class Graph:
         self._by_op: dict[str, list[Node]] = {}  # op type -> its nodes, in graph order
         self._unshaped: list[str] = []  # activations shape inference left (partly) unknown
         self._model_bytes: bytes | None = None
-        self._build(table if table is not None else NodeTable(model.graph), value_types, check_order)
+        self._build(structure, table if table is not None else NodeTable(model.graph), value_types, check_order)
 
     # -- construction -------------------------------------------------------------------
-    def _build(self, table: NodeTable, value_types: dict[str, bytes] | None, check_order: bool) -> None:
-        g = self.model.graph
-        type_keys, decoded_types = value_type_keys(g, value_types)
-        tensors = self.tensors
-        WEIGHT, SHAPE, ACTIVATION, INPUT = TensorKind.WEIGHT, TensorKind.SHAPE, TensorKind.ACTIVATION, TensorKind.INPUT
-        for t in g.initializer:
-            kind = WEIGHT if t.data_type in FLOAT_TYPES else SHAPE
-            tensors[t.name] = Tensor(t.name, tuple(t.dims[:]), t.data_type, kind)
-        for i in g.input:
-            if i.name in tensors:
-                continue  # old-style models list initializers as inputs
-            et = i.type.tensor_type.elem_type
-            kind = INPUT if et in FLOAT_TYPES else SHAPE
-            tensors[i.name] = Tensor(i.name, dims_of(i.type), et, kind)
-            self.inputs.append(i.name)
-
-        # Insertion-ordered (a dict of None): the quantized tensors in graph order, with no pass over
-        # every tensor to find them (inputs first, then node outputs, as ``tensors`` holds them).
-        quantized = dict.fromkeys(n for n, t in tensors.items() if t.kind is INPUT)
-        names = node_names(table.names, table.ops)
-        protos = g.node
-        if names != table.names:
-            for idx, (name, given) in enumerate(zip(names, table.names)):
-                if name != given:
-                    protos[idx].name = name  # the file's node had no name (or a taken one)
-        nodes = self.nodes
-        by_op = self._by_op
-        unshaped = self._unshaped
-        type_key = type_keys.get
-        floats = FLOAT_TYPES
-        NONE = Role.NONE
-        # op type -> (its nodes in by_op, it is a source of nothing quantized (role NONE), it is a
-        # Constant): one lookup a node for what each node of the type needs
-        per_op: dict[str, tuple[list[Node], bool, bool]] = {}
-        # The weights and shape values so far (and "", an absent optional input): a node reading
-        # nothing else is constant-folded, which one C-level issuperset asks, not a test per input.
-        static_names = {n for n, t in tensors.items() if t.kind is WEIGHT or t.kind is SHAPE}
-        static_names.add("")
-        add_static = static_names.add
-        # Nodes and tensors are filled in here slot by slot, past their __init__: a call of a
-        # Python __init__ costs more than the whole of what it sets (10,000s of each).
-        new = object.__new__
-        sources = len(tensors)
-        try:
-            for idx, (name, op, node_ins, node_outs, domain) in enumerate(
-                    zip(names, table.ops, table.inputs, table.outputs, table.domains)):
-                node = new(Node)  # Node(name, op, node_ins, node_outs, None, domain, idx, (), protos)
-                node.name = name
-                node.op_type = op
-                node.inputs = node_ins
-                node.outputs = node_outs
-                node.domain = domain
-                node.index = idx
-                node._attrs = None
-                node._attr_protos = ()
-                node._src = protos
-                nodes[name] = node
-                kept = per_op.get(op)
-                if kept is None:
-                    kept = per_op[op] = (by_op.setdefault(op, []), handler_for(op).role is NONE, op == "Constant")
-                kept[0].append(node)
-                for i in node_ins:
-                    if i:
-                        tensors[i].consumers.append(name)
-                inert = kept[1]
-                # Folded: a Constant, or every input a weight or a shape value (static) with at least
-                # one given, or no input at all and a source of nothing quantized.  Most nodes read an
-                # activation, and one C-level issuperset settles them.
-                if static_names.issuperset(node_ins):  # "" is static: no given input passes too
-                    folded = kept[2] or inert or any(node_ins)
-                else:
-                    folded = kept[2]
-                for o in node_outs:
-                    if not o:
-                        continue
-                    key = type_key(o)
-                    et, shape, unknown = UNTYPED if key is None else decoded_types[key]
-                    if et and et not in floats:
-                        kind = SHAPE
-                    elif folded:
-                        kind = WEIGHT if (et in floats or not et) else SHAPE
-                    elif not et and (inert or not any(tensors[i].is_float for i in node_ins if i)):
-                        kind = SHAPE
-                    else:
-                        kind = ACTIVATION
-                    t = tensors[o] = new(Tensor)  # Tensor(o, shape, et, kind, name)
-                    t.name = o
-                    t.shape = shape
-                    t.elem_type = et
-                    t.kind = kind
-                    t.producer = name
-                    t.consumers = []
-                    if kind is ACTIVATION:
-                        if unknown:
-                            unshaped.append(o)
-                        if not inert:
-                            quantized[o] = None
-                    else:
-                        add_static(o)
-        except KeyError:  # a node read a value no node before it made
-            raise NotInOrder() from None
-        if check_order and len(tensors) != sources + sum(map(len, table.outputs)):
-            raise NotInOrder()  # a value made twice, or an initializer or input made again
+    def _build(self, st: Structure | None, table: NodeTable, value_types: dict[str, bytes] | None,
+               check_order: bool) -> None:
+        if st is None:
+            st = read_structure(self.model, table, check_order)
+        type_keys, decoded_types = value_type_keys(self.model.graph, value_types)
+        quantized, self._unshaped = type_structure(st, self.model, type_keys, decoded_types)
+        self.nodes, self.tensors, self.inputs, self._by_op = st.nodes, st.tensors, st.inputs, st.by_op
         for t in fused_into_producer(self):
             quantized.pop(t, None)
         self._quantized = quantized
@@ -488,11 +313,25 @@ def _read_model(path) -> tuple[onnx.ModelProto, Path, bytes | None]:
     return model, p, data
 
 
-def read_model_table(path) -> tuple[onnx.ModelProto, Path, NodeTable]:
+def read_model_table(path, *, early: bool = False) -> tuple:
     """:func:`read_model_file` and the model's :class:`NodeTable`, read from the file's bytes where
-    it can be (one more parse instead of node by node)."""
+    it can be (one more parse instead of node by node).
+
+    ``early``: also start the file's shape inference in the app's child
+    (:func:`qtquant.shape_child.submit_file`), before the table is read, and return it fourth (or
+    None): the caller hands it to :func:`graph_from_model`, and drops it in a ``finally``."""
     model, p, data = _read_model(path)
-    return model, p, NodeTable(model.graph, data)
+    if not early:
+        return model, p, NodeTable(model.graph, data)
+    from . import shape_child
+
+    pending = shape_child.submit_file(model, data) if data is not None else None
+    try:
+        return model, p, NodeTable(model.graph, data), pending
+    except BaseException:
+        if pending is not None:
+            pending.discard()
+        raise
 
 
 @gc_paused
@@ -502,26 +341,35 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
     A QDQ-quantized file is refused: its graph is only right once its Q/DQ pairs are read into
     scales, which :func:`qtquant.open_model` (the one way to open any model) does.
     """
-    model, p, table = read_model_table(path)
-    if is_qdq_model(model, table):
-        raise ModelError(f"{p.name} is QDQ-quantized; open it with qtquant.open_model, which reads its scales")
-    sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed
-    check_external_data(model, p.parent, table)
-    return graph_from_model(model, input_shapes, path=p, sha256=sha, ort_fallback=ort_fallback, table=table)
+    model, p, table, early = read_model_table(path, early=True)
+    try:
+        if is_qdq_model(model, table):
+            raise ModelError(f"{p.name} is QDQ-quantized; open it with qtquant.open_model, which reads its scales")
+        sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed
+        check_external_data(model, p.parent, table)
+        return graph_from_model(model, input_shapes, path=p, sha256=sha, ort_fallback=ort_fallback, table=table,
+                                early=early)
+    finally:
+        if early is not None:
+            early.discard()  # not read (an error, a changed model): the child is free again
 
 
 @gc_paused
 def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | None = None,
                      sha256: str | FileDigest = "", ort_fallback: bool = True, cut=(), text_checked: bool = False,
-                     table: NodeTable | None = None) -> Graph:
+                     table: NodeTable | None = None, early=None) -> Graph:
     """``cut``: tensor names the graph is cut at (:func:`cut_model`); ``sha256`` stays the file's
     (a :class:`~qtquant.modelcheck.FileDigest` still hashing it: waited for once the graph is typed).
     ``text_checked``: the caller ran :func:`check_text` on ``model`` already (a 20,000-node model: ~0.4 s).
-    ``table``: ``model.graph.node`` read already (:class:`~qtquant.nodetable.NodeTable`)."""
+    ``table``: ``model.graph.node`` read already (:class:`~qtquant.nodetable.NodeTable`).
+    ``early``: the shape inference of ``model``'s file, started already (:func:`read_model_table`):
+    used if nothing here changes ``model`` before inference, else dropped."""
     if table is None:
         table = NodeTable(model.graph)
     if not text_checked:
         check_text(model, table)
+    # Still the file's own model, as the early inference read it (see as_file below)
+    as_file = early is not None and path is not None and not model.functions
     cut = parse_cut(cut)
     if not model.graph.output:
         raise ModelError("the model declares no outputs; nothing it computes can be checked or run")
@@ -545,12 +393,19 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         cut_model(model, cut)  # before shape inference: the cut graph is all it needs to type
         table = NodeTable(model.graph)
     given = input_shapes.items() if isinstance(input_shapes, dict) else input_shapes
+    as_file = as_file and deferred and not cut  # a sort or a cut changed it
+    declared = [i.type.SerializeToString() for i in model.graph.input] if as_file else None
     shapes = apply_input_shapes(model, parse_input_shapes(given))
+    if as_file:  # the same input shapes (most models are opened at their declared ones)
+        as_file = declared == [i.type.SerializeToString() for i in model.graph.input]
     check_input_sizes(model, shapes)
     if path is not None:
         inline_small_external(model, path.parent)
     try:
-        inferred, inferred_bytes = infer_shapes(model, needs_data_propagation(model, table, opset))
+        # Read before inference: with an early inference running in the child, meanwhile
+        structure = read_structure(model, table, check_order=deferred)
+        inferred, inferred_bytes = infer_shapes(model, lambda: needs_data_propagation(model, table, opset), early,
+                                                as_file)
         if isinstance(sha256, FileDigest):
             sha256 = sha256.result()
         if not sha256:
@@ -558,8 +413,11 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         # Shape inference adds types and keeps the nodes as they were: the table still reads them.
         types = value_type_bytes(inferred_bytes, len(inferred.graph.value_info)) if inferred_bytes else None
         same = len(table) == len(inferred.graph.node)
-        graph = Graph(inferred, path, shapes, sha256, cut, table if same else None, types, check_order=deferred)
+        graph = Graph(inferred, path, shapes, sha256, cut, table if same else None, types, check_order=deferred,
+                      structure=structure if same else None)
     except (ModelError, ShapeError):  # NotInOrder among them
+        if early is not None:
+            early.discard()  # the child is the next inference's (no-op if read)
         ordered = _sorted(model, table) if deferred else table
         if ordered is table:  # in order after all: the error stands
             raise

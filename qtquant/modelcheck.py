@@ -212,7 +212,7 @@ def apply_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
     return resolved
 
 
-def _drop_huge_shape_hints(model) -> None:
+def _drop_huge_shape_hints(model) -> bool:
     """Forget declared shapes that could be shape tensors longer than MAX_SHAPE_HINT.
 
     onnx's data propagation walks the declared length of a shape tensor (the output of
@@ -231,12 +231,15 @@ def _drop_huge_shape_hints(model) -> None:
 
     g = model.graph
     keep = [v for v in g.value_info if not huge(v)]
-    if len(keep) != len(g.value_info):
+    changed = len(keep) != len(g.value_info)
+    if changed:
         del g.value_info[:]
         g.value_info.extend(keep)
     for o in g.output:
         if huge(o):
             o.type.tensor_type.ClearField("shape")
+            changed = True
+    return changed  # True: the model is no longer its file's
 
 
 def check_input_sizes(model, shapes: dict[str, tuple]) -> None:
@@ -304,15 +307,27 @@ def _skeleton(model, min_total: int = _SKELETON_MIN_TOTAL) -> onnx.ModelProto | 
     return sk
 
 
-def infer_shapes(model, data_prop: bool = True) -> tuple[onnx.ModelProto, bytes | None]:
+def infer_shapes(model, data_prop=True, early=None, as_file: bool = False) -> tuple[onnx.ModelProto, bytes | None]:
     """``model`` with the types shape inference gives its values, and the serialized model they
     were read from (its ``graph.value_info`` is the returned model's), or None where there is none
     to hand: the caller reads the types from those bytes in one pass
     (:func:`~qtquant.nodetable.value_type_bytes`).  ``data_prop``: onnx's data propagation, which
-    only a graph that computes shape values needs (:func:`needs_data_propagation`)."""
+    only a graph that computes shape values needs (:func:`needs_data_propagation`); a callable
+    that says it is asked only where it counts (the child always propagates: same types).
+
+    ``early``: the inference of the file ``model`` was read from, started in the app's child
+    (:class:`~qtquant.shape_child.Early`), read here if ``as_file`` (the caller changed nothing in
+    ``model`` since it was parsed) and nothing needs changing before inference; else dropped."""
     from . import shape_child
 
-    _drop_huge_shape_hints(model)
+    changed = _drop_huge_shape_hints(model)
+    if early is not None and early.open:
+        if as_file and not changed:
+            data = early.result()
+            return onnx.load_model_from_string(data), data
+        early.discard()
+    if callable(data_prop):  # the app's child propagates always, and an in-process run then too
+        data_prop = True if shape_child.may_want(model) else data_prop()
     sk = _skeleton(model, 1 if shape_child.may_want(model) else _SKELETON_MIN_TOTAL)
     if sk is None:
         return _infer_proto(model, data_prop)

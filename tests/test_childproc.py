@@ -147,3 +147,24 @@ def test_a_handler_idle_hook_runs_after_each_reply():
         assert [c.call(None) for _ in range(3)] == [0, 1, 2]
     finally:
         c.close()
+
+
+def test_a_submitted_request_is_answered_when_read_and_a_dropped_one_does_not_mix_with_the_next():
+    child = childproc.Child(_handle, name="qtquant-test", what="the test child")
+    try:
+        reply = child.submit(("echo", "first"))
+        assert reply.open
+        assert reply.result() == "first" and not reply.open
+        with pytest.raises(RuntimeError):
+            reply.result()
+        dropped = child.submit(("echo", "dropped"))
+        dropped.discard()
+        dropped.discard()  # a no-op once done
+        assert child.call(("echo", "second")) == "second"
+        failing = child.submit(("raise", ShapeError("no fit")))
+        with pytest.raises(ShapeError, match="no fit"):
+            failing.result()
+        child.submit(("raise", ShapeError("unread"))).discard()  # an error dropped unread
+        assert child.call(("echo", "third")) == "third"
+    finally:
+        child.close()

@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 from builders import branchy_concat_model, detector_model
 from qtquant.errors import ModelError, ShapeError
 from qtquant.graph import Node, graph_from_model, load_graph
+from qtquant.graphitems import NodeProtos
 from qtquant.modelcheck import check_external_data, check_text
 from qtquant.nodetable import NodeTable, int_attribute
 
@@ -88,8 +89,8 @@ def test_int_attr_reads_what_attrs_gives():
     ref.attribute.append(onnx.AttributeProto(name="axis", type=onnx.AttributeProto.INT, ref_attr_name="ax"))
     for proto, want in ((node, 1), (dup, 3), (odd, None), (ref, None), (helper.make_node("Relu", ["a"], ["b"]), 0)):
         assert int_attribute(proto.attribute, "axis", 0) == want
-    protos = [node, dup, odd, helper.make_node("Relu", ["a"], ["b"])]
-    for idx, proto in enumerate(protos):
+    protos = NodeProtos([node, dup, odd, helper.make_node("Relu", ["a"], ["b"])])
+    for idx, proto in enumerate(protos.nodes):
         n = Node(f"n{idx}", proto.op_type, [], [], index=idx, src=protos)
         fresh = Node(f"n{idx}", proto.op_type, [], [], index=idx, src=protos)
         assert n.int_attr("axis", 0) == fresh.attrs.get("axis", 0)

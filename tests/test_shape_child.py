@@ -19,10 +19,11 @@ def test_child_infers_the_same_shapes(tmp_path, monkeypatch):
     here = load_graph(path)
     monkeypatch.setattr(shape_child, "MIN_NODES", 0)
     calls = []
-    real = shape_child.infer_in_child
+    real, early = shape_child.infer_in_child, shape_child.Early.result
     monkeypatch.setattr(shape_child, "infer_in_child", lambda m: calls.append(1) or real(m))
+    monkeypatch.setattr(shape_child.Early, "result", lambda e: calls.append(2) or early(e))
     there = load_graph(path)
-    assert calls
+    assert calls  # the file's early inference (a child that runs already) or the parsed model's
     assert {n: t.shape for n, t in there.tensors.items()} == {n: t.shape for n, t in here.tensors.items()}
     assert {n: t.elem_type for n, t in there.tensors.items()} == {n: t.elem_type for n, t in here.tensors.items()}
 
@@ -74,3 +75,106 @@ def test_the_child_is_kept_between_opens_and_replaced_when_it_died(tmp_path, in_
     finally:
         shape_child.close()
     assert shape_child._child.process is None
+
+
+def _signature(g):
+    return ({n: (t.shape, t.elem_type, t.kind, t.producer, list(t.consumers)) for n, t in g.tensors.items()},
+            [(n.name, n.op_type, n.inputs, n.outputs, n.index) for n in g.order], g.quantized_tensors,
+            {n.name: n.attrs for n in g.order})
+
+
+@pytest.fixture
+def early_child(monkeypatch):
+    """The app's set-up: a child that runs before the open, for graphs of any size here.  The
+    opens are counted by how their types came: the file's bytes inferred early, dropped, or the
+    parsed model sent after."""
+    monkeypatch.setattr(shape_child, "MIN_NODES", 0)
+    seen = []
+    result, discard, real = shape_child.Early.result, shape_child.Early.discard, shape_child.infer_in_child
+    monkeypatch.setattr(shape_child.Early, "result", lambda e: seen.append("early") or result(e))
+    monkeypatch.setattr(shape_child.Early, "discard",
+                        lambda e: (seen.append("dropped") if e.open else None) or discard(e))
+    monkeypatch.setattr(shape_child, "infer_in_child", lambda m: seen.append("sent") or real(m))
+    shape_child.warm()
+    shape_child._child.call(b"")  # booted: an early request goes only to a child that runs
+    seen.clear()
+    yield seen
+    shape_child.close()
+
+
+def _in_process(monkeypatch, path, **kw):
+    monkeypatch.setattr(shape_child, "MIN_NODES", None)
+    try:
+        return load_graph(path, **kw)
+    finally:
+        monkeypatch.setattr(shape_child, "MIN_NODES", 0)
+
+
+def test_the_file_is_inferred_in_the_child_while_the_graph_is_read(tmp_path, early_child, monkeypatch):
+    """The file's own bytes go to the child before its table is read; the graph is the one an
+    in-process open makes, item for item (names, types, kinds, edges, attributes)."""
+    path = save(detector_model(), tmp_path / "det.onnx")
+    here = _in_process(monkeypatch, path)
+    there = load_graph(path)
+    assert early_child == ["early"]
+    assert _signature(there) == _signature(here)
+    assert there.model.graph.value_info  # the model it keeps is the inferred one
+    assert [c.node for c in _concats(there)] == [c.node for c in _concats(here)]
+
+
+def _concats(g):
+    from qtquant.concat import analyze_concats
+    from qtquant.domains import build_domains
+
+    return analyze_concats(g, build_domains(g, {t: (-1.0, 2.0) for t in g.observed_tensors}))
+
+
+def test_an_early_inference_of_a_changed_model_is_dropped(tmp_path, early_child, monkeypatch):
+    """Input shapes that change the declared ones (a dynamic batch set to 1, a given shape) make
+    another model than the file: its types come from that model, and the child is free after."""
+    path = save(detector_model(shape=("N", 3, 16, 16)), tmp_path / "dyn.onnx")
+    here = _in_process(monkeypatch, path)
+    there = load_graph(path)
+    assert early_child == ["dropped", "sent"]
+    assert _signature(there) == _signature(here)
+    assert there.tensors[there.inputs[0]].shape == (1, 3, 16, 16)
+    early_child.clear()
+    given = load_graph(path, [f"{here.inputs[0]}=1x3x16x16"])
+    assert early_child == ["dropped", "sent"]
+    assert _signature(given) == _signature(here)
+    fixed = save(detector_model(), tmp_path / "fixed.onnx")
+    early_child.clear()
+    load_graph(fixed)
+    assert early_child == ["early"]
+
+
+def test_an_early_inference_that_fails_or_goes_unread_frees_the_child(tmp_path, early_child, monkeypatch):
+    """A shape error comes back as the one line an in-process open gives; a file out of
+    topological order is sorted and typed again (its early inference dropped); a QDQ file
+    refused.  After each, the next open gets the child."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["c"], name="add")], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [4, 5])],
+                          [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
+    bad = save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "bad.onnx")
+    with pytest.raises(ShapeError) as e:
+        load_graph(bad)
+    assert "\n" not in str(e.value) and "shapes do not fit" in str(e.value)
+    assert early_child == ["early"]
+
+    m = detector_model()
+    nodes = list(m.graph.node)
+    del m.graph.node[:]
+    m.graph.node.extend(reversed(nodes))
+    shuffled = save(m, tmp_path / "shuffled.onnx")
+    early_child.clear()
+    there = load_graph(shuffled)
+    assert early_child[0] == "dropped"
+    assert _signature(there) == _signature(_in_process(monkeypatch, shuffled))
+
+    fine = save(detector_model(), tmp_path / "fine.onnx")
+    early_child.clear()
+    load_graph(fine)
+    assert early_child == ["early"]

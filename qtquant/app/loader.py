@@ -19,12 +19,23 @@ def open_model(path, input_shapes=None, options: Options = Options(), *, cut=(),
     session is to use (``qtquant calibrate --stats-out``; the caller loads it): without
     ``input_shapes``, the model opens at the shapes it was made at (a dynamic model needs none given).
     A QDQ file with ``stats`` is refused: its scales are its own, and statistics would replace them."""
-    model, p, table = read_model_table(path)
+    model, p, table, early = read_model_table(path, early=True)
+    try:
+        return _open(model, p, table, early, input_shapes, options, cut, stats)
+    finally:
+        if early is not None:
+            early.discard()  # not read (an error, a changed model): the child is free again
+
+
+def _open(model, p, table, early, input_shapes, options, cut, stats) -> Session:
     sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed
     check_text(model, table)
     check_external_data(model, p.parent, table)
     qdq = None
     if is_qdq_model(model, table):
+        if early is not None:
+            early.discard()  # the graph is the file's without its Q/DQ pairs
+            early = None
         if stats:
             raise ModelError(f"{p.name} is already quantized (QDQ); a statistics file is for float models")
         try:
@@ -38,7 +49,8 @@ def open_model(path, input_shapes=None, options: Options = Options(), *, cut=(),
         from ..calib.statsfile import stats_input_shapes
 
         input_shapes = stats_input_shapes(stats)
-    graph = graph_from_model(model, input_shapes or {}, path=p, sha256=sha, cut=cut, text_checked=True, table=table)
+    graph = graph_from_model(model, input_shapes or {}, path=p, sha256=sha, cut=cut, text_checked=True, table=table,
+                             early=early)
     if qdq is not None:
         attach_qdq(graph, qdq)
     return Session(graph, options, qdq=qdq)

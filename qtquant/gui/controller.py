@@ -62,7 +62,7 @@ class Controller(QObject):
     # From this size on, calibration runs the model in a child process (see calibrate's
     # ``isolate``), and so do shape inference and the layout when a model opens; below it,
     # starting a child costs more than the freeze it avoids.
-    child_process_nodes = 2000
+    child_process_nodes = shape_child.APP_MIN_NODES
     # From this size on, the structure is drawn from the file while the model still loads.
     structure_first_nodes = 2000
 
