@@ -44,7 +44,8 @@ class Domain:
 class DomainMap:
     domains: dict[int, Domain]
     of: dict[str, int]  # tensor -> domain id
-    natural_of: dict[str, frozenset] = field(default_factory=dict)  # pass-through-only domain members
+    # pass-through-only domain members; a tensor alone in its set may have no entry: .get(t, (t,))
+    natural_of: dict[str, frozenset] = field(default_factory=dict)
     scheme: Scheme = Scheme.SYMMETRIC_INT8
     # Each tensor's own range before sharing: what bits lost are measured against.
     member_range: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -108,7 +109,7 @@ def _apply_concat_rule(graph, domains, of, natural, rule) -> tuple[dict, dict]:
         if did is None:
             continue
         d = domains[did]
-        if d.fixed or d.user_groups or len(d.members) != len(natural.get(out, ())):
+        if d.fixed or d.user_groups or len(d.members) != len(natural.get(out, (out,))):
             continue
         ins = [t for t in dict.fromkeys(node.inputs) if t and graph.is_quantized(t) and t in of
                and of[t] != did and domains[of[t]].qparams is not None]
@@ -295,7 +296,8 @@ def _natural_domains(natural_groups, src, scheme):
     """(domains, of, natural_of, member_range) of :func:`build_domains` when nothing but the
     pass-through ops joins tensors (no group, target rule or file range): each natural set is a
     domain, so the sets' ranges and the domains are made in one pass over the sets, not two
-    (the dicts get their entries in the same order as there)."""
+    (the dicts get their entries in the same order as there).  A tensor alone in its set gets no
+    entry in natural_of (read it with ``.get(t, (t,))``): most tensors are, and a set each costs."""
     natural: dict[str, frozenset] = {}
     member_range: dict[str, tuple[float, float]] = {}
     domains: dict[int, Domain] = {}
@@ -303,28 +305,37 @@ def _natural_domains(natural_groups, src, scheme):
     isfinite = math.isfinite
     get = src.get
     nan = float("nan")
+    new = _new
     for did, members in enumerate(natural_groups):
         if len(members) == 1:  # the common case: one observer, no pass-through chain
             t = members[0]
-            natural[t] = frozenset(members)
             r = get(t)
             if r is not None and isfinite(lo := r[0]) and isfinite(hi := r[1]):
                 member_range[t] = r
                 q = qparams_for_range(lo, hi, scheme)
             else:
                 q, lo, hi = None, nan, nan
-            domains[did] = _domain(did, (t,), lo, hi, q, False, ())
-            of[t] = did
-            continue
-        r = _set_range(members, frozenset(members), natural, get, member_range)
-        if r is not None:
-            lo, hi = r
-            q = qparams_for_range(lo, hi, scheme)
+            members = (t,)
         else:
-            q, lo, hi = None, nan, nan
-        domains[did] = _domain(did, tuple(members), lo, hi, q, False, ())
-        for t in members:
-            of[t] = did
+            r = _set_range(members, frozenset(members), natural, get, member_range)
+            if r is not None:
+                lo, hi = r
+                q = qparams_for_range(lo, hi, scheme)
+            else:
+                q, lo, hi = None, nan, nan
+            members = tuple(members)
+            for t in members:
+                of[t] = did
+        # _domain(did, members, lo, hi, q, False, ()) spelt out: one call fewer per domain
+        d = domains[did] = new(Domain)
+        d.id = did
+        d.members = members
+        d.lo = lo
+        d.hi = hi
+        d.qparams = q
+        d.fixed = False
+        d.user_groups = ()
+        of[t] = did
     return domains, of, natural, member_range
 
 

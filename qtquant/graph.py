@@ -55,34 +55,61 @@ class Graph:
         out), so is a value made twice, or made that is also an initializer or input.
         ``structure``: :func:`~qtquant.graphbuild.read_structure` of ``table``, read already
         (before shape inference gave ``model``, whose nodes are the same)."""
-        self.model = model
+        if structure is None:
+            structure = read_structure(model, table if table is not None else NodeTable(model.graph), check_order)
+        self._start(model, path, input_shapes, cut, structure)
+        self.typed(model, sha256, value_types)
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def untyped(cls, model: onnx.ModelProto, path: Path | None, input_shapes: dict, cut: tuple[str, ...],
+                structure: Structure) -> Graph:
+        """The graph of ``structure`` (read from ``model``) before shape inference: the views of
+        its nodes and edges work, nothing is typed or quantized until :meth:`typed`.  What needs
+        no types is worked out here (the fused layers), while the app's child infers the shapes."""
+        graph = cls.__new__(cls)
+        graph._start(model, path, input_shapes, cut, structure)
+        return graph
+
+    def _start(self, model, path, input_shapes, cut, st: Structure) -> None:
+        self.model = model  # until typed(): the model the structure was read from
         self.cut = tuple(cut)  # the tensors the file's graph was cut at (its outputs now); () = whole file
         self.path = path
         self.base_dir = path.parent if path else Path.cwd()
         self.input_shapes = dict(input_shapes)
-        self.sha256 = sha256
+        self.sha256 = ""
         self.opset = _default_opset(model)
-        self.nodes: dict[str, Node] = {}
-        self.tensors: dict[str, Tensor] = {}
-        self.inputs: list[str] = []
+        self.nodes: dict[str, Node] = st.nodes
+        self.tensors: dict[str, Tensor] = st.tensors
+        self.inputs: list[str] = st.inputs
         self.outputs: list[str] = [o.name for o in model.graph.output]
         self._init_protos = {t.name: t for t in model.graph.initializer}
         self._init_cache: dict[str, np.ndarray] = {}
         self._concat_nodes: list[Node] | None = None
-        self._by_op: dict[str, list[Node]] = {}  # op type -> its nodes, in graph order
+        self._by_op: dict[str, list[Node]] = st.by_op  # op type -> its nodes, in graph order
         self._unshaped: list[str] = []  # activations shape inference left (partly) unknown
         self._model_bytes: bytes | None = None
-        self._build(structure, table if table is not None else NodeTable(model.graph), value_types, check_order)
+        self._structure = st
+        self._quantized: dict[str, None] = {}
+        # What the nodes, edges and constants alone say, worked out before the types are known: the
+        # tensors inside fused layers, the pass-through nodes, each Concat's axis.
+        self._fused = fused_into_producer(self)
+        self.passing_nodes  # noqa: B018 - the cached property, made now
+        self._concat_axes = {n.name: int(n.int_attr("axis", 0)) for n in st.by_op.get("Concat", ())}
 
-    # -- construction -------------------------------------------------------------------
-    def _build(self, st: Structure | None, table: NodeTable, value_types: dict[str, bytes] | None,
-               check_order: bool) -> None:
-        if st is None:
-            st = read_structure(self.model, table, check_order)
-        type_keys, decoded_types = value_type_keys(self.model.graph, value_types)
-        quantized, self._unshaped = type_structure(st, self.model, type_keys, decoded_types)
-        self.nodes, self.tensors, self.inputs, self._by_op = st.nodes, st.tensors, st.inputs, st.by_op
-        for t in fused_into_producer(self):
+    def typed(self, model: onnx.ModelProto, sha256: str, value_types: dict[str, bytes] | None = None) -> None:
+        """Type the graph from ``model``, the inferred model whose nodes are the structure's (in
+        the same order), and keep it; ``value_types``: its ``graph.value_info`` read already, as
+        name -> serialized type (:func:`~qtquant.nodetable.value_type_bytes`)."""
+        st, self._structure = self._structure, None
+        self._renamed = st.names != st.table.names  # type_structure names the file's unnamed nodes
+        if model is not self.model:
+            self._init_protos = {t.name: t for t in model.graph.initializer}  # same values, the kept model's
+        self.model = model
+        self.sha256 = sha256
+        type_keys, decoded_types = value_type_keys(model.graph, value_types)
+        quantized, self._unshaped = type_structure(st, model, type_keys, decoded_types)
+        for t in self._fused:
             quantized.pop(t, None)
         self._quantized = quantized
 
@@ -158,6 +185,16 @@ class Graph:
             return list(self.quantized_tensors)
         return [n for n in self.quantized_tensors if n not in inherited]
 
+    def model_unchanged(self) -> bool:
+        """Whether the model is still the one shape inference returned: no node was given a
+        name (the file had unnamed nodes, or repeated names)."""
+        return not self._renamed
+
+    def concat_axis(self, node: Node) -> int:
+        """The axis of the Concat ``node`` (read once, when the graph was built: every analysis of
+        the Concats asks it of each)."""
+        return self._concat_axes[node.name]
+
     def concat_nodes(self) -> list[Node]:
         # Asked on every overlay refresh; the graph does not change after _build.
         if self._concat_nodes is None:
@@ -176,6 +213,11 @@ class Graph:
         if len(data) <= KEEP_MODEL_BYTES:  # weights inline beyond that: a copy is not worth keeping
             self._model_bytes = data
         return data
+
+    def keep_model_bytes(self, data: bytes) -> None:
+        """``data`` is :meth:`model_bytes` (the model, serialized already): kept if small enough."""
+        if len(data) <= KEEP_MODEL_BYTES:
+            self._model_bytes = data
 
     def prepare_model_bytes(self) -> None:
         """Make :meth:`model_bytes` now if they will be kept (``ByteSize`` copies nothing): a
@@ -403,9 +445,9 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         inline_small_external(model, path.parent)
     try:
         # Read before inference: with an early inference running in the child, meanwhile
-        structure = read_structure(model, table, check_order=deferred)
-        inferred, inferred_bytes = infer_shapes(model, lambda: needs_data_propagation(model, table, opset), early,
-                                                as_file)
+        untyped = Graph.untyped(model, path, shapes, cut, read_structure(model, table, check_order=deferred))
+        inferred, inferred_bytes, exact = infer_shapes(model, lambda: needs_data_propagation(model, table, opset),
+                                                       early, as_file)
         if isinstance(sha256, FileDigest):
             sha256 = sha256.result()
         if not sha256:
@@ -413,8 +455,13 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         # Shape inference adds types and keeps the nodes as they were: the table still reads them.
         types = value_type_bytes(inferred_bytes, len(inferred.graph.value_info)) if inferred_bytes else None
         same = len(table) == len(inferred.graph.node)
-        graph = Graph(inferred, path, shapes, sha256, cut, table if same else None, types, check_order=deferred,
-                      structure=structure if same else None)
+        if same:
+            graph = untyped
+            graph.typed(inferred, sha256, types)
+            if exact and graph.model_unchanged():
+                graph.keep_model_bytes(inferred_bytes)  # what children are sent: no encoding of it again
+        else:
+            graph = Graph(inferred, path, shapes, sha256, cut, None, types, check_order=deferred)
     except (ModelError, ShapeError):  # NotInOrder among them
         if early is not None:
             early.discard()  # the child is the next inference's (no-op if read)

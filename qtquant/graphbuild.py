@@ -44,7 +44,7 @@ class Structure:
         # op type -> (its nodes in by_op, it is a source of nothing quantized (role NONE), it is a
         # Constant): one lookup a node for what each node of the type needs
         self.per_op: dict[str, tuple[list[Node], bool, bool]] = {}
-        self.protos = NodeProtos()  # the node protos of the model the graph keeps (type_structure)
+        self.protos = NodeProtos()  # the node protos: the model's read, then the one the graph keeps (type_structure)
         self.sources = 0  # initializers and inputs
         self.static: set[str] = set()  # the initializers and inputs that are weights or shape values
 
@@ -73,6 +73,7 @@ def read_structure(model, table: NodeTable, check_order: bool = False) -> Struct
     st.names = names = node_names(table.names, table.ops)
     nodes, by_op, per_op = st.nodes, st.by_op, st.per_op
     protos = st.protos
+    protos.nodes = g.node  # the same nodes as the inferred model's, until that one is known
     NONE = Role.NONE
     # Nodes and tensors are filled in here slot by slot, past their __init__: a call of a
     # Python __init__ costs more than the whole of what it sets (10,000s of each).

@@ -307,13 +307,14 @@ def _skeleton(model, min_total: int = _SKELETON_MIN_TOTAL) -> onnx.ModelProto | 
     return sk
 
 
-def infer_shapes(model, data_prop=True, early=None, as_file: bool = False) -> tuple[onnx.ModelProto, bytes | None]:
-    """``model`` with the types shape inference gives its values, and the serialized model they
-    were read from (its ``graph.value_info`` is the returned model's), or None where there is none
-    to hand: the caller reads the types from those bytes in one pass
-    (:func:`~qtquant.nodetable.value_type_bytes`).  ``data_prop``: onnx's data propagation, which
-    only a graph that computes shape values needs (:func:`needs_data_propagation`); a callable
-    that says it is asked only where it counts (the child always propagates: same types).
+def infer_shapes(model, data_prop=True, early=None, as_file: bool = False) -> tuple[onnx.ModelProto, bytes, bool]:
+    """``model`` with the types shape inference gives its values, the serialized model they were
+    read from (its ``graph.value_info`` is the returned model's: the caller reads the types from
+    those bytes in one pass, :func:`~qtquant.nodetable.value_type_bytes`), and whether those bytes
+    are the returned model's own serialization (not where big weights were left out of them).
+    ``data_prop``: onnx's data propagation, which only a graph that computes shape values needs
+    (:func:`needs_data_propagation`); a callable that says it is asked only where it counts (the
+    child always propagates: the same types).
 
     ``early``: the inference of the file ``model`` was read from, started in the app's child
     (:class:`~qtquant.shape_child.Early`), read here if ``as_file`` (the caller changed nothing in
@@ -324,20 +325,20 @@ def infer_shapes(model, data_prop=True, early=None, as_file: bool = False) -> tu
     if early is not None and early.open:
         if as_file and not changed:
             data = early.result()
-            return onnx.load_model_from_string(data), data
+            return onnx.load_model_from_string(data), data, True
         early.discard()
     if callable(data_prop):  # the app's child propagates always, and an in-process run then too
         data_prop = True if shape_child.may_want(model) else data_prop()
     sk = _skeleton(model, 1 if shape_child.may_want(model) else _SKELETON_MIN_TOTAL)
     if sk is None:
-        return _infer_proto(model, data_prop)
+        return *_infer_proto(model, data_prop), True
     inferred, data = _infer_proto(sk, data_prop)
     # Graft the inferred types back onto the real model (which keeps the weights).
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)
     for dst, src in zip(model.graph.output, inferred.graph.output):
         dst.CopyFrom(src)
-    return model, data
+    return model, data, False
 
 
 def _infer_proto(model, data_prop: bool = True) -> tuple[onnx.ModelProto, bytes]:

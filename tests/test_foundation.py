@@ -217,8 +217,8 @@ def test_model_bytes_are_made_once(tmp_path, monkeypatch):
 def test_prepare_model_bytes_skips_models_too_big_to_keep(tmp_path, monkeypatch):
     import qtquant.graph as graph_mod
 
-    g = load_graph(save(branchy_concat_model(), tmp_path / "m.onnx"))
     monkeypatch.setattr(graph_mod, "KEEP_MODEL_BYTES", 10)
+    g = load_graph(save(branchy_concat_model(), tmp_path / "m.onnx"))  # the inferred bytes not kept either
     monkeypatch.setattr(type(g.model), "SerializeToString", lambda self: pytest.fail("encoded for nothing"),
                         raising=False)
     g.prepare_model_bytes()

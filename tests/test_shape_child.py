@@ -178,3 +178,21 @@ def test_an_early_inference_that_fails_or_goes_unread_frees_the_child(tmp_path, 
     early_child.clear()
     load_graph(fine)
     assert early_child == ["early"]
+
+
+def test_the_inferred_bytes_are_kept_as_the_model_children_are_sent(tmp_path, early_child, monkeypatch):
+    """Shape inference hands back the model serialized: kept as what calibration and the fidelity
+    check send their children, unless the graph named nodes the file left unnamed (then the bytes
+    are made again, with the names)."""
+    path = save(detector_model(), tmp_path / "det.onnx")
+    for g in (load_graph(path), _in_process(monkeypatch, path)):
+        assert g._model_bytes is not None  # kept at load: nothing to encode
+        assert onnx.ModelProto.FromString(g.model_bytes()) == g.model
+    m = detector_model()
+    for n in m.graph.node[:3]:
+        n.name = ""
+    unnamed = save(m, tmp_path / "unnamed.onnx")
+    g = load_graph(unnamed)
+    assert g._model_bytes is None
+    again = onnx.ModelProto.FromString(g.model_bytes())
+    assert [n.name for n in again.graph.node] == [n.name for n in g.order] and all(n.name for n in g.order)

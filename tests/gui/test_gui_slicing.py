@@ -189,8 +189,9 @@ def test_simulation_after_calibration_waits_for_the_canvas(qtbot, win, tmp_path)
 
 
 def test_model_serialized_in_the_load_job_only(qtbot, win, tmp_path, monkeypatch):
-    """The calibration and fidelity children get the bytes the load job made: encoding a big
-    model again in a worker thread held the GIL and froze the window when calibration ended."""
+    """The calibration and fidelity children get the bytes the load job made (here, those shape
+    inference handed back): encoding a big model again in a worker thread held the GIL and froze
+    the window when calibration ended."""
     from qtquant.graph import Graph
 
     made = []
@@ -206,7 +207,7 @@ def test_model_serialized_in_the_load_job_only(qtbot, win, tmp_path, monkeypatch
     with qtbot.waitSignal(win.controller.calibrationFinished, timeout=30000):
         win.open_model(band_model(tmp_path / "bands.onnx"))
     qtbot.waitUntil(lambda: win.session.fidelity is not None and not win.controller.busy, timeout=30000)
-    assert len(made) >= 3 and made[0] is False and all(made[1:])  # load, calibration, fidelity
+    assert len(made) >= 2 and all(made)  # calibration, fidelity: the load kept the bytes
 
 
 def test_jobs_start_after_the_views_stayed_idle_for_a_second_poll(qtbot, win, tmp_path, monkeypatch):
