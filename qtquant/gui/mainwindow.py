@@ -13,6 +13,7 @@ The window only composes.  Background work goes through
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
@@ -39,6 +40,11 @@ from .recovery import Recovery, recovery_dir
 from .search import SearchBar
 
 __all__ = ["MainWindow"]
+
+# The share of the window's width the canvas keeps when the side docks would take more (see
+# MainWindow._keep_canvas_room)
+CANVAS_SHARE = 0.4
+RIGHT_DOCK_MIN = 220  # px: the narrowest the right side is made to give the canvas room
 
 
 class MainWindow(QMainWindow):
@@ -107,6 +113,7 @@ class MainWindow(QMainWindow):
         return d
 
     def _build_docks(self) -> None:
+        self._room_pending = False
         r = self.relay
         self.model_info = ModelInfo(r)
         self.concat_list = ConcatList(r)
@@ -136,6 +143,37 @@ class MainWindow(QMainWindow):
                          Qt.Vertical)
         self.resizeDocks([self.docks["concats"], self.docks["inspector"]], [420, 400], Qt.Horizontal)
         self.resizeDocks([self.docks["perf"]], [280], Qt.Vertical)
+
+    def resizeEvent(self, ev) -> None:
+        super().resizeEvent(ev)
+        if not self._room_pending:  # once the dock areas are laid out at the new size
+            self._room_pending = True
+            QTimer.singleShot(0, self._keep_canvas_room)
+
+    def _keep_canvas_room(self) -> None:
+        """Keep at least CANVAS_SHARE of the width for the canvas.  The side docks' widths are set
+        (or restored) in pixels for a wide window; in a narrow one, a half screen, they left the
+        canvas a strip (960 px: ~120 px, under the minimap).  A canvas wide enough is left as the
+        user made it; a narrow one gets the side docks shrunk in proportion (to their minimums)."""
+        self._room_pending = False
+        width = self.width()
+        short = math.ceil(CANVAS_SHARE * width) - self.centralWidget().width()  # px the canvas lacks
+        if width <= 0 or short <= 0:
+            return
+        side = {Qt.LeftDockWidgetArea: [], Qt.RightDockWidgetArea: []}
+        for d in self.docks.values():
+            area = self.dockWidgetArea(d)
+            if area in side and d.isVisible() and not d.isFloating():
+                side[area].append(d)
+        left, right = side[Qt.LeftDockWidgetArea][:1], side[Qt.RightDockWidgetArea][:1]  # one a side: its width
+        spare = sum(d[0].width() for d in (left, right) if d) - short  # what the sides may keep
+        if left and right:
+            # The right side (the inspector's wrapped text) gives way first: the Concat table on the
+            # left needs its numbers and some of each name.
+            r = min(right[0].width(), max(RIGHT_DOCK_MIN, spare * 2 // 5))
+            self.resizeDocks([left[0], right[0]], [max(1, spare - r), r], Qt.Horizontal)
+        elif left or right:
+            self.resizeDocks(left or right, [spare], Qt.Horizontal)
 
     def _slots(self) -> dict:
         v = self.view

@@ -347,6 +347,36 @@ def test_empty_window_shows_the_options_a_model_opens_with_and_the_whole_hint(qt
         w.controller.shutdown()
 
 
+def test_a_narrow_window_keeps_room_for_the_canvas_and_a_wide_one_keeps_its_docks(qtbot, settings, model):
+    """The side docks are sized in pixels for a wide window: at half a 1920 px screen they left the
+    canvas ~120 px, under the minimap.  A narrow window gives the canvas at least CANVAS_SHARE of
+    its width, the inspector giving way first; the Concat table keeps every column in view."""
+    from qtquant.gui.mainwindow import CANVAS_SHARE
+
+    w = MainWindow(settings)
+    qtbot.addWidget(w)
+    w.resize(1600, 900)
+    w.show()
+    qtbot.waitExposed(w)
+    try:
+        open_and_settle(qtbot, w, model)
+        wide = (w.docks["concats"].width(), w.docks["inspector"].width())
+        assert w.centralWidget().width() >= CANVAS_SHARE * w.width()
+        w.resize(960, 900)
+        qtbot.waitUntil(lambda: w.centralWidget().width() >= CANVAS_SHARE * w.width() - 2, timeout=3000)
+        assert w.docks["inspector"].width() < wide[1] and w.docks["concats"].width() > w.docks["inspector"].width()
+        assert not w.concat_list.table.horizontalScrollBar().isVisible()
+        # widened again, the docks are left as they are: the canvas has room
+        narrow = (w.docks["concats"].width(), w.docks["inspector"].width())
+        w.resize(1600, 900)
+        qtbot.wait(50)
+        assert (w.docks["concats"].width(), w.docks["inspector"].width()) == narrow
+        assert w.centralWidget().width() > 0.6 * w.width()
+    finally:
+        w.show_dialogs = False
+        w.controller.shutdown()
+
+
 # -- background jobs ----------------------------------------------------------------------------------
 
 
