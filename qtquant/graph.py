@@ -24,8 +24,7 @@ from .graphitems import Node, Tensor
 from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_external_data, check_input_sizes,
                          check_text, infer_shapes, inline_small_external, needs_data_propagation,
                          topo_order)
-from .nodetable import (NodeTable, value_type_bytes,
-                        value_type_keys)
+from .nodetable import NodeTable, value_type_bytes, value_type_keys
 from .ops import PASS_OPS, fused_into_producer, passes_through
 from .qdq import is_qdq_model
 from .shapes import format_shape, parse_input_shapes
