@@ -30,6 +30,8 @@ from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import pump_events  # noqa: E402
 
 REFRESH = re.compile(r"^_?(refresh|rebuild|fill|populate|update_rows|reload)")
 
@@ -78,12 +80,7 @@ def main() -> int:
         return s
 
     def pump(cond, what):
-        t0 = time.monotonic()
-        while not cond():
-            app.processEvents()
-            time.sleep(0.002)
-            if time.monotonic() - t0 > args.timeout:
-                raise SystemExit(f"timed out waiting for {what}")
+        pump_events(app, cond, args.timeout, what)
 
     model = next(tmp.glob("multiscale_attention*.onnx"))
     win.open_model(str(model))

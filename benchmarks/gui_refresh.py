@@ -48,32 +48,14 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_common import SHARED  # noqa: E402
+from bench_common import SHARED, pump_events  # noqa: E402
 
 TARGET_MS = 300.0
 FIDELITY_TARGET_MS = 100.0  # issue 21: median over the edits that reach a new state
 
 
 def pump(app, cond, timeout=120.0) -> float:
-    """Run the app's events until ``cond()``, asleep in between as the app's own event loop is.
-
-    Polling (processEvents, then a 0.5 ms sleep) took ~11% of a core from the fidelity worker's
-    child on this 2-core machine, which a user's idle window does not.  A result from a worker
-    thread arrives as a queued event, which wakes the wait; the 5 ms timer only bounds how late a
-    condition met without an event (none is known) would be seen."""
-    from PySide6.QtCore import QEventLoop, QTimer
-
-    t0 = time.perf_counter()
-    tick = QTimer()
-    tick.start(5)
-    try:
-        while not cond():
-            app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
-            if time.perf_counter() - t0 > timeout:
-                raise SystemExit("timed out waiting for the app")
-    finally:
-        tick.stop()
-    return time.perf_counter()
+    return pump_events(app, cond, timeout)
 
 
 def edits(win):
