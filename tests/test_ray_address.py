@@ -97,3 +97,58 @@ def test_a_grpc_server_passes_and_other_protocols_do_not(server):
 
 def test_addresses_that_are_not_host_and_port_are_left_to_ray():
     assert unreachable("auto") == unreachable("local") == unreachable("my-cluster") == ""
+
+
+class _AuthError(Exception):
+    """Stands for ray.exceptions.AuthenticationError (a RayError, not a RuntimeError)."""
+
+
+def _fake_ray(first, second=None):
+    """A Ray whose ray.init(address="auto") raises ``first`` and whose local start raises ``second``."""
+
+    class FakeRay:
+        inits = []
+
+        @staticmethod
+        def is_initialized():
+            return False
+
+        @classmethod
+        def init(cls, **kw):
+            cls.inits.append(kw.get("address"))
+            err = first if kw.get("address") == "auto" else second
+            if err is not None:
+                raise err
+
+    return FakeRay
+
+
+def test_auto_starts_a_local_instance_or_says_in_one_line_why_not(monkeypatch):
+    """``--ray auto``: no cluster found starts a local one; a cluster that refuses this process
+    (its token) and a local start that fails are one-line errors, never a traceback."""
+    ok = _fake_ray(ConnectionError("Could not find any running Ray instance"))
+    monkeypatch.setattr(rayrun, "_ray", lambda: ok)
+    assert rayrun.connect("auto") is True and ok.inits == ["auto", None]
+    monkeypatch.setattr(rayrun, "_ray", lambda: _fake_ray(_AuthError("RPC error: InvalidAuthToken: missing\nmore")))
+    with pytest.raises(BadInputError, match=r"^cannot connect to the Ray cluster on this machine: RPC error: "
+                                            r"InvalidAuthToken: missing$"):
+        rayrun.connect("auto")
+    failing = _fake_ray(ConnectionError("none"), RuntimeError("Failed to start GCS."))
+    monkeypatch.setattr(rayrun, "_ray", lambda: failing)
+    with pytest.raises(BadInputError, match=r"^cannot start a local Ray instance: Failed to start GCS\.$"):
+        rayrun.connect("auto")
+
+
+def test_rays_notice_that_it_turned_authentication_on_is_dropped_and_its_warning_that_it_is_off_kept():
+    import logging
+
+    rayrun.quiet_auth_notice()
+    rayrun.quiet_auth_notice()  # once is enough: no second filter
+    log = logging.getLogger(rayrun._AUTH_LOGGER)
+    assert sum(isinstance(f, rayrun._AuthNotice) for f in log.filters) == 1
+
+    def record(msg):
+        return logging.LogRecord(log.name, logging.WARNING, __file__, 1, msg, None, None)
+
+    assert not log.filter(record("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled"))
+    assert log.filter(record("Token authentication is disabled for this Ray cluster. Anyone with network access"))

@@ -60,11 +60,17 @@ def connect(address: str) -> bool:
     if ray.is_initialized():
         return False
     kw = dict(log_to_driver=False, include_dashboard=False, logging_level=logging.WARNING)
+    quiet_auth_notice()
     if address == "auto":
         try:
             ray.init(address="auto", **kw)
         except (ConnectionError, RuntimeError, ValueError):
-            ray.init(**kw)  # no cluster here: a local one
+            try:
+                ray.init(**kw)  # no cluster here: a local one
+            except Exception as e:  # noqa: BLE001 - Ray raises several types when a local start fails
+                raise BadInputError(f"cannot start a local Ray instance: {first_line(e, 200)}") from None
+        except Exception as e:  # noqa: BLE001 - a cluster is here and refused this process (its token, say)
+            raise BadInputError(f"cannot connect to the Ray cluster on this machine: {first_line(e, 200)}") from None
         return True
     problem = unreachable(address)
     if problem:
@@ -74,6 +80,24 @@ def connect(address: str) -> bool:
     except Exception as e:  # noqa: BLE001 - Ray raises several types for a bad or unreachable address
         raise BadInputError(f"cannot connect to the Ray cluster at {address}: {first_line(e, 200)}") from None
     return True
+
+
+class _AuthNotice(logging.Filter):
+    """Drops Ray's notice that it turned token authentication on for a local instance, the
+    secure default it picks itself, printed at every run (its warning that authentication is
+    off stays)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Token authentication is enabled for this Ray cluster")
+
+
+_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def quiet_auth_notice() -> None:
+    log = logging.getLogger(_AUTH_LOGGER)
+    if not any(isinstance(f, _AuthNotice) for f in log.filters):
+        log.addFilter(_AuthNotice())
 
 
 def unreachable(address: str, timeout: float = PROBE_S) -> str:
