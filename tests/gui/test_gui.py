@@ -377,6 +377,38 @@ def test_a_narrow_window_keeps_room_for_the_canvas_and_a_wide_one_keeps_its_dock
         w.controller.shutdown()
 
 
+def test_a_big_graph_opened_in_the_window_is_inferred_early_in_the_child(qtbot, settings, model, monkeypatch):
+    """The app's way of opening a big graph (here any graph: the threshold set to 0): the file's
+    bytes go to the kept shape-inference child before the node table is read; the window then
+    shows, calibrates and analyses the model as from an in-process open."""
+    from qtquant import shape_child
+    from qtquant.graph import load_graph
+
+    monkeypatch.setattr(shape_child, "MIN_NODES", 0)
+    early = []
+    result = shape_child.Early.result
+    monkeypatch.setattr(shape_child.Early, "result", lambda e: early.append(1) or result(e))
+    w = MainWindow(settings)
+    qtbot.addWidget(w)
+    w.resize(1400, 900)
+    w.show()
+    try:
+        shape_child._child.call(b"")  # the child the window started has booted
+        open_and_settle(qtbot, w, model)
+        assert early == [1]
+        monkeypatch.setattr(shape_child, "MIN_NODES", None)
+        ref = load_graph(model)
+        g = w.session.graph
+        assert {n: (t.shape, t.kind) for n, t in g.tensors.items()} == \
+            {n: (t.shape, t.kind) for n, t in ref.tensors.items()}
+        assert set(w.scene.nodes) >= {n.name for n in ref.concat_nodes()}
+        assert w.concat_list.model.rowCount() == len(ref.concat_nodes()) and w.session.calibration is not None
+    finally:
+        w.show_dialogs = False
+        w.controller.shutdown()
+        shape_child.close()
+
+
 # -- background jobs ----------------------------------------------------------------------------------
 
 
