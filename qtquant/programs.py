@@ -44,8 +44,9 @@ class _Walk:
         """``nodes``: per node of ``model`` in order, ``(domain, op_type, its attributes serialized,
         whether one is a subgraph, inputs, outputs)``, ``inits`` its initializers by name and ``keys``
         the :func:`~qtquant.fingerprints.value_key` of some of them, when known without reading the
-        model (:meth:`of_build`); else read from ``model``.  ``structure``: a build's one-item list
-        holding its key once known (:attr:`~qtquant.export.QdqBuild.structure`), read and filled here."""
+        model (:meth:`of_build`); else read from ``model``.  ``structure``: a build's
+        :class:`~qtquant.export.records.StructureKey` (:attr:`~qtquant.export.QdqBuild.structure`),
+        read and filled here."""
         g = model.graph
         if nodes is None:
             inits = {t.name: t for t in g.initializer}
@@ -53,7 +54,7 @@ class _Walk:
         external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in inits.values())
         self.inits = inits  # name -> initializer proto (the model's, or the one the build copied into it)
         self.keys = keys or {}  # name -> value_key, where known
-        known = structure[0] if structure is not None else None
+        known = structure.key if structure is not None else None
         key, inputs, sub = [], [], False
         if known is not None:  # (a build patched from one walked before: the same nodes, the same key)
             inputs = [n[4] for n in nodes]
@@ -76,7 +77,7 @@ class _Walk:
                   tuple(o.name for o in g.output), tuple(sorted((o.domain, o.version) for o in model.opset_import)))
             known = hashlib.sha1(repr((key, io)).encode()).digest()
             if structure is not None:
-                structure[0] = known
+                structure.key = known
         self.key = known
         self.inputs = inputs
         # Models with external data, subgraphs, or whose default program leaves out a layout pass

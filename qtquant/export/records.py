@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-__all__ = ["BiasAdjustment", "ClipRecord", "QdqBuild", "ExportResult", "clip_record"]
+__all__ = ["BiasAdjustment", "ClipRecord", "QdqBuild", "StructureKey", "ExportResult", "clip_record"]
 
 
 def _num(x) -> float | None:
@@ -119,6 +119,16 @@ def clip_record(values, q, qmin, qmax, scale, zero_point, **kw) -> ClipRecord | 
     return ClipRecord(total=int(v.size), clipped=n, worst=float(v[i]), lo=lo, hi=hi, **kw)
 
 
+class StructureKey:
+    """A build's structure key (:class:`~qtquant.programs._Walk`), None until a walk of it or of a
+    build sharing this holder computes it."""
+
+    __slots__ = ("key",)
+
+    def __init__(self):
+        self.key: bytes | None = None
+
+
 @dataclass
 class QdqBuild:
     model: onnx.ModelProto
@@ -138,9 +148,9 @@ class QdqBuild:
     # What the build made, as it made it (Rewrite.made): the nodes and initializers of ``model``
     # without reading them back (the fidelity check's walk of the model, programs._Walk.of_build).
     made: tuple | None = field(default=None, repr=False, compare=False)
-    # [the walk's structure key, once a walk computed it]: one list shared by a full build and the
-    # builds patched from it (.rescale), whose nodes differ only in the initializers they read.
-    structure: list = field(default_factory=lambda: [None], repr=False, compare=False)
+    # The walk's structure key, once a walk computed it: shared by a full build and the builds
+    # patched from it (.rescale), whose nodes differ only in the initializers they read.
+    structure: StructureKey = field(default_factory=StructureKey, repr=False, compare=False)
 
     def warnings(self) -> list[str]:
         """One line per weight scale raised for a bias and per tensor still clipped (kept out of
