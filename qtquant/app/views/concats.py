@@ -60,7 +60,8 @@ class ConcatRow:
                  + ("  (the output takes this scale)" if m.index == info.reference_input and not info.output_float
                     else "")
                  for m in info.inputs if m.scale]
-        return "\n".join(lines) or self.name
+        # The name first: a narrow list elides it to its last characters
+        return "\n".join([self.name, *lines])
 
 
 def _concats(session):
