@@ -1,5 +1,8 @@
 """Shape inference in a child process: the same shapes, the same one-line errors."""
 
+import os
+import signal
+
 import onnx
 import pytest
 
@@ -196,3 +199,31 @@ def test_the_inferred_bytes_are_kept_as_the_model_children_are_sent(tmp_path, ea
     assert g._model_bytes is None
     again = onnx.ModelProto.FromString(g.model_bytes())
     assert [n.name for n in again.graph.node] == [n.name for n in g.order] and all(n.name for n in g.order)
+
+
+def test_a_child_that_dies_during_an_early_inference_is_one_line_and_replaced(tmp_path, early_child, monkeypatch):
+    """The child killed while it infers the file: the open fails with the one line that names
+    the exit, and the next open starts a new child and gets its graph."""
+    from qtquant.errors import ModelError
+
+    path = save(detector_model(), tmp_path / "det.onnx")
+    real = shape_child.submit_file
+
+    def submit_then_kill(model, data):
+        assert len(data) < 48 << 10  # the file fits in the pipe's buffer: sent to a stopped child
+        proc = shape_child._child.process
+        os.kill(proc.pid, signal.SIGSTOP)  # stopped first: it cannot answer before it is killed
+        early = real(model, data)
+        assert early is not None
+        proc.kill()
+        return early
+
+    monkeypatch.setattr(shape_child, "submit_file", submit_then_kill)
+    with pytest.raises(ModelError) as e:
+        load_graph(path)
+    assert "\n" not in str(e.value) and "stopped unexpectedly" in str(e.value)
+    monkeypatch.setattr(shape_child, "submit_file", real)
+    early_child.clear()
+    g = load_graph(path)  # no child runs: the parsed model is sent to a new one
+    assert early_child == ["sent"] and shape_child._child.alive
+    assert _signature(g) == _signature(_in_process(monkeypatch, path))
