@@ -24,14 +24,9 @@ from qtquant.graph import load_graph  # noqa: E402
 from bench_common import SHARED, interpreter, machine  # noqa: E402
 
 
-def best_pair(fa, fb, reps=11):
-    """The best time of each of two functions, run alternately so both see the same machine load
-    (timing one after the other on a shared machine lets the load change in between)."""
-    return best_of(fa, fb, reps=reps)
-
-
 def best_of(*fs, reps=11):
-    """The best time of each function, run in turn (see best_pair)."""
+    """The best time of each function, run in turn so all see the same machine load (timing one
+    after the other on a shared machine lets the load change in between)."""
     times = [[] for _ in fs]
     for _ in range(reps):
         for f, ts in zip(fs, times):

@@ -37,6 +37,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from contextlib import contextmanager
 from itertools import islice
 from multiprocessing.connection import wait
 
@@ -295,11 +296,20 @@ def _gather(children: list[Child], requests: list, cancel, progress, timeout) ->
     return _collect(children, _post(children, requests), cancel, progress, timeout)
 
 
-def _post(children: list[Child], requests: list) -> dict:
-    """Send each child its request: what :func:`_collect` reads the replies with.  A failure
-    leaves the children stopped."""
-    done = False
+@contextmanager
+def _stopped_on_failure(children: list[Child]):
+    """Any exception leaves ``children`` stopped: their side of the protocol is unknown then."""
     try:
+        yield
+    except BaseException:
+        for c in children:
+            c.close(grace=0)
+        raise
+
+
+def _post(children: list[Child], requests: list) -> dict:
+    """Send each child its request: what :func:`_collect` reads the replies with."""
+    with _stopped_on_failure(children):
         pending = {}
         for i, (c, req) in enumerate(zip(children, requests)):
             if c._flag is not None:
@@ -309,18 +319,12 @@ def _post(children: list[Child], requests: list) -> dict:
             except (OSError, ValueError):
                 c._died()
             pending[c._conn] = (i, _Receiver())
-        done = True
         return pending
-    finally:
-        if not done:
-            for c in children:
-                c.close(grace=0)
 
 
 def _collect(children: list[Child], pending: dict, cancel, progress, timeout) -> dict[int, tuple]:
     """The replies to the requests :func:`_post` sent (see :func:`_gather`)."""
-    done = False
-    try:
+    with _stopped_on_failure(children):
         deadline = None if timeout is None else time.monotonic() + timeout
         replies: dict[int, tuple] = {}
         while pending:
@@ -346,14 +350,8 @@ def _collect(children: list[Child], pending: dict, cancel, progress, timeout) ->
                 replies[i] = got[1]
                 del pending[conn]
                 if got[1][0] != "ok":
-                    done = True
                     return replies
-        done = True
         return replies
-    finally:
-        if not done:
-            for c in children:
-                c.close(grace=0)
 
 
 class Reply:

@@ -316,6 +316,7 @@ def _natural_domains(natural_groups, src, scheme):
             else:
                 q, lo, hi = None, nan, nan
             members = (t,)
+            of[t] = did
         else:
             r = _set_range(members, frozenset(members), natural, get, member_range)
             if r is not None:
@@ -335,7 +336,6 @@ def _natural_domains(natural_groups, src, scheme):
         d.qparams = q
         d.fixed = False
         d.user_groups = ()
-        of[t] = did
     return domains, of, natural, member_range
 
 

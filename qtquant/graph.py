@@ -7,6 +7,7 @@ multi-gigabyte model costs no more to open than its structure.
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
 from functools import cached_property
 from itertools import chain
 from pathlib import Path
@@ -22,16 +23,15 @@ from .gcpause import gc_paused
 from .graphbuild import Structure, read_structure, type_structure
 from .graphitems import Node, Tensor
 from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_external_data, check_input_sizes,
-                         check_text, infer_shapes, inline_small_external, needs_data_propagation,
-                         topo_order)
+                         check_text, infer_shapes, inline_small_external, topo_order)
 from .nodetable import NodeTable, value_type_bytes, value_type_keys
 from .ops import PASS_OPS, fused_into_producer, passes_through
 from .qdq import is_qdq_model
 from .shapes import format_shape, parse_input_shapes
 from .vocab import TensorKind
 
-__all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "read_model_table", "graph_from_model",
-           "MIN_OPSET", "MAX_OPSET", "parse_cut", "cut_model"]
+__all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "reading_model",
+           "graph_from_model", "MIN_OPSET", "MAX_OPSET", "parse_cut", "cut_model"]
 
 MIN_OPSET = 11
 MAX_OPSET = 23
@@ -184,11 +184,6 @@ class Graph:
             return list(self.quantized_tensors)
         return [n for n in self.quantized_tensors if n not in inherited]
 
-    def model_unchanged(self) -> bool:
-        """Whether the model is still the one shape inference returned: no node was given a
-        name (the file had unnamed nodes, or repeated names)."""
-        return not self._renamed
-
     def concat_axis(self, node: Node) -> int:
         """The axis of the Concat ``node`` (read once, when the graph was built: every analysis of
         the Concats asks it of each)."""
@@ -214,8 +209,10 @@ class Graph:
         return data
 
     def keep_model_bytes(self, data: bytes) -> None:
-        """``data`` is :meth:`model_bytes` (the model, serialized already): kept if small enough."""
-        if len(data) <= KEEP_MODEL_BYTES:
+        """``data`` is the model as shape inference returned it, serialized: kept as
+        :meth:`model_bytes` if small enough, and unless the graph since named nodes the file left
+        unnamed (or named twice), which the bytes do not hold."""
+        if not self._renamed and len(data) <= KEEP_MODEL_BYTES:
             self._model_bytes = data
 
     def prepare_model_bytes(self) -> None:
@@ -354,25 +351,22 @@ def _read_model(path) -> tuple[onnx.ModelProto, Path, bytes | None]:
     return model, p, data
 
 
-def read_model_table(path, *, early: bool = False) -> tuple:
+@contextmanager
+def reading_model(path):
     """:func:`read_model_file` and the model's :class:`NodeTable`, read from the file's bytes where
-    it can be (one more parse instead of node by node).
-
-    ``early``: also start the file's shape inference in the app's child
-    (:func:`qtquant.shape_child.submit_file`), before the table is read, and return it fourth (or
-    None): the caller hands it to :func:`graph_from_model`, and drops it in a ``finally``."""
-    model, p, data = _read_model(path)
-    if not early:
-        return model, p, NodeTable(model.graph, data)
+    it can be (one more parse instead of node by node), with the file's shape inference started in
+    the app's child before the table is read (:func:`qtquant.shape_child.submit_file`): yields
+    ``(model, path, table, early)``, ``early`` None where it was not started; the caller hands it to
+    :func:`graph_from_model`.  Not read by the end of the block, it is dropped: the child is free."""
     from . import shape_child
 
-    pending = shape_child.submit_file(model, data) if data is not None else None
+    model, p, data = _read_model(path)
+    early = shape_child.submit_file(model, data) if data is not None else None
     try:
-        return model, p, NodeTable(model.graph, data), pending
-    except BaseException:
-        if pending is not None:
-            pending.discard()
-        raise
+        yield model, p, NodeTable(model.graph, data), early
+    finally:
+        if early is not None:
+            early.discard()
 
 
 @gc_paused
@@ -382,17 +376,13 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
     A QDQ-quantized file is refused: its graph is only right once its Q/DQ pairs are read into
     scales, which :func:`qtquant.open_model` (the one way to open any model) does.
     """
-    model, p, table, early = read_model_table(path, early=True)
-    try:
+    with reading_model(path) as (model, p, table, early):
         if is_qdq_model(model, table):
             raise ModelError(f"{p.name} is QDQ-quantized; open it with qtquant.open_model, which reads its scales")
         sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed
         check_external_data(model, p.parent, table)
         return graph_from_model(model, input_shapes, path=p, sha256=sha, ort_fallback=ort_fallback, table=table,
                                 early=early)
-    finally:
-        if early is not None:
-            early.discard()  # not read (an error, a changed model): the child is free again
 
 
 @gc_paused
@@ -403,7 +393,7 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     (a :class:`~qtquant.modelcheck.FileDigest` still hashing it: waited for once the graph is typed).
     ``text_checked``: the caller ran :func:`check_text` on ``model`` already (a 20,000-node model: ~0.4 s).
     ``table``: ``model.graph.node`` read already (:class:`~qtquant.nodetable.NodeTable`).
-    ``early``: the shape inference of ``model``'s file, started already (:func:`read_model_table`):
+    ``early``: the shape inference of ``model``'s file, started already (:func:`reading_model`):
     used if nothing here changes ``model`` before inference, else dropped."""
     if table is None:
         table = NodeTable(model.graph)
@@ -445,8 +435,7 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     try:
         # Read before inference: with an early inference running in the child, meanwhile
         untyped = Graph.untyped(model, path, shapes, cut, read_structure(model, table, check_order=deferred))
-        inferred, inferred_bytes, exact = infer_shapes(model, lambda: needs_data_propagation(model, table, opset),
-                                                       early, as_file)
+        inferred, inferred_bytes, exact = infer_shapes(model, table, opset, early, as_file)
         if isinstance(sha256, FileDigest):
             sha256 = sha256.result()
         if not sha256:
@@ -457,7 +446,7 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         if same:
             graph = untyped
             graph.typed(inferred, sha256, types)
-            if exact and graph.model_unchanged():
+            if exact:
                 graph.keep_model_bytes(inferred_bytes)  # what children are sent: no encoding of it again
         else:
             graph = Graph(inferred, path, shapes, sha256, cut, None, types, check_order=deferred)

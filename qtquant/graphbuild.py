@@ -32,7 +32,7 @@ class NotInOrder(ModelError):
 class Structure:
     """What :func:`read_structure` read: the nodes and values of a graph, not yet typed."""
 
-    __slots__ = ("table", "names", "nodes", "tensors", "inputs", "by_op", "per_op", "protos", "sources", "static")
+    __slots__ = ("table", "names", "nodes", "tensors", "inputs", "by_op", "per_op", "protos", "static")
 
     def __init__(self, table: NodeTable):
         self.table = table
@@ -45,7 +45,6 @@ class Structure:
         # Constant): one lookup a node for what each node of the type needs
         self.per_op: dict[str, tuple[list[Node], bool, bool]] = {}
         self.protos = NodeProtos()  # the node protos: the model's read, then the one the graph keeps (type_structure)
-        self.sources = 0  # initializers and inputs
         self.static: set[str] = set()  # the initializers and inputs that are weights or shape values
 
 
@@ -68,7 +67,7 @@ def read_structure(model, table: NodeTable, check_order: bool = False) -> Struct
         kind = INPUT if et in FLOAT_TYPES else SHAPE
         tensors[i.name] = Tensor(i.name, dims_of(i.type), et, kind)
         st.inputs.append(i.name)
-    st.sources = sources = len(tensors)
+    sources = len(tensors)  # initializers and inputs
     st.static = {n for n, t in tensors.items() if t.kind is WEIGHT or t.kind is SHAPE}
     st.names = names = node_names(table.names, table.ops)
     nodes, by_op, per_op = st.nodes, st.by_op, st.per_op

@@ -307,14 +307,16 @@ def _skeleton(model, min_total: int = _SKELETON_MIN_TOTAL) -> onnx.ModelProto | 
     return sk
 
 
-def infer_shapes(model, data_prop=True, early=None, as_file: bool = False) -> tuple[onnx.ModelProto, bytes, bool]:
+def infer_shapes(model, table: NodeTable, opset: int, early=None,
+                 as_file: bool = False) -> tuple[onnx.ModelProto, bytes, bool]:
     """``model`` with the types shape inference gives its values, the serialized model they were
     read from (its ``graph.value_info`` is the returned model's: the caller reads the types from
     those bytes in one pass, :func:`~qtquant.nodetable.value_type_bytes`), and whether those bytes
     are the returned model's own serialization (not where big weights were left out of them).
-    ``data_prop``: onnx's data propagation, which only a graph that computes shape values needs
-    (:func:`needs_data_propagation`); a callable that says it is asked only where it counts (the
-    child always propagates: the same types).
+    ``table``, ``opset``: ``model``'s nodes read already and its default-domain opset, for
+    :func:`needs_data_propagation` (onnx's data propagation, which only a graph that computes
+    shape values needs), asked only where inference runs in this process: the app's child always
+    propagates (the same types).
 
     ``early``: the inference of the file ``model`` was read from, started in the app's child
     (:class:`~qtquant.shape_child.Early`), read here if ``as_file`` (the caller changed nothing in
@@ -327,8 +329,7 @@ def infer_shapes(model, data_prop=True, early=None, as_file: bool = False) -> tu
             data = early.result()
             return onnx.load_model_from_string(data), data, True
         early.discard()
-    if callable(data_prop):  # the app's child propagates always, and an in-process run then too
-        data_prop = True if shape_child.may_want(model) else data_prop()
+    data_prop = True if shape_child.may_want(model) else needs_data_propagation(model, table, opset)
     sk = _skeleton(model, 1 if shape_child.may_want(model) else _SKELETON_MIN_TOTAL)
     if sk is None:
         return *_infer_proto(model, data_prop), True

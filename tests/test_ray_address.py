@@ -50,14 +50,13 @@ def _closed_port() -> int:
     return port
 
 
-def test_a_closed_port_is_a_one_line_error_without_ray():
-    port = _closed_port()
-    why = unreachable(f"127.0.0.1:{port}")
-    assert why.startswith("nothing answers there (") and "ray status" in why
-    assert unreachable(f"ray://127.0.0.1:{port}").startswith("nothing answers there")
+class _AuthError(Exception):
+    """Stands for ray.exceptions.AuthenticationError (a RayError, not a RuntimeError)."""
 
 
-def test_connect_refuses_before_ray_tries(monkeypatch):
+def _fake_ray(first, second=None):
+    """A Ray whose ray.init(address="auto") raises ``first`` and whose local start raises ``second``."""
+
     class FakeRay:
         inits = []
 
@@ -67,8 +66,23 @@ def test_connect_refuses_before_ray_tries(monkeypatch):
 
         @classmethod
         def init(cls, **kw):
-            cls.inits.append(kw)
+            cls.inits.append(kw.get("address"))
+            err = first if kw.get("address") == "auto" else second
+            if err is not None:
+                raise err
 
+    return FakeRay
+
+
+def test_a_closed_port_is_a_one_line_error_without_ray():
+    port = _closed_port()
+    why = unreachable(f"127.0.0.1:{port}")
+    assert why.startswith("nothing answers there (") and "ray status" in why
+    assert unreachable(f"ray://127.0.0.1:{port}").startswith("nothing answers there")
+
+
+def test_connect_refuses_before_ray_tries(monkeypatch):
+    FakeRay = _fake_ray(None)
     monkeypatch.setattr(rayrun, "_ray", lambda: FakeRay)
     port = _closed_port()
     with pytest.raises(BadInputError, match=rf"cannot connect to the Ray cluster at 127.0.0.1:{port}: nothing answers"):
@@ -97,30 +111,6 @@ def test_a_grpc_server_passes_and_other_protocols_do_not(server):
 
 def test_addresses_that_are_not_host_and_port_are_left_to_ray():
     assert unreachable("auto") == unreachable("local") == unreachable("my-cluster") == ""
-
-
-class _AuthError(Exception):
-    """Stands for ray.exceptions.AuthenticationError (a RayError, not a RuntimeError)."""
-
-
-def _fake_ray(first, second=None):
-    """A Ray whose ray.init(address="auto") raises ``first`` and whose local start raises ``second``."""
-
-    class FakeRay:
-        inits = []
-
-        @staticmethod
-        def is_initialized():
-            return False
-
-        @classmethod
-        def init(cls, **kw):
-            cls.inits.append(kw.get("address"))
-            err = first if kw.get("address") == "auto" else second
-            if err is not None:
-                raise err
-
-    return FakeRay
 
 
 def test_auto_starts_a_local_instance_or_says_in_one_line_why_not(monkeypatch):

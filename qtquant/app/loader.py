@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import ModelError
 from ..gcpause import gc_paused
-from ..graph import graph_from_model, read_model_table
+from ..graph import graph_from_model, reading_model
 from ..modelcheck import FileDigest, check_external_data, check_text
 from ..qdq import attach_qdq, is_qdq_model, strip_qdq
 from .session import Options, Session
@@ -19,12 +19,8 @@ def open_model(path, input_shapes=None, options: Options = Options(), *, cut=(),
     session is to use (``qtquant calibrate --stats-out``; the caller loads it): without
     ``input_shapes``, the model opens at the shapes it was made at (a dynamic model needs none given).
     A QDQ file with ``stats`` is refused: its scales are its own, and statistics would replace them."""
-    model, p, table, early = read_model_table(path, early=True)
-    try:
+    with reading_model(path) as (model, p, table, early):
         return _open(model, p, table, early, input_shapes, options, cut, stats)
-    finally:
-        if early is not None:
-            early.discard()  # not read (an error, a changed model): the child is free again
 
 
 def _open(model, p, table, early, input_shapes, options, cut, stats) -> Session:

@@ -154,26 +154,27 @@ class MainWindow(QMainWindow):
         """Keep at least CANVAS_SHARE of the width for the canvas.  The side docks' widths are set
         (or restored) in pixels for a wide window; in a narrow one, a half screen, they left the
         canvas a strip (960 px: ~120 px, under the minimap).  A canvas wide enough is left as the
-        user made it; a narrow one gets the side docks shrunk in proportion (to their minimums)."""
+        user made it; for a narrow one the right side gives way first, then the left (each to its
+        minimum)."""
         self._room_pending = False
         width = self.width()
         short = math.ceil(CANVAS_SHARE * width) - self.centralWidget().width()  # px the canvas lacks
         if width <= 0 or short <= 0:
             return
-        side = {Qt.LeftDockWidgetArea: [], Qt.RightDockWidgetArea: []}
-        for d in self.docks.values():
-            area = self.dockWidgetArea(d)
-            if area in side and d.isVisible() and not d.isFloating():
-                side[area].append(d)
-        left, right = side[Qt.LeftDockWidgetArea][:1], side[Qt.RightDockWidgetArea][:1]  # one a side: its width
-        spare = sum(d[0].width() for d in (left, right) if d) - short  # what the sides may keep
-        if left and right:
+        # One shown dock a side stands for its area's width
+        left, right = (next((d for d in self.docks.values() if self.dockWidgetArea(d) == area and d.isVisible()
+                             and not d.isFloating()), None) for area in (Qt.LeftDockWidgetArea, Qt.RightDockWidgetArea))
+        shown = [d for d in (left, right) if d is not None]
+        if not shown:
+            return
+        spare = sum(d.width() for d in shown) - short  # what the sides may keep
+        if len(shown) == 2:
             # The right side (the inspector's wrapped text) gives way first: the Concat table on the
             # left needs its numbers and some of each name.
-            r = min(right[0].width(), max(RIGHT_DOCK_MIN, spare * 2 // 5))
-            self.resizeDocks([left[0], right[0]], [max(1, spare - r), r], Qt.Horizontal)
-        elif left or right:
-            self.resizeDocks(left or right, [spare], Qt.Horizontal)
+            r = min(right.width(), max(RIGHT_DOCK_MIN, spare * 2 // 5))
+            self.resizeDocks(shown, [max(1, spare - r), r], Qt.Horizontal)
+        else:
+            self.resizeDocks(shown, [spare], Qt.Horizontal)
 
     def _slots(self) -> dict:
         v = self.view
