@@ -7,6 +7,7 @@ multi-gigabyte model costs no more to open than its structure.
 from __future__ import annotations
 
 import hashlib
+import threading
 from contextlib import contextmanager
 from functools import cached_property
 from itertools import chain
@@ -24,7 +25,7 @@ from .graphbuild import Structure, read_structure, type_structure
 from .graphitems import Node, Tensor
 from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_external_data, check_input_sizes,
                          check_text, infer_shapes, inline_small_external, topo_order)
-from .nodetable import NodeTable, value_type_bytes, value_type_keys
+from .nodetable import NodeTable, graph_value_types, value_type_bytes, value_type_keys
 from .ops import PASS_OPS, fused_into_producer, passes_through
 from .qdq import is_qdq_model
 from .shapes import format_shape, parse_input_shapes
@@ -38,6 +39,7 @@ MAX_OPSET = 23
 
 
 KEEP_MODEL_BYTES = 64 << 20  # Graph.model_bytes keeps serialized models up to this size
+_PARSE_LOCK = threading.Lock()  # Graph.model parsed from bytes on first use, from any thread
 
 
 class Graph:
@@ -71,7 +73,9 @@ class Graph:
         return graph
 
     def _start(self, model, path, input_shapes, cut, st: Structure) -> None:
-        self.model = model  # until typed(): the model the structure was read from
+        self._model = model  # until typed(): the model the structure was read from
+        self._pending: bytes | None = None  # the kept model, serialized, until first asked (typed())
+        self._protos = st.protos  # the node protos the nodes read their attributes from
         self.cut = tuple(cut)  # the tensors the file's graph was cut at (its outputs now); () = whole file
         self.path = path
         self.base_dir = path.parent if path else Path.cwd()
@@ -96,21 +100,59 @@ class Graph:
         self.passing_nodes  # noqa: B018 - the cached property, made now
         self._concat_axes = {n.name: int(n.int_attr("axis", 0)) for n in st.by_op.get("Concat", ())}
 
-    def typed(self, model: onnx.ModelProto, sha256: str, value_types: dict[str, bytes] | None = None) -> None:
+    def typed(self, model: onnx.ModelProto, sha256: str, value_types: dict[str, bytes] | None = None,
+              pending: bytes | None = None) -> None:
         """Type the graph from ``model``, the inferred model whose nodes are the structure's (in
         the same order), and keep it; ``value_types``: its ``graph.value_info`` read already, as
-        name -> serialized type (:func:`~qtquant.nodetable.value_type_bytes`)."""
+        name -> serialized type (:func:`~qtquant.nodetable.value_type_bytes`).
+
+        ``pending``: the inferred model, serialized, where ``model`` is the model it was inferred
+        from (the same nodes and weights, not its types), and ``value_types`` are all its types
+        (:func:`~qtquant.nodetable.graph_value_types`): kept as :attr:`model` once first asked for.
+        Analysis needs only the types (a 10,000-node graph: 2 ms of parsing, and the freeing, saved
+        or put off)."""
         st, self._structure = self._structure, None
         self._renamed = st.names != st.table.names  # type_structure names the file's unnamed nodes
-        if model is not self.model:
+        all_types = pending is not None
+        if all_types and self._renamed:  # the names go into the kept model's node protos: parse it now
+            model, pending = onnx.load_model_from_string(pending), None
+        if model is not self._model:
             self._init_protos = {t.name: t for t in model.graph.initializer}  # same values, the kept model's
-        self.model = model
+        self._model, self._pending = model, pending
         self.sha256 = sha256
-        type_keys, decoded_types = value_type_keys(model.graph, value_types)
+        type_keys, decoded_types = value_type_keys(model.graph, value_types, ends=not all_types)
         quantized, self._unshaped = type_structure(st, model, type_keys, decoded_types)
         for t in self._fused:
             quantized.pop(t, None)
         self._quantized = quantized
+
+    # -- the model ------------------------------------------------------------------------
+    @property
+    def model(self) -> onnx.ModelProto:
+        """The inferred model the graph was typed from (parsed on first use where it came as bytes)."""
+        if self._pending is not None:
+            self._parse_pending()
+        return self._model
+
+    @model.setter
+    def model(self, model: onnx.ModelProto) -> None:
+        with _PARSE_LOCK:
+            self._model, self._pending = model, None
+
+    def _parse_pending(self) -> None:
+        with _PARSE_LOCK:  # two threads asking at once: one parse, one model
+            if self._pending is None:
+                return
+            model = onnx.load_model_from_string(self._pending)
+            # The same nodes and weights as the model the graph read them from: point at the kept ones
+            self._init_protos = {t.name: t for t in model.graph.initializer}
+            self._protos.nodes = model.graph.node
+            self._model, self._pending = model, None
+
+    @property
+    def node_protos(self):
+        """The node protos, in the order of :attr:`Node.index` (without parsing a model still pending)."""
+        return self._protos.nodes
 
     # -- views ----------------------------------------------------------------------------
     @property
@@ -441,14 +483,25 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         if not sha256:
             sha256 = hashlib.sha256(model.SerializeToString()).hexdigest()
         # Shape inference adds types and keeps the nodes as they were: the table still reads them.
-        types = value_type_bytes(inferred_bytes, len(inferred.graph.value_info)) if inferred_bytes else None
+        pending = None  # the inferred model, serialized, while its nodes and weights are model's
+        if inferred is None:
+            types = graph_value_types(inferred_bytes, len(table))
+            if types is None:  # cannot be read from the bytes alone
+                inferred = onnx.load_model_from_string(inferred_bytes)
+            else:
+                inferred, pending = model, inferred_bytes
+        if pending is None:
+            types = value_type_bytes(inferred_bytes, len(inferred.graph.value_info)) if inferred_bytes else None
         same = len(table) == len(inferred.graph.node)
         if same:
             graph = untyped
-            graph.typed(inferred, sha256, types)
+            graph.typed(inferred, sha256, types, pending)
             if exact:
                 graph.keep_model_bytes(inferred_bytes)  # what children are sent: no encoding of it again
         else:
+            if pending is not None:
+                inferred = onnx.load_model_from_string(pending)
+                types = value_type_bytes(pending, len(inferred.graph.value_info))
             graph = Graph(inferred, path, shapes, sha256, cut, None, types, check_order=deferred)
     except (ModelError, ShapeError):  # NotInOrder among them
         if early is not None:

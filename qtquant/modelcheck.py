@@ -308,11 +308,13 @@ def _skeleton(model, min_total: int = _SKELETON_MIN_TOTAL) -> onnx.ModelProto | 
 
 
 def infer_shapes(model, table: NodeTable, opset: int, early=None,
-                 as_file: bool = False) -> tuple[onnx.ModelProto, bytes, bool]:
-    """``model`` with the types shape inference gives its values, the serialized model they were
-    read from (its ``graph.value_info`` is the returned model's: the caller reads the types from
-    those bytes in one pass, :func:`~qtquant.nodetable.value_type_bytes`), and whether those bytes
-    are the returned model's own serialization (not where big weights were left out of them).
+                 as_file: bool = False) -> tuple[onnx.ModelProto | None, bytes, bool]:
+    """(the inferred model, the serialized model its types were read from, whether those bytes are
+    the inferred model's own serialization).  The inferred model is ``model`` with the types shape
+    inference gives its values, or None where it is those bytes, not parsed here: the nodes and
+    weights are ``model``'s, and the caller reads the types from the bytes
+    (:func:`~qtquant.nodetable.graph_value_types`) and parses them only if it needs the model.
+    Where big weights were left out of the bytes, ``model`` has the types grafted on instead.
     ``table``, ``opset``: ``model``'s nodes read already and its default-domain opset, for
     :func:`needs_data_propagation` (onnx's data propagation, which only a graph that computes
     shape values needs), asked only where inference runs in this process: the app's child always
@@ -326,14 +328,14 @@ def infer_shapes(model, table: NodeTable, opset: int, early=None,
     changed = _drop_huge_shape_hints(model)
     if early is not None and early.open:
         if as_file and not changed:
-            data = early.result()
-            return onnx.load_model_from_string(data), data, True
+            return None, early.result(), True
         early.discard()
     data_prop = True if shape_child.may_want(model) else needs_data_propagation(model, table, opset)
     sk = _skeleton(model, 1 if shape_child.may_want(model) else _SKELETON_MIN_TOTAL)
     if sk is None:
-        return *_infer_proto(model, data_prop), True
-    inferred, data = _infer_proto(sk, data_prop)
+        return None, _infer_proto(model, data_prop), True
+    data = _infer_proto(sk, data_prop)
+    inferred = onnx.load_model_from_string(data)
     # Graft the inferred types back onto the real model (which keeps the weights).
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)
@@ -342,12 +344,12 @@ def infer_shapes(model, table: NodeTable, opset: int, early=None,
     return model, data, False
 
 
-def _infer_proto(model, data_prop: bool = True) -> tuple[onnx.ModelProto, bytes]:
+def _infer_proto(model, data_prop: bool = True) -> bytes:
+    """``model`` inferred, serialized."""
     from . import shape_child
 
     # (The app's child for big graphs always propagates: the same types, see needs_data_propagation.)
-    data = shape_child.infer_in_child(model) if shape_child.wanted(model) else _infer_here(model, data_prop)
-    return onnx.load_model_from_string(data), data
+    return shape_child.infer_in_child(model) if shape_child.wanted(model) else _infer_here(model, data_prop)
 
 
 # The ops whose data propagation forwards or combines their inputs' values (onnx 1.10-1.23): it

@@ -5,7 +5,7 @@ from onnx import TensorProto, helper
 
 from builders import detector_model, save
 from qtquant.graph import load_graph
-from qtquant.nodetable import value_type_bytes, value_types
+from qtquant.nodetable import graph_value_types, value_type_bytes, value_type_keys, value_types
 
 
 def _both(model: onnx.ModelProto):
@@ -64,3 +64,62 @@ def test_models_mostly_weights_read_values_one_by_one():
     assert value_type_bytes(m.SerializeToString(), 1) is None
     m.graph.ClearField("initializer")
     assert value_type_bytes(m.SerializeToString(), 1) == {"a": vi[0].type.SerializeToString()}
+
+
+def test_graph_types_read_from_bytes_equal_the_parsed_graphs():
+    """All the graph's types (value_info, then outputs, then inputs: later entries win) read from
+    the bytes equal those of the parsed model, so the inferred model need not be parsed."""
+    m = onnx.shape_inference.infer_shapes(detector_model(), data_prop=True)
+    m.graph.value_info.append(helper.make_tensor_value_info(m.graph.output[0].name, TensorProto.FLOAT16, [9]))
+    data = m.SerializeToString()
+    fast = graph_value_types(data, len(m.graph.node))
+    assert fast is not None
+    keys, decoded = value_type_keys(m.graph, fast, ends=False)
+    assert dict(zip(keys, map(decoded.__getitem__, keys.values()))) == value_types(m.graph)
+    assert value_types(m.graph)[m.graph.output[0].name][0] == TensorProto.FLOAT  # the output's own type won
+
+
+def test_graph_types_from_bytes_refuse_what_they_cannot_line_up():
+    m = onnx.shape_inference.infer_shapes(detector_model())
+    n = len(m.graph.node)
+    m.graph.output.append(onnx.ValueInfoProto(name="untyped_output"))  # a name without a type
+    assert graph_value_types(m.SerializeToString(), n) is None
+    del m.graph.output[-1]
+    m.graph.input.append(onnx.ValueInfoProto(type=m.graph.input[0].type))  # a type without a name
+    assert graph_value_types(m.SerializeToString(), n) is None
+    assert graph_value_types(b"\xff\xff not a model", n) is None
+    assert graph_value_types(m.SerializeToString(), 0) is None
+
+
+def test_the_kept_model_is_parsed_on_first_use(tmp_path):
+    """A loaded graph keeps the inferred model as bytes until it is asked for; then it is the
+    model shape inference gives, its nodes are the ones the graph reads attributes from, and two
+    threads asking at once get one model."""
+    import threading
+
+    path = save(detector_model(), tmp_path / "d.onnx")
+    g = load_graph(path)
+    assert g._pending is not None  # typed without parsing the inferred model
+    concat = next(n for n in g.nodes.values() if n.op_type == "Concat")
+    axis = concat.attrs["axis"]
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(g.model)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(m) for m in got}) == 1 and g._pending is None
+    want = onnx.shape_inference.infer_shapes(onnx.load(path), data_prop=True)
+    assert {v.name: v.type for v in g.model.graph.value_info} == {v.name: v.type for v in want.graph.value_info}
+    assert g.node_protos is g.model.graph.node
+    assert g.node_protos[concat.index].name == concat.name and concat.attrs["axis"] == axis
+    assert g.model_bytes() == g.model.SerializeToString()
+
+
+def test_unnamed_nodes_are_named_in_the_kept_model(tmp_path):
+    """A file's unnamed node gets its graph name in the kept model too (parsed at once for it)."""
+    m = detector_model()
+    m.graph.node[0].name = ""
+    g = load_graph(save(m, tmp_path / "u.onnx"))
+    first = next(iter(g.nodes.values()))
+    assert first.name and g.model.graph.node[0].name == first.name
