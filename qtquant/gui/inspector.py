@@ -453,7 +453,10 @@ class Inspector(QScrollArea):
 
     def _fill_concat(self, info) -> None:
         perf = self.relay.perf()
-        members = [m for m in info.members() if m.scale]
+        # An output the export leaves in float has no scale in the file that ships (its domain's
+        # scale is only what sharing would give it): shown as float, as the tensor table shows it.
+        float_out = info.output if info.export_float else None
+        members = [m for m in info.members() if m.scale and m is not float_out]
         smin = min((m.scale for m in members if not m.constant), default=None)
         total = rescale_us_by_concat(perf).get(info.node) if perf is not None else None
         per = {}  # input index -> its rescale's µs
@@ -469,7 +472,7 @@ class Inspector(QScrollArea):
         copy = total - sum(known) if total is not None and known else None
         rows = []
         for m in info.members():
-            ratio = fmt_ratio(m.scale / smin) if (m.scale and smin) else "—"
+            ratio = fmt_ratio(m.scale / smin) if (m.scale and smin and m is not float_out) else "—"
             if m.index < 0:
                 cost = QTableWidgetItem(f"total {fmt_us(total)}" if total is not None else "—")
                 if copy is not None and copy > 0.005:
@@ -477,7 +480,7 @@ class Inspector(QScrollArea):
                     cost.setToolTip(f"{len(known)} rescale(s) {fmt_us(sum(known))} + the copy of the output "
                                     f"they force {fmt_us(copy)}: with matched scales the inputs are written in "
                                     "place and the Concat costs nothing")
-                resc = "Concat output"
+                resc = "Concat output, left in float by the export" if m is float_out else "Concat output"
             elif m.needs_rescale:
                 cost = fmt_us(per.get(m.index))
                 resc = "needs a rescale, named " + " / ".join(rescale_node_names(info.node, m.tensor, m.index))
@@ -493,5 +496,5 @@ class Inspector(QScrollArea):
                 idx.setBackground(mismatch_color(info.ratio, info.rescales))
             t_item = QTableWidgetItem(m.producer or m.tensor)
             t_item.setToolTip(f"tensor {m.tensor}\nproduced by {m.producer or '—'}\n{resc}")
-            rows.append((idx, t_item, fmt_scale(m.scale), ratio, bits, cost))
+            rows.append((idx, t_item, "float" if m is float_out else fmt_scale(m.scale), ratio, bits, cost))
         _fill(self.concat, rows)

@@ -10,8 +10,9 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 
-from builders import branchy_concat_model, save  # noqa: E402
+from builders import branchy_concat_model, detector_model, save  # noqa: E402
 from qtquant.gui.dialogs import OpenDialog  # noqa: E402
+from qtquant.gui.style import fmt_ratio  # noqa: E402
 
 
 def _type_cut_and_ok(qtbot, monkeypatch, text):
@@ -76,3 +77,27 @@ def test_inspector_names_the_compilers_rescale_nodes(qtbot, make_win, tmp_path):
     assert "conv1_out_calibrated_Requantize / cat_rescale_1" in tips[1]
     assert "the output takes this scale" in tips[2]
     assert ins.concat.item(2, 5).text() == "no rescale"
+
+
+def test_inspector_shows_an_output_the_export_leaves_in_float_as_float(qtbot, make_win, tmp_path):
+    """The detector's head Concat (boxes x300 next to class scores) feeds the outputs, and the
+    export leaves its output in float: its row in the Concat table says float, as the tensor table
+    does, not the scale sharing would give it, and the inputs' ratios are to each other."""
+    from guikit import open_settled
+
+    win = make_win()
+    open_settled(qtbot, win, save(detector_model(), tmp_path / "det.onnx"))
+    info = win.relay.concat("head")
+    assert info.export_float and info.rescales == 0
+    item = win.scene.nodes["head"]
+    win.view.centerOn(item)
+    qtbot.mouseClick(win.view.viewport(), Qt.LeftButton, Qt.NoModifier, win.view.mapFromScene(item.scenePos()))
+    ins = win.inspector
+    assert ins.node == "head" and ins.concat.rowCount() == 3
+    cells = [[ins.concat.item(r, c).text() for c in range(ins.concat.columnCount())] for r in range(3)]
+    assert cells[2][0] == "out" and cells[2][2] == "float" and cells[2][3] == "—"
+    assert "left in float by the export" in ins.concat.item(2, 1).toolTip()
+    scales = sorted(m.scale for m in info.inputs)
+    assert sorted([cells[0][3], cells[1][3]]) == sorted(["1×", fmt_ratio(scales[1] / scales[0])])
+    out_row = next(r for r in range(ins.tensors.rowCount()) if ins.tensors.item(r, 0).text() == "out")
+    assert ins.tensors.item(out_row, 4).text() == "float"
