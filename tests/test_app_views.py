@@ -31,6 +31,9 @@ def test_concat_rows_and_status(session):
     assert r.cells[0] == r.name and r.cells[2].endswith("×") and r.cells[5] == "—"  # no perf yet
     assert r.tooltip.splitlines()[0] == r.name and "scale" in r.tooltip  # the name first: a narrow list elides it
     assert r.sort_key(5) == -1.0 and r.sort_key(2) == r.ratio
+    head = next(r for r in rows if r.name == "head")  # its ratio comes with no rescale: the tooltip says why
+    assert head.info.export_float and head.rescales == 0 and "leaves the output in float" in head.tooltip
+    assert "leaves the output in float" not in r.tooltip
     _simulate(session)
     assert any(row.gain_us for row in concat_rows(session))
     assert concat_status(session).startswith(f"{len(rows)} Concats, ")

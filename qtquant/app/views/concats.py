@@ -60,6 +60,8 @@ class ConcatRow:
                  + ("  (the output takes this scale)" if m.index == info.reference_input and not info.output_float
                     else "")
                  for m in info.inputs if m.scale]
+        if info.export_float:  # a ratio with no rescale: say why
+            lines.append("the export leaves the output in float: the inputs keep their own scales, none is rescaled")
         # The name first: a narrow list elides it to its last characters
         return "\n".join([self.name, *lines])
 
