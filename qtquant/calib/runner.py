@@ -9,10 +9,13 @@ too, so while one lane reduces sample k the other runs sample k+1, and both core
 onnxruntime's intra-op threads waiting on each other op by op.  At most one sample's outputs per
 lane are alive.
 
-The session keeps the intra-op thread count a one-lane run had (all CPUs, one less when the
-histogram takes every value): onnxruntime splits some kernels by that count, and another split
-rounds a few activations differently (yolov8n_320: two 10x10 convolutions of the head).  A lane
-whose partner is busy does its shares itself, so the results do not depend on who ran them.
+The two runs in flight share the cores: the session gets ``cpu_count // LANES`` intra-op threads
+(one each on 2 cores).  A pool of every core per run, as a one-lane run would have, oversubscribed
+them: yolov8n_320 MinMax, 256 samples on 2 cores, 6.1-6.3 s with 2 threads a run against 5.3-5.4 s
+with 1.  onnxruntime splits some kernels by the thread count, and another split rounds a few
+activations differently (yolov8n_320: two 10x10 convolutions of the head, min/max within 2.5e-7 of
+|x|max), so the statistics are those of any run with that many threads a session: ``--jobs N``'s
+workers and Ray's have ``cpu_count // N`` and one, the same on 2 cores.
 """
 
 from __future__ import annotations
@@ -57,9 +60,10 @@ class ChunkRunner:
         run_names = [n for n in names if n not in input_names]
         aug, self.plan = augment(model, run_names)
         if not threads:
-            # Leave a core to the histogram when it has real work (stride 1).  And no spinning:
-            # busy-waiting pool threads starve the lane that reduces.
-            threads = max(1, (os.cpu_count() or 2) - (1 if stride == 1 else 0))
+            # The lanes' runs share the cores (see the module's docstring; a lane reduces between
+            # its runs, which leaves the histogram its core share).  And no spinning: busy-waiting
+            # pool threads starve the lane that reduces.
+            threads = max(1, (os.cpu_count() or 2) // LANES)
         # No arena: its fragmentation let peak RSS creep up with the number of batches (yolov8n:
         # 271 MiB after 16 samples, 294 after 64; without it 262-263 whatever the count).
         self.sess = _session(aug, Path(base_dir) if base_dir else None, threads)
