@@ -397,15 +397,18 @@ def _read_model(path) -> tuple[onnx.ModelProto, Path, bytes | None]:
 def reading_model(path):
     """:func:`read_model_file` and the model's :class:`NodeTable`, read from the file's bytes where
     it can be (one more parse instead of node by node), with the file's shape inference started in
-    the app's child before the table is read (:func:`qtquant.shape_child.submit_file`): yields
-    ``(model, path, table, early)``, ``early`` None where it was not started; the caller hands it to
-    :func:`graph_from_model`.  Not read by the end of the block, it is dropped: the child is free."""
+    the app's child before the table is read (:func:`qtquant.shape_child.submit_file`) and its
+    digest begun (:class:`~qtquant.modelcheck.FileDigest`, from the bytes read): yields
+    ``(model, path, table, early, digest)``, ``early`` None where it was not started; the caller
+    hands it to :func:`graph_from_model`.  Not read by the end of the block, it is dropped: the
+    child is free."""
     from . import shape_child
 
     model, p, data = _read_model(path)
     early = shape_child.submit_file(model, data) if data is not None else None
     try:
-        yield model, p, NodeTable(model.graph, data), early
+        digest = FileDigest(p, data)
+        yield model, p, NodeTable(model.graph, data), early, digest
     finally:
         if early is not None:
             early.discard()
@@ -418,10 +421,9 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
     A QDQ-quantized file is refused: its graph is only right once its Q/DQ pairs are read into
     scales, which :func:`qtquant.open_model` (the one way to open any model) does.
     """
-    with reading_model(path) as (model, p, table, early):
+    with reading_model(path) as (model, p, table, early, sha):
         if is_qdq_model(model, table):
             raise ModelError(f"{p.name} is QDQ-quantized; open it with qtquant.open_model, which reads its scales")
-        sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed
         check_external_data(model, p.parent, table)
         return graph_from_model(model, input_shapes, path=p, sha256=sha, ort_fallback=ort_fallback, table=table,
                                 early=early)

@@ -230,3 +230,28 @@ def test_first_line_quotes_another_librarys_error_in_one_line():
         "[ONNXRuntimeError] : 2 : bad shape"
     assert first_line(ValueError("  ")) == "ValueError"  # says nothing: its type
     assert first_line(RuntimeError("x" * 400)) == "x" * 300
+
+
+def test_file_digest_is_the_files_sha256_whichever_way_it_is_computed(tmp_path, monkeypatch):
+    """Small bytes read already are hashed at once, bigger ones on a thread, a file without its
+    bytes from disk: the same digest; a file that cannot be read raises at result()."""
+    import hashlib
+    from pathlib import Path
+
+    from builders import detector_model
+    from qtquant import modelcheck
+
+    path = save(detector_model(), tmp_path / "d.onnx")
+    data = open(path, "rb").read()
+    want = hashlib.sha256(data).hexdigest()
+    inline = modelcheck.FileDigest(Path(path), data)
+    assert inline._thread is None and inline.result() == want
+    monkeypatch.setattr(modelcheck, "INLINE_DIGEST_BYTES", 16)
+    threaded = modelcheck.FileDigest(Path(path), data)
+    assert threaded._thread is not None and threaded.result() == want
+    assert modelcheck.FileDigest(Path(path)).result() == want
+    missing = modelcheck.FileDigest(tmp_path / "gone.onnx")
+    with pytest.raises(OSError):
+        missing.result()
+    monkeypatch.undo()
+    assert load_graph(path).sha256 == want

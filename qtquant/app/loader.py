@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import ModelError
 from ..gcpause import gc_paused
 from ..graph import graph_from_model, reading_model
-from ..modelcheck import FileDigest, check_external_data, check_text
+from ..modelcheck import check_external_data, check_text
 from ..qdq import attach_qdq, is_qdq_model, strip_qdq
 from .session import Options, Session
 
@@ -19,12 +19,11 @@ def open_model(path, input_shapes=None, options: Options = Options(), *, cut=(),
     session is to use (``qtquant calibrate --stats-out``; the caller loads it): without
     ``input_shapes``, the model opens at the shapes it was made at (a dynamic model needs none given).
     A QDQ file with ``stats`` is refused: its scales are its own, and statistics would replace them."""
-    with reading_model(path) as (model, p, table, early):
-        return _open(model, p, table, early, input_shapes, options, cut, stats)
+    with reading_model(path) as (model, p, table, early, sha):
+        return _open(model, p, table, early, sha, input_shapes, options, cut, stats)
 
 
-def _open(model, p, table, early, input_shapes, options, cut, stats) -> Session:
-    sha = FileDigest(p)  # hashes on its own thread while the model is checked and typed
+def _open(model, p, table, early, sha, input_shapes, options, cut, stats) -> Session:
     check_text(model, table)
     check_external_data(model, p.parent, table)
     qdq = None
