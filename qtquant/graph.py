@@ -116,9 +116,7 @@ class Graph:
         all_types = pending is not None
         if all_types and self._renamed:  # the names go into the kept model's node protos: parse it now
             model, pending = onnx.load_model_from_string(pending), None
-        if model is not self._model:
-            self._init_protos = {t.name: t for t in model.graph.initializer}  # same values, the kept model's
-        self._model, self._pending = model, pending
+        self._keep(model, pending)
         self.sha256 = sha256
         type_keys, decoded_types = value_type_keys(model.graph, value_types, ends=not all_types)
         quantized, self._unshaped = type_structure(st, model, type_keys, decoded_types)
@@ -131,23 +129,18 @@ class Graph:
     def model(self) -> onnx.ModelProto:
         """The inferred model the graph was typed from (parsed on first use where it came as bytes)."""
         if self._pending is not None:
-            self._parse_pending()
+            with _PARSE_LOCK:  # two threads asking at once: one parse, one model
+                if self._pending is not None:
+                    self._keep(onnx.load_model_from_string(self._pending))
         return self._model
 
-    @model.setter
-    def model(self, model: onnx.ModelProto) -> None:
-        with _PARSE_LOCK:
-            self._model, self._pending = model, None
-
-    def _parse_pending(self) -> None:
-        with _PARSE_LOCK:  # two threads asking at once: one parse, one model
-            if self._pending is None:
-                return
-            model = onnx.load_model_from_string(self._pending)
-            # The same nodes and weights as the model the graph read them from: point at the kept ones
+    def _keep(self, model: onnx.ModelProto, pending: bytes | None = None) -> None:
+        """Keep ``model`` (its nodes and weights the ones the graph has read: the same values) and
+        read the node attributes and weights from it from now on; ``pending``: see :meth:`typed`."""
+        if model is not self._model:
             self._init_protos = {t.name: t for t in model.graph.initializer}
             self._protos.nodes = model.graph.node
-            self._model, self._pending = model, None
+        self._model, self._pending = model, pending
 
     @property
     def node_protos(self):
@@ -500,10 +493,7 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
             graph.typed(inferred, sha256, types, pending)
             if exact:
                 graph.keep_model_bytes(inferred_bytes)  # what children are sent: no encoding of it again
-        else:
-            if pending is not None:
-                inferred = onnx.load_model_from_string(pending)
-                types = value_type_bytes(pending, len(inferred.graph.value_info))
+        else:  # (never with pending: inferred is model then, whose nodes the table read)
             graph = Graph(inferred, path, shapes, sha256, cut, None, types, check_order=deferred)
     except (ModelError, ShapeError):  # NotInOrder among them
         if early is not None:

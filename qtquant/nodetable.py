@@ -207,14 +207,22 @@ def value_type_bytes(model_bytes: bytes, n_values: int) -> dict[str, bytes] | No
     if len(model_bytes) > _MAX_BYTES_PER_VALUE * n_values:
         return None
     try:
-        values = _lite_class("VtModel").FromString(model_bytes).graph.value_info
-        names, types = values.name[:], values.type[:]
-        if len(names) != n_values or len(types) != n_values:
-            return None
-        "".join(names)  # a TypeError for a bytes name, in one C-level pass (as modelcheck.check_text)
-        return dict(zip(names, types))
+        pairs = _lined_up(_lite_class("VtModel").FromString(model_bytes).graph.value_info, n_values)
+        return dict(pairs) if pairs is not None else None
     except Exception:  # noqa: BLE001 - anything unexpected: the caller reads the values one by one
         return None
+
+
+def _lined_up(values, n: int):
+    """The (name, serialized type) pairs of ``values`` (an ``AllValues`` of ``n`` entries merged),
+    or None where the names and types cannot be lined up: fewer of either than entries (one
+    without a name or a type), or a name that is not valid UTF-8 (the parser hands it back as
+    bytes: a TypeError from one C-level join, as modelcheck.check_text)."""
+    names, types = values.name[:], values.type[:]
+    if len(names) != n or len(types) != n:
+        return None
+    "".join(names)
+    return zip(names, types)
 
 
 def graph_value_types(model_bytes: bytes, n_nodes: int) -> dict[str, bytes] | None:
@@ -233,11 +241,10 @@ def graph_value_types(model_bytes: bytes, n_nodes: int) -> dict[str, bytes] | No
         found: dict[str, bytes] = {}
         for part, n in ((g.value_info, len(counts.value_info)), (g.output, len(counts.output)),
                         (g.input, len(counts.input))):
-            names, types = part.name[:], part.type[:]
-            if len(names) != n or len(types) != n:
+            pairs = _lined_up(part, n)
+            if pairs is None:
                 return None
-            "".join(names)  # a TypeError for a bytes name (see value_type_bytes)
-            found.update(zip(names, types))
+            found.update(pairs)
         return found
     except Exception:  # noqa: BLE001 - anything unexpected: the caller parses the model
         return None
