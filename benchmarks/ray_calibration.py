@@ -12,8 +12,9 @@ process, printed next to the ``--jobs 1`` and ``--jobs 2`` references of the sam
 whether the statistics are equal: histograms bit for bit, min/max exactly.
 
 Equality holds between runs whose onnxruntime sessions use the same number of intra-op threads:
-``--jobs 2`` and the Ray workers run one thread each, ``--jobs 1`` runs two samples at once with
-``cpu_count // 2`` threads each (one on 2 cores, where all three agree), and onnxruntime's
+the Ray workers run one thread each, and ``--jobs 1`` and ``--jobs 2`` run two samples at once a
+process with ``cpu_count // 2`` and ``cpu_count // 4`` threads each (``session_threads``: one on
+2 cores, where all three agree), and onnxruntime's
 kernels can round differently with another thread count (a last-bit difference in a few
 activations moves a min/max by an ulp and a value across a bin edge).  The merge itself is exact.
 """
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from bench_common import SHARED, machine  # noqa: E402
 
-from qtquant.calib.runner import LANES  # noqa: E402
+from qtquant.calib.runner import session_threads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,13 +76,13 @@ def main() -> None:
                 res = calibrate(graph, CalibConfig(**base, **extra))
                 runs[label] = (time.perf_counter() - t, res)
             ref_s, ref = runs["--jobs 1"]
-            jobs1_threads = max(1, (os.cpu_count() or 2) // LANES)  # what calib.runner gives each run
+            jobs1_threads = session_threads(1)
             print(f"--observer {observer}:")
             for label, (secs, res) in runs.items():
                 print(f"  {label:18s} {secs:6.1f} s  ({secs / ref_s:.2f}x --jobs 1, "
                       f"{secs / runs['--jobs 2'][0]:.2f}x --jobs 2; {res.batches} samples)")
             ray_res = runs["--ray, 2 workers"][1]
-            print(f"  --ray vs --jobs 2 (both one onnxruntime thread per worker): "
+            print(f"  --ray vs --jobs 2 ({session_threads(2)} and 1 onnxruntime thread(s) a run): "
                   f"{_compare(runs['--jobs 2'][1], ray_res)}")
             print(f"  --ray vs --jobs 1 (two samples at once, {jobs1_threads} onnxruntime thread(s) each): "
                   f"{_compare(ref, ray_res)}")

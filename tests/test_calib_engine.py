@@ -158,6 +158,28 @@ def test_jobs_merge_equals_single_process(graph):
         assert two.ranges[name] == pytest.approx(one.ranges[name], rel=1e-12)
 
 
+@pytest.mark.parametrize("cpus, jobs, want", [(16, 1, 8), (16, 2, 4), (16, 4, 2), (16, 8, 1), (2, 2, 1), (2, 1, 1)])
+def test_jobs_workers_split_the_cores_over_their_lanes(graph, monkeypatch, cpus, jobs, want):
+    """Each --jobs worker runs LANES samples at once: its sessions get the cores over jobs x LANES,
+    never more in flight than the machine has (cpu_count // jobs a session doubled them)."""
+    from qtquant import childproc
+    from qtquant.calib import parallel, runner
+    from qtquant.calib.stats import TensorStats
+
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: cpus)
+    assert runner.session_threads(jobs) == want
+    sent = []
+
+    def run_all(workers, requests, **kw):
+        sent.extend(r[5] for r in requests)  # the threads field of each worker's request
+        return [{n: TensorStats() for n in names} for _ in requests]
+
+    names = ["x", "g"]
+    monkeypatch.setattr(childproc, "run_all", run_all)
+    parallel.run_parallel(graph, names, None, list(range(jobs * 3)), jobs)
+    assert sent == [want] * jobs
+
+
 @pytest.mark.slow
 def test_isolated_calibration_equals_in_process(graph, monkeypatch):
     from qtquant.calib import parallel

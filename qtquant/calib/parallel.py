@@ -9,9 +9,8 @@ the same merge.  Cancelling terminates the workers at once.
 
 from __future__ import annotations
 
-import os
-
 from .. import childproc
+from .runner import session_threads
 from .stats import BINS, TensorStats
 
 __all__ = ["run_parallel", "split_even"]
@@ -41,7 +40,9 @@ def _calibrate_share(request, link) -> dict:
 def run_parallel(graph, names, source, refs, jobs: int, *, stride: int = 1, progress=None,
                  cancel=None, bins: int = BINS) -> dict[str, TensorStats]:
     chunks = [c for c in split_even(list(refs), jobs) if c]
-    threads = max(1, (os.cpu_count() or 1) // len(chunks))
+    # Each worker runs LANES samples at once: cpu_count // jobs threads a session oversubscribed
+    # the cores twice over (16 cores, --jobs 2: 2 x 2 runs of 8 threads).
+    threads = session_threads(len(chunks))
     model_bytes = graph.model_bytes()
     base_dir = str(graph.base_dir) if graph.base_dir else ""
     workers = [childproc.Child(_calibrate_share, name=f"qtquant-calib-{i}", what=f"calibration worker {i}",

@@ -15,7 +15,7 @@ them: yolov8n_320 MinMax, 256 samples on 2 cores, 6.1-6.3 s with 2 threads a run
 with 1.  onnxruntime splits some kernels by the thread count, and another split rounds a few
 activations differently (yolov8n_320: two 10x10 convolutions of the head, min/max within 2.5e-7 of
 |x|max), so the statistics are those of any run with that many threads a session: ``--jobs N``'s
-workers and Ray's have ``cpu_count // N`` and one, the same on 2 cores.
+workers have ``cpu_count // (N * LANES)`` (:func:`session_threads`) and Ray's one, the same on 2 cores.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from .keep import within_budget
 from .sources import SampleRef, Source
 from .stats import BINS, NonFiniteError, TensorStats, update_rows
 
-__all__ = ["ChunkRunner", "run_chunk", "LANES", "ROWS_MIN", "ROWS_MAX_SIZE", "SPLIT_NODES"]
+__all__ = ["ChunkRunner", "run_chunk", "session_threads", "LANES", "ROWS_MIN", "ROWS_MAX_SIZE", "SPLIT_NODES"]
 
 LANES = 2  # samples in flight: one reduced while the other runs
 SPLIT_NODES = 10_000  # an augmented model above this many nodes runs as segments (see _session)
@@ -46,6 +46,13 @@ ROWS_MAX_SIZE = 4096  # ... when smaller than this (bigger ones pay numpy's per-
 # An in-sample calibration keeps the observed tensors' values of its check samples within this many
 # bytes (all samples), by calib.keep's rule: the fidelity check's float reference is then the
 # calibration run's own (20,000-node CNN, 4 samples: 164 MB, and a float session plus four runs fewer).
+
+
+def session_threads(processes: int = 1) -> int:
+    """Intra-op threads of each calibration session when ``processes`` runners share this machine
+    (``--jobs N``): each runs :data:`LANES` samples at once, so the cores are split over
+    ``processes * LANES`` runs in flight (one thread each on 2 cores, whatever N)."""
+    return max(1, (os.cpu_count() or LANES) // (max(1, processes) * LANES))
 
 
 class ChunkRunner:
@@ -63,7 +70,7 @@ class ChunkRunner:
             # The lanes' runs share the cores (see the module's docstring; a lane reduces between
             # its runs, which leaves the histogram its core share).  And no spinning: busy-waiting
             # pool threads starve the lane that reduces.
-            threads = max(1, (os.cpu_count() or 2) // LANES)
+            threads = session_threads()
         # No arena: its fragmentation let peak RSS creep up with the number of batches (yolov8n:
         # 271 MiB after 16 samples, 294 after 64; without it 262-263 whatever the count).
         self.sess = _session(aug, Path(base_dir) if base_dir else None, threads)
