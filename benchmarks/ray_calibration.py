@@ -61,6 +61,9 @@ def main() -> None:
     graph = open_model(args.model, [args.input_shape]).graph
     # The workers import qtquant from where this process does.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    from qtquant.calib.rayrun import quiet_auth_notice
+
+    quiet_auth_notice()  # as the CLI: Ray's notice that it chose token authentication itself
     t = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     print(f"ray.init(num_cpus=2): {time.perf_counter() - t:.1f} s (not in the figures below)")
