@@ -87,8 +87,12 @@ def test_merge_equals_calibrating_on_the_union(model, data, tmp_path):
     assert merged.data_label(short=True) == "a.npy, b.npy"
     assert not any(n.startswith("calibrating on") for n in merged.notes), merged.notes
     assert f"merged from 2 statistics files (2 shards: 5 samples of {a}; 4 samples of {b})" in merged.notes
-    assert "the check runs on the 5 check samples of a.stats, calibration samples of its own (in-sample)" \
-        in merged.notes and merged.in_sample and merged.check_samples == 5
+    # The check pools the files' own samples, as one run over both keeps all 9 of its own
+    assert "the check runs on 9 in-sample samples (from a.stats, b.stats)" in merged.notes
+    assert merged.in_sample and merged.check_samples == whole.check_samples == 9
+    parts = [load_stats(tmp_path / f"{part}.stats", g).holdout for part in ("a", "b")]
+    assert [f["x"].tobytes() for f in merged.holdout] == [f["x"].tobytes() for f in parts[0] + parts[1]]
+    assert sorted(f["x"].tobytes() for f in merged.holdout) == sorted(f["x"].tobytes() for f in whole.holdout)
     single = load_stats(tmp_path / "a.stats", g)
     assert single.sources == () and single.data_label() == a
     # the same shard twice is not disjoint data
@@ -99,6 +103,35 @@ def test_merge_equals_calibrating_on_the_union(model, data, tmp_path):
     write_stats(tmp_path / "m.stats", g, calibrate(g, CalibConfig(source=str(data / "b.npy"), count=4, holdout=0)))
     with pytest.raises(StatsFileError, match="histogram layout"):
         merge_stats([tmp_path / "a.stats", tmp_path / "m.stats"], tmp_path / "x.stats")
+
+
+def test_merged_check_prefers_held_out_samples_and_keeps_the_cap(model, data, tmp_path, monkeypatch):
+    """Held-out samples are the fairer check: a merge with any keeps those only, and says which
+    in-sample ones it left out; the pool stops at CHECK_CAP, first samples first, as one run does."""
+    from qtquant.calib import statsfile
+
+    g = _graph(model)
+    a, b = tmp_path / "a.stats", tmp_path / "b.stats"
+    held = calibrate(g, CalibConfig(source=str(data / "a.npy"), count=9, holdout=2))
+    write_stats(a, g, held)
+    write_stats(b, g, calibrate(g, CalibConfig(source=str(data / "b.npy"), count=9, holdout=0)))
+    for order in ([a, b], [b, a]):
+        merge_stats(order, tmp_path / "ab.stats")
+        merged = load_stats(tmp_path / "ab.stats", g)
+        assert not merged.in_sample and merged.check_samples == 2
+        assert [f["x"].tobytes() for f in merged.holdout] == [f["x"].tobytes() for f in held.holdout]
+        assert ("the check runs on 2 held-out samples (from a.stats); the in-sample check samples of b.stats "
+                "are left out (held-out ones are the fairer check)") in merged.notes
+    # in-sample files only, over the cap: the first samples in merge order
+    write_stats(a, g, calibrate(g, CalibConfig(source=str(data / "a.npy"), count=9, holdout=0)))
+    monkeypatch.setattr(statsfile, "CHECK_CAP", 6)
+    merge_stats([a, b], tmp_path / "ab.stats")
+    merged = load_stats(tmp_path / "ab.stats", g)
+    assert merged.in_sample and merged.check_samples == 6
+    firsts = load_stats(a, g).holdout + load_stats(b, g).holdout[:1]
+    assert [f["x"].tobytes() for f in merged.holdout] == [f["x"].tobytes() for f in firsts]
+    assert ("the check runs on 6 in-sample samples (from a.stats, b.stats) "
+            "(the first 6 of 9: at most 6 are kept)") in merged.notes
 
 
 def test_minmax_merge_is_exact(model, data, tmp_path):

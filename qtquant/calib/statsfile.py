@@ -28,8 +28,9 @@ from ..fileio import atomic_file, check_output_path
 from ..fileio.paths import existing_file
 from ..fileio.schema import FileModel, check_format, check_version, one_line
 from ..runtime import input_specs
+from ..tables import samples_text
 from .cache import DATA_FIELDS, TensorEntry, holdout_fits, pack_result, unpack_holdout, unpack_stats
-from .engine import CalibConfig, CalibConfigError, CalibrationResult, compute_ranges
+from .engine import CHECK_CAP, CalibConfig, CalibConfigError, CalibrationResult, compute_ranges
 from .sources import open_source
 from .stats import BINS
 
@@ -261,14 +262,14 @@ def load_stats(path, graph, config: CalibConfig | None = None, *, explicit=()) -
 def merge_stats(paths, out) -> StatsHeader:
     """Merge statistics files computed on disjoint data into ``out`` (atomically).  They must be
     of the same model, input shapes, preprocessing and histogram layout; the check samples are
-    the first file's.  Returns the written header."""
+    the files' own, pooled (:func:`_pooled_check`).  Returns the written header."""
     paths = [Path(p) for p in paths]
     if len(paths) < 2:
         raise StatsFileError("--merge needs two or more statistics files")
     out = check_output_path(out, inputs=paths, what="merged statistics file")
     first = None
     stats: dict = {}
-    holdout, shards, notes, seconds, batches = [], [], [], 0.0, 0
+    shards, headers, seconds, batches = [], [], 0.0, 0
     for p in paths:
         header, z = _open(p)
         with z:
@@ -286,10 +287,9 @@ def merge_stats(paths, out) -> StatsHeader:
                         raise StatsFileError(f"cannot merge {p.name} into {first_name}: another {what}")
             try:
                 part = unpack_stats(header.tensors, z)
-                if header is first:
-                    holdout = unpack_holdout(header.holdout, z)
             except Exception:  # noqa: BLE001 - see load_stats
                 raise StatsFileError(f"{p.name} is damaged (its arrays do not match its header)") from None
+        headers.append((p, header))
         if first is not header and set(part) != set(stats):
             raise StatsFileError(f"cannot merge {p.name} into {first_name}: other observed tensors")
         for sh in header.shards:
@@ -303,17 +303,52 @@ def merge_stats(paths, out) -> StatsHeader:
             stats[n] = stats[n].merge(s) if n in stats else s
         batches += header.batches
         seconds += header.seconds
+    holdout, in_sample, check_note = _pooled_check(headers)
     # The files' own notes describe each one's split ("calibrating on all 4 samples; the check runs
     # in-sample on them"), which the merged statistics no longer have: say what they do have.
     notes = [f"merged from {len(paths)} statistics files ({len(shards)} shards: "
              + "; ".join(f"{sh.batches} samples of {sh.source}"
                          + (f" (seed {sh.seed})" if sh.source == "synthetic" else "") for sh in shards) + ")",
-             f"the check runs on the {len(holdout)} check samples of {first_name}, "
-             + ("calibration samples of its own (in-sample)" if first.in_sample else "held out of its calibration")]
+             check_note]
     result = CalibrationResult(stats, {}, _file_config(first, first_name), holdout, batches, seconds, notes,
-                               first.in_sample)
+                               in_sample)
     arrays, tensors, hold = pack_result(result)
-    header = first.model_copy(update=dict(shards=tuple(shards), batches=batches, seconds=seconds,
+    header = first.model_copy(update=dict(shards=tuple(shards), batches=batches, seconds=seconds, in_sample=in_sample,
                                           notes=tuple(notes), tensors=tuple(tensors), holdout=tuple(hold)))
     _write(out, header, arrays)
     return header
+
+
+def _pooled_check(headers) -> tuple[list[dict], bool, str]:
+    """(check feeds, in-sample, the note saying what they are) of a merged file, from its files'
+    ``(path, header)`` in merge order: every file's check samples, in that order, up to
+    :data:`~qtquant.calib.engine.CHECK_CAP` (as one run on all the data keeps its first ones), so
+    that a merge of shards checks on what one run over them would.  Samples held out of their
+    calibration are the fairer check: where any file has them, the in-sample ones are left out."""
+    held = [(p, h) for p, h in headers if h.holdout and not h.in_sample]
+    use = held or [(p, h) for p, h in headers if h.holdout]
+    if not use:
+        return [], bool(headers[0][1].in_sample), "no check samples: none of the files has any"
+    total = sum(len(h.holdout) for _, h in use)
+    feeds: list[dict] = []
+    names = []
+    for p, h in use:
+        room = CHECK_CAP - len(feeds)
+        if room <= 0:
+            break
+        _, z = _open(p)
+        with z:
+            try:
+                feeds += unpack_holdout(h.holdout[:room], z)
+            except Exception:  # noqa: BLE001 - see load_stats
+                raise StatsFileError(f"{p.name} is damaged (its arrays do not match its header)") from None
+        names.append(p.name)
+    of = ", ".join(names)
+    cap = f" (the first {len(feeds)} of {total}: at most {CHECK_CAP} are kept)" if total > len(feeds) else ""
+    note = f"the check runs on {samples_text(len(feeds), not held, short=True)} (from {of}){cap}"
+    if not held:
+        return feeds, True, note
+    left = [p.name for p, h in headers if h.holdout and h.in_sample]
+    if left:
+        note += f"; the in-sample check samples of {', '.join(left)} are left out (held-out ones are the fairer check)"
+    return feeds, False, note
