@@ -309,7 +309,7 @@ def merge_stats(paths, out) -> StatsHeader:
     notes = [f"merged from {len(paths)} statistics files ({len(shards)} shards: "
              + "; ".join(f"{sh.batches} samples of {sh.source}"
                          + (f" (seed {sh.seed})" if sh.source == "synthetic" else "") for sh in shards) + ")",
-             check_note]
+             check_note]  # last: `qtquant calibrate --merge` prints it
     result = CalibrationResult(stats, {}, _file_config(first, first_name), holdout, batches, seconds, notes,
                                in_sample)
     arrays, tensors, hold = pack_result(result)

@@ -54,7 +54,7 @@ def run(args) -> int:
             raise BadInputError("give either MODEL or --merge, not both")
         header = statsfile.merge_stats(args.merge, args.stats_out)
         print(f"merged {len(args.merge)} files ({header.batches} samples, {len(header.tensors)} tensors, "
-              f"{len(header.shards)} shards) into {args.stats_out}")
+              f"{len(header.shards)} shards) into {args.stats_out}; {header.notes[-1]}")
         return 0
     if not args.model:
         raise BadInputError("give MODEL to calibrate, or --merge STATS... to merge statistics files")
