@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,15 +27,16 @@ from bench_common import SHARED, interpreter, machine  # noqa: E402
 
 
 def best_of(*fs, reps=11):
-    """The best time of each function, run in turn so all see the same machine load (timing one
-    after the other on a shared machine lets the load change in between)."""
+    """The (best, median) time of each function, run in turn so all see the same machine load
+    (timing one after the other on a shared machine lets the load change in between).  The
+    median shows what the best hides: how much the machine moved the rest."""
     times = [[] for _ in fs]
     for _ in range(reps):
         for f, ts in zip(fs, times):
             t = time.perf_counter()
             f()
             ts.append(time.perf_counter() - t)
-    return [min(ts) for ts in times]
+    return [(min(ts), statistics.median(ts)) for ts in times]
 
 
 APP_MIN_NODES = shape_child.APP_MIN_NODES  # what the app sets shape_child.MIN_NODES to
@@ -90,30 +93,67 @@ def _load() -> str:
         return "load average unknown"
 
 
+def _python_work():
+    """Interpreter work of the kind an open does (objects made, looked up and freed)."""
+    d = {f"t{k}": (k, [k], None) for k in range(60_000)}
+    return sum(len(v[1]) for v in d.values())
+
+
+def contention() -> str:
+    """How fast this process's Python runs now, alone and while another process computes on the other
+    CPU: on a shared machine both move from run to run (the floor, onnx's C++, moves less), and the
+    app's way, which overlaps two processes, gains less where the CPUs share a core."""
+    def best():
+        ts = []
+        for _ in range(7):
+            t = time.perf_counter()
+            _python_work()
+            ts.append(time.perf_counter() - t)
+        return min(ts)
+
+    alone = best()
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # the spinner running
+        beside = best()
+    finally:
+        spin.terminate()
+        spin.wait()
+    return (f"a fixed piece of Python work: {alone * 1e3:.1f} ms alone, {beside / alone:.2f}x that beside a busy "
+            "second process")
+
+
 def run(cases):
     print(f"({_load()} before; {interpreter()}; {machine()})")
+    print(f"({contention()}, before)")
     shape_child.warm()  # the app starts its child beside the window, before any model opens
+    medians = []
     print(f"{'model':22s} {'nodes':>6s} {'concats':>7s} {'floor s':>8s} {'app s':>7s} {'ratio':>6s} "
           f"{'one process s':>13s} {'ratio':>6s} {'target':>6s}")
     try:
         for name, path, shapes, floor_path, target in cases:
             cats = ours(path, shapes)
             assert _same(ours(path, shapes, app=True), cats)
-            t_floor, t_app, t_one = best_of(lambda: floor(floor_path), lambda: ours(path, shapes, app=True),
-                                            lambda: ours(path, shapes))
+            (t_floor, m_floor), (t_app, m_app), (t_one, m_one) = best_of(
+                lambda: floor(floor_path), lambda: ours(path, shapes, app=True), lambda: ours(path, shapes))
             n = len(onnx.load(str(path), load_external_data=False).graph.node)
             goal = f"<={target:g}x" if target else "-"
             print(f"{name:22s} {n:6d} {len(cats):7d} {t_floor:8.3f} {t_app:7.3f} {t_app / t_floor:5.2f}x "
                   f"{t_one:13.3f} {t_one / t_floor:5.2f}x {goal:>6s}")
+            medians.append(f"{name:22s} {'':6s} {'':7s} {m_floor:8.3f} {m_app:7.3f} {m_app / m_floor:5.2f}x "
+                           f"{m_one:13.3f} {m_one / m_floor:5.2f}x")
     finally:
         shape_child.close()
+    print("medians of the same runs (the ratios above are of the best times, as the targets are):")
+    for line in medians:
+        print(line)
     print("floor = onnx.load + onnx.shape_inference.infer_shapes(data_prop=True); qtquant = load_graph (which "
           "includes the same load and inference) + stand-in ranges + build_domains + analyze_concats, freeing "
           "the results included (best of 11 each, run in turn).")
     print(f"app = as the desktop app opens a model: a graph of {APP_MIN_NODES:,} nodes or more has its shapes "
           "inferred in the app's kept child process (started once, beside the window), on the file's bytes, "
           "while this process reads the same file; one process = all in this process, as the CLI does.")
-    print(f"({_load()} after)")
+    print(f"({contention()}, after; {_load()} after)")
 
 
 def _same(a, b) -> bool:
