@@ -45,7 +45,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper
 
 from ..errors import BadInputError, ModelError, first_line
 from ..fileio.atomic import atomic_dir, check_output_path, commit
@@ -54,6 +53,7 @@ from ..precision import PrecisionMap, float_nodes
 from ..quant import qparams_for_range
 from ..vocab import Precision
 from . import rescale
+from .opset import convert_opset
 from .records import BiasAdjustment, ClipRecord, ExportResult, QdqBuild, clip_record
 from .rewrite import BaseFacts, Rewrite, ValueMemo, names_in
 from .weights import INT32_MAX, INT32_MIN, quantize_weights
@@ -82,15 +82,10 @@ def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
         if target is not None:
             why = "int16 Q/DQ" if target == INT16_OPSET else "per-channel weights"
             try:
-                from onnx import version_converter
-
-                model = version_converter.convert_version(graph.model, target)
+                model = convert_opset(graph, target)
                 opset, per_channel = target, True
-                # the converter keeps the IR version; opset 21 belongs to IR 10
-                model.ir_version = max(model.ir_version, helper.find_min_ir_version_for(
-                    list(model.opset_import), ignore_unknown=True))
                 notes.append(f"opset raised from {graph.opset} to {target} for {why}")
-            except Exception as e:  # no adapter for some op
+            except Exception as e:  # no adapter for some op, or one that rewires (opset.Rewired)
                 first = first_line(e, 200)
                 if target == INT16_OPSET:
                     raise ModelError(f"cannot export int16: raising opset {graph.opset} to {target} "
