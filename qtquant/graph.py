@@ -27,7 +27,7 @@ from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_exte
                          check_text, infer_shapes, inline_small_external, topo_order)
 from .nodetable import NodeTable, graph_value_types, value_type_bytes, value_type_keys
 from .ops import PASS_OPS, fused_into_producer, passes_through
-from .qdq import is_qdq_model
+from .qdq import check_quantized_form, is_qdq_model
 from .shapes import format_shape, parse_input_shapes
 from .vocab import TensorKind
 
@@ -415,6 +415,7 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
     scales, which :func:`qtquant.open_model` (the one way to open any model) does.
     """
     with reading_model(path) as (model, p, table, early, sha):
+        check_quantized_form(model, table, p.name)
         if is_qdq_model(model, table):
             raise ModelError(f"{p.name} is QDQ-quantized; open it with qtquant.open_model, which reads its scales")
         check_external_data(model, p.parent, table)

@@ -26,8 +26,15 @@ from onnx import numpy_helper
 from .errors import ModelError
 from .quant import Scheme
 
-__all__ = ["ChannelScales", "QdqInfo", "is_qdq_model", "strip_qdq", "attach_qdq", "channel_scales_of",
-           "has_channel_scales"]
+__all__ = ["ChannelScales", "QdqInfo", "is_qdq_model", "check_quantized_form", "strip_qdq", "attach_qdq",
+           "channel_scales_of", "has_channel_scales"]
+
+# The other quantized forms onnxruntime writes, which qtquant does not read: dynamic quantization
+# (int8 weights; activations quantized as the model runs, by ops no NPU compiler takes) and the
+# operator form (QLinearConv, QLinearConcat and the other QLinear* ops, with their scales inside).
+_DYNAMIC_OPS = frozenset({"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul",
+                          "MatMulIntegerToFloat", "DynamicQuantizeLSTM"})
+_OPERATOR_OPS = frozenset({"QGemm", "QAttention", "QEmbedLayerNormalization"})  # besides the QLinear* ops
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,23 @@ def is_qdq_model(model: onnx.ModelProto, table=None) -> bool:
     """``table``: the model's nodes read already (:class:`~qtquant.nodetable.NodeTable`)."""
     ops = table.ops if table is not None else (n.op_type for n in model.graph.node)
     return not {"QuantizeLinear", "DequantizeLinear"}.isdisjoint(ops)
+
+
+def check_quantized_form(model: onnx.ModelProto, table=None, name: str = "the model") -> None:
+    """Refuse, in one line, a model quantized in a form qtquant does not read (it analyzed a
+    dynamically quantized YOLOv8n as if it were float, its 'float model' reference quantized too)."""
+    ops = set(table.ops) if table is not None else {n.op_type for n in model.graph.node}
+    found = sorted(op for op in ops if op in _DYNAMIC_OPS or op in _OPERATOR_OPS or op.startswith("QLinear"))
+    if not found:
+        return
+    counts = [(sum(1 for n in model.graph.node if n.op_type == op), op) for op in found]
+    listed = ", ".join(f"{n} {op}" for n, op in sorted(counts, reverse=True)[:3])
+    if any(op in _OPERATOR_OPS or op.startswith("QLinear") for op in found):
+        raise ModelError(f"{name} is quantized in operator form ({listed}); qtquant reads float models and QDQ "
+                         "models: open the float model it was made from, or quantize that with QuantFormat.QDQ")
+    raise ModelError(f"{name} is dynamically quantized ({listed}): its activations are quantized as it runs, "
+                     "which no NPU compiler takes; qtquant reads float models and QDQ models: open the float "
+                     "model it was made from")
 
 
 def attach_qdq(graph, info: QdqInfo) -> None:

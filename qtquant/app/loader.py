@@ -6,7 +6,7 @@ from ..errors import ModelError
 from ..gcpause import gc_paused
 from ..graph import graph_from_model, reading_model
 from ..modelcheck import check_external_data, check_text
-from ..qdq import attach_qdq, is_qdq_model, strip_qdq
+from ..qdq import attach_qdq, check_quantized_form, is_qdq_model, strip_qdq
 from .session import Options, Session
 
 __all__ = ["open_model"]
@@ -26,6 +26,7 @@ def open_model(path, input_shapes=None, options: Options = Options(), *, cut=(),
 def _open(model, p, table, early, sha, input_shapes, options, cut, stats) -> Session:
     check_text(model, table)
     check_external_data(model, p.parent, table)
+    check_quantized_form(model, table, p.name)
     qdq = None
     if is_qdq_model(model, table):
         if early is not None:
