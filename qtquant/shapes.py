@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from .errors import ShapeError
 
 __all__ = ["parse_input_shape", "parse_input_shapes", "format_shape"]
@@ -20,14 +22,22 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
     return name.strip(), shape
 
 
+# A comma that starts another NAME=: "input=1x512,state=2x1x128" is two specs (a comma between
+# dimensions, "x=1,3,8,8", is not followed by one).
+_NEXT_SPEC = re.compile(r",(?=[^,=]+=)")
+
+
 def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
+    """``specs``: ``NAME=1x3x640x640`` strings (each may hold several, comma-separated) or
+    ``(name, shape)`` pairs."""
     out: dict[str, tuple[int, ...]] = {}
     for spec in specs or ():
         if isinstance(spec, tuple):
-            name, shape = spec
-        else:
-            name, shape = parse_input_shape(spec)
-        out[name] = tuple(shape)
+            out[spec[0]] = tuple(spec[1])
+            continue
+        for one in _NEXT_SPEC.split(spec):
+            name, shape = parse_input_shape(one)
+            out[name] = shape
     return out
 
 

@@ -160,3 +160,26 @@ def test_no_qt_import_statements_in_core():
             if s.startswith(("import PySide6", "from PySide6", "import PyQt", "from PyQt", "import shiboken")):
                 offenders.append(str(rel))
     assert offenders == []
+
+
+def _two_input_model():
+    from onnx import TensorProto, helper
+
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, c, "h", "w"]) for n, c in (("a", 3), ("b", 2))]
+    nodes = [helper.make_node("Relu", ["a"], ["ra"], name="relu_a"),
+             helper.make_node("Relu", ["b"], ["rb"], name="relu_b"),
+             helper.make_node("Concat", ["ra", "rb"], ["y"], name="cat", axis=1)]
+    g = helper.make_graph(nodes, "two", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_input_shapes_separated_by_commas_in_one_flag(tmp_path, capsys):
+    from qtquant.shapes import parse_input_shapes
+
+    assert parse_input_shapes(["a=1x3x8x8,b=1,2,8,8", "c=4"]) == {"a": (1, 3, 8, 8), "b": (1, 2, 8, 8), "c": (4,)}
+    p = save(_two_input_model(), tmp_path / "two.onnx")
+    rc, out, err = _run(capsys, "analyze", p, "--input-shape", "a=1x3x8x8,b=1x2x8x8", "--calib-count", "2")
+    assert rc == 0, err
+    assert "a=1x3x8x8, b=1x2x8x8" in out
+    rc, out, err = _run(capsys, "analyze", p, "--input-shape", "a=1x3x8x8,b", "--calib-count", "2")
+    assert rc == 3 and err.strip().count("\n") == 0 and "bad input shape 'a=1x3x8x8,b'" in err

@@ -21,7 +21,8 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
         p.add_argument("model", metavar="MODEL", help="ONNX model (float or QDQ-quantized)")
     g = p.add_argument_group("model and calibration")
     g.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x640x640",
-                   help="fix a dynamic input shape (repeatable)")
+                   help="fix a dynamic input shape (repeatable, or several separated by commas: "
+                        "input=1x512,state=2x1x128)")
     g.add_argument("--cut", default=None, metavar="TENSOR[,TENSOR...]",
                    help="work on the subgraph that ends at these tensors (they become the outputs; the inputs "
                         "stay), e.g. a detector cut before its CPU-side decode")
