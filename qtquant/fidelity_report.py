@@ -80,7 +80,7 @@ class Fidelity:
     def headline_text(self, output: str, before: bool = False) -> str:
         """'output0[4:22] 0.0 dB', or the no-signal sentence."""
         h = (self.before if before else self.after)[output].headline
-        return f"{h.label}: no signal" if h.no_signal else f"{h.label} {_f(h.sqnr_db)} dB"
+        return f"{h.label}: {h.word}" if h.no_signal else f"{h.label} {_f(h.sqnr_db)} dB"
 
     def to_dict(self) -> dict:
         def num(x):
@@ -130,7 +130,7 @@ def _val(x):
 
 
 def _cell(f: Figure) -> str:
-    return "no signal" if f.no_signal else f"{_f(f.sqnr_db)} / {f.cosine:.5f}"
+    return f.word if f.no_signal else f"{_f(f.sqnr_db)} / {f.cosine:.5f}"
 
 
 def _change(b: Figure, a: Figure) -> str:

@@ -59,6 +59,11 @@ class Figure:
     def measured(self) -> bool:
         return not self.no_signal
 
+    @property
+    def word(self) -> str:
+        """What a table cell shows instead of the number: "no signal" or "identical"."""
+        return self.no_signal.split(":", 1)[0]
+
     def to_dict(self) -> dict:
         def num(x):
             return x if x is not None and math.isfinite(x) else (None if x is None or math.isnan(x)
@@ -67,7 +72,9 @@ class Figure:
         d = {"label": self.label, "samples": self.samples, "sqnr_db": num(self.sqnr_db),
              "cosine": num(self.cosine), "max_abs_error": num(self.max_abs)}
         if self.no_signal:
-            d["no_signal"] = True
+            d["no_signal"] = self.word == "no signal"
+            if self.word == "identical":
+                d["identical"] = True
             d["reason"] = self.no_signal
         return d
 
@@ -126,6 +133,11 @@ class ErrorSums:
 
     def figure(self, label: str, step: float | None) -> Figure:
         reason = no_signal_reason(self.lo, self.hi, step, self.samples)
+        if not reason and self.samples and self.err2 == 0.0:
+            # An infinite SQNR says nothing a reader can use: in words, and left out of comparisons.
+            reason = (f"identical: the quantized model's output equals the float model's on the {self.samples} "
+                      "check sample(s); no quantization reaches it (a model that computes inside If/Loop "
+                      "subgraphs, which are not quantized, or an output kept in float)")
         if reason:
             return Figure(label, None, None, self.max_abs, self.samples, reason)
         return Figure(label, self.sqnr, self.cos, self.max_abs, self.samples)

@@ -80,8 +80,10 @@ def test_perf_summary_tracks_changes_and_staleness(session):
     assert perf_summary(None).sqnr_html == "—"
 
 
-def _figure(label, db, no_signal=False):
-    return SimpleNamespace(label=label, sqnr_db=db, no_signal=no_signal)
+def _figure(label, db, no_signal=""):
+    from qtquant.metrics import Figure
+
+    return Figure(label, db, None, None, 1, no_signal)
 
 
 def test_fidelity_line_escapes_names_and_colours_changes():
@@ -93,8 +95,10 @@ def test_fidelity_line_escapes_names_and_colours_changes():
     assert html.startswith("&lt;a&gt;: 30.0 dB") and "(−2.00 dB)" in html and "#c62828" in html
     assert "b: inf" in html and "1 finding(s)" in html
     assert fidelity_basis(fid) == "1 in-sample sample, worst slice"
-    fid.after["b"] = out(_figure("b", math.nan, no_signal=True))
+    fid.after["b"] = out(_figure("b", math.nan, no_signal="no signal: constant"))
     assert "b: <i>no signal</i>" in fidelity_html(fid) and "representative data" in fidelity_html(fid)
+    fid.after["b"] = out(_figure("b", None, no_signal="identical: equals the float model's"))
+    assert "b: <i>identical</i>" in fidelity_html(fid) and "representative data" not in fidelity_html(fid)
     fid.after["b"] = out(_figure("b", -0.001))  # a destroyed output: 0.0 dB, never "-0.0"
     assert "b: 0.0 dB" in fidelity_html(fid) and "-0.0" not in fidelity_html(fid)
 

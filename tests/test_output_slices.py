@@ -165,6 +165,38 @@ def test_no_signal_gets_a_sentence(tmp_path, capsys):
     assert all(p_.no_signal for p_ in fid2.after["y"].slices)
 
 
+def if_model() -> onnx.ModelProto:
+    """y = If(flag, then: Relu(x), else: Neg(x)): the computation, x included, is inside the
+    subgraphs, which read x from the outer scope (silero-vad's op18_ifless model is built so)."""
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="then_relu")], "then", [], [out])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["y"], name="else_neg")], "else", [], [out])
+    g = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], name="branch", then_branch=then, else_branch=other)], "if",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 4])], [out],
+        [numpy_helper.from_array(np.array(True), "flag")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_output_quantization_never_reaches_is_identical_in_words(tmp_path, capsys):
+    # It printed "inf / 1.00000" before and after: a number that says nothing a reader can use.
+    p = save(if_model(), tmp_path / "if.onnx")
+    assert main(["analyze", p, "--no-perf", "--calib-count", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "inf" not in text
+    row = next(line for line in text.splitlines() if line.startswith("y "))
+    assert row.split() == ["y", "identical", "identical"]
+    assert "y: identical: the quantized model's output equals the float model's on the 2 check sample(s)" in text
+    assert main(["analyze", p, "--no-perf", "--calib-count", "2", "--json"]) == 0
+    y = json.loads(capsys.readouterr().out)["summary"]["fidelity"]["outputs"]["y"]
+    assert y["identical"] is True and y["no_signal"] is False and y["sqnr_db"] is None
+    # Nothing runs on the BPU either: said in words, and no "0.0 FPS"
+    assert main(["analyze", p, "--calib-count", "2"]) == 0
+    assert "latency: nothing for the simulator to price on bayes-e" in capsys.readouterr().out
+    assert main(["analyze", p, "--calib-count", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["fps"] is None
+
+
 def test_kernel_divergence_beyond_tolerance_is_a_finding():
     from qtquant.fidelity import KERNEL_TOLERANCE_DB, OutputFidelity, _kernel_findings
     from qtquant.metrics import Figure

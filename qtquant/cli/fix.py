@@ -73,7 +73,7 @@ def before_after_rows(session, fid=None, perf=None) -> list[tuple[str, str, str,
 
 
 def _cell(f) -> str:
-    return "no signal" if f.no_signal else _fmt(f.sqnr_db)
+    return f.word if f.no_signal else _fmt(f.sqnr_db)
 
 
 def _delta(after, before) -> str:

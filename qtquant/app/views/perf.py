@@ -123,7 +123,7 @@ def fidelity_html(fid) -> str:
         a, w = fid.after[o].headline, fid.before[o].headline
         name = escape(a.label, quote=False)
         if a.no_signal:
-            parts.append(f"{name}: <i>no signal</i>")
+            parts.append(f"{name}: <i>{a.word}</i>")
             continue
         t = f"{name}: {fmt_num(a.sqnr_db, 1)} dB"
         if not w.no_signal and math.isfinite(a.sqnr_db) and math.isfinite(w.sqnr_db) \
@@ -132,7 +132,7 @@ def fidelity_html(fid) -> str:
             t += _change(f"{fmt_num(d, signed=True)} dB", d, lower_better=False).html()
         parts.append(t)
     text = "; ".join(parts)
-    if any(fid.after[o].headline.no_signal for o in fid.outputs):
+    if any(fid.after[o].headline.word == "no signal" for o in fid.outputs):
         text += f' <span style="color:{WARN}">no signal on these samples: use representative data</span>'
     if fid.findings:
         text += f' <span style="color:{BAD}">{len(fid.findings)} finding(s), see tooltip</span>'
