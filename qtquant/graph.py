@@ -18,7 +18,7 @@ import onnx
 from onnx import numpy_helper
 
 from .cut import cut_model, parse_cut
-from .errors import ModelError, ShapeError
+from .errors import ModelError, ShapeError, first_line
 from .fileio.paths import existing_file
 from .gcpause import gc_paused
 from .graphbuild import Structure, read_structure, type_structure
@@ -36,6 +36,10 @@ __all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "reading_
 
 MIN_OPSET = 11
 MAX_OPSET = 23
+# Older models (ONNX's model zoo classics, opset 7-10: what Horizon's older toolchains take) are
+# raised to RAISED_OPSET on open by onnx's version converter, which covers these opsets well.
+OLDEST_OPSET = 7
+RAISED_OPSET = 13
 
 
 KEEP_MODEL_BYTES = 64 << 20  # Graph.model_bytes keeps serialized models up to this size
@@ -44,6 +48,9 @@ _PARSE_LOCK = threading.Lock()  # Graph.model parsed from bytes on first use, fr
 
 class Graph:
     """A loaded, shape-resolved ONNX graph.  Plain data plus topological views."""
+
+    # The opset of the file, where it was older than MIN_OPSET and raised on open (graph_from_model)
+    source_opset: int | None = None
 
     def __init__(self, model: onnx.ModelProto, path: Path | None, input_shapes: dict, sha256: str,
                  cut: tuple[str, ...] = (), table: NodeTable | None = None,
@@ -442,9 +449,13 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
     cut = parse_cut(cut)
     if not model.graph.output:
         raise ModelError("the model declares no outputs; nothing it computes can be checked or run")
-    opset = _default_opset(model)
+    opset = source_opset = _default_opset(model)
+    if OLDEST_OPSET <= opset < MIN_OPSET:
+        model, opset, as_file = _raised(model), RAISED_OPSET, False
+        table = NodeTable(model.graph)
     if not (MIN_OPSET <= opset <= MAX_OPSET):
-        raise ModelError(f"opset {opset} is not supported (qtquant reads opsets {MIN_OPSET} to {MAX_OPSET})")
+        raise ModelError(f"opset {opset} is not supported (qtquant reads opsets {MIN_OPSET} to {MAX_OPSET}, "
+                         f"and raises {OLDEST_OPSET} to {MIN_OPSET - 1} to {RAISED_OPSET})")
     model = onnx.ModelProto.FromString(model.SerializeToString()) if path is None else model
     if model.functions:  # calls of local functions become their bodies (named by call, see .functions)
         from .functions import inline_local_functions
@@ -503,9 +514,42 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         if ordered is table:  # in order after all: the error stands
             raise
         # Out of order: typed and built again in the sorted order (the steps above are idempotent).
-        return graph_from_model(model, input_shapes, path=path, sha256=sha256, ort_fallback=ort_fallback,
-                                text_checked=True, table=ordered)
+        graph = graph_from_model(model, input_shapes, path=path, sha256=sha256, ort_fallback=ort_fallback,
+                                 text_checked=True, table=ordered)
+        if source_opset != opset:
+            graph.source_opset = source_opset
+        return graph
     _check_channels(graph, table.read_attribute_names() if same else None)
     if ort_fallback:
         _ort_fill_shapes(graph)
+    if source_opset != opset:
+        graph.source_opset = source_opset
     return graph
+
+
+def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy the checker takes for what the converter needs (node schemas at the opset, one maker
+    per value): a declared type without a shape, which files often give their outputs and the
+    checker calls malformed, gets an empty one."""
+    copy = onnx.ModelProto.FromString(model.SerializeToString())
+    g = copy.graph
+    for v in chain(g.input, g.output, g.value_info):
+        if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape"):
+            v.type.tensor_type.shape.SetInParent()
+    return copy
+
+
+def _raised(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` (opset OLDEST_OPSET to MIN_OPSET - 1) converted to RAISED_OPSET; checked first, as the
+    converter's C++ takes a malformed graph less well than the checker does."""
+    from onnx import version_converter
+
+    opset = _default_opset(model)
+    try:
+        onnx.checker.check_model(_checkable(model))
+        raised = version_converter.convert_version(model, RAISED_OPSET)
+    except Exception as e:
+        raise ModelError(f"opset {opset} could not be raised to {RAISED_OPSET} ({first_line(e, 200)}); qtquant reads "
+                         f"opsets {MIN_OPSET} to {MAX_OPSET}: convert the model with another tool") from None
+    raised.ir_version = max(raised.ir_version, 7)  # opset 13 belongs to IR 7
+    return raised

@@ -71,7 +71,9 @@ def check_quantized_form(model: onnx.ModelProto, table=None, name: str = "the mo
     """Refuse, in one line, a model quantized in a form qtquant does not read (it analyzed a
     dynamically quantized YOLOv8n as if it were float, its 'float model' reference quantized too)."""
     ops = set(table.ops) if table is not None else {n.op_type for n in model.graph.node}
-    found = sorted(op for op in ops if op in _DYNAMIC_OPS or op in _OPERATOR_OPS or op.startswith("QLinear"))
+    # (an op type that is not valid UTF-8 arrives as bytes: the text check refuses it later)
+    found = sorted(op for op in ops if isinstance(op, str) and (op in _DYNAMIC_OPS or op in _OPERATOR_OPS
+                                                                 or op.startswith("QLinear")))
     if not found:
         return
     counts = [(sum(1 for n in model.graph.node if n.op_type == op), op) for op in found]

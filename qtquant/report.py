@@ -93,6 +93,8 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
         "model_sha256": g.sha256,
         "input_shapes": {k: list(v) for k, v in g.input_shapes.items()},
         "cut": list(getattr(g, "cut", ())),  # --cut: the graph ends at these tensors ([] = the whole file)
+        "opset": g.opset,
+        "source_opset": g.source_opset,  # the file's, where it was older and raised on open (else null)
         "quantized_input": session.quantized_file,
         "scheme": session.options.scheme.value,
         "policy": session.options.policy.value,
@@ -121,6 +123,12 @@ def cut_text(graph) -> str:
     """``, cut at N tensors`` for a graph opened with --cut (empty for the whole file)."""
     cut = getattr(graph, "cut", ())
     return f", cut at {len(cut)} tensor{'s' if len(cut) != 1 else ''} (--cut)" if cut else ""
+
+
+def opset_note(graph) -> str:
+    """What opening an old model did to it (``graph.source_opset`` set)."""
+    return (f"the file is opset {graph.source_opset}; it was raised to {graph.opset} on open (onnx's version "
+            "converter): the analysis, the fidelity check and the export use the converted model")
 
 
 def _rule(session):
@@ -224,6 +232,8 @@ def concat_table_text(session, concats=None, perf=None) -> str:
                     f"calibrated with {session.calibration.config.observer} on "
                     f"{session.calibration.batches} samples of {session.calibration.data_label()}"
                     if session.calibration else "not calibrated"))
+    if g.source_opset is not None:
+        lines.append(f"note: {opset_note(g)}")
     for note in getattr(session.calibration, "notes", None) or ():
         lines.append(f"note: {note}")
     return "\n".join(lines)

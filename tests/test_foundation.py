@@ -141,10 +141,32 @@ def test_bad_files(tmp_path):
         load_graph(tmp_path)
 
 
-def test_unsupported_opset(tmp_path):
-    m = branchy_concat_model(opset=9)
-    with pytest.raises(ModelError, match="opset 9"):
-        load_graph(save(m, tmp_path / "old.onnx"))
+def test_old_opsets_are_raised_on_open_and_older_ones_refused(tmp_path, capsys):
+    # ONNX's model zoo classics (opset 7-9) were refused ("opset 9 is not supported"); they open raised to 13.
+    from qtquant.app import open_model
+    from qtquant.app.views.concats import model_info
+    from qtquant.cli import main
+    from qtquant.export.qdq import build_qdq_model
+
+    path = save(branchy_concat_model(opset=9), tmp_path / "old.onnx")
+    s = open_model(path)
+    assert s.graph.opset == 13 and s.graph.source_opset == 9
+    assert load_graph(save(branchy_concat_model(), tmp_path / "new.onnx")).source_opset is None
+    s.run_calibration()
+    assert len(s.concats()) == 1 and s.concats()[0].rescales >= 1
+    m = build_qdq_model(s).model
+    assert next(o.version for o in m.opset_import if o.domain == "") == 13
+    onnx.checker.check_model(m, full_check=True)
+    assert "opset 13 (raised from 9)" in model_info(s).nodes
+    assert main(["analyze", path, "--calib-count", "2"]) == 0
+    assert "note: the file is opset 9; it was raised to 13 on open" in capsys.readouterr().out
+    with pytest.raises(ModelError, match=r"opset 5 is not supported \(qtquant reads opsets 11 to 23, and raises 7"):
+        load_graph(save(branchy_concat_model(opset=5), tmp_path / "older.onnx"))
+    # An op the old opset does not have: the checker refuses it before the converter sees it
+    bad = branchy_concat_model(opset=9)
+    bad.graph.node[0].op_type = "Resize"
+    with pytest.raises(ModelError, match="opset 9 could not be raised to 13 .*No Op registered for Resize"):
+        load_graph(save(bad, tmp_path / "bad.onnx"))
 
 
 def test_cycle_and_dangling(tmp_path):
