@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..ops import constant_operand, handler_for
+from ..ops import constant_operand, handler_for, identity_next
 from ..vocab import CostClass, TensorKind
 from .macs import conv_dims, macs_of, numel, shape_of
 
@@ -150,7 +150,9 @@ class CostContext:
                 c = cons[0] if len(cons) == 1 else None
                 if c is not None and not self._free(c):
                     break
-                if c is not None and affine_ok and c.op_type in rule.folded and constant_operand(c, cur, g):
+                if c is not None and c.op_type == "Identity" and identity_next(g, [c.name]):
+                    step = [c]  # dropped by the compiler: the chain goes on (ops.identity_next)
+                elif c is not None and affine_ok and c.op_type in rule.folded and constant_operand(c, cur, g):
                     step = [c]  # folded into the weights and bias at compile time
                 elif c is not None and c.op_type in rule.write_back and c.inputs[0] == cur and self._rest_static(c):
                     step, affine_ok = [c], False
@@ -174,7 +176,7 @@ class CostContext:
                     break
             if chain:
                 self.chain_out[node.name] = cur
-                self.chain_ops[node.name] = "+".join(c.op_type for c in chain)
+                self.chain_ops[node.name] = "+".join(c.op_type for c in chain if c.op_type != "Identity")
                 self.chain_nodes[node.name] = tuple(c.name for c in chain)
                 inside = {node.outputs[0], *(o for c in chain for o in c.outputs)}
                 self.chain_inputs[node.name] = [i for c in chain for i in c.inputs if i and i not in inside]
