@@ -133,7 +133,7 @@ def fidelity_html(fid) -> str:
         parts.append(t)
     text = "; ".join(parts)
     if any(fid.after[o].headline.word == "no signal" for o in fid.outputs):
-        text += f' <span style="color:{WARN}">no signal on these samples: use representative data</span>'
+        text += f' <span style="color:{WARN}">(use representative data)</span>'  # the cell says "no signal"
     if fid.findings:
         text += f' <span style="color:{BAD}">{len(fid.findings)} finding(s), see tooltip</span>'
     return text
