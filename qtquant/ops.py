@@ -286,7 +286,8 @@ def identity_next(graph, consumers) -> str:
     if len(consumers) != 1:
         return ""
     c = graph.nodes[consumers[0]]
-    return c.outputs[0] if c.op_type == "Identity" and c.outputs and c.outputs[0] else ""
+    out = c.outputs[0] if c.op_type == "Identity" and c.outputs else ""
+    return out if out and out not in c.inputs else ""  # (a file that makes a value again stops here)
 
 
 def _gated(graph, gate, outputs) -> str | None:
