@@ -105,7 +105,7 @@ class Graph:
         # tensors inside fused layers, the pass-through nodes, each Concat's axis.
         self._fused = fused_into_producer(self)
         self.passing_nodes  # noqa: B018 - the cached property, made now
-        self._concat_axes = {n.name: int(n.int_attr("axis", 0)) for n in st.by_op.get("Concat", ())}
+        self._concat_axes = {n.name: _int_attr(n, "axis", 0) for n in st.by_op.get("Concat", ())}
 
     def typed(self, model: onnx.ModelProto, sha256: str, value_types: dict[str, bytes] | None = None,
               pending: bytes | None = None) -> None:
@@ -306,6 +306,16 @@ def _index(node: Node) -> int:
     return node.index
 
 
+def _int_attr(node, name: str, default: int) -> int:
+    """An attribute that must be an integer (a Concat's axis, a Conv's group); one line where a
+    file gives it another kind of value (the byte fuzzer's Concat with a malformed axis: TypeError)."""
+    v = node.int_attr(name, default)
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        raise ModelError(f"{node.op_type} {node.name!r} has a {name!r} attribute that is not an integer") from None
+
+
 def _default_opset(model) -> int:
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
@@ -349,7 +359,7 @@ def _check_channels(graph: "Graph", attr_names=None) -> None:
         if len(w.shape) != len(x.shape):
             raise ShapeError(f"Conv {node.name!r} has a weight of rank {len(w.shape)} for an input of "
                              f"rank {len(x.shape)}")
-        want = w.shape[1] * (int(node.int_attr("group", 1)) if grouped else 1)
+        want = w.shape[1] * (_int_attr(node, "group", 1) if grouped else 1)
         if want and x.shape[1] != want:
             src = next((n for n in graph.inputs), "?")
             raise ShapeError(f"the input shapes do not fit the model: Conv {node.name!r} expects {want} input "

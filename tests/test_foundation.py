@@ -169,6 +169,16 @@ def test_old_opsets_are_raised_on_open_and_older_ones_refused(tmp_path, capsys):
         load_graph(save(bad, tmp_path / "bad.onnx"))
 
 
+def test_concat_axis_that_is_not_an_integer_is_one_line(tmp_path):
+    # Found by the byte-mutation fuzzer at 2,000 examples: TypeError from int(None) as the graph was built.
+    m = branchy_concat_model()
+    cat = next(n for n in m.graph.node if n.op_type == "Concat")
+    del cat.attribute[:]
+    cat.attribute.append(helper.make_attribute("axis", "one"))
+    with pytest.raises(ModelError, match="Concat 'cat' has a 'axis' attribute that is not an integer"):
+        load_graph(save(m, tmp_path / "axis.onnx"))
+
+
 def test_cycle_and_dangling(tmp_path):
     nodes = [helper.make_node("Relu", ["b"], ["a"], name="r1"), helper.make_node("Relu", ["a"], ["b"], name="r2"),
              helper.make_node("Add", ["x", "b"], ["y"], name="add")]

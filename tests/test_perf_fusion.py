@@ -114,7 +114,8 @@ def _bias_identity_relu(identity=True):
     body += [helper.make_node("Relu", ["cb_id" if identity else "cb"], ["r"], name="relu"),
              helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2", kernel_shape=[1, 1])]
     rng = np.random.default_rng(1)
-    return _model(body, [_const("bias", rng.standard_normal((C, 1, 1))), _const("w2", rng.standard_normal((C, C, 1, 1)))])
+    return _model(body, [_const("bias", rng.standard_normal((C, 1, 1))),
+                         _const("w2", rng.standard_normal((C, C, 1, 1)))])
 
 
 def test_an_identity_in_a_fused_chain_changes_nothing():
