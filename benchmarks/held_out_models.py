@@ -6,7 +6,10 @@ in a fresh process, calibrated on --calib (default: ../shared/calib, seven photo
 its project documents, and the script prints what came back: the exit code, the Concats and rescales, the
 simulated latency, and each model's worst output SQNR (or what stands in its place in words).
 
-usage: python benchmarks/held_out_models.py [--dir DIR] [--calib PATH] [--only NAME]
+With --fix each model that analyzes is also exported (``qtquant fix --auto-share``), and the written file
+is checked with ``onnx.checker.check_model(full_check=True)`` and opened in an onnxruntime session.
+
+usage: python benchmarks/held_out_models.py [--dir DIR] [--calib PATH] [--only NAME] [--fix]
 """
 
 from __future__ import annotations
@@ -99,24 +102,44 @@ def worst_output(fid: dict | None) -> str:
     return min(cells)[1] if cells else "-"
 
 
+def export_check(model: Path, args: list[str], out: Path) -> str:
+    """``qtquant fix --auto-share`` of ``model`` (with the analyze ``args``), then the written file through
+    onnx's full checker and an onnxruntime session: "ok, opset N" or what failed."""
+    import onnxruntime as ort
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run([sys.executable, "-m", "qtquant", "fix", str(model), "-o", str(out), "--auto-share",
+                        "--no-perf", *args], capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"fix exit {p.returncode}"
+    try:
+        onnx.checker.check_model(str(out), full_check=True)
+        ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return f"refused: {str(e).splitlines()[0][:60]}"
+    written = onnx.load(str(out), load_external_data=False)
+    return f"ok, opset {next(o.version for o in written.opset_import if o.domain in ('', 'ai.onnx'))}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default=str(Path.home() / ".cache" / "qtquant-held-out"),
                     help="where wheels are downloaded and models extracted (outside the checkout)")
     ap.add_argument("--calib", default=str(SHARED / "calib"))
     ap.add_argument("--only", default=None, help="run the models whose label contains this text")
+    ap.add_argument("--fix", action="store_true", help="also export each model and check the written file")
     args = ap.parse_args()
     d = Path(args.dir)
     rows = []
+    exports = d / "exports"
     for label, wheel, inner, extra in MODELS:
         if args.only and args.only.lower() not in label.lower():
             continue
         path = model_path(wheel, inner, d)
-        cmd = [sys.executable, "-m", "qtquant", "analyze", str(path), "--json"]
-        if "--calib" not in extra:
-            cmd += ["--calib", args.calib]
+        common = ([] if "--calib" in extra else ["--calib", args.calib]) + extra
         t = time.perf_counter()
-        p = subprocess.run(cmd + extra, capture_output=True, text=True)
+        p = subprocess.run([sys.executable, "-m", "qtquant", "analyze", str(path), "--json", *common],
+                           capture_output=True, text=True)
         wall = time.perf_counter() - t
         if p.returncode != 0:
             err = (p.stderr.strip().splitlines() or ["?"])[-1].removeprefix("qtquant: error: ")
@@ -127,12 +150,15 @@ def main():
         s = doc["summary"]
         opset = f"{doc['source_opset']}->{doc['opset']}" if doc.get("source_opset") else str(doc.get("opset"))
         lat = "nothing to price" if not s.get("fps") else f"{s['latency_ms']:.2f} ms"
-        rows.append((label, "0", opset, f"{s['concats']} / {s['rescales']}", lat, worst_output(s.get("fidelity")),
-                     f"{wall:.1f}"))
+        row = (label, "0", opset, f"{s['concats']} / {s['rescales']}", lat, worst_output(s.get("fidelity")),
+               f"{wall:.1f}")
+        rows.append(row + ((export_check(path, common, exports / f"{len(rows)}.onnx"),) if args.fix else ()))
     from qtquant.tables import text_table
 
-    print(text_table(rows, ("model", "exit", "opset", "Concats / rescales", "latency (bayes-e)",
-                            "worst output SQNR, or the one-line error", "wall s"), "lrrrrlr", rule=True))
+    heads = ("model", "exit", "opset", "Concats / rescales", "latency (bayes-e)",
+             "worst output SQNR, or the one-line error", "wall s") + (("export (--fix)",) if args.fix else ())
+    rows = [r + ("",) * (len(heads) - len(r)) for r in rows]
+    print(text_table(rows, heads, "lrrrrlrl"[:len(heads)], rule=True))
     print(f"calibration: {args.calib} (the silero and onnx light models: synthetic); fidelity on the calibration "
           "samples (in-sample); wall = the whole `qtquant analyze` process.")
 
