@@ -18,7 +18,7 @@ import onnx
 from onnx import numpy_helper
 
 from .cut import cut_model, parse_cut
-from .errors import ModelError, ShapeError, first_line
+from .errors import ModelError, ShapeError
 from .fileio.paths import existing_file
 from .gcpause import gc_paused
 from .graphbuild import Structure, read_structure, type_structure
@@ -27,6 +27,8 @@ from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_exte
                          check_text, infer_shapes, inline_small_external, topo_order)
 from .nodetable import NodeTable, graph_value_types, value_type_bytes, value_type_keys
 from .ops import PASS_OPS, fused_into_producer, passes_through
+from .opsets import MAX_OPSET, MIN_OPSET, OLDEST_OPSET, RAISED_OPSET, raise_old_opset
+from .opsets import default_opset as _default_opset
 from .qdq import check_quantized_form, is_qdq_model
 from .shapes import format_shape, parse_input_shapes
 from .vocab import TensorKind
@@ -34,12 +36,6 @@ from .vocab import TensorKind
 __all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "reading_model",
            "graph_from_model", "MIN_OPSET", "MAX_OPSET", "parse_cut", "cut_model"]
 
-MIN_OPSET = 11
-MAX_OPSET = 23
-# Older models (ONNX's model zoo classics, opset 7-10: what Horizon's older toolchains take) are
-# raised to RAISED_OPSET on open by onnx's version converter, which covers these opsets well.
-OLDEST_OPSET = 7
-RAISED_OPSET = 13
 
 
 KEEP_MODEL_BYTES = 64 << 20  # Graph.model_bytes keeps serialized models up to this size
@@ -316,12 +312,6 @@ def _int_attr(node, name: str, default: int) -> int:
         raise ModelError(f"{node.op_type} {node.name!r} has a {name!r} attribute that is not an integer") from None
 
 
-def _default_opset(model) -> int:
-    for o in model.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            return o.version
-    return 0
-
 
 def _ort_fill_shapes(graph: "Graph") -> None:
     """Where onnx shape inference left activation shapes unknown, run onnxruntime once."""
@@ -461,7 +451,7 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         raise ModelError("the model declares no outputs; nothing it computes can be checked or run")
     opset = source_opset = _default_opset(model)
     if OLDEST_OPSET <= opset < MIN_OPSET:
-        model, opset, as_file = _raised(model), RAISED_OPSET, False
+        model, opset, as_file = raise_old_opset(model), RAISED_OPSET, False
         table = NodeTable(model.graph)
     if not (MIN_OPSET <= opset <= MAX_OPSET):
         raise ModelError(f"opset {opset} is not supported (qtquant reads opsets {MIN_OPSET} to {MAX_OPSET}, "
@@ -536,30 +526,3 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         graph.source_opset = source_opset
     return graph
 
-
-def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy the checker takes for what the converter needs (node schemas at the opset, one maker
-    per value): a declared type without a shape, which files often give their outputs and the
-    checker calls malformed, gets an empty one."""
-    copy = onnx.ModelProto.FromString(model.SerializeToString())
-    g = copy.graph
-    for v in chain(g.input, g.output, g.value_info):
-        if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape"):
-            v.type.tensor_type.shape.SetInParent()
-    return copy
-
-
-def _raised(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` (opset OLDEST_OPSET to MIN_OPSET - 1) converted to RAISED_OPSET; checked first, as the
-    converter's C++ takes a malformed graph less well than the checker does."""
-    from onnx import version_converter
-
-    opset = _default_opset(model)
-    try:
-        onnx.checker.check_model(_checkable(model))
-        raised = version_converter.convert_version(model, RAISED_OPSET)
-    except Exception as e:
-        raise ModelError(f"opset {opset} could not be raised to {RAISED_OPSET} ({first_line(e, 200)}); qtquant reads "
-                         f"opsets {MIN_OPSET} to {MAX_OPSET}: convert the model with another tool") from None
-    raised.ir_version = max(raised.ir_version, 7)  # opset 13 belongs to IR 7
-    return raised

@@ -17,6 +17,7 @@ envelope range of all channels, and the Concat analysis compares every channel.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,14 +71,14 @@ def is_qdq_model(model: onnx.ModelProto, table=None) -> bool:
 def check_quantized_form(model: onnx.ModelProto, table=None, name: str = "the model") -> None:
     """Refuse, in one line, a model quantized in a form qtquant does not read (it analyzed a
     dynamically quantized YOLOv8n as if it were float, its 'float model' reference quantized too)."""
-    ops = set(table.ops) if table is not None else {n.op_type for n in model.graph.node}
+    ops = table.ops if table is not None else [n.op_type for n in model.graph.node]
     # (an op type that is not valid UTF-8 arrives as bytes: the text check refuses it later)
-    found = sorted(op for op in ops if isinstance(op, str) and (op in _DYNAMIC_OPS or op in _OPERATOR_OPS
-                                                                 or op.startswith("QLinear")))
+    found = {op for op in set(ops) if isinstance(op, str) and (op in _DYNAMIC_OPS or op in _OPERATOR_OPS
+                                                              or op.startswith("QLinear"))}
     if not found:
         return
-    counts = [(sum(1 for n in model.graph.node if n.op_type == op), op) for op in found]
-    listed = ", ".join(f"{n} {op}" for n, op in sorted(counts, reverse=True)[:3])
+    counts = Counter(op for op in ops if op in found)
+    listed = ", ".join(f"{n} {op}" for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
     if any(op in _OPERATOR_OPS or op.startswith("QLinear") for op in found):
         raise ModelError(f"{name} is quantized in operator form ({listed}); qtquant reads float models and QDQ "
                          "models: open the float model it was made from, or quantize that with QuantFormat.QDQ")

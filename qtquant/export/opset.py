@@ -15,9 +15,9 @@ is refused (:class:`Rewired`) rather than exported with Q/DQ pairs cut off from 
 from __future__ import annotations
 
 import onnx
-from onnx import helper
 
 from ..errors import ModelError
+from ..opsets import converted
 from ..vocab import TensorKind
 
 __all__ = ["convert_opset", "Rewired"]
@@ -31,12 +31,7 @@ def convert_opset(graph, target: int) -> onnx.ModelProto:
     """``graph.model`` converted to opset ``target`` (default domain), its IR version raised to
     match; :class:`Rewired` where the converter changed the wiring the export follows, other
     exceptions as the converter raises them."""
-    from onnx import version_converter
-
-    model = version_converter.convert_version(_with_known_shapes(graph), target)
-    # the converter keeps the IR version; opset 21 belongs to IR 10
-    model.ir_version = max(model.ir_version, helper.find_min_ir_version_for(
-        list(model.opset_import), ignore_unknown=True))
+    model = converted(_with_known_shapes(graph), target)
     why = rewiring(graph, model)
     if why:
         raise Rewired(why)

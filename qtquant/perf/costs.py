@@ -150,7 +150,7 @@ class CostContext:
                 c = cons[0] if len(cons) == 1 else None
                 if c is not None and not self._free(c):
                     break
-                if c is not None and c.op_type == "Identity" and identity_next(g, [c.name]):
+                if c is not None and identity_next(g, [c.name]):
                     step = [c]  # dropped by the compiler: the chain goes on (ops.identity_next)
                 elif c is not None and affine_ok and c.op_type in rule.folded and constant_operand(c, cur, g):
                     step = [c]  # folded into the weights and bias at compile time
