@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .vocab import Blank
+
 __all__ = ["sqnr_db", "signal_noise_db", "cosine", "ErrorSums", "Figure", "no_signal_reason"]
 
 
@@ -54,15 +56,20 @@ class Figure:
     max_abs: float | None
     samples: int
     no_signal: str = ""  # the sentence shown instead of a number
+    blank: Blank | None = None  # why there is no number: set with ``no_signal``, never alone
+
+    def __post_init__(self):
+        if bool(self.no_signal) != (self.blank is not None):
+            raise ValueError("a figure said in words needs both its word (blank) and its sentence (no_signal)")
 
     @property
     def measured(self) -> bool:
-        return not self.no_signal
+        return self.blank is None
 
     @property
     def word(self) -> str:
-        """What a table cell shows instead of the number: "no signal" or "identical"."""
-        return self.no_signal.split(":", 1)[0]
+        """What a table cell shows instead of the number ("no signal", "identical"); "" when measured."""
+        return self.blank.value if self.blank is not None else ""
 
     def to_dict(self) -> dict:
         def num(x):
@@ -72,8 +79,8 @@ class Figure:
         d = {"label": self.label, "samples": self.samples, "sqnr_db": num(self.sqnr_db),
              "cosine": num(self.cosine), "max_abs_error": num(self.max_abs)}
         if self.no_signal:
-            d["no_signal"] = self.word == "no signal"
-            if self.word == "identical":
+            d["no_signal"] = self.blank is Blank.NO_SIGNAL
+            if self.blank is Blank.IDENTICAL:
                 d["identical"] = True
             d["reason"] = self.no_signal
         return d
@@ -133,11 +140,13 @@ class ErrorSums:
 
     def figure(self, label: str, step: float | None) -> Figure:
         reason = no_signal_reason(self.lo, self.hi, step, self.samples)
+        blank = Blank.NO_SIGNAL if reason else None
         if not reason and self.samples and self.err2 == 0.0:
+            blank = Blank.IDENTICAL
             # An infinite SQNR says nothing a reader can use: in words, and left out of comparisons.
             reason = (f"identical: the quantized model's output equals the float model's on the {self.samples} "
                       "check sample(s); no quantization reaches it (a model that computes inside If/Loop "
                       "subgraphs, which are not quantized, or an output kept in float)")
         if reason:
-            return Figure(label, None, None, self.max_abs, self.samples, reason)
+            return Figure(label, None, None, self.max_abs, self.samples, reason, blank)
         return Figure(label, self.sqnr, self.cos, self.max_abs, self.samples)

@@ -14,7 +14,7 @@ from enum import Enum
 
 __all__ = ["StrEnum", "Scheme", "SCHEME_NAMES", "scheme_name", "Policy", "Observer", "OBSERVERS", "RESIZE_MODES",
            "COLOR_ORDERS", "PIXEL_RANGES", "LAYOUTS", "Overlay", "OVERLAYS", "TensorKind", "JobStatus",
-           "ShareAction", "Precision", "PRECISIONS", "CostClass", "ConcatScaleRule",
+           "ShareAction", "Blank", "Precision", "PRECISIONS", "CostClass", "ConcatScaleRule",
            "DEFAULT_SCHEME", "DEFAULT_POLICY", "DEFAULT_OBSERVER", "DEFAULT_MARCH",
            "DEFAULT_CALIB_COUNT", "DEFAULT_PERCENTILE", "DEFAULT_MAX_BITS_LOST"]
 
@@ -119,6 +119,13 @@ class ShareAction(StrEnum):
     GROUPED = "grouped"
     SKIPPED = "skipped"
     ALREADY = "already"  # its members already share one domain
+
+
+class Blank(StrEnum):
+    """Why an accuracy figure is said in words instead of a number (a table cell shows the value)."""
+
+    NO_SIGNAL = "no signal"  # the float reference varies by less than one quantization step
+    IDENTICAL = "identical"  # nothing quantized reaches the output: an infinite SQNR tells nothing
 
 
 class Precision(StrEnum):

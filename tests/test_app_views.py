@@ -13,6 +13,7 @@ from qtquant.app.views.groups import group_rows
 from qtquant.app.views.looks import FADED_LOOK, NodeLook, compute_looks
 from qtquant.app.views.perf import fidelity_basis, fidelity_html, perf_summary
 from qtquant.groups import share
+from qtquant.vocab import Blank
 from qtquant.perf import simulate_session
 from qtquant.vocab import Overlay
 
@@ -80,10 +81,10 @@ def test_perf_summary_tracks_changes_and_staleness(session):
     assert perf_summary(None).sqnr_html == "—"
 
 
-def _figure(label, db, no_signal=""):
+def _figure(label, db, no_signal="", blank=None):
     from qtquant.metrics import Figure
 
-    return Figure(label, db, None, None, 1, no_signal)
+    return Figure(label, db, None, None, 1, no_signal, blank)
 
 
 def test_fidelity_line_escapes_names_and_colours_changes():
@@ -95,9 +96,9 @@ def test_fidelity_line_escapes_names_and_colours_changes():
     assert html.startswith("&lt;a&gt;: 30.0 dB") and "(−2.00 dB)" in html and "#c62828" in html
     assert "b: inf" in html and "1 finding(s)" in html
     assert fidelity_basis(fid) == "1 in-sample sample, worst slice"
-    fid.after["b"] = out(_figure("b", math.nan, no_signal="no signal: constant"))
+    fid.after["b"] = out(_figure("b", math.nan, "no signal: constant", Blank.NO_SIGNAL))
     assert "b: <i>no signal</i>" in fidelity_html(fid) and "representative data" in fidelity_html(fid)
-    fid.after["b"] = out(_figure("b", None, no_signal="identical: equals the float model's"))
+    fid.after["b"] = out(_figure("b", None, "identical: equals the float model's", Blank.IDENTICAL))
     assert "b: <i>identical</i>" in fidelity_html(fid) and "representative data" not in fidelity_html(fid)
     fid.after["b"] = out(_figure("b", -0.001))  # a destroyed output: 0.0 dB, never "-0.0"
     assert "b: 0.0 dB" in fidelity_html(fid) and "-0.0" not in fidelity_html(fid)

@@ -15,8 +15,9 @@ from qtquant.cli import main
 from qtquant.fidelity import measure_session
 from qtquant.graph import graph_from_model
 from qtquant.app import open_model
-from qtquant.metrics import sqnr_db
+from qtquant.metrics import ErrorSums, Figure, sqnr_db
 from qtquant.outputs import OutputMode, float_output_tensors, output_reached, output_slices
+from qtquant.vocab import Blank
 
 
 def head_model(relabel=True, box_gain=300.0, dead=False) -> onnx.ModelProto:
@@ -151,6 +152,7 @@ def test_no_signal_gets_a_sentence(tmp_path, capsys):
     fid = measure_session(s)
     z = fid.after["z"].headline
     assert z.sqnr_db is None and "no signal" in z.no_signal and "representative" in z.no_signal
+    assert z.blank is Blank.NO_SIGNAL and z.word == "no signal" and not z.measured
     assert math.isnan(fid.sqnr_db["z"])
     assert fid.to_dict()["outputs"]["z"]["reason"] == z.no_signal
     assert fid.to_dict()["outputs"]["z"]["sqnr_db"] is None
@@ -195,6 +197,23 @@ def test_an_output_quantization_never_reaches_is_identical_in_words(tmp_path, ca
     assert "latency: nothing for the simulator to price on bayes-e" in capsys.readouterr().out
     assert main(["analyze", p, "--calib-count", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["summary"]["fps"] is None
+
+
+def test_the_word_is_typed_not_read_from_the_sentence():
+    # The word came from the sentence's prefix: a reworded sentence would have changed the JSON.
+    sums = ErrorSums()
+    sums.add(np.ones(4), np.ones(4))
+    f = sums.figure("y", None)
+    assert f.blank is Blank.NO_SIGNAL and f.to_dict()["no_signal"] is True
+    sums = ErrorSums()
+    sums.add(np.arange(4.0), np.arange(4.0))
+    f = sums.figure("y", 0.01)
+    assert f.blank is Blank.IDENTICAL and f.word == "identical" and f.to_dict()["identical"] is True
+    reworded = Figure("y", None, None, 0.0, 1, "the output never sees a quantizer", Blank.IDENTICAL)
+    assert reworded.word == "identical" and reworded.to_dict()["identical"] is True
+    with pytest.raises(ValueError):
+        Figure("y", None, None, 0.0, 1, "a sentence without its word")
+    assert Figure("y", 30.0, 1.0, 0.0, 1).measured
 
 
 def test_kernel_divergence_beyond_tolerance_is_a_finding():

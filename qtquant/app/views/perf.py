@@ -13,6 +13,7 @@ from html import escape
 from .fmt import fmt_bytes, fmt_us
 from .perfdata import num, simulator, top_layers
 from ...tables import fmt_num, samples_text
+from ...vocab import Blank
 
 __all__ = ["Change", "Figure", "PerfSummaryView", "perf_summary", "fidelity_html", "fidelity_tip",
            "fidelity_basis"]
@@ -132,7 +133,7 @@ def fidelity_html(fid) -> str:
             t += _change(f"{fmt_num(d, signed=True)} dB", d, lower_better=False).html()
         parts.append(t)
     text = "; ".join(parts)
-    if any(fid.after[o].headline.word == "no signal" for o in fid.outputs):
+    if any(fid.after[o].headline.blank is Blank.NO_SIGNAL for o in fid.outputs):
         text += f' <span style="color:{WARN}">(use representative data)</span>'  # the cell says "no signal"
     if fid.findings:
         text += f' <span style="color:{BAD}">{len(fid.findings)} finding(s), see tooltip</span>'
