@@ -32,6 +32,7 @@ from .opsets import default_opset as _default_opset
 from .qdq import check_quantized_form, is_qdq_model
 from .shapes import format_shape, parse_input_shapes
 from .vocab import TensorKind
+from .widen import has_float16, widen_float16
 
 __all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "reading_model",
            "graph_from_model", "MIN_OPSET", "MAX_OPSET", "parse_cut", "cut_model"]
@@ -47,6 +48,8 @@ class Graph:
 
     # The opset of the file, where it was older than MIN_OPSET and raised on open (graph_from_model)
     source_opset: int | None = None
+    # "float16" where the file computed in float16 and was widened to float32 on open (qtquant.widen)
+    source_dtype: str | None = None
 
     def __init__(self, model: onnx.ModelProto, path: Path | None, input_shapes: dict, sha256: str,
                  cut: tuple[str, ...] = (), table: NodeTable | None = None,
@@ -457,6 +460,10 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         raise ModelError(f"opset {opset} is not supported (qtquant reads opsets {MIN_OPSET} to {MAX_OPSET}, "
                          f"and raises {OLDEST_OPSET} to {MIN_OPSET - 1} to {RAISED_OPSET})")
     model = onnx.ModelProto.FromString(model.SerializeToString()) if path is None else model
+    source_dtype = None
+    if has_float16(model, table.ops):
+        model, as_file, source_dtype = widen_float16(model, str(path.parent) if path else ""), False, "float16"
+        table = NodeTable(model.graph)
     if model.functions:  # calls of local functions become their bodies (named by call, see .functions)
         from .functions import inline_local_functions
 
@@ -518,11 +525,13 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
                                  text_checked=True, table=ordered)
         if source_opset != opset:
             graph.source_opset = source_opset
+        graph.source_dtype = source_dtype
         return graph
     _check_channels(graph, table.read_attribute_names() if same else None)
     if ort_fallback:
         _ort_fill_shapes(graph)
     if source_opset != opset:
         graph.source_opset = source_opset
+    graph.source_dtype = source_dtype
     return graph
 

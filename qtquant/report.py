@@ -95,6 +95,7 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
         "cut": list(getattr(g, "cut", ())),  # --cut: the graph ends at these tensors ([] = the whole file)
         "opset": g.opset,
         "source_opset": g.source_opset,  # the file's, where it was older and raised on open (else null)
+        "source_dtype": g.source_dtype,  # "float16" where the file computed in it and was widened on open
         "quantized_input": session.quantized_file,
         "scheme": session.options.scheme.value,
         "policy": session.options.policy.value,
@@ -129,6 +130,13 @@ def opset_note(graph) -> str:
     """What opening an old model did to it (``graph.source_opset`` set)."""
     return (f"the file is opset {graph.source_opset}; it was raised to {graph.opset} on open (onnx's version "
             "converter): the analysis, the fidelity check and the export use the converted model")
+
+
+def dtype_note(graph) -> str:
+    """What opening a float16 model did to it (``graph.source_dtype`` set)."""
+    return (f"the file computes in {graph.source_dtype}; it was widened to float32 on open (its weights exactly), as "
+            "int8 compilers quantize it: the analysis, the fidelity check (its float reference too) and the export "
+            "use the float32 model")
 
 
 def _rule(session):
@@ -234,6 +242,8 @@ def concat_table_text(session, concats=None, perf=None) -> str:
                     if session.calibration else "not calibrated"))
     if g.source_opset is not None:
         lines.append(f"note: {opset_note(g)}")
+    if g.source_dtype is not None:
+        lines.append(f"note: {dtype_note(g)}")
     for note in getattr(session.calibration, "notes", None) or ():
         lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Every model the tests build, with onnx.helper (tests never read ../shared).
 
 - small graphs for the analysis, sharing, export and fidelity tests (``branchy_concat_model``,
-  ``detector_model``, ``fp16_model``, ``mul_relu_model``, ``dead_relu_model``);
+  ``detector_model``, ``fp16_model``, ``half_model``, ``mul_relu_model``, ``dead_relu_model``);
 - reference architectures with random weights (ResNet, MobileNet, GoogLeNet, YOLOv8n) and a
   synthetic graph of any size, for the perf tests and the benchmarks
   (``benchmarks/perf_accuracy.py`` and ``benchmarks/perf_speed.py`` import this module).
@@ -121,11 +121,13 @@ def detector_model(gains=(1.0, 1.3, 1.2), box_gain=300.0, shape=(1, 3, 16, 16), 
     return m
 
 
-def fp16_model() -> onnx.ModelProto:
-    """x → Conv → a; x → Cast(fp16) → Relu (a float16 activation) → Cast(fp32) → Concat(a, ·)."""
+def fp16_model(elem=TensorProto.FLOAT16) -> onnx.ModelProto:
+    """x → Conv → a; x → Cast(fp16) → Relu (a float16 activation) → Cast(fp32) → Concat(a, ·).
+    ``elem``: the type of the Cast branch (TensorProto.DOUBLE: a float64 activation, which stays
+    one; a float16 file is widened to float32 on open)."""
     inits, nodes = [], []
     nodes.append(conv_node(inits, "x", 3, 3, 3, "c0"))
-    nodes.append(helper.make_node("Cast", ["x"], ["x16"], name="to16", to=TensorProto.FLOAT16))
+    nodes.append(helper.make_node("Cast", ["x"], ["x16"], name="to16", to=elem))
     nodes.append(helper.make_node("Relu", ["x16"], ["r16"], name="relu16"))
     nodes.append(helper.make_node("Cast", ["r16"], ["r32"], name="to32", to=TensorProto.FLOAT))
     nodes.append(helper.make_node("Concat", ["c0_out", "r32"], ["cat_out"], name="cat", axis=1))
@@ -133,6 +135,36 @@ def fp16_model() -> onnx.ModelProto:
     nodes.append(helper.make_node("Reshape", ["cat_out", "shp"], ["y"], name="reshape"))
     g = helper.make_graph(nodes, "fp16", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def half_model() -> onnx.ModelProto:
+    """What ``model.half()`` exports behind a float32 input: x → Cast(fp16) → two Conv branches
+    (float16 weights, one through a float16 Constant Mul) → Concat → Relu → Cast(fp32) → y, and a
+    shape branch that casts an integer to float16 (a Cast that stays one)."""
+    rng = np.random.default_rng(3)
+    inits, nodes = [], []
+    for i, gain in enumerate((1.0, 6.0)):
+        w = (rng.standard_normal((4, 3, 3, 3)) * gain / 5).astype(np.float16)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(np.zeros(4, np.float16), f"b{i}")]
+        nodes.append(helper.make_node("Conv", ["x16", f"w{i}", f"b{i}"], [f"conv{i}"], name=f"conv{i}",
+                                      kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+    nodes = [helper.make_node("Cast", ["x"], ["x16"], name="to16", to=TensorProto.FLOAT16), *nodes,
+             helper.make_node("Constant", [], ["k"], name="k",
+                              value=numpy_helper.from_array(np.array(0.5, np.float16))),
+             helper.make_node("Mul", ["conv1", "k"], ["half1"], name="mul"),
+             helper.make_node("Concat", ["conv0", "half1"], ["cat"], name="cat", axis=1),
+             helper.make_node("Relu", ["cat"], ["r"], name="relu"),
+             helper.make_node("Shape", ["r"], ["shp"], name="shape"),
+             helper.make_node("Cast", ["shp"], ["shp16"], name="shape16", to=TensorProto.FLOAT16),
+             helper.make_node("ReduceSum", ["shp16"], ["n16"], name="count", keepdims=0),
+             helper.make_node("Cast", ["n16"], ["n"], name="count32", to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["r"], ["y"], name="to32", to=TensorProto.FLOAT)]
+    g = helper.make_graph(nodes, "half", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8]),
+                           helper.make_tensor_value_info("n", TensorProto.FLOAT, [])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m

@@ -1,6 +1,7 @@
 """Groups: sharing, merging, every constraint refusal, undo snapshots (DESIGN §3)."""
 
 import pytest
+from onnx import TensorProto
 
 from builders import fp16_model, save
 from qtquant.errors import QtQuantError, ShareRefused
@@ -71,9 +72,10 @@ def test_refusals_are_clear_and_change_nothing(session, tensors, words):
 
 
 def test_refuses_different_dtypes_and_unquantized(tmp_path):
-    s = open_model(save(fp16_model(), tmp_path / "fp16.onnx"))
-    assert s.graph.tensors["r16"].dtype_name == "float16"
-    with pytest.raises(ShareRefused, match="different dtypes: 'c0_out' is float32 but 'r16' is float16"):
+    # float64 stays float64 (a float16 file is widened to float32 on open)
+    s = open_model(save(fp16_model(TensorProto.DOUBLE), tmp_path / "f64.onnx"))
+    assert s.graph.tensors["r16"].dtype_name == "double"
+    with pytest.raises(ShareRefused, match="different dtypes: 'c0_out' is float32 but 'r16' is float64"):
         s.groups.share(s.graph, ["c0_out", "r16"])
     with pytest.raises(ShareRefused, match=r"'r32' is not quantized \(it is produced by Cast"):
         s.groups.share(s.graph, ["c0_out", "r32"])

@@ -135,7 +135,8 @@ def model_info(session) -> ModelInfoView:
         model=(g.path.name if g.path else "(in memory)") + (f" (cut at {len(g.cut)} tensors)" if g.cut else ""),
         model_tip=(str(g.path) if g.path else "") + ("\ncut at: " + ", ".join(g.cut) if g.cut else ""),
         nodes=f"{len(g.nodes)} ops, {len(g.tensors)} tensors, opset {g.opset}"
-              + (f" (raised from {g.source_opset})" if g.source_opset is not None else ""),
+              + (f" (raised from {g.source_opset})" if g.source_opset is not None else "")
+              + (f", {g.source_dtype} widened to float32" if g.source_dtype is not None else ""),
         inputs=", ".join(f"{k} {format_shape(v)}" for k, v in g.input_shapes.items()) or "—",
         quantization=("QDQ file, " if session.quantized_file else "float model, ")
         + f"{o.scheme.value}, policy {o.policy.value}"

@@ -1,0 +1,147 @@
+"""A float16 model read as float32: what qtquant analyzes, checks and exports.
+
+Web and mobile exports often compute in float16 (``model.half()``, onnxconverter-common's
+``convert_float_to_float16``): float16 weights and Constants, and Casts to float16 behind float32
+inputs.  An int8 compiler quantizes such a file as it does a float32 one, and the Q/DQ form
+compilers take is float32 around int8 (QuantizeLinear reads float16 only from opset 19).  Left as
+it was, the analysis counted its float16 values as int8 while the export could quantize only its
+float32 ones (ISNet from @imgly/background-removal-data: 40 of 259 activations, no weight), so
+the fidelity check measured a mostly float16 model.
+
+So a file with float16 in it is widened on open, as an old opset is raised: every float16 weight,
+Constant, declared type and Cast target becomes float32 (float16 values widen exactly), and a
+Cast between two floats, an identity now, becomes an Identity, which compilers drop and fused
+chains run through (:func:`~qtquant.ops.identity_next`).  Which Casts read a float is asked of
+onnx's shape inference on the file, once, for these files only.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from .errors import ModelError, first_line
+
+__all__ = ["has_float16", "widen_float16"]
+
+_F16, _F32 = TensorProto.FLOAT16, TensorProto.FLOAT
+_WIDE = frozenset({_F16, _F32})  # both float32 once widened
+_TYPE_ATTRS = frozenset({"to", "dtype"})  # Cast's target; RandomNormal's, EyeLike's ... output type
+
+
+def _graphs(graph: onnx.GraphProto):
+    """``graph`` and every subgraph in it (If, Loop, Scan bodies), depth first."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _graphs(g)
+
+
+def _values(graph: onnx.GraphProto):
+    return chain(graph.input, graph.output, graph.value_info)
+
+
+# The ops whose attributes can hold a float16 type or value, and those that hold subgraphs
+_TYPED_OPS = frozenset({"Cast", "Constant", "ConstantOfShape", "EyeLike", "RandomNormal", "RandomUniform",
+                        "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"})
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan"})
+
+
+def has_float16(model: onnx.ModelProto, ops) -> bool:
+    """Whether anything in ``model`` is float16: a weight, a graph input or output, a Constant, a Cast
+    target.  ``ops``: the op types of its main graph (:class:`~qtquant.nodetable.NodeTable` ``.ops``):
+    only nodes of the types that can say float16 are read, so a big float32 graph is not walked
+    node by node (a file that declares float16 values has float16 weights, inputs or Casts too)."""
+    g = model.graph
+    if _F16 in {t.data_type for t in g.initializer}:
+        return True
+    if any(v.type.tensor_type.elem_type == _F16 for v in chain(g.input, g.output)):
+        return True
+    present = set(ops)
+    if present & _SUBGRAPH_OPS:
+        return any(_says_float16(n) for sub in _graphs(g) for n in sub.node) \
+            or any(t.data_type == _F16 for sub in _graphs(g) for t in sub.initializer)
+    return any(_says_float16(n) for n in g.node if n.op_type in _TYPED_OPS) if present & _TYPED_OPS else False
+
+
+def _says_float16(node: onnx.NodeProto) -> bool:
+    return any((a.type == onnx.AttributeProto.INT and a.name in _TYPE_ATTRS and a.i == _F16)
+               or (a.type == onnx.AttributeProto.TENSOR and a.t.data_type == _F16) for a in node.attribute)
+
+
+def _widened(t: TensorProto, base_dir: str) -> TensorProto:
+    try:
+        arr = numpy_helper.to_array(t, base_dir=base_dir)
+    except Exception as e:  # a missing or short external data file
+        raise ModelError(f"cannot read float16 weight {t.name!r} to widen it: {first_line(e, 160)}") from None
+    out = numpy_helper.from_array(arr.astype(np.float32), t.name)
+    if t.doc_string:
+        out.doc_string = t.doc_string
+    return out
+
+
+def _float_inputs(model: onnx.ModelProto) -> dict[str, int]:
+    """The element type of every value of the main graph onnx's inference can tell (0 unknown)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:
+        inferred = model  # then only what the file declares
+    g = inferred.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in _values(g) if v.type.HasField("tensor_type")}
+    types.update((t.name, t.data_type) for t in g.initializer)
+    for node in g.node:  # a Constant's type is its value's, which inference may leave out of value_info
+        if node.op_type == "Constant" and node.output:
+            for a in node.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    types.setdefault(node.output[0], a.t.data_type)
+    return types
+
+
+def widen_float16(model: onnx.ModelProto, base_dir: str = "") -> onnx.ModelProto:
+    """``model`` with its float16 widened to float32 (changed in place and returned); see the module.
+    ``base_dir``: where the file's external data lies (a float16 weight stored outside is read)."""
+    types = _float_inputs(model)
+    for g in _graphs(model.graph):
+        for k, t in enumerate(g.initializer):
+            if t.data_type == _F16:
+                g.initializer[k].CopyFrom(_widened(t, base_dir))
+        for v in _values(g):
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type == _F16:
+                v.type.tensor_type.elem_type = _F32
+        main = g is model.graph
+        for node in g.node:
+            _widen_node(node, types if main else None, base_dir)
+    return model
+
+
+def _widen_node(node: onnx.NodeProto, types: dict[str, int] | None, base_dir: str) -> None:
+    """Float16 targets and values of ``node``'s attributes made float32; a Cast or CastLike from a
+    float to a float made an Identity (``types``: the main graph's element types; None in a subgraph,
+    whose Casts keep their op)."""
+    if types is not None and node.input and node.op_type in ("Cast", "CastLike"):
+        src = types.get(node.input[0], 0)
+        if node.op_type == "Cast":
+            dst = next((a.i for a in node.attribute if a.name == "to"), 0)
+        else:
+            dst = types.get(node.input[1], 0) if len(node.input) > 1 else 0
+        if src in _WIDE and dst in _WIDE and _F16 in (src, dst):
+            node.op_type = "Identity"
+            del node.input[1:]
+            del node.attribute[:]
+            return
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.INT and a.name in _TYPE_ATTRS and a.i == _F16:
+            a.i = _F32
+        elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type == _F16:
+            a.t.CopyFrom(_widened(a.t, base_dir))
+        elif a.type == onnx.AttributeProto.TENSORS:
+            for k, t in enumerate(a.tensors):
+                if t.data_type == _F16:
+                    a.tensors[k].CopyFrom(_widened(t, base_dir))

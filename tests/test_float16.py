@@ -1,0 +1,104 @@
+"""A float16 model (``model.half()``) is widened to float32 on open, so that the analysis, the check
+and the export all see what an int8 compiler quantizes.  Before, its float16 values counted as int8
+in the analysis while the export quantized only its float32 ones (ISNet from
+@imgly/background-removal-data: 40 Q/DQ pairs and no weight, the check measuring a mostly float16 model)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from builders import branchy_concat_model, half_model, save
+from qtquant.app import open_model
+from qtquant.app.views.concats import model_info
+from qtquant.cli import main
+from qtquant.export.qdq import build_qdq_model
+from qtquant.graph import load_graph
+from qtquant.widen import has_float16
+
+
+def _run(model_or_path, x):
+    src = model_or_path if isinstance(model_or_path, str) else model_or_path.SerializeToString()
+    sess = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})
+
+
+def test_a_half_model_opens_widened(tmp_path):
+    path = save(half_model(), tmp_path / "half.onnx")
+    g = load_graph(path)
+    assert g.source_dtype == "float16" and not has_float16(g.model, [n.op_type for n in g.model.graph.node])
+    assert all(t.data_type == TensorProto.FLOAT for t in g.model.graph.initializer)
+    # Casts between floats are identities now; the Cast of an integer shape stays a Cast, to float32
+    assert [g.nodes[n].op_type for n in ("to16", "to32", "count32")] == ["Identity"] * 3
+    assert g.nodes["shape16"].op_type == "Cast" and g.nodes["shape16"].attrs["to"] == TensorProto.FLOAT
+    assert {"conv0", "half1", "cat"} <= set(g.quantized_tensors) and "conv1" not in g.quantized  # (x0.5 folded)
+    assert g.tensors["cat"].dtype_name == "float"
+    # The widened model computes what the file does, to float16's precision
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    (want, n_want), (got, n_got) = _run(path, x), _run(g.model, x)
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+    assert n_got == n_want == 1 + 8 + 8 + 8  # the sum of the shape [1, 8, 8, 8]
+    assert load_graph(save(branchy_concat_model(), tmp_path / "f32.onnx")).source_dtype is None
+
+
+def test_the_export_of_a_half_model_is_int8_throughout(tmp_path):
+    s = open_model(save(half_model(), tmp_path / "half.onnx"))
+    s.run_calibration()
+    assert len(s.concats()) == 1 and s.concats()[0].rescales == 1  # the x0.5 branch has half the range
+    build = build_qdq_model(s)
+    m = build.model
+    onnx.checker.check_model(m, full_check=True)
+    assert not has_float16(m, [n.op_type for n in m.graph.node])
+    assert not any("non-float32" in n for n in build.notes)
+    makers = {o: n for n in m.graph.node for o in n.output}
+    for conv in (n for n in m.graph.node if n.op_type == "Conv"):
+        assert makers[conv.input[0]].op_type == "DequantizeLinear"  # the activation
+        assert makers[conv.input[1]].op_type == "DequantizeLinear"  # the weight, int8 per channel
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    assert np.isfinite(_run(m, x)[0]).all()
+    assert "float16 widened to float32" in model_info(s).nodes
+
+
+def test_the_cli_says_it(tmp_path, capsys):
+    path = save(half_model(), tmp_path / "half.onnx")
+    assert main(["analyze", path, "--calib-count", "2", "--no-perf"]) == 0
+    assert "note: the file computes in float16; it was widened to float32 on open" in capsys.readouterr().out
+    assert main(["analyze", path, "--calib-count", "2", "--no-perf", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["source_dtype"] == "float16"
+    out = tmp_path / "fixed.onnx"
+    assert main(["fix", path, "-o", str(out), "--calib-count", "2", "--no-perf"]) == 0
+    assert "non-float32" not in capsys.readouterr().out  # (it said "N non-float32 activations left unquantized")
+    m = onnx.load(str(out))
+    assert not has_float16(m, [n.op_type for n in m.graph.node])
+    assert sum(n.op_type == "QuantizeLinear" for n in m.graph.node) >= 4
+    f32 = save(branchy_concat_model(), tmp_path / "f32.onnx")
+    assert main(["analyze", f32, "--calib-count", "2", "--no-perf", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["source_dtype"] is None
+
+
+def test_float16_weights_stored_outside_are_read(tmp_path):
+    m = half_model()
+    onnx.save(m, str(tmp_path / "ext.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="ext.bin", size_threshold=0)
+    g = load_graph(str(tmp_path / "ext.onnx"))
+    w = g.initializer("w1")
+    assert w.dtype == np.float32 and w.shape == (4, 3, 3, 3)
+    want = onnx.numpy_helper.to_array(half_model().graph.initializer[2])  # (saving moved m's out)
+    assert want.dtype == np.float16
+    np.testing.assert_array_equal(w, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("where", ["input", "constant", "none"])
+def test_what_says_float16(where):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16 if where == "input" else TensorProto.FLOAT, [2])
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    if where == "constant":
+        nodes.append(helper.make_node("ConstantOfShape", ["s"], ["z"],
+                                      value=helper.make_tensor("v", TensorProto.FLOAT16, [1], [1.0])))
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", 1, None)]))
+    assert has_float16(m, [n.op_type for n in m.graph.node]) is (where != "none")
