@@ -61,7 +61,8 @@ def test_the_export_of_a_half_model_is_int8_throughout(tmp_path):
         assert makers[conv.input[1]].op_type == "DequantizeLinear"  # the weight, int8 per channel
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
     assert np.isfinite(_run(m, x)[0]).all()
-    assert "float16 widened to float32" in model_info(s).nodes
+    assert model_info(s).model == "half.onnx (float16, read as float32)"
+    assert "widened to float32 on open" in model_info(s).model_tip
 
 
 def test_the_cli_says_it(tmp_path, capsys):

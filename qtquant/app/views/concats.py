@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ...concat import rescale_node_names
+from ...report import dtype_note
 from ...shapes import format_shape
 from ...vocab import ConcatScaleRule
 from ..session import concat_rule
@@ -132,11 +133,12 @@ def model_info(session) -> ModelInfoView:
         n, mismatched, rescales = _totals(cs)
         concats = f"{n}, {mismatched} mismatched, {rescales} rescales"
     return ModelInfoView(
-        model=(g.path.name if g.path else "(in memory)") + (f" (cut at {len(g.cut)} tensors)" if g.cut else ""),
-        model_tip=(str(g.path) if g.path else "") + ("\ncut at: " + ", ".join(g.cut) if g.cut else ""),
+        model=(g.path.name if g.path else "(in memory)") + (f" (cut at {len(g.cut)} tensors)" if g.cut else "")
+        + (f" ({g.source_dtype}, read as float32)" if g.source_dtype is not None else ""),
+        model_tip=(str(g.path) if g.path else "") + ("\ncut at: " + ", ".join(g.cut) if g.cut else "")
+        + (f"\n{dtype_note(g)}" if g.source_dtype is not None else ""),
         nodes=f"{len(g.nodes)} ops, {len(g.tensors)} tensors, opset {g.opset}"
-              + (f" (raised from {g.source_opset})" if g.source_opset is not None else "")
-              + (f", {g.source_dtype} widened to float32" if g.source_dtype is not None else ""),
+              + (f" (raised from {g.source_opset})" if g.source_opset is not None else ""),
         inputs=", ".join(f"{k} {format_shape(v)}" for k, v in g.input_shapes.items()) or "—",
         quantization=("QDQ file, " if session.quantized_file else "float model, ")
         + f"{o.scheme.value}, policy {o.policy.value}"
