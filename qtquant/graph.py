@@ -32,7 +32,7 @@ from .opsets import default_opset as _default_opset
 from .qdq import check_quantized_form, is_qdq_model
 from .shapes import format_shape, parse_input_shapes
 from .vocab import TensorKind
-from .widen import has_float16, widen_float16
+from .widen import as_identities, has_float16, same_type_casts, widen_float16
 
 __all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "reading_model",
            "graph_from_model", "MIN_OPSET", "MAX_OPSET", "parse_cut", "cut_model"]
@@ -528,6 +528,15 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         graph.source_dtype = source_dtype
         return graph
     _check_channels(graph, table.read_attribute_names() if same else None)
+    casts = same_type_casts(graph) if same else ()  # (same: the graph's node indices are model's)
+    if casts:  # identities that cut quantized chains: built again with Identity nodes (see qtquant.widen)
+        as_identities(model, [n.index for n in casts])
+        rebuilt = graph_from_model(model, input_shapes, path=path, sha256=sha256, ort_fallback=ort_fallback,
+                                   text_checked=True)
+        rebuilt.cut, rebuilt.source_dtype = graph.cut, source_dtype
+        if source_opset != opset:
+            rebuilt.source_opset = source_opset
+        return rebuilt
     if ort_fallback:
         _ort_fill_shapes(graph)
     if source_opset != opset:

@@ -9,10 +9,14 @@ float32 ones (ISNet from @imgly/background-removal-data: 40 of 259 activations, 
 the fidelity check measured a mostly float16 model.
 
 So a file with float16 in it is widened on open, as an old opset is raised: every float16 weight,
-Constant, declared type and Cast target becomes float32 (float16 values widen exactly), and a
-Cast between two floats, an identity now, becomes an Identity, which compilers drop and fused
-chains run through (:func:`~qtquant.ops.identity_next`).  Which Casts read a float is asked of
-onnx's shape inference on the file, once, for these files only.
+Constant, declared type and Cast target becomes float32 (float16 values widen exactly).
+
+A Cast to the type its input has already is an identity, and compilers drop it; qtquant's op
+table files Cast with the shape math (it never carries a scale), so one between floats cut the
+quantized chain: its output got no observer and the next layer's input no Q/DQ (silero-vad's
+models cast float32 to float32 three times; a widened float16 file, at each of its Casts).  Once
+the graph is typed such Casts become Identity nodes (:func:`same_type_casts`, :func:`as_identities`),
+which pass their input's scale on and which fused chains run through (:func:`~qtquant.ops.identity_next`).
 """
 
 from __future__ import annotations
@@ -25,10 +29,9 @@ from onnx import TensorProto, numpy_helper
 
 from .errors import ModelError, first_line
 
-__all__ = ["has_float16", "widen_float16"]
+__all__ = ["has_float16", "widen_float16", "same_type_casts", "as_identities"]
 
 _F16, _F32 = TensorProto.FLOAT16, TensorProto.FLOAT
-_WIDE = frozenset({_F16, _F32})  # both float32 once widened
 _TYPE_ATTRS = frozenset({"to", "dtype"})  # Cast's target; RandomNormal's, EyeLike's ... output type
 
 
@@ -87,27 +90,9 @@ def _widened(t: TensorProto, base_dir: str) -> TensorProto:
     return out
 
 
-def _float_inputs(model: onnx.ModelProto) -> dict[str, int]:
-    """The element type of every value of the main graph onnx's inference can tell (0 unknown)."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:
-        inferred = model  # then only what the file declares
-    g = inferred.graph
-    types = {v.name: v.type.tensor_type.elem_type for v in _values(g) if v.type.HasField("tensor_type")}
-    types.update((t.name, t.data_type) for t in g.initializer)
-    for node in g.node:  # a Constant's type is its value's, which inference may leave out of value_info
-        if node.op_type == "Constant" and node.output:
-            for a in node.attribute:
-                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                    types.setdefault(node.output[0], a.t.data_type)
-    return types
-
-
 def widen_float16(model: onnx.ModelProto, base_dir: str = "") -> onnx.ModelProto:
     """``model`` with its float16 widened to float32 (changed in place and returned); see the module.
     ``base_dir``: where the file's external data lies (a float16 weight stored outside is read)."""
-    types = _float_inputs(model)
     for g in _graphs(model.graph):
         for k, t in enumerate(g.initializer):
             if t.data_type == _F16:
@@ -115,27 +100,13 @@ def widen_float16(model: onnx.ModelProto, base_dir: str = "") -> onnx.ModelProto
         for v in _values(g):
             if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type == _F16:
                 v.type.tensor_type.elem_type = _F32
-        main = g is model.graph
         for node in g.node:
-            _widen_node(node, types if main else None, base_dir)
+            _widen_node(node, base_dir)
     return model
 
 
-def _widen_node(node: onnx.NodeProto, types: dict[str, int] | None, base_dir: str) -> None:
-    """Float16 targets and values of ``node``'s attributes made float32; a Cast or CastLike from a
-    float to a float made an Identity (``types``: the main graph's element types; None in a subgraph,
-    whose Casts keep their op)."""
-    if types is not None and node.input and node.op_type in ("Cast", "CastLike"):
-        src = types.get(node.input[0], 0)
-        if node.op_type == "Cast":
-            dst = next((a.i for a in node.attribute if a.name == "to"), 0)
-        else:
-            dst = types.get(node.input[1], 0) if len(node.input) > 1 else 0
-        if src in _WIDE and dst in _WIDE and _F16 in (src, dst):
-            node.op_type = "Identity"
-            del node.input[1:]
-            del node.attribute[:]
-            return
+def _widen_node(node: onnx.NodeProto, base_dir: str) -> None:
+    """Float16 targets and values of ``node``'s attributes made float32."""
     for a in node.attribute:
         if a.type == onnx.AttributeProto.INT and a.name in _TYPE_ATTRS and a.i == _F16:
             a.i = _F32
@@ -145,3 +116,32 @@ def _widen_node(node: onnx.NodeProto, types: dict[str, int] | None, base_dir: st
             for k, t in enumerate(a.tensors):
                 if t.data_type == _F16:
                     a.tensors[k].CopyFrom(_widened(t, base_dir))
+
+
+def same_type_casts(graph) -> list:
+    """The Cast and CastLike nodes of a typed graph that cast a float to the type it has already."""
+    out = []
+    tensors = graph.tensors
+    for node in graph.nodes_of(("Cast", "CastLike")):
+        src = tensors.get(node.inputs[0]) if node.inputs and node.inputs[0] else None
+        if src is None or not src.is_float:
+            continue
+        if node.op_type == "Cast":
+            to = node.int_attr("to", 0)
+        else:
+            like = tensors.get(node.inputs[1]) if len(node.inputs) > 1 else None
+            to = like.elem_type if like is not None else 0
+        if to == src.elem_type:
+            out.append(node)
+    return out
+
+
+def as_identities(model: onnx.ModelProto, indices) -> None:
+    """The nodes of ``model`` at ``indices`` (positions in ``model.graph.node``) made Identity nodes
+    of their first input, keeping their names and outputs."""
+    nodes = model.graph.node
+    for i in indices:
+        node = nodes[i]
+        node.op_type = "Identity"
+        del node.input[1:]
+        del node.attribute[:]

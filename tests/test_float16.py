@@ -103,3 +103,51 @@ def test_what_says_float16(where):
                                       value=helper.make_tensor("v", TensorProto.FLOAT16, [1], [1.0])))
     m = helper.make_model(helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", 1, None)]))
     assert has_float16(m, [n.op_type for n in m.graph.node]) is (where != "none")
+
+
+def cast_chain_model(qdq: bool = False) -> onnx.ModelProto:
+    """x → Conv c0 → Cast(to float32, its own type) → Conv c1 → y, and a Shape cast to float (a
+    Cast that stays one); ``qdq``: the Cast's output carries the file's Q/DQ pair (a QDQ file)."""
+    rng = np.random.default_rng(5)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal((3, 3, 3, 3)).astype(np.float32) / 5, f"w{i}")
+             for i in range(2)]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="c0", pads=[1, 1, 1, 1]),
+             helper.make_node("Cast", ["c0"], ["same"], name="same_cast", to=TensorProto.FLOAT),
+             helper.make_node("Conv", ["same_dq" if qdq else "same", "w1"], ["y"], name="c1", pads=[1, 1, 1, 1]),
+             helper.make_node("Shape", ["y"], ["shp"], name="shape"),
+             helper.make_node("Cast", ["shp"], ["dims"], name="int_cast", to=TensorProto.FLOAT)]
+    if qdq:
+        inits += [onnx.numpy_helper.from_array(np.array(0.04, np.float32), "s"),
+                  onnx.numpy_helper.from_array(np.array(0, np.int8), "z")]
+        nodes[2:2] = [helper.make_node("QuantizeLinear", ["same", "s", "z"], ["same_q"], name="q"),
+                      helper.make_node("DequantizeLinear", ["same_q", "s", "z"], ["same_dq"], name="dq")]
+    g = helper.make_graph(nodes, "casts", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8]),
+                           helper.make_tensor_value_info("dims", TensorProto.FLOAT, [4])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_cast_to_its_own_type_passes_the_scale_on(tmp_path):
+    # silero-vad casts float32 to float32 three times: the Cast's output got no observer, so the
+    # next Conv's input had no Q/DQ, and a QDQ file's pair on such a Cast was dropped on export.
+    s = open_model(save(cast_chain_model(), tmp_path / "casts.onnx"), cut="y")
+    g = s.graph
+    assert g.nodes["same_cast"].op_type == "Identity" and "int_cast" not in g.nodes  # (cut at y)
+    assert g.cut == ("y",) and {"c0", "same"} <= set(g.quantized)
+    s.run_calibration()
+    m = build_qdq_model(s).model
+    makers = {o: n for n in m.graph.node for o in n.output}
+    c1 = next(n for n in m.graph.node if n.name == "c1")
+    assert makers[c1.input[0]].op_type == "DequantizeLinear"
+    full = load_graph(save(cast_chain_model(), tmp_path / "whole.onnx"))
+    assert full.nodes["int_cast"].op_type == "Cast" and "dims" not in full.quantized  # (folded: a constant)
+
+    path = save(cast_chain_model(qdq=True), tmp_path / "qdq.onnx")
+    out = tmp_path / "fixed.onnx"
+    assert main(["fix", path, "-o", str(out), "--no-perf"]) == 0
+    fixed = onnx.load(str(out))
+    scales = [onnx.numpy_helper.to_array(t) for t in fixed.graph.initializer if t.name.endswith("scale")]
+    assert any(np.isclose(v, 0.04) for v in scales)  # the file's pair on the Cast's output is kept
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    want, got = _run(path, x)[0], _run(str(out), x)[0]
+    np.testing.assert_allclose(got, want, atol=0.05)
