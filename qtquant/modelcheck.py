@@ -213,30 +213,35 @@ def apply_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
 
 
 def _drop_huge_shape_hints(model) -> bool:
-    """Forget declared shapes that could be shape tensors longer than MAX_SHAPE_HINT.
+    """Forget declared shapes that could be shape tensors longer than MAX_SHAPE_HINT, and those
+    with a negative dimension.
 
     onnx's data propagation walks the declared length of a shape tensor (the output of
     Shape, Gather on a shape, ...) element by element and allocates for it: 2**24 takes
     seconds, 2**40 eats all memory.  A real shape tensor is never that long, whatever
     type the file declares for it, so declared integer tensors with such a dimension and
-    declared 1-D tensors of any type lose their shape.  They are only hints: inference
+    declared 1-D tensors of any type lose their shape.  paddle2onnx writes a dynamic dimension
+    as -1 (PP-OCRv3's detector and recognizer from rapidocr-openvino 1.2.3), which inference
+    takes for a size and then refuses the model at any fixed input shape ("Inferred shape and
+    existing shape differ in dimension 0: (1) vs (-1)").  They are only hints: inference
     recomputes them.
     """
-    def huge(v) -> bool:
+    def bad(v) -> bool:
         if not v.type.HasField("tensor_type"):
             return False
         tt = v.type.tensor_type
         dims = tt.shape.dim[:]
-        return (len(dims) == 1 or tt.elem_type not in FLOAT_TYPES) and any(d.dim_value > MAX_SHAPE_HINT for d in dims)
+        return any(d.dim_value < 0 for d in dims) or \
+            ((len(dims) == 1 or tt.elem_type not in FLOAT_TYPES) and any(d.dim_value > MAX_SHAPE_HINT for d in dims))
 
     g = model.graph
-    keep = [v for v in g.value_info if not huge(v)]
+    keep = [v for v in g.value_info if not bad(v)]
     changed = len(keep) != len(g.value_info)
     if changed:
         del g.value_info[:]
         g.value_info.extend(keep)
     for o in g.output:
-        if huge(o):
+        if bad(o):
             o.type.tensor_type.ClearField("shape")
             changed = True
     return changed  # True: the model is no longer its file's

@@ -227,3 +227,30 @@ def test_a_child_that_dies_during_an_early_inference_is_one_line_and_replaced(tm
     g = load_graph(path)  # no child runs: the parsed model is sent to a new one
     assert early_child == ["sent"] and shape_child._child.alive
     assert _signature(g) == _signature(_in_process(monkeypatch, path))
+
+
+@pytest.mark.parametrize("child", [False, True])
+def test_dimensions_declared_as_minus_one_are_unknown(tmp_path, monkeypatch, child):
+    # paddle2onnx writes a dynamic dimension as -1 (PP-OCRv3 from rapidocr-openvino 1.2.3): onnx's
+    # inference took it for a size and refused the model at any input shape, "Inferred shape and
+    # existing shape differ in dimension 0: (1) vs (-1)".
+    from qtquant.cli import main
+
+    def minus_one(v):
+        v.type.tensor_type.shape.dim[0].Clear()
+        v.type.tensor_type.shape.dim[0].dim_value = -1
+
+    m = detector_model()
+    inferred = onnx.shape_inference.infer_shapes(m)
+    m.graph.value_info.extend(inferred.graph.value_info)
+    for v in [*m.graph.input, *m.graph.output, *m.graph.value_info]:
+        if v.type.tensor_type.shape.dim:
+            minus_one(v)
+    path = save(m, tmp_path / "paddle.onnx")
+    if child:
+        monkeypatch.setattr(shape_child, "MIN_NODES", 0)
+    shape = [d.dim_value for d in detector_model().graph.input[0].type.tensor_type.shape.dim]
+    g = load_graph(path, {"x": tuple(shape)})
+    assert all(d is None or d > 0 for t in g.tensors.values() if t.shape for d in t.shape)
+    assert g.tensors[m.graph.output[0].name].shape[0] == 1
+    assert main(["analyze", path, "--calib-count", "2", "--no-perf"]) == 0  # the batch dim: 1, as for any other
