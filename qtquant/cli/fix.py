@@ -170,6 +170,11 @@ def run(args) -> int:
     perf = _perf(session, args)
     rows = before_after_rows(session, fid, perf)
     result = export_qdq(session, args.output, float_tensors=float_tensors)
+    against = None
+    if session.quantized_file and not args.no_fidelity:
+        from ..filecompare import compare_with_input
+
+        against = compare_with_input(session, result.path)
     written = [result.text()]
     if args.plan_out:
         written.append(f"wrote plan {save_plan(session, args.plan_out)}")
@@ -183,6 +188,7 @@ def run(args) -> int:
                    "notes": [{"concat": c, "note": n} for c, n in report.notes]},
                "sqnr_share": None if sqnr is None else sqnr.to_dict(),
                "fidelity": fid.to_dict() if fid is not None else None,
+               "against_input": against.to_dict() if against is not None else None,
                "outputs": {"mode": mode.value, "float": sorted(float_tensors),
                            "kept_float": [k.text() for k in kept_float]},
                "log": log,
@@ -218,4 +224,6 @@ def run(args) -> int:
         print(f"warning: {w}")
     for w in written:
         print(w)
+    for line in against.text() if against is not None else ():
+        print(line)
     return 0

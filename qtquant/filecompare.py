@@ -1,0 +1,166 @@
+"""The written file against the QDQ file it was made from, both run as a user runs them.
+
+A QDQ file brings its own scales and no float original, so ``qtquant fix`` on one had no accuracy
+figure at all.  Yet the written file is not the input with a few scales shared: the export follows
+the target's scheme (int8 weights per output channel, no Q/DQ inside what the target fuses), so
+even with no edit the two files compute different numbers (onnxruntime's ``quantize_static``
+YOLOv8n, per-tensor weights: 32.1-32.9 dB apart on photos).  What the user needs to know is how
+far the file that ships is from the file they had: each output of the written file, measured
+against the input file's, on the samples ``--calib`` names (synthetic data unless it names real ones).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ModelError
+from .metrics import ErrorSums, Figure
+from .vocab import Blank
+
+__all__ = ["FileComparison", "QdqCounts", "qdq_counts", "compare_with_input"]
+
+
+@dataclass
+class FileComparison:
+    """Each output of the written file against the input file's, over the same samples."""
+
+    samples: int
+    data: str  # where the samples came from ("synthetic", a folder ...)
+    figures: dict[str, Figure] = field(default_factory=dict)  # output -> written against input
+    input_counts: "QdqCounts | None" = None  # what the input file quantizes
+    written_counts: "QdqCounts | None" = None
+    skipped: str = ""  # why no comparison ran (a cut graph, outputs renamed ...)
+
+    @property
+    def synthetic(self) -> bool:
+        return self.data == "synthetic"
+
+    def text(self) -> list[str]:
+        if self.skipped:
+            return [f"against the input file: not measured ({self.skipped})"]
+        basis = (f"{self.samples} {'synthetic ' if self.synthetic else ''}sample{'s' if self.samples != 1 else ''}"
+                 + ("" if self.synthetic else f" of {self.data}"))
+        lines = [f"against the input file (the QDQ file as it was, run in onnxruntime), on {basis}; it quantized "
+                 f"{self.input_counts.text()}, the written file {self.written_counts.text()} (the target's scheme: "
+                 "weights per output channel, no Q/DQ inside what it fuses):"]
+        for name, f in self.figures.items():
+            lines.append(f"  {name}: {f.word}" if f.blank is not None else f"  {name}: {f.sqnr_db:.2f} dB SQNR, "
+                         f"cosine {f.cosine:.5f}, max abs difference {f.max_abs:.4g}")
+        if self.synthetic:
+            lines.append("  (synthetic samples show how far the files are apart, not accuracy on real inputs: "
+                         "give --calib with representative data)")
+        return lines
+
+    def to_dict(self) -> dict:
+        return {"samples": self.samples, "data": self.data, "skipped": self.skipped or None,
+                "input": self.input_counts.__dict__ if self.input_counts else None,
+                "written": self.written_counts.__dict__ if self.written_counts else None,
+                "outputs": {k: f.to_dict() for k, f in self.figures.items()}}
+
+
+@dataclass
+class QdqCounts:
+    """What a QDQ file quantizes, counted from its nodes."""
+
+    activations: int = 0  # tensors computed at run time with a QuantizeLinear
+    weights: int = 0  # 8-bit (or 16-bit) weights, stored so or quantized by a Q/DQ chain
+    per_channel: int = 0  # of those, with a scale per channel
+    biases: int = 0  # int32 biases
+
+    def text(self) -> str:
+        return (f"{self.activations} activations, {self.weights} weights ({self.per_channel} per channel) and "
+                f"{self.biases} int32 biases")
+
+
+def qdq_counts(path: Path) -> QdqCounts:
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    constant = set(inits) | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    c = QdqCounts()
+    seen = set()
+    for n in g.node:
+        if len(n.input) < 2:
+            continue
+        x, scale = n.input[0], inits.get(n.input[1])
+        per_channel = scale is not None and len(scale.dims) > 0 and any(d > 1 for d in scale.dims)
+        if n.op_type == "QuantizeLinear":
+            if x in constant:  # ModelOpt's layout: a float weight quantized by its chain
+                c.weights += x not in seen
+                c.per_channel += x not in seen and per_channel
+                seen.add(x)
+            else:
+                c.activations += 1
+        elif n.op_type == "DequantizeLinear" and x in inits and x not in seen:
+            seen.add(x)
+            if inits[x].data_type == onnx.TensorProto.INT32:
+                c.biases += 1
+            else:
+                c.weights += 1
+                c.per_channel += per_channel
+    return c
+
+
+def _session(path: Path):
+    import onnxruntime as ort
+
+    from .errors import first_line
+
+    try:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise ModelError(f"onnxruntime cannot run {path.name}: {first_line(e)}") from None
+
+
+def _feed_for(sess, feed: dict) -> dict:
+    """``feed`` cast to each input's declared element type (a float16 input file: float16)."""
+    out = {}
+    for i in sess.get_inputs():
+        x = feed[i.name]
+        want = {"tensor(float16)": np.float16, "tensor(double)": np.float64}.get(i.type)
+        out[i.name] = x.astype(want) if want is not None and x.dtype != want else x
+    return out
+
+
+def compare_with_input(session, written: Path, config=None) -> FileComparison:
+    """``written`` (the export of ``session``) against the QDQ file the session opened, on
+    ``config``'s samples (the session's calibration settings by default: source, count, seed,
+    preprocessing)."""
+    from .calib.sources import open_source
+    from .runtime import input_specs
+
+    graph = session.graph
+    config = config if config is not None else session.options.calib
+    comp = FileComparison(0, str(config.source), input_counts=qdq_counts(graph.path),
+                          written_counts=qdq_counts(Path(written)))
+    if graph.cut:
+        comp.skipped = "the written graph is cut (--cut): its outputs are not the input file's"
+        return comp
+    before, after = _session(graph.path), _session(Path(written))
+    names = [o.name for o in after.get_outputs() if o.name in {x.name for x in before.get_outputs()}]
+    if not names:
+        comp.skipped = "the files share no output name"
+        return comp
+    source = open_source(input_specs(graph), config)
+    refs = source.refs[:max(1, config.count)]
+    sums = {n: ErrorSums() for n in names}
+    for _, feed in source.feeds(source.load_order(refs)):
+        ref = dict(zip(names, before.run(names, _feed_for(before, feed))))
+        got = dict(zip(names, after.run(names, _feed_for(after, feed))))
+        for n in names:
+            sums[n].add(np.asarray(ref[n], np.float32), np.asarray(got[n], np.float32))
+        comp.samples += 1
+    for n, s in sums.items():
+        f = s.figure(n, None)
+        if f.blank is Blank.IDENTICAL:  # (its sentence speaks of a float model)
+            f = Figure(n, None, None, f.max_abs, f.samples, f"identical: the written file's output equals the input "
+                       f"file's on the {f.samples} sample(s)", Blank.IDENTICAL)
+        comp.figures[n] = f
+    return comp

@@ -1,0 +1,76 @@
+"""``qtquant fix`` on a QDQ file measures the written file against the file it was given: a QDQ file
+has no float original, and the fix printed no accuracy figure at all, while the export (the target's
+scheme: weights per output channel) computes other numbers than the file even with no edit."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+
+from builders import branchy_concat_model, save
+from qtquant.cli import main
+from qtquant.filecompare import qdq_counts
+
+
+class _Reader:
+    def __init__(self, n=4):
+        rng = np.random.default_rng(0)
+        self.data = iter([{"x": rng.random((1, 3, 16, 16), dtype=np.float32)} for _ in range(n)])
+
+    def get_next(self):
+        return next(self.data, None)
+
+
+def _ort_file(tmp_path, per_channel: bool) -> str:
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    src = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "f.onnx")
+    dst = str(tmp_path / f"q{int(per_channel)}.onnx")
+    quantize_static(src, dst, _Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8, per_channel=per_channel,
+                    extra_options={"ActivationSymmetric": True})
+    return dst
+
+
+def test_fix_of_a_qdq_file_says_how_far_the_written_file_is(tmp_path, capsys):
+    src = _ort_file(tmp_path, per_channel=False)
+    counts = qdq_counts(src)
+    assert counts.weights == 3 and counts.per_channel == 0 and counts.biases == 3 and counts.activations >= 4
+    out = tmp_path / "fixed.onnx"
+    assert main(["fix", src, "-o", str(out), "--no-perf", "--calib-count", "3"]) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if x.startswith("against the input file"))
+    assert "on 3 synthetic samples" in line
+    assert "3 weights (0 per channel)" in line and "3 weights (3 per channel)" in line
+    y = next(x for x in text.splitlines() if x.startswith("  y: "))
+    db = float(y.split()[1])
+    assert 15 < db < 80  # per-channel weights compute other numbers: a figure, not "identical"
+    assert "give --calib with representative data" in text
+    # The figure is the two files run in onnxruntime, as a user runs them
+    from qtquant.metrics import sqnr_db
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(7)
+    x = rng.random((1, 3, 16, 16), dtype=np.float32)
+    a = ort.InferenceSession(src).run(["y"], {"x": x})[0]
+    b = ort.InferenceSession(str(out)).run(["y"], {"x": x})[0]
+    assert abs(sqnr_db(a, b) - db) < 12  # (one sample of other data: the same order)
+
+    assert main(["fix", src, "-o", str(tmp_path / "f2.onnx"), "--no-perf", "--calib-count", "3", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["against_input"]
+    assert doc["samples"] == 3 and doc["data"] == "synthetic" and doc["input"]["weights"] == 3
+    assert doc["outputs"]["y"]["sqnr_db"] == float(f"{doc['outputs']['y']['sqnr_db']}")
+
+
+def test_a_float_model_gets_no_comparison_and_a_cut_says_why(tmp_path, capsys):
+    f = save(branchy_concat_model(), tmp_path / "f.onnx")
+    assert main(["fix", f, "-o", str(tmp_path / "o.onnx"), "--no-perf", "--calib-count", "2"]) == 0
+    assert "against the input file" not in capsys.readouterr().out
+    src = _ort_file(tmp_path, per_channel=True)
+    assert main(["fix", src, "-o", str(tmp_path / "c.onnx"), "--no-perf", "--cut", "cat_out"]) == 0
+    assert "against the input file: not measured (the written graph is cut" in capsys.readouterr().out
+    assert main(["fix", src, "-o", str(tmp_path / "n.onnx"), "--no-perf", "--no-fidelity"]) == 0
+    assert "against the input file" not in capsys.readouterr().out
+    assert onnx.load(str(tmp_path / "n.onnx")).graph.node
