@@ -70,8 +70,10 @@ def test_concat_members_leave_out_constants_and_note_unquantized_inputs():
         inits.append(numpy_helper.from_array(np.ones((1, 2, 8, 8), np.float32), "const"))
         return []
 
-    def cast(inits):  # a float value no observer sees: Cast is never quantized
-        return [helper.make_node("Cast", ["x"], ["x_cast"], name="cast", to=TensorProto.FLOAT)]
+    def cast(inits):  # a float value no observer sees: a Cast to another type is never quantized
+        # (a Cast to the type its input has already is an Identity: it would pass x's scale on)
+        return [helper.make_node("Cast", ["x"], ["x_f64"], name="to_double", to=TensorProto.DOUBLE),
+                helper.make_node("Cast", ["x_f64"], ["x_cast"], name="cast", to=TensorProto.FLOAT)]
 
     s = _concat_then(lambda inits: [helper.make_node("Relu", ["cat_out"], ["y"])], also=(const, cast))
     g = s.graph

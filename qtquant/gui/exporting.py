@@ -138,6 +138,11 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
         rep.lines += [f"warning: {w}" for w in rep.warnings]
         rep.lines += [f"note: {n}" for n in res.build.notes]
         step()
+        if session.quantized_file:  # no float original: the written file against the file opened
+            from ..filecompare import compare_with_input
+
+            rep.lines += compare_with_input(session, res.path).text()
+            step()
     if "plan" in paths:
         rep.written.append(save_plan(session, paths["plan"]))
         rep.lines.append(f"wrote plan {paths['plan']}")
