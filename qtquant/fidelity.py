@@ -46,7 +46,7 @@ import time
 import numpy as np
 
 from .errors import BadInputError
-from .fidelity_report import Fidelity, MemberFidelity, OutputFidelity
+from .fidelity_report import FLOAT_MODEL, QDQ_VIEW, Fidelity, MemberFidelity, OutputFidelity
 from .fidelity_runs import (_caches, _Cache, _float_outputs, _prefetchable, _qdq_outputs_many, _run,
                             runtime_text, trace)
 from .metrics import ErrorSums, cosine, signal_noise_db, sqnr_db
@@ -218,7 +218,8 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     fid = Fidelity(outs, _run_figures(cache, ranges, after_dm, after, outs),
                    _run_figures(cache, ranges, before_dm, before, outs),
                    samples=len(feeds), in_sample=bool(getattr(cal, "in_sample", False)), revision=revision,
-                   runtime=cache.runtime.get(id(before), runtime_text()), float_outputs=[w.text() for w in why])
+                   runtime=cache.runtime.get(id(before), runtime_text()), float_outputs=[w.text() for w in why],
+                   reference=QDQ_VIEW if getattr(session, "qdq", None) is not None else FLOAT_MODEL)
     if cross_check:
         fake = got[-1]
         if fake is None:  # left out on a very big graph: say so

@@ -22,6 +22,10 @@ class MemberFidelity:
     sqnr_db: float
 
 
+FLOAT_MODEL = "the float model"
+QDQ_VIEW = "the QDQ file's float view (its weights dequantized: a QDQ file has no float original; its scales stand)"
+
+
 @dataclass
 class OutputFidelity:
     """One model output: the whole tensor and, when it is a Concat, each slice."""
@@ -57,6 +61,7 @@ class Fidelity:
     runtime: str = ""
     findings: list[str] = field(default_factory=list)
     float_outputs: list[str] = field(default_factory=list)  # why outputs stayed float (auto mode)
+    reference: str = FLOAT_MODEL  # what the figures are measured against (QDQ_VIEW for a QDQ file)
     # Where the check's time went, ms per step (benchmarks/gui_refresh.py prints it): not a figure,
     # never in the report, and left out of equality.
     trace: dict = field(default_factory=dict, compare=False, repr=False)
@@ -88,7 +93,7 @@ class Fidelity:
 
         return {
             "samples": self.samples, "in_sample": self.in_sample, "held_out": not self.in_sample,
-            "runtime": self.runtime,
+            "runtime": self.runtime, "reference": self.reference,
             "outputs": {o: {**self.after[o].to_dict(), "before": self.before[o].to_dict()}
                         for o in self.outputs},
             "findings": list(self.findings),
@@ -109,7 +114,7 @@ class Fidelity:
         from .tables import text_table
 
         lines = [f"fidelity of the exported model ({self.runtime}) on {self.sample_text}: "
-                 "SQNR dB / cosine vs the float model; an output's headline is its worst slice",
+                 f"SQNR dB / cosine vs {self.reference}; an output's headline is its worst slice",
                  text_table(rows, ("output", "before", "after", "change"))]
         for o in self.outputs:
             if self.after[o].slices:

@@ -74,3 +74,27 @@ def test_a_float_model_gets_no_comparison_and_a_cut_says_why(tmp_path, capsys):
     assert main(["fix", src, "-o", str(tmp_path / "n.onnx"), "--no-perf", "--no-fidelity"]) == 0
     assert "against the input file" not in capsys.readouterr().out
     assert onnx.load(str(tmp_path / "n.onnx")).graph.node
+
+
+def test_a_qdq_file_with_named_data_is_checked_against_its_float_view(tmp_path, capsys):
+    # The app's Calibrate measured a QDQ file; the CLI skipped the data it was given.
+    from qtquant.app import open_model
+    from qtquant.app.views.perf import perf_summary
+
+    src = _ort_file(tmp_path, per_channel=True)
+    data = tmp_path / "data.npy"
+    np.save(data, np.random.default_rng(3).random((4, 1, 3, 16, 16), dtype=np.float32))
+    assert main(["analyze", src, "--no-perf", "--calib", str(data), "--json"]) == 0
+    fid = json.loads(capsys.readouterr().out)["summary"]["fidelity"]
+    assert fid["samples"] == 4 and fid["in_sample"] and fid["reference"].startswith("the QDQ file's float view")
+    assert main(["analyze", src, "--no-perf", "--calib", str(data)]) == 0
+    assert "SQNR dB / cosine vs the QDQ file's float view" in capsys.readouterr().out
+    assert main(["analyze", src, "--no-perf", "--json"]) == 0  # no data named: the file's scales, no check
+    assert json.loads(capsys.readouterr().out)["summary"].get("fidelity") is None
+    # The file's scales stand: calibration fills only what it left unquantized
+    s = open_model(src)
+    before = {t: d.scale for t in s.graph.quantized_tensors if (d := s.domains.domain_of(t)) and d.fixed}
+    assert "not measured" in perf_summary(s).sqnr_html and perf_summary(s).sqnr_basis == "Calibrate to measure"
+    s.run_calibration()
+    after = {t: s.domains.domain_of(t).scale for t in before}
+    assert before and after == before

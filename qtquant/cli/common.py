@@ -123,7 +123,9 @@ def open_session(args, *, calibrate: bool = True, progress=None, keep_check_valu
         from ..calib.statsfile import explicit_data_fields
 
         session.load_statistics(args.stats, explicit=explicit_data_fields(opts.calib))
-    elif calibrate and not session.quantized_file:
+    elif calibrate and (not session.quantized_file or str(getattr(args, "calib", "synthetic")) != "synthetic"):
+        # A QDQ file keeps its own scales; data named with --calib gives the check its samples (its
+        # float view the reference) and ranges to what the file left unquantized, as the app's Calibrate does.
         session.run_calibration(progress=progress, keep_check_values=keep_check_values)
     if getattr(args, "plan", None):
         from ..plan import apply_plan_file  # provided by the sharing/plan module

@@ -103,6 +103,14 @@ def perf_summary(session) -> PerfSummaryView:
     fid = session.fidelity.value if session.fidelity is not None else None
     if fid is not None and getattr(fid, "after", None):
         fields.update(sqnr_html=fidelity_html(fid), sqnr_tip=fidelity_tip(fid), sqnr_basis=fidelity_basis(fid))
+    elif getattr(session, "quantized_file", False) and session.calibration is None:
+        # A QDQ file brings its scales and no float original: nothing to measure against until
+        # calibration data gives check samples (its float view is then the reference; the file's scales stand).
+        fields.update(sqnr_html="<i>not measured</i>: a QDQ file has no float original",
+                      sqnr_tip="Calibrate (with representative data) to measure the export against the file's "
+                               "float view on check samples; the file's own scales stay. The export report "
+                               "also measures the written file against this file.",
+                      sqnr_basis="Calibrate to measure")
     if perf is None:
         fields["note"] = "" if simulator() is not None else "The perf simulator is not installed."
         return PerfSummaryView(**fields)
