@@ -151,3 +151,37 @@ def test_a_cast_to_its_own_type_passes_the_scale_on(tmp_path):
     x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
     want, got = _run(path, x)[0], _run(str(out), x)[0]
     np.testing.assert_allclose(got, want, atol=0.05)
+
+
+def test_a_float16_qdq_file_keeps_its_scales(tmp_path):
+    # NVIDIA ModelOpt writes QDQ files in float16 (opset 19+: Q/DQ with float16 scales): widened on
+    # open, its scales are read exactly (float16 values widen exactly) and its export runs.
+    rng = np.random.default_rng(0)
+    h = lambda v: onnx.numpy_helper.from_array(np.asarray(v[1], np.float16), v[0])  # noqa: E731
+    inits = [onnx.numpy_helper.from_array(rng.integers(-127, 128, (3, 3, 3, 3)).astype(np.int8), "w_q"),
+             h(("w_s", np.full(3, 0.01))), onnx.numpy_helper.from_array(np.zeros(3, np.int8), "w_z"),
+             h(("x_s", 0.02)), h(("c_s", 0.05)), onnx.numpy_helper.from_array(np.array(0, np.int8), "z")]
+    nodes = [helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16, name="in16"),
+             helper.make_node("QuantizeLinear", ["x16", "x_s", "z"], ["xq"], name="qx"),
+             helper.make_node("DequantizeLinear", ["xq", "x_s", "z"], ["xd"], name="dqx"),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["wd"], name="dqw", axis=0),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "c_s", "z"], ["cq"], name="qc"),
+             helper.make_node("DequantizeLinear", ["cq", "c_s", "z"], ["cd"], name="dqc"),
+             helper.make_node("Cast", ["cd"], ["y"], to=TensorProto.FLOAT, name="out32")]
+    g = helper.make_graph(nodes, "qdq16", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 9
+    path = save(m, tmp_path / "qdq16.onnx")
+    s = open_model(path)
+    assert s.quantized_file and s.graph.source_dtype == "float16"
+    assert s.domains.domain_of("c").scale == float(np.float16(0.05))
+    out = tmp_path / "fixed.onnx"
+    assert main(["fix", path, "-o", str(out), "--no-perf"]) == 0
+    fixed = onnx.load(str(out))
+    onnx.checker.check_model(fixed, full_check=True)
+    assert not has_float16(fixed, [n.op_type for n in fixed.graph.node])
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    # at most one output step (0.05) apart: the file computes its Conv in float16, the export in float32,
+    np.testing.assert_allclose(_run(str(out), x)[0], _run(path, x)[0], atol=0.05 + 2 ** -8)  # (+ float16 rounding at 4)
