@@ -91,6 +91,8 @@ def test_a_qdq_file_with_named_data_is_checked_against_its_float_view(tmp_path, 
     assert "SQNR dB / cosine vs the QDQ file's float view" in capsys.readouterr().out
     assert main(["analyze", src, "--no-perf", "--json"]) == 0  # no data named: the file's scales, no check
     assert json.loads(capsys.readouterr().out)["summary"].get("fidelity") is None
+    assert main(["analyze", src, "--no-perf"]) == 0
+    assert "accuracy: not measured: a QDQ file has no float original; --calib DATA" in capsys.readouterr().out
     # The file's scales stand: calibration fills only what it left unquantized
     s = open_model(src)
     before = {t: d.scale for t in s.graph.quantized_tensors if (d := s.domains.domain_of(t)) and d.fixed}

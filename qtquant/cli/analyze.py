@@ -90,4 +90,8 @@ def run(args) -> int:
             print(text)
         if fid is not None:
             print(fid.text())
+        elif session.quantized_file and not args.no_fidelity:
+            print("accuracy: not measured: a QDQ file has no float original; --calib DATA checks the export against "
+                  "its float view (its weights dequantized, its scales standing), and fix measures the written file "
+                  "against this one")
     return 0
