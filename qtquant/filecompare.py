@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ModelError
 from .metrics import ErrorSums, Figure
 from .vocab import Blank
 
@@ -109,14 +108,11 @@ def qdq_counts(path: Path) -> QdqCounts:
 def _session(path: Path):
     import onnxruntime as ort
 
-    from .errors import first_line
+    from .runtime import ort_session
 
-    try:
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    except Exception as e:
-        raise ModelError(f"onnxruntime cannot run {path.name}: {first_line(e)}") from None
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort_session(path, so)
 
 
 def _feed_for(sess, feed: dict) -> dict:

@@ -32,13 +32,15 @@ def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
     return m
 
 
-def ort_session(model: onnx.ModelProto, so, **kwargs):
-    """``onnxruntime.InferenceSession`` on the CPU provider for an in-memory model; whatever
-    onnxruntime refuses becomes the one-line :class:`ModelError` every caller reports."""
+def ort_session(model: "onnx.ModelProto | str | Path", so, **kwargs):
+    """``onnxruntime.InferenceSession`` on the CPU provider for an in-memory model, or a file as a user
+    opens it (a path); whatever onnxruntime refuses becomes the one-line :class:`ModelError` every
+    caller reports."""
     import onnxruntime as ort
 
+    src = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()
     try:
-        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"], **kwargs)
+        return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"], **kwargs)
     except Exception as e:
         raise ModelError(f"onnxruntime cannot run this model: {first_line(e)}") from None
 
