@@ -16,3 +16,28 @@ def precise_options(level=None) -> ort.SessionOptions:
         so.graph_optimization_level = level
     so.add_session_config_entry("session.x64quantprecision", "1")
     return so
+
+
+class RandomReader:
+    """onnxruntime's CalibrationDataReader: ``n`` seeded random images for input ``x`` (1x3x16x16)."""
+
+    def __init__(self, n: int = 4, shape=(1, 3, 16, 16), seed: int = 0):
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        self.data = iter([{"x": rng.random(shape, dtype=np.float32)} for _ in range(n)])
+
+    def get_next(self):
+        return next(self.data, None)
+
+
+def ort_qdq_file(src: str, dst: str, *, symmetric: bool = True, per_channel: bool = True, n: int = 4) -> str:
+    """``src`` quantized by onnxruntime's ``quantize_static`` (QDQ, int8 weights) into ``dst``: a QDQ file
+    made by another tool, as a user brings one."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    quantize_static(src, dst, RandomReader(n), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, per_channel=per_channel,
+                    extra_options={"ActivationSymmetric": symmetric})
+    return dst

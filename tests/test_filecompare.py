@@ -10,28 +10,14 @@ import numpy as np
 import onnx
 
 from builders import branchy_concat_model, save
+from ortkit import ort_qdq_file
 from qtquant.cli import main
 from qtquant.filecompare import qdq_counts
 
 
-class _Reader:
-    def __init__(self, n=4):
-        rng = np.random.default_rng(0)
-        self.data = iter([{"x": rng.random((1, 3, 16, 16), dtype=np.float32)} for _ in range(n)])
-
-    def get_next(self):
-        return next(self.data, None)
-
-
 def _ort_file(tmp_path, per_channel: bool) -> str:
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-
     src = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "f.onnx")
-    dst = str(tmp_path / f"q{int(per_channel)}.onnx")
-    quantize_static(src, dst, _Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
-                    weight_type=QuantType.QInt8, per_channel=per_channel,
-                    extra_options={"ActivationSymmetric": True})
-    return dst
+    return ort_qdq_file(src, str(tmp_path / f"q{int(per_channel)}.onnx"), per_channel=per_channel)
 
 
 def test_fix_of_a_qdq_file_says_how_far_the_written_file_is(tmp_path, capsys):

@@ -6,29 +6,14 @@ import pytest
 from onnx import numpy_helper
 
 from builders import branchy_concat_model, save
+from ortkit import ort_qdq_file
 from qtquant.app import open_model
 from qtquant.quant import Scheme
 
 
-class _Reader:
-    def __init__(self, n=4):
-        rng = np.random.default_rng(0)
-        self.data = iter([{"x": rng.random((1, 3, 16, 16), dtype=np.float32)} for _ in range(n)])
-
-    def get_next(self):
-        return next(self.data, None)
-
-
 def _quantize(tmp_path, symmetric: bool):
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-
     src = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "f.onnx")
-    dst = str(tmp_path / ("q_sym.onnx" if symmetric else "q_asym.onnx"))
-    quantize_static(src, dst, _Reader(), quant_format=QuantFormat.QDQ,
-                    activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
-                    weight_type=QuantType.QInt8, per_channel=True,
-                    extra_options={"ActivationSymmetric": symmetric})
-    return dst
+    return ort_qdq_file(src, str(tmp_path / ("q_sym.onnx" if symmetric else "q_asym.onnx")), symmetric=symmetric)
 
 
 def _dq_scales_into(model, node_name):

@@ -20,6 +20,19 @@ def _only_model(folder):
     return ExportOptions(folder, "out", plan=False, overrides=False, report=False, png=False)
 
 
+def _export_report(win, qtbot, tmp_path, monkeypatch) -> str:
+    """Export through the window's Export action (the dialog accepted as it is): the report's text."""
+    out = tmp_path / "out"
+    out.mkdir()
+    win.settings.setValue("export/folder", str(out))
+    monkeypatch.setattr(ExportDialog, "exec", lambda self: ExportDialog.Accepted)
+    n = len(win.messages.report_dialogs)
+    win.actions_by_name["export"].trigger()
+    qtbot.waitUntil(lambda: win.exports.last_export is not None and len(win.messages.report_dialogs) > n,
+                    timeout=30000)
+    return win.messages.report_dialogs[-1].text.toPlainText()
+
+
 def test_report_text_carries_each_warning_whole(tmp_path):
     s = open_model(dead_relu_model(tmp_path / "dead.onnx"), options=Options(calib=CalibConfig(count=4)))
     s.run_calibration()
@@ -41,15 +54,7 @@ def test_window_export_dialog_shows_the_warning(qtbot, tmp_path, prompts, monkey
         win.open_model(dead_relu_model(tmp_path / "dead.onnx"), calib=CalibConfig(count=4))
         qtbot.waitUntil(lambda: win.controller.spec is not None and win.scene.spec is win.controller.spec
                         and win.relay.ready and not win.controller.busy, timeout=30000)
-        out = tmp_path / "out"
-        out.mkdir()
-        win.settings.setValue("export/folder", str(out))
-        monkeypatch.setattr(ExportDialog, "exec", lambda self: ExportDialog.Accepted)
-        n = len(win.messages.report_dialogs)
-        win.actions_by_name["export"].trigger()
-        qtbot.waitUntil(lambda: win.exports.last_export is not None and len(win.messages.report_dialogs) > n,
-                        timeout=30000)
-        text = win.messages.report_dialogs[-1].text.toPlainText()
+        text = _export_report(win, qtbot, tmp_path, monkeypatch)
         assert "warning: bias of Gemm 'fc' did not fit int32" in text
         assert "bits of weight precision" in " ".join(text.split())
     finally:
@@ -58,23 +63,11 @@ def test_window_export_dialog_shows_the_warning(qtbot, tmp_path, prompts, monkey
 
 def test_a_qdq_file_export_is_measured_against_the_file(qtbot, tmp_path, prompts, monkeypatch):
     # A QDQ file has no float original: the report says how far the written file is from the one opened.
-    import numpy as np
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-
     from builders import branchy_concat_model, save
+    from ortkit import ort_qdq_file
 
-    class Reader:
-        def __init__(self):
-            rng = np.random.default_rng(0)
-            self.data = iter([{"x": rng.random((1, 3, 16, 16), dtype=np.float32)} for _ in range(3)])
-
-        def get_next(self):
-            return next(self.data, None)
-
-    src = save(branchy_concat_model(), tmp_path / "f.onnx")
-    qdq = str(tmp_path / "q.onnx")
-    quantize_static(src, qdq, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
-                    weight_type=QuantType.QInt8, extra_options={"ActivationSymmetric": True})
+    qdq = ort_qdq_file(save(branchy_concat_model(), tmp_path / "f.onnx"), str(tmp_path / "q.onnx"),
+                       per_channel=False, n=3)
     win = MainWindow(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
     qtbot.addWidget(win)
     win.show()
@@ -82,15 +75,7 @@ def test_a_qdq_file_export_is_measured_against_the_file(qtbot, tmp_path, prompts
         win.open_model(qdq, calib=CalibConfig(count=2))
         qtbot.waitUntil(lambda: win.controller.spec is not None and win.relay.ready and not win.controller.busy,
                         timeout=30000)
-        out = tmp_path / "out"
-        out.mkdir()
-        win.settings.setValue("export/folder", str(out))
-        monkeypatch.setattr(ExportDialog, "exec", lambda self: ExportDialog.Accepted)
-        n = len(win.messages.report_dialogs)
-        win.actions_by_name["export"].trigger()
-        qtbot.waitUntil(lambda: win.exports.last_export is not None and len(win.messages.report_dialogs) > n,
-                        timeout=30000)
-        text = win.messages.report_dialogs[-1].text.toPlainText()
+        text = _export_report(win, qtbot, tmp_path, monkeypatch)
         assert "against the input file (the QDQ file as it was, run in onnxruntime), on 2 synthetic samples" in text
         assert "  y: " in text and "dB SQNR" in text
     finally:
