@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import ModelError
 from .metrics import ErrorSums, Figure
 from .vocab import Blank
 
@@ -29,6 +30,8 @@ class FileComparison:
     samples: int
     data: str  # where the samples came from ("synthetic", a folder ...)
     figures: dict[str, Figure] = field(default_factory=dict)  # output -> written against input
+    # output -> ((lo, hi) of the input file's values, (lo, hi) of the written file's), over the samples
+    ranges: dict[str, tuple] = field(default_factory=dict)
     input_counts: "QdqCounts | None" = None  # what the input file quantizes
     written_counts: "QdqCounts | None" = None
     skipped: str = ""  # why no comparison ran (a cut graph, outputs renamed ...)
@@ -46,8 +49,10 @@ class FileComparison:
                  f"{self.input_counts.text()}, the written file {self.written_counts.text()} (the target's scheme: "
                  "weights per output channel, no Q/DQ inside what it fuses):"]
         for name, f in self.figures.items():
-            lines.append(f"  {name}: {f.word}" if f.blank is not None else f"  {name}: {f.sqnr_db:.2f} dB SQNR, "
-                         f"cosine {f.cosine:.5f}, max abs difference {f.max_abs:.4g}")
+            (a, b), (c, d) = self.ranges[name]
+            spans = f"input file's values in [{a:.4g}, {b:.4g}], the written file's in [{c:.4g}, {d:.4g}]"
+            lines.append(f"  {name}: {f.word} ({spans})" if f.blank is not None else f"  {name}: {f.sqnr_db:.2f} dB "
+                         f"SQNR, cosine {f.cosine:.5f}, max abs difference {f.max_abs:.4g} ({spans})")
         if self.synthetic:
             lines.append("  (synthetic samples show how far the files are apart, not accuracy on real inputs: "
                          "give --calib with representative data)")
@@ -57,7 +62,8 @@ class FileComparison:
         return {"samples": self.samples, "data": self.data, "skipped": self.skipped or None,
                 "input": self.input_counts.__dict__ if self.input_counts else None,
                 "written": self.written_counts.__dict__ if self.written_counts else None,
-                "outputs": {k: f.to_dict() for k, f in self.figures.items()}}
+                "outputs": {k: {**f.to_dict(), "input_range": list(self.ranges[k][0]),
+                                "written_range": list(self.ranges[k][1])} for k, f in self.figures.items()}}
 
 
 @dataclass
@@ -139,7 +145,13 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
     if graph.cut:
         comp.skipped = "the written graph is cut (--cut): its outputs are not the input file's"
         return comp
-    before, after = _session(graph.path), _session(Path(written))
+    try:
+        before = _session(graph.path)
+    except ModelError as e:  # (onnxruntime's quantizer can write a file its runtime refuses: axis before opset 13)
+        why = str(e).removeprefix("onnxruntime cannot run this model: ")
+        comp.skipped = f"onnxruntime cannot run the input file: {why}"
+        return comp
+    after = _session(Path(written))
     names = [o.name for o in after.get_outputs() if o.name in {x.name for x in before.get_outputs()}]
     if not names:
         comp.skipped = "the files share no output name"
@@ -147,11 +159,15 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
     source = open_source(input_specs(graph), config)
     refs = source.refs[:max(1, config.count)]
     sums = {n: ErrorSums() for n in names}
+    spans = {n: [np.inf, -np.inf] for n in names}  # the written file's (ErrorSums keeps the reference's)
     for _, feed in source.feeds(source.load_order(refs)):
         ref = dict(zip(names, before.run(names, _feed_for(before, feed))))
         got = dict(zip(names, after.run(names, _feed_for(after, feed))))
         for n in names:
-            sums[n].add(np.asarray(ref[n], np.float32), np.asarray(got[n], np.float32))
+            g = np.asarray(got[n], np.float32)
+            sums[n].add(np.asarray(ref[n], np.float32), g)
+            if g.size:
+                spans[n] = [min(spans[n][0], float(g.min())), max(spans[n][1], float(g.max()))]
         comp.samples += 1
     for n, s in sums.items():
         f = s.figure(n, None)
@@ -159,4 +175,5 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
             f = Figure(n, None, None, f.max_abs, f.samples, f"identical: the written file's output equals the input "
                        f"file's on the {f.samples} sample(s)", Blank.IDENTICAL)
         comp.figures[n] = f
+        comp.ranges[n] = ((s.lo, s.hi), tuple(spans[n]))
     return comp

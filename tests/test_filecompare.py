@@ -8,6 +8,8 @@ import json
 
 import numpy as np
 import onnx
+import onnxruntime as ort
+import pytest
 
 from builders import branchy_concat_model, save
 from ortkit import ort_qdq_file
@@ -36,7 +38,6 @@ def test_fix_of_a_qdq_file_says_how_far_the_written_file_is(tmp_path, capsys):
     assert "give --calib with representative data" in text
     # The figure is the two files run in onnxruntime, as a user runs them
     from qtquant.metrics import sqnr_db
-    import onnxruntime as ort
 
     rng = np.random.default_rng(7)
     x = rng.random((1, 3, 16, 16), dtype=np.float32)
@@ -48,6 +49,8 @@ def test_fix_of_a_qdq_file_says_how_far_the_written_file_is(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)["against_input"]
     assert doc["samples"] == 3 and doc["data"] == "synthetic" and doc["input"]["weights"] == 3
     assert doc["outputs"]["y"]["sqnr_db"] == float(f"{doc['outputs']['y']['sqnr_db']}")
+    lo, hi = doc["outputs"]["y"]["input_range"]
+    assert 0 <= lo < hi and len(doc["outputs"]["y"]["written_range"]) == 2  # (y = Relu: never negative)
 
 
 def test_a_float_model_gets_no_comparison_and_a_cut_says_why(tmp_path, capsys):
@@ -86,3 +89,17 @@ def test_a_qdq_file_with_named_data_is_checked_against_its_float_view(tmp_path, 
     s.run_calibration()
     after = {t: s.domains.domain_of(t).scale for t in before}
     assert before and after == before
+
+
+def test_an_input_file_onnxruntime_refuses_is_said_and_the_export_stands(tmp_path, capsys):
+    # onnxruntime's quantize_static writes per-channel DequantizeLinear (axis) into an opset-11 model,
+    # which its own runtime then refuses (ddddocr's detector): the written file is fine, the comparison says why not.
+    src = save(branchy_concat_model(opset=11), tmp_path / "f11.onnx")
+    bad = ort_qdq_file(src, str(tmp_path / "q11.onnx"), per_channel=True)
+
+    with pytest.raises(Exception, match="axis"):
+        ort.InferenceSession(bad)
+    out = tmp_path / "fixed.onnx"
+    assert main(["fix", bad, "-o", str(out), "--no-perf", "--calib-count", "2"]) == 0
+    assert "against the input file: not measured (onnxruntime cannot run the input file: " in capsys.readouterr().out
+    ort.InferenceSession(str(out))  # the export runs
