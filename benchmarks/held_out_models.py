@@ -11,7 +11,12 @@ worst output SQNR (or what stands in its place in words).
 With --fix each model that analyzes is also exported (``qtquant fix --auto-share``), and the written file
 is checked with ``onnx.checker.check_model(full_check=True)`` and opened in an onnxruntime session.
 
-usage: python benchmarks/held_out_models.py [--dir DIR] [--calib PATH] [--only NAME] [--fix]
+With --qdq each such model is also quantized by onnxruntime's ``quantize_static`` (``make_qdq.py``: QDQ,
+MinMax, int8 symmetric, per-channel weights, the same samples), and that QDQ file goes through ``qtquant fix
+--auto-share --json``: the column gives its exit code and the worst output of the written file against the
+QDQ file given (``against_input``), or why that was not measured.
+
+usage: python benchmarks/held_out_models.py [--dir DIR] [--calib PATH] [--only NAME] [--fix] [--qdq]
 """
 
 from __future__ import annotations
@@ -156,6 +161,37 @@ def export_check(model: Path, args: list[str], out: Path) -> str:
     return f"ok, opset {next(o.version for o in written.opset_import if o.domain in ('', 'ai.onnx'))}"
 
 
+def qdq_check(model: Path, args: list[str], d: Path) -> str:
+    """onnxruntime's QDQ file of ``model``, then ``qtquant fix --auto-share`` of that file: the worst output
+    against the file given, or what failed."""
+    from make_qdq import make_qdq
+
+    from qtquant.cli.common import add_common, calib_config_from_args
+
+    d.mkdir(parents=True, exist_ok=True)
+    q, out = d / "ort_qdq.onnx", d / "fixed.onnx"
+    ap = argparse.ArgumentParser()
+    add_common(ap)
+    a = ap.parse_args([str(model), *args])
+    try:
+        make_qdq(model, q, a.input_shape, calib_config_from_args(a))
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return f"quantize_static failed: {str(e).splitlines()[0][:50]}"
+    p = subprocess.run([sys.executable, "-m", "qtquant", "fix", str(q), "-o", str(out), "--auto-share", "--no-perf",
+                        "--json", *args], capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"fix exit {p.returncode}: " + (p.stderr.strip().splitlines() or ["?"])[-1][:60]
+    against = json.loads(p.stdout).get("against_input") or {}
+    if against.get("skipped"):
+        return "not measured: " + against["skipped"][:60]
+    figs = [(o.get("sqnr_db"), k) for k, o in (against.get("outputs") or {}).items()]
+    measured = [f for f in figs if f[0] is not None]
+    if not measured:
+        return "no figure"
+    db, name = min(measured)
+    return f"{name[:18]} {db:.2f} dB vs the ORT file"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default=str(Path.home() / ".cache" / "qtquant-held-out"),
@@ -163,6 +199,8 @@ def main():
     ap.add_argument("--calib", default=str(SHARED / "calib"))
     ap.add_argument("--only", default=None, help="run the models whose label contains this text")
     ap.add_argument("--fix", action="store_true", help="also export each model and check the written file")
+    ap.add_argument("--qdq", action="store_true",
+                    help="also quantize each model with onnxruntime and fix that QDQ file (the QDQ reading path)")
     args = ap.parse_args()
     d = Path(args.dir)
     rows = []
@@ -188,13 +226,15 @@ def main():
         lat = "nothing to price" if not s.get("fps") else f"{s['latency_ms']:.2f} ms"
         row = (label, "0", opset, f"{s['concats']} / {s['rescales']}", lat, worst_output(s.get("fidelity")),
                f"{wall:.1f}")
-        rows.append(row + ((export_check(path, common, exports / f"{len(rows)}.onnx"),) if args.fix else ()))
+        row += (export_check(path, common, exports / f"{len(rows)}.onnx"),) if args.fix else ()
+        rows.append(row + ((qdq_check(path, common, d / "qdq" / str(len(rows))),) if args.qdq else ()))
     from qtquant.tables import text_table
 
     heads = ("model", "exit", "opset", "Concats / rescales", "latency (bayes-e)",
-             "worst output SQNR, or the one-line error", "wall s") + (("export (--fix)",) if args.fix else ())
+             "worst output SQNR, or the one-line error", "wall s") + (("export (--fix)",) if args.fix else ()) \
+        + (("onnxruntime's QDQ file, fixed (--qdq)",) if args.qdq else ())
     rows = [r + ("",) * (len(heads) - len(r)) for r in rows]
-    print(text_table(rows, heads, "lrrrrlrl"[:len(heads)], rule=True))
+    print(text_table(rows, heads, "lrrrrlrll"[:len(heads)], rule=True))
     print(f"calibration: {args.calib} (the silero and onnx light models: synthetic); fidelity on the calibration "
           "samples (in-sample); wall = the whole `qtquant analyze` process.")
 

@@ -32,6 +32,11 @@ class FileComparison:
     figures: dict[str, Figure] = field(default_factory=dict)  # output -> written against input
     # output -> ((lo, hi) of the input file's values, (lo, hi) of the written file's), over the samples
     ranges: dict[str, tuple] = field(default_factory=dict)
+    # Both files against the input file's float view (its weights dequantized, no Q/DQ), on the same
+    # samples: SQNR against a quantized reference is lopsided (a file that lost its signal makes any
+    # other look far off), so each file's own distance to one float reference goes beside it.
+    input_vs_float: dict[str, Figure] = field(default_factory=dict)
+    written_vs_float: dict[str, Figure] = field(default_factory=dict)
     input_counts: "QdqCounts | None" = None  # what the input file quantizes
     written_counts: "QdqCounts | None" = None
     skipped: str = ""  # why no comparison ran (a cut graph, outputs renamed ...)
@@ -53,6 +58,9 @@ class FileComparison:
             spans = f"input file's values in [{a:.4g}, {b:.4g}], the written file's in [{c:.4g}, {d:.4g}]"
             lines.append(f"  {name}: {f.word} ({spans})" if f.blank is not None else f"  {name}: {f.sqnr_db:.2f} dB "
                          f"SQNR, cosine {f.cosine:.5f}, max abs difference {f.max_abs:.4g} ({spans})")
+            if name in self.input_vs_float:
+                lines.append(f"  {' ' * len(name)}  against the input file's float view: the input file "
+                             f"{_db(self.input_vs_float[name])}, the written file {_db(self.written_vs_float[name])}")
         if self.synthetic:
             lines.append("  (synthetic samples show how far the files are apart, not accuracy on real inputs: "
                          "give --calib with representative data)")
@@ -63,7 +71,15 @@ class FileComparison:
                 "input": self.input_counts.__dict__ if self.input_counts else None,
                 "written": self.written_counts.__dict__ if self.written_counts else None,
                 "outputs": {k: {**f.to_dict(), "input_range": list(self.ranges[k][0]),
-                                "written_range": list(self.ranges[k][1])} for k, f in self.figures.items()}}
+                                "written_range": list(self.ranges[k][1]),
+                                "input_vs_float_view": self.input_vs_float[k].to_dict() if k in self.input_vs_float
+                                else None,
+                                "written_vs_float_view": self.written_vs_float[k].to_dict()
+                                if k in self.written_vs_float else None} for k, f in self.figures.items()}}
+
+
+def _db(f: Figure) -> str:
+    return f.word if f.blank is not None else f"{f.sqnr_db:.2f} dB"
 
 
 @dataclass
@@ -152,6 +168,7 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
         comp.skipped = f"onnxruntime cannot run the input file: {why}"
         return comp
     after = _session(Path(written))
+    view = _view_session(graph)
     names = [o.name for o in after.get_outputs() if o.name in {x.name for x in before.get_outputs()}]
     if not names:
         comp.skipped = "the files share no output name"
@@ -159,13 +176,19 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
     source = open_source(input_specs(graph), config)
     refs = source.refs[:max(1, config.count)]
     sums = {n: ErrorSums() for n in names}
+    to_view = {n: (ErrorSums(), ErrorSums()) for n in names} if view is not None else {}
     spans = {n: [np.inf, -np.inf] for n in names}  # the written file's (ErrorSums keeps the reference's)
     for _, feed in source.feeds(source.load_order(refs)):
         ref = dict(zip(names, before.run(names, _feed_for(before, feed))))
         got = dict(zip(names, after.run(names, _feed_for(after, feed))))
+        flt = dict(zip(names, view.run(names, _feed_for(view, feed)))) if view is not None else {}
         for n in names:
             g = np.asarray(got[n], np.float32)
             sums[n].add(np.asarray(ref[n], np.float32), g)
+            if n in to_view:
+                f = np.asarray(flt[n], np.float32)
+                to_view[n][0].add(f, np.asarray(ref[n], np.float32))
+                to_view[n][1].add(f, g)
             if g.size:
                 spans[n] = [min(spans[n][0], float(g.min())), max(spans[n][1], float(g.max()))]
         comp.samples += 1
@@ -176,4 +199,22 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
                        f"file's on the {f.samples} sample(s)", Blank.IDENTICAL)
         comp.figures[n] = f
         comp.ranges[n] = ((s.lo, s.hi), tuple(spans[n]))
+        if n in to_view:
+            comp.input_vs_float[n] = to_view[n][0].figure(n, None)
+            comp.written_vs_float[n] = to_view[n][1].figure(n, None)
     return comp
+
+
+def _view_session(graph):
+    """A session of the file's float view (the graph's model: Q/DQ stripped, weights dequantized), or
+    None where onnxruntime cannot make one of it."""
+    import onnxruntime as ort
+
+    from .runtime import ort_session
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    try:
+        return ort_session(graph.model, so)
+    except ModelError:
+        return None

@@ -36,6 +36,7 @@ def test_fix_of_a_qdq_file_says_how_far_the_written_file_is(tmp_path, capsys):
     db = float(y.split()[1])
     assert 15 < db < 80  # per-channel weights compute other numbers: a figure, not "identical"
     assert "give --calib with representative data" in text
+    assert "against the input file's float view: the input file " in text
     # The figure is the two files run in onnxruntime, as a user runs them
     from qtquant.metrics import sqnr_db
 
@@ -49,6 +50,8 @@ def test_fix_of_a_qdq_file_says_how_far_the_written_file_is(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)["against_input"]
     assert doc["samples"] == 3 and doc["data"] == "synthetic" and doc["input"]["weights"] == 3
     assert doc["outputs"]["y"]["sqnr_db"] == float(f"{doc['outputs']['y']['sqnr_db']}")
+    view_in, view_out = doc["outputs"]["y"]["input_vs_float_view"], doc["outputs"]["y"]["written_vs_float_view"]
+    assert view_in["sqnr_db"] > 15 and view_out["sqnr_db"] > 15  # both files near the float view they came from
     lo, hi = doc["outputs"]["y"]["input_range"]
     assert 0 <= lo < hi and len(doc["outputs"]["y"]["written_range"]) == 2  # (y = Relu: never negative)
 
