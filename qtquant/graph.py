@@ -460,14 +460,14 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         raise ModelError(f"opset {opset} is not supported (qtquant reads opsets {MIN_OPSET} to {MAX_OPSET}, "
                          f"and raises {OLDEST_OPSET} to {MIN_OPSET - 1} to {RAISED_OPSET})")
     model = onnx.ModelProto.FromString(model.SerializeToString()) if path is None else model
-    source_dtype = None
-    if has_float16(model, table.ops):
-        model, as_file, source_dtype = widen_float16(model, str(path.parent) if path else ""), False, "float16"
-        table = NodeTable(model.graph)
     if model.functions:  # calls of local functions become their bodies (named by call, see .functions)
         from .functions import inline_local_functions
 
         inline_local_functions(model)
+        table = NodeTable(model.graph)
+    source_dtype = None  # (after inlining: a local function's body may compute in float16 too)
+    if has_float16(model, table.ops):
+        model, as_file, source_dtype = widen_float16(model, str(path.parent) if path else ""), False, "float16"
         table = NodeTable(model.graph)
     # Shape inference needs topological order, and cycles fail here.  Most files are in order, and
     # building the graph finds out at no cost (every value a node reads is known by then): the

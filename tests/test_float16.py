@@ -185,3 +185,21 @@ def test_a_float16_qdq_file_keeps_its_scales(tmp_path):
     x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
     # at most one output step (0.05) apart: the file computes its Conv in float16, the export in float32,
     np.testing.assert_allclose(_run(str(out), x)[0], _run(path, x)[0], atol=0.05 + 2 ** -8)  # (+ float16 rounding at 4)
+
+
+def test_float16_inside_a_local_function_is_widened(tmp_path):
+    body = [helper.make_node("Cast", ["a"], ["a16"], to=TensorProto.FLOAT16),
+            helper.make_node("Relu", ["a16"], ["r16"]),
+            helper.make_node("Cast", ["r16"], ["b"], to=TensorProto.FLOAT)]
+    fn = helper.make_function("local", "Half", ["a"], ["b"], body, [helper.make_opsetid("", 17)])
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                           helper.make_node("Half", ["c"], ["y"], name="half", domain="local")], "f",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [onnx.numpy_helper.from_array(np.ones((3, 3, 3, 3), np.float32) / 27, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+                          functions=[fn])
+    graph = load_graph(save(m, tmp_path / "fn16.onnx"))
+    assert graph.source_dtype == "float16"
+    assert sorted(n.op_type for n in graph.nodes.values()) == ["Conv", "Identity", "Identity", "Relu"]
+    assert all(t.elem_type == TensorProto.FLOAT for t in graph.tensors.values())
