@@ -119,6 +119,17 @@ def _attr(node, name, default):
     return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
+def _subgraph_nodes(nodes):
+    """The nodes inside the subgraphs (If, Loop, Scan bodies) of ``nodes``, at any depth."""
+    for n in nodes:
+        for a in n.attribute:
+            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else \
+                list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []
+            for sub in subs:
+                yield from sub.node
+                yield from _subgraph_nodes(sub.node)
+
+
 def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, QdqInfo]:
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -248,7 +259,11 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
         if n.op_type == "QuantizeLinear":
             raise ModelError(f"QuantizeLinear {n.name or n.output[0]!r} feeds a non-DequantizeLinear op; "
                              "only QDQ-format models are supported")
-    for n in kept:
+    # If/Loop bodies read outer values by name: a DQ output they read is renamed there too, and
+    # what they read stays (silero-vad's decoder If, quantized by onnxruntime: "Unsqueeze …
+    # TypeInferenceError" once its outer input had gone with the stripped DQ).
+    inner = list(_subgraph_nodes(kept))
+    for n in (*kept, *inner):
         for k, i in enumerate(n.input):
             if i in rename:
                 n.input[k] = rename[i]
@@ -256,7 +271,7 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
         if o.name in rename:
             # Keep the model's output name: re-emit it with an Identity.
             kept.append(onnx.helper.make_node("Identity", [rename[o.name]], [o.name], name=f"{o.name}_id"))
-    used = {i for n in kept for i in n.input} | graph_outputs
+    used = {i for n in (*kept, *inner) for i in n.input} | graph_outputs
     # A Constant that only fed a Q/DQ scale or zero point is dead now; left in, it would show as a node.
     kept = [n for n in kept if n.op_type != "Constant" or any(o in used for o in n.output)]
     del g.node[:]
@@ -264,7 +279,17 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
     keep_inits = [t for t in g.initializer if t.name in used]
     del g.initializer[:]
     g.initializer.extend(keep_inits + [t for t in new_inits if t.name in used])
+    # The declared element types of the values the float view still has stay (the same float values):
+    # onnx's inference of an If body that reads an outer value may need the declaration (it did for
+    # silero-vad's decoder, quantized by onnxruntime).  Their shapes go: the file may be opened at
+    # other input shapes than it was quantized at.
+    alive = used | {o for n in kept for o in n.output}
+    keep_vi = [v for v in g.value_info if v.name in alive]
+    for v in keep_vi:
+        if v.type.HasField("tensor_type"):
+            v.type.tensor_type.ClearField("shape")
     del g.value_info[:]
+    g.value_info.extend(keep_vi)
 
     def zero_points(x):
         return chans[x][2] if x in chans else (qparams[x][1],)

@@ -44,3 +44,38 @@ def test_qdq_scales_match_dequantize_initializers(tmp_path, symmetric):
     # the float view has no Q/DQ left and keeps the model's output name
     assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in s.graph.nodes.values())
     assert s.graph.outputs == ["y"]
+
+
+def test_if_bodies_that_read_a_dequantized_value_keep_reading_it(tmp_path):
+    # onnxruntime quantizes around an If whose bodies read outer values by name (silero-vad's decoder):
+    # the float view renamed the DQ output its main graph read, not the bodies', whose input then vanished.
+    from onnx import TensorProto, helper
+
+    from qtquant.cli import main
+
+    out_vi = helper.make_tensor_value_info("t", TensorProto.FLOAT, None)
+    then = helper.make_graph([helper.make_node("Relu", ["cd"], ["t"], name="then_relu")], "then", [], [out_vi])
+    other = helper.make_graph([helper.make_node("Neg", ["cd"], ["t"], name="else_neg")], "else", [], [out_vi])
+    w = np.random.default_rng(0).integers(-127, 128, (3, 3, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(w, "w_q"), numpy_helper.from_array(np.full(3, 0.01, np.float32), "w_s"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z"),
+             numpy_helper.from_array(np.array(True), "flag")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="qx"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dqx"),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s"], ["wd"], name="dqw", axis=0),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"], name="qc"),
+             helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["cd"], name="dqc"),
+             helper.make_node("If", ["flag"], ["y"], name="branch", then_branch=then, else_branch=other)]
+    g = helper.make_graph(nodes, "if_qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m, full_check=True)
+    path = save(m, tmp_path / "if_qdq.onnx")
+    s = open_model(path)
+    assert s.quantized_file and s.domains.domain_of("c").scale == pytest.approx(0.05)
+    body = next(n for n in s.graph.model.graph.node if n.op_type == "If").attribute[0].g
+    assert list(body.node[0].input) == ["c"]  # the body reads the float view's value
+    assert main(["fix", path, "-o", str(tmp_path / "out.onnx"), "--no-perf", "--calib-count", "2"]) == 0
+    onnx.checker.check_model(str(tmp_path / "out.onnx"), full_check=True)
