@@ -106,8 +106,9 @@ def perf_summary(session) -> PerfSummaryView:
     elif getattr(session, "quantized_file", False) and session.calibration is None:
         # A QDQ file brings its scales and no float original: nothing to measure against until
         # calibration data gives check samples (its float view is then the reference; the file's scales stand).
-        fields.update(sqnr_html="<i>not measured</i>: a QDQ file has no float original",
-                      sqnr_tip="Calibrate (with representative data) to measure the export against the file's "
+        fields.update(sqnr_html="<i>not measured</i> (QDQ file)",  # (the why in the tip: the row is narrow)
+                      sqnr_tip="A QDQ file has no float original. Calibrate (with representative data) to "
+                               "measure the export against the file's "
                                "float view on check samples; the file's own scales stay. The export report "
                                "also measures the written file against this file.",
                       sqnr_basis="Calibrate to measure")
