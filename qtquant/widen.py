@@ -28,6 +28,8 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from .errors import ModelError, first_line
+from .nodetable import all_graphs
+from .ops import SUBGRAPH_OPS
 
 __all__ = ["has_float16", "widen_float16", "same_type_casts", "as_identities"]
 
@@ -35,26 +37,13 @@ _F16, _F32 = TensorProto.FLOAT16, TensorProto.FLOAT
 _TYPE_ATTRS = frozenset({"to", "dtype"})  # Cast's target; RandomNormal's, EyeLike's ... output type
 
 
-def _graphs(graph: onnx.GraphProto):
-    """``graph`` and every subgraph in it (If, Loop, Scan bodies), depth first."""
-    yield graph
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _graphs(g)
-
-
 def _values(graph: onnx.GraphProto):
     return chain(graph.input, graph.output, graph.value_info)
 
 
-# The ops whose attributes can hold a float16 type or value, and those that hold subgraphs
+# The ops whose attributes can hold a float16 type or value
 _TYPED_OPS = frozenset({"Cast", "Constant", "ConstantOfShape", "EyeLike", "RandomNormal", "RandomUniform",
                         "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"})
-_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan"})
 
 
 def has_float16(model: onnx.ModelProto, ops) -> bool:
@@ -68,9 +57,9 @@ def has_float16(model: onnx.ModelProto, ops) -> bool:
     if any(v.type.tensor_type.elem_type == _F16 for v in chain(g.input, g.output)):
         return True
     present = set(ops)
-    if present & _SUBGRAPH_OPS:
-        return any(_says_float16(n) for sub in _graphs(g) for n in sub.node) \
-            or any(t.data_type == _F16 for sub in _graphs(g) for t in sub.initializer)
+    if present & SUBGRAPH_OPS:
+        return any(_says_float16(n) for sub in all_graphs(g) for n in sub.node) \
+            or any(t.data_type == _F16 for sub in all_graphs(g) for t in sub.initializer)
     return any(_says_float16(n) for n in g.node if n.op_type in _TYPED_OPS) if present & _TYPED_OPS else False
 
 
@@ -93,7 +82,7 @@ def _widened(t: TensorProto, base_dir: str) -> TensorProto:
 def widen_float16(model: onnx.ModelProto, base_dir: str = "") -> onnx.ModelProto:
     """``model`` with its float16 widened to float32 (changed in place and returned); see the module.
     ``base_dir``: where the file's external data lies (a float16 weight stored outside is read)."""
-    for g in _graphs(model.graph):
+    for g in all_graphs(model.graph):
         for k, t in enumerate(g.initializer):
             if t.data_type == _F16:
                 g.initializer[k].CopyFrom(_widened(t, base_dir))

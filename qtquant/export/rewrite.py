@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..nodetable import node_parts
+from ..nodetable import nested_nodes, node_parts
 
 __all__ = ["Rewrite", "BaseFacts", "ValueMemo", "prune", "names_in", "raw_value_key"]
 
@@ -123,14 +123,7 @@ class _Names:
 
 
 def _subgraph_inputs(node) -> set[str]:
-    names = set()
-    for a in node.attribute:
-        for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                   list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
-            for n in sg.node:
-                names.update(n.input)
-                names |= _subgraph_inputs(n)
-    return names
+    return {i for n in nested_nodes([node]) for i in n.input}
 
 
 def prune(model, pending=(), used=None, consts=None) -> None:
