@@ -47,9 +47,9 @@ import numpy as np
 
 from .errors import BadInputError
 from .fidelity_report import FLOAT_MODEL, QDQ_VIEW, Fidelity, MemberFidelity, OutputFidelity
-from .fidelity_runs import (_caches, _Cache, _float_outputs, _prefetchable, _qdq_outputs_many, _run,
+from .fidelity_runs import (_caches, _Cache, _checked_outputs, _prefetchable, _qdq_outputs_many, _run,
                             runtime_text, trace)
-from .metrics import ErrorSums, cosine, signal_noise_db, sqnr_db
+from .metrics import AgreementSums, ErrorSums, cosine, is_integer_output, signal_noise_db, sqnr_db
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
 from .quant import bits_lost, qparams_for_range
 from .runtime import with_outputs
@@ -91,6 +91,12 @@ def _step(ranges, scheme, tensor) -> float | None:
 def _figures(ranges, dm, slices, ref_runs, test_runs, outs) -> dict[str, OutputFidelity]:
     res = {}
     for o in outs:
+        if ref_runs and is_integer_output(ref_runs[0][o]):  # an ArgMax's class: agreement, no slices
+            agree = AgreementSums()
+            for r, t in zip(ref_runs, test_runs):
+                agree.add(r[o], t[o])
+            res[o] = OutputFidelity(o, agree.figure(o))
+            continue
         whole = ErrorSums()
         parts = [(s, ErrorSums()) for s in slices.get(o, ())]
         for r, t in zip(ref_runs, test_runs):
@@ -158,7 +164,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
         cache.member_signal = {}
     if cache.slices is None:
         cache.slices = output_slices(graph)
-    outs = _float_outputs(graph)
+    outs = _checked_outputs(graph)
     revision = session.revision
     after_dm = session.domains
     before_dm = session.baseline_domains
@@ -337,6 +343,6 @@ def _run_figures(cache, ranges, dm, res, outs) -> dict[str, OutputFidelity]:
 # The accuracy debugger (qtquant.accuracy) measures its variants with the same runs and figures.
 output_figures = _figures
 run_feeds = _run
-float_outputs_of = _float_outputs
+checked_outputs_of = _checked_outputs
 
-__all__ += ["FloatOutput", "runtime_text", "output_figures", "run_feeds", "float_outputs_of"]
+__all__ += ["FloatOutput", "runtime_text", "output_figures", "run_feeds", "checked_outputs_of"]

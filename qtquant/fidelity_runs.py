@@ -21,7 +21,7 @@ from .calib.keep import keep_order, within_budget
 from .incremental import IncrementalRunner
 from .programs import moved_domains
 from .sampleruns import run_session
-from .modelcheck import FLOAT_TYPES
+from .modelcheck import FLOAT_TYPES, INTEGER_TYPES
 from .runtime import make_session
 from .shipped import (REFERENCE_OFF_TEXT, layout_passes_off, reference_level, segments_of, session_text,
                       shipped_session, split_parts)
@@ -58,10 +58,13 @@ class _Cache:
 _caches: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _float_outputs(graph):
-    # elem_type 0: not typed in the file; the check compares it as float (onnxruntime says if not)
-    return [o for o in graph.outputs if graph.tensors.get(o) is not None
-            and (graph.tensors[o].elem_type in FLOAT_TYPES or graph.tensors[o].elem_type == 0)]
+def _checked_outputs(graph):
+    """The outputs the check compares: float ones by SQNR, integer and bool ones (an ArgMax's class)
+    by agreement (:class:`~qtquant.metrics.AgreementSums`).  elem_type 0: not typed in the file;
+    compared as what onnxruntime gives.  Strings and sequences are not compared."""
+    return [o for o in graph.outputs if (t := graph.tensors.get(o)) is not None
+            and (t.elem_type in FLOAT_TYPES or t.elem_type in INTEGER_TYPES or t.elem_type == 0)]
+
 
 
 def runtime_text(model=None, segments: int = 1) -> str:

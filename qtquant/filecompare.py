@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ModelError
-from .metrics import ErrorSums, Figure
+from .metrics import AgreementSums, Figure, sums_for
 from .vocab import Blank
 
 __all__ = ["FileComparison", "QdqCounts", "qdq_counts", "compare_with_input"]
@@ -129,13 +129,9 @@ def qdq_counts(path: Path) -> QdqCounts:
 
 def _session(model):
     """An onnxruntime session of ``model`` (a file's path, or the float view's proto), quietly."""
-    import onnxruntime as ort
+    from .runtime import ort_session, quiet_options
 
-    from .runtime import ort_session
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    return ort_session(model, so)
+    return ort_session(model, quiet_options())
 
 
 def _feed_for(sess, feed: dict) -> dict:
@@ -176,33 +172,39 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
         return comp
     source = open_source(input_specs(graph), config)
     refs = source.refs[:max(1, config.count)]
-    sums = {n: ErrorSums() for n in names}
-    to_view = {n: (ErrorSums(), ErrorSums()) for n in names} if view is not None else {}
+    sums, to_view = {}, {}  # made at the first sample: integer outputs are compared by agreement
     spans = {n: [np.inf, -np.inf] for n in names}  # the written file's (ErrorSums keeps the reference's)
     for _, feed in source.feeds(source.load_order(refs)):
         ref = dict(zip(names, before.run(names, _feed_for(before, feed))))
         got = dict(zip(names, after.run(names, _feed_for(after, feed))))
         flt = dict(zip(names, view.run(names, _feed_for(view, feed)))) if view is not None else {}
         for n in names:
-            g = np.asarray(got[n], np.float32)
-            sums[n].add(np.asarray(ref[n], np.float32), g)
+            if n not in sums:
+                sums[n] = sums_for(ref[n])
+                if view is not None:
+                    to_view[n] = (sums_for(ref[n]), sums_for(ref[n]))
+            exact = isinstance(sums[n], AgreementSums)
+            r, g = (np.asarray(ref[n]), np.asarray(got[n])) if exact else \
+                (np.asarray(ref[n], np.float32), np.asarray(got[n], np.float32))
+            sums[n].add(r, g)
             if n in to_view:
-                f = np.asarray(flt[n], np.float32)
-                to_view[n][0].add(f, np.asarray(ref[n], np.float32))
+                f = np.asarray(flt[n]) if exact else np.asarray(flt[n], np.float32)
+                to_view[n][0].add(f, r)
                 to_view[n][1].add(f, g)
             if g.size:
                 spans[n] = [min(spans[n][0], float(g.min())), max(spans[n][1], float(g.max()))]
         comp.samples += 1
     for n, s in sums.items():
-        f = s.figure(n, None)
+        f = s.figure(n, None, "the input file") if isinstance(s, AgreementSums) else s.figure(n, None)
         if f.blank is Blank.IDENTICAL:  # (its sentence speaks of a float model)
             f = Figure(n, None, None, f.max_abs, f.samples, f"identical: the written file's output equals the input "
                        f"file's on the {f.samples} sample(s)", Blank.IDENTICAL)
         comp.figures[n] = f
         comp.ranges[n] = ((s.lo, s.hi), tuple(spans[n]))
         if n in to_view:
-            comp.input_vs_float[n] = to_view[n][0].figure(n, None)
-            comp.written_vs_float[n] = to_view[n][1].figure(n, None)
+            view_said = ("the input file's float view",) if isinstance(s, AgreementSums) else ()
+            comp.input_vs_float[n] = to_view[n][0].figure(n, None, *view_said)
+            comp.written_vs_float[n] = to_view[n][1].figure(n, None, *view_said)
     return comp
 
 

@@ -25,7 +25,7 @@ from .graphbuild import Structure, read_structure, type_structure
 from .graphitems import Node, Tensor
 from .modelcheck import (FLOAT_TYPES, FileDigest, apply_input_shapes, check_external_data, check_input_sizes,
                          check_text, infer_shapes, inline_small_external, topo_order)
-from .nodetable import NodeTable, graph_value_types, value_type_bytes, value_type_keys
+from .nodetable import NOT_TENSOR, NodeTable, graph_value_types, value_type_bytes, value_type_keys
 from .ops import PASS_OPS, fused_into_producer, passes_through
 from .opsets import MAX_OPSET, MIN_OPSET, OLDEST_OPSET, RAISED_OPSET, raise_old_opset
 from .opsets import default_opset as _default_opset
@@ -326,6 +326,10 @@ def _ort_fill_shapes(graph: "Graph") -> None:
         return  # shapes stay unknown; analysis still works, costs are then estimates
     for n, v in values.items():
         t = graph.tensors[n]
+        if not isinstance(v, np.ndarray):  # a sequence or map nothing typed: never a quantized tensor
+            t.elem_type, t.kind = NOT_TENSOR, TensorKind.SHAPE
+            graph._quantized.pop(n, None)
+            continue
         t.shape = tuple(int(d) for d in v.shape)
         if not t.elem_type:
             t.elem_type = onnx.helper.np_dtype_to_tensor_dtype(v.dtype)

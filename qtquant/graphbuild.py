@@ -13,7 +13,7 @@ from __future__ import annotations
 from .errors import ModelError
 from .graphitems import Node, NodeProtos, Tensor
 from .modelcheck import FLOAT_TYPES
-from .nodetable import UNTYPED, NodeTable, dims_of, node_names
+from .nodetable import NOT_TENSOR, UNTYPED, NodeTable, dims_of, node_names
 from .ops import Role, handler_for
 from .vocab import TensorKind
 
@@ -168,6 +168,8 @@ def type_structure(st: Structure, model, type_keys: dict[str, bytes],
                     unshaped.append(o)
                 if not inert:
                     quantized[o] = None
-            else:
+            elif folded or et != NOT_TENSOR:
+                # (a sequence of activations is not quantized, and not known before run time either:
+                # what reads it is not folded)
                 add_static(o)
     return quantized, unshaped

@@ -28,7 +28,7 @@ from onnx import helper
 
 from .errors import ModelError
 from .programs import _Program, _Walk
-from .runtime import make_session, ort_session
+from .runtime import make_session, ort_session, quiet_options
 from .sampleruns import run_session, sample_threads
 from .shipped import layout_passes_off
 
@@ -399,8 +399,7 @@ def _disabled_session(model):
     from a default session (not bit-identical)."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so = quiet_options()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort_session(model, so)

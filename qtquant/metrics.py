@@ -13,7 +13,8 @@ import numpy as np
 
 from .vocab import Blank
 
-__all__ = ["sqnr_db", "signal_noise_db", "cosine", "ErrorSums", "Figure", "no_signal_reason"]
+__all__ = ["sqnr_db", "signal_noise_db", "cosine", "ErrorSums", "AgreementSums", "Figure", "no_signal_reason",
+           "is_integer_output", "sums_for"]
 
 
 def sqnr_db(ref: np.ndarray, test: np.ndarray) -> float:
@@ -57,6 +58,10 @@ class Figure:
     samples: int
     no_signal: str = ""  # the sentence shown instead of a number
     blank: Blank | None = None  # why there is no number: set with ``no_signal``, never alone
+    # Blank.AGREEMENT (an integer output): the share of its elements equal to the float model's,
+    # and the samples on which all of them are
+    agreement: float | None = None
+    equal_samples: int | None = None
 
     def __post_init__(self):
         if bool(self.no_signal) != (self.blank is not None):
@@ -68,7 +73,10 @@ class Figure:
 
     @property
     def word(self) -> str:
-        """What a table cell shows instead of the number ("no signal", "identical"); "" when measured."""
+        """What a table cell shows instead of the number ("no signal", "identical", "15/16 equal");
+        "" when measured."""
+        if self.blank is Blank.AGREEMENT:
+            return f"{self.equal_samples}/{self.samples} equal"
         return self.blank.value if self.blank is not None else ""
 
     def to_dict(self) -> dict:
@@ -82,6 +90,9 @@ class Figure:
             d["no_signal"] = self.blank is Blank.NO_SIGNAL
             if self.blank is Blank.IDENTICAL:
                 d["identical"] = True
+            if self.blank is Blank.AGREEMENT:
+                d["agreement"] = self.agreement
+                d["equal_samples"] = self.equal_samples
             d["reason"] = self.no_signal
         return d
 
@@ -150,3 +161,50 @@ class ErrorSums:
         if reason:
             return Figure(label, None, None, self.max_abs, self.samples, reason, blank)
         return Figure(label, self.sqnr, self.cos, self.max_abs, self.samples)
+
+
+def is_integer_output(value) -> bool:
+    """An output compared by agreement, not SQNR: integer or bool values (ArgMax, TopK indices)."""
+    kind = np.asarray(value).dtype.kind
+    return kind in "iub"
+
+
+class AgreementSums:
+    """Running counts over samples for an integer output: an ArgMax's class is right or wrong, and
+    an SQNR of class numbers would measure nothing.  :meth:`add` and :meth:`figure` as
+    :class:`ErrorSums` (``sums_for`` picks one of the two by the output's values)."""
+
+    __slots__ = ("equal", "count", "samples", "equal_samples", "values", "lo", "hi")
+
+    def __init__(self):
+        self.equal = self.count = self.samples = self.equal_samples = 0
+        self.values: set = set()  # the reference's distinct values, up to two
+        self.lo, self.hi = math.inf, -math.inf
+
+    def add(self, ref: np.ndarray, test: np.ndarray) -> None:
+        r, t = np.asarray(ref).ravel(), np.asarray(test).ravel()
+        same = int(np.count_nonzero(r == t)) if r.shape == t.shape else 0
+        self.equal += same
+        self.count += r.size
+        self.samples += 1
+        self.equal_samples += same == r.size
+        if r.size:
+            if len(self.values) < 2:
+                self.values.update(np.unique(r[:4096]).tolist())
+            self.lo, self.hi = min(self.lo, float(r.min())), max(self.hi, float(r.max()))
+
+    def figure(self, label: str, step: float | None = None, reference: str = "the float model") -> Figure:
+        share = self.equal / self.count if self.count else 1.0
+        n, k = self.samples, self.equal_samples
+        said = (f"an integer output (a class or an index) has no SQNR: it equals the output of {reference} on {k} "
+                f"of the {n} check sample(s) ({share:.1%} of its elements)")
+        if len(self.values) < 2:
+            said += (f"; the output of {reference} is one value on every sample, so agreement says little: "
+                     "use representative data")
+        return Figure(label, None, None, None, n, said, Blank.AGREEMENT, share, k)
+
+
+def sums_for(value) -> "ErrorSums | AgreementSums":
+    """The accumulator for an output whose values look like ``value``: agreement for integers and
+    bools (:func:`is_integer_output`), else SQNR sums."""
+    return AgreementSums() if is_integer_output(value) else ErrorSums()

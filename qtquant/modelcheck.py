@@ -22,11 +22,16 @@ from .ops import SUBGRAPH_OPS
 from .shapes import format_shape
 
 __all__ = ["FLOAT_TYPES", "toposort", "topo_order", "check_external_data", "check_text", "apply_input_shapes",
-           "check_input_sizes", "infer_shapes", "needs_data_propagation", "inline_small_external", "file_sha256",
-           "FileDigest"]
+           "INTEGER_TYPES", "check_input_sizes", "infer_shapes", "needs_data_propagation", "inline_small_external",
+           "file_sha256", "FileDigest"]
 
 FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
                          onnx.TensorProto.DOUBLE})
+# Integer and bool element types: never quantized; a model output of one (an ArgMax's class) is
+# compared by agreement in the accuracy check.
+INTEGER_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16,
+                           onnx.TensorProto.UINT16, onnx.TensorProto.INT32, onnx.TensorProto.UINT32,
+                           onnx.TensorProto.INT64, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL})
 MAX_SHAPE_HINT = 4096  # longest plausible shape tensor (its length is a rank)
 MAX_INPUT_BYTES = 4 << 30  # one sample of one input; calibration holds a few of them at once
 

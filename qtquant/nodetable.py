@@ -16,7 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 __all__ = ["NodeTable", "node_names", "value_type_bytes", "graph_value_types", "value_type_keys", "value_types",
-           "dims_of", "UNTYPED", "attr_value", "int_attribute", "SUBGRAPH_ATTRS", "node_parts",
+           "dims_of", "UNTYPED", "NOT_TENSOR", "attr_value", "int_attribute", "SUBGRAPH_ATTRS", "node_parts",
            "subgraphs", "all_graphs", "nested_nodes"]
 
 
@@ -348,6 +348,19 @@ def _typed(elem_type: int, shape: tuple | None) -> tuple[int, tuple | None, bool
 
 
 UNTYPED = _typed(0, None)  # a value shape inference gave no type: element type unknown, no shape
+# The element type given a value that is not a tensor: a sequence, map or optional (SplitToSequence's
+# output).  No TensorProto type is negative; it is not a float type, so the value is never
+# quantized, observed or fed as a tensor.
+NOT_TENSOR = -1
+_NOT_TENSOR_TYPED = (NOT_TENSOR, None, False)
+
+
+def _type_of(tp) -> tuple[int, tuple | None, bool]:
+    """:func:`_typed` of a TypeProto."""
+    kind = tp.WhichOneof("value")
+    if kind is not None and kind != "tensor_type":
+        return _NOT_TENSOR_TYPED
+    return _typed(tp.tensor_type.elem_type, dims_of(tp))
 
 
 def value_types(g, given: dict[str, bytes] | None = None) -> dict[str, tuple[int, tuple | None, bool]]:
@@ -374,7 +387,7 @@ def value_type_keys(g, given: dict[str, bytes] | None = None,
         values = [*g.value_info, *g.output, *g.input]
         types = list(map(_TYPE, values))
         keys = list(map(_SERIALIZE, types))
-        decoded = {key: _typed(tp.tensor_type.elem_type, dims_of(tp)) for key, tp in dict(zip(keys, types)).items()}
+        decoded = {key: _type_of(tp) for key, tp in dict(zip(keys, types)).items()}
         return dict(zip(map(_NAME, values), keys)), decoded
     if ends:
         ends = [*g.output, *g.input]  # a few: read one by one
@@ -383,8 +396,7 @@ def value_type_keys(g, given: dict[str, bytes] | None = None,
 
 
 def _decoded_type(type_bytes: bytes) -> tuple[int, tuple | None, bool]:
-    tp = onnx.TypeProto.FromString(type_bytes)
-    return _typed(tp.tensor_type.elem_type, dims_of(tp))
+    return _type_of(onnx.TypeProto.FromString(type_bytes))
 
 
 _TYPE, _NAME = attrgetter("type"), attrgetter("name")

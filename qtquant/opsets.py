@@ -15,9 +15,11 @@ __all__ = ["MIN_OPSET", "MAX_OPSET", "OLDEST_OPSET", "RAISED_OPSET", "default_op
 
 MIN_OPSET = 11
 MAX_OPSET = 23
-# Older models (ONNX's model zoo classics, opset 7-10: what Horizon's older toolchains take) are
-# raised to RAISED_OPSET on open by onnx's version converter, which covers these opsets well.
-OLDEST_OPSET = 7
+# Older models (ONNX's model zoo classics, opset 6-10: what Horizon's older toolchains take) are
+# raised to RAISED_OPSET on open by onnx's version converter, which covers these opsets well (opset
+# 6: onnx's own 112 opset-6 test models with their data, all but PRelu's per-channel slopes, which
+# _channel_slopes mends).
+OLDEST_OPSET = 6
 RAISED_OPSET = 13
 
 
@@ -44,10 +46,45 @@ def raise_old_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     opset = default_opset(model)
     try:
         onnx.checker.check_model(_checkable(model))
+        if opset < 7:
+            model = _channel_slopes(model)
         return converted(model, RAISED_OPSET)
     except Exception as e:
         raise ModelError(f"opset {opset} could not be raised to {RAISED_OPSET} ({first_line(e, 200)}); qtquant reads "
                          f"opsets {MIN_OPSET} to {MAX_OPSET}: convert the model with another tool") from None
+
+
+def _channel_slopes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Opset 6's PRelu takes a slope of C values along axis 1 (the channels); from opset 7 a slope
+    broadcasts numpy-wise, from the last axis, and onnx's converter leaves it as it was: onnxruntime
+    then refuses the file, or worse, broadcasts it along another axis of the same size.  A (C,)
+    slope initializer of a PRelu whose input has rank r > 2 becomes (C, 1, ..., 1), the same values."""
+    prelus = [n for n in model.graph.node if n.op_type == "PRelu" and len(n.input) == 2]
+    if not prelus:
+        return model
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    g = model.graph
+    typed = onnx.shape_inference.infer_shapes(model).graph
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in chain(typed.input, typed.value_info)
+             if v.type.tensor_type.HasField("shape")}
+    inits = {t.name: t for t in g.initializer}
+    wanted: dict[str, set] = {}
+    for n in prelus:
+        x, slope = n.input
+        t = inits.get(slope)
+        if t is not None and len(t.dims) == 1 and t.dims[0] > 1 and ranks.get(x, 0) > 2:
+            wanted.setdefault(slope, set()).add(ranks[x])
+    for slope, rs in wanted.items():
+        if len(rs) != 1:
+            continue  # one slope read at two ranks: left as it was (onnxruntime says if it cannot run it)
+        dims = [inits[slope].dims[0]] + [1] * (rs.pop() - 2)
+        inits[slope].dims[:] = dims
+        for i in g.input:  # old files list their initializers as inputs too
+            if i.name == slope and i.type.tensor_type.HasField("shape"):
+                del i.type.tensor_type.shape.dim[:]
+                for d in dims:
+                    i.type.tensor_type.shape.dim.add().dim_value = d
+    return model
 
 
 def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:

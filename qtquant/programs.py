@@ -25,7 +25,7 @@ import onnx
 from .fingerprints import Fingerprinter
 from .fingerprints import value_key as _value_key
 from .nodetable import node_parts
-from .runtime import ort_session
+from .runtime import ort_session, quiet_options
 from .shipped import layout_passes_off
 
 __all__ = ["moved_domains"]
@@ -166,12 +166,9 @@ def _optimise(model: onnx.ModelProto, keep_apart: bool = False) -> onnx.ModelPro
     ``keep_apart``: without onnxruntime's ConstantSharing, which merges initializers of equal
     value (the program then keeps one per slot of :func:`_unshared`; whether the kernels are the
     default program's is checked in :attr:`_Program.reusable`)."""
-    import onnxruntime as ort
-
     with tempfile.TemporaryDirectory(prefix="qtquant-ort-") as tmp:
         path = os.path.join(tmp, "optimised.onnx")
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
+        so = quiet_options()
         so.optimized_model_filepath = path
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         ort_session(model, so, **({"disabled_optimizers": ["ConstantSharing"]} if keep_apart else {}))

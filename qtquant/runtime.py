@@ -32,6 +32,18 @@ def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
     return m
 
 
+def quiet_options():
+    """onnxruntime session options that log nothing short of a fatal error: whatever it refuses
+    or fails at reaches the user as qtquant's own one-line message (its exception, read by
+    :func:`ort_session` or the caller), and its own log lines on stderr would only repeat it
+    around that line (an Expand with a bad shape: three)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    return so
+
+
 def ort_session(model: "onnx.ModelProto | str | Path", so, **kwargs):
     """``onnxruntime.InferenceSession`` on the CPU provider for an in-memory model, or a file as a user
     opens it (a path); whatever onnxruntime refuses becomes the one-line :class:`ModelError` every
@@ -65,8 +77,7 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
     """
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so = quiet_options()
     if threads:
         so.intra_op_num_threads = threads
     if not spinning:

@@ -126,6 +126,9 @@ class Blank(StrEnum):
 
     NO_SIGNAL = "no signal"  # the float reference varies by less than one quantization step
     IDENTICAL = "identical"  # nothing quantized reaches the output: an infinite SQNR tells nothing
+    # An integer output (ArgMax's class, TopK's indices) has no SQNR: how often it equals the float
+    # model's is said instead (metrics.AgreementSums).
+    AGREEMENT = "agreement"
 
 
 class Precision(StrEnum):

@@ -31,12 +31,13 @@ class RandomReader:
         return next(self.data, None)
 
 
-def ort_qdq_file(src: str, dst: str, *, symmetric: bool = True, per_channel: bool = True, n: int = 4) -> str:
+def ort_qdq_file(src: str, dst: str, *, symmetric: bool = True, per_channel: bool = True, n: int = 4,
+                 shape=(1, 3, 16, 16)) -> str:
     """``src`` quantized by onnxruntime's ``quantize_static`` (QDQ, int8 weights) into ``dst``: a QDQ file
-    made by another tool, as a user brings one."""
+    made by another tool, as a user brings one (``shape``: its input ``x``'s)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    quantize_static(src, dst, RandomReader(n), quant_format=QuantFormat.QDQ,
+    quantize_static(src, dst, RandomReader(n, shape), quant_format=QuantFormat.QDQ,
                     activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                     weight_type=QuantType.QInt8, per_channel=per_channel,
                     extra_options={"ActivationSymmetric": symmetric})

@@ -3,7 +3,7 @@
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from builders import branchy_concat_model, save
 from qtquant.calib.engine import CalibConfig, CalibrationResult, TensorStats
@@ -160,13 +160,41 @@ def test_old_opsets_are_raised_on_open_and_older_ones_refused(tmp_path, capsys):
     assert "opset 13 (raised from 9)" in model_info(s).nodes
     assert main(["analyze", path, "--calib-count", "2"]) == 0
     assert "note: the file is opset 9; it was raised to 13 on open" in capsys.readouterr().out
-    with pytest.raises(ModelError, match=r"opset 5 is not supported \(qtquant reads opsets 11 to 23, and raises 7"):
+    with pytest.raises(ModelError, match=r"opset 5 is not supported \(qtquant reads opsets 11 to 23, and raises 6"):
         load_graph(save(branchy_concat_model(opset=5), tmp_path / "older.onnx"))
     # An op the old opset does not have: the checker refuses it before the converter sees it
     bad = branchy_concat_model(opset=9)
     bad.graph.node[0].op_type = "Resize"
     with pytest.raises(ModelError, match="opset 9 could not be raised to 13 .*No Op registered for Resize"):
         load_graph(save(bad, tmp_path / "bad.onnx"))
+
+
+def test_opset_6_files_open_raised_and_prelu_keeps_its_channel_slopes(tmp_path, capsys):
+    """Opset 6 (2017's exporters; onnx's own opset-6 test models) opens raised to 13.  Opset 6's PRelu
+    applies a (C,) slope along the channels; onnx's converter kept it (C,), which from opset 7
+    broadcasts along the last axis: of the same size here, so the values were silently wrong."""
+    import onnxruntime as ort
+
+    from qtquant.cli import main
+
+    path = save(branchy_concat_model(opset=6), tmp_path / "six.onnx")
+    assert load_graph(path).source_opset == 6
+    assert main(["analyze", path, "--calib-count", "2", "--no-perf"]) == 0
+    assert "note: the file is opset 6; it was raised to 13 on open" in capsys.readouterr().out
+
+    slope = np.array([0.1, 0.5, 2.0], np.float32)
+    g = helper.make_graph([helper.make_node("PRelu", ["x", "s"], ["y"])], "prelu",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2, 3]),
+                           helper.make_tensor_value_info("s", TensorProto.FLOAT, [3])],  # as old files list them
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 2, 3])],
+                          [numpy_helper.from_array(slope, "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)])
+    m.ir_version = 3
+    graph = load_graph(save(m, tmp_path / "prelu6.onnx"))
+    x = np.random.default_rng(0).standard_normal((1, 3, 2, 3)).astype(np.float32)
+    got = ort.InferenceSession(graph.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    np.testing.assert_allclose(got, np.where(x > 0, x, slope[None, :, None, None] * x), rtol=1e-6)
 
 
 def test_concat_axis_that_is_not_an_integer_is_one_line(tmp_path):

@@ -16,7 +16,7 @@ from qtquant.autoshare import auto_share
 from qtquant.cli import main
 from qtquant.concat import concat_members
 from qtquant.export.qdq import build_qdq_model
-from qtquant.fidelity import float_outputs_of, measure_session, run_feeds
+from qtquant.fidelity import checked_outputs_of, measure_session, run_feeds
 from qtquant.groups import share, unshare
 from qtquant.export import qdq
 from qtquant.export.rewrite import MEMO_MIN_BYTES, ValueMemo, raw_value_key
@@ -70,7 +70,7 @@ def _equal(a, b, outs):
 def _first_run(session):
     """(outputs, check feeds, a runner after its first run, the exported model, a fresh session's
     outputs); the first run equals the fresh session's bit for bit."""
-    outs = float_outputs_of(session.graph)
+    outs = checked_outputs_of(session.graph)
     feeds = list(session.calibration.holdout)
     runner = IncrementalRunner(feeds)
     model, ref = _fresh(session, outs, feeds)
@@ -151,7 +151,7 @@ def test_a_new_structure_gets_its_program_in_the_next_check_that_meets_it(yolo):
     assert runner.last[0] == "optimised program" and len(runner._programs) == 2
 
 def test_a_small_budget_only_costs_runs(yolo):
-    outs = float_outputs_of(yolo.graph)
+    outs = checked_outputs_of(yolo.graph)
     feeds = list(yolo.calibration.holdout)
     runner = IncrementalRunner(feeds, keep_bytes=1, const_bytes=1)  # nothing kept: every run is the whole model
     for members in ([], _head(yolo.graph)):
@@ -208,7 +208,7 @@ def test_the_warm_check_after_edits_gives_the_figures_of_analyze_on_the_exported
 def test_both_schemes_on_the_detector(det_path, scheme):
     s = open_model(det_path, options=replace(Options(), scheme=scheme))
     s.run_calibration()
-    outs, feeds = float_outputs_of(s.graph), list(s.calibration.holdout)
+    outs, feeds = checked_outputs_of(s.graph), list(s.calibration.holdout)
     runner = IncrementalRunner(feeds)
     for members in ([], ["box", "score", "head_out"], ["c0_out", "c1_out", "cat1_out"]):
         if members:
@@ -225,7 +225,7 @@ def test_what_the_program_cannot_follow_runs_in_a_fresh_default_session(yolo, mo
     import qtquant.incremental as inc
 
     monkeypatch.setattr(inc, "MAX_NODES", 10)
-    outs, feeds = float_outputs_of(yolo.graph), list(yolo.calibration.holdout)
+    outs, feeds = checked_outputs_of(yolo.graph), list(yolo.calibration.holdout)
     runner = IncrementalRunner(feeds)
     model, ref = _fresh(yolo, outs, feeds)
     assert _equal(runner.run(model, outs, moved=_moved(yolo)), ref, outs)
@@ -388,7 +388,7 @@ def test_dequantized_weights_are_computed_once_for_every_sample_and_edit(yolo, m
 def test_constants_have_a_budget_of_their_own(yolo):
     """Over the budget the oldest constants go, and what is not kept is computed again for the
     run that needs it (once, not per sample): the figures stay a fresh session's."""
-    outs = float_outputs_of(yolo.graph)
+    outs = checked_outputs_of(yolo.graph)
     feeds = list(yolo.calibration.holdout)
     runner = IncrementalRunner(feeds, const_bytes=4096)
     for members in ([], _head(yolo.graph)):

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import BadInputError
-from ..fidelity import OutputFidelity, output_figures, run_feeds, float_outputs_of, runtime_text
+from ..fidelity import OutputFidelity, output_figures, run_feeds, checked_outputs_of, runtime_text
 from ..outputs import OutputMode, float_output_tensors, output_slices
 from ..runtime import with_outputs
 from ..tables import samples_text
@@ -35,12 +35,14 @@ class Variant:
     worst_db: float  # NaN when no slice carries signal
 
     def rows(self) -> list[dict]:
-        """``[{"output", "slice", "sqnr_db"}]``: every measured part (the whole output, then its slices)."""
+        """``[{"output", "slice", "sqnr_db", "said"}]``: every measured part (the whole output, then its
+        slices); ``said``: the word a part without a number gets ("no signal", "16/16 equal"), else ""."""
         out = []
         for o, f in self.outputs.items():
             for part in [f.whole, *f.slices] if f.slices else [f.whole]:
                 out.append({"output": o, "slice": part.label,
-                            "sqnr_db": None if part.no_signal or part.sqnr_db is None else _num(part.sqnr_db)})
+                            "sqnr_db": None if part.no_signal or part.sqnr_db is None else _num(part.sqnr_db),
+                            "said": part.word})
         return out
 
 
@@ -73,7 +75,7 @@ class Bench:
         self.samples = len(self.feeds)
         self.in_sample = bool(getattr(cal, "in_sample", False))
         self.ranges = getattr(cal, "ranges", None) or {}
-        self.outs = float_outputs_of(self.graph)
+        self.outs = checked_outputs_of(self.graph)
         self.slices = output_slices(self.graph)
         limit = session.options.max_bits_lost
         # What the default export leaves in float (an output Concat that cannot share a scale):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..outputs import OutputMode
 from ..tables import fmt_num as _f, samples_text
+from ..vocab import Blank
 from .check import Bench, Variant
 from .sensitivity import DEFAULT_TOP, ESTIMATE_TEXT, Sensitivity, rank, units_of
 from .tensors import TensorError, tensor_errors
@@ -44,7 +45,8 @@ class AccuracyReport:
         """A sentence when no measured node moves the worst slice (the gains carry no
         information, so the ranking says so in words), else ""."""
         measured = [x for x in self.sensitivity if not x.estimate]
-        if not measured or any(math.isfinite(x.gain_db) and abs(x.gain_db) >= NO_GAIN_DB for x in measured):
+        if not measured or not self.base.worst_label \
+                or any(math.isfinite(x.gain_db) and abs(x.gain_db) >= NO_GAIN_DB for x in measured):
             return ""
         return (f"no node kept in float alone moves the worst slice by {NO_GAIN_DB} dB or more "
                 f"({len(measured)} measured): the loss is not one node's")
@@ -61,6 +63,15 @@ class AccuracyReport:
                 return (f"cumulative SQNR first falls under {LOW_SQNR_DB:g} dB at {t.tensor} "
                         f"({_f(t.sqnr_db)} dB{local}; tensor {i + 1} of {len(self.tensors)} in graph order)")
         return ""
+
+    def _worst_text(self) -> str:
+        if self.base.worst_label:
+            return f"worst slice: {self.base.worst_label} {_f(self.base.worst_db)} dB"
+        agreed = [f.whole for f in self.base.outputs.values() if f.whole.blank is Blank.AGREEMENT]
+        if agreed:
+            return ("worst slice: none: " + ", ".join(f"{f.label} {f.word}" for f in agreed) + " (integer outputs "
+                    "have no SQNR; the sensitivity below ranks nodes by the worst float slice, and there is none)")
+        return "worst slice: none measured"
 
     def tensor(self, name: str) -> TensorError | None:
         return self._by_tensor().get(name)
@@ -91,9 +102,10 @@ class AccuracyReport:
         from ..tables import text_table
 
         lines = [f"accuracy of the exported model ({self.runtime}) on {self.sample_text}",
-                 text_table([(r["output"] if r["slice"] == r["output"] else "  " + r["slice"], _f(r["sqnr_db"]))
+                 text_table([(r["output"] if r["slice"] == r["output"] else "  " + r["slice"],
+                              r["said"] if r["sqnr_db"] is None and r["said"] else _f(r["sqnr_db"]))
                              for r in self.base.rows()], ("output / slice", "SQNR dB"), rule=True),
-                 f"worst slice: {self.base.worst_label or 'none measured'} {_f(self.base.worst_db)} dB", ""]
+                 self._worst_text(), ""]
         worst = sorted((t for t in self.tensors if math.isfinite(t.sqnr_db)), key=lambda t: t.sqnr_db)[:tensors]
         lines.append(f"per-tensor error, the {len(worst)} lowest cumulative SQNR of {len(self.tensors)} "
                      "(cumulative: quantized model vs float; local: that tensor alone quantized)")

@@ -1,0 +1,104 @@
+"""Integer outputs (an ArgMax's class) in the accuracy check: compared by agreement, not SQNR, and
+never silently left out (they were: a classifier ending in ArgMax got an empty fidelity table)."""
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from qtquant.app import open_model
+from qtquant.cli import main
+from qtquant.export.qdq import export_qdq
+from qtquant.fidelity import measure_session
+from qtquant.metrics import AgreementSums, ErrorSums, sums_for
+from qtquant.vocab import Blank
+
+
+def _tied_classifier(path, with_logits=True):
+    """x (1x8 in [0, 1)) -> Gemm -> logits -> ArgMax -> cls.  Classes 0 and 1 differ by a thousandth
+    of x0 - 0.5: far below one int8 step of the logits, so quantization flips some classes."""
+    w = np.ones((3, 8), np.float32)
+    w[1, 0] += 0.001
+    w[2] *= 0.5
+    b = np.array([0.0, -0.0005, 0.0], np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["logits"], transB=1),
+             helper.make_node("ArgMax", ["logits"], ["cls"], axis=1, keepdims=0)]
+    outs = [helper.make_tensor_value_info("cls", TensorProto.INT64, [1])]
+    if with_logits:
+        outs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 3]))
+    g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])], outs,
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def test_agreement_counts():
+    a = AgreementSums()
+    a.add(np.array([1, 2, 3]), np.array([1, 2, 0]))
+    a.add(np.array([4, 5, 6]), np.array([4, 5, 6]))
+    f = a.figure("cls")
+    assert f.blank is Blank.AGREEMENT and not f.measured and f.sqnr_db is None
+    assert f.equal_samples == 1 and f.samples == 2 and abs(f.agreement - 5 / 6) < 1e-12
+    assert f.word == "1/2 equal" and "83.3% of its elements" in f.no_signal and "says little" not in f.no_signal
+    d = f.to_dict()
+    assert d["agreement"] == f.agreement and d["equal_samples"] == 1 and d["no_signal"] is False
+    one = AgreementSums()
+    one.add(np.array([7]), np.array([7]))
+    one.add(np.array([7]), np.array([7]))
+    assert "one value on every sample, so agreement says little" in one.figure("cls").no_signal
+    assert isinstance(sums_for(np.array([True])), AgreementSums)
+    assert isinstance(sums_for(np.zeros(2, np.float32)), ErrorSums)
+
+
+def test_an_argmax_output_is_measured_by_agreement_with_the_shipped_file(tmp_path):
+    path = _tied_classifier(tmp_path / "tied.onnx")
+    s = open_model(path)
+    s.run_calibration()
+    fid = measure_session(s)
+    assert fid.outputs == ["logits", "cls"]
+    cls = fid.after["cls"].whole
+    assert cls.blank is Blank.AGREEMENT and fid.after["cls"].headline is cls
+    # The same count, worked out here: the exported file and the float model in onnxruntime on the
+    # check samples.
+    out = tmp_path / "tied.qdq.onnx"
+    export_qdq(s, out)
+    feeds = list(s.calibration.holdout)
+    shipped = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    flt = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    same = [int(shipped.run(["cls"], f)[0][0] == flt.run(["cls"], f)[0][0]) for f in feeds]
+    assert cls.samples == len(feeds) and cls.equal_samples == sum(same)
+    assert 0 < sum(same) < len(feeds)  # the model is built so that quantization flips some classes
+    # The float output still has its SQNR, and is the headline the summary compares.
+    assert fid.after["logits"].whole.measured and np.isfinite(fid.sqnr_db["logits"])
+    assert np.isnan(fid.sqnr_db["cls"])
+    row = next(line.split() for line in fid.text().splitlines() if line.startswith("cls "))
+    assert row == ["cls", f"{sum(same)}/{len(feeds)}", "equal", f"{sum(same)}/{len(feeds)}", "equal"]
+
+
+def test_an_argmax_only_model_reports_agreement_in_the_cli(tmp_path, capsys):
+    path = _tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
+    assert main(["analyze", path, "--no-perf", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    cls = doc["summary"]["fidelity"]["outputs"]["cls"]
+    assert cls["sqnr_db"] is None and cls["no_signal"] is False
+    assert 0 < cls["equal_samples"] < cls["samples"] and 0 < cls["agreement"] < 1
+    assert doc["summary"]["sqnr_db"] == {"cls": None}
+    assert main(["accuracy", path]) == 0
+    out = capsys.readouterr().out
+    # the integer output is said, and the sensitivity does not claim a finding about a slice that is not there
+    assert "worst slice: none: cls " in out and "equal (integer outputs have no SQNR" in out
+    assert "the loss is not one node's" not in out
+
+
+def test_a_qdq_file_with_an_argmax_output_is_compared_by_agreement(tmp_path, capsys):
+    from ortkit import ort_qdq_file
+
+    src = ort_qdq_file(_tied_classifier(tmp_path / "tied.onnx"), str(tmp_path / "tied.ort.onnx"), shape=(1, 8))
+    assert main(["fix", src, "-o", str(tmp_path / "out.onnx"), "--no-perf", "--calib-count", "4", "--json"]) == 0
+    cls = json.loads(capsys.readouterr().out)["against_input"]["outputs"]["cls"]
+    # the files' classes counted, not an SQNR of class numbers cast to float
+    assert cls["sqnr_db"] is None and cls["equal_samples"] <= cls["samples"] == 4
+    assert "it equals the output of the input file on" in cls["reason"]
+    assert "the output of the input file's float view" in cls["input_vs_float_view"]["reason"]
