@@ -115,7 +115,7 @@ class Fidelity:
 
         lines = [f"fidelity of the exported model ({self.runtime}) on {self.sample_text}: "
                  f"SQNR dB / cosine vs {self.reference}; an output's headline is its worst slice",
-                 text_table(rows, ("output", "before", "after", "change"))]
+                 text_table(rows, ("output", "before", "after", "change"), max_width=48)]
         for o in self.outputs:
             if self.after[o].slices:
                 lines.append(f"headline {o}: {self.headline_text(o, True)} -> {self.headline_text(o)}")

@@ -4,6 +4,7 @@ import math
 import re
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from qtquant.app import Session
@@ -100,8 +101,20 @@ def test_fidelity_line_escapes_names_and_colours_changes():
     assert "b: <i>no signal</i>" in fidelity_html(fid) and "representative data" in fidelity_html(fid)
     fid.after["b"] = out(_figure("b", None, "identical: equals the float model's", Blank.IDENTICAL))
     assert "b: <i>identical</i>" in fidelity_html(fid) and "representative data" not in fidelity_html(fid)
+    fid.after["b"] = out(_figure('{"1": "1_minute_timer", "2": "5_minute_timer"}', 47.0))  # openWakeWord's name
+    assert '; …: "5_minute_timer"}: 47.0 dB' in fidelity_html(fid)  # the figure stays in view
     fid.after["b"] = out(_figure("b", -0.001))  # a destroyed output: 0.0 dB, never "-0.0"
     assert "b: 0.0 dB" in fidelity_html(fid) and "-0.0" not in fidelity_html(fid)
+    from qtquant.metrics import AgreementSums
+
+    cls = AgreementSums()
+    cls.add(np.array([3]), np.array([3]))
+    fid.findings = []
+    fid.after["b"] = out(cls.figure("b"))  # an integer output: its agreement, in plain text while all agree
+    assert fidelity_html(fid).endswith("; b: 1/1 equal")
+    cls.add(np.array([3]), np.array([4]))
+    fid.after["b"] = out(cls.figure("b"))  # ... and in the colour of a loss once a class is wrong
+    assert 'b: <span style="color:#c62828">1/2 equal</span>' in fidelity_html(fid)
 
 
 def test_group_rows(session):

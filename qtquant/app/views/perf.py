@@ -12,7 +12,7 @@ from html import escape
 
 from .fmt import fmt_bytes, fmt_us
 from .perfdata import num, simulator, top_layers
-from ...tables import fmt_num, samples_text
+from ...tables import clip_left, fmt_num, samples_text
 from ...vocab import Blank
 
 __all__ = ["Change", "Figure", "PerfSummaryView", "perf_summary", "fidelity_html", "fidelity_tip",
@@ -126,12 +126,21 @@ def perf_summary(session) -> PerfSummaryView:
         note="updating…" if stale else "(…): change against the unedited model" if grouped else "", **fields)
 
 
+LABEL_CHARS = 20  # an output's name in the dock's row, at most
+
+
 def fidelity_html(fid) -> str:
     """Each output's headline (its worst slice, named), the change, and the sample count."""
     parts = []
     for o in fid.outputs:
         a, w = fid.after[o].headline, fid.before[o].headline
-        name = escape(a.label, quote=False)
+        # A long name (a file's output named by a JSON string) would push the figure out of the dock's
+        # row; the whole name is in the tooltip's report.
+        name = escape(clip_left(a.label, LABEL_CHARS), quote=False)
+        if a.blank is Blank.AGREEMENT:  # an integer output: a class wrong on some sample is a finding
+            wrong = a.equal_samples is not None and a.equal_samples < a.samples
+            parts.append(f'{name}: <span style="color:{BAD}">{a.word}</span>' if wrong else f"{name}: {a.word}")
+            continue
         if a.no_signal:
             parts.append(f"{name}: <i>{a.word}</i>")
             continue
