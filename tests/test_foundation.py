@@ -263,7 +263,7 @@ def test_small_integer_tensors_in_external_data(tmp_path):
 def test_model_bytes_are_made_once(tmp_path, monkeypatch):
     """Encoding holds the GIL (a big graph's window froze for it at every fidelity check):
     the bytes are made once per graph and reused."""
-    import qtquant.graph as graph_mod
+    import qtquant.graphmodel as graph_mod
 
     g = load_graph(save(branchy_concat_model(), tmp_path / "m.onnx"))
     first = g.model_bytes()
@@ -275,7 +275,7 @@ def test_model_bytes_are_made_once(tmp_path, monkeypatch):
 
 
 def test_prepare_model_bytes_skips_models_too_big_to_keep(tmp_path, monkeypatch):
-    import qtquant.graph as graph_mod
+    import qtquant.graphmodel as graph_mod
 
     monkeypatch.setattr(graph_mod, "KEEP_MODEL_BYTES", 10)
     g = load_graph(save(branchy_concat_model(), tmp_path / "m.onnx"))  # the inferred bytes not kept either

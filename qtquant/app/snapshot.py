@@ -18,7 +18,7 @@ from ..outputs import export_float_of
 if TYPE_CHECKING:
     from ..calib import CalibrationResult
     from ..domains import DomainMap
-    from ..graph import Graph
+    from ..graphmodel import Graph
     from ..qdq import QdqInfo
     from .session import Options
 
