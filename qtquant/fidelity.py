@@ -49,7 +49,7 @@ from .errors import BadInputError
 from .fidelity_report import FLOAT_MODEL, QDQ_VIEW, Fidelity, MemberFidelity, OutputFidelity
 from .fidelity_runs import (_caches, _Cache, _checked_outputs, _prefetchable, _qdq_outputs_many, _run,
                             runtime_text, trace)
-from .metrics import AgreementSums, ErrorSums, cosine, is_integer_output, signal_noise_db, sqnr_db
+from .metrics import ErrorSums, cosine, signal_noise_db, sqnr_db, sums_for
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
 from .quant import bits_lost, qparams_for_range
 from .runtime import with_outputs
@@ -91,14 +91,9 @@ def _step(ranges, scheme, tensor) -> float | None:
 def _figures(ranges, dm, slices, ref_runs, test_runs, outs) -> dict[str, OutputFidelity]:
     res = {}
     for o in outs:
-        if ref_runs and is_integer_output(ref_runs[0][o]):  # an ArgMax's class: agreement, no slices
-            agree = AgreementSums()
-            for r, t in zip(ref_runs, test_runs):
-                agree.add(r[o], t[o])
-            res[o] = OutputFidelity(o, agree.figure(o))
-            continue
-        whole = ErrorSums()
-        parts = [(s, ErrorSums()) for s in slices.get(o, ())]
+        # An integer output (an ArgMax's class) is counted by agreement, as a whole: no slices.
+        whole = sums_for(ref_runs[0][o]) if ref_runs else ErrorSums()
+        parts = [(s, ErrorSums()) for s in slices.get(o, ())] if isinstance(whole, ErrorSums) else []
         for r, t in zip(ref_runs, test_runs):
             ref, test = np.asarray(r[o]), np.asarray(t[o])
             whole.add(ref, test)

@@ -183,14 +183,11 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
                 sums[n] = sums_for(ref[n])
                 if view is not None:
                     to_view[n] = (sums_for(ref[n]), sums_for(ref[n]))
-            exact = isinstance(sums[n], AgreementSums)
-            r, g = (np.asarray(ref[n]), np.asarray(got[n])) if exact else \
-                (np.asarray(ref[n], np.float32), np.asarray(got[n], np.float32))
+            r, g = np.asarray(ref[n]), np.asarray(got[n])  # (each accumulator reads them at its own precision)
             sums[n].add(r, g)
             if n in to_view:
-                f = np.asarray(flt[n]) if exact else np.asarray(flt[n], np.float32)
-                to_view[n][0].add(f, r)
-                to_view[n][1].add(f, g)
+                to_view[n][0].add(flt[n], r)
+                to_view[n][1].add(flt[n], g)
             if g.size:
                 spans[n] = [min(spans[n][0], float(g.min())), max(spans[n][1], float(g.max()))]
         comp.samples += 1

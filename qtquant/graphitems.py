@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 
 from .modelcheck import FLOAT_TYPES
-from .nodetable import attr_value, int_attribute
+from .nodetable import NOT_TENSOR, attr_value, int_attribute
 from .ops import handler_for
 from .vocab import TensorKind
 
@@ -76,7 +76,7 @@ class Tensor:
     def __init__(self, name, shape=None, elem_type=0, kind=TensorKind.ACTIVATION, producer=None, consumers=None):
         self.name = name
         self.shape = shape
-        self.elem_type = elem_type  # onnx.TensorProto enum, 0 when unknown, -1 not a tensor (nodetable.NOT_TENSOR)
+        self.elem_type = elem_type  # onnx.TensorProto enum, 0 when unknown, NOT_TENSOR for a sequence or map
         self.kind = kind
         self.producer = producer
         self.consumers = [] if consumers is None else consumers
@@ -90,7 +90,7 @@ class Tensor:
 
     @property
     def dtype_name(self) -> str:
-        if self.elem_type < 0:  # nodetable.NOT_TENSOR
+        if self.elem_type == NOT_TENSOR:
             return "not a tensor"
         return onnx.TensorProto.DataType.Name(self.elem_type).lower() if self.elem_type else "unknown"
 

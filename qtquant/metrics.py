@@ -14,7 +14,7 @@ import numpy as np
 from .vocab import Blank
 
 __all__ = ["sqnr_db", "signal_noise_db", "cosine", "ErrorSums", "AgreementSums", "Figure", "no_signal_reason",
-           "is_integer_output", "sums_for"]
+           "sums_for"]
 
 
 def sqnr_db(ref: np.ndarray, test: np.ndarray) -> float:
@@ -163,7 +163,7 @@ class ErrorSums:
         return Figure(label, self.sqnr, self.cos, self.max_abs, self.samples)
 
 
-def is_integer_output(value) -> bool:
+def _is_integer(value) -> bool:
     """An output compared by agreement, not SQNR: integer or bool values (ArgMax, TopK indices)."""
     kind = np.asarray(value).dtype.kind
     return kind in "iub"
@@ -206,5 +206,5 @@ class AgreementSums:
 
 def sums_for(value) -> "ErrorSums | AgreementSums":
     """The accumulator for an output whose values look like ``value``: agreement for integers and
-    bools (:func:`is_integer_output`), else SQNR sums."""
-    return AgreementSums() if is_integer_output(value) else ErrorSums()
+    bools, else SQNR sums."""
+    return AgreementSums() if _is_integer(value) else ErrorSums()

@@ -138,7 +138,7 @@ def fidelity_html(fid) -> str:
         # row; the whole name is in the tooltip's report.
         name = escape(clip_left(a.label, LABEL_CHARS), quote=False)
         if a.blank is Blank.AGREEMENT:  # an integer output: a class wrong on some sample is a finding
-            wrong = a.equal_samples is not None and a.equal_samples < a.samples
+            wrong = a.equal_samples < a.samples
             parts.append(f'{name}: <span style="color:{BAD}">{a.word}</span>' if wrong else f"{name}: {a.word}")
             continue
         if a.no_signal:
