@@ -74,4 +74,4 @@ def test_onnxruntime_failing_on_synthetic_integer_inputs_is_one_line_with_what_t
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 3 and len(lines) == 1, r.stderr
     assert lines[0].startswith("qtquant: error: ") and "onnxruntime" in lines[0]
-    assert "synthetic, which gives the integer input(s) shape zeros" in lines[0] and "--calib DATA" in lines[0]
+    assert "synthetic samples give the integer input(s) shape zeros" in lines[0] and "--calib DATA" in lines[0]

@@ -187,6 +187,7 @@ class _Lanes:
     def __init__(self, runner: ChunkRunner, source: Source, refs, reducer: "_Reducer"):
         self.runner, self.reduce = runner, reducer
         self.items = source.feeds(refs)
+        self.hint = source.run_failure_hint()
         self.take = threading.Lock()  # the iterator (loading happens under it, in sample order)
         self.turn = threading.Condition()
         self.taken = 0  # samples handed to lanes
@@ -234,7 +235,7 @@ class _Lanes:
         try:
             outs = self.runner.sess.run(list(plan.fetch), feed) if plan.fetch else []
         except Exception as e:  # onnxruntime raises its own types; report one line
-            self.fail(k, ModelError(f"onnxruntime failed on {ref.label()}: {first_line(e)}"))
+            self.fail(k, ModelError(f"onnxruntime failed on {ref.label()}: {first_line(e)}{self.hint}"))
             return False
         with self.turn:
             while self.folded != k and k < self.stop_at:

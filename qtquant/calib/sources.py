@@ -158,6 +158,11 @@ class Source:
             first.setdefault(r.file, i)
         return sorted(refs, key=lambda r: first[r.file])
 
+    def run_failure_hint(self) -> str:
+        """What to add to onnxruntime's error when a sample of this source failed to run, where the
+        data itself is the likely cause ("" when nothing is known)."""
+        return ""
+
     def fingerprint(self) -> dict:
         """What identifies the data for the statistics cache: files with size and mtime."""
         files = sorted({r.file for r in self.refs if r.file})
@@ -190,6 +195,15 @@ class SyntheticSource(Source):
                 feed[name] = rng.random(shape, dtype=np.float32).astype(dtype) if dtype.kind == "f" \
                     else np.zeros(shape, dtype)
             yield r, feed
+
+    def run_failure_hint(self) -> str:
+        """Synthetic data gives integer inputs zeros, and an input that holds a shape, split sizes or
+        indices cannot run on made-up values."""
+        ints = [name for name, (_, dtype) in self.specs.items() if np.dtype(dtype).kind != "f"]
+        if not ints:
+            return ""
+        return (f" (synthetic samples give the integer input(s) {', '.join(ints[:3])} zeros; where one holds a "
+                "shape, sizes or indices, calibrate on real values: --calib DATA, or Calibration data in the app)")
 
     def fingerprint(self) -> dict:
         return {"kind": self.kind}

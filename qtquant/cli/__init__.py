@@ -114,28 +114,6 @@ def _open_gui(argv) -> int:
                    cut=getattr(args, "cut", None))
 
 
-def _synthetic_hint(args, error) -> str:
-    """What to do when onnxruntime failed on synthetic samples of a model with integer inputs:
-    synthetic data gives them zeros, and an input that holds a shape, split sizes or indices
-    cannot run on made-up values ("" otherwise)."""
-    if str(getattr(args, "calib", "")) != "synthetic" or "onnxruntime" not in str(error):
-        return ""
-    try:
-        import onnx
-
-        from ..modelcheck import INTEGER_TYPES
-
-        g = onnx.load(args.model, load_external_data=False).graph
-        weights = {t.name for t in g.initializer}
-        ints = [i.name for i in g.input if i.name not in weights and i.type.tensor_type.elem_type in INTEGER_TYPES]
-    except Exception:  # the error stands as it is
-        return ""
-    if not ints:
-        return ""
-    return (f" (the samples were synthetic, which gives the integer input(s) {', '.join(ints[:3])} zeros: "
-            "where an input holds a shape, sizes or indices, give --calib DATA with real values)")
-
-
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in COMMANDS and not argv[0].startswith("-")):
@@ -151,7 +129,7 @@ def main(argv=None) -> int:
     try:
         return int(args._run(args) or 0)
     except QtQuantError as e:
-        sys.stderr.write(f"qtquant: error: {e}{_synthetic_hint(args, e)}\n")
+        sys.stderr.write(f"qtquant: error: {e}\n")
         return e.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("qtquant: interrupted\n")

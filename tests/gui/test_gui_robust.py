@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings, Qt  # noqa: E402
-from PySide6.QtWidgets import QMessageBox  # noqa: E402
+from PySide6.QtWidgets import QLabel, QMessageBox  # noqa: E402
 
 from builders import other_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
@@ -228,6 +228,32 @@ def one_line(win):
     title, msg, _ = win.errors[-1]
     assert msg and "\n" not in msg and "Traceback" not in msg and len(msg) <= 320
     return title, msg
+
+
+def test_synthetic_samples_a_model_with_a_shape_input_cannot_run_on_say_what_to_do(qtbot, make_win, tmp_path):
+    """onnxruntime fails on synthetic samples when an integer input holds a shape (they give it
+    zeros): the dialog says so and where to give real values, as the command line does."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Expand", ["r", "shape"], ["y"])]
+    g = helper.make_graph(nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1]),
+                                            helper.make_tensor_value_info("shape", TensorProto.INT64, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "expand.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    w = make_win()
+    w.open_model(path, calib=CalibConfig(count=2))
+    qtbot.waitUntil(lambda: bool(w.errors), timeout=20000)
+    title, msg, _ = w.errors[-1]
+    assert "\n" not in msg and "Traceback" not in msg
+    assert title.startswith("Calibrate (synthetic") and "onnxruntime failed on synthetic sample" in msg
+    assert "integer input(s) shape zeros" in msg and "Calibration data" in msg
+    dialog = w.messages.error_dialogs[-1]
+    assert dialog.isVisible() and "Calibration data in the app" in " ".join(
+        lb.text() for lb in dialog.findChildren(QLabel))  # the whole sentence is shown, not cut
+    qtbot.waitUntil(lambda: not w.controller.busy, timeout=10000)
+    assert w.scene.nodes  # the graph is still shown
 
 
 @pytest.mark.parametrize("fail_at", [1, 3])
