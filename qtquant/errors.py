@@ -97,4 +97,10 @@ def first_line(e: BaseException, limit: int = 300, default: str | None = None) -
     """The first line of another library's error (onnxruntime's run several lines with a stack),
     or ``default`` (its type's name) when it says nothing: what a one-line message quotes."""
     text = str(e).strip()
-    return (text.splitlines()[0] if text else default or type(e).__name__)[:limit]
+    line = text.splitlines()[0] if text else default or type(e).__name__
+    if len(line) <= limit:
+        return line
+    # Cut at a word, marked: a quote that stops mid-word ("... Er") reads as the whole message.
+    cut = line[:limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"

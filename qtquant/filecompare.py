@@ -18,6 +18,7 @@ import numpy as np
 
 from .errors import ModelError
 from .metrics import AgreementSums, Figure, sums_for
+from .qdq import PER_CHANNEL_QDQ_OPSET
 from .vocab import Blank
 
 __all__ = ["FileComparison", "QdqCounts", "qdq_counts", "compare_with_input"]
@@ -161,7 +162,12 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
     try:
         before = _session(graph.path)
     except ModelError as e:  # (onnxruntime's quantizer can write a file its runtime refuses: axis before opset 13)
-        why = str(e).removeprefix("onnxruntime cannot run this model: ")
+        info = getattr(graph, "qdq_info", None)
+        if info is not None and info.early_channels:  # the known cause, said in words
+            why = (f"it is opset {info.opset} with per-channel Q/DQ, which needs opset {PER_CHANNEL_QDQ_OPSET}: "
+                   "not valid ONNX")
+        else:
+            why = str(e).removeprefix("onnxruntime cannot run this model: ")
         comp.skipped = f"onnxruntime cannot run the input file: {why}"
         return comp
     after = _session(Path(written))

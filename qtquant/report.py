@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from .qdq import early_channels_note
 from .shapes import format_shape
 from .tables import text_table
 from .vocab import ConcatScaleRule
@@ -97,6 +98,8 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
         "source_opset": g.source_opset,  # the file's, where it was older and raised on open (else null)
         "source_dtype": g.source_dtype,  # "float16" where the file computed in it and was widened on open
         "quantized_input": session.quantized_file,
+        # why the QDQ file opened is not valid ONNX as it is (per-channel Q/DQ before opset 13), else null
+        "quantized_input_invalid": qdq_file_note(g) or None,
         "scheme": session.options.scheme.value,
         "policy": session.options.policy.value,
         "calibration": None if session.calibration is None else {
@@ -130,6 +133,12 @@ def opset_note(graph) -> str:
     """What opening an old model did to it (``graph.source_opset`` set)."""
     return (f"the file is opset {graph.source_opset}; it was raised to {graph.opset} on open (onnx's version "
             "converter): the analysis, the fidelity check and the export use the converted model")
+
+
+def qdq_file_note(graph) -> str:
+    """What is wrong with the QDQ file ``graph`` was read from, as ONNX ("" where nothing is)."""
+    info = getattr(graph, "qdq_info", None)
+    return early_channels_note(info) if info is not None else ""
 
 
 def dtype_note(graph) -> str:
@@ -242,6 +251,8 @@ def concat_table_text(session, concats=None, perf=None) -> str:
                     if session.calibration else "not calibrated"))
     if g.source_opset is not None:
         lines.append(f"note: {opset_note(g)}")
+    if invalid := qdq_file_note(g):
+        lines.append(f"note: {invalid}")
     if g.source_dtype is not None:
         lines.append(f"note: {dtype_note(g)}")
     for note in getattr(session.calibration, "notes", None) or ():

@@ -13,6 +13,7 @@ import pytest
 
 from builders import branchy_concat_model, save
 from ortkit import ort_qdq_file
+from qtquant.app import open_model
 from qtquant.cli import main
 from qtquant.filecompare import qdq_counts
 
@@ -104,5 +105,28 @@ def test_an_input_file_onnxruntime_refuses_is_said_and_the_export_stands(tmp_pat
         ort.InferenceSession(bad)
     out = tmp_path / "fixed.onnx"
     assert main(["fix", bad, "-o", str(out), "--no-perf", "--calib-count", "2"]) == 0
-    assert "against the input file: not measured (onnxruntime cannot run the input file: " in capsys.readouterr().out
+    assert ("against the input file: not measured (onnxruntime cannot run the input file: it is opset 11 with "
+            "per-channel Q/DQ, which needs opset 13: not valid ONNX)") in capsys.readouterr().out
     ort.InferenceSession(str(out))  # the export runs
+    # Opening it says so, in the report, the JSON and the app's model panel, before any export
+    n = sum(1 for nd in onnx.load(bad).graph.node if nd.op_type in ("QuantizeLinear", "DequantizeLinear")
+            and any(a.name == "axis" for a in nd.attribute))
+    assert n >= 1
+    assert main(["analyze", bad, "--no-perf"]) == 0
+    text = capsys.readouterr().out
+    assert f"note: the file is opset 11, and {n} of its Q/DQ nodes" in text and "not valid ONNX" in text
+    assert main(["analyze", bad, "--no-perf", "--json"]) == 0
+    assert "per channel" in json.loads(capsys.readouterr().out)["quantized_input_invalid"]
+    from qtquant.app.views.concats import model_info
+
+    view = model_info(open_model(bad))
+    assert "QDQ file (invalid at opset 11)" in view.quantization and "opset 13" in view.quantization_tip
+
+
+def test_a_per_tensor_qdq_file_before_opset_13_is_valid_and_said_nothing_of(tmp_path, capsys):
+    src = save(branchy_concat_model(opset=11), tmp_path / "f11.onnx")
+    ok = ort_qdq_file(src, str(tmp_path / "q11t.onnx"), per_channel=False)
+    ort.InferenceSession(ok)  # valid: onnxruntime runs it
+    assert main(["analyze", ok, "--no-perf", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["quantized_input_invalid"] is None
+    assert open_model(ok).graph.qdq_info.early_channels == 0

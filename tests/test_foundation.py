@@ -289,7 +289,10 @@ def test_first_line_quotes_another_librarys_error_in_one_line():
     assert first_line(RuntimeError("[ONNXRuntimeError] : 2 : bad shape\n  at frame 1\n  at frame 2")) == \
         "[ONNXRuntimeError] : 2 : bad shape"
     assert first_line(ValueError("  ")) == "ValueError"  # says nothing: its type
-    assert first_line(RuntimeError("x" * 400)) == "x" * 300
+    assert first_line(RuntimeError("x" * 400)) == "x" * 299 + "…"  # no space to cut at: cut, and marked
+    long = "Type Error: " + "word " * 80
+    quoted = first_line(RuntimeError(long), 100)
+    assert len(quoted) <= 100 and quoted.endswith("word…") and long.startswith(quoted[:-1])
 
 
 def test_file_digest_is_the_files_sha256_whichever_way_it_is_computed(tmp_path, monkeypatch):

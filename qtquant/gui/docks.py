@@ -113,7 +113,7 @@ class ModelInfo(QWidget):
         view = model_info(self.relay.session)
         for key in self.FIELDS:
             if key in self.ONE_LINE:
-                self.fields[key].set_full_text(getattr(view, key))
+                self.fields[key].set_full_text(getattr(view, key), getattr(view, f"{key}_tip", ""))
             else:
                 self.fields[key].setText(getattr(view, key))
         self.fields["model"].setToolTip(view.model_tip)

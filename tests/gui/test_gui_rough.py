@@ -380,3 +380,17 @@ def test_every_node_can_be_scrolled_out_from_under_the_minimap(qtbot, make_win, 
     assert corner.x() < box.left() or corner.y() < box.top()
     win.actions_by_name["fit"].trigger()
     assert not mm.isVisible() and view.sceneRect() == view.scene().sceneRect()  # the room goes with it
+
+
+def test_a_qdq_file_invalid_at_its_opset_says_so_in_the_model_panel(qtbot, win, tmp_path):
+    """onnxruntime's quantize_static writes per-channel Q/DQ into opset-11 files, which are not valid
+    ONNX: the panel's quantization line says so, and its tooltip why."""
+    from builders import branchy_concat_model, save
+    from ortkit import ort_qdq_file
+
+    src = save(branchy_concat_model(opset=11), tmp_path / "f11.onnx")
+    bad = ort_qdq_file(src, str(tmp_path / "q11.onnx"), per_channel=True)
+    open_settled(qtbot, win, bad)
+    quant = win.model_info.fields["quantization"]
+    assert quant.full_text().startswith("QDQ file (invalid at opset 11), ")
+    assert "only from opset 13" in quant.toolTip() and "onnxruntime refuses it" in quant.toolTip()

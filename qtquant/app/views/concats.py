@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ...concat import rescale_node_names
-from ...report import dtype_note
+from ...report import dtype_note, qdq_file_note
 from ...shapes import format_shape
 from ...vocab import ConcatScaleRule
 from ..session import concat_rule
@@ -102,6 +102,7 @@ class ModelInfoView:
     nodes: str = "—"
     inputs: str = "—"
     quantization: str = "—"
+    quantization_tip: str = ""
     calibration: str = "—"
     calibration_tip: str = ""
     concats: str = "—"
@@ -140,8 +141,10 @@ def model_info(session) -> ModelInfoView:
         nodes=f"{len(g.nodes)} ops, {len(g.tensors)} tensors, opset {g.opset}"
               + (f" (raised from {g.source_opset})" if g.source_opset is not None else ""),
         inputs=", ".join(f"{k} {format_shape(v)}" for k, v in g.input_shapes.items()) or "—",
-        quantization=("QDQ file, " if session.quantized_file else "float model, ")
+        quantization=("QDQ file" + (f" (invalid at opset {g.opset})" if qdq_file_note(g) else "") + ", "
+                      if session.quantized_file else "float model, ")
         + f"{o.scheme.value}, policy {o.policy.value}"
         + (", Concat output: widest input's scale" if concat_rule(o) == ConcatScaleRule.WIDEST_INPUT
            else ""),
-        calibration=calibration, calibration_tip=calibration_tip, concats=concats)
+        quantization_tip=qdq_file_note(g), calibration=calibration, calibration_tip=calibration_tip,
+        concats=concats)
