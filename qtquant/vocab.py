@@ -131,6 +131,23 @@ class Blank(StrEnum):
     AGREEMENT = "agreement"
 
 
+class RankedBy(StrEnum):
+    """What the sensitivity ranking's gains are measured in: the worst float slice's SQNR, or, for a
+    model whose outputs are all integer (an ArgMax's class or mask), the share of the elements of
+    its least-agreeing output that equal the float model's (a gain in percentage points)."""
+
+    SQNR = "sqnr"
+    AGREEMENT = "agreement"
+
+    @property
+    def gain_unit(self) -> str:
+        return "dB" if self is RankedBy.SQNR else "pp"
+
+    def value_text(self, value: float) -> str:
+        """A worst value with its unit: "12.46 dB", "93.75% equal"."""
+        return f"{value:.2f} dB" if self is RankedBy.SQNR else f"{value:.2f}% equal"
+
+
 class Precision(StrEnum):
     """What a tensor (or the node producing it) is computed in on the target.
 

@@ -170,6 +170,16 @@ def half_model() -> onnx.ModelProto:
     return m
 
 
+def expand_shape_model() -> onnx.ModelProto:
+    """x (3x1) -> Relu -> Expand by the int64 input ``shape``: an input holding a shape, which
+    synthetic samples (zeros for integer inputs) cannot run."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Expand", ["r", "shape"], ["y"])]
+    g = helper.make_graph(nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1]),
+                                            helper.make_tensor_value_info("shape", TensorProto.INT64, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def mul_relu_model() -> onnx.ModelProto:
     """x [1, 4] -> Mul(3) -> Relu -> y; observed x, m and y."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])

@@ -75,9 +75,9 @@ def test_ranking_finds_the_node_whose_rounding_dominates(tmp_path):
     rep = analyze_accuracy(s, top=2)
     top = rep.sensitivity[0]
     # b = m + spike has a scale ~1000x too coarse for m: keeping add_spike in float fixes the output
-    assert top.node == "add_spike" and not top.estimate and top.gain_db > 10
+    assert top.node == "add_spike" and not top.estimate and top.gain > 10
     assert "b" in top.tensors
-    gains = [r.gain_db for r in rep.sensitivity]
+    gains = [r.gain for r in rep.sensitivity]
     assert gains == sorted(gains, reverse=True)
     # the estimate put it first too: it was measured (top=2 measures exactly two)
     assert sum(1 for r in rep.sensitivity if not r.estimate) == 2
@@ -156,12 +156,14 @@ def test_a_ranking_without_information_says_so_and_the_collapse_is_located():
                TensorError("b", "B", Precision.INT8, 7.5, 30.8), TensorError("y", "Y", Precision.INT8, 0.0, 61.0)]
     flat = [Sensitivity("A", Precision.FLOAT, 0.01, False), Sensitivity("B", Precision.FLOAT, -0.02, False),
             Sensitivity("Y", Precision.FLOAT, 3.0, True)]  # an estimate does not count
-    rep = AccuracyReport(7, True, "rt", SimpleNamespace(worst_db=0.0, worst_label="y"), tensors, flat)
+    rep = AccuracyReport(7, True, "rt", SimpleNamespace(worst_db=0.0, worst_label="y", worst_agreement=None), tensors,
+                         flat)
     assert rep.no_single_fix.startswith("no node kept in float alone moves the worst slice")
     assert "(2 measured)" in rep.no_single_fix
     assert rep.collapse_text.startswith(
         "cumulative SQNR first falls under 10 dB at b (7.50 dB, 30.80 dB local; tensor 3 of 4")
     assert rep.no_single_fix in status_text(rep)
     helps = flat[:1] + [Sensitivity("B", Precision.FLOAT, 2.5, False)]
-    fine = AccuracyReport(7, True, "rt", SimpleNamespace(worst_db=12.5, worst_label="y"), tensors, helps)
+    fine = AccuracyReport(7, True, "rt", SimpleNamespace(worst_db=12.5, worst_label="y", worst_agreement=None),
+                          tensors, helps)
     assert fine.no_single_fix == "" and fine.collapse_text == "" and "alone" not in status_text(fine)

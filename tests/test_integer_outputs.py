@@ -102,3 +102,56 @@ def test_a_qdq_file_with_an_argmax_output_is_compared_by_agreement(tmp_path, cap
     assert cls["sqnr_db"] is None and cls["equal_samples"] <= cls["samples"] == 4
     assert "it equals the output of the input file on" in cls["reason"]
     assert "the output of the input file's float view" in cls["input_vs_float_view"]["reason"]
+
+
+def test_an_argmax_only_model_is_ranked_by_agreement_as_the_shipped_file_measures_it(tmp_path, capsys):
+    """With no float output there is no SQNR to rank nodes by: the ranking counts, in percentage
+    points, how many of the class's elements equal the float model's; the measured figure is the
+    one an export with that node in float gives in onnxruntime."""
+    from qtquant.accuracy import analyze_accuracy
+    from qtquant.precision import PrecisionMap
+    from qtquant.vocab import Precision, RankedBy
+
+    path = _tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
+    s = open_model(path)
+    s.run_calibration()
+    rep = analyze_accuracy(s, top=2)
+    assert rep.ranked_by is RankedBy.AGREEMENT and rep.base.worst_agreement[0] == "cls"
+    feeds = list(s.calibration.holdout)
+    flt = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    want = [flt.run(["cls"], f)[0] for f in feeds]
+
+    def percent_equal(file):
+        sess = ort.InferenceSession(str(file), providers=["CPUExecutionProvider"])
+        got = [sess.run(["cls"], f)[0] for f in feeds]
+        return 100.0 * sum(int((a == b).sum()) for a, b in zip(got, want)) / sum(a.size for a in want)
+
+    export_qdq(s, tmp_path / "now.onnx")
+    now = percent_equal(tmp_path / "now.onnx")
+    assert abs(rep.base.worst_agreement[1] - now) < 1e-9 and now < 100.0
+    gemm = next(r for r in rep.sensitivity if r.node == "Gemm_0")
+    assert not gemm.estimate and gemm.ranked_by is RankedBy.AGREEMENT
+    export_qdq(s, tmp_path / "gemm_float.onnx", precision=PrecisionMap({t: Precision.FLOAT for t in gemm.tensors}))
+    after = percent_equal(tmp_path / "gemm_float.onnx")
+    assert abs(gemm.worst - after) < 1e-9 and abs(gemm.gain - (after - now)) < 1e-9 and gemm.gain > 0
+    assert rep.sensitivity[0].node == "Gemm_0"  # the logits' rounding is what flips the classes
+    # The CLI says the unit: a column in percentage points, the JSON's gain_points and ranked_by
+    assert main(["accuracy", path, "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "gain pp" in out and "% equal" in out and "ranks nodes by how many of cls's elements" in out
+    assert main(["accuracy", path, "--top", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ranked_by"] == "agreement" and doc["worst_agreement"]["output"] == "cls"
+    top = doc["sensitivity"][0]
+    assert top["gain_db"] is None and top["gain_points"] > 0 and top["ranked_by"] == "agreement"
+
+
+def test_auto_share_by_accuracy_on_integer_outputs_only_is_refused_in_one_line(tmp_path, capsys):
+    """Its budget is in dB of the worst float slice; with none, every step would be judged on NaN
+    (it printed "nan -> nan dB" and shared nothing without saying why)."""
+    path = _tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
+    out = tmp_path / "out.onnx"
+    assert main(["fix", path, "-o", str(out), "--max-sqnr-drop", "0.5", "--no-perf"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "outputs are all integer (least agreeing: cls)" in err
+    assert "auto-share by bits lost" in err and not out.exists()

@@ -62,12 +62,9 @@ def test_an_untyped_sequence_found_by_onnxruntime_is_not_quantized(tmp_path):
 def test_onnxruntime_failing_on_synthetic_integer_inputs_is_one_line_with_what_to_do(tmp_path):
     """onnxruntime's own log lines stay off stderr (it printed three before qtquant's line), and
     synthetic samples, which give an integer input zeros, are named as the likely cause."""
-    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Expand", ["r", "shape"], ["y"])]
-    g = helper.make_graph(nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1]),
-                                            helper.make_tensor_value_info("shape", TensorProto.INT64, [3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    p = tmp_path / "expand.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
+    from builders import expand_shape_model, save
+
+    p = save(expand_shape_model(), tmp_path / "expand.onnx")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-m", "qtquant", "analyze", str(p), "--no-perf", "--calib-count", "2"],
                        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)

@@ -9,7 +9,9 @@ each output slice to :class:`~qtquant.metrics.ErrorSums`: the same figures, the 
 headline and the same no-signal sentences as the fidelity check (:mod:`qtquant.fidelity`).
 
 A variant's "worst slice" is the lowest measured SQNR over every slice of every float output
-(the whole output where it has no slices).
+(the whole output where it has no slices).  Integer outputs have no SQNR; the least-agreeing of
+them (the lowest share of elements equal to the float model's) is kept beside it, which the
+sensitivity ranking uses where a model has no float output.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from ..fidelity import OutputFidelity, output_figures, run_feeds, checked_output
 from ..outputs import OutputMode, float_output_tensors, output_slices
 from ..runtime import with_outputs
 from ..tables import samples_text
+from ..vocab import Blank
 
-__all__ = ["Bench", "Variant", "worst_of"]
+__all__ = ["Bench", "Variant", "worst_of", "worst_agreement"]
 
 
 @dataclass
@@ -33,6 +36,8 @@ class Variant:
     outputs: dict[str, OutputFidelity]
     worst_label: str
     worst_db: float  # NaN when no slice carries signal
+    # (output, % of its elements equal to the float model's) of the least-agreeing integer output
+    worst_agreement: tuple[str, float] | None = None
 
     def rows(self) -> list[dict]:
         """``[{"output", "slice", "sqnr_db", "said"}]``: every measured part (the whole output, then its
@@ -59,6 +64,14 @@ def worst_of(outputs: dict[str, OutputFidelity]) -> tuple[str, float]:
         if h.measured and h.sqnr_db is not None and (best is None or h.sqnr_db < best[1]):
             best = (h.label, h.sqnr_db)
     return best if best is not None else ("", math.nan)
+
+
+def worst_agreement(outputs: dict[str, OutputFidelity]) -> tuple[str, float] | None:
+    """(label, percent) of the integer output whose elements equal the float model's least often,
+    or None where the model has none."""
+    found = [(f.whole.label, 100.0 * f.whole.agreement) for f in outputs.values()
+             if f.whole.blank is Blank.AGREEMENT and f.whole.agreement is not None]
+    return min(found, key=lambda x: x[1]) if found else None
 
 
 class Bench:
@@ -121,4 +134,4 @@ class Bench:
         self.runs += 1
         figs = output_figures(self.ranges, dm, self.slices, self.float_out(), res, self.outs)
         label, db = worst_of(figs)
-        return Variant(figs, label, db)
+        return Variant(figs, label, db, worst_agreement(figs))

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from ..outputs import OutputMode
 from ..tables import fmt_num as _f, samples_text
-from ..vocab import Blank
+from ..vocab import Blank, RankedBy
 from .check import Bench, Variant
-from .sensitivity import DEFAULT_TOP, ESTIMATE_TEXT, Sensitivity, rank, units_of
+from .sensitivity import DEFAULT_TOP, ESTIMATE_TEXT, Sensitivity, rank, ranked_by, units_of
 from .tensors import TensorError, tensor_errors
 
 __all__ = ["AccuracyReport", "analyze_accuracy", "LATENCY_TEXT", "NO_GAIN_DB", "LOW_SQNR_DB"]
@@ -45,11 +45,21 @@ class AccuracyReport:
         """A sentence when no measured node moves the worst slice (the gains carry no
         information, so the ranking says so in words), else ""."""
         measured = [x for x in self.sensitivity if not x.estimate]
+        if self.ranked_by is RankedBy.AGREEMENT:
+            if not measured or any(math.isfinite(x.gain) and x.gain != 0 for x in measured):
+                return ""
+            label = self.base.worst_agreement[0]
+            return (f"no node kept in float alone changes how often {label} equals the float model's "
+                    f"({len(measured)} measured): the loss is not one node's")
         if not measured or not self.base.worst_label \
-                or any(math.isfinite(x.gain_db) and abs(x.gain_db) >= NO_GAIN_DB for x in measured):
+                or any(math.isfinite(x.gain) and abs(x.gain) >= NO_GAIN_DB for x in measured):
             return ""
         return (f"no node kept in float alone moves the worst slice by {NO_GAIN_DB} dB or more "
                 f"({len(measured)} measured): the loss is not one node's")
+
+    @property
+    def ranked_by(self) -> RankedBy:
+        return ranked_by(self.base)
 
     @property
     def collapse_text(self) -> str:
@@ -69,8 +79,10 @@ class AccuracyReport:
             return f"worst slice: {self.base.worst_label} {_f(self.base.worst_db)} dB"
         agreed = [f.whole for f in self.base.outputs.values() if f.whole.blank is Blank.AGREEMENT]
         if agreed:
+            label, share = self.base.worst_agreement
             return ("worst slice: none: " + ", ".join(f"{f.label} {f.word}" for f in agreed) + " (integer outputs "
-                    "have no SQNR; the sensitivity below ranks nodes by the worst float slice, and there is none)")
+                    f"have no SQNR; the sensitivity below ranks nodes by how many of {label}'s elements equal the "
+                    f"float model's, {share:.2f}% now, in percentage points)")
         return "worst slice: none measured"
 
     def tensor(self, name: str) -> TensorError | None:
@@ -93,6 +105,11 @@ class AccuracyReport:
         return {"samples": self.samples, "held_out": not self.in_sample, "runtime": self.runtime,
                 "worst_slice": self.base.worst_label or None,
                 "worst_sqnr_db": None if not math.isfinite(self.base.worst_db) else round(self.base.worst_db, 4),
+                # the least-agreeing integer output, and what the sensitivity gains are counted in
+                "worst_agreement": None if self.base.worst_agreement is None else {
+                    "output": self.base.worst_agreement[0],
+                    "percent_equal": round(self.base.worst_agreement[1], 4)},
+                "ranked_by": self.ranked_by.value,
                 "outputs": self.base.rows(),
                 "tensors": [t.to_dict() for t in self.tensors],
                 "sensitivity": [s.to_dict() for s in self.sensitivity],
@@ -114,21 +131,32 @@ class AccuracyReport:
                                 "lllrr", rule=True, max_width=48))
         lines.append("")
         shown = self.sensitivity[:max(tensors, sum(1 for s in self.sensitivity if not s.estimate))]
-        lines.append(f"sensitivity: worst-slice gain with one node kept in float ({len(self.sensitivity)} nodes, "
+        by = self.ranked_by
+        what = "worst-slice gain" if by is RankedBy.SQNR else \
+            f"gain in {self.base.worst_agreement[0]}'s elements equal to the float model's"
+        lines.append(f"sensitivity: {what} with one node kept in float ({len(self.sensitivity)} nodes, "
                      f"{sum(1 for s in self.sensitivity if not s.estimate)} measured)")
         lines.append(text_table([(s.node, s.precision.value,
-                                  _f(s.gain_db if math.isfinite(s.gain_db) else None, signed=True),
+                                  _f(s.gain if math.isfinite(s.gain) else None, signed=True),
                                   "estimate" if s.estimate else "measured",
-                                  "" if s.estimate else f"{s.worst_label} {_f(s.worst_db)}",
+                                  "" if s.estimate else _after(s),
                                   "n/a" if s.latency_delta_us is None else f"{s.latency_delta_us:+.1f}")
                                  for s in shown],
-                                ("node", "precision", "gain dB", "how", "worst slice after", "latency µs"),
+                                ("node", "precision", f"gain {by.gain_unit}", "how", "worst slice after", "latency µs"),
                                 "llrlll", rule=True, max_width=48))
         if self.no_single_fix:
             lines.append(self.no_single_fix)
         lines.append(ESTIMATE_TEXT)
         lines += [f"note: {n}" for n in self.notes if n != self.no_single_fix]
         return "\n".join(lines)
+
+
+def _after(s: Sensitivity) -> str:
+    """The measured worst part with the unit in float: "y 31.20", "cls 93.75% equal"."""
+    if s.worst is None or not math.isfinite(s.worst):
+        return f"{s.worst_label} n/a"
+    return f"{s.worst_label} {_f(s.worst)}" if s.ranked_by is RankedBy.SQNR else \
+        f"{s.worst_label} {s.ranked_by.value_text(s.worst)}"
 
 
 def analyze_accuracy(session, *, top: int = DEFAULT_TOP, output_mode: OutputMode = OutputMode.AUTO,

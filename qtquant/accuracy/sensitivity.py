@@ -18,8 +18,12 @@ some 1.5 s each on 2 cores), so the ranking is two passes:
    gates are on activations only: the node's weights stay int8 in the estimate (the measured pass
    has them float, as the export does).
 2. **Measure** the ``top`` best estimates for real: one QDQ export each, run like the check at
-   default options (the int8 kernels that ship).  Their ``gain_db`` is measured (``estimate``
+   default options (the int8 kernels that ship).  Their ``gain`` is measured (``estimate``
    false); the others keep the estimate.
+
+A model whose outputs are all integer (a classifier or a segmenter ending in ArgMax) has no
+SQNR to rank by: its gains are those of the least-agreeing output's share of elements equal to
+the float model's, in percentage points (:class:`~qtquant.vocab.RankedBy`).
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..vocab import Precision
+from ..vocab import Precision, RankedBy
 
-__all__ = ["Unit", "Sensitivity", "units_of", "estimate", "rank", "gated_model", "ESTIMATE_TEXT", "DEFAULT_TOP"]
+__all__ = ["Unit", "Sensitivity", "units_of", "estimate", "rank", "ranked_by", "gated_model", "ESTIMATE_TEXT",
+           "DEFAULT_TOP"]
 
 # Each measured candidate is one real export and onnxruntime session (~6 s on yolov8n_320 with 16 samples on
 # 2 cores): 6 keeps the whole ranking within a minute there, while the first pass still ranks every unit.
@@ -50,21 +55,44 @@ class Unit:
 class Sensitivity:
     node: str
     precision: Precision
-    gain_db: float
+    gain: float  # in ``ranked_by``'s unit: dB, or percentage points of elements equal
     estimate: bool  # True: the first-pass estimate, False: measured by a real export
     tensors: tuple[str, ...] = ()
-    worst_db: float | None = None  # measured worst-slice SQNR with the unit in float
+    worst: float | None = None  # measured worst value with the unit in float (dB, or % equal)
     worst_label: str = ""
     latency_delta_us: float | None = None  # None: not priced (see the report's notes)
+    ranked_by: RankedBy = RankedBy.SQNR
 
     def to_dict(self) -> dict:
         def num(x):
             return None if x is None or not math.isfinite(x) else round(float(x), 4)
 
-        return {"node": self.node, "precision": self.precision.value, "gain_db": num(self.gain_db),
+        sqnr = self.ranked_by is RankedBy.SQNR
+        return {"node": self.node, "precision": self.precision.value, "ranked_by": self.ranked_by.value,
+                "gain_db": num(self.gain) if sqnr else None, "gain_points": None if sqnr else num(self.gain),
                 "latency_delta_us": num(self.latency_delta_us), "estimate": self.estimate,
                 "tensors": list(self.tensors), "worst_slice": self.worst_label or None,
-                "worst_sqnr_db": num(self.worst_db)}
+                "worst_sqnr_db": num(self.worst) if sqnr else None,
+                "worst_percent_equal": None if sqnr else num(self.worst)}
+
+
+def ranked_by(base) -> RankedBy:
+    """What the ranking of ``base`` (a measured :class:`~qtquant.accuracy.check.Variant`) counts in:
+    SQNR where a float slice is measured, agreement where the outputs are all integer."""
+    if not base.worst_label and getattr(base, "worst_agreement", None) is not None:
+        return RankedBy.AGREEMENT
+    return RankedBy.SQNR
+
+
+def _worst(figures, by: RankedBy) -> tuple[float, str]:
+    """(value, label) of the worst part of ``figures`` by ``by``."""
+    from .check import worst_agreement, worst_of
+
+    if by is RankedBy.AGREEMENT:
+        found = worst_agreement(figures)
+        return (found[1], found[0]) if found is not None else (math.nan, "")
+    label, db = worst_of(figures)
+    return db, label
 
 
 def units_of(graph, dm, errors, export_float) -> list[Unit]:
@@ -121,15 +149,15 @@ def gated_model(model, dq_names: dict[str, str], units):
     return m
 
 
-def estimate(bench, units, dm=None, progress=None) -> tuple[tuple[float, str], dict[str, tuple[float, str]]]:
-    """Fake-quant worst slice (dB, label): with every unit quantized, and per unit node with that
-    unit alone in float."""
+def estimate(bench, units, dm=None, progress=None, by: RankedBy = RankedBy.SQNR
+             ) -> tuple[tuple[float, str], dict[str, tuple[float, str]]]:
+    """Fake-quant worst (value, label) by ``by``: with every unit quantized, and per unit node with
+    that unit alone in float."""
     import numpy as np
 
     from ..errors import Cancelled
     from ..fidelity import output_figures
     from ..runtime import make_session
-    from .check import worst_of
     from .tensors import dequantized_names
 
     dm = bench.session.domains if dm is None else dm
@@ -149,8 +177,7 @@ def estimate(bench, units, dm=None, progress=None) -> tuple[tuple[float, str], d
             if bench.cancel is not None and bench.cancel():
                 raise Cancelled("accuracy check cancelled")
             res.append(dict(zip(bench.outs, sess.run(bench.outs, {**feed, **gates}))))
-        label, db = worst_of(output_figures(bench.ranges, dm, bench.slices, ref[:len(feeds)], res, bench.outs))
-        found[k] = (db, label)
+        found[k] = _worst(output_figures(bench.ranges, dm, bench.slices, ref[:len(feeds)], res, bench.outs), by)
         if progress is not None:
             progress(k + 2, len(units) + 1)
     return found[-1], {u.node: found[k] for k, u in enumerate(units)}
@@ -181,23 +208,34 @@ def rank(bench, units, base, *, top: int = DEFAULT_TOP, dm=None, progress=None,
     ``base`` is the measured :class:`~qtquant.accuracy.check.Variant` of the model as exported now.
     """
     tell = (lambda stage: None) if progress is None else (lambda stage: lambda d, n: progress(stage, d, n))
-    (start, _), est = estimate(bench, units, dm, progress=tell("estimate"))
+    by = ranked_by(base)
+    (start, _), est = estimate(bench, units, dm, progress=tell("estimate"), by=by)
     rows = {}
     for u in units:
-        db, label = est[u.node]
-        rows[u.node] = Sensitivity(u.node, Precision.FLOAT, _gain(db, start), True, u.tensors, db, label)
+        value, label = est[u.node]
+        rows[u.node] = Sensitivity(u.node, Precision.FLOAT, _gain(value, start), True, u.tensors, value, label,
+                                   ranked_by=by)
     price = _pricer(bench.session, march_file)
     for u in units:
         rows[u.node].latency_delta_us = price(u.tensors)
-    order = sorted(units, key=lambda u: (-_key(rows[u.node].gain_db), u.node))[:max(0, top)]
+    order = sorted(units, key=lambda u: (-_key(rows[u.node].gain), u.node))[:max(0, top)]
+    base_value = _variant_worst(base, by)
     for k, u in enumerate(order):
         v = bench.measure(dm, keep_float=u.tensors)
         r = rows[u.node]
-        r.estimate, r.worst_db, r.worst_label = False, v.worst_db, v.worst_label
-        r.gain_db = _gain(v.worst_db, base.worst_db)
+        value = _variant_worst(v, by)
+        r.estimate, r.worst, r.worst_label = False, value, v.worst_label if by is RankedBy.SQNR else \
+            (v.worst_agreement[0] if v.worst_agreement else "")
+        r.gain = _gain(value, base_value)
         if progress is not None:
             progress("measure", k + 1, len(order))
-    return sorted(rows.values(), key=lambda r: (-_key(r.gain_db), r.node))
+    return sorted(rows.values(), key=lambda r: (-_key(r.gain), r.node))
+
+
+def _variant_worst(v, by: RankedBy) -> float:
+    if by is RankedBy.SQNR:
+        return v.worst_db
+    return v.worst_agreement[1] if v.worst_agreement is not None else math.nan
 
 
 def _key(x: float) -> float:

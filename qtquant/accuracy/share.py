@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..concat import analyze_concats, concat_members
-from ..errors import ShareRefused
+from ..errors import BadInputError, ShareRefused
 from ..groups import GroupSet
 from ..outputs import OutputMode, export_float_of
 from .check import Bench
@@ -147,6 +147,11 @@ def plan_sqnr_share(session, max_sqnr_drop: float, *, output_mode: OutputMode = 
     start_groups = GroupSet(list(session.groups.groups), session.groups.next_id)
     dm0 = session.domains
     v0 = bench.measure(dm0)
+    if not v0.worst_label:  # a budget in dB of nothing: no step could be judged
+        why = (f"the model's outputs are all integer (least agreeing: {v0.worst_agreement[0]})"
+               if v0.worst_agreement is not None else "no output slice carries signal on the check samples")
+        raise BadInputError(f"auto-share by measured accuracy keeps the worst output slice's SQNR within a budget, "
+                            f"and there is no such slice: {why}; auto-share by bits lost needs no output figure")
     ft = export_float_of(graph, session.options, session.qdq, dm0, output_mode)
     lat0, resc0, cs0 = _latency(sim, graph, dm0, ft)
     rep.steps.append(ShareStep("", resc0, 0, lat0, v0.worst_label, v0.worst_db))

@@ -15,7 +15,8 @@ from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QDoubleSpinBox, QHBoxLayout, QHeaderView, QLabel,
                                QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
-from ..app.views.accuracy import SENSITIVITY_HEADERS, sensitivity_rows, status_text, tradeoff_points
+from ..app.views.accuracy import (SENSITIVITY_HEADERS, sensitivity_headers, sensitivity_rows, status_text,
+                                   tradeoff_points)
 from ..tables import fmt_num
 
 __all__ = ["SensitivityDock", "TradeoffPlot", "AccuracyJobs"]
@@ -194,6 +195,7 @@ class SensitivityDock(QWidget):
         rep = res.value if res is not None else None
         self.status.setText(status_text(rep, s.is_stale(res) if s is not None else False))
         rows = sensitivity_rows(rep)
+        self.table.setHorizontalHeaderLabels(list(sensitivity_headers(rep)))
         self.table.setSortingEnabled(False)
         self.table.setRowCount(len(rows))
         for i, row in enumerate(rows):

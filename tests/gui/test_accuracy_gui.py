@@ -112,3 +112,23 @@ def test_auto_share_by_accuracy_is_one_undo_step(qtbot, make_win, tmp_path):
     win.stack.redo()
     assert win.session.groups.as_lists()
     dock.plot.repaint()  # paints without error
+
+
+def test_an_argmax_only_model_ranks_by_agreement_in_the_dock(qtbot, make_win, tmp_path):
+    """No float output: the dock's gain column is in percentage points and its status says the
+    least-agreeing integer output, instead of a column of n/a."""
+    from test_integer_outputs import _tied_classifier
+
+    path = _tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
+    win = make_win(show_dialogs=False)
+    open_settled(qtbot, win, path, count=16)
+    dock = _measured(qtbot, win)
+    header = [dock.table.horizontalHeaderItem(j).text() for j in range(dock.table.columnCount())]
+    assert header[2] == "Gain pp"
+    assert dock.node_at(0) == "Gemm_0" and dock.table.item(0, 3).text() == "measured"
+    assert float(dock.table.item(0, 2).text()) > 0 and dock.table.item(0, 4).text().endswith("% equal")
+    assert "least agreeing cls" in dock.status.text() and "% equal" in dock.status.text()
+    # Back to a model with a float output: the column is in dB again
+    open_settled(qtbot, win, save(spiky_chain_model(spike=4000.0), tmp_path / "spiky.onnx"))
+    _measured(qtbot, win)
+    assert dock.table.horizontalHeaderItem(2).text() == "Gain dB"

@@ -233,15 +233,9 @@ def one_line(win):
 def test_synthetic_samples_a_model_with_a_shape_input_cannot_run_on_say_what_to_do(qtbot, make_win, tmp_path):
     """onnxruntime fails on synthetic samples when an integer input holds a shape (they give it
     zeros): the dialog says so and where to give real values, as the command line does."""
-    import onnx
-    from onnx import TensorProto, helper
+    from builders import expand_shape_model, save
 
-    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Expand", ["r", "shape"], ["y"])]
-    g = helper.make_graph(nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1]),
-                                            helper.make_tensor_value_info("shape", TensorProto.INT64, [3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    path = tmp_path / "expand.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    path = save(expand_shape_model(), tmp_path / "expand.onnx")
     w = make_win()
     w.open_model(path, calib=CalibConfig(count=2))
     qtbot.waitUntil(lambda: bool(w.errors), timeout=20000)

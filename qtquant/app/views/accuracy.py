@@ -7,15 +7,23 @@ import math
 from dataclasses import dataclass
 
 from ...tables import fmt_num
-from ...vocab import Overlay
+from ...vocab import Overlay, RankedBy
 from .palette import heat_hex
 
 __all__ = ["error_looks", "error_range", "SensitivityRow", "sensitivity_rows", "tensor_error_text",
-           "status_text", "TradeoffPoint", "tradeoff_points", "ERROR_SPAN_DB", "SENSITIVITY_HEADERS"]
+           "status_text", "TradeoffPoint", "tradeoff_points", "ERROR_SPAN_DB", "SENSITIVITY_HEADERS",
+           "sensitivity_headers"]
 
 ERROR_SPAN_DB = 10.0  # the colour ramp spans at least this many dB
 ERROR_BADGE = "#800026"
 SENSITIVITY_HEADERS = ("Node", "Precision", "Gain dB", "How", "Worst slice after", "Latency µs")
+
+
+def sensitivity_headers(report) -> tuple[str, ...]:
+    """:data:`SENSITIVITY_HEADERS`, the gain's unit the report's (pp where it ranks by agreement)."""
+    if report is None or report.ranked_by is RankedBy.SQNR:
+        return SENSITIVITY_HEADERS
+    return tuple(f"Gain {report.ranked_by.gain_unit}" if h == "Gain dB" else h for h in SENSITIVITY_HEADERS)
 
 
 def _finite(x) -> bool:
@@ -100,13 +108,15 @@ def _num_text(x, signed=False) -> str:
 def sensitivity_rows(report) -> list[SensitivityRow]:
     rows = []
     for s in report.sensitivity if report is not None else ():
-        gain = s.gain_db if _finite(s.gain_db) else -math.inf
-        after = "" if s.estimate else f"{s.worst_label} {_num_text(s.worst_db)}"
+        gain = s.gain if _finite(s.gain) else -math.inf
+        worst = (_num_text(s.worst) if s.ranked_by is RankedBy.SQNR or not _finite(s.worst)
+                 else s.ranked_by.value_text(s.worst))
+        after = "" if s.estimate else f"{s.worst_label} {worst}"
         lat = s.latency_delta_us
-        cells = (s.node, s.precision.value, _num_text(s.gain_db, True), "estimate" if s.estimate else "measured",
+        cells = (s.node, s.precision.value, _num_text(s.gain, True), "estimate" if s.estimate else "measured",
                  after, "n/a" if lat is None else f"{lat:+.1f}")
         keys = (s.node, s.precision.value, gain, 0 if s.estimate else 1,
-                s.worst_db if _finite(s.worst_db) else -math.inf, lat if lat is not None else math.inf)
+                s.worst if _finite(s.worst) else -math.inf, lat if lat is not None else math.inf)
         rows.append(SensitivityRow(s.node, cells, keys, not s.estimate))
     return rows
 
@@ -125,10 +135,13 @@ def status_text(report, stale: bool = False) -> str:
         return "No accuracy check yet: Measure runs it on the check samples (a minute on a small detector)."
     n = len(report.sensitivity)
     m = sum(1 for s in report.sensitivity if not s.estimate)
-    worst = report.base.worst_label or "no slice measured"
-    db = _num_text(report.base.worst_db)
+    if report.ranked_by is RankedBy.AGREEMENT:  # integer outputs only: ranked by how often they agree
+        label, share = report.base.worst_agreement
+        worst = f"none (integer outputs); least agreeing {label} {RankedBy.AGREEMENT.value_text(share)}"
+    else:
+        worst = f"{report.base.worst_label or 'no slice measured'} {_num_text(report.base.worst_db)} dB"
     spread = f"; {report.no_single_fix}" if report.no_single_fix else ""
-    return (f"{report.sample_text}; worst slice {worst} {db} dB; {n} nodes ranked, {m} measured by a real "
+    return (f"{report.sample_text}; worst slice {worst}; {n} nodes ranked, {m} measured by a real "
             f"export{spread}" + ("; stale: the model changed since" if stale else ""))
 
 
