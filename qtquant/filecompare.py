@@ -17,11 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ModelError
-from .metrics import AgreementSums, Figure, sums_for
+from .metrics import Figure, sums_for
 from .qdq import PER_CHANNEL_QDQ_OPSET
-from .vocab import Blank
 
 __all__ = ["FileComparison", "QdqCounts", "qdq_counts", "compare_with_input"]
+
+# What the comparison's sentences call the three programs
+INPUT_FILE, WRITTEN_FILE, FLOAT_VIEW = "the input file", "the written file", "the input file's float view"
 
 
 @dataclass
@@ -198,17 +200,13 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
                 spans[n] = [min(spans[n][0], float(g.min())), max(spans[n][1], float(g.max()))]
         comp.samples += 1
     for n, s in sums.items():
-        f = s.figure(n, None, "the input file") if isinstance(s, AgreementSums) else s.figure(n, None)
-        if f.blank is Blank.IDENTICAL:  # (its sentence speaks of a float model)
-            f = Figure(n, None, None, f.max_abs, f.samples, f"identical: the written file's output equals the input "
-                       f"file's on the {f.samples} sample(s)", Blank.IDENTICAL)
-        comp.figures[n] = f
+        comp.figures[n] = s.figure(n, None, INPUT_FILE, WRITTEN_FILE)
         comp.ranges[n] = ((s.lo, s.hi), tuple(spans[n]))
         if n in to_view:
-            view_said = ("the input file's float view",) if isinstance(s, AgreementSums) else ()
-            comp.input_vs_float[n] = to_view[n][0].figure(n, None, *view_said)
-            comp.written_vs_float[n] = to_view[n][1].figure(n, None, *view_said)
+            comp.input_vs_float[n] = to_view[n][0].figure(n, None, FLOAT_VIEW, INPUT_FILE)
+            comp.written_vs_float[n] = to_view[n][1].figure(n, None, FLOAT_VIEW, WRITTEN_FILE)
     return comp
+
 
 
 def _view_session(graph):

@@ -97,14 +97,17 @@ class Figure:
         return d
 
 
-def no_signal_reason(lo: float, hi: float, step: float | None, samples: int) -> str:
+FLOAT_MODEL = "the float model"  # what a figure compares with, unless told otherwise
+
+
+def no_signal_reason(lo: float, hi: float, step: float | None, samples: int, reference: str = FLOAT_MODEL) -> str:
     """A sentence when the reference's spread over the samples is below one quantization step."""
     spread = hi - lo
     if not math.isfinite(spread) or spread <= 0.0:
-        return (f"no signal: the float model's output is constant ({lo:.3g}) on the {samples} check "
+        return (f"no signal: {reference}'s output is constant ({lo:.3g}) on the {samples} check "
                 "sample(s); calibrate and check on representative data")
     if step is not None and step > 0 and spread < step:
-        return (f"no signal: the float model's output varies by {spread:.3g}, less than one quantization "
+        return (f"no signal: {reference}'s output varies by {spread:.3g}, less than one quantization "
                 f"step ({step:.3g}), on the {samples} check sample(s); use representative data")
     return ""
 
@@ -149,15 +152,21 @@ class ErrorSums:
     def cos(self) -> float:
         return _cos(self.dot, self.ref2, self.test2)
 
-    def figure(self, label: str, step: float | None) -> Figure:
-        reason = no_signal_reason(self.lo, self.hi, step, self.samples)
+    def figure(self, label: str, step: float | None = None, reference: str = FLOAT_MODEL,
+               test: str | None = None) -> Figure:
+        """The figure of the sums.  ``reference``, ``test``: what the sentences call the two sides
+        (default: the float model and the quantized model, whose being identical is explained)."""
+        reason = no_signal_reason(self.lo, self.hi, step, self.samples, reference)
         blank = Blank.NO_SIGNAL if reason else None
         if not reason and self.samples and self.err2 == 0.0:
             blank = Blank.IDENTICAL
             # An infinite SQNR says nothing a reader can use: in words, and left out of comparisons.
-            reason = (f"identical: the quantized model's output equals the float model's on the {self.samples} "
-                      "check sample(s); no quantization reaches it (a model that computes inside If/Loop "
-                      "subgraphs, which are not quantized, or an output kept in float)")
+            if test is None:
+                reason = (f"identical: the quantized model's output equals {reference}'s on the {self.samples} "
+                          "check sample(s); no quantization reaches it (a model that computes inside If/Loop "
+                          "subgraphs, which are not quantized, or an output kept in float)")
+            else:
+                reason = f"identical: {test}'s output equals {reference}'s on the {self.samples} sample(s)"
         if reason:
             return Figure(label, None, None, self.max_abs, self.samples, reason, blank)
         return Figure(label, self.sqnr, self.cos, self.max_abs, self.samples)
@@ -193,7 +202,9 @@ class AgreementSums:
                 self.values.update(np.unique(r[:4096]).tolist())
             self.lo, self.hi = min(self.lo, float(r.min())), max(self.hi, float(r.max()))
 
-    def figure(self, label: str, step: float | None = None, reference: str = "the float model") -> Figure:
+    def figure(self, label: str, step: float | None = None, reference: str = FLOAT_MODEL,
+               test: str | None = None) -> Figure:
+        """As :meth:`ErrorSums.figure` (no step applies; the sentence names the reference only)."""
         share = self.equal / self.count if self.count else 1.0
         n, k = self.samples, self.equal_samples
         said = (f"an integer output (a class or an index) has no SQNR: it equals the output of {reference} on {k} "

@@ -155,3 +155,23 @@ def test_auto_share_by_accuracy_on_integer_outputs_only_is_refused_in_one_line(t
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "outputs are all integer (least agreeing: cls)" in err
     assert "auto-share by bits lost" in err and not out.exists()
+
+
+def test_both_accumulators_name_the_programs_they_compare():
+    """One call for either kind of output (the file comparison asked which kind it had, and wrote
+    the identical sentence again after the fact)."""
+    same = ErrorSums()
+    for _ in range(2):
+        same.add(np.array([1.0, 2.0]), np.array([1.0, 2.0]))
+    f = same.figure("y", None, "the input file", "the written file")
+    assert f.blank is Blank.IDENTICAL and f.no_signal == \
+        "identical: the written file's output equals the input file's on the 2 sample(s)"
+    assert "no quantization reaches it" in same.figure("y").no_signal  # the quantized model against float
+    flat = ErrorSums()
+    flat.add(np.array([3.0, 3.0]), np.array([3.0, 2.9]))
+    assert flat.figure("y", None, "the input file's float view").no_signal.startswith(
+        "no signal: the input file's float view's output is constant (3)")
+    cls = AgreementSums()
+    cls.add(np.array([1, 2]), np.array([1, 0]))
+    assert "it equals the output of the input file on 0 of the 1" in cls.figure("c", None, "the input file",
+                                                                               "the written file").no_signal
