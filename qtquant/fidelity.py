@@ -39,6 +39,7 @@ re-run only from where they changed (the same outputs as a fresh default session
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -56,7 +57,7 @@ from .runtime import with_outputs
 from .shipped import REFERENCE_SKIPPED_TEXT
 
 __all__ = ["Fidelity", "OutputFidelity", "MemberFidelity", "measure_session", "sqnr_db", "cosine",
-           "fake_quant", "KERNEL_TOLERANCE_DB", "output_mode_of"]
+           "fake_quant", "KERNEL_TOLERANCE_DB", "output_mode_of", "samples_blamed"]
 
 # Fused int8 kernels round differently from Q/DQ in float; beyond this the difference is a finding.
 KERNEL_TOLERANCE_DB = 0.5
@@ -119,6 +120,21 @@ def _kernel_findings(after_ship, after_fake, outs) -> list[str]:
     return found
 
 
+def samples_blamed(fn):
+    """``fn(session, ...)``, where an onnxruntime failure on the check samples names their data's
+    likely cause (synthetic samples give integer inputs zeros: :func:`~qtquant.calib.sources.data_blamed`)."""
+    @functools.wraps(fn)
+    def wrapper(session, *args, **kwargs):
+        from .calib.sources import data_blamed
+        from .runtime import input_specs
+
+        cal = session.calibration
+        with data_blamed(input_specs(session.graph), cal.config if cal is not None else None):
+            return fn(session, *args, **kwargs)
+    return wrapper
+
+
+@samples_blamed
 def measure_session(session, *, cancel=None, quantize_outputs: bool | None = None,
                     output_mode: OutputMode | None = None, cross_check: bool = False, meanwhile=None,
                     follow_edits: bool = False) -> Fidelity:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .metrics import Figure
+from .metrics import FLOAT_MODEL, Figure
 from .tables import fmt_num, samples_text
 
 __all__ = ["Fidelity", "OutputFidelity", "MemberFidelity"]
@@ -22,7 +22,6 @@ class MemberFidelity:
     sqnr_db: float
 
 
-FLOAT_MODEL = "the float model"
 QDQ_VIEW = "the QDQ file's float view (its weights dequantized: a QDQ file has no float original; its scales stand)"
 
 

@@ -170,10 +170,12 @@ def half_model() -> onnx.ModelProto:
     return m
 
 
-def expand_shape_model() -> onnx.ModelProto:
+def expand_shape_model(relu: bool = True) -> onnx.ModelProto:
     """x (3x1) -> Relu -> Expand by the int64 input ``shape``: an input holding a shape, which
-    synthetic samples (zeros for integer inputs) cannot run."""
-    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Expand", ["r", "shape"], ["y"])]
+    synthetic samples (zeros for integer inputs) cannot run.  Without the Relu nothing is observed
+    but the input, so calibration runs nothing and the fidelity check is the first run that fails."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"])] if relu else []
+    nodes.append(helper.make_node("Expand", ["r" if relu else "x", "shape"], ["y"]))
     g = helper.make_graph(nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1]),
                                             helper.make_tensor_value_info("shape", TensorProto.INT64, [3])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])

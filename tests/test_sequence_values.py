@@ -72,3 +72,17 @@ def test_onnxruntime_failing_on_synthetic_integer_inputs_is_one_line_with_what_t
     assert r.returncode == 3 and len(lines) == 1, r.stderr
     assert lines[0].startswith("qtquant: error: ") and "onnxruntime" in lines[0]
     assert "synthetic samples give the integer input(s) shape zeros" in lines[0] and "--calib DATA" in lines[0]
+
+
+def test_the_fidelity_check_failing_on_synthetic_integer_inputs_says_what_to_do_too(tmp_path, capsys):
+    """Calibration observes only the input here (it runs nothing): the fidelity check's run is the
+    first to fail, and its error names the synthetic samples as calibration's would."""
+    from builders import expand_shape_model, save
+
+    p = save(expand_shape_model(relu=False), tmp_path / "expand_only.onnx")
+    assert main(["analyze", p, "--no-perf", "--calib-count", "2"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("qtquant: error: fidelity check failed in onnxruntime: ") and "\n" not in err
+    assert err.endswith("calibrate on real values: --calib DATA, or Calibration data in the app)")
+    assert main(["accuracy", p, "--calib-count", "2"]) == 3
+    assert "synthetic samples give the integer input(s) shape zeros" in capsys.readouterr().err

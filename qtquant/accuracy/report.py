@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..fidelity import samples_blamed
 from ..outputs import OutputMode
 from ..tables import fmt_num as _f, samples_text
 from ..vocab import Blank, RankedBy
@@ -159,6 +160,7 @@ def _after(s: Sensitivity) -> str:
         f"{s.worst_label} {s.ranked_by.value_text(s.worst)}"
 
 
+@samples_blamed
 def analyze_accuracy(session, *, top: int = DEFAULT_TOP, output_mode: OutputMode = OutputMode.AUTO,
                      cancel=None, progress=None, march_file=None) -> AccuracyReport:
     """Per-output and per-tensor error and the sensitivity ranking of the session's export.

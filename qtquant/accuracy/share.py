@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..concat import analyze_concats, concat_members
 from ..errors import BadInputError, ShareRefused
+from ..fidelity import samples_blamed
 from ..groups import GroupSet
 from ..outputs import OutputMode, export_float_of
 from .check import Bench
@@ -133,6 +134,7 @@ def _latency(sim, graph, dm, float_tensors) -> tuple[float, int, list]:
     return res.total_ms, sum(c.rescales for c in cs), cs
 
 
+@samples_blamed
 def plan_sqnr_share(session, max_sqnr_drop: float, *, output_mode: OutputMode = OutputMode.AUTO, march_file=None,
                     cancel=None, progress=None) -> tuple[SqnrShareReport, GroupSet]:
     """Decide without changing the session: the report and the group set to install."""

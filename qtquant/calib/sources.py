@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import tokenize
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from ..errors import BadInputError, CalibrationDataError, first_line
+from ..errors import BadInputError, CalibrationDataError, ModelError, first_line
 from ..shapes import format_shape
 
 __all__ = ["SampleRef", "Source", "open_source", "preprocess_image", "parse_channels",
@@ -197,16 +198,33 @@ class SyntheticSource(Source):
             yield r, feed
 
     def run_failure_hint(self) -> str:
-        """Synthetic data gives integer inputs zeros, and an input that holds a shape, split sizes or
-        indices cannot run on made-up values."""
-        ints = [name for name, (_, dtype) in self.specs.items() if np.dtype(dtype).kind != "f"]
-        if not ints:
-            return ""
-        return (f" (synthetic samples give the integer input(s) {', '.join(ints[:3])} zeros; where one holds a "
-                "shape, sizes or indices, calibrate on real values: --calib DATA, or Calibration data in the app)")
+        return synthetic_failure_hint(self.specs)
 
     def fingerprint(self) -> dict:
         return {"kind": self.kind}
+
+
+def synthetic_failure_hint(specs) -> str:
+    """What to add to onnxruntime's error on synthetic samples: they give integer inputs zeros, and
+    an input that holds a shape, split sizes or indices cannot run on made-up values."""
+    ints = [name for name, (_, dtype) in specs.items() if np.dtype(dtype).kind != "f"]
+    if not ints:
+        return ""
+    return (f" (synthetic samples give the integer input(s) {', '.join(ints[:3])} zeros; where one holds a "
+            "shape, sizes or indices, calibrate on real values: --calib DATA, or Calibration data in the app)")
+
+
+@contextmanager
+def data_blamed(specs, config):
+    """Where onnxruntime fails on samples of ``config``'s data (the check samples run after
+    calibration), re-raise its error with :meth:`Source.run_failure_hint` of that data."""
+    try:
+        yield
+    except ModelError as e:
+        hint = synthetic_failure_hint(specs) if config is not None and str(config.source) == "synthetic" else ""
+        if not hint or "onnxruntime" not in str(e) or str(e).endswith(hint):
+            raise
+        raise type(e)(f"{e}{hint}") from None
 
 
 class ArraySource(Source):
