@@ -126,10 +126,9 @@ def samples_blamed(fn):
     @functools.wraps(fn)
     def wrapper(session, *args, **kwargs):
         from .calib.sources import data_blamed
-        from .runtime import input_specs
 
         cal = session.calibration
-        with data_blamed(input_specs(session.graph), cal.config if cal is not None else None):
+        with data_blamed(session.graph, cal.config if cal is not None else None):
             return fn(session, *args, **kwargs)
     return wrapper
 

@@ -215,13 +215,16 @@ def synthetic_failure_hint(specs) -> str:
 
 
 @contextmanager
-def data_blamed(specs, config):
-    """Where onnxruntime fails on samples of ``config``'s data (the check samples run after
-    calibration), re-raise its error with :meth:`Source.run_failure_hint` of that data."""
+def data_blamed(graph, config):
+    """Where onnxruntime fails on samples of ``config``'s data for ``graph`` (the check samples run
+    after calibration), re-raise its error with :meth:`Source.run_failure_hint` of that data."""
     try:
         yield
     except ModelError as e:
-        hint = synthetic_failure_hint(specs) if config is not None and str(config.source) == "synthetic" else ""
+        from ..runtime import input_specs
+
+        synthetic = config is not None and str(config.source) == "synthetic"
+        hint = synthetic_failure_hint(input_specs(graph)) if synthetic else ""
         if not hint or "onnxruntime" not in str(e) or str(e).endswith(hint):
             raise
         raise type(e)(f"{e}{hint}") from None
