@@ -128,7 +128,7 @@ def samples_blamed(fn):
         from .calib.sources import data_blamed
 
         cal = session.calibration
-        with data_blamed(session.graph, cal.config if cal is not None else None):
+        with data_blamed(session.graph, getattr(cal, "config", None)):
             return fn(session, *args, **kwargs)
     return wrapper
 
