@@ -219,23 +219,14 @@ def rank(bench, units, base, *, top: int = DEFAULT_TOP, dm=None, progress=None,
     for u in units:
         rows[u.node].latency_delta_us = price(u.tensors)
     order = sorted(units, key=lambda u: (-_key(rows[u.node].gain), u.node))[:max(0, top)]
-    base_value = _variant_worst(base, by)
+    base_value, _ = _worst(base.outputs, by)
     for k, u in enumerate(order):
-        v = bench.measure(dm, keep_float=u.tensors)
         r = rows[u.node]
-        value = _variant_worst(v, by)
-        r.estimate, r.worst, r.worst_label = False, value, v.worst_label if by is RankedBy.SQNR else \
-            (v.worst_agreement[0] if v.worst_agreement else "")
-        r.gain = _gain(value, base_value)
+        value, r.worst_label = _worst(bench.measure(dm, keep_float=u.tensors).outputs, by)
+        r.estimate, r.worst, r.gain = False, value, _gain(value, base_value)
         if progress is not None:
             progress("measure", k + 1, len(order))
     return sorted(rows.values(), key=lambda r: (-_key(r.gain), r.node))
-
-
-def _variant_worst(v, by: RankedBy) -> float:
-    if by is RankedBy.SQNR:
-        return v.worst_db
-    return v.worst_agreement[1] if v.worst_agreement is not None else math.nan
 
 
 def _key(x: float) -> float:
