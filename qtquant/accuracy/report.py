@@ -140,7 +140,7 @@ class AccuracyReport:
         lines.append(text_table([(s.node, s.precision.value,
                                   _f(s.gain if math.isfinite(s.gain) else None, signed=True),
                                   "estimate" if s.estimate else "measured",
-                                  "" if s.estimate else _after(s),
+                                  s.after_text(),
                                   "n/a" if s.latency_delta_us is None else f"{s.latency_delta_us:+.1f}")
                                  for s in shown],
                                 ("node", "precision", f"gain {by.gain_unit}", "how", "worst slice after", "latency µs"),
@@ -150,14 +150,6 @@ class AccuracyReport:
         lines.append(ESTIMATE_TEXT)
         lines += [f"note: {n}" for n in self.notes if n != self.no_single_fix]
         return "\n".join(lines)
-
-
-def _after(s: Sensitivity) -> str:
-    """The measured worst part with the unit in float: "y 31.20", "cls 93.75% equal"."""
-    if s.worst is None or not math.isfinite(s.worst):
-        return f"{s.worst_label} n/a"
-    return f"{s.worst_label} {_f(s.worst)}" if s.ranked_by is RankedBy.SQNR else \
-        f"{s.worst_label} {s.ranked_by.value_text(s.worst)}"
 
 
 @samples_blamed

@@ -63,6 +63,19 @@ class Sensitivity:
     latency_delta_us: float | None = None  # None: not priced (see the report's notes)
     ranked_by: RankedBy = RankedBy.SQNR
 
+    def after_text(self) -> str:
+        """The measured worst part with the unit in float ("y 31.20", "cls 93.75% equal"); "" for an
+        estimate."""
+        from ..tables import fmt_num
+
+        if self.estimate:
+            return ""
+        if self.worst is None or not math.isfinite(self.worst):
+            return f"{self.worst_label} n/a"
+        if self.ranked_by is RankedBy.SQNR:
+            return f"{self.worst_label} {fmt_num(self.worst)}"
+        return f"{self.worst_label} {self.ranked_by.value_text(self.worst)}"
+
     def to_dict(self) -> dict:
         def num(x):
             return None if x is None or not math.isfinite(x) else round(float(x), 4)

@@ -109,9 +109,7 @@ def sensitivity_rows(report) -> list[SensitivityRow]:
     rows = []
     for s in report.sensitivity if report is not None else ():
         gain = s.gain if _finite(s.gain) else -math.inf
-        worst = (_num_text(s.worst) if s.ranked_by is RankedBy.SQNR or not _finite(s.worst)
-                 else s.ranked_by.value_text(s.worst))
-        after = "" if s.estimate else f"{s.worst_label} {worst}"
+        after = s.after_text()
         lat = s.latency_delta_us
         cells = (s.node, s.precision.value, _num_text(s.gain, True), "estimate" if s.estimate else "measured",
                  after, "n/a" if lat is None else f"{lat:+.1f}")
