@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import ModelError
 from .metrics import Figure, sums_for
-from .qdq import PER_CHANNEL_QDQ_OPSET
+from .qdqcheck import breaches_reason
 
 __all__ = ["FileComparison", "QdqCounts", "qdq_counts", "compare_with_input"]
 
@@ -165,9 +165,8 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
         before = _session(graph.path)
     except ModelError as e:  # (onnxruntime's quantizer can write a file its runtime refuses: axis before opset 13)
         info = getattr(graph, "qdq_info", None)
-        if info is not None and info.early_channels:  # the known cause, said in words
-            why = (f"it is opset {info.opset} with per-channel Q/DQ, which needs opset {PER_CHANNEL_QDQ_OPSET}: "
-                   "not valid ONNX")
+        if info is not None and info.breaches:  # the known cause, said in words
+            why = breaches_reason(info.opset, info.breaches)
         else:
             why = str(e).removeprefix("onnxruntime cannot run this model: ")
         comp.skipped = f"onnxruntime cannot run the input file: {why}"

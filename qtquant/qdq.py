@@ -27,10 +27,11 @@ from onnx import numpy_helper
 from .errors import ModelError
 from .nodetable import nested_nodes
 from .opsets import default_opset
+from .qdqcheck import breaches_of
 from .quant import Scheme
 
 __all__ = ["ChannelScales", "QdqInfo", "is_qdq_model", "check_quantized_form", "strip_qdq", "attach_qdq",
-           "channel_scales_of", "has_channel_scales", "early_channels_note", "QDQ_OPS", "PER_CHANNEL_QDQ_OPSET"]
+           "channel_scales_of", "has_channel_scales", "QDQ_OPS"]
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 # The other quantized forms onnxruntime writes, which qtquant does not read: dynamic quantization
@@ -63,10 +64,9 @@ class QdqInfo:
     pairs: int = 0
     weights: int = 0  # quantized weights of either layout
     float_weights: int = 0  # of those, float constant → Q → DQ (kept float in the view)
-    # Q/DQ nodes quantizing per channel in a file of an opset before 13, which has no per-channel
-    # Q/DQ: the file is not valid ONNX (onnxruntime's quantize_static writes such files).
-    early_channels: int = 0
     opset: int = 0  # the file's default-domain opset
+    # What its Q/DQ nodes use that its opset lacks (qdqcheck): the file is not valid ONNX then
+    breaches: tuple = ()
 
 
 def is_qdq_model(model: onnx.ModelProto, table=None) -> bool:
@@ -124,33 +124,6 @@ def _const(name, inits, consts, base_dir):
 
 def _attr(node, name, default):
     return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
-
-
-PER_CHANNEL_QDQ_OPSET = 13  # QuantizeLinear and DequantizeLinear gained axis (per-channel scales) in opset 13
-
-
-def _per_channel(node, inits, consts, base_dir) -> bool:
-    """The Q/DQ ``node`` quantizes per channel: an axis given, or a scale of more than one value."""
-    if any(a.name == "axis" for a in node.attribute):
-        return True
-    if len(node.input) < 2:
-        return False
-    if node.input[1] in inits:  # read the dims, not the data
-        return int(np.prod(inits[node.input[1]].dims, dtype=np.int64)) > 1
-    scale = _const(node.input[1], inits, consts, base_dir)
-    return scale is not None and np.size(scale) > 1
-
-
-def early_channels_note(info: QdqInfo) -> str:
-    """The sentence for a file with per-channel Q/DQ before opset 13 ("" for any other)."""
-    if not info.early_channels:
-        return ""
-    n = info.early_channels
-    return (f"the file is opset {info.opset}, and {n} of its Q/DQ nodes {'quantizes' if n == 1 else 'quantize'} per "
-            "channel, "
-            f"which QuantizeLinear and DequantizeLinear have only from opset {PER_CHANNEL_QDQ_OPSET}: the file is "
-            "not valid ONNX (onnxruntime refuses it; onnxruntime's quantize_static writes such files); qtquant "
-            f"reads its scales, and what it writes is opset {PER_CHANNEL_QDQ_OPSET}")
 
 
 def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, QdqInfo]:
@@ -321,10 +294,8 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
         if qparams else True
     scheme = Scheme.SYMMETRIC_INT8 if sym else Scheme.ASYMMETRIC_UINT8
     opset = default_opset(model)
-    early = sum(1 for n in model.graph.node if n.op_type in QDQ_OPS and _per_channel(n, inits, consts, base_dir)) \
-        if opset < PER_CHANNEL_QDQ_OPSET else 0
-    info = QdqInfo(scheme, pairs=n_pairs, weights=n_weights, float_weights=n_float_weights, early_channels=early,
-                   opset=opset)
+    info = QdqInfo(scheme, pairs=n_pairs, weights=n_weights, float_weights=n_float_weights, opset=opset,
+                   breaches=breaches_of(model, opset))
     for x, (s, zpv, dt) in qparams.items():
         info.scales[x] = (s, zpv)
         qmin = -128 if dt == np.int8 else 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .qdq import early_channels_note
+from .qdqcheck import breaches_note
 from .shapes import format_shape
 from .tables import text_table
 from .vocab import ConcatScaleRule
@@ -138,7 +138,7 @@ def opset_note(graph) -> str:
 def qdq_file_note(graph) -> str:
     """What is wrong with the QDQ file ``graph`` was read from, as ONNX ("" where nothing is)."""
     info = getattr(graph, "qdq_info", None)
-    return early_channels_note(info) if info is not None else ""
+    return breaches_note(info.opset, info.breaches) if info is not None else ""
 
 
 def dtype_note(graph) -> str:

@@ -106,7 +106,7 @@ def test_an_input_file_onnxruntime_refuses_is_said_and_the_export_stands(tmp_pat
     out = tmp_path / "fixed.onnx"
     assert main(["fix", bad, "-o", str(out), "--no-perf", "--calib-count", "2"]) == 0
     assert ("against the input file: not measured (onnxruntime cannot run the input file: it is opset 11 with "
-            "per-channel Q/DQ, which needs opset 13: not valid ONNX)") in capsys.readouterr().out
+            "per-channel scales in Q/DQ (opset 13 on): not valid ONNX)") in capsys.readouterr().out
     ort.InferenceSession(str(out))  # the export runs
     # Opening it says so, in the report, the JSON and the app's model panel, before any export
     n = sum(1 for nd in onnx.load(bad).graph.node if nd.op_type in ("QuantizeLinear", "DequantizeLinear")
@@ -116,7 +116,7 @@ def test_an_input_file_onnxruntime_refuses_is_said_and_the_export_stands(tmp_pat
     text = capsys.readouterr().out
     assert f"note: the file is opset 11, and {n} of its Q/DQ nodes" in text and "not valid ONNX" in text
     assert main(["analyze", bad, "--no-perf", "--json"]) == 0
-    assert "per channel" in json.loads(capsys.readouterr().out)["quantized_input_invalid"]
+    assert "per-channel scales" in json.loads(capsys.readouterr().out)["quantized_input_invalid"]
     from qtquant.app.views.concats import model_info
 
     view = model_info(open_model(bad))
@@ -129,4 +129,37 @@ def test_a_per_tensor_qdq_file_before_opset_13_is_valid_and_said_nothing_of(tmp_
     ort.InferenceSession(ok)  # valid: onnxruntime runs it
     assert main(["analyze", ok, "--no-perf", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["quantized_input_invalid"] is None
-    assert open_model(ok).graph.qdq_info.early_channels == 0
+    assert open_model(ok).graph.qdq_info.breaches == ()
+
+
+def _half_qdq_file(path) -> str:
+    """x (float16) -> Q/DQ -> Relu -> Q/DQ at opset 15 with float16 scales, as onnxruntime's
+    quantize_static writes a float16 model's QDQ file (ISNet from @imgly/background-removal-data)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(0.02, np.float16), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z"),
+             numpy_helper.from_array(np.array(0.01, np.float16), "s2")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]), helper.make_node("Relu", ["xd"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "s2", "z"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "s2", "z"], ["y"])]
+    g = helper.make_graph(nodes, "h", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)]), str(path))
+    return str(path)
+
+
+def test_a_float16_qdq_file_before_opset_19_is_said_and_what_is_written_is_valid(tmp_path, capsys):
+    bad = _half_qdq_file(tmp_path / "h16.onnx")
+    with pytest.raises(Exception, match="float16"):
+        ort.InferenceSession(bad)
+    assert main(["analyze", bad, "--no-perf"]) == 0
+    assert ("note: the file is opset 15, and 4 of its Q/DQ nodes have float16 scales, which QuantizeLinear and "
+            "DequantizeLinear take only from opset 19: it is not valid ONNX") in capsys.readouterr().out
+    out = tmp_path / "fixed.onnx"
+    assert main(["fix", bad, "-o", str(out), "--no-perf"]) == 0
+    assert ("not measured (onnxruntime cannot run the input file: it is opset 15 with float16 scales in Q/DQ "
+            "(opset 19 on): not valid ONNX)") in capsys.readouterr().out
+    onnx.checker.check_model(onnx.load(str(out)), full_check=True)
+    ort.InferenceSession(str(out))  # the written file runs
