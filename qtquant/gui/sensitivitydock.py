@@ -261,7 +261,8 @@ class AccuracyJobs(QObject):
             if not s.set_accuracy(rep, snap.revision):
                 self.dock.set_busy("The model changed while measuring: press Measure again")
 
-        return self.jobs.submit("accuracy", "accuracy check", work, done, stale_key=self._key)
+        return self.jobs.submit("accuracy", "accuracy check", work, done, stale_key=self._key,
+                                on_error=self._failed("The accuracy check"))
 
     def share(self, budget: float):
         s, snap = self._snapshot("Auto-share by accuracy")
@@ -295,4 +296,12 @@ class AccuracyJobs(QObject):
             self.messages.report("Auto-share by accuracy", rep.text())
             self.shared.emit(rep)
 
-        return self.jobs.submit("sqnr-share", "auto-share by accuracy", work, done, stale_key=self._key)
+        return self.jobs.submit("sqnr-share", "auto-share by accuracy", work, done, stale_key=self._key,
+                                on_error=self._failed("Auto-share by accuracy"))
+
+    def _failed(self, what: str):
+        """The dock's status after a job failed (it said "measuring…" until then; the dialog has the
+        whole message)."""
+        def say(e) -> None:
+            self.dock.set_busy(f"{what} failed: {e}")
+        return say

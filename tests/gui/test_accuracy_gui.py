@@ -132,3 +132,18 @@ def test_an_argmax_only_model_ranks_by_agreement_in_the_dock(qtbot, make_win, tm
     open_settled(qtbot, win, save(spiky_chain_model(spike=4000.0), tmp_path / "spiky.onnx"))
     _measured(qtbot, win)
     assert dock.table.horizontalHeaderItem(2).text() == "Gain dB"
+
+
+def test_auto_share_by_accuracy_on_integer_outputs_only_says_why_in_one_line(qtbot, make_win, tmp_path):
+    from test_integer_outputs import _tied_classifier
+
+    win = make_win(show_dialogs=False)
+    open_settled(qtbot, win, _tied_classifier(tmp_path / "cls_only.onnx", with_logits=False), count=8)
+    qtbot.mouseClick(win.sensitivity.share, Qt.LeftButton)
+    qtbot.waitUntil(lambda: bool(win.errors), timeout=60000)
+    _, msg, _ = win.errors[-1]
+    assert "\n" not in msg and "outputs are all integer (least agreeing: cls)" in msg
+    qtbot.waitUntil(lambda: not win.controller.busy, timeout=10000)
+    status = win.sensitivity.status.text()  # not left saying it is measuring
+    assert "measuring each candidate" not in status and status.startswith("Auto-share by accuracy failed: ")
+    assert win.session.groups.as_lists() == [] and win.accuracy_jobs.last_share is None
