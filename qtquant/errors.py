@@ -4,6 +4,8 @@ The CLI turns any :class:`QtQuantError` into a one-line message and exit code 3;
 the GUI turns it into a dialog.  Anything else escaping is a bug.
 """
 
+import re
+
 __all__ = [
     "QtQuantError",
     "BadInputError",
@@ -98,9 +100,15 @@ def first_line(e: BaseException, limit: int = 300, default: str | None = None) -
     or ``default`` (its type's name) when it says nothing: what a one-line message quotes."""
     text = str(e).strip()
     line = text.splitlines()[0] if text else default or type(e).__name__
+    # onnxruntime names the file it loaded before the cause: the caller names it already, and a long
+    # path pushed the cause past the limit
+    line = _ORT_LOAD.sub("", line)
     if len(line) <= limit:
         return line
     # Cut at a word, marked: a quote that stops mid-word ("... Er") reads as the whole message.
     cut = line[:limit - 1]
     space = cut.rfind(" ")
     return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
+
+
+_ORT_LOAD = re.compile(r"Load model from .*? failed: ?")

@@ -293,6 +293,12 @@ def test_first_line_quotes_another_librarys_error_in_one_line():
     long = "Type Error: " + "word " * 80
     quoted = first_line(RuntimeError(long), 100)
     assert len(quoted) <= 100 and quoted.endswith("word…") and long.startswith(quoted[:-1])
+    # onnxruntime's "Load model from PATH failed:" goes: the caller names the file, and a long path
+    # pushed the cause out of the quote
+    ort = RuntimeError("[ONNXRuntimeError] : 10 : INVALID_GRAPH : Load model from /a/very/long/path/q.onnx "
+                       "failed:This is an invalid model. Error Unrecognized attribute: axis")
+    assert first_line(ort) == ("[ONNXRuntimeError] : 10 : INVALID_GRAPH : This is an invalid model. Error "
+                               "Unrecognized attribute: axis")
 
 
 def test_file_digest_is_the_files_sha256_whichever_way_it_is_computed(tmp_path, monkeypatch):
