@@ -27,13 +27,12 @@ from onnx import numpy_helper
 from .errors import ModelError
 from .nodetable import nested_nodes
 from .opsets import default_opset
-from .qdqcheck import breaches_of
+from .qdqcheck import QDQ_OPS, breaches_of
 from .quant import Scheme
 
 __all__ = ["ChannelScales", "QdqInfo", "is_qdq_model", "check_quantized_form", "strip_qdq", "attach_qdq",
            "channel_scales_of", "has_channel_scales", "QDQ_OPS"]
 
-QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 # The other quantized forms onnxruntime writes, which qtquant does not read: dynamic quantization
 # (int8 weights; activations quantized as the model runs, by ops no NPU compiler takes) and the
 # operator form (QLinearConv, QLinearConcat and the other QLinear* ops, with their scales inside).

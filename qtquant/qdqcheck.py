@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-__all__ = ["Breach", "breaches_of", "breaches_note", "breaches_reason", "PER_CHANNEL_OPSET",
+__all__ = ["Breach", "breaches_of", "breaches_note", "breaches_reason", "QDQ_OPS", "PER_CHANNEL_OPSET",
            "FLOAT16_SCALE_OPSET"]
 
 PER_CHANNEL_OPSET = 13  # QuantizeLinear and DequantizeLinear gained axis (per-channel scales) in opset 13
 FLOAT16_SCALE_OPSET = 19  # ... and scales of float16 and bfloat16 in opset 19
-_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 _HALF = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
 
 
@@ -51,7 +51,7 @@ def breaches_of(model: onnx.ModelProto, opset: int) -> tuple[Breach, ...]:
                     shapes[n.output[0]] = (int(np.prod(a.t.dims, dtype=np.int64)), a.t.data_type)
     channels = half = 0
     for n in g.node:
-        if n.op_type not in _QDQ or len(n.input) < 2:
+        if n.op_type not in QDQ_OPS or len(n.input) < 2:
             continue
         size, dtype = shapes.get(n.input[1], (1, onnx.TensorProto.FLOAT))
         channels += size > 1 or any(a.name == "axis" for a in n.attribute)

@@ -92,7 +92,7 @@ class Sensitivity:
 def ranked_by(base) -> RankedBy:
     """What the ranking of ``base`` (a measured :class:`~qtquant.accuracy.check.Variant`) counts in:
     SQNR where a float slice is measured, agreement where the outputs are all integer."""
-    if not base.worst_label and getattr(base, "worst_agreement", None) is not None:
+    if not base.worst_label and base.worst_agreement is not None:
         return RankedBy.AGREEMENT
     return RankedBy.SQNR
 

@@ -223,7 +223,7 @@ def data_blamed(graph, config):
     except ModelError as e:
         from ..runtime import input_specs
 
-        synthetic = config is not None and str(config.source) == "synthetic"
+        synthetic = config is not None and str(config.source) == SyntheticSource.kind
         hint = synthetic_failure_hint(input_specs(graph)) if synthetic else ""
         if not hint or "onnxruntime" not in str(e) or str(e).endswith(hint):
             raise

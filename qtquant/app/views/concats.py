@@ -127,6 +127,7 @@ def model_info(session) -> ModelInfoView:
         calibration = f"{cal.config.observer}, {cal.batches} samples{check} ({cal.data_label(short=True)})"
         calibration_tip = (f"{cal.batches} calibration samples from {cal.data_label()}; the accuracy check runs on "
                            f"{cal.check_description}")
+    invalid = qdq_file_note(g)  # the file's opset, which opening may have raised, is the one it breaks
     cs = _concats(session)
     if cs is None:
         concats = f"{len(g.concat_nodes())} (analysis after calibration)"
@@ -141,10 +142,10 @@ def model_info(session) -> ModelInfoView:
         nodes=f"{len(g.nodes)} ops, {len(g.tensors)} tensors, opset {g.opset}"
               + (f" (raised from {g.source_opset})" if g.source_opset is not None else ""),
         inputs=", ".join(f"{k} {format_shape(v)}" for k, v in g.input_shapes.items()) or "—",
-        quantization=("QDQ file" + (f" (invalid at opset {g.opset})" if qdq_file_note(g) else "") + ", "
+        quantization=("QDQ file" + (f" (invalid at opset {g.qdq_info.opset})" if invalid else "") + ", "
                       if session.quantized_file else "float model, ")
         + f"{o.scheme.value}, policy {o.policy.value}"
         + (", Concat output: widest input's scale" if concat_rule(o) == ConcatScaleRule.WIDEST_INPUT
            else ""),
-        quantization_tip=qdq_file_note(g), calibration=calibration, calibration_tip=calibration_tip,
+        quantization_tip=invalid, calibration=calibration, calibration_tip=calibration_tip,
         concats=concats)
