@@ -19,6 +19,7 @@ import numpy as np
 from .errors import ModelError
 from .metrics import Figure, sums_for
 from .qdqcheck import breaches_reason
+from .vocab import SYNTHETIC
 
 __all__ = ["FileComparison", "QdqCounts", "qdq_counts", "compare_with_input"]
 
@@ -31,7 +32,7 @@ class FileComparison:
     """Each output of the written file against the input file's, over the same samples."""
 
     samples: int
-    data: str  # where the samples came from ("synthetic", a folder ...)
+    data: str  # where the samples came from (SYNTHETIC, a folder ...)
     figures: dict[str, Figure] = field(default_factory=dict)  # output -> written against input
     # output -> ((lo, hi) of the input file's values, (lo, hi) of the written file's), over the samples
     ranges: dict[str, tuple] = field(default_factory=dict)
@@ -46,7 +47,7 @@ class FileComparison:
 
     @property
     def synthetic(self) -> bool:
-        return self.data == "synthetic"
+        return self.data == SYNTHETIC
 
     def text(self) -> list[str]:
         if self.skipped:

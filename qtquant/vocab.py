@@ -16,7 +16,7 @@ __all__ = ["StrEnum", "Scheme", "SCHEME_NAMES", "scheme_name", "Policy", "Observ
            "COLOR_ORDERS", "PIXEL_RANGES", "LAYOUTS", "Overlay", "OVERLAYS", "TensorKind", "JobStatus",
            "ShareAction", "Blank", "Precision", "PRECISIONS", "CostClass", "ConcatScaleRule",
            "DEFAULT_SCHEME", "DEFAULT_POLICY", "DEFAULT_OBSERVER", "DEFAULT_MARCH",
-           "DEFAULT_CALIB_COUNT", "DEFAULT_PERCENTILE", "DEFAULT_MAX_BITS_LOST"]
+           "DEFAULT_CALIB_COUNT", "DEFAULT_PERCENTILE", "DEFAULT_MAX_BITS_LOST", "SYNTHETIC"]
 
 
 class StrEnum(str, Enum):
@@ -191,5 +191,8 @@ DEFAULT_POLICY = Policy.UNION
 DEFAULT_OBSERVER = Observer.MINMAX
 DEFAULT_MARCH = "bayes-e"
 DEFAULT_CALIB_COUNT = 16  # --calib-count, CalibConfig.count and the GUI's "Samples"
+# The calibration source that is no data: --calib's default, CalibConfig.source, the statistics
+# file's "source" and the GUI's first choice (seeded uniform samples, see calib.sources.SyntheticSource).
+SYNTHETIC = "synthetic"
 DEFAULT_PERCENTILE = 99.99
 DEFAULT_MAX_BITS_LOST = 1.0  # the auto-share threshold

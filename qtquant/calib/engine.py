@@ -28,7 +28,7 @@ from ..errors import BadInputError, Cancelled
 from ..runtime import input_specs
 from ..tables import samples_text
 from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAULT_PERCENTILE, DEFAULT_SCHEME,
-                     LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, Observer, scheme_name)
+                     LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, SYNTHETIC, Observer, scheme_name)
 from .observers import abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
 from .keep import keep_order
@@ -100,7 +100,7 @@ def parse_holdout(value) -> int | float | None:
 class CalibConfig:
     """What to calibrate on and how.  Field names match the CLI options (DESIGN §6)."""
 
-    source: str = "synthetic"  # "synthetic", a .npy/.npz file, a folder of them, or an image folder
+    source: str = SYNTHETIC  # SYNTHETIC, a .npy/.npz file, a folder of them, or an image folder
     count: int = DEFAULT_COUNT  # calibration samples (fewer when the data has fewer)
     observer: str = DEFAULT_OBSERVER.value  # one of OBSERVERS
     percentile: float = DEFAULT_PERCENTILE
@@ -168,6 +168,11 @@ class CalibConfig:
             raise
         except (TypeError, ValueError) as e:  # e.g. int() of a list: still one line for the user
             raise CalibConfigError(str(e)) from None
+
+    @property
+    def synthetic(self) -> bool:
+        """Calibrating on seeded synthetic samples, not on data."""
+        return self.source == SYNTHETIC
 
     @property
     def stride(self) -> int:
@@ -343,7 +348,7 @@ def split_samples(refs: list[SampleRef], config: CalibConfig) -> Split:
     hold = held_back_count(n, config.holdout)
     use = min(config.count, n - hold)
     calib, held = refs[:use], (refs[n - hold:] if hold else [])
-    src = "synthetic data" if config.source == "synthetic" else config.source
+    src = "synthetic data" if config.synthetic else config.source
     notes = []
     if not hold:
         what = f"all {_plural(use)}" if use == n else f"{use} of {_plural(n)}"

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import BadInputError, CalibrationDataError, ModelError, first_line
 from ..shapes import format_shape
+from ..vocab import SYNTHETIC
 
 __all__ = ["SampleRef", "Source", "open_source", "preprocess_image", "parse_channels",
            "IMAGE_EXTS", "ARRAY_EXTS"]
@@ -181,7 +182,7 @@ class SyntheticSource(Source):
     samples over processes sees the same data.
     """
 
-    kind = "synthetic"
+    kind = SYNTHETIC
 
     def __init__(self, specs, n: int, seed: int):
         super().__init__(specs, [SampleRef("", i) for i in range(n)], "")
@@ -223,7 +224,7 @@ def data_blamed(graph, config):
     except ModelError as e:
         from ..runtime import input_specs
 
-        synthetic = config is not None and str(config.source) == SyntheticSource.kind
+        synthetic = config is not None and config.synthetic
         hint = synthetic_failure_hint(input_specs(graph)) if synthetic else ""
         if not hint or "onnxruntime" not in str(e) or str(e).endswith(hint):
             raise
@@ -408,7 +409,7 @@ def _list_files(folder: Path) -> tuple[list[Path], list[Path]]:
 def open_source(specs: dict, config, *, synthetic_count: int | None = None) -> Source:
     """The source ``config.source`` names, indexed and validated against the input ``specs``."""
     src = str(config.source).strip()
-    if src == "synthetic":
+    if src == SYNTHETIC:
         if synthetic_count is None:
             from .engine import synthetic_sample_count  # the engine imports this module
 
@@ -437,4 +438,4 @@ def open_source(specs: dict, config, *, synthetic_count: int | None = None) -> S
     if ext in IMAGE_EXTS:
         return ImageSource(specs, [path], root, config)
     raise CalibrationDataError(f"--calib {src}: expected an image folder, a .npy/.npz file or folder, "
-                               f"or 'synthetic'")
+                               f"or '{SYNTHETIC}'")

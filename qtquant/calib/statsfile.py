@@ -29,6 +29,7 @@ from ..fileio.paths import existing_file
 from ..fileio.schema import FileModel, check_format, check_version, one_line
 from ..runtime import input_specs
 from ..tables import samples_text
+from ..vocab import SYNTHETIC
 from .cache import DATA_FIELDS, TensorEntry, holdout_fits, pack_result, unpack_holdout, unpack_stats
 from .engine import CHECK_CAP, CalibConfig, CalibConfigError, CalibrationResult, compute_ranges
 from .sources import open_source
@@ -50,7 +51,7 @@ class Shard(FileModel):
     """The data one calibration ran on."""
 
     source: str
-    data_sha256: str  # of the source's fingerprint (files with size and mtime; "synthetic")
+    data_sha256: str  # of the source's fingerprint (files with size and mtime; SYNTHETIC)
     count: int
     seed: int
     holdout: int | float | None = None  # a count, a fraction or None (auto)
@@ -181,7 +182,7 @@ def _file_config(header: StatsHeader, name: str) -> CalibConfig:
 def _same_source(a: str, b: str) -> bool:
     if a == b:
         return True
-    if "synthetic" in (a, b):
+    if SYNTHETIC in (a, b):
         return False
     try:
         return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
@@ -308,7 +309,7 @@ def merge_stats(paths, out) -> StatsHeader:
     # in-sample on them"), which the merged statistics no longer have: say what they do have.
     notes = [f"merged from {len(paths)} statistics files ({len(shards)} shards: "
              + "; ".join(f"{sh.batches} samples of {sh.source}"
-                         + (f" (seed {sh.seed})" if sh.source == "synthetic" else "") for sh in shards) + ")",
+                         + (f" (seed {sh.seed})" if sh.source == SYNTHETIC else "") for sh in shards) + ")",
              check_note]  # last: `qtquant calibrate --merge` prints it
     result = CalibrationResult(stats, {}, _file_config(first, first_name), holdout, batches, seconds, notes,
                                in_sample)

@@ -11,7 +11,7 @@ from ..errors import BadInputError
 from ..perf import MARCHES
 from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_OBSERVER,
                      DEFAULT_PERCENTILE, DEFAULT_POLICY, DEFAULT_SCHEME, LAYOUTS, OBSERVERS, PIXEL_RANGES,
-                     RESIZE_MODES, SCHEME_NAMES, Policy, Scheme)
+                     RESIZE_MODES, SCHEME_NAMES, SYNTHETIC, Policy, Scheme)
 
 __all__ = ["add_common", "options_from_args", "open_session", "apply_precision_args", "OBSERVERS", "MARCHES"]
 
@@ -26,8 +26,8 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     g.add_argument("--cut", default=None, metavar="TENSOR[,TENSOR...]",
                    help="work on the subgraph that ends at these tensors (they become the outputs; the inputs "
                         "stay), e.g. a detector cut before its CPU-side decode")
-    g.add_argument("--calib", default="synthetic", metavar="PATH|synthetic",
-                   help="calibration data: an image folder, .npy/.npz file or folder, or 'synthetic'")
+    g.add_argument("--calib", default=SYNTHETIC, metavar=f"PATH|{SYNTHETIC}",
+                   help=f"calibration data: an image folder, .npy/.npz file or folder, or '{SYNTHETIC}'")
     g.add_argument("--calib-count", type=int, default=DEFAULT_CALIB_COUNT, metavar="N",
                    help=f"calibration samples (default {DEFAULT_CALIB_COUNT})")
     g.add_argument("--holdout", type=_holdout_arg, default=None, metavar="N|FRACTION",
@@ -123,7 +123,7 @@ def open_session(args, *, calibrate: bool = True, progress=None, keep_check_valu
         from ..calib.statsfile import explicit_data_fields
 
         session.load_statistics(args.stats, explicit=explicit_data_fields(opts.calib))
-    elif calibrate and (not session.quantized_file or str(getattr(args, "calib", "synthetic")) != "synthetic"):
+    elif calibrate and (not session.quantized_file or str(getattr(args, "calib", SYNTHETIC)) != SYNTHETIC):
         # A QDQ file keeps its own scales; data named with --calib gives the check its samples (its
         # float view the reference) and ranges to what the file left unquantized, as the app's Calibrate does.
         session.run_calibration(progress=progress, keep_check_values=keep_check_values)

@@ -18,7 +18,7 @@ from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, DEFAULT_COUN
 from ..errors import BadInputError, QtQuantError
 from ..graph import parse_cut
 from ..shapes import format_shape, parse_input_shape
-from ..vocab import OBSERVERS
+from ..vocab import OBSERVERS, SYNTHETIC
 
 __all__ = ["ErrorDialog", "OpenDialog", "file_dialog", "pick_open_file", "ModelSettings", "model_inputs",
            "default_shape", "calib_config", "needs_shapes", "holdout_text"]
@@ -128,7 +128,7 @@ class ModelSettings:
         self.settings.sync()
 
 
-CALIB_DEFAULTS = {"source": "synthetic", "count": DEFAULT_COUNT, "holdout": "auto", "observer": "minmax",
+CALIB_DEFAULTS = {"source": SYNTHETIC, "count": DEFAULT_COUNT, "holdout": "auto", "observer": "minmax",
                   "resize": "stretch", "color": "rgb", "pixel_range": "0-1", "mean": "", "std": "", "layout": "nchw"}
 
 
@@ -195,8 +195,8 @@ class OpenDialog(QDialog):
         self.source_kind = QComboBox()
         self.source_kind.addItems(["Synthetic (seeded random)", "Image folder", ".npy / .npz file or folder"])
         src = cal["source"]
-        self.source_path = QLineEdit("" if src == "synthetic" else src)
-        self.source_kind.setCurrentIndex(0 if src == "synthetic" else (2 if str(src).endswith((".npy", ".npz"))
+        self.source_path = QLineEdit("" if src == SYNTHETIC else src)
+        self.source_kind.setCurrentIndex(0 if src == SYNTHETIC else (2 if str(src).endswith((".npy", ".npz"))
                                                                         else 1))
         row = path_row(self.source_path, self._browse)
         self.count = QSpinBox()
@@ -316,7 +316,7 @@ class OpenDialog(QDialog):
             parse_input_shape(f"{name}={text}")  # raises ShapeError with a one-line message
             shapes[name] = text
         kind = self.source_kind.currentIndex()
-        src = "synthetic" if kind == 0 else self.source_path.text().strip()
+        src = SYNTHETIC if kind == 0 else self.source_path.text().strip()
         if kind and not src:
             raise BadInputError("choose a calibration folder or file, or use synthetic data")
         if kind and not Path(src).exists():
