@@ -9,7 +9,7 @@ import onnx
 from .errors import ModelError
 from .nodetable import nested_nodes
 
-__all__ = ["parse_cut", "cut_model"]
+__all__ = ["parse_cut", "cut_model", "check_cut"]
 
 
 def parse_cut(cut) -> tuple[str, ...]:
@@ -25,6 +25,28 @@ def _subgraph_names(node) -> set[str]:
     return {i for n in nested_nodes([node]) for i in n.input if i}
 
 
+def check_cut(model: onnx.ModelProto, cut, producer: dict | None = None) -> None:
+    """A one-line :class:`ModelError` unless every name in ``cut`` is a tensor ``model`` computes
+    or reads (not a weight), naming a close match if any: what :func:`cut_model` would refuse,
+    asked without cutting (the open dialog checks its field so before anything is remembered)."""
+    cut = parse_cut(cut)
+    if not cut:
+        return
+    g = model.graph
+    if producer is None:
+        producer = {o for n in g.node for o in n.output if o}
+    known = set(producer) | {i.name for i in g.input}
+    weights = {t.name for t in g.initializer}
+    for t in cut:
+        if t in known and t not in weights:
+            continue
+        if t in weights:
+            raise ModelError(f"cannot cut at {t!r}: it is a weight of the model, not a tensor it computes")
+        close = difflib.get_close_matches(t, sorted(known - weights), n=1, cutoff=0.6)
+        raise ModelError(f"cannot cut at {t!r}: the model has no tensor of that name"
+                         + (f" (did you mean {close[0]!r}?)" if close else ""))
+
+
 def cut_model(model: onnx.ModelProto, cut) -> None:
     """Cut ``model`` in place to the subgraph that ends at the tensors ``cut``, as
     ``onnx.utils.extract_model`` does: the outputs become ``cut``, the inputs stay, nodes
@@ -35,17 +57,7 @@ def cut_model(model: onnx.ModelProto, cut) -> None:
         return
     g = model.graph
     producer = {o: n for n in g.node for o in n.output if o}
-    inputs = {i.name for i in g.input}
-    known = set(producer) | inputs
-    weights = {t.name for t in g.initializer}
-    for t in cut:
-        if t in known and t not in weights:
-            continue
-        if t in weights:
-            raise ModelError(f"cannot cut at {t!r}: it is a weight of the model, not a tensor it computes")
-        close = difflib.get_close_matches(t, sorted(known - weights), n=1, cutoff=0.6)
-        raise ModelError(f"cannot cut at {t!r}: the model has no tensor of that name"
-                         + (f" (did you mean {close[0]!r}?)" if close else ""))
+    check_cut(model, cut, producer)
     needed = set(cut)
     kept: set[int] = set()
     stack = list(cut)
@@ -69,6 +81,7 @@ def cut_model(model: onnx.ModelProto, cut) -> None:
         outs.append(o)
     nodes = [n for n in g.node if id(n) in kept]
     # Initializers listed as inputs (old-style models) stay: the inputs are unchanged.
+    inputs = {i.name for i in g.input}
     inits = [t for t in g.initializer if t.name in needed or t.name in inputs]
     infos = [v for v in g.value_info if v.name in needed and v.name not in set(cut)]
     del g.node[:], g.initializer[:], g.value_info[:], g.output[:]

@@ -22,6 +22,7 @@ from .ops import SUBGRAPH_OPS
 from .shapes import format_shape
 
 __all__ = ["FLOAT_TYPES", "toposort", "topo_order", "check_external_data", "check_text", "apply_input_shapes",
+           "check_input_shapes",
            "INTEGER_TYPES", "check_input_sizes", "infer_shapes", "needs_data_propagation", "inline_small_external",
            "file_sha256", "FileDigest"]
 
@@ -170,6 +171,16 @@ def check_text(model, table: NodeTable | None = None) -> None:
         join([v.name for v in (*g.input, *g.output, *g.value_info)])
     except TypeError:
         raise ModelError("the model has a name that is not valid UTF-8 text (corrupt file?)") from None
+
+
+def check_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
+    """What :func:`apply_input_shapes` would resolve, or its one-line error, with ``model`` left
+    as it is (the open dialog checks its fields so before anything is remembered or loaded)."""
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    probe = onnx.ModelProto()
+    probe.graph.input.extend(i for i in g.input if i.name not in inits)  # copies: a few bytes each
+    return apply_input_shapes(probe, shapes)
 
 
 def apply_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:

@@ -15,13 +15,15 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog
 from ..app.modelinputs import default_shape, model_inputs, needs_shapes, readable_dims, recorded_shapes
 from ..calib import CalibConfig
 from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, DEFAULT_COUNT, parse_holdout
+from ..cut import check_cut
 from ..errors import BadInputError, QtQuantError
 from ..graph import parse_cut
+from ..modelcheck import check_input_shapes
 from ..shapes import format_shape, parse_input_shape
 from ..vocab import OBSERVERS, SYNTHETIC
 
 __all__ = ["ErrorDialog", "OpenDialog", "file_dialog", "pick_open_file", "ModelSettings", "model_inputs",
-           "default_shape", "calib_config", "needs_shapes", "holdout_text"]
+           "default_shape", "calib_config", "needs_shapes", "holdout_text", "given_shapes", "check_open_values"]
 
 
 def file_dialog(parent, title: str, folder: str, filters: str) -> QFileDialog:
@@ -148,11 +150,30 @@ def calib_config(values: dict) -> CalibConfig:
     return CalibConfig.from_dict(kw)
 
 
+def given_shapes(values: dict) -> dict[str, tuple[int, ...]]:
+    """The open settings' input shapes ({"shapes": {name: "1x3x640x640"}}) as tuples; a
+    one-line ShapeError for a malformed one."""
+    return dict(parse_input_shape(f"{name}={text}") for name, text in (values.get("shapes") or {}).items())
+
+
+def check_open_values(model, values: dict) -> None:
+    """A one-line :class:`QtQuantError` for open settings that cannot open ``model`` (None: what
+    needs it is skipped): a malformed shape, or one of the wrong rank or against a fixed
+    dimension, a cut at no tensor of the model, a calibration setting the engine refuses.  Asked
+    before the settings are remembered or used, so a typo never sticks to the model."""
+    shapes = given_shapes(values)
+    if model is not None:
+        if shapes:
+            check_input_shapes(model, shapes)
+        check_cut(model, values.get("cut") or ())
+    calib_config(values.get("calib") or {})
+
+
 class OpenDialog(QDialog):
     """Input shapes for dynamic models, and the calibration source and preprocessing."""
 
     def __init__(self, path, remembered: dict | None = None, parent=None, *, shapes_editable: bool = True,
-                 title: str = "Open model", cut_editable: bool | None = None):
+                 title: str = "Open model", cut_editable: bool | None = None, error: str = ""):
         super().__init__(parent)
         self.setWindowTitle(title)
         self.path = Path(path)
@@ -166,6 +187,7 @@ class OpenDialog(QDialog):
             model = onnx.load(str(self.path), load_external_data=False)
         except Exception:
             model = None
+        self._model = model  # what the values are checked against (values())
         inputs = model_inputs(model) if model is not None else []
         recorded = recorded_shapes(model) if model is not None else {}
         shapes_box = QGroupBox("Input shapes")
@@ -262,7 +284,7 @@ class OpenDialog(QDialog):
             pf.addRow(label, w)
         self.pre_box = pbox
         lay.addWidget(pbox)
-        self.error = QLabel("")
+        self.error = QLabel(error)  # why remembered settings could not be used, when they were not
         self.error.setStyleSheet("color: #c62828")
         self.error.setWordWrap(True)  # a long message must not widen the dialog
         lay.addWidget(self.error)
@@ -330,12 +352,15 @@ class OpenDialog(QDialog):
         stats = self.stats_path.text().strip()
         if stats and not Path(stats).is_file():
             raise BadInputError(f"statistics file not found: {stats}")
-        return {"shapes": shapes, "calib": calib, "cut": ",".join(parse_cut(self.cut_edit.text())), "stats": stats}
+        values = {"shapes": shapes, "calib": calib, "cut": ",".join(parse_cut(self.cut_edit.text())), "stats": stats}
+        # (a cut that cannot be edited here is the open model's, kept as it is)
+        check_open_values(self._model, values if self.cut_edit.isEnabled() else {**values, "cut": ""})
+        return values
 
     def _accept(self) -> None:
         try:
             self.values()
-        except BadInputError as e:
+        except QtQuantError as e:
             self.error.setText(str(e))
             return
         self.accept()

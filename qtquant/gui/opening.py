@@ -10,8 +10,8 @@ from PySide6.QtCore import QObject
 from ..errors import QtQuantError
 from ..graph import parse_cut, read_model_file
 from ..shapes import parse_input_shapes
-from .dialogs import (CALIB_DEFAULTS, ModelSettings, OpenDialog, calib_config, holdout_text, model_inputs, needs_shapes,
-                      pick_open_file)
+from .dialogs import (CALIB_DEFAULTS, ModelSettings, OpenDialog, calib_config, check_open_values, given_shapes,
+                      holdout_text, model_inputs, needs_shapes, pick_open_file)
 from .projects import PROJECT_SUFFIX
 
 __all__ = ["ModelOpener", "MAX_RECENT"]
@@ -36,7 +36,12 @@ class ModelOpener(QObject):
         self.model_settings = ModelSettings(settings)
         self.recent_menu = recent_menu
         self.pending_plan: str | None = None  # --plan from the command line, for the first calibration
+        # (path, settings) of the open under way: remembered for the model once it has loaded, so
+        # settings that fail to open it (a shape that does not fit, a cut at nothing) never stick.
+        self._unsaved: tuple[Path, dict] | None = None
         controller.calibrationFinished.connect(self._apply_pending_plan)
+        controller.modelLoaded.connect(self._remember_loaded)
+        controller.loadFailed.connect(self._forget_failed)
         projects.saved.connect(self.add_recent)
         self._rebuild_recent()
 
@@ -61,17 +66,41 @@ class ModelOpener(QObject):
         rem = self.model_settings.load(path)
         if ask is None:
             ask = needs_shapes(model_inputs(model)) and not rem.get("shapes")
+        problem = ""
+        if not ask:  # remembered settings that no longer open it (a typo kept by an older version)
+            try:
+                check_open_values(model, rem)
+            except QtQuantError as e:
+                problem, ask = f"The remembered settings cannot open this model: {e}", True
         values = rem
-        if ask and self.messages.show_dialogs:
-            dlg = OpenDialog(path, rem, self.messages.widget)
-            if dlg.exec() != OpenDialog.Accepted:
-                return False
-            values = dlg.values()
-            self.model_settings.save(path, values)
-        shapes = {k: tuple(int(x) for x in v.lower().split("x")) for k, v in values.get("shapes", {}).items()}
-        self.open_model(path, shapes, calib_config(values.get("calib", {})), values.get("cut") or (),
-                        stats=values.get("stats") or None)
+        if ask:
+            if not self.messages.show_dialogs:
+                if problem:
+                    self.messages.error("Cannot open the model", problem)
+                    return False
+            else:
+                dlg = OpenDialog(path, rem, self.messages.widget, error=problem)
+                if dlg.exec() != OpenDialog.Accepted:
+                    return False
+                values = dlg.values()
+        self._open_remembering(path, values)
         return True
+
+    def _open_remembering(self, path: Path, values: dict):
+        """Open ``path`` with checked open settings (``given_shapes`` and the rest), and remember
+        them for it once it has loaded."""
+        self._unsaved = (path, values)
+        return self.open_model(path, given_shapes(values), calib_config(values.get("calib") or {}),
+                               parse_cut(values.get("cut") or ()), stats=values.get("stats") or None)
+
+    def _remember_loaded(self, _session) -> None:
+        pending, self._unsaved = self._unsaved, None
+        if pending is not None and self.controller.path is not None \
+                and Path(pending[0]).resolve() == Path(self.controller.path).resolve():
+            self.model_settings.save(*pending)
+
+    def _forget_failed(self, _message: str) -> None:
+        self._unsaved = None
 
     def launch(self, path, input_shapes=(), calib=None, plan=None, cut=()) -> bool:
         """``qtquant MODEL --input-shape ... --calib ...``: the command line's choices, no dialog
@@ -88,13 +117,11 @@ class ModelOpener(QObject):
             if dlg.exec() != OpenDialog.Accepted:
                 return False
             values = dlg.values()
-            self.model_settings.save(path, values)
-            shapes = {k: tuple(int(x) for x in v.lower().split("x")) for k, v in values["shapes"].items()}
+            shapes = given_shapes(values)
             calib = calib_config(values["calib"])
             cut = values.get("cut") or ()
-        else:
-            self.model_settings.save(path, values)  # the next open of this model starts from them
         self.pending_plan = str(plan) if plan else None
+        self._unsaved = (path, values)  # the next open of this model starts from them, once it loads
         self.open_model(path, shapes, calib, parse_cut(cut))
         return True
 
@@ -159,13 +186,11 @@ class ModelOpener(QObject):
             return
         values = dlg.values()
         values["cut"] = rem.get("cut", "")  # recalibrating keeps the open model's cut
-        shapes = {k: tuple(int(x) for x in v.lower().split("x")) for k, v in values["shapes"].items()}
+        shapes = given_shapes(values)
         if any(current.get(k) != "x".join(map(str, v)) for k, v in shapes.items()):
             if not self.projects.maybe_save():
                 return
-            self.model_settings.save(path, values)
-            self.open_model(path, shapes, calib_config(values["calib"]), parse_cut(values["cut"]),
-                            stats=values.get("stats") or None)
+            self._open_remembering(path, values)
             return
         self.model_settings.save(path, values)
         self.controller.calibrate(calib_config(values["calib"]))
