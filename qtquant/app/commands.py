@@ -9,6 +9,7 @@ replaying the exact result, so commands stay small and exact.  The GUI presents 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from psygnal import Signal
 
@@ -19,7 +20,7 @@ from .session import Options
 
 __all__ = ["Command", "ShareCommand", "UngroupCommand", "RemoveMemberCommand", "AutoShareCommand",
            "SqnrShareCommand", "SetOptionsCommand", "SetPolicyCommand", "SetMarchCommand", "SetPrecisionCommand",
-           "CompoundCommand", "CommandStack"]
+           "CompoundCommand", "CommandStack", "StackStep"]
 
 
 class Command:
@@ -298,9 +299,20 @@ class CompoundCommand(Command):
         return any(c.changed for c in self.commands)
 
 
+class StackStep(Enum):
+    """What the stack did last (:attr:`CommandStack.last_step`): the status line says "Undid …" or
+    "Redid …" for a step through the history, and names a new edit as itself."""
+
+    NONE = "none"  # cleared, or marked clean: nothing done
+    DO = "do"  # a new edit pushed
+    UNDO = "undo"
+    REDO = "redo"
+
+
 class CommandStack:
     """The undo history of one session.  ``changed`` fires after every push, undo, redo,
-    clean-state change and clear (the GUI enables Undo/Redo and the modified mark from it)."""
+    clean-state change and clear (the GUI enables Undo/Redo and the modified mark from it);
+    :attr:`last_step` says which."""
 
     changed = Signal()
 
@@ -309,6 +321,7 @@ class CommandStack:
         self._commands: list[Command] = []
         self._index = 0  # commands done: the next undo is _commands[_index - 1]
         self._clean = 0  # the index at the last save; -1 once that state cannot come back
+        self.last_step = StackStep.NONE
 
     def push(self, cmd: Command) -> bool:
         """Do ``cmd`` and record it.  A refused edit raises (QtQuantError) and is not recorded;
@@ -324,7 +337,7 @@ class CommandStack:
         del self._commands[self._index:]
         self._commands.append(cmd)
         self._index += 1
-        self.changed.emit()
+        self._emit(StackStep.DO)
         return True
 
     def undo(self) -> Command | None:
@@ -334,7 +347,7 @@ class CommandStack:
         with self.session.batch():
             cmd.undo(self.session)
         self._index -= 1
-        self.changed.emit()
+        self._emit(StackStep.UNDO)
         return cmd
 
     def redo(self) -> Command | None:
@@ -344,8 +357,12 @@ class CommandStack:
         with self.session.batch():
             cmd.do(self.session)
         self._index += 1
-        self.changed.emit()
+        self._emit(StackStep.REDO)
         return cmd
+
+    def _emit(self, step: StackStep) -> None:
+        self.last_step = step
+        self.changed.emit()
 
     @property
     def can_undo(self) -> bool:
@@ -381,11 +398,11 @@ class CommandStack:
 
     def set_clean(self) -> None:
         self._clean = self._index
-        self.changed.emit()
+        self._emit(StackStep.NONE)
 
     def clear(self, session=None) -> None:
         """Forget the history (clean again); ``session``: the stack now edits that one."""
         if session is not None:
             self.session = session
         self._commands, self._index, self._clean = [], 0, 0
-        self.changed.emit()
+        self._emit(StackStep.NONE)

@@ -20,6 +20,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QVBoxLayout, QWidget
 
 from ..app import Options
+from ..app.commands import StackStep
 from .actions import WindowActions
 from .canvas import GraphScene
 from .graphview import GraphView
@@ -291,13 +292,16 @@ class MainWindow(QMainWindow):
         self.messages.status(f"Opened {g.path.name if g.path else 'model'}", 5000)  # replaces "Loading …"
 
     def _stack_message(self, *_) -> None:
-        """Undo and redo say what they did, replacing the message of the edit they undo."""
+        """Undo and redo say what they did, replacing the message of the edit they undo; a new
+        edit is named as itself (an edit with more to say, a share, says it right after)."""
         st = self.relay.stack
-        prev, self._stack_index = getattr(self, "_stack_index", 0), st.index
-        if st.index < prev and st.can_redo:
+        step = st.last_step
+        if step is StackStep.UNDO:
             self.messages.status(f"Undid {st.redo_text}", 8000)
-        elif st.index > prev and st.can_undo:
-            self.messages.status(f"Redid {st.undo_text}", 8000)  # a new edit's own message follows at once
+        elif step is StackStep.REDO:
+            self.messages.status(f"Redid {st.undo_text}", 8000)
+        elif step is StackStep.DO:
+            self.messages.status(st.undo_text, 8000)
 
     def _scene_built(self, spec) -> None:
         lay = spec.layout

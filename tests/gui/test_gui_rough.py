@@ -52,6 +52,14 @@ def test_status_messages_expire_or_are_replaced(qtbot, win, model, monkeypatch):
     assert win.statusBar().currentMessage() == "Undid Share 4 tensors"  # the share's message is gone
     key(qtbot, win, Qt.Key_Z, Qt.ControlModifier | Qt.ShiftModifier)
     assert win.statusBar().currentMessage() == "Redid Share 4 tensors"
+    # A new edit that has nothing more to say is named as itself, not as a redo.
+    combo = win.perf_summary.march
+    other = next(combo.itemText(i) for i in range(combo.count()) if combo.itemText(i) != combo.currentText())
+    combo.setCurrentText(other)
+    assert win.statusBar().currentMessage() == win.stack.undo_text and other in win.stack.undo_text
+    assert not win.statusBar().currentMessage().startswith(("Redid", "Undid"))
+    key(qtbot, win, Qt.Key_Z, Qt.ControlModifier)
+    assert win.statusBar().currentMessage().startswith("Undid ") and other in win.statusBar().currentMessage()
     win.stack.set_clean()
 
 
