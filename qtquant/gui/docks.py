@@ -325,18 +325,22 @@ class BarChart(QWidget):
         fm = p.fontMetrics()
         pitch = self._pitch
         bar_h = pitch - 3
+        # Text gets the font's whole height, centred on the bar: a box as tall as the bar clipped
+        # the underscores of every other row ("attn/k proj" for attn/k_proj).
+        text_h = max(bar_h, fm.height() + 1)
         for i, (name, op, us) in enumerate(self.rows):
             y = 20 + i * pitch
+            ty = y + (bar_h - text_h) / 2
             label = fm.elidedText(name, Qt.ElideMiddle, int(lw - 10))
             p.setPen(QColor("#333"))
-            p.drawText(QRectF(4, y, lw - 8, bar_h), Qt.AlignRight | Qt.AlignVCenter, label)
+            p.drawText(QRectF(4, ty, lw - 8, text_h), Qt.AlignRight | Qt.AlignVCenter, label)
             bw = (self.width() - lw - 80) * us / vmax
             col = QColor("#e53935") if "rescale" in name.lower() else QColor("#5b8cc0")
             p.setPen(Qt.NoPen)
             p.setBrush(col)
             p.drawRoundedRect(QRectF(lw, y + 2, max(bw, 1.0), bar_h - 4), 3, 3)
             p.setPen(QColor("#333"))
-            p.drawText(QRectF(lw + bw + 4, y, 76, bar_h), Qt.AlignLeft | Qt.AlignVCenter, fmt_us(us))
+            p.drawText(QRectF(lw + bw + 4, ty, 76, text_h), Qt.AlignLeft | Qt.AlignVCenter, fmt_us(us))
 
     def mousePressEvent(self, ev):
         i = int((ev.position().y() - 20) // self._pitch)

@@ -3,14 +3,16 @@ it carries.  The scene it shows is :class:`~qtquant.gui.canvas.GraphScene`."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QPointF, QRect, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QFrame, QGraphicsView
 
 from .canvas import LOD_OVERVIEW, GraphScene
 from .dragdrop import NodeDrag
-from .items import LOD_EDGE_LABEL
+from .items import LOD_EDGE_LABEL, NodeItem
 from .minimap import Legend, MiniMap
+
+BADGE_WEIGHT = 10  # a node with badges (a Concat that needs rescales) hidden by the minimap counts as ten others
 
 __all__ = ["GraphView"]
 
@@ -247,8 +249,11 @@ class GraphView(QGraphicsView):
 
     def resizeEvent(self, ev):
         super().resizeEvent(ev)
+        mm = self.minimap
+        if mm._img is not None and max(mm.width(), mm.height()) - 8 != mm.box:
+            mm.schedule_refresh()  # drawn again at the size this viewport gives it
         self._place_overlays()
-        self.minimap.follow()
+        mm.follow()
 
     def _place_overlays(self) -> None:
         # The legend sits in a strip above the viewport (a viewport margin), not over the graph:
@@ -261,10 +266,38 @@ class GraphView(QGraphicsView):
         if self.viewportMargins().top() != top:
             self.setViewportMargins(0, top, 0, 0)
         vp = self.viewport().geometry()
-        mm = self.minimap
-        mm.move(vp.right() - mm.width() - 10, vp.bottom() - mm.height() - 10)
+        self._place_minimap()
         lg.move(vp.left() + 10, vp.top() - top + (6 if top else 10))
         self.minimap_room()
+
+    def _place_minimap(self) -> None:
+        """Bottom-right, or bottom-left while the right corner would hide a Concat that needs a
+        rescale (a node with badges) and the left one hides fewer: on the demo the minimap covered
+        one of its two mismatched Concats, badge and all, in the first view."""
+        mm = self.minimap
+        vp = self.viewport().geometry()
+        y = vp.bottom() - mm.height() - 10
+        right, left = vp.right() - mm.width() - 10, vp.left() + 10
+        if mm.isVisible() and not mm.dragging and not self.scene().overview_active:
+            here, there = (left, right) if mm.on_left else (right, left)
+            covered = self._hidden_under(QRect(here, y, mm.width(), mm.height()))
+            if covered >= BADGE_WEIGHT or mm.on_left:
+                other = self._hidden_under(QRect(there, y, mm.width(), mm.height()))
+                # back to the right as soon as that hides nothing marked; to the left only for less
+                if (other < covered) if not mm.on_left else (other < BADGE_WEIGHT):
+                    mm.on_left = not mm.on_left
+        mm.move(left if mm.on_left else right, y)
+
+    def _hidden_under(self, rect: QRect) -> int:
+        """How much of the graph a widget at ``rect`` (view coordinates) hides: each node with
+        badges counts BADGE_WEIGHT, any other node 1 (the scene's index answers, not a walk)."""
+        vp = self.viewport().geometry()
+        area = self.mapToScene(rect.translated(-vp.left(), -vp.top())).boundingRect()
+        score = 0
+        for it in self.scene().items(area, Qt.IntersectsItemBoundingRect):
+            if isinstance(it, NodeItem) and it.isVisible():
+                score += BADGE_WEIGHT if it.badges else 1
+        return score
 
     def minimap_room(self) -> None:
         """While the minimap is up, the view scrolls past the graph's bottom-right by the

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QScrollAr
 
 from ..concat import rescale_node_names
 from ..shapes import format_shape
+from ..app.views.fmt import in_scope, scope_of
 from ..app.views.perfdata import rescale_us_by_concat, rescale_us_for_input
 from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX, constant_inputs, shape_text
 from .style import fmt_ratio, fmt_scale, fmt_us, mismatch_color, paint_ended
@@ -139,7 +140,9 @@ def _table(headers, stretch: tuple = ()) -> QTableWidget:
     t.setTextElideMode(Qt.ElideMiddle)
     t.setWordWrap(False)
     t.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-    t.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+    # A dock narrower than the columns scrolls them (a clipped last column read "total 4.60"
+    # for "total 4.60 µs"); the table's height then makes room for the bar (_fit_height).
+    t.setHorizontalScrollBarPolicy(Qt.ScrollBarAsNeeded)
     return t
 
 
@@ -152,21 +155,30 @@ def _fill(t: QTableWidget, rows) -> None:
                 it.setToolTip(it.text())
             t.setItem(i, j, it)
     _fit_columns(t)
-    h = t.horizontalHeader().height() + sum(t.rowHeight(i) for i in range(t.rowCount())) + 4
-    t.setFixedHeight(max(h, t.horizontalHeader().height() + 6))
+
+
+def _fit_height(t: QTableWidget) -> None:
+    """Every row in view (the inspector scrolls, not its tables), and the horizontal bar's
+    height when the columns are wider than the table."""
+    head = t.horizontalHeader()
+    wide = sum(t.columnWidth(i) for i in range(t.columnCount()) if not t.isColumnHidden(i)) > \
+        t.width() - 2 * t.frameWidth()
+    bar = t.horizontalScrollBar().sizeHint().height() if wide else 0
+    h = head.height() + sum(t.rowHeight(i) for i in range(t.rowCount())) + 4 + bar
+    t.setFixedHeight(max(h, head.height() + 6))
 
 
 def _fit_columns(t: QTableWidget) -> None:
     """Columns to their contents; the ``stretch`` ones share what is left of the width (at least
     80 px each, eliding in the middle below their contents)."""
     t.resizeColumnsToContents()
-    if not t.stretch:
-        return
-    avail = max(t.viewport().width(), t.width() - 2 * t.frameWidth())
-    fixed = sum(t.columnWidth(i) for i in range(t.columnCount()) if i not in t.stretch)
-    share = max(80, (avail - fixed) // len(t.stretch))
-    for i in t.stretch:
-        t.setColumnWidth(i, share)
+    if t.stretch:
+        avail = t.width() - 2 * t.frameWidth()
+        fixed = sum(t.columnWidth(i) for i in range(t.columnCount()) if i not in t.stretch and not t.isColumnHidden(i))
+        share = max(80, (avail - fixed) // len(t.stretch))
+        for i in t.stretch:
+            t.setColumnWidth(i, share)
+    _fit_height(t)
 
 
 class Inspector(QScrollArea):
@@ -211,7 +223,8 @@ class Inspector(QScrollArea):
         self.error_label.setWordWrap(True)
         self.error_label.setObjectName("tensor_error")
         self.concat_title = QLabel("<b>Concat inputs</b>")
-        self.concat = _table(["#", "producer", "scale", "ratio", "bits if shared", "rescale cost"], stretch=(1,))
+        # Two-line headers: one word wide, where the values are (a wide header squeezed the names)
+        self.concat = _table(["#", "producer", "scale", "ratio", "bits if\nshared", "rescale\ncost"], stretch=(1,))
         self.notes = QLabel("")
         self.notes.setWordWrap(True)
         self.notes.setStyleSheet("color: #8a4b00")
@@ -370,11 +383,16 @@ class Inspector(QScrollArea):
 
     def _fill_tensors(self, rows) -> None:
         self._tensor_rows = [t for _, t in rows]
+        scope = scope_of(self.node or "")  # names read inside the node's module (full in the tooltip)
         out = []
         for d, t in rows:
             shape, rng, scale, zp = self._tensor_info(t)
-            out.append((d, t, shape, rng, scale, zp))
+            name = QTableWidgetItem(in_scope(t, scope))
+            name.setToolTip(t)
+            out.append((d, name, shape, rng, scale, zp))
         self.tensors.blockSignals(True)
+        # The zero point column only where one is not 0 (asymmetric uint8): else a column of zeros
+        self.tensors.setColumnHidden(5, all(zp in ("", "0") for *_, zp in out))
         _fill(self.tensors, out)
         self.tensors.blockSignals(False)
         # Default histogram: the first quantized output, else the first quantized input.
@@ -494,7 +512,7 @@ class Inspector(QScrollArea):
             idx = QTableWidgetItem("out" if m.index < 0 else str(m.index))
             if m.needs_rescale:
                 idx.setBackground(mismatch_color(info.ratio, info.rescales))
-            t_item = QTableWidgetItem(m.producer or m.tensor)
+            t_item = QTableWidgetItem(in_scope(m.producer or m.tensor, scope_of(info.node)))
             t_item.setToolTip(f"tensor {m.tensor}\nproduced by {m.producer or '—'}\n{resc}")
             rows.append((idx, t_item, "float" if m is float_out else fmt_scale(m.scale), ratio, bits, cost))
         _fill(self.concat, rows)

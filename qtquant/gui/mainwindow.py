@@ -46,6 +46,7 @@ __all__ = ["MainWindow"]
 # MainWindow._keep_canvas_room)
 CANVAS_SHARE = 0.4
 RIGHT_DOCK_MIN = 220  # px: the narrowest the right side is made to give the canvas room
+DOCK_SLACK = 6  # px a dock's width may differ from the one set (minimum sizes, separators) and still be ours
 
 
 class MainWindow(QMainWindow):
@@ -115,6 +116,7 @@ class MainWindow(QMainWindow):
 
     def _build_docks(self) -> None:
         self._room_pending = False
+        self._taken_widths: dict = {}  # side dock -> (its width before the window took room, the width set)
         r = self.relay
         self.model_info = ModelInfo(r)
         self.concat_list = ConcatList(r)
@@ -156,26 +158,48 @@ class MainWindow(QMainWindow):
         (or restored) in pixels for a wide window; in a narrow one, a half screen, they left the
         canvas a strip (960 px: ~120 px, under the minimap).  A canvas wide enough is left as the
         user made it; for a narrow one the right side gives way first, then the left (each to its
-        minimum)."""
+        minimum).  Widened again, the sides get back what was taken from them (the left first), as
+        far as the canvas keeps its share: the narrow widths had stuck, names in the Concat table
+        elided to "…at"."""
         self._room_pending = False
         width = self.width()
-        short = math.ceil(CANVAS_SHARE * width) - self.centralWidget().width()  # px the canvas lacks
-        if width <= 0 or short <= 0:
+        if width <= 0:
             return
+        short = math.ceil(CANVAS_SHARE * width) - self.centralWidget().width()  # px the canvas lacks
         # One shown dock a side stands for its area's width
         left, right = (next((d for d in self.docks.values() if self.dockWidgetArea(d) == area and d.isVisible()
                              and not d.isFloating()), None) for area in (Qt.LeftDockWidgetArea, Qt.RightDockWidgetArea))
         shown = [d for d in (left, right) if d is not None]
-        if not shown:
+        taken = self._taken_widths
+        for d in list(taken):  # a side the user resized since (or hid) is theirs again
+            if d not in shown or abs(d.width() - taken[d][1]) > DOCK_SLACK:
+                del taken[d]
+        if not shown or (short < 0 and not taken):
             return
-        spare = sum(d.width() for d in shown) - short  # what the sides may keep
-        if len(shown) == 2:
-            # The right side (the inspector's wrapped text) gives way first: the Concat table on the
-            # left needs its numbers and some of each name.
-            r = min(right.width(), max(RIGHT_DOCK_MIN, spare * 2 // 5))
-            self.resizeDocks(shown, [max(1, spare - r), r], Qt.Horizontal)
+        if short < 0:
+            room = -short
+            widths = []
+            for d in shown:
+                want, _ = taken.get(d, (d.width(), None))
+                grow = min(room, max(0, want - d.width()))
+                room -= grow
+                widths.append(d.width() + grow)
         else:
-            self.resizeDocks(shown, [spare], Qt.Horizontal)
+            spare = sum(d.width() for d in shown) - short  # what the sides may keep
+            if len(shown) == 2:
+                # The right side (the inspector's wrapped text) gives way first: the Concat table on
+                # the left needs its numbers and some of each name.
+                r = min(right.width(), max(RIGHT_DOCK_MIN, spare * 2 // 5))
+                widths = [max(1, spare - r), r]
+            else:
+                widths = [spare]
+        for d, w in zip(shown, widths):
+            want = taken[d][0] if d in taken else d.width()
+            if w < want:
+                taken[d] = (want, w)  # the width to give back, and the one set (to tell a user's resize)
+            else:
+                taken.pop(d, None)
+        self.resizeDocks(shown, widths, Qt.Horizontal)
 
     def _slots(self) -> dict:
         v = self.view
@@ -223,7 +247,8 @@ class MainWindow(QMainWindow):
         self.sensitivity.localToggled.connect(self.canvas.set_error_local)
         self.perf_summary.marchChanged.connect(self.set_march)
         self.inspector.histogramWanted.connect(lambda t: c.histogram(t, self._histogram_ready))
-        self.view.zoomChanged.connect(lambda z: self.zoom_label.setText(f"{z * 100:.0f}%"))
+        # "Zoom", not a bare "100%": beside the job's progress bar it read as the job's progress
+        self.view.zoomChanged.connect(lambda z: self.zoom_label.setText(f"Zoom {z * 100:.0f}%"))
 
     # -- what the parts share ------------------------------------------------------------------
     @property

@@ -21,7 +21,9 @@ class MiniMap(QWidget):
     small rectangle per node stays readable where a scaled-down render would be a smear.
     """
 
-    BOX = 210  # longest side in pixels
+    BOX = 210  # longest side in pixels, on a canvas big enough (see box)
+    MIN_BOX = 120
+    BOX_SHARE = 0.3  # of the viewport's shorter side: on a small canvas a 210 px box hid what it shows
     SLICE_S = 0.015  # per event-loop turn: with the paint that follows, well under 0.1 s
 
     def __init__(self, view):
@@ -40,6 +42,14 @@ class MiniMap(QWidget):
         self._step_timer = QTimer(self, singleShot=True, interval=0)
         self._step_timer.timeout.connect(self.refresh)
         self.wanted = True  # View › Minimap: off keeps it hidden whatever the view shows
+        self.dragging = False  # a drag in the minimap moves the view: the minimap stays where it is meanwhile
+        self.on_left = False  # moved to the bottom-left corner (the view's _place_minimap)
+
+    @property
+    def box(self) -> int:
+        """The longest side for the view's viewport now."""
+        vp = self.view.viewport().size()
+        return max(self.MIN_BOX, min(self.BOX, int(self.BOX_SHARE * min(vp.width(), vp.height()))))
 
     def set_wanted(self, on: bool) -> None:
         self.wanted = bool(on)
@@ -73,6 +83,7 @@ class MiniMap(QWidget):
             r = self._src if not self._src.isEmpty() else sc.sceneRect()
         vis = self.view.mapToScene(self.view.viewport().rect()).boundingRect()
         self.setVisible(self.wanted and not vis.adjusted(-2, -2, 2, 2).contains(r))
+        self.view._place_minimap()  # the corner that hides less of what matters, for this view
         self.view.minimap_room()
         self.update()
 
@@ -94,8 +105,9 @@ class MiniMap(QWidget):
         # The layout's rectangle: itemsBoundingRect asks every item (a Python call each) for its bounds.
         self._src = sc.sceneRect() if sc.spec is not None else sc.itemsBoundingRect()
         a = self._src.width() / max(self._src.height(), 1.0)
-        w, h = (self.BOX, max(70, int(self.BOX / a))) if a >= 1 else (max(70, int(self.BOX * a)), self.BOX)
-        self.setFixedSize(min(w, self.BOX) + 8, min(h, self.BOX) + 8)
+        box = self.box
+        w, h = (box, max(70, int(box / a))) if a >= 1 else (max(70, int(box * a)), box)
+        self.setFixedSize(min(w, box) + 8, min(h, box) + 8)
         self.view._place_overlays()
         t = self._target()
         size = (max(1, int(t.width())), max(1, int(t.height())))
@@ -184,7 +196,11 @@ class MiniMap(QWidget):
         self.update()
 
     def mousePressEvent(self, ev):
+        self.dragging = True
         self._go(ev.position())
+
+    def mouseReleaseEvent(self, ev):
+        self.dragging = False
 
     def mouseMoveEvent(self, ev):
         if ev.buttons() & Qt.LeftButton:

@@ -350,7 +350,8 @@ def test_empty_window_shows_the_options_a_model_opens_with_and_the_whole_hint(qt
 def test_a_narrow_window_keeps_room_for_the_canvas_and_a_wide_one_keeps_its_docks(qtbot, settings, model):
     """The side docks are sized in pixels for a wide window: at half a 1920 px screen they left the
     canvas ~120 px, under the minimap.  A narrow window gives the canvas at least CANVAS_SHARE of
-    its width, the inspector giving way first; the Concat table keeps every column in view."""
+    its width, the inspector giving way first; the Concat table keeps every column in view.
+    Widened again, the docks get their widths back, except one the user resized meanwhile."""
     from qtquant.gui.mainwindow import CANVAS_SHARE
 
     w = MainWindow(settings)
@@ -366,12 +367,19 @@ def test_a_narrow_window_keeps_room_for_the_canvas_and_a_wide_one_keeps_its_dock
         qtbot.waitUntil(lambda: w.centralWidget().width() >= CANVAS_SHARE * w.width() - 2, timeout=3000)
         assert w.docks["inspector"].width() < wide[1] and w.docks["concats"].width() > w.docks["inspector"].width()
         assert not w.concat_list.table.horizontalScrollBar().isVisible()
-        # widened again, the docks are left as they are: the canvas has room
-        narrow = (w.docks["concats"].width(), w.docks["inspector"].width())
+        # widened again, the docks get back what the window took (their narrow widths had stuck)
         w.resize(1600, 900)
-        qtbot.wait(50)
-        assert (w.docks["concats"].width(), w.docks["inspector"].width()) == narrow
-        assert w.centralWidget().width() > 0.6 * w.width()
+        qtbot.waitUntil(lambda: (w.docks["concats"].width(), w.docks["inspector"].width()) == wide, timeout=3000)
+        assert w.centralWidget().width() >= CANVAS_SHARE * w.width()
+        # ... unless the user resized a side meanwhile: theirs is kept
+        w.resize(960, 900)
+        qtbot.waitUntil(lambda: w.docks["inspector"].width() < wide[1], timeout=3000)
+        w.resizeDocks([w.docks["concats"]], [w.docks["concats"].width() - 30], Qt.Horizontal)
+        qtbot.wait(20)
+        mine = w.docks["concats"].width()
+        w.resize(1600, 900)
+        qtbot.waitUntil(lambda: w.docks["inspector"].width() == wide[1], timeout=3000)
+        assert w.docks["concats"].width() == mine
     finally:
         w.show_dialogs = False
         w.controller.shutdown()
@@ -686,3 +694,48 @@ def test_looks_applied_in_slices_end_as_in_one_pass(qtbot, win, model, monkeypat
     win.set_overlay("none")
     win.scene.flush_looks()  # a screenshot or export applies everything at once
     assert not win.scene.looks_pending and not win.scene._apply_timer.isActive()
+
+
+def test_minimap_moves_off_a_mismatched_concat_and_fits_a_small_canvas(qtbot, win, model, monkeypatch):
+    """On the demo the minimap (bottom-right, 210 px on any canvas) hid one of the two mismatched
+    Concats, badge and all, in the first view.  It now takes the bottom-left corner while the right
+    one would hide a node with badges and the left hides less, comes back once the right hides none,
+    and is smaller on a small canvas."""
+    from qtquant.gui.graphview import BADGE_WEIGHT
+
+    open_and_settle(qtbot, win, model)
+    v, mm, sc = win.view, win.view.minimap, win.scene
+    v.set_zoom(1.0)
+    qtbot.waitUntil(lambda: mm.isVisible(), timeout=3000)
+    vp = v.viewport().geometry()
+    # What a widget over a node hides: a node with badges counts BADGE_WEIGHT, another 1
+    marked = next(it for it in sc.nodes.values() if it.badges)
+    v.centerOn(marked)
+    box = v.mapFromScene(marked.sceneBoundingRect()).boundingRect().translated(vp.topLeft())
+    assert v._hidden_under(box) >= BADGE_WEIGHT
+    plain = next(it for it in sc.nodes.values() if not it.badges and it.kind == "op")
+    v.centerOn(plain)
+    box = v.mapFromScene(plain.sceneBoundingRect().adjusted(20, 5, -20, -5)).boundingRect().translated(vp.topLeft())
+    assert v._hidden_under(box) == 1
+    # Which corner, from what each would hide
+    hides = {}
+    monkeypatch.setattr(v, "_hidden_under", lambda r: hides["left" if r.x() < vp.center().x() else "right"])
+    for right, left, on_left in ((BADGE_WEIGHT, 2, True), (BADGE_WEIGHT + 3, 1, True), (0, BADGE_WEIGHT, False),
+                                 (2 * BADGE_WEIGHT, 2 * BADGE_WEIGHT + 1, False), (BADGE_WEIGHT, 0, True),
+                                 (3, 0, False)):
+        mm.on_left = False
+        hides.update(right=right, left=left)
+        v._place_minimap()
+        assert mm.on_left is on_left, (right, left)
+        assert (mm.x() < vp.center().x()) is on_left
+    hides.update(right=BADGE_WEIGHT - 1, left=0)  # on the left, and the right now hides nothing marked: back
+    mm.on_left = True
+    v._place_minimap()
+    assert not mm.on_left
+    mm.dragging, mm.on_left = True, False  # a drag in the minimap: it stays where it is
+    hides.update(right=BADGE_WEIGHT, left=0)
+    v._place_minimap()
+    assert not mm.on_left
+    mm.dragging = False
+    win.resize(700, 600)  # a small canvas: a smaller minimap
+    qtbot.waitUntil(lambda: max(mm.width(), mm.height()) - 8 == mm.box < mm.BOX, timeout=3000)

@@ -402,3 +402,10 @@ def test_a_qdq_file_invalid_at_its_opset_says_so_in_the_model_panel(qtbot, win, 
     quant = win.model_info.fields["quantization"]
     assert quant.full_text().startswith("QDQ file (invalid at opset 11), ")
     assert "only from opset 13" in quant.toolTip() and "onnxruntime refuses it" in quant.toolTip()
+
+
+def test_the_zoom_in_the_status_bar_says_it_is_the_zoom(qtbot, win, model):
+    """A bare "100%" right of the job's progress bar read as the job's progress."""
+    open_settled(qtbot, win, model)
+    win.actions_by_name["zoom_in"].trigger()
+    assert win.zoom_label.text() == f"Zoom {win.view.zoom * 100:.0f}%"

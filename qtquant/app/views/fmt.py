@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["fmt_us", "fmt_bytes", "fmt_ratio", "fmt_scale", "fmt_bits"]
+__all__ = ["fmt_us", "fmt_bytes", "fmt_ratio", "fmt_scale", "fmt_bits", "scope_of", "in_scope"]
 
 
 def fmt_us(us: float | None) -> str:
@@ -42,3 +42,17 @@ def fmt_bits(b: float | None) -> str:
     if b is None:
         return "—"
     return "∞" if not math.isfinite(b) else f"{b:.2f}"
+
+
+def scope_of(name: str) -> str:
+    """The module path a node or tensor name sits in (exporters name them after it):
+    ``/model.4/Concat`` -> ``/model.4/``; "" for a name with none."""
+    cut = name.rfind("/")
+    return name[:cut + 1] if cut > 0 else ""
+
+
+def in_scope(name: str, scope: str) -> str:
+    """``name`` as read inside ``scope`` (the selected node's module): ``/model.4/m.0/Add_output_0``
+    in ``/model.4/`` is ``m.0/Add_output_0``.  A narrow table elided the full names of one Concat's
+    inputs to the same "/mod…ut_0"; the part that tells them apart is what is left."""
+    return name[len(scope):] if scope and name.startswith(scope) and len(name) > len(scope) else name
