@@ -66,5 +66,11 @@ def run(args) -> int:
                           int16=args.int16, keep_float=args.keep_float, accuracy_top=args.accuracy_top,
                           dock=args.dock, error_local=args.error_local, max_sqnr_drop=args.max_sqnr_drop,
                           stats=args.stats)
-    print(f"wrote {out}")
+    from PIL import Image
+
+    with Image.open(out) as im:
+        got = im.size
+    # The window cannot be smaller than its docks and bars need: a --size below that grows, and says so
+    note = "" if got == size else f"; --size asked {size[0]}x{size[1]}, the window's minimum size is larger"
+    print(f"wrote {out} ({got[0]}x{got[1]}{note})")
     return 0

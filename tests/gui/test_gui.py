@@ -552,7 +552,7 @@ def test_drop_opens_model_through_dialog(qtbot, win, model, monkeypatch):
 
 
 @pytest.mark.slow
-def test_screenshot_command_writes_png(qtbot, model, tmp_path):
+def test_screenshot_command_writes_png(qtbot, model, tmp_path, capsys):
     from PIL import Image
 
     from qtquant.cli import main
@@ -563,6 +563,14 @@ def test_screenshot_command_writes_png(qtbot, model, tmp_path):
     assert rc == 0
     im = Image.open(out)
     assert im.size == (900, 600)
+    assert capsys.readouterr().out.strip().endswith(f"wrote {out} (900x600)")
+    # A size below the window's minimum grows to it, and the line says so
+    small = tmp_path / "small.png"
+    assert main(["screenshot", str(model), "-o", str(small), "--size", "300x200", "--calib-count", "2"]) == 0
+    got = Image.open(small).size
+    assert got != (300, 200)
+    assert capsys.readouterr().out.strip().endswith(
+        f"wrote {small} ({got[0]}x{got[1]}; --size asked 300x200, the window's minimum size is larger)")
     # the red band colour is on the picture (the selected Concat)
     px = np.asarray(im.convert("RGB")).reshape(-1, 3)
     assert (np.abs(px.astype(int) - (0xE5, 0x39, 0x35)).sum(axis=1) < 8).sum() > 200
