@@ -14,7 +14,7 @@ import numpy as np
 from .vocab import Blank
 
 __all__ = ["sqnr_db", "signal_noise_db", "cosine", "ErrorSums", "AgreementSums", "Figure", "no_signal_reason",
-           "sums_for"]
+           "sums_for", "FLOAT_MODEL", "LOW_SQNR_DB"]
 
 
 def sqnr_db(ref: np.ndarray, test: np.ndarray) -> float:
@@ -98,6 +98,9 @@ class Figure:
 
 
 FLOAT_MODEL = "the float model"  # what a figure compares with, unless told otherwise
+# Under this the signal is less than ten times the error: an output this low is lost in all but
+# name, and where a model's cumulative SQNR first falls below it is where to look.
+LOW_SQNR_DB = 10.0
 
 
 def no_signal_reason(lo: float, hi: float, step: float | None, samples: int, reference: str = FLOAT_MODEL) -> str:

@@ -103,8 +103,12 @@ def test_fidelity_line_escapes_names_and_colours_changes():
     assert "b: <i>identical</i>" in fidelity_html(fid) and "representative data" not in fidelity_html(fid)
     fid.after["b"] = out(_figure('{"1": "1_minute_timer", "2": "5_minute_timer"}', 47.0))  # openWakeWord's name
     assert '; …: "5_minute_timer"}: 47.0 dB' in fidelity_html(fid)  # the figure stays in view
-    fid.after["b"] = out(_figure("b", -0.001))  # a destroyed output: 0.0 dB, never "-0.0"
-    assert "b: 0.0 dB" in fidelity_html(fid) and "-0.0" not in fidelity_html(fid)
+    fid.after["b"] = out(_figure("b", -0.001))  # a destroyed output: 0.0 dB, never "-0.0", in red
+    assert 'b: <span style="color:#c62828">0.0 dB</span>' in fidelity_html(fid) and "-0.0" not in fidelity_html(fid)
+    fid.after["b"] = out(_figure("b", 9.96))  # under LOW_SQNR_DB (10): lost, in red; at 10.0 a plain figure
+    assert 'b: <span style="color:#c62828">10.0 dB</span>' in fidelity_html(fid)
+    fid.after["b"] = out(_figure("b", 10.0))
+    assert fidelity_html(fid).endswith("; b: 10.0 dB <span style=\"color:#c62828\">1 finding(s), see tooltip</span>")
     from qtquant.metrics import AgreementSums
 
     cls = AgreementSums()

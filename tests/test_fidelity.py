@@ -38,6 +38,12 @@ def test_sharing_the_head_shows_in_member_sqnr(session):
     json.dumps(fid.to_dict(), allow_nan=False)
     text = fid.text()
     assert "boxes" in text and "own scale -> shared scale" in text and "score" in text
+    # An output measured under 10 dB is said to be lost, in words, and only such an output
+    low = {o for o in fid.outputs if fid.sqnr_db[o] < 10}
+    said = {ln.split()[1] for ln in text.splitlines() if ln.startswith("low: ")}
+    assert said == {fid.after[o].headline.label.split("[")[0] for o in low}
+    fid.after["feat"].whole.sqnr_db = 3.25  # (feat has no slices: its whole tensor is its headline)
+    assert "low: feat at 3.25 dB is under 10 dB: its error is more than a tenth of its signal" in fid.text()
 
 
 def test_results_are_cached_between_edits(session, monkeypatch):

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..fidelity import samples_blamed
+from ..metrics import LOW_SQNR_DB
 from ..outputs import OutputMode
 from ..tables import fmt_num as _f, samples_text
 from ..vocab import Blank, RankedBy
@@ -21,9 +22,6 @@ LATENCY_TEXT = ("latency µs: the simulator's price of the node kept in float (i
 
 # A measured gain under this is rounding noise between two exports, not information.
 NO_GAIN_DB = 0.05
-# Under this the signal is less than ten times the error: where a model's cumulative SQNR first
-# falls below it is where to look when the outputs are lost.
-LOW_SQNR_DB = 10.0
 
 
 @dataclass
