@@ -24,7 +24,7 @@ from .domains import concat_scale_source
 from .gcpause import gc_paused
 from .outputs import pass_through_walk
 from .qdq import channel_scales_of, has_channel_scales
-from .quant import bits_lost, scales_differ
+from .quant import Scheme, bits_lost, qrange, scales_differ
 from .vocab import ConcatScaleRule, TensorKind
 
 __all__ = ["ConcatMember", "ConcatInfo", "analyze_concats", "concat_members", "rescale_node_names"]
@@ -250,6 +250,12 @@ def _file_channels(graph, dm, tensor, d):
     return found[0] if len(found) == 1 else None
 
 
+def _grid_span(m: ConcatMember, scheme) -> tuple[float, float, float, float]:
+    """(grid_lo, grid_hi, lo, hi) of a quantized member (see domains.concat_scale_source)."""
+    qmin, qmax = qrange(scheme)
+    return (qmin - m.zero_point) * m.scale, (qmax - m.zero_point) * m.scale, m.lo, m.hi
+
+
 def _ratio(a: float, b: float) -> float:
     return max(a, b) / min(a, b) if min(a, b) > 0 else float("inf")
 
@@ -331,8 +337,10 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
             notes.append("the export leaves its output in float: its inputs keep their own scales and it runs "
                          "in float, so none is rescaled")
         elif output_float:
-            # What a compiler that quantizes the Concat would do: the Horizon rule.
-            k = concat_scale_source(ConcatScaleRule.WIDEST_INPUT, [m.scale for m in live])
+            # What a compiler that quantizes the Concat would do: the Horizon rule (on an asymmetric
+            # grid, an input whose grid holds the others' values).
+            spans = None if dm.scheme is Scheme.SYMMETRIC_INT8 else [_grid_span(m, dm.scheme) for m in live]
+            k = concat_scale_source(ConcatScaleRule.WIDEST_INPUT, [m.scale for m in live], spans)
             reference = live[k or 0]
             for m in live:
                 m.needs_rescale = _compare(m, reference.scale, reference.zero_point)
@@ -350,6 +358,9 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
             if reference is not None:
                 rule_note = (f"output takes the scale of input {reference.index} ({reference.tensor}, the widest, "
                              f"scale {reference.scale:.4g}) by the target's Concat rule ({dm.concat_rule})")
+            elif name in dm.concat_declined:
+                rule_note = (f"output keeps its own range: on the {dm.scheme.value} grid no input's range holds all "
+                             f"the others' values, so the target's Concat rule ({dm.concat_rule}) would clip them")
             if out_m.channel_scales is None:
                 ref_scale, ref_zp = out_m.scale, out_m.zero_point
                 for m in live:

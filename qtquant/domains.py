@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .gcpause import gc_paused
-from .quant import QParams, Scheme, qparams_for_range, range_width
+from .quant import QParams, Scheme, qparams_for_range, qrange, range_width
 from .vocab import DEFAULT_PERCENTILE, ConcatScaleRule, Policy, Precision, TensorKind
 
 __all__ = ["Policy", "Domain", "DomainMap", "build_domains", "concat_scale_source", "ConcatScaleRule", "UnionFind"]
@@ -54,6 +54,9 @@ class DomainMap:
     concat_source: dict[str, str] = field(default_factory=dict)
     # domain id -> the domain whose qparams it took (the export points both at one initializer).
     scale_from: dict[int, int] = field(default_factory=dict)
+    # Concats whose output kept its own range because no input's grid holds the others' values
+    # (an asymmetric scheme: see concat_scale_source).
+    concat_declined: frozenset = frozenset()
 
     def domain_of(self, tensor: str) -> Domain | None:
         i = self.of.get(tensor)
@@ -79,30 +82,49 @@ class DomainMap:
         return self.qparams_of(tensor)
 
 
-def concat_scale_source(rule: ConcatScaleRule, scales) -> int | None:
+def concat_scale_source(rule: ConcatScaleRule, scales, spans=None) -> int | None:
     """The position in ``scales`` (a Concat's quantized inputs, in order) of the input whose scale
     the output takes under ``rule``; None when the output keeps its own scale.
 
     WIDEST_INPUT: the input with the largest scale, i.e. the widest range (the first of equals),
-    as the Horizon compiler picks it; the others are requantized to it.
+    as the Horizon compiler picks it; the others are requantized to it.  On a symmetric grid the
+    largest scale holds every other input's values.  On an asymmetric one it need not (a box input
+    in [-3.5, 11.9] beside class logits in [-10.6, -1.7]: the wider one's grid ends at 0 and clips
+    the other), so ``spans`` (per input: the values its grid can hold and the values it has, as
+    ``(grid_lo, grid_hi, lo, hi)``) limits the choice to an input whose grid holds all the others'
+    values, within half a step; with none, None: the output keeps its own range, which does.
     """
     if ConcatScaleRule(rule) is ConcatScaleRule.OWN:
         return None
     best = None
     for i, s in enumerate(scales):
-        if s is not None and s > 0 and (best is None or s > scales[best]):
+        if s is not None and s > 0 and (best is None or s > scales[best]) \
+                and (spans is None or _holds_all(spans, i, s / 2)):
             best = i
     return best
 
 
-def _apply_concat_rule(graph, domains, of, natural, rule) -> tuple[dict, dict]:
+def _holds_all(spans, i: int, tol: float) -> bool:
+    glo, ghi = spans[i][0] - tol, spans[i][1] + tol
+    return all(glo <= lo and hi <= ghi for _, _, lo, hi in spans if lo == lo)
+
+
+def _grid_span(q: QParams, lo: float, hi: float) -> tuple[float, float, float, float]:
+    qmin, qmax = qrange(q.scheme, q.bits)
+    return (qmin - q.zero_point) * q.scale, (qmax - q.zero_point) * q.scale, lo, hi
+
+
+def _apply_concat_rule(graph, domains, of, natural, rule, scheme=Scheme.SYMMETRIC_INT8) -> tuple[dict, dict, frozenset]:
     """Give each Concat output its rule's input scale, in graph order (a Concat feeding a Concat
     passes its chosen scale on).  An output grouped by the user, tied by a target rule or read
-    from a QDQ file keeps that scale: the rule is only the compiler's default."""
+    from a QDQ file keeps that scale: the rule is only the compiler's default.  Returns (Concat ->
+    source input, domain -> the domain it took its qparams from, the Concats left their own range
+    because no input's grid holds the others')."""
     sources: dict[str, str] = {}
     scale_from: dict[int, int] = {}
+    declined: set[str] = set()
     if ConcatScaleRule(rule) is ConcatScaleRule.OWN:
-        return sources, scale_from
+        return sources, scale_from, frozenset()
     for node in graph.concat_nodes():
         out = node.outputs[0]
         did = of.get(out)
@@ -113,14 +135,18 @@ def _apply_concat_rule(graph, domains, of, natural, rule) -> tuple[dict, dict]:
             continue
         ins = [t for t in dict.fromkeys(node.inputs) if t and graph.is_quantized(t) and t in of
                and of[t] != did and domains[of[t]].qparams is not None]
-        k = concat_scale_source(rule, [domains[of[t]].scale for t in ins])
+        cands = [domains[of[t]] for t in ins]
+        spans = None if scheme is Scheme.SYMMETRIC_INT8 else [_grid_span(c.qparams, c.lo, c.hi) for c in cands]
+        k = concat_scale_source(rule, [c.scale for c in cands], spans)
         if k is None:
+            if cands:
+                declined.add(node.name)
             continue
         src = domains[of[ins[k]]]
         d.lo, d.hi, d.qparams = src.lo, src.hi, src.qparams
         sources[node.name] = ins[k]
         scale_from[did] = scale_from.get(src.id, src.id)
-    return sources, scale_from
+    return sources, scale_from, frozenset(declined)
 
 
 class _Sets:
@@ -362,9 +388,9 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     src = ranges if not fixed else {**ranges, **fixed}
     if not fixed and not groups and not target_rules:
         domains, of, natural, member_range = _natural_domains(natural_groups, src, scheme)
-        sources, scale_from = _apply_concat_rule(graph, domains, of, natural, concat_rule)
+        sources, scale_from, declined = _apply_concat_rule(graph, domains, of, natural, concat_rule, scheme)
         return DomainMap(domains, of, natural, scheme, member_range, ConcatScaleRule(concat_rule), sources,
-                         scale_from)
+                         scale_from, declined)
     isfinite = math.isfinite
     member_range: dict[str, tuple[float, float]] = {}
     get = src.get
@@ -437,5 +463,6 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
         domains[did] = Domain(did, tuple(members), lo, hi, q, fixed=is_fixed, user_groups=gids)
         for m in members:
             of[m] = did
-    sources, scale_from = _apply_concat_rule(graph, domains, of, natural, concat_rule)
-    return DomainMap(domains, of, natural, scheme, member_range, ConcatScaleRule(concat_rule), sources, scale_from)
+    sources, scale_from, declined = _apply_concat_rule(graph, domains, of, natural, concat_rule, scheme)
+    return DomainMap(domains, of, natural, scheme, member_range, ConcatScaleRule(concat_rule), sources, scale_from,
+                     declined)

@@ -69,6 +69,37 @@ def test_rule_function():
     assert concat_scale_source(ConcatScaleRule.OWN, [0.1, 0.3]) is None
     assert concat_scale_source(ConcatScaleRule.WIDEST_INPUT, [0.1, 0.3, 0.3, None]) == 1  # first of the widest
     assert concat_scale_source(ConcatScaleRule.WIDEST_INPUT, [None, 0.0]) is None
+    # spans (grid_lo, grid_hi, lo, hi): only an input whose grid holds every input's values
+    spans = [(-3.5, 11.9, -3.5, 11.9), (-10.6, 0.0, -10.6, -1.7)]
+    assert concat_scale_source(ConcatScaleRule.WIDEST_INPUT, [15.4 / 255, 10.6 / 255], spans) is None
+    spans[1] = (-12.0, 12.0, -10.6, -1.7)
+    assert concat_scale_source(ConcatScaleRule.WIDEST_INPUT, [15.4 / 255, 24 / 255], spans) == 1
+
+
+def test_asymmetric_rule_never_clips_an_input():
+    """Under uint8-asym the widest input's grid can end where another input's values begin (a
+    box input in [-3.5, 11.9] beside class logits in [-10.6, -1.7]: its zero point 255 held
+    [-26.9, 0] and every box value became 0).  The output then keeps its own range and says why;
+    an input whose grid holds all the others' is still taken."""
+    from qtquant.concat import analyze_concats
+    from qtquant.domains import build_domains
+    from qtquant.quant import Scheme
+
+    g = graph_from_model(branchy_concat_model(gains=(1.0, 3.0)))
+    ranges = {"conv0_out": (-3.5, 11.9), "conv1_out": (-10.6, -1.7), "cat_out": (-10.6, 11.9), "y": (0.0, 11.9)}
+    asym, rule = Scheme.ASYMMETRIC_UINT8, ConcatScaleRule.WIDEST_INPUT
+    dm = build_domains(g, ranges, scheme=asym, concat_rule=rule)
+    assert dm.concat_source == {} and dm.concat_declined == {"cat"}
+    (info,) = analyze_concats(g, dm)
+    assert info.rescales == 2 and info.rule_note.startswith("output keeps its own range: on the uint8-asym grid no")
+    q = dm.qparams_of("cat_out")
+    lo, hi = (0 - q.zero_point) * q.scale, (255 - q.zero_point) * q.scale
+    assert lo <= -10.6 + q.scale and hi >= 11.9 - q.scale  # the output's grid holds every input's values
+    # symmetric: the widest input (absmax 11.9) holds the other; asymmetric with a covering input: taken
+    assert build_domains(g, ranges, concat_rule=rule).concat_source == {"cat": "conv0_out"}
+    ranges["conv0_out"] = (-12.0, 12.0)
+    dm = build_domains(g, ranges, scheme=asym, concat_rule=rule)
+    assert dm.concat_source == {"cat": "conv0_out"} and not dm.concat_declined
 
 
 @pytest.mark.parametrize("march", ["bayes-e", "bayes", "bernoulli2", "nash-e"])
