@@ -64,9 +64,15 @@ def test_round_trip(model, data, tmp_path, observer):
     assert back.ranges == res.ranges and back.batches == 4 and back.in_sample == res.in_sample
     assert len(back.holdout) == 1
     np.testing.assert_array_equal(back.holdout[0]["x"], res.holdout[0]["x"])
-    # another observer on the same statistics: the ranges the file's statistics give
-    other = load_stats(out, g, CalibConfig(observer="ma-minmax"))
-    assert other.ranges == res.recompute(observer="ma-minmax").ranges
+    # another observer chosen on the same statistics: the ranges the file's statistics give, said in a note
+    other = load_stats(out, g, CalibConfig(observer="ma-minmax"), explicit={"observer"})
+    assert other.ranges == res.recompute(observer="ma-minmax").ranges and other.config.observer == "ma-minmax"
+    assert other.notes[-1] == f"ranges by --observer ma-minmax; s.stats was calibrated with {res.config.observer}" + (
+        " 99.99" if observer == "percentile" else "")
+    # not chosen: the file's observer, whatever the config's default says
+    same = load_stats(out, g, CalibConfig(observer="ma-minmax"))
+    assert same.config.observer == observer and same.ranges == res.ranges
+    assert not same.notes[-1].startswith("ranges by")
 
 
 def test_merge_equals_calibrating_on_the_union(model, data, tmp_path):
@@ -156,7 +162,8 @@ def test_mismatches_are_one_line_errors(model, data, tmp_path):
         (lambda: load_stats(path, g, CalibConfig(source=str(data / "b.npy"), count=3), explicit={"source"}),
          "was calibrated with --calib"),
         (lambda: load_stats(path, g, CalibConfig(count=5), explicit={"count"}), "--calib-count 3, not 5"),
-        (lambda: load_stats(path, g, CalibConfig(observer="kl")), "coarse histograms of a MinMax"),
+        (lambda: load_stats(path, g, CalibConfig(observer="kl"), explicit={"observer"}),
+         "coarse histograms of a MinMax"),
         (lambda: load_stats(tmp_path / "missing.stats", g), "not found"),
         (lambda: load_stats(model, g), "not a qtquant statistics file"),
     ]
@@ -196,6 +203,17 @@ def test_cli_calibrate_then_stats(model, data, tmp_path, capsys):
     rc = main(["analyze", model, "--stats", str(out), "--calib-count", "7", "--no-perf"])
     err = capsys.readouterr().err
     assert rc == 3 and "--calib-count 6, not 7" in err and err.count("\n") == 1
+    # The file's observer is the one used unless --observer names another (the laptop step of the
+    # README's two-step use came back MinMax after a percentile calibration on the cluster)
+    pct = tmp_path / "pct.stats"
+    assert main(["calibrate", model, "--calib", str(data / "ab"), "--calib-count", "6", "--observer", "percentile",
+                 "--stats-out", str(pct), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["analyze", model, "--stats", str(pct), "--json", "--no-perf"]) == 0
+    assert json.loads(capsys.readouterr().out)["calibration"]["observer"] == "percentile"
+    assert main(["analyze", model, "--stats", str(pct), "--observer", "minmax", "--json", "--no-perf"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["calibration"]["observer"] == "minmax"  # named, even as the default: it replaces the file's
     a, b = tmp_path / "a.stats", tmp_path / "b.stats"
     for part, p in (("a", a), ("b", b)):
         assert main(["calibrate", model, "--calib", str(data / f"{part}.npy"), "--holdout", "0",

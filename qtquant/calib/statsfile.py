@@ -157,11 +157,21 @@ def stats_input_shapes(path) -> dict[str, tuple[int, ...]]:
 
 
 def explicit_data_fields(config: CalibConfig) -> set[str]:
-    """The data settings of ``config`` that differ from the defaults: what a user asked for on
-    the command line, to be checked against a statistics file (the rest come from the file)."""
+    """The settings of ``config`` that differ from the defaults: what a user asked for on the
+    command line.  Data settings among them are checked against a statistics file; an observer or
+    percentile among them replaces the file's (the rest come from the file)."""
     default = CalibConfig()
-    return {k for k in DATA_FIELDS if k != "source" and getattr(config, k) != getattr(default, k)} | (
-        {"source"} if config.source != default.source else set())
+    return {k for k in (*DATA_FIELDS, *_RANGE_FIELDS) if k != "source" and getattr(config, k) != getattr(default, k)} \
+        | ({"source"} if config.source != default.source else set())
+
+
+# How a file's statistics become ranges: the file's own unless chosen again (a percentile
+# calibration opened without --observer used to come back as MinMax ranges, without a word).
+_RANGE_FIELDS = ("observer", "percentile")
+
+
+def _observer_text(observer: str, percentile: float) -> str:
+    return f"{observer} {percentile:g}" if observer == "percentile" else observer
 
 
 def _text(v) -> str:
@@ -192,7 +202,7 @@ def _same_source(a: str, b: str) -> bool:
 
 def _check_data(header: StatsHeader, name: str, file_cfg: CalibConfig, want: CalibConfig, explicit, graph) -> None:
     merged = len(header.shards) > 1
-    for k in sorted(explicit):
+    for k in sorted(set(explicit) - set(_RANGE_FIELDS)):
         opt = _OPTION.get(k, "--" + k.replace("_", "-"))
         if merged and k in _PER_SHARD:
             raise StatsFileError(f"{name} was merged from {len(header.shards)} statistics files; {opt} cannot "
@@ -215,7 +225,8 @@ def _check_data(header: StatsHeader, name: str, file_cfg: CalibConfig, want: Cal
 def load_stats(path, graph, config: CalibConfig | None = None, *, explicit=()) -> CalibrationResult:
     """The calibration stored in ``path``, checked against ``graph``.
 
-    The ranges follow ``config``'s observer, percentile and scheme; its data settings named in
+    The ranges follow the file's observer and percentile unless ``explicit`` names them (then
+    ``config``'s, and a note says so), and ``config``'s scheme; its data settings named in
     ``explicit`` (see :func:`explicit_data_fields`) must be the file's.  Any mismatch raises a
     one-line :class:`StatsFileError`.
     """
@@ -235,9 +246,11 @@ def load_stats(path, graph, config: CalibConfig | None = None, *, explicit=()) -
         file_cfg = _file_config(header, name)
         want = config if config is not None else file_cfg
         _check_data(header, name, file_cfg, want, set(explicit), graph)
-        if want.observer in _FULL_HISTOGRAM and (header.stride > 1 or header.bins < BINS):
+        chosen = "observer" in explicit or "percentile" in explicit
+        observer, percentile = (want.observer, want.percentile) if chosen else (file_cfg.observer, file_cfg.percentile)
+        if observer in _FULL_HISTOGRAM and (header.stride > 1 or header.bins < BINS):
             raise StatsFileError(f"{name} holds the coarse histograms of a MinMax calibration; --observer "
-                                 f"{want.observer} needs full ones: calibrate with --observer {want.observer}")
+                                 f"{observer} needs full ones: calibrate with --observer {observer}")
         try:
             stats = unpack_stats(header.tensors, z)
             holdout = unpack_holdout(header.holdout, z)
@@ -252,10 +265,13 @@ def load_stats(path, graph, config: CalibConfig | None = None, *, explicit=()) -
     if not holdout_fits(graph, holdout):
         raise StatsFileError(f"{name}: its check samples do not fit the model's inputs")
     sources = tuple(sh.source for sh in header.shards) if len(header.shards) > 1 else ()  # a merged file's
-    cfg = dataclasses.replace(file_cfg, observer=want.observer, percentile=want.percentile, scheme=want.scheme,
+    cfg = dataclasses.replace(file_cfg, observer=observer, percentile=percentile, scheme=want.scheme,
                               count=max(file_cfg.count, header.batches) if sources else file_cfg.count)
     notes = list(header.notes) + [f"statistics from {name} ({header.batches} samples"
                                   + (f", merged from {len(sources)} files)" if sources else ")")]
+    if (observer, percentile) != (file_cfg.observer, file_cfg.percentile):
+        notes.append(f"ranges by --observer {_observer_text(observer, percentile)}; {name} was calibrated with "
+                     f"{_observer_text(file_cfg.observer, file_cfg.percentile)}")
     return CalibrationResult(stats, compute_ranges(stats, cfg), cfg, holdout, header.batches, header.seconds,
                              notes, header.in_sample, sources=sources)
 

@@ -34,9 +34,11 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                    help=f"samples held back from calibration for the fidelity check: a count (0 = check "
                         f"in-sample on the calibration samples) or a fraction such as 0.2; default auto = "
                         f"{AUTO_HOLDOUT_FRACTION * 100:g}%% from {AUTO_HOLDOUT_MIN} samples on, else in-sample")
-    g.add_argument("--observer", choices=OBSERVERS, default=DEFAULT_OBSERVER.value,
-                   help=f"range observer (default {DEFAULT_OBSERVER})")
-    g.add_argument("--percentile", type=float, default=DEFAULT_PERCENTILE, help="percentile for --observer percentile")
+    # (None: not given, so a statistics file's own observer stands; see chosen_range_fields)
+    g.add_argument("--observer", choices=OBSERVERS, default=None,
+                   help=f"range observer (default {DEFAULT_OBSERVER}, or a --stats file's)")
+    g.add_argument("--percentile", type=float, default=None,
+                   help=f"percentile for --observer percentile (default {DEFAULT_PERCENTILE:g})")
     g.add_argument("--scheme", choices=SCHEME_NAMES, default=DEFAULT_SCHEME.short,
                    help="activation scheme: sym = int8 symmetric (Horizon, default), asym = uint8 asymmetric")
     g.add_argument("--seed", type=int, default=0, help="seed for shuffling and synthetic data")
@@ -88,7 +90,8 @@ def calib_config_from_args(args) -> CalibConfig:
     if args.calib_count < 1:
         raise BadInputError("--calib-count must be at least 1")
     return CalibConfig.from_dict(dict(
-        source=args.calib, count=args.calib_count, observer=args.observer, percentile=args.percentile,
+        source=args.calib, count=args.calib_count, observer=args.observer or DEFAULT_OBSERVER.value,
+        percentile=DEFAULT_PERCENTILE if args.percentile is None else args.percentile,
         seed=args.seed, holdout=getattr(args, "holdout", None), jobs=args.jobs, ray=getattr(args, "ray", ""),
         resize=args.resize,
         color=args.color, pixel_range=args.pixel_range, mean=args.mean, std=args.std, layout=args.layout,
@@ -122,7 +125,9 @@ def open_session(args, *, calibrate: bool = True, progress=None, keep_check_valu
     if getattr(args, "stats", None):  # (a QDQ file with statistics: refused by open_model)
         from ..calib.statsfile import explicit_data_fields
 
-        session.load_statistics(args.stats, explicit=explicit_data_fields(opts.calib))
+        given = {k for k in ("observer", "percentile") if getattr(args, k, None) is not None}
+        session.load_statistics(args.stats, explicit=explicit_data_fields(opts.calib) - {"observer", "percentile"}
+                                | given)
     elif calibrate and (not session.quantized_file or str(getattr(args, "calib", SYNTHETIC)) != SYNTHETIC):
         # A QDQ file keeps its own scales; data named with --calib gives the check its samples (its
         # float view the reference) and ranges to what the file left unquantized, as the app's Calibrate does.
