@@ -211,6 +211,16 @@ def test_cli_calibrate_then_stats(model, data, tmp_path, capsys):
     capsys.readouterr()
     assert main(["analyze", model, "--stats", str(pct), "--json", "--no-perf"]) == 0
     assert json.loads(capsys.readouterr().out)["calibration"]["observer"] == "percentile"
+    # A file of another model whose input has another name: the other model is the error, not
+    # the input name its shapes bring ("unknown input name 'inp'")
+    renamed = onnx.load(model)
+    renamed.graph.input[0].name = "inp"
+    for n in renamed.graph.node:
+        n.input[:] = ["inp" if i == "x" else i for i in n.input]
+    other = save(renamed, tmp_path / "other.onnx")
+    assert main(["analyze", other, "--stats", str(pct), "--no-perf"]) == 3
+    err = capsys.readouterr().err
+    assert "pct.stats holds the statistics of another model" in err and "other.onnx has" in err, err
     assert main(["analyze", model, "--stats", str(pct), "--observer", "minmax", "--json", "--no-perf"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["calibration"]["observer"] == "minmax"  # named, even as the default: it replaces the file's

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import ModelError
 from ..gcpause import gc_paused
 from ..graph import graph_from_model, reading_model
-from ..modelcheck import check_external_data, check_text
+from ..modelcheck import FileDigest, check_external_data, check_text
 from ..qdq import attach_qdq, check_quantized_form, is_qdq_model, strip_qdq
 from .session import Options, Session
 
@@ -44,7 +44,7 @@ def _open(model, p, table, early, sha, input_shapes, options, cut, stats) -> Ses
     if stats and not input_shapes:
         from ..calib.statsfile import stats_input_shapes
 
-        input_shapes = stats_input_shapes(stats)
+        input_shapes = stats_input_shapes(stats, sha.result() if isinstance(sha, FileDigest) else sha, p.name)
     graph = graph_from_model(model, input_shapes or {}, path=p, sha256=sha, cut=cut, text_checked=True, table=table,
                              early=early)
     if qdq is not None:

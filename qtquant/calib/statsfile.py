@@ -150,10 +150,22 @@ def read_stats_header(path) -> StatsHeader:
     return header
 
 
-def stats_input_shapes(path) -> dict[str, tuple[int, ...]]:
+def stats_input_shapes(path, model_sha256: str = "", model_name: str = "") -> dict[str, tuple[int, ...]]:
     """The input shapes a statistics file was calibrated with: what opening a model with it uses
-    when none are given (the laptop side of a cluster run needs no ``--input-shape``)."""
-    return {k: tuple(v) for k, v in read_stats_header(path).input_shapes.items()}
+    when none are given (the laptop side of a cluster run needs no ``--input-shape``).  With the
+    model's ``model_sha256``, a file of another model is refused first: its shapes name another
+    model's inputs ("unknown input name 'x'", which the user never typed)."""
+    header = read_stats_header(path)
+    if model_sha256:
+        _check_model(header, Path(path).name, model_sha256, model_name)
+    return {k: tuple(v) for k, v in header.input_shapes.items()}
+
+
+def _check_model(header: StatsHeader, name: str, sha256: str, model_name: str) -> None:
+    if header.model_sha256 != sha256:
+        made = f" ({header.model_name})" if header.model_name else ""
+        raise StatsFileError(f"{name} holds the statistics of another model{made}: its sha256 is "
+                             f"{header.model_sha256[:12]}…, {model_name or 'this model'} has {sha256[:12]}…")
 
 
 def explicit_data_fields(config: CalibConfig) -> set[str]:
@@ -233,11 +245,7 @@ def load_stats(path, graph, config: CalibConfig | None = None, *, explicit=()) -
     name = Path(path).name
     header, z = _open(path)
     with z:
-        if header.model_sha256 != graph.sha256:
-            model = graph.path.name if graph.path else "this model"
-            made = f" ({header.model_name})" if header.model_name else ""
-            raise StatsFileError(f"{name} holds the statistics of another model{made}: its sha256 is "
-                                 f"{header.model_sha256[:12]}…, {model} has {graph.sha256[:12]}…")
+        _check_model(header, name, graph.sha256, graph.path.name if graph.path else "")
         shapes = _shapes(graph)
         if header.input_shapes != shapes:
             fmt = lambda d: ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in d.items())  # noqa: E731
