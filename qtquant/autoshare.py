@@ -75,6 +75,8 @@ class AutoShareReport:
                 lines.append(f"  shared   {d.concat}: worst member loses {d.worst_bits:.2f} bits")
             elif d.action == ShareAction.SKIPPED:
                 lines.append(f"  FLAGGED  {d.concat}: {d.reason}")
+            elif d.notes:  # an already matched Concat: its own line, or its notes read as the line above's
+                lines.append(f"  matched  {d.concat}")
             for n in d.notes:
                 lines.append(f"           note: {n}")
         return "\n".join(lines)

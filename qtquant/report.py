@@ -9,7 +9,8 @@ from .shapes import format_shape
 from .tables import text_table
 from .vocab import ConcatScaleRule
 
-__all__ = ["SCHEMA_VERSION", "analysis_dict", "concat_table_text", "member_dict", "cut_text"]
+__all__ = ["SCHEMA_VERSION", "analysis_dict", "concat_table_text", "member_dict", "cut_text", "calibration_dict",
+           "calibration_text"]
 
 SCHEMA_VERSION = 1
 
@@ -102,15 +103,7 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
         "quantized_input_invalid": qdq_file_note(g) or None,
         "scheme": session.options.scheme.value,
         "policy": session.options.policy.value,
-        "calibration": None if session.calibration is None else {
-            "source": session.calibration.config.source,
-            # every source of a merged statistics file (qtquant calibrate --merge), else [source]
-            "sources": list(session.calibration.sources or (session.calibration.config.source,)),
-            "observer": session.calibration.config.observer,
-            "samples": session.calibration.batches,
-            "check_samples": len(session.calibration.holdout),
-            "check_in_sample": bool(getattr(session.calibration, "in_sample", False)),
-        },
+        "calibration": calibration_dict(session),
         "groups": [list(gr) for gr in session.groups.as_lists()],
         # tensor -> int16 / float (every other tensor is int8), and what that costs on the target
         "precision": {"tensors": session.options.precision.to_dict(),
@@ -245,10 +238,7 @@ def concat_table_text(session, concats=None, perf=None) -> str:
                      f"rescales cost {perf.rescale_us:.1f} µs, DDR {perf.ddr_bytes / 1e6:.2f} MB/frame")
     shapes = ", ".join(f"{k}={format_shape(v) or 'scalar'}" for k, v in g.input_shapes.items())
     lines.append(f"model {g.path.name if g.path else '?'} ({len(g.nodes)} nodes, {shapes}{cut_text(g)}); "
-                 + ("scales read from the QDQ file" if session.quantized_file else
-                    f"calibrated with {session.calibration.config.observer} on "
-                    f"{session.calibration.batches} samples of {session.calibration.data_label()}"
-                    if session.calibration else "not calibrated"))
+                 + calibration_text(session))
     if g.source_opset is not None:
         lines.append(f"note: {opset_note(g)}")
     if invalid := qdq_file_note(g):
@@ -258,3 +248,31 @@ def concat_table_text(session, concats=None, perf=None) -> str:
     for note in getattr(session.calibration, "notes", None) or ():
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def calibration_dict(session) -> dict | None:
+    """What the scales rest on, for the JSON of analyze and perf (null: not calibrated)."""
+    cal = session.calibration
+    if cal is None:
+        return None
+    return {
+        "source": cal.config.source,
+        # every source of a merged statistics file (qtquant calibrate --merge), else [source]
+        "sources": list(cal.sources or (cal.config.source,)),
+        "observer": cal.config.observer,
+        "samples": cal.batches,
+        "check_samples": len(cal.holdout),
+        "check_in_sample": bool(getattr(cal, "in_sample", False)),
+    }
+
+
+def calibration_text(session) -> str:
+    """What the scales (and so the rescale count) rest on: 'calibrated with minmax on 7 samples of
+    DATA', the QDQ file's own scales, or nothing yet."""
+    if session.quantized_file:
+        return "scales read from the QDQ file"
+    cal = session.calibration
+    if cal is None:
+        return "not calibrated"
+    data = "synthetic data (no --calib given)" if cal.config.synthetic and not cal.sources else cal.data_label()
+    return f"calibrated with {cal.config.observer} on {cal.batches} samples of {data}"

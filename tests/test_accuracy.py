@@ -97,6 +97,10 @@ def test_accuracy_json_shape(tmp_path, capsys):
     assert sens and all({"node", "precision", "gain_db", "latency_delta_us"} <= set(r) for r in sens)
     assert [r["gain_db"] for r in sens] == sorted((r["gain_db"] for r in sens), reverse=True)
     assert sens[0]["node"] == "add_spike" and sens[0]["latency_delta_us"] > 0  # a CPU node costs time
+    # a measured row has its worst part after; an estimate none (its figure is on another basis)
+    assert not sens[0]["estimate"] and sens[0]["worst_sqnr_db"] is not None
+    est = [r for r in sens if r["estimate"]]
+    assert est and all(r["worst_sqnr_db"] is None and r["worst_slice"] is None for r in est)
     assert main(["accuracy", path, "--top", "1"]) == 0
     text = capsys.readouterr().out
     assert "add_spike" in text and "16 samples in-sample" in text and "measured" in text

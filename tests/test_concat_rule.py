@@ -230,6 +230,10 @@ def test_auto_share_skips_concats_the_rule_already_matches(own_march):
     (d,) = report.decisions
     assert d.action is ShareAction.ALREADY and groups == []
     assert any("target's Concat rule" in n for n in d.notes)
+    # the note sits under its own Concat's line, not under the line before (another Concat's)
+    lines = report.text().splitlines()
+    k = next(i for i, ln in enumerate(lines) if "target's Concat rule" in ln)
+    assert lines[k - 1] == "  matched  cat"
     # Under "own" the same Concat is shared as before (its members are separate domains).
     report, groups = plan_auto_share(_session(own_march, _twin_model(), CalibConfig(count=8)), 1.0)
     assert report.decisions[0].action is ShareAction.GROUPED and len(groups) == 1

@@ -88,6 +88,11 @@ def test_json_html_and_csv(model, tmp_path, capsys):
     names = [lc["name"] for lc in after["layers"]]
     assert "cat_rescale_0" in names  # the x10 branch sets the output scale; input 0 is rescaled
     assert after["summary"]["rescales"] == 1
+    # what the scales (so the rescale count) rest on
+    assert doc["calibration"]["source"] == "synthetic" and doc["calibration"]["samples"] == 4
+    assert main(["perf", str(model), "--calib-count", "4"]) == 0
+    assert "; calibrated with minmax on 4 samples of synthetic data (no --calib given) (the rescales follow" \
+        in capsys.readouterr().out
     assert after["summary"]["latency_ms"] > 0 and after["summary"]["fps"] > 0
     assert after["rescale_cost_by_concat"]["cat"] > 0
 

@@ -81,12 +81,15 @@ class Sensitivity:
             return None if x is None or not math.isfinite(x) else round(float(x), 4)
 
         sqnr = self.ranked_by is RankedBy.SQNR
+        # An estimate's worst part is the fake-quant figure it was ranked on, on another basis than
+        # the measured rows' (its gain, too, is that basis's): null, as the text table leaves it blank.
+        worst = None if self.estimate else num(self.worst)
         return {"node": self.node, "precision": self.precision.value, "ranked_by": self.ranked_by.value,
                 "gain_db": num(self.gain) if sqnr else None, "gain_points": None if sqnr else num(self.gain),
                 "latency_delta_us": num(self.latency_delta_us), "estimate": self.estimate,
-                "tensors": list(self.tensors), "worst_slice": self.worst_label or None,
-                "worst_sqnr_db": num(self.worst) if sqnr else None,
-                "worst_percent_equal": None if sqnr else num(self.worst)}
+                "tensors": list(self.tensors), "worst_slice": None if self.estimate else self.worst_label or None,
+                "worst_sqnr_db": worst if sqnr else None,
+                "worst_percent_equal": None if sqnr else worst}
 
 
 def ranked_by(base) -> RankedBy:

@@ -212,6 +212,8 @@ def run(args) -> int:
         print(f"group members: {len(fid.members)}; largest drop {worst.before_sqnr_db - worst.sqnr_db:.2f} dB "
               f"on {worst.tensor} ({worst.bits_lost:.2f} bits lost)")
     if fid is not None:
+        for t in fid.low_outputs():
+            print(f"low: {t}")
         for f in fid.findings:
             print(f"finding: {f}")
         for o in fid.outputs:

@@ -30,7 +30,7 @@ def run(args) -> int:
     from ..perf import load_march, simulate_session
     from ..perf.precision import precision_table_text
     from ..perf.report import csv_text, explain_text, html_report, layer_table_text, summary_text
-    from ..report import cut_text
+    from ..report import calibration_dict, calibration_text, cut_text
     from ..shapes import format_shape
 
     if args.top is not None and args.top < 1:
@@ -83,6 +83,7 @@ def run(args) -> int:
             "cut": list(g.cut),
             "march": march.to_dict(),
             "groups": [list(m) for m in session.groups.as_lists()],
+            "calibration": calibration_dict(session),
             "before": before.to_dict(),
             "after": after.to_dict(),
         }
@@ -92,7 +93,8 @@ def run(args) -> int:
 
     print(layer_table_text(after, top=args.top))
     print()
-    print(f"{model} ({shapes}{cut_text(g)}) on {march.name}" + (f", {len(session.groups)} group(s)" if grouped else ""))
+    print(f"{model} ({shapes}{cut_text(g)}) on {march.name}" + (f", {len(session.groups)} group(s)" if grouped else "")
+          + f"; {calibration_text(session)} (the rescales follow from those scales)")
     print(summary_text(after, before if grouped else None))
     if after.precision is not None:
         print()
