@@ -234,12 +234,18 @@ def apply_plan(session, plan: Plan, *, replace: bool = True) -> AppliedPlan:
         session.groups.clear()
     try:
         made = []
+        listed: dict[str, int] = {}  # tensor -> the first plan group naming it
         for g in plan.groups:
             tensors = g.tensors
             if len(set(tensors)) < 2:
                 res.warnings.append(f"{src}: group {g.id} has fewer than two tensors; skipped")
                 continue
-            made.append(session.groups.share(graph, tensors, g.name))
+            twice = [x for x in dict.fromkeys(tensors) if x in listed]
+            if twice:
+                res.warnings.append(f"{src}: group {g.id} and group {listed[twice[0]]} both list {twice[0]!r}: "
+                                    "they are merged into one")
+            listed.update((x, g.id) for x in tensors if x not in listed)
+            made.append(session.groups.share(session, tensors, g.name))
     except ShareRefused as e:
         session.groups.restore(before)
         raise PlanError(f"{src}: group {g.id}: {e}") from None

@@ -171,3 +171,20 @@ def test_a_ranking_without_information_says_so_and_the_collapse_is_located():
     fine = AccuracyReport(7, True, "rt", SimpleNamespace(worst_db=12.5, worst_label="y", worst_agreement=None),
                           tensors, helps)
     assert fine.no_single_fix == "" and fine.collapse_text == "" and "alone" not in status_text(fine)
+
+
+def test_accuracy_shows_its_progress_on_a_terminal(tmp_path, capsys, monkeypatch):
+    """PP-OCR's ranking ran four minutes without a word: on a terminal each stage counts up on
+    stderr (stdout keeps the report alone); a pipe gets no progress line."""
+    import sys
+
+    path = save(_chain_model(spike=4000.0), tmp_path / "spiky.onnx")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["accuracy", path, "--top", "1"]) == 0
+    cap = capsys.readouterr()
+    assert "accuracy (estimate): " in cap.err and "nodes estimated" in cap.err
+    assert "accuracy (measure): 1/1 candidates measured" in cap.err
+    assert "accuracy (" not in cap.out
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert main(["accuracy", path, "--top", "1"]) == 0
+    assert "accuracy (" not in capsys.readouterr().err

@@ -33,12 +33,12 @@ def same(a, b):
 
 def test_child_gives_the_in_process_figures_across_edits(worker, session):
     same(worker.measure(session.snapshot()), measure_session(session))
-    share(session, ["box", "score", "head_out"])
+    share(session, ["box", "score"])
     snap = session.snapshot()
     share(session, ["c0_out", "c1_out", "cat1_out"])  # an edit after the snapshot does not reach it
     f = worker.measure(snap)
     assert f.revision == snap.revision != session.revision
-    assert {m.tensor for m in f.members} == {"box", "score", "head_out"}
+    assert {m.tensor for m in f.members} == {"box", "score"}
     same(worker.measure(session), measure_session(session))
     unshare(session, session.groups.groups[0].id)
     same(worker.measure(session), measure_session(session))
@@ -49,7 +49,7 @@ def test_a_new_model_or_calibration_is_loaded_into_the_child(worker, session, de
     worker.measure(session)
     other = open_model(det_path)
     other.run_calibration()
-    share(other, ["box", "score", "head_out"])
+    share(other, ["box", "score"])
     same(worker.measure(other), measure_session(other))
     session.run_calibration()  # a new CalibrationResult object: the child must reload it
     same(worker.measure(session), measure_session(session))
@@ -61,7 +61,7 @@ def test_needs_holdout(worker, det_path):
 
 
 def test_cancel_reaches_the_child_and_the_worker_stays_usable(worker, session):
-    share(session, ["box", "score", "head_out"])
+    share(session, ["box", "score"])
     with pytest.raises(Cancelled):
         worker.measure(session, cancel=lambda: True)
     flag = threading.Event()

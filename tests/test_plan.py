@@ -7,7 +7,7 @@ import pytest
 
 from qtquant.autoshare import auto_share
 from qtquant.cli import main
-from qtquant.errors import PlanError
+from qtquant.errors import PlanError, ShareRefused
 from qtquant.groups import share
 from qtquant.app import open_model
 from qtquant.plan import VERSION, apply_plan, apply_plan_file, load_plan, parse_plan, plan_dict, save_plan
@@ -132,3 +132,23 @@ def test_cli_bad_plan_is_exit_3_one_line(det_path, tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 3
     assert "newer qtquant" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_tensor_that_ships_in_float_cannot_join_and_a_tensor_listed_twice_is_said(session):
+    """DESIGN §3: a tensor that is not quantized cannot join a domain.  The head's output, which
+    the export leaves in float, widened the group it joined while shipping without its scale."""
+    assert "head_out" in session.export_float()
+    snap = session.groups.snapshot()
+    plan = parse_plan({"format": "qtquant-plan", "version": 1,
+                       "groups": [{"id": 0, "members": ["c0_out", "head_out"]}]})
+    with pytest.raises(PlanError, match=r"group 0: tensor 'head_out' ships in float .*--quantize-outputs"):
+        apply_plan(session, plan)
+    assert session.groups.snapshot() == snap
+    with pytest.raises(ShareRefused, match="ships in float"):
+        share(session, ["box", "head_out"])
+    twice = parse_plan({"format": "qtquant-plan", "version": 1,
+                        "groups": [{"id": 0, "members": ["c0_out", "c1_out"]},
+                                   {"id": 1, "members": ["c1_out", "box"]}]})
+    res = apply_plan(session, twice)
+    assert len(session.groups) == 1
+    assert any("group 1 and group 0 both list 'c1_out': they are merged into one" in w for w in res.warnings)

@@ -88,7 +88,7 @@ class ShareCommand(_GroupsCommand):
         return self.label or f"Share {len(self.tensors)} tensors"
 
     def apply(self, session) -> None:
-        session.groups.share(session.graph, list(self.tensors), self.name)
+        session.groups.share(session, list(self.tensors), self.name)
 
 
 @dataclass

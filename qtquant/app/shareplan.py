@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..concat import concat_members
 from ..errors import QtQuantError
-from ..groups import GroupSet, check_member
+from ..groups import GroupSet, check_member, check_ships_quantized
 from ..outputs import pass_through_walk
 from ..quant import bits_lost
 
@@ -80,9 +80,10 @@ def _outputs(graph, names) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _shareable(graph, t) -> str | None:
+def _shareable(session, t) -> str | None:
     try:
-        check_member(graph, t)
+        check_member(session.graph, t)
+        check_ships_quantized(session, [t])
     except QtQuantError as e:
         return str(e)
     return None
@@ -108,7 +109,7 @@ def plan_share(session, names) -> SharePlan | None:
     """The proposal for Share on the nodes ``names``; None when nothing selected feeds a Concat."""
     g = session.graph
     names = [n for n in names if n]
-    picked = [t for t in _outputs(g, names) if _shareable(g, t) is None]
+    picked = [t for t in _outputs(g, names) if _shareable(session, t) is None]
     cats = [n for n in names if n in g.nodes and g.nodes[n].op_type == "Concat"]
     if cats:
         feed = {c: feeders(g, c) for c in cats}
@@ -125,12 +126,12 @@ def plan_share(session, names) -> SharePlan | None:
         if best is None or len(hits) < 2:
             return None
         members, chosen = hits, [best]
-    members = [t for t in _order(g, members) if _shareable(g, t) is None]
+    members = [t for t in _order(g, members) if _shareable(session, t) is None]
     if len(members) < 2:
         return None
     kept = set(members)
     rest = [t for t in _outputs(g, names) if t not in kept]
     why = f"does not feed {' or '.join(chosen)} through pass-through ops"
-    left = tuple((t, why) for t in rest if _shareable(g, t) is None)
+    left = tuple((t, why) for t in rest if _shareable(session, t) is None)
     bits, now = member_bits(session, members)
     return SharePlan(tuple(members), tuple(chosen), bits, now, left, len(rest) - len(left))

@@ -7,6 +7,7 @@ import sys
 
 from .common import add_common, open_session
 from .output_options import add_output_options, output_mode_from_args
+from .progress import StageProgress
 
 NAME = "accuracy"
 HELP = "per-tensor SQNR (cumulative, local) and which nodes to keep in higher precision"
@@ -31,8 +32,10 @@ def run(args) -> int:
     if args.top < 0:
         raise BadInputError("--top must be 0 or more")
     session = open_session(args)
+    progress = StageProgress("accuracy", {"tensors": "chunks of tensors", "estimate": "nodes estimated",
+                                          "measure": "candidates measured"})
     rep = analyze_accuracy(session, top=args.top, output_mode=output_mode_from_args(args),
-                           march_file=getattr(args, "march_file", None))
+                           march_file=getattr(args, "march_file", None), progress=progress)
     if args.json:
         json.dump(rep.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

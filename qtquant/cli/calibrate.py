@@ -9,9 +9,9 @@ then skip calibration: calibrate once on a cluster, look at the model on a lapto
 
 from __future__ import annotations
 
-import sys
 
 from ..errors import BadInputError
+from .progress import ProgressLine
 
 NAME = "calibrate"
 HELP = "calibrate MODEL and write the statistics file (--stats-out), or merge statistics files (--merge)"
@@ -27,23 +27,6 @@ def add_arguments(p) -> None:
                    help="merge these statistics files (same model and settings, disjoint data) into --stats-out")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     add_common(p, model=False)
-
-
-class _Progress:
-    """A progress line on stderr, rewritten in place (at most ~20 updates)."""
-
-    def __init__(self, quiet: bool):
-        self.quiet, self.last = quiet or not sys.stderr.isatty(), -1
-
-    def __call__(self, done: int, total: int) -> None:
-        step = max(1, total // 20)
-        if self.quiet or (done != total and done // step == self.last):
-            return
-        self.last = done // step
-        sys.stderr.write(f"\rcalibrating: {done}/{total} samples")
-        if done == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
 
 
 def run(args) -> int:
@@ -65,7 +48,7 @@ def run(args) -> int:
     session = open_session(args, calibrate=False)
     if session.quantized_file:
         raise BadInputError(f"{args.model} is already quantized (QDQ): there is nothing to calibrate")
-    res = session.run_calibration(progress=_Progress(args.quiet))
+    res = session.run_calibration(progress=ProgressLine("calibrating", "samples", args.quiet))
     out = statsfile.write_stats(args.stats_out, session.graph, res)
     size = out.stat().st_size
     where = f"Ray ({res.config.ray})" if res.config.ray else f"{res.config.jobs} job(s)"
