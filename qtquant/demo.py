@@ -210,6 +210,10 @@ def write_demo(out_dir, count: int = 16) -> dict[str, Path]:
         cdir.mkdir(exist_ok=True)
         for i, feed in enumerate(demo_inputs(m, count)):
             np.savez(cdir / f"sample_{i:03d}.npz", **feed)
+        for old in cdir.glob("sample_*.npz"):  # an earlier, larger --count's: they would be calibrated on too
+            k = old.stem[len("sample_"):]
+            if k.isdigit() and int(k) >= count:
+                old.unlink()
         written[key] = out / fname
     return written
 

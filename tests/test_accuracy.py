@@ -129,7 +129,12 @@ def test_sqnr_share_respects_the_budget(session):
     assert all(len({dm.of[m] for m in c.members}) == 1 for c in big.candidates if c.gain_us > 0)
     assert big.final.removed > 0 and session.groups.as_lists()
     text = big.text()
-    assert "trade-off curve" in text and "start" in text
+    assert "trade-off curve" in text and "start" in text and "change dB" in text
+    # signed as a change of SQNR: negative where sharing cost dB, positive where it gained
+    s0 = big.start.worst_db
+    assert [r[6] for r in big.curve_rows()] == [f"{st.worst_db - s0:+.2f}" for st in big.steps]
+    c = big.candidates[0]
+    assert f"{c.concat} {c.gain_us:.1f} µs, {-c.loss_db:+.2f} dB" in text
     json.dumps(big.to_dict(), allow_nan=False)
 
 

@@ -47,7 +47,7 @@ def test_analyze_text(tmp_path, capsys):
     assert "cat" in out and "Concats" in out and "rescales" in out
 
 
-@pytest.mark.parametrize("case", ["missing", "corrupt", "text", "shape", "name", "nan"])
+@pytest.mark.parametrize("case", ["missing", "corrupt", "text", "shape", "name", "nan", "percentile", "demo_count"])
 def test_bad_input_exits_3_with_one_line(tmp_path, capsys, case):
     p = save(branchy_concat_model(dynamic=True), tmp_path / "m.onnx")
     args = ["analyze", p, "--input-shape", "x=1x3x16x16"]
@@ -63,6 +63,10 @@ def test_bad_input_exits_3_with_one_line(tmp_path, capsys, case):
         args[3] = "x=1x3x16"
     elif case == "name":
         args[3] = "images=1x3x16x16"
+    elif case == "percentile":  # a percentile without the percentile observer used to be ignored
+        args += ["--percentile", "90"]
+    elif case == "demo_count":
+        args = ["demo", str(tmp_path / "d"), "--count", "0"]
     elif case == "nan":
         a = np.random.default_rng(0).random((1, 3, 16, 16)).astype(np.float32)
         a[0, 0, 0, 0] = np.nan
@@ -115,6 +119,9 @@ def test_demo_writes_models_and_data(tmp_path, capsys):
     att = tmp_path / "d" / "multiscale_attention.onnx"
     assert att.exists() and (tmp_path / "d" / "yolo_neck.onnx").exists()
     assert len(list((tmp_path / "d" / "multiscale_attention_calib").glob("*.npz"))) == 3
+    assert _run(capsys, "demo", str(tmp_path / "d"), "--count", "2")[0] == 0  # again, fewer: no stale sample
+    assert len(list((tmp_path / "d" / "multiscale_attention_calib").glob("*.npz"))) == 2
+    assert _run(capsys, "demo", str(tmp_path / "d"), "--count", "3")[0] == 0
     from qtquant.app import open_model
 
     s = open_model(att)

@@ -54,6 +54,22 @@ def test_fix_refuses_to_overwrite_input(det_path, capsys):
     assert open(det_path, "rb").read() == before
 
 
+def test_fix_outputs_never_replace_the_plan_read_or_each_other(det_path, tmp_path, capsys):
+    plan = tmp_path / "p.json"
+    assert main(["fix", det_path, "--auto-share", "-o", str(tmp_path / "a.onnx"), "--plan-out", str(plan),
+                 "--calib-count", "2"]) == 0
+    capsys.readouterr()
+    kept = plan.read_bytes()
+    assert main(["fix", det_path, "--plan", str(plan), "--plan-out", str(plan), "-o", str(tmp_path / "b.onnx")]) == 3
+    assert "refusing to overwrite the input p.json" in capsys.readouterr().err and plan.read_bytes() == kept
+    out = tmp_path / "c.onnx"
+    assert main(["fix", det_path, "-o", str(out), "--plan-out", str(out)]) == 3
+    err = capsys.readouterr().err
+    assert "plan file c.onnx is also the output model; give each output its own path" in err
+    assert main(["perf", det_path, "--report", str(tmp_path / "r.html"), "--csv", str(tmp_path / "r.html")]) == 3
+    assert "CSV file r.html is also the report" in capsys.readouterr().err
+
+
 def test_fix_requires_output(det_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["fix", det_path])

@@ -107,6 +107,8 @@ def test_dynamic_shapes(tmp_path):
     (["y=1x3x16x16"], "unknown input name 'y'"),
     (["x=1x3x16"], "rank"),
     (["x=1xAx16x16"], "integers"),
+    (["x=1x3x16x16,x=1x3x8x8"], "input 'x' is given two shapes: 1x3x16x16 and 1x3x8x8"),
+    (["x=1x3x16x16", "x=1x3x8x8"], "given two shapes"),
 ])
 def test_bad_shapes(tmp_path, spec, match):
     p = save(branchy_concat_model(), tmp_path / "m.onnx")

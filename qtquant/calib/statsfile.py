@@ -254,8 +254,8 @@ def load_stats(path, graph, config: CalibConfig | None = None, *, explicit=()) -
         file_cfg = _file_config(header, name)
         want = config if config is not None else file_cfg
         _check_data(header, name, file_cfg, want, set(explicit), graph)
-        chosen = "observer" in explicit or "percentile" in explicit
-        observer, percentile = (want.observer, want.percentile) if chosen else (file_cfg.observer, file_cfg.percentile)
+        observer = want.observer if "observer" in explicit else file_cfg.observer
+        percentile = want.percentile if "percentile" in explicit else file_cfg.percentile
         if observer in _FULL_HISTOGRAM and (header.stride > 1 or header.bins < BINS):
             raise StatsFileError(f"{name} holds the coarse histograms of a MinMax calibration; --observer "
                                  f"{observer} needs full ones: calibrate with --observer {observer}")

@@ -89,6 +89,9 @@ def _holdout_arg(text: str):
 def calib_config_from_args(args) -> CalibConfig:
     if args.calib_count < 1:
         raise BadInputError("--calib-count must be at least 1")
+    if args.percentile is not None and (args.observer or DEFAULT_OBSERVER.value) != "percentile" \
+            and not getattr(args, "stats", None):  # (a statistics file's own observer may be percentile)
+        raise BadInputError(f"--percentile applies to --observer percentile, not {args.observer or DEFAULT_OBSERVER}")
     return CalibConfig.from_dict(dict(
         source=args.calib, count=args.calib_count, observer=args.observer or DEFAULT_OBSERVER.value,
         percentile=DEFAULT_PERCENTILE if args.percentile is None else args.percentile,

@@ -15,8 +15,10 @@ def run(args) -> int:
     from ..demo import write_demo
     from ..errors import BadInputError
 
+    if args.count < 1:
+        raise BadInputError("--count must be at least 1")
     try:
-        written = write_demo(args.dir, count=max(1, args.count))
+        written = write_demo(args.dir, count=args.count)
     except OSError as e:
         raise BadInputError(f"cannot write the demo into {args.dir}: {e.strerror or e}") from None
     for key, path in written.items():

@@ -128,10 +128,14 @@ def run(args) -> int:
     from ..plan import save_plan
 
     # Refuse bad output paths before the slow part.
-    check_output_path(args.output, inputs=[args.model], what="output model")
+    # (the plan and statistics read are inputs too: --plan-out over --plan replaced the plan read)
+    inputs = [args.model, getattr(args, "plan", None), getattr(args, "stats", None)]
+    check_output_path(args.output, inputs=inputs, what="output model")
+    named = [(args.output, "output model")]
     for extra, what in ((args.plan_out, "plan file"), (args.overrides_out, "overrides file")):
         if extra:
-            check_output_path(extra, inputs=[args.model, args.output], what=what)
+            check_output_path(extra, inputs=inputs, what=what, outputs=named)
+            named.append((extra, what))
     session = open_session(args)
     log = [] if args.json else None
 

@@ -37,9 +37,12 @@ def run(args) -> int:
         raise BadInputError("--top must be at least 1")
     # Check the march and output paths before the (slow) calibration so a typo fails fast.
     march = load_march(args.march_file if args.march_file else args.march)
+    named = []
     for out, what in ((args.report, "report"), (args.csv, "CSV file")):
         if out:
-            check_output_path(out, inputs=[args.model], what=what)
+            check_output_path(out, inputs=[args.model, getattr(args, "plan", None), getattr(args, "stats", None)],
+                              what=what, outputs=named)
+            named.append((out, what))
     session = open_session(args)
     after = simulate_session(session, march_file=march.path or None)
     grouped = len(session.groups) > 0

@@ -19,13 +19,17 @@ __all__ = ["atomic_dir", "atomic_file", "atomic_write_bytes", "atomic_write_text
 SCRATCH_PREFIX = ".qtquant-"
 
 
-def check_output_path(out, *, inputs=(), what: str = "output") -> Path:
-    """Resolve ``out`` and refuse paths that would clobber an input or cannot be written."""
+def check_output_path(out, *, inputs=(), what: str = "output", outputs=()) -> Path:
+    """Resolve ``out`` and refuse paths that would clobber an input or cannot be written.
+    ``outputs``: ``(path, what)`` of the command's other outputs, which it must not share (a CSV
+    written over the HTML report a moment before)."""
     p = Path(out)
     if p.exists() and p.is_dir():
         raise BadInputError(f"{what} {p} is a folder; give a file name")
     if not _parent(p).exists():
         raise BadInputError(f"the folder for {what} {p} does not exist")
+    if not os.access(_parent(p), os.W_OK | os.X_OK):  # known now, not after the slow part
+        raise BadInputError(f"cannot write {what} {p}: its folder is not writable")
     rp = p.resolve()
     for i in inputs:
         if i is None:
@@ -33,6 +37,9 @@ def check_output_path(out, *, inputs=(), what: str = "output") -> Path:
         ip = Path(i)
         if rp == ip.resolve() or (p.exists() and ip.exists() and os.path.samefile(p, ip)):
             raise BadInputError(f"refusing to overwrite the input {ip.name}; choose another {what} path")
+    for o, other in outputs:
+        if o is not None and rp == Path(o).resolve():
+            raise BadInputError(f"{what} {p.name} is also the {other}; give each output its own path")
     return p
 
 
