@@ -98,6 +98,11 @@ def test_holdout_count_and_fraction(graph, tmp_path):
     assert (len(split.calib), len(split.held), split.in_sample) == (4, 3, False)
     one = split_samples(refs[:1], CalibConfig(source=src, holdout=3))
     assert (len(one.calib), len(one.held), one.in_sample, one.check) == (1, 0, True, refs[:1]) and one.notes
+    # more asked than can be held back: the note says what was asked and why it is less
+    seven = split_samples(refs[:7], CalibConfig(source=src, holdout=10))
+    assert (len(seven.calib), len(seven.held)) == (1, 6)
+    assert seven.notes == [f"{src} has 7 samples: calibrating on 1, holding back 6 (not the 10 --holdout asked "
+                           "for: one sample at least is calibrated on)"]
 
 
 def test_holdout_rule_edges(graph, tmp_path):

@@ -368,7 +368,10 @@ def split_samples(refs: list[SampleRef], config: CalibConfig) -> Split:
             notes.append(f"calibrating on {use} of {_plural(n)}; {hold} held out for the check "
                          f"(auto: {AUTO_HOLDOUT_FRACTION:.0%} from {AUTO_HOLDOUT_MIN} samples on){cap}")
         elif use < config.count or (isinstance(config.holdout, int) and hold < config.holdout) or cap:
-            notes.append(f"{src} has {_plural(n)}: calibrating on {use}, holding back {hold}{cap}")
+            short = isinstance(config.holdout, int) and hold < config.holdout
+            asked = f" (not the {config.holdout} --holdout asked for: one sample at least is calibrated on)" \
+                if short else ""
+            notes.append(f"{src} has {_plural(n)}: calibrating on {use}, holding back {hold}{asked}{cap}")
     return Split(calib, held, notes)
 
 
