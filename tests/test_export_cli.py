@@ -44,6 +44,11 @@ def test_fix_json_and_without_groups(det_path, tmp_path, capsys):
     rows = {r["what"]: r for r in doc["table"]}
     assert rows["rescales"]["before"] == rows["rescales"]["after"] and doc["groups"] == []
     assert out.is_file()
+    # the same counts as numbers, with the file's identity
+    summ = doc["summary"]
+    assert summ["before"]["rescales"] == int(rows["rescales"]["before"]) == summ["after"]["rescales"]
+    assert isinstance(summ["after"]["latency_ms"], float) and summ["after"]["latency_ms"] > 0
+    assert doc["schema_version"] >= 1 and len(doc["model_sha256"]) == 64 and doc["march"] == "bayes-e"
 
 
 def test_fix_refuses_to_overwrite_input(det_path, capsys):

@@ -37,6 +37,20 @@ def _counts(concats):
     return sum(c.rescales for c in concats), sum(1 for c in concats if c.rescales)
 
 
+def summary_numbers(session, perf=None) -> dict:
+    """The table's counts and costs as numbers, before and after: what a script reads of
+    ``fix --json`` (the table's cells are its printed strings)."""
+    out = {}
+    for side, baseline in (("before", True), ("after", False)):
+        rescales, mismatched = _counts(session.concats(baseline=baseline))
+        d = {"rescales": rescales, "mismatched_concats": mismatched, "latency_ms": None, "rescale_us": None}
+        if perf is not None:
+            res = perf[0] if baseline else perf[1]
+            d.update(latency_ms=round(res.total_ms, 6), rescale_us=round(res.rescale_us, 3))
+        out[side] = d
+    return out
+
+
 def _fmt(x, nd=2):
     return fmt_num(x, nd, missing="-") if isinstance(x, float) or x is None else str(x)
 
@@ -185,7 +199,12 @@ def run(args) -> int:
     if args.overrides_out:
         written.append(f"wrote onnxruntime TensorQuantOverrides {write_overrides(session, args.overrides_out)}")
     if args.json:
-        doc = {"model": args.model, "output": str(result.path),
+        from ..report import SCHEMA_VERSION
+
+        doc = {"schema_version": SCHEMA_VERSION, "model": args.model, "model_sha256": session.graph.sha256,
+               "output": str(result.path), "march": session.options.march,
+               "summary": summary_numbers(session, perf),
+               # (the printed table, cell by cell as strings; "summary" and "fidelity" hold the numbers)
                "table": [{"what": r[0], "before": r[1], "after": r[2], "change": r[3]} for r in rows],
                "auto_share": None if report is None else {
                    "grouped": report.grouped, "skipped": [{"concat": c, "reason": r} for c, r in report.skipped],
