@@ -36,7 +36,7 @@ from .sources import open_source
 from .stats import BINS
 
 __all__ = ["STATS_FORMAT", "STATS_VERSION", "StatsHeader", "Shard", "write_stats", "read_stats_header",
-           "load_stats", "merge_stats", "explicit_data_fields", "data_digest"]
+           "load_stats", "merge_stats", "explicit_data_fields", "data_digest", "RANGE_FIELDS"]
 
 STATS_FORMAT = "qtquant-statistics"
 STATS_VERSION = 1
@@ -173,13 +173,13 @@ def explicit_data_fields(config: CalibConfig) -> set[str]:
     command line.  Data settings among them are checked against a statistics file; an observer or
     percentile among them replaces the file's (the rest come from the file)."""
     default = CalibConfig()
-    return {k for k in (*DATA_FIELDS, *_RANGE_FIELDS) if k != "source" and getattr(config, k) != getattr(default, k)} \
+    return {k for k in (*DATA_FIELDS, *RANGE_FIELDS) if k != "source" and getattr(config, k) != getattr(default, k)} \
         | ({"source"} if config.source != default.source else set())
 
 
 # How a file's statistics become ranges: the file's own unless chosen again (a percentile
 # calibration opened without --observer used to come back as MinMax ranges, without a word).
-_RANGE_FIELDS = ("observer", "percentile")
+RANGE_FIELDS = ("observer", "percentile")
 
 
 def _observer_text(observer: str, percentile: float) -> str:
@@ -214,7 +214,7 @@ def _same_source(a: str, b: str) -> bool:
 
 def _check_data(header: StatsHeader, name: str, file_cfg: CalibConfig, want: CalibConfig, explicit, graph) -> None:
     merged = len(header.shards) > 1
-    for k in sorted(set(explicit) - set(_RANGE_FIELDS)):
+    for k in sorted(set(explicit) - set(RANGE_FIELDS)):
         opt = _OPTION.get(k, "--" + k.replace("_", "-"))
         if merged and k in _PER_SHARD:
             raise StatsFileError(f"{name} was merged from {len(header.shards)} statistics files; {opt} cannot "

@@ -126,11 +126,10 @@ def open_session(args, *, calibrate: bool = True, progress=None, keep_check_valu
     if opened is not None:
         opened(session)
     if getattr(args, "stats", None):  # (a QDQ file with statistics: refused by open_model)
-        from ..calib.statsfile import explicit_data_fields
+        from ..calib.statsfile import RANGE_FIELDS, explicit_data_fields
 
-        given = {k for k in ("observer", "percentile") if getattr(args, k, None) is not None}
-        session.load_statistics(args.stats, explicit=explicit_data_fields(opts.calib) - {"observer", "percentile"}
-                                | given)
+        given = {k for k in RANGE_FIELDS if getattr(args, k, None) is not None}  # named, even as the default
+        session.load_statistics(args.stats, explicit=explicit_data_fields(opts.calib) - set(RANGE_FIELDS) | given)
     elif calibrate and (not session.quantized_file or str(getattr(args, "calib", SYNTHETIC)) != SYNTHETIC):
         # A QDQ file keeps its own scales; data named with --calib gives the check its samples (its
         # float view the reference) and ranges to what the file left unquantized, as the app's Calibrate does.

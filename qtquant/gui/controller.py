@@ -169,10 +169,10 @@ class Controller(QObject):
                     self.structureReady.emit(early, gen)
             s = open_model(p, shapes, opts, cut=cut, stats=stats)
             if stats:  # (a QDQ file with statistics: refused by open_model)
-                from ..calib.statsfile import explicit_data_fields
+                from ..calib.statsfile import RANGE_FIELDS, explicit_data_fields
 
                 # An observer chosen in the dialog replaces the file's (its data settings are the file's)
-                s.load_statistics(stats, explicit=explicit_data_fields(opts.calib) & {"observer", "percentile"})
+                s.load_statistics(stats, explicit=explicit_data_fields(opts.calib) & set(RANGE_FIELDS))
             # Serialized here, while nothing is drawn yet: later the calibration and fidelity
             # children need the bytes, and encoding holds the GIL, freezing a big graph's window.
             s.graph.prepare_model_bytes()

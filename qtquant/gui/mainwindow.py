@@ -174,7 +174,7 @@ class MainWindow(QMainWindow):
         for d in list(taken):  # a side the user resized since (or hid) is theirs again
             if d not in shown or abs(d.width() - taken[d][1]) > DOCK_SLACK:
                 del taken[d]
-        if not shown or (short < 0 and not taken):
+        if not shown or short == 0 or (short < 0 and not taken):
             return
         if short < 0:
             room = -short
