@@ -22,6 +22,7 @@ from .concat import concat_members
 from .domains import Policy, UnionFind, _policy_range
 from .errors import ShareRefused
 from .outputs import OutputMode, float_output_tensors, output_reached
+from .qdq import channel_scales_of
 from .quant import Scheme, bits_lost, qparams_for_range, range_width, scales_differ
 from .vocab import DEFAULT_PERCENTILE, ShareAction
 
@@ -80,6 +81,14 @@ class AutoShareReport:
             for n in d.notes:
                 lines.append(f"           note: {n}")
         return "\n".join(lines)
+
+
+def _one_grid(graph, dm, members) -> bool:
+    """Every member quantized with the same scale and zero point, per tensor."""
+    qs = [dm.qparams_of(t) for t in members]
+    if any(q is None for q in qs) or any(channel_scales_of(graph, t) is not None for t in members):
+        return False
+    return all(not scales_differ(q.scale, qs[0].scale) and q.zero_point == qs[0].zero_point for q in qs)
 
 
 def _label(graph, t, rng, scheme) -> str:
@@ -206,6 +215,13 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
         if len({pl.uf[d] for d in dids}) == 1:
             report.decisions.append(AutoShareDecision(node.name, ShareAction.ALREADY, 0.0, tuple(members),
                                                       notes=tuple(notes)))
+            continue
+        if not (dids & touched) and all(dm.domains[d].fixed for d in dids) and _one_grid(graph, dm, members):
+            # A QDQ file (one qtquant exported, say) that gives them one scale already: grouping the
+            # file's equal scales changes nothing ("14 Concats shared" on re-running fix on its output)
+            report.decisions.append(AutoShareDecision(
+                node.name, ShareAction.ALREADY, 0.0, tuple(members),
+                notes=(*notes, "the file gives its members one scale already")))
             continue
         if node.name in dm.concat_source and not (dids & touched) and not any(
                 scales_differ(dm.scale_of(t) or 0.0, dm.scale_of(out) or 0.0) for t in members if t != out):

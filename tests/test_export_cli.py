@@ -118,3 +118,17 @@ def test_fix_says_when_an_output_is_lost(det_path, tmp_path, capsys, monkeypatch
     assert main(["fix", det_path, "-o", str(tmp_path / "f.onnx"), "--calib-count", "4"]) == 0
     low = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("low: ")]
     assert low and all("is under 1000 dB" in ln for ln in low)
+
+
+def test_auto_share_on_its_own_export_finds_everything_matched(det_path, tmp_path, capsys):
+    """Re-running fix --auto-share on the file it wrote said "N Concats shared … 0 already matched":
+    the file's equal scales sit in separate domains.  They count as matched now, and nothing is grouped."""
+    first = tmp_path / "first.onnx"
+    assert main(["fix", det_path, "--auto-share", "-o", str(first), "--calib-count", "4", "--json"]) == 0
+    shared = json.loads(capsys.readouterr().out)["auto_share"]["grouped"]
+    assert shared
+    assert main(["fix", str(first), "--auto-share", "-o", str(tmp_path / "again.onnx"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["auto_share"]["grouped"] == [] and doc["groups"] == []
+    assert any(n["note"] == "the file gives its members one scale already" and n["concat"] in shared
+               for n in doc["auto_share"]["notes"])
