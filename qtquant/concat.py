@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .domains import concat_scale_source
+from .domains import concat_scale_source, grid_spans
 from .gcpause import gc_paused
 from .outputs import pass_through_walk
 from .qdq import channel_scales_of, has_channel_scales
-from .quant import Scheme, bits_lost, qrange, scales_differ
+from .quant import bits_lost, scales_differ
 from .vocab import ConcatScaleRule, TensorKind
 
 __all__ = ["ConcatMember", "ConcatInfo", "analyze_concats", "concat_members", "rescale_node_names"]
@@ -250,12 +250,6 @@ def _file_channels(graph, dm, tensor, d):
     return found[0] if len(found) == 1 else None
 
 
-def _grid_span(m: ConcatMember, scheme) -> tuple[float, float, float, float]:
-    """(grid_lo, grid_hi, lo, hi) of a quantized member (see domains.concat_scale_source)."""
-    qmin, qmax = qrange(scheme)
-    return (qmin - m.zero_point) * m.scale, (qmax - m.zero_point) * m.scale, m.lo, m.hi
-
-
 def _ratio(a: float, b: float) -> float:
     return max(a, b) / min(a, b) if min(a, b) > 0 else float("inf")
 
@@ -339,7 +333,7 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
         elif output_float:
             # What a compiler that quantizes the Concat would do: the Horizon rule (on an asymmetric
             # grid, an input whose grid holds the others' values).
-            spans = None if dm.scheme is Scheme.SYMMETRIC_INT8 else [_grid_span(m, dm.scheme) for m in live]
+            spans = grid_spans(dm.scheme, [(dm.domains[m.domain].qparams, m.lo, m.hi) for m in live])
             k = concat_scale_source(ConcatScaleRule.WIDEST_INPUT, [m.scale for m in live], spans)
             reference = live[k or 0]
             for m in live:

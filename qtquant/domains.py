@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .gcpause import gc_paused
-from .quant import QParams, Scheme, qparams_for_range, qrange, range_width
+from .quant import QParams, Scheme, qparams_for_range, range_width
 from .vocab import DEFAULT_PERCENTILE, ConcatScaleRule, Policy, Precision, TensorKind
 
-__all__ = ["Policy", "Domain", "DomainMap", "build_domains", "concat_scale_source", "ConcatScaleRule", "UnionFind"]
+__all__ = ["Policy", "Domain", "DomainMap", "build_domains", "concat_scale_source", "grid_spans", "ConcatScaleRule",
+           "UnionFind"]
 
 
 @dataclass(slots=True)  # one per quantized tensor of a big graph: no dict each
@@ -109,9 +110,12 @@ def _holds_all(spans, i: int, tol: float) -> bool:
     return all(glo <= lo and hi <= ghi for _, _, lo, hi in spans if lo == lo)
 
 
-def _grid_span(q: QParams, lo: float, hi: float) -> tuple[float, float, float, float]:
-    qmin, qmax = qrange(q.scheme, q.bits)
-    return (qmin - q.zero_point) * q.scale, (qmax - q.zero_point) * q.scale, lo, hi
+def grid_spans(scheme: Scheme, members) -> list | None:
+    """``spans`` for :func:`concat_scale_source` from ``(qparams, lo, hi)`` per input; None on the
+    symmetric grid, where the largest scale holds every input's values anyway."""
+    if scheme is Scheme.SYMMETRIC_INT8:
+        return None
+    return [(q.lo, q.hi, lo, hi) for q, lo, hi in members]
 
 
 def _apply_concat_rule(graph, domains, of, natural, rule, scheme=Scheme.SYMMETRIC_INT8) -> tuple[dict, dict, frozenset]:
@@ -136,8 +140,8 @@ def _apply_concat_rule(graph, domains, of, natural, rule, scheme=Scheme.SYMMETRI
         ins = [t for t in dict.fromkeys(node.inputs) if t and graph.is_quantized(t) and t in of
                and of[t] != did and domains[of[t]].qparams is not None]
         cands = [domains[of[t]] for t in ins]
-        spans = None if scheme is Scheme.SYMMETRIC_INT8 else [_grid_span(c.qparams, c.lo, c.hi) for c in cands]
-        k = concat_scale_source(rule, [c.scale for c in cands], spans)
+        k = concat_scale_source(rule, [c.scale for c in cands], grid_spans(scheme, [(c.qparams, c.lo, c.hi)
+                                                                                   for c in cands]))
         if k is None:
             if cands:
                 declined.add(node.name)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .metrics import FLOAT_MODEL, LOW_SQNR_DB, Figure
+from . import metrics
+from .metrics import FLOAT_MODEL, Figure
 from .tables import fmt_num, samples_text
 
 __all__ = ["Fidelity", "OutputFidelity", "MemberFidelity"]
@@ -87,17 +88,17 @@ class Fidelity:
         return f"{h.label}: {h.word}" if h.no_signal else f"{h.label} {_f(h.sqnr_db)} dB"
 
     def low_outputs(self) -> list[str]:
-        """A sentence per output whose headline is measured under :data:`LOW_SQNR_DB` after the
+        """A sentence per output whose headline is lost (:attr:`~qtquant.metrics.Figure.lost`) after the
         groups: a figure such as "1.3 dB" reads as a number among others, where it says the output
         is lost."""
         out = []
         for o in self.outputs:
             h = self.after[o].headline
-            if not h.no_signal and h.blank is None and math.isfinite(h.sqnr_db) and h.sqnr_db < LOW_SQNR_DB:
-                out.append(f"{h.label} at {_f(h.sqnr_db)} dB is under {LOW_SQNR_DB:g} dB: its error is more than a "
-                           "tenth of its signal, so the quantized output barely follows the float one; `qtquant "
-                           "accuracy` (the app's Sensitivity dock) shows where the cumulative SQNR falls and which "
-                           "nodes to keep in higher precision")
+            if h.lost:
+                out.append(f"{h.label} at {_f(h.sqnr_db)} dB is under {metrics.LOW_SQNR_DB:g} dB: its error is "
+                           "more than a tenth of its signal, so the quantized output barely follows the float one; "
+                           "`qtquant accuracy` (the app's Sensitivity dock) shows where the cumulative SQNR falls "
+                           "and which nodes to keep in higher precision")
         return out
 
     def to_dict(self) -> dict:

@@ -82,14 +82,19 @@ def check_member(graph, tensor: str) -> None:
         raise ShareRefused(f"tensor {tensor!r} is not quantized ({why})")
 
 
-def check_ships_quantized(session, tensors) -> None:
+def ships_float(session) -> frozenset[str]:
+    """What the export of a calibrated session leaves in float; nothing before calibration (the
+    output rule needs the ranges)."""
+    return session.export_float() if session.ready else frozenset()
+
+
+def check_ships_quantized(session, tensors, floats=None) -> None:
     """Raise :class:`ShareRefused` for a tensor the export leaves in float (an output Concat's
     members that cannot share one int8 scale, or precision float): joining a group it ships
     without the group's scale, and its range only widens the others' (a plan putting yolov8n's
-    output0 in a group cut /model.2/Concat's worst slice from 7.81 to 1.72 dB)."""
-    if getattr(session, "ready", False) is not True or not hasattr(session, "export_float"):
-        return  # not calibrated yet: the output rule cannot be known
-    floats = session.export_float()
+    output0 in a group cut /model.2/Concat's worst slice from 7.81 to 1.72 dB).  ``floats``:
+    :func:`ships_float` of ``session``, when the caller has it."""
+    floats = ships_float(session) if floats is None else floats
     for t in tensors:
         if t in floats:
             raise ShareRefused(f"tensor {t!r} ships in float (the export leaves it unquantized: a model output "

@@ -72,6 +72,12 @@ class Figure:
         return self.blank is None
 
     @property
+    def lost(self) -> bool:
+        """Measured under :data:`LOW_SQNR_DB`: the output is lost in all but name."""
+        return self.blank is None and self.sqnr_db is not None and math.isfinite(self.sqnr_db) \
+            and self.sqnr_db < LOW_SQNR_DB
+
+    @property
     def word(self) -> str:
         """What a table cell shows instead of the number ("no signal", "identical", "15/16 equal");
         "" when measured."""

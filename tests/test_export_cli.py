@@ -112,9 +112,9 @@ def test_overrides_give_quantize_static_the_same_scales(det_path, tmp_path):
 
 def test_fix_says_when_an_output_is_lost(det_path, tmp_path, capsys, monkeypatch):
     """fix prints the fidelity report's 'low:' line as analyze does (with the bar raised, every output is low)."""
-    import qtquant.fidelity_report as fr
+    import qtquant.metrics as metrics
 
-    monkeypatch.setattr(fr, "LOW_SQNR_DB", 1000.0)
+    monkeypatch.setattr(metrics, "LOW_SQNR_DB", 1000.0)
     assert main(["fix", det_path, "-o", str(tmp_path / "f.onnx"), "--calib-count", "4"]) == 0
     low = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("low: ")]
     assert low and all("is under 1000 dB" in ln for ln in low)

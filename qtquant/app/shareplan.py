@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..concat import concat_members
 from ..errors import QtQuantError
-from ..groups import GroupSet, check_member, check_ships_quantized
+from ..groups import GroupSet, check_member, check_ships_quantized, ships_float
 from ..outputs import pass_through_walk
 from ..quant import bits_lost
 
@@ -80,10 +80,10 @@ def _outputs(graph, names) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _shareable(session, t) -> str | None:
+def _shareable(session, t, floats) -> str | None:
     try:
         check_member(session.graph, t)
-        check_ships_quantized(session, [t])
+        check_ships_quantized(session, [t], floats)
     except QtQuantError as e:
         return str(e)
     return None
@@ -109,7 +109,8 @@ def plan_share(session, names) -> SharePlan | None:
     """The proposal for Share on the nodes ``names``; None when nothing selected feeds a Concat."""
     g = session.graph
     names = [n for n in names if n]
-    picked = [t for t in _outputs(g, names) if _shareable(session, t) is None]
+    floats = ships_float(session)  # (once: every tensor below asks)
+    picked = [t for t in _outputs(g, names) if _shareable(session, t, floats) is None]
     cats = [n for n in names if n in g.nodes and g.nodes[n].op_type == "Concat"]
     if cats:
         feed = {c: feeders(g, c) for c in cats}
@@ -126,12 +127,12 @@ def plan_share(session, names) -> SharePlan | None:
         if best is None or len(hits) < 2:
             return None
         members, chosen = hits, [best]
-    members = [t for t in _order(g, members) if _shareable(session, t) is None]
+    members = [t for t in _order(g, members) if _shareable(session, t, floats) is None]
     if len(members) < 2:
         return None
     kept = set(members)
     rest = [t for t in _outputs(g, names) if t not in kept]
     why = f"does not feed {' or '.join(chosen)} through pass-through ops"
-    left = tuple((t, why) for t in rest if _shareable(session, t) is None)
+    left = tuple((t, why) for t in rest if _shareable(session, t, floats) is None)
     bits, now = member_bits(session, members)
     return SharePlan(tuple(members), tuple(chosen), bits, now, left, len(rest) - len(left))

@@ -13,7 +13,8 @@ from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_MARCH, DEFAULT_M
                      DEFAULT_PERCENTILE, DEFAULT_POLICY, DEFAULT_SCHEME, LAYOUTS, OBSERVERS, PIXEL_RANGES,
                      RESIZE_MODES, SCHEME_NAMES, SYNTHETIC, Policy, Scheme)
 
-__all__ = ["add_common", "options_from_args", "open_session", "apply_precision_args", "OBSERVERS", "MARCHES"]
+__all__ = ["add_common", "options_from_args", "open_session", "read_paths", "apply_precision_args", "OBSERVERS",
+           "MARCHES"]
 
 
 def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
@@ -34,7 +35,7 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                    help=f"samples held back from calibration for the fidelity check: a count (0 = check "
                         f"in-sample on the calibration samples) or a fraction such as 0.2; default auto = "
                         f"{AUTO_HOLDOUT_FRACTION * 100:g}%% from {AUTO_HOLDOUT_MIN} samples on, else in-sample")
-    # (None: not given, so a statistics file's own observer stands; see chosen_range_fields)
+    # (None: not given, so a statistics file's own observer stands; see statsfile.RANGE_FIELDS)
     g.add_argument("--observer", choices=OBSERVERS, default=None,
                    help=f"range observer (default {DEFAULT_OBSERVER}, or a --stats file's)")
     g.add_argument("--percentile", type=float, default=None,
@@ -110,6 +111,11 @@ def options_from_args(args):
     return Options(scheme=Scheme.parse(args.scheme),
                    policy=Policy(args.policy), march=march, max_bits_lost=args.max_bits_lost,
                    calib=calib_config_from_args(args), output_mode=output_mode_from_args(args))
+
+
+def read_paths(args) -> list:
+    """The files a command reads (model, --plan, --stats): no output may be written over them."""
+    return [args.model, getattr(args, "plan", None), getattr(args, "stats", None)]
 
 
 def open_session(args, *, calibrate: bool = True, progress=None, keep_check_values: bool = False, opened=None):

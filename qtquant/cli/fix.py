@@ -6,7 +6,7 @@ import json
 import math
 import sys
 
-from .common import add_common, open_session
+from .common import add_common, open_session, read_paths
 from ..tables import fmt_num
 from .output_options import add_output_options, output_mode_from_args
 
@@ -68,9 +68,8 @@ def _perf(session, args):
 
 def before_after_rows(session, fid=None, perf=None) -> list[tuple[str, str, str, str]]:
     """(what, before, after, change) rows: the table ``fix`` prints."""
-    before, after = session.concats(baseline=True), session.concats()
-    rb, mb = _counts(before)
-    ra, ma = _counts(after)
+    n = summary_numbers(session)  # (the counts; the table formats what --json gives as numbers)
+    (rb, mb), (ra, ma) = ((n[k]["rescales"], n[k]["mismatched_concats"]) for k in ("before", "after"))
     rows = [("rescales", str(rb), str(ra), f"{ra - rb:+d}"),
             ("mismatched Concats", str(mb), str(ma), f"{ma - mb:+d}")]
     if perf is not None:
@@ -143,7 +142,7 @@ def run(args) -> int:
 
     # Refuse bad output paths before the slow part.
     # (the plan and statistics read are inputs too: --plan-out over --plan replaced the plan read)
-    inputs = [args.model, getattr(args, "plan", None), getattr(args, "stats", None)]
+    inputs = read_paths(args)
     check_output_path(args.output, inputs=inputs, what="output model")
     named = [(args.output, "output model")]
     for extra, what in ((args.plan_out, "plan file"), (args.overrides_out, "overrides file")):

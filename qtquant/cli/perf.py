@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import add_common, open_session
+from .common import add_common, open_session, read_paths
 
 NAME = "perf"
 HELP = "per-layer latency, FPS, DDR traffic and rescale cost on a BPU march (DESIGN §4)"
@@ -40,8 +40,7 @@ def run(args) -> int:
     named = []
     for out, what in ((args.report, "report"), (args.csv, "CSV file")):
         if out:
-            check_output_path(out, inputs=[args.model, getattr(args, "plan", None), getattr(args, "stats", None)],
-                              what=what, outputs=named)
+            check_output_path(out, inputs=read_paths(args), what=what, outputs=named)
             named.append((out, what))
     session = open_session(args)
     after = simulate_session(session, march_file=march.path or None)

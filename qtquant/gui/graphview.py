@@ -250,8 +250,8 @@ class GraphView(QGraphicsView):
     def resizeEvent(self, ev):
         super().resizeEvent(ev)
         mm = self.minimap
-        if mm._img is not None and max(mm.width(), mm.height()) - 8 != mm.box:
-            mm.schedule_refresh()  # drawn again at the size this viewport gives it
+        if mm.drawn_for_another_box():
+            mm.schedule_refresh()
         self._place_overlays()
         mm.follow()
 

@@ -55,6 +55,10 @@ class MiniMap(QWidget):
         self.wanted = bool(on)
         self.follow()
 
+    def drawn_for_another_box(self) -> bool:
+        """Drawn at a size the viewport no longer gives it (refresh sets the longest side to box + 8)."""
+        return self._img is not None and max(self.width(), self.height()) - 8 != self.box
+
     def schedule_refresh(self) -> None:
         self._timer.start()
 

@@ -12,7 +12,6 @@ from html import escape
 
 from .fmt import fmt_bytes, fmt_us
 from .perfdata import num, simulator, top_layers
-from ...metrics import LOW_SQNR_DB
 from ...tables import clip_left, fmt_num, samples_text
 from ...vocab import Blank
 
@@ -146,7 +145,7 @@ def fidelity_html(fid) -> str:
             parts.append(f"{name}: <i>{a.word}</i>")
             continue
         t = f"{name}: {fmt_num(a.sqnr_db, 1)} dB"
-        if math.isfinite(a.sqnr_db) and a.sqnr_db < LOW_SQNR_DB:  # lost: said in red (the tooltip says why)
+        if a.lost:  # said in red (the tooltip says why)
             t = f'{name}: <span style="color:{BAD}">{fmt_num(a.sqnr_db, 1)} dB</span>'
         if not w.no_signal and math.isfinite(a.sqnr_db) and math.isfinite(w.sqnr_db) \
                 and abs(a.sqnr_db - w.sqnr_db) >= 0.005:
