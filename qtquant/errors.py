@@ -1,13 +1,15 @@
 """One exception hierarchy for every user-facing error.
 
-The CLI turns any :class:`QtQuantError` into a one-line message and exit code 3;
-the GUI turns it into a dialog.  Anything else escaping is a bug.
+The CLI turns any :class:`QtQuantError` into a one-line message and its exit code (3 for bad
+input, 2 for a :class:`UsageError`, DESIGN §6); the GUI turns it into a dialog.  Anything else
+escaping is a bug.
 """
 
 import re
 
 __all__ = [
     "QtQuantError",
+    "UsageError",
     "BadInputError",
     "ModelError",
     "ShapeError",
@@ -32,6 +34,14 @@ class QtQuantError(Exception):
     def __str__(self) -> str:  # keep messages on one line whatever callers pass
         msg = super().__str__()
         return " ".join(msg.split())
+
+
+class UsageError(QtQuantError):
+    """A command line that cannot run as given: a missing argument, options that do not go
+    together, a value out of its option's range.  Exit 2, as argparse's own errors (DESIGN §6);
+    the same values read from a project or statistics file are bad input (3)."""
+
+    exit_code = 2
 
 
 class BadInputError(QtQuantError):

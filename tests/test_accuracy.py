@@ -108,7 +108,7 @@ def test_accuracy_json_shape(tmp_path, capsys):
 
 def test_accuracy_bad_input_is_one_line(tmp_path, capsys):
     assert main(["accuracy", str(tmp_path / "missing.onnx")]) == 3
-    assert main(["accuracy", save(_chain_model(), tmp_path / "c.onnx"), "--top", "-1"]) == 3
+    assert main(["accuracy", save(_chain_model(), tmp_path / "c.onnx"), "--top", "-1"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("qtquant: error:") == 2
 
@@ -143,7 +143,7 @@ def test_fix_max_sqnr_drop_prints_the_curve(det_path, tmp_path, capsys):
     assert main(["fix", det_path, "--max-sqnr-drop", "0.2", "-o", str(out), "--no-perf"]) == 0
     text = capsys.readouterr().out
     assert "auto-share by measured accuracy" in text and "trade-off curve" in text and out.exists()
-    assert main(["fix", det_path, "--max-sqnr-drop", "0.2", "--auto-share", "-o", str(out)]) == 3
+    assert main(["fix", det_path, "--max-sqnr-drop", "0.2", "--auto-share", "-o", str(out)]) == 2  # a usage error
     assert main(["analyze", det_path, "--max-sqnr-drop", "0.2", "--no-perf", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     curve = doc["sqnr_share"]["curve"]

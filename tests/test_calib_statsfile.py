@@ -234,7 +234,7 @@ def test_cli_calibrate_then_stats(model, data, tmp_path, capsys):
     assert "; the check runs on 9 in-sample samples (from a.stats, b.stats)" in cap.out  # what it rests on
     assert main(["perf", model, "--stats", str(tmp_path / "ab.stats")]) == 0
     rc = main(["calibrate", "--merge", str(a), "--stats-out", str(tmp_path / "x.stats")])
-    assert rc == 3 and "two or more" in capsys.readouterr().err
+    assert rc == 2 and "two or more" in capsys.readouterr().err  # a usage error (DESIGN §6)
 
 
 # -- compact statistics --------------------------------------------------------------------------

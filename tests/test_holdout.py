@@ -142,7 +142,7 @@ def model_file(tmp_path):
     return str(p)
 
 
-@pytest.mark.parametrize("value,code,says", [("-1", 3, "0 or more"), ("1.5", 3, "between 0 and 1"),
+@pytest.mark.parametrize("value,code,says", [("-1", 2, "0 or more"), ("1.5", 2, "between 0 and 1"),
                                              ("abc", 2, "a count or a fraction")])
 def test_cli_invalid_holdout(model_file, capsys, value, code, says):
     try:

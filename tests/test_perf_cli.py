@@ -141,11 +141,15 @@ def test_text_table_lists_costed_layers(model, capsys):
     assert "latency" in out and "FPS" in out and "DDR per frame" in out
 
 
-def test_bad_march_name_exits_3(model, capsys):
-    rc = main(["perf", str(model), "--march", "bayes-x"])
+def test_bad_march_name_is_a_usage_error(model, capsys):
+    # a name that is no march is a usage error (exit 2, as argparse's choices), like --observer's
+    with pytest.raises(SystemExit) as e:
+        main(["perf", str(model), "--march", "bayes-x"])
     err = capsys.readouterr().err
-    assert rc == 3
-    assert err.count("\n") == 1 and "unknown march 'bayes-x'" in err
+    assert e.value.code == 2
+    assert err.splitlines()[-1].startswith("qtquant: error: argument --march: unknown march 'bayes-x'")
+    assert main(["perf", str(model), "--march", str(model.parent / "missing.json")]) == 3  # a path: bad input
+    assert "not found" in capsys.readouterr().err
 
 
 def test_bad_march_file_exits_3(model, tmp_path, capsys):

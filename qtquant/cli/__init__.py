@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 
-from ..errors import BadInputError, QtQuantError
+from ..errors import QtQuantError, UsageError
 
 __all__ = ["main", "build_parser", "entry", "QUICK_EXIT"]
 
@@ -93,7 +93,7 @@ def _open_gui(argv) -> int:
             unsupported = [flag for flag, dest in (("--stats", "stats"), ("--ray", "ray"), ("--int16", "int16"),
                                                    ("--keep-float", "keep_float")) if getattr(args, dest, None)]
             if unsupported:
-                raise BadInputError(f"{', '.join(unsupported)} cannot be given when opening the app yet; "
+                raise UsageError(f"{', '.join(unsupported)} cannot be given when opening the app yet; "
                                     "use the open dialog or the canvas menus, or a subcommand")
             options = options_from_args(args)
             parse_input_shapes(args.input_shape)  # a bad shape is one line here, not a dialog later

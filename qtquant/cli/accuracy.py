@@ -27,10 +27,10 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ..accuracy import analyze_accuracy
-    from ..errors import BadInputError
+    from ..errors import UsageError
 
     if args.top < 0:
-        raise BadInputError("--top must be 0 or more")
+        raise UsageError("--top must be 0 or more")
     session = open_session(args)
     progress = StageProgress("accuracy", {"tensors": "chunks of tensors", "estimate": "nodes estimated",
                                           "measure": "candidates measured"})

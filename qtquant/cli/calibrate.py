@@ -10,7 +10,7 @@ then skip calibration: calibrate once on a cluster, look at the model on a lapto
 from __future__ import annotations
 
 
-from ..errors import BadInputError
+from ..errors import BadInputError, UsageError
 from .progress import ProgressLine
 
 NAME = "calibrate"
@@ -26,7 +26,7 @@ def add_arguments(p) -> None:
     p.add_argument("--merge", nargs="+", default=None, metavar="STATS",
                    help="merge these statistics files (same model and settings, disjoint data) into --stats-out")
     p.add_argument("--quiet", action="store_true", help="no progress line")
-    add_common(p, model=False)
+    add_common(p, model=False, sharing=False)  # statistics depend on the data, not on sharing or target
 
 
 def run(args) -> int:
@@ -34,15 +34,17 @@ def run(args) -> int:
 
     if args.merge:
         if args.model:
-            raise BadInputError("give either MODEL or --merge, not both")
+            raise UsageError("give either MODEL or --merge, not both")
+        if len(args.merge) < 2:
+            raise UsageError("--merge needs two or more statistics files")
         header = statsfile.merge_stats(args.merge, args.stats_out)
         print(f"merged {len(args.merge)} files ({header.batches} samples, {len(header.tensors)} tensors, "
               f"{len(header.shards)} shards) into {args.stats_out}; {header.notes[-1]}")
         return 0
     if not args.model:
-        raise BadInputError("give MODEL to calibrate, or --merge STATS... to merge statistics files")
+        raise UsageError("give MODEL to calibrate, or --merge STATS... to merge statistics files")
     if args.stats:
-        raise BadInputError("--stats reads a statistics file; calibrate writes one with --stats-out")
+        raise UsageError("--stats reads a statistics file; calibrate writes one with --stats-out")
     from .common import open_session
 
     session = open_session(args, calibrate=False)

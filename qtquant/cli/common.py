@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from ..calib import CalibConfig
-from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, INT_TEXT
-from ..errors import BadInputError
+from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, INT_TEXT, CalibConfigError
+from ..errors import UsageError
 from ..perf import MARCHES
 from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_OBSERVER,
                      DEFAULT_PERCENTILE, DEFAULT_POLICY, DEFAULT_SCHEME, LAYOUTS, OBSERVERS, PIXEL_RANGES,
@@ -17,7 +17,9 @@ __all__ = ["add_common", "options_from_args", "open_session", "read_paths", "app
            "MARCHES"]
 
 
-def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
+def add_common(p: argparse.ArgumentParser, *, model: bool = True, sharing: bool = True) -> None:
+    """``sharing``: the sharing, target and precision options (``calibrate`` has no use for them, so
+    it does not take them: given there, they are refused rather than ignored)."""
     if model:
         p.add_argument("model", metavar="MODEL", help="ONNX model (float or QDQ-quantized)")
     g = p.add_argument_group("model and calibration")
@@ -58,8 +60,13 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     pre.add_argument("--mean", default=None, metavar="R,G,B", help="per-channel mean, in the pixel range")
     pre.add_argument("--std", default=None, metavar="R,G,B", help="per-channel std, in the pixel range")
     pre.add_argument("--layout", default=LAYOUTS[0], choices=LAYOUTS)
+    if not sharing:
+        p.set_defaults(march=DEFAULT_MARCH, march_file=None, plan=None, policy=DEFAULT_POLICY.value,
+                       max_bits_lost=DEFAULT_MAX_BITS_LOST, int16=[], keep_float=[])
+        return
     s = p.add_argument_group("sharing and target")
-    s.add_argument("--march", default=DEFAULT_MARCH, help="BPU march: " + ", ".join(MARCHES))
+    s.add_argument("--march", type=_march_arg, default=DEFAULT_MARCH,
+                   help="BPU march: " + ", ".join(MARCHES) + " (or a profile file: --march-file)")
     s.add_argument("--march-file", default=None, metavar="PROFILE.json", help="a march profile file of your own")
     s.add_argument("--plan", default=None, metavar="PLAN.json", help="apply a sharing plan")
     s.add_argument("--policy", choices=[p.value for p in Policy], default=DEFAULT_POLICY.value,
@@ -73,9 +80,19 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                    help="keep this node (or the node producing this tensor) in float, on the CPU (repeatable)")
 
 
+def _march_arg(text: str) -> str:
+    """A bundled march's name, or a profile's path (which the open reads: a missing file is bad input)."""
+    from ..perf.march import looks_like_path
+
+    if text in MARCHES or looks_like_path(text):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown march {text!r} (choose from {', '.join(MARCHES)}, or give a "
+                                     "profile with --march-file PROFILE.json)")
+
+
 def _holdout_arg(text: str):
-    """The syntax only (argparse: exit 2); the range is CalibConfig's to check (exit 3), like
-    --calib-count."""
+    """The syntax only; the range is CalibConfig's to check (a usage error too, see
+    :func:`calib_config_from_args`)."""
     t = text.strip().lower()
     if t == "auto":
         return None
@@ -88,11 +105,20 @@ def _holdout_arg(text: str):
 
 
 def calib_config_from_args(args) -> CalibConfig:
+    """The calibration options as a :class:`CalibConfig`; a value it refuses is a usage error here
+    (exit 2), where the same value in a project file is bad input."""
     if args.calib_count < 1:
-        raise BadInputError("--calib-count must be at least 1")
+        raise UsageError("--calib-count must be at least 1")
     if args.percentile is not None and (args.observer or DEFAULT_OBSERVER.value) != "percentile" \
             and not getattr(args, "stats", None):  # (a statistics file's own observer may be percentile)
-        raise BadInputError(f"--percentile applies to --observer percentile, not {args.observer or DEFAULT_OBSERVER}")
+        raise UsageError(f"--percentile applies to --observer percentile, not {args.observer or DEFAULT_OBSERVER}")
+    try:
+        return _calib_config(args)
+    except CalibConfigError as e:
+        raise UsageError(str(e)) from None
+
+
+def _calib_config(args) -> CalibConfig:
     return CalibConfig.from_dict(dict(
         source=args.calib, count=args.calib_count, observer=args.observer or DEFAULT_OBSERVER.value,
         percentile=DEFAULT_PERCENTILE if args.percentile is None else args.percentile,

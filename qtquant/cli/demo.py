@@ -13,10 +13,10 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ..demo import write_demo
-    from ..errors import BadInputError
+    from ..errors import BadInputError, UsageError
 
     if args.count < 1:
-        raise BadInputError("--count must be at least 1")
+        raise UsageError("--count must be at least 1")
     try:
         written = write_demo(args.dir, count=args.count)
     except OSError as e:

@@ -123,12 +123,12 @@ def table_text(rows) -> str:
 def sqnr_share_from_args(session, args):
     """``--max-sqnr-drop``: the measured auto-share, applied to the session (fix and analyze)."""
     from ..accuracy.share import sqnr_share
-    from ..errors import BadInputError
+    from ..errors import UsageError
 
     if getattr(args, "auto_share", False):
-        raise BadInputError("--max-sqnr-drop and --auto-share are two auto-shares: choose one")
+        raise UsageError("--max-sqnr-drop and --auto-share are two auto-shares: choose one")
     if not (args.max_sqnr_drop >= 0):
-        raise BadInputError(f"--max-sqnr-drop must be 0 dB or more, got {args.max_sqnr_drop}")
+        raise UsageError(f"--max-sqnr-drop must be 0 dB or more, got {args.max_sqnr_drop}")
     return sqnr_share(session, args.max_sqnr_drop, output_mode=output_mode_from_args(args),
                       march_file=getattr(args, "march_file", None))
 

@@ -25,7 +25,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..errors import BadInputError
+    from ..errors import BadInputError, UsageError
     from ..fileio import atomic_write_text, check_output_path
     from ..perf import load_march, simulate_session
     from ..perf.precision import precision_table_text
@@ -34,7 +34,7 @@ def run(args) -> int:
     from ..shapes import format_shape
 
     if args.top is not None and args.top < 1:
-        raise BadInputError("--top must be at least 1")
+        raise UsageError("--top must be at least 1")
     # Check the march and output paths before the (slow) calibration so a typo fails fast.
     march = load_march(args.march_file if args.march_file else args.march)
     named = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import BadInputError
+from ..errors import BadInputError, UsageError
 from ..vocab import OVERLAYS, Overlay
 
 NAME = "screenshot"
@@ -42,9 +42,9 @@ def _size(text: str) -> tuple[int, int]:
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise BadInputError(f"--size {text!r}: expected WIDTHxHEIGHT like 1600x1000") from None
+        raise UsageError(f"--size {text!r}: expected WIDTHxHEIGHT like 1600x1000") from None
     if not (200 <= w <= 8000 and 200 <= h <= 8000):
-        raise BadInputError("--size: width and height must be between 200 and 8000 pixels")
+        raise UsageError("--size: width and height must be between 200 and 8000 pixels")
     return w, h
 
 

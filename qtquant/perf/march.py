@@ -268,7 +268,7 @@ def march_names() -> list[str]:
     return sorted(p.stem for p in folder.glob("*.json"))
 
 
-def _looks_like_path(s: str) -> bool:
+def looks_like_path(s: str) -> bool:
     return s.lower().endswith(".json") or os.sep in s or "/" in s
 
 
@@ -279,7 +279,7 @@ def load_march(name_or_path) -> MarchProfile:
     s = str(name_or_path or "").strip()
     if not s:
         raise MarchError("no march given (choose from " + ", ".join(march_names()) + ")")
-    if isinstance(name_or_path, Path) or _looks_like_path(s):
+    if isinstance(name_or_path, Path) or looks_like_path(s):
         p = Path(s)
         if not p.is_file():
             raise MarchError(f"march profile file not found: {p}")

@@ -52,7 +52,7 @@ def test_a_bad_option_is_one_line_before_any_window(launched, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("qtquant: error:") for line in err)
     assert launched == {}
-    assert main([model, "--stats", str(tmp_path / "s.npz")]) == 3  # refused, not silently ignored
+    assert main([model, "--stats", str(tmp_path / "s.npz")]) == 2  # refused, not silently ignored
     assert "--stats cannot be given when opening the app" in capsys.readouterr().err
     assert launched == {}
     with pytest.raises(SystemExit) as e:
