@@ -21,42 +21,34 @@ def _rc(capsys, *argv):
     return rc, [ln for ln in err.splitlines() if ln.startswith("qtquant: error:")]
 
 
-@pytest.mark.parametrize("argv,says", [
-    (["calibrate", "--stats-out", "s.npz"], "give MODEL to calibrate"),
-    (["calibrate", "--merge", "a.npz", "--stats-out", "s.npz"], "two or more"),
-    (["calibrate", "{m}", "--merge", "a.npz", "b.npz", "--stats-out", "s.npz"], "not both"),
-    (["calibrate", "{m}", "--stats-out", "s.npz", "--stats", "a.npz"], "--stats reads"),
+@pytest.mark.parametrize("argv,code,says", [
+    (["calibrate", "--stats-out", "s.npz"], 2, "give MODEL to calibrate"),
+    (["calibrate", "--merge", "a.npz", "--stats-out", "s.npz"], 2, "two or more"),
+    (["calibrate", "{m}", "--merge", "a.npz", "b.npz", "--stats-out", "s.npz"], 2, "not both"),
+    (["calibrate", "{m}", "--stats-out", "s.npz", "--stats", "a.npz"], 2, "--stats reads"),
     # calibrate writes statistics: the sharing and target options are not its own, and are refused
-    (["calibrate", "{m}", "--stats-out", "s.npz", "--plan", "p.json"], "unrecognized arguments: --plan"),
-    (["calibrate", "{m}", "--stats-out", "s.npz", "--march", "bayes"], "unrecognized arguments: --march"),
-    (["analyze", "{m}", "--march", "bayes-x"], "unknown march 'bayes-x'"),
-    (["analyze", "{m}", "--calib-count", "0"], "--calib-count"),
-    (["analyze", "{m}", "--holdout", "-1"], "0 or more"),
-    (["analyze", "{m}", "--mean", "1,2"], "--mean"),
-    (["analyze", "{m}", "--observer", "percentile", "--percentile", "101"], "--percentile"),
-    (["analyze", "{m}", "--percentile", "90"], "applies to --observer percentile"),
-    (["fix", "{m}", "-o", "o.onnx", "--auto-share", "--max-sqnr-drop", "1"], "two auto-shares"),
-    (["perf", "{m}", "--top", "0"], "--top"),
+    (["calibrate", "{m}", "--stats-out", "s.npz", "--plan", "p.json"], 2, "unrecognized arguments: --plan"),
+    (["calibrate", "{m}", "--stats-out", "s.npz", "--march", "bayes"], 2, "unrecognized arguments: --march"),
+    (["analyze", "{m}", "--march", "bayes-x"], 2, "unknown march 'bayes-x'"),
+    (["analyze", "{m}", "--calib-count", "0"], 2, "--calib-count"),
+    (["analyze", "{m}", "--holdout", "-1"], 2, "0 or more"),
+    (["analyze", "{m}", "--mean", "1,2"], 2, "--mean"),
+    (["analyze", "{m}", "--observer", "percentile", "--percentile", "101"], 2, "--percentile"),
+    (["analyze", "{m}", "--percentile", "90"], 2, "applies to --observer percentile"),
+    (["fix", "{m}", "-o", "o.onnx", "--auto-share", "--max-sqnr-drop", "1"], 2, "two auto-shares"),
+    (["perf", "{m}", "--top", "0"], 2, "--top"),
+    (["analyze", "missing.onnx"], 3, "not found"),
+    (["analyze", "{m}", "--march", "mine.json"], 3, "not found"),  # a profile path: a missing file
+    (["calibrate", "--merge", "a.npz", "b.npz", "--stats-out", "s.npz"], 3, "a.npz"),
+    (["analyze", "{m}", "--input-shape", "x=1x3"], 3, "x"),
 ])
-def test_usage_errors_exit_2_with_the_reason(model, tmp_path, monkeypatch, capsys, argv, says):
+def test_exit_codes_and_the_reason(model, tmp_path, monkeypatch, capsys, argv, code, says):
+    """2: a command line that cannot run as given; 3: bad input (a missing file, a shape that does not fit)."""
     monkeypatch.chdir(tmp_path)
     rc, errors = _rc(capsys, *(a.format(m=model) for a in argv))
-    assert rc == 2
+    assert rc == code
     assert len(errors) == 1 and says in errors[0], errors
     assert not (tmp_path / "s.npz").exists() and not (tmp_path / "o.onnx").exists()
-
-
-@pytest.mark.parametrize("argv,says", [
-    (["analyze", "missing.onnx"], "not found"),
-    (["analyze", "{m}", "--march", "mine.json"], "not found"),  # a profile path: a missing file
-    (["calibrate", "--merge", "a.npz", "b.npz", "--stats-out", "s.npz"], "a.npz"),
-    (["analyze", "{m}", "--input-shape", "x=1x3"], "x"),
-])
-def test_bad_input_still_exits_3(model, tmp_path, monkeypatch, capsys, argv, says):
-    monkeypatch.chdir(tmp_path)
-    rc, errors = _rc(capsys, *(a.format(m=model) for a in argv))
-    assert rc == 3
-    assert len(errors) == 1 and says in errors[0], errors
 
 
 def test_calibrate_help_lists_only_what_it_uses(capsys):
