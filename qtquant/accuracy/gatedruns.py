@@ -106,14 +106,11 @@ def _suffix(model: onnx.ModelProto, cut: Cut, types: dict, outs) -> onnx.ModelPr
             need.update(n.input)
     nodes = const[::-1] + nodes
     used = {t for n in nodes for t in n.input}
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    del m.graph.node[:], m.graph.initializer[:], m.graph.input[:], m.graph.output[:]
+    m = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
+    m.graph.name = g.name
     m.graph.node.extend(nodes)
     made = {t for n in nodes for t in n.output}
-    kept_info = [v for v in g.value_info if v.name in made]
-    del m.graph.value_info[:]
-    m.graph.value_info.extend(kept_info)
+    m.graph.value_info.extend(v for v in g.value_info if v.name in made)
     m.graph.initializer.extend(i for i in g.initializer if i.name in used)
     m.graph.input.extend(types[t] for t in cut.crossing)
     given = set(cut.crossing) | {i.name for i in g.initializer}

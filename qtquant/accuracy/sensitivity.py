@@ -40,7 +40,7 @@ __all__ = ["Unit", "Sensitivity", "units_of", "estimate", "rank", "ranked_by", "
 # 2 cores): 6 keeps the whole ranking within a minute there, while the first pass still ranks every unit.
 # The first pass is one run per unit and sample: on a heavy model it dominates (PP-OCRv4 det at 640x640:
 # 251 units x 4 samples), so each run starts where its unit's gate first acts (.gatedruns): the whole
-# command there went from 4:43 to 2:23, the same figures to the digit.
+# command there went from 4:43 / 5:15 to 2:23 / 2:49 (two pairs), the same figures to the digit.
 DEFAULT_TOP = 6
 ESTIMATE_SAMPLES = 4  # the first pass runs on at most this many check samples (the measured pass on all)
 ESTIMATE_TEXT = ("estimate: the unit alone in float with Q/DQ evaluated in float (fake-quant, one gated model, "
