@@ -102,3 +102,58 @@ def test_suffix_is_a_valid_model(tmp_path):
     assert len([k for k in range(cut.at, len(gated.graph.node)) if k not in consts]) < len(m.graph.node) \
         < len(gated.graph.node) - cut.at + len(consts)  # the suffix's own nodes and the constants it reads
     assert {i.name for i in m.graph.input} >= set(cut.crossing)
+
+
+def _gated_chain(n: int = 24):
+    """x -> n blocks h = Where(g_k, 1.25 * relu(h), relu(h)) + 0.5; an output early on, and x read again at the end
+    (a model input that crosses every cut)."""
+    from onnx import TensorProto, helper
+
+    nodes, inits = [], [onnx.numpy_helper.from_array(np.array(1.25, np.float32), "k"),
+                        onnx.numpy_helper.from_array(np.array(0.5, np.float32), "c")]
+    h = "x"
+    for i in range(n):
+        nodes += [helper.make_node("Relu", [h], [f"r{i}"]), helper.make_node("Mul", [f"r{i}", "k"], [f"m{i}"]),
+                  helper.make_node("Where", [f"qtq_gate_{i}", f"m{i}", f"r{i}"], [f"w{i}"]),
+                  helper.make_node("Sub", [f"w{i}", "c"], [f"h{i}"])]
+        h = f"h{i}"
+    nodes.append(helper.make_node("Add", [h, "x"], ["y"]))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])]
+    inputs += [helper.make_tensor_value_info(f"qtq_gate_{i}", TensorProto.BOOL, []) for i in range(n)]
+    outputs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, [1, 4]) for t in ("y", "h1")]
+    g = helper.make_graph(nodes, "chain", inputs, outputs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), [f"qtq_gate_{i}" for i in range(n)]
+
+
+def test_early_outputs_and_late_inputs(monkeypatch):
+    model, names = _gated_chain()
+    cuts = plan_cuts(model, names)
+    assert cuts and all("x" in c.crossing for c in cuts)  # the model input the last node reads
+    assert all("h1" in c.outputs_before for c in cuts)  # an output made before every cut
+    monkeypatch.setattr(gatedruns, "MIN_SAVED_S", 0.0)
+    feeds = [{"x": np.array([[1.0, -2.0, 3.0, 0.25]], np.float32)}, {"x": np.full((1, 4), 2.0, np.float32)}]
+    runner = GatedRunner(model, names, ["y", "h1"], feeds, _make)
+    whole = _make(model)
+    ones = dict.fromkeys(names, np.array(True))
+    for i in range(len(feeds)):
+        runner.run(i, ones)
+    for g in names:
+        gates = {**ones, g: np.array(False)}
+        for i, feed in enumerate(feeds):
+            for a, b in zip(runner.run(i, gates, g), whole.run(["y", "h1"], {**feed, **gates})):
+                assert np.array_equal(a, b), g
+    assert runner.suffixes == len(cuts) and len(runner._start) > len(names) // 2
+
+
+def test_what_crosses_stays_within_its_budget(monkeypatch):
+    model, names = _gated_chain()
+    monkeypatch.setattr(gatedruns, "MIN_SAVED_S", 0.0)
+    monkeypatch.setattr(gatedruns, "VALUES_BUDGET", 2 * 16)  # two samples: one float32 [1, 4] value each
+    feeds = [{"x": np.ones((1, 4), np.float32)}, {"x": np.ones((1, 4), np.float32)}]
+    runner = GatedRunner(model, names, ["y"], feeds, _make)
+    ones = dict.fromkeys(names, np.array(True))
+    for i in range(2):
+        runner.run(i, ones)
+    runner.run(0, {**ones, names[-1]: np.array(False)}, names[-1])
+    # each cut keeps the chain's value (16 bytes a sample; x, a model input, is in the feed): one cut fits
+    assert runner.suffixes == 1
