@@ -14,7 +14,7 @@ from .nodetable import SUBGRAPH_ATTRS
 from .ops import SUBGRAPH_OPS
 from .runtime import has_external_data
 
-__all__ = ["ChainedSession", "split_model", "iter_segments", "chained_session"]
+__all__ = ["ChainedSession", "split_model", "iter_segments", "chained_session", "const_nodes"]
 
 
 _MAX_CUT = 8  # tensors crossing one cut at most
@@ -55,8 +55,9 @@ class ChainedSession:
         return [vals[n] for n in names]
 
 
-def _const_nodes(info, consts: set[str]) -> list[bool]:
-    """Per node: computes only from initializers (weights' DequantizeLinear, Constant)."""
+def const_nodes(info, consts: set[str]) -> list[bool]:
+    """Per node (``info``: (op, inputs, outputs) each): computes only from the initializers
+    ``consts`` and such nodes (weights' DequantizeLinear, Constant)."""
     out, known = [], set(consts)
     for _, ins, outs in info:  # (a loop, not all() over a generator: 66,662 nodes on the 20k CNN's export)
         for x in ins:
@@ -200,7 +201,7 @@ def iter_segments(model: onnx.ModelProto, parts: int, shape_of, *, cross: str = 
     inits = {t.name: t for t in g.initializer}
     graph_in = {i.name: i for i in g.input}
     graph_out = {o.name: o for o in g.output}
-    const = _const_nodes(info, set(inits) | {t.values.name for t in g.sparse_initializer})
+    const = const_nodes(info, set(inits) | {t.values.name for t in g.sparse_initializer})
     order = _order(info, const)
     if cross == "int8":
         def handover_type(i, op, ins, o):

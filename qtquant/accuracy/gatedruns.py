@@ -39,42 +39,67 @@ class Cut:
     skips: float = 0.0  # the share of the model's (non-constant) nodes a run from here leaves out
 
 
-def plan_cuts(model: onnx.ModelProto, gates, *, max_cuts: int = MAX_CUTS, max_cross: int = MAX_CROSS) -> list[Cut]:
-    """Up to ``max_cuts`` cuts of ``model`` (nodes in topological order) for the gate inputs
-    ``gates``: each at or just before a quantile of the gates' first uses, where at most
-    ``max_cross`` tensors cross (the fewest in a window before the quantile)."""
-    nodes = model.graph.node
-    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in nodes for a in n.attribute):
-        return []
+@dataclass
+class _Scan:
+    """Where each value of the gated model is made and last read, and where each gate first acts."""
+
+    made: dict[str, int]  # value -> its producer's index (-1: a model input)
+    last: dict[str, int]  # value -> the last node reading it
+    first_gate: dict[str, int]  # gate input -> the first node reading it
+    consts: set[int]  # nodes computing from initializers alone: every suffix that reads them computes them again
+    nodes: int
+
+
+def _scan(model: onnx.ModelProto, gates) -> _Scan:
+    from ..segments import const_nodes
+
+    g = model.graph
     gates = set(gates)
-    inits = {i.name for i in model.graph.initializer}
-    consts = _constant_nodes(model)
-    made = {i.name: -1 for i in model.graph.input if i.name not in inits and i.name not in gates}
+    inits = {i.name for i in g.initializer}
+    info = [(n.op_type, tuple(n.input), tuple(n.output)) for n in g.node]
+    consts = {k for k, c in enumerate(const_nodes(info, inits)) if c}
+    made = {i.name: -1 for i in g.input if i.name not in inits and i.name not in gates}
     last: dict[str, int] = {}
     first_gate: dict[str, int] = {}
-    for k, n in enumerate(nodes):
-        if k in consts:  # (a weight's DequantizeLinear: every suffix that reads it computes it again)
+    for k, (_, ins, outs) in enumerate(info):
+        if k in consts:
             continue
-        for t in n.input:
+        for t in ins:
             if t in made:
                 last[t] = k
             elif t in gates and t not in first_gate:
                 first_gate[t] = k
-        for t in n.output:
+        for t in outs:
             if t:
                 made[t] = k
-    count = [0] * (len(nodes) + 2)  # count[b]: tensors crossing a cut before node b
+    return _Scan(made, last, first_gate, consts, len(info))
+
+
+def plan_cuts(model: onnx.ModelProto, gates, *, max_cuts: int = MAX_CUTS, max_cross: int = MAX_CROSS) -> list[Cut]:
+    """Up to ``max_cuts`` cuts of ``model`` (nodes in topological order) for the gate inputs
+    ``gates``: each at or just before a quantile of the gates' first uses, where at most
+    ``max_cross`` tensors cross (the fewest in a window before the quantile)."""
+    return _cuts(model, _scan(model, gates), max_cuts, max_cross)
+
+
+def _cuts(model: onnx.ModelProto, scan: _Scan, max_cuts: int = MAX_CUTS, max_cross: int = MAX_CROSS) -> list[Cut]:
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+           for n in model.graph.node for a in n.attribute):
+        return []
+    made, last, n_nodes = scan.made, scan.last, scan.nodes
+    count = [0] * (n_nodes + 2)  # count[b]: tensors crossing a cut before node b
     for t, end in last.items():
         if end > made[t]:
             count[made[t] + 1] += 1
             count[end + 1] -= 1
     for b in range(1, len(count)):
         count[b] += count[b - 1]
-    firsts = sorted(first_gate.values())
+    firsts = sorted(scan.first_gate.values())
     if not firsts:
         return []
-    window = max(1, len(nodes) // (2 * (max_cuts + 1)))
+    window = max(1, n_nodes // (2 * (max_cuts + 1)))
     outputs = [o.name for o in model.graph.output]
+    computed = max(1, n_nodes - len(scan.consts))
     cuts, prev = [], 0
     for j in range(1, max_cuts + 1):
         q = firsts[j * len(firsts) // (max_cuts + 1)]
@@ -85,17 +110,17 @@ def plan_cuts(model: onnx.ModelProto, gates, *, max_cuts: int = MAX_CUTS, max_cr
         if count[b] > max_cross:
             continue
         crossing = tuple(t for t, end in last.items() if made[t] < b <= end)
-        cuts.append(Cut(b, crossing, tuple(o for o in outputs if made.get(o, len(nodes)) < b),
-                        sum(1 for k in range(b) if k not in consts) / max(1, len(nodes) - len(consts))))
+        cuts.append(Cut(b, crossing, tuple(o for o in outputs if made.get(o, n_nodes) < b),
+                        sum(1 for k in range(b) if k not in scan.consts) / computed))
         prev = b
     return cuts
 
 
-def _suffix(model: onnx.ModelProto, cut: Cut, types: dict, outs) -> onnx.ModelProto:
-    """The nodes of ``model`` from ``cut.at`` on (and the constants they read), reading what crosses
-    the cut as inputs typed by ``types`` (name -> ValueInfoProto), and the gates they read."""
+def _suffix(model: onnx.ModelProto, cut: Cut, types: dict, outs, consts: set[int]) -> onnx.ModelProto:
+    """The nodes of ``model`` from ``cut.at`` on (and the constants they read, ``consts`` by
+    index), reading what crosses the cut as inputs typed by ``types`` (name -> ValueInfoProto),
+    and the gates they read."""
     g = model.graph
-    consts = _constant_nodes(model)
     nodes = [n for k, n in enumerate(g.node) if k >= cut.at and k not in consts]
     need = {t for n in nodes for t in n.input}
     const = []
@@ -127,7 +152,8 @@ class GatedRunner:
     def __init__(self, model: onnx.ModelProto, gates: list[str], outs: list[str], feeds: list[dict], make):
         self.outs, self.feeds, self.make = list(outs), feeds, make
         self.gates = gates
-        self.cuts = plan_cuts(model, gates)
+        self._scan = _scan(model, gates)
+        self.cuts = _cuts(model, self._scan)
         extra = list(dict.fromkeys(t for c in self.cuts for t in (*c.crossing, *c.outputs_before)
                                    if t not in outs and t not in feeds[0]))
         full = model
@@ -141,6 +167,7 @@ class GatedRunner:
         self._kept: list[dict] = []  # per sample: what crosses the cuts, as the all-open run made it
         self._open_s: list[float] = []
         self._suffixes: list[tuple[Cut, object]] | None = None
+        self._inputs: list[set[str]] = []  # per suffix: its input names
         self._start: dict[str, int] = {}  # gate -> index into _suffixes (absent: the whole model)
 
     def run(self, i: int, gates: dict, closed: str | None = None) -> list:
@@ -151,7 +178,7 @@ class GatedRunner:
             t = time.perf_counter()
             values = self.session.run(self.outs + self._extra, {**feed, **gates})
             self._open_s.append(time.perf_counter() - t)
-            if self._extra or self.cuts:
+            if self.cuts:
                 self._kept.append(dict(zip(self.outs + self._extra, values)))
             return values[:len(self.outs)]
         if self._suffixes is None:
@@ -168,10 +195,10 @@ class GatedRunner:
 
     def _prepare(self) -> None:
         """Sessions of the suffixes, where the runs they save are worth their cost."""
-        self._suffixes, self._inputs = [], []
+        self._suffixes = []
         if not self.cuts or len(self._kept) != len(self.feeds):
             return
-        first = _first_gates(self._model, self.gates)
+        first = self._scan.first_gate
         budget = VALUES_BUDGET // len(self.feeds)
         chosen = []
         for c in self.cuts:  # what each sample keeps of a cut's crossing values, within the budget
@@ -194,7 +221,7 @@ class GatedRunner:
         types.update({i.name: i for i in self._model.graph.input})
         from concurrent.futures import ThreadPoolExecutor
 
-        models = [_suffix(self._model, c, types, self.outs) for c in chosen]
+        models = [_suffix(self._model, c, types, self.outs, self._scan.consts) for c in chosen]
         with ThreadPoolExecutor(2, thread_name_prefix="qtquant-suffix") as pool:  # (sessions build without the GIL)
             sessions = list(pool.map(self.make, models))
         self._suffixes = list(zip(chosen, sessions))
@@ -212,25 +239,3 @@ class GatedRunner:
 def _value_info(name: str, value) -> onnx.ValueInfoProto:
     """The type of a value the all-open run made (the samples share their shapes)."""
     return onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
-
-
-def _constant_nodes(model: onnx.ModelProto) -> set[int]:
-    """The nodes (by index) that compute from initializers and constants alone."""
-    known = {i.name for i in model.graph.initializer}
-    out = set()
-    for k, n in enumerate(model.graph.node):
-        if n.op_type in ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"):
-            continue
-        if all(t in known for t in n.input if t):
-            out.add(k)
-            known.update(t for t in n.output if t)
-    return out
-
-
-def _first_gates(model, gates) -> dict[str, int]:
-    gates, first = set(gates), {}
-    for k, n in enumerate(model.graph.node):
-        for t in n.input:
-            if t in gates and t not in first:
-                first[t] = k
-    return first

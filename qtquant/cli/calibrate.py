@@ -9,7 +9,6 @@ then skip calibration: calibrate once on a cluster, look at the model on a lapto
 
 from __future__ import annotations
 
-
 from ..errors import BadInputError, UsageError
 from .progress import ProgressLine
 

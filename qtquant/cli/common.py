@@ -60,34 +60,41 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True, sharing: bool 
     pre.add_argument("--mean", default=None, metavar="R,G,B", help="per-channel mean, in the pixel range")
     pre.add_argument("--std", default=None, metavar="R,G,B", help="per-channel std, in the pixel range")
     pre.add_argument("--layout", default=LAYOUTS[0], choices=LAYOUTS)
-    if not sharing:
-        p.set_defaults(march=DEFAULT_MARCH, march_file=None, plan=None, policy=DEFAULT_POLICY.value,
-                       max_bits_lost=DEFAULT_MAX_BITS_LOST, int16=[], keep_float=[])
-        return
-    s = p.add_argument_group("sharing and target")
-    s.add_argument("--march", type=_march_arg, default=DEFAULT_MARCH,
-                   help="BPU march: " + ", ".join(MARCHES) + " (or a profile file: --march-file)")
-    s.add_argument("--march-file", default=None, metavar="PROFILE.json", help="a march profile file of your own")
-    s.add_argument("--plan", default=None, metavar="PLAN.json", help="apply a sharing plan")
-    s.add_argument("--policy", choices=[p.value for p in Policy], default=DEFAULT_POLICY.value,
-                   help=f"how a shared domain's range is chosen (default {DEFAULT_POLICY.value})")
-    s.add_argument("--max-bits-lost", type=float, default=DEFAULT_MAX_BITS_LOST, metavar="BITS",
-                   help=f"auto-share threshold (default {DEFAULT_MAX_BITS_LOST})")
-    m = p.add_argument_group("mixed precision (every other tensor is int8)")
-    m.add_argument("--int16", action="append", default=[], metavar="NAME",
-                   help="quantize this node's output (or this tensor) to int16 (repeatable)")
-    m.add_argument("--keep-float", action="append", default=[], metavar="NAME",
-                   help="keep this node (or the node producing this tensor) in float, on the CPU (repeatable)")
+    for title, options in _SHARING_GROUPS:
+        if not sharing:  # (their defaults still: what the session is opened with)
+            p.set_defaults(**{flag[2:].replace("-", "_"): kw["default"] for flag, kw in options})
+            continue
+        group = p.add_argument_group(title)
+        for flag, kw in options:
+            group.add_argument(flag, **kw)
 
 
 def _march_arg(text: str) -> str:
     """A bundled march's name, or a profile's path (which the open reads: a missing file is bad input)."""
-    from ..perf.march import looks_like_path
+    from ..perf.march import looks_like_path, unknown_march
 
     if text in MARCHES or looks_like_path(text):
         return text
-    raise argparse.ArgumentTypeError(f"unknown march {text!r} (choose from {', '.join(MARCHES)}, or give a "
-                                     "profile with --march-file PROFILE.json)")
+    raise argparse.ArgumentTypeError(unknown_march(text))
+
+
+# The sharing, target and precision options: (group title, [(flag, add_argument keywords)]).
+_SHARING_GROUPS = (
+    ("sharing and target", [
+        ("--march", dict(type=_march_arg, default=DEFAULT_MARCH,
+                         help="BPU march: " + ", ".join(MARCHES) + " (or a profile file: --march-file)")),
+        ("--march-file", dict(default=None, metavar="PROFILE.json", help="a march profile file of your own")),
+        ("--plan", dict(default=None, metavar="PLAN.json", help="apply a sharing plan")),
+        ("--policy", dict(choices=[p.value for p in Policy], default=DEFAULT_POLICY.value,
+                          help=f"how a shared domain's range is chosen (default {DEFAULT_POLICY.value})")),
+        ("--max-bits-lost", dict(type=float, default=DEFAULT_MAX_BITS_LOST, metavar="BITS",
+                                 help=f"auto-share threshold (default {DEFAULT_MAX_BITS_LOST})"))]),
+    ("mixed precision (every other tensor is int8)", [
+        ("--int16", dict(action="append", default=[], metavar="NAME",
+                         help="quantize this node's output (or this tensor) to int16 (repeatable)")),
+        ("--keep-float", dict(action="append", default=[], metavar="NAME",
+                              help="keep this node (or the node producing this tensor) in float, on the CPU "
+                                   "(repeatable)"))]))
 
 
 def _holdout_arg(text: str):
@@ -113,19 +120,15 @@ def calib_config_from_args(args) -> CalibConfig:
             and not getattr(args, "stats", None):  # (a statistics file's own observer may be percentile)
         raise UsageError(f"--percentile applies to --observer percentile, not {args.observer or DEFAULT_OBSERVER}")
     try:
-        return _calib_config(args)
+        return CalibConfig.from_dict(dict(
+            source=args.calib, count=args.calib_count, observer=args.observer or DEFAULT_OBSERVER.value,
+            percentile=DEFAULT_PERCENTILE if args.percentile is None else args.percentile,
+            seed=args.seed, holdout=getattr(args, "holdout", None), jobs=args.jobs, ray=getattr(args, "ray", ""),
+            resize=args.resize,
+            color=args.color, pixel_range=args.pixel_range, mean=args.mean, std=args.std, layout=args.layout,
+            scheme=args.scheme))
     except CalibConfigError as e:
         raise UsageError(str(e)) from None
-
-
-def _calib_config(args) -> CalibConfig:
-    return CalibConfig.from_dict(dict(
-        source=args.calib, count=args.calib_count, observer=args.observer or DEFAULT_OBSERVER.value,
-        percentile=DEFAULT_PERCENTILE if args.percentile is None else args.percentile,
-        seed=args.seed, holdout=getattr(args, "holdout", None), jobs=args.jobs, ray=getattr(args, "ray", ""),
-        resize=args.resize,
-        color=args.color, pixel_range=args.pixel_range, mean=args.mean, std=args.std, layout=args.layout,
-        scheme=args.scheme))
 
 
 def options_from_args(args):

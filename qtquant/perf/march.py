@@ -23,7 +23,8 @@ from ..fileio.schema import FileModel, first_problem, one_line, problem, read_js
 from ..resources import resource_path
 from ..vocab import ConcatScaleRule
 
-__all__ = ["MarchProfile", "load_march", "march_names", "profile_from_dict", "PARAMS"]
+__all__ = ["MarchProfile", "load_march", "march_names", "profile_from_dict", "PARAMS", "unknown_march",
+           "looks_like_path"]
 
 
 # -- the schema of a profile file ------------------------------------------------------------------
@@ -268,6 +269,12 @@ def march_names() -> list[str]:
     return sorted(p.stem for p in folder.glob("*.json"))
 
 
+def unknown_march(name: str) -> str:
+    """What an unknown march name is told (``--march`` on the command line, :func:`load_march`)."""
+    return (f"unknown march {name!r} (choose from {', '.join(march_names())}, "
+            f"or give a profile with --march-file PROFILE.json)")
+
+
 def looks_like_path(s: str) -> bool:
     return s.lower().endswith(".json") or os.sep in s or "/" in s
 
@@ -286,8 +293,7 @@ def load_march(name_or_path) -> MarchProfile:
     else:
         p = resource_path("marches", f"{s}.json")
         if not p.is_file():
-            raise MarchError(f"unknown march {s!r} (choose from {', '.join(march_names())}, "
-                             f"or give a profile with --march-file PROFILE.json)")
+            raise MarchError(unknown_march(s))
     try:
         st = p.stat()
         key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
