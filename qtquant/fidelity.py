@@ -48,8 +48,9 @@ import numpy as np
 
 from .errors import BadInputError
 from .fidelity_report import FLOAT_MODEL, QDQ_VIEW, Fidelity, MemberFidelity, OutputFidelity
-from .fidelity_runs import (_caches, _Cache, _checked_outputs, _prefetchable, _qdq_outputs_many, _run,
-                            runtime_text, trace)
+from .fidelity_runs import (HOST_DEFAULT, _caches, _Cache, _checked_outputs, _prefetchable, _qdq_outputs_many,
+                            _run, runtime_text, trace)
+from .int8path import EXACT_INT8_ENTRY, host_int8_path
 from .metrics import ErrorSums, cosine, signal_noise_db, sqnr_db, sums_for
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
 from .quant import bits_lost, qparams_for_range
@@ -61,6 +62,8 @@ __all__ = ["Fidelity", "OutputFidelity", "MemberFidelity", "measure_session", "s
 
 # Fused int8 kernels round differently from Q/DQ in float; beyond this the difference is a finding.
 KERNEL_TOLERANCE_DB = 0.5
+# Headlines of this CPU's default kernels further than this from the exact ones get the host line.
+HOST_TOLERANCE_DB = 0.05
 
 
 def fake_quant(x: np.ndarray, qp) -> np.ndarray:
@@ -118,6 +121,23 @@ def _kernel_findings(after_ship, after_fake, outs) -> list[str]:
                              f"{KERNEL_TOLERANCE_DB} dB); the figures above are the shipped ones. The first "
                              "diverging tensor is not located: fused kernels expose no intermediate tensors")
     return found
+
+
+def _host_default_line(host, exact, default, outs) -> str:
+    """One line where this CPU's default int8 kernels give another headline than the exact ones
+    (more than :data:`HOST_TOLERANCE_DB` apart), with both figures; else empty."""
+    moved = []
+    for o in outs:
+        e, d = exact[o].headline, default[o].headline
+        if e.measured and d.measured and math.isfinite(e.sqnr_db) and math.isfinite(d.sqnr_db) \
+                and abs(e.sqnr_db - d.sqnr_db) > HOST_TOLERANCE_DB:
+            moved.append(f"{e.label} {d.sqnr_db:.2f} dB where the exact program gives {e.sqnr_db:.2f} dB")
+    if not moved:
+        return ""
+    key, value = EXACT_INT8_ENTRY
+    return (f"this CPU ({host.isa}): onnxruntime's default int8 kernels saturate u8×s8 pairs, so a default session of "
+            f"the exported file computes {'; '.join(moved)}; a session with the config entry {key}={value} computes "
+            "the exact figures above")
 
 
 def samples_blamed(fn):
@@ -219,6 +239,9 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     wanted = [(before_dm, "default")] + ([] if same else [(after_dm, "default")])
     if cross_check:
         wanted.append((after_dm, "basic"))
+    host = host_int8_path()
+    if not host.default_exact:  # a user's default session computes other numbers here: measure those too
+        wanted.append((after_dm, HOST_DEFAULT))
     got, res = _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, float_run, meanwhile,
                                  follow_edits)
     res = from_calib if from_calib is not None else res
@@ -236,8 +259,11 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
                    samples=len(feeds), in_sample=bool(getattr(cal, "in_sample", False)), revision=revision,
                    runtime=cache.runtime.get(id(before), runtime_text()), float_outputs=[w.text() for w in why],
                    reference=QDQ_VIEW if getattr(session, "qdq", None) is not None else FLOAT_MODEL)
+    if not host.default_exact:
+        fid.host_default = _host_default_line(host, fid.after, _figures(ranges, after_dm, cache.slices, cache.float_out,
+                                                                         got[-1], outs), outs)
     if cross_check:
-        fake = got[-1]
+        fake = got[2 if not same else 1]
         if fake is None:  # left out on a very big graph: say so
             fid.runtime += f"; {REFERENCE_SKIPPED_TEXT}"
         else:

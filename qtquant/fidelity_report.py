@@ -62,6 +62,8 @@ class Fidelity:
     findings: list[str] = field(default_factory=list)
     float_outputs: list[str] = field(default_factory=list)  # why outputs stayed float (auto mode)
     reference: str = FLOAT_MODEL  # what the figures are measured against (QDQ_VIEW for a QDQ file)
+    # Where this CPU's default onnxruntime int8 kernels would give other headlines: one line, both figures.
+    host_default: str = ""
     # Where the check's time went, ms per step (benchmarks/gui_refresh.py prints it): not a figure,
     # never in the report, and left out of equality.
     trace: dict = field(default_factory=dict, compare=False, repr=False)
@@ -111,6 +113,7 @@ class Fidelity:
             "outputs": {o: {**self.after[o].to_dict(), "before": self.before[o].to_dict()}
                         for o in self.outputs},
             "findings": list(self.findings),
+            "host_default": self.host_default or None,
             "float_outputs": list(self.float_outputs),
             "members": [{"tensor": m.tensor, "group": m.group, "bits_lost": num(m.bits_lost),
                          "before_sqnr_db": num(m.before_sqnr_db), "sqnr_db": num(m.sqnr_db)}
@@ -136,6 +139,7 @@ class Fidelity:
         lines += notes
         lines += [f"low: {t}" for t in self.low_outputs()]
         lines += [f"finding: {f}" for f in self.findings]
+        lines += [self.host_default] if self.host_default else []
         lines += [f"float output: {f}" for f in self.float_outputs]
         if self.members:
             lines.append("group members: quantization SQNR dB, own scale -> shared scale")

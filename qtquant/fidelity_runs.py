@@ -26,7 +26,10 @@ from .runtime import make_session
 from .shipped import (REFERENCE_OFF_TEXT, layout_passes_off, reference_level, segments_of, session_text,
                       shipped_session, split_parts)
 
-__all__ = ["runtime_text", "KEEP_STATES", "trace"]
+__all__ = ["runtime_text", "KEEP_STATES", "trace", "HOST_DEFAULT"]
+
+# The level of a run at this CPU's default int8 kernels (beside "default", qtquant's exact one).
+HOST_DEFAULT = "host-default"
 
 _trace = threading.local()
 
@@ -87,6 +90,14 @@ def _shape_of(graph):
         t = graph.tensors.get(name)
         return None if t is None else t.shape
     return shape_of
+
+
+def _host_default_run(model, graph, names, feeds, cancel):
+    """``model`` as a user's default session runs it on this CPU (no precision mode): the second
+    figure a report gives where this CPU's default int8 kernels are not exact
+    (:attr:`~qtquant.int8path.Int8Path.default_exact`)."""
+    sess = shipped_session(model, graph.base_dir, shape_of=_shape_of(graph), exact_int8=False)
+    return run_session(sess, names, feeds, cancel)
 
 
 def _reference_run(model, graph, names, feeds, cancel):
@@ -205,7 +216,10 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
                     futs["default"] = pool.submit(_shipped_runs, session, cache, shipped, outs, feeds, cancel,
                                                   float_tensors, follow_edits, segs, trace(), builds)
                 for i, (_, dm, level) in enumerate(todo):
-                    if level != "default":
+                    if level == HOST_DEFAULT:
+                        model = next(m for d, m in models if d is dm or d == dm)
+                        futs[i] = pool.submit(_host_default_run, model, session.graph, outs, feeds, cancel)
+                    elif level != "default":
                         model = next(m for d, m in models if d is dm or d == dm)
                         if reference_level(model) is not None:  # (None: too big, no cross-check)
                             futs[i] = pool.submit(_reference_run, model, session.graph, outs, feeds, cancel)
@@ -227,6 +241,8 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
             _store_run(session, cache, key, dm, res)
             if level == "default":
                 cache.runtime.setdefault(id(res), runtime_text(next(m for d, m in models if d is dm or d == dm)))
+            elif level == HOST_DEFAULT:
+                continue
             elif reference_level(next(m for d, m in models if d is dm or d == dm)) != "basic":
                 cache.runtime[id(res)] = REFERENCE_OFF_TEXT
     if meanwhile is not None:

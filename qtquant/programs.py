@@ -178,6 +178,22 @@ def _optimise(model: onnx.ModelProto, keep_apart: bool = False) -> onnx.ModelPro
         return onnx.load(path, load_external_data=False)
 
 
+# onnxruntime's precision mode (session.x64quantprecision, qtquant.int8path) gives an s8 weight or zero
+# point of an int8 kernel a u8 copy of this name, its values shifted by 128, for its u8u8 kernels.
+S8_TO_U8 = "_s8_2_u8"
+
+
+def _s8_to_u8(t: onnx.TensorProto, name: str) -> onnx.TensorProto:
+    """The u8 copy precision mode makes of the s8 tensor ``t`` (an edit's new values of a converted slot).
+    onnxruntime converts only tensors holding a value outside [-64, 64]; a slot it converted keeps its
+    u8 copy whatever values an edit brings, and its u8u8 kernel is exact for any values, as the s8
+    kernel a fresh session would pick for small ones is: the same integers either way."""
+    from onnx import numpy_helper
+
+    u = (numpy_helper.to_array(t).astype(np.int16) + 128).astype(np.uint8)
+    return numpy_helper.from_array(u, name)
+
+
 def moved_domains(dm):
     """``dm`` with every domain's range scaled by its own factor between 1/4 and 4 (and, for the
     asymmetric scheme, its zero point moved by one): what edits move, each far, consistently
@@ -231,6 +247,8 @@ class _Program:
                 self._reusable = False
                 return False
             moved = {n for n, t in slots.items() if _value_key(t) != self.values[n]}
+            # Precision mode's u8 copies of moved s8 tensors (S8_TO_U8) move with them, by a rule known here.
+            derived = {n + S8_TO_U8: n for n in moved if n + S8_TO_U8 in self.inits}
             other = _optimise(pert, keep_apart=True)
             # The kernels and wiring of a default session of the exported file (its initializers
             # shared or not changes no result, see _unshared): otherwise this program is not what ships.
@@ -246,10 +264,12 @@ class _Program:
             extra = set(oi) - set(self.inits)
             self._reusable = (_skeleton(other) == _skeleton(self.optimised) and set(self.inits) <= set(oi)
                               and extra <= moved
-                              and all(n in moved or _value_key(oi[n]) == _value_key(t)
+                              and all(_value_key(oi[d]) == _value_key(_s8_to_u8(slots[n], d))
+                                      for d, n in derived.items())
+                              and all(n in moved or n in derived or _value_key(oi[n]) == _value_key(t)
                                       for n, t in self.inits.items()))
             if self._reusable:
-                self.moved = frozenset(moved)
+                self.moved = frozenset(moved | set(derived))
             if self._reusable and extra:
                 self._take_apart(other, moved)
         return self._reusable
@@ -279,14 +299,17 @@ class _Program:
             return None
         if not changed:
             return {}
-        if not self.reusable or any(n not in self.inits for n in changed):
+        if not self.reusable or any(n not in self.inits and n + S8_TO_U8 not in self.inits for n in changed):
             return None  # only onnxruntime's optimiser can make this program
         out = {}
         for name, t in changed.items():
-            c = onnx.TensorProto()
-            c.CopyFrom(t)
-            c.name = name
-            out[name] = c
+            if name + S8_TO_U8 in self.inits:
+                out[name + S8_TO_U8] = _s8_to_u8(t, name + S8_TO_U8)
+            if name in self.inits:
+                c = onnx.TensorProto()
+                c.CopyFrom(t)
+                c.name = name
+                out[name] = c
         return out
 
     def _changed(self, model, inputs=None, inits=None, keys=None) -> dict[str, onnx.TensorProto] | None:

@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 
 from .errors import ModelError, first_line
+from .int8path import EXACT_INT8_ENTRY, host_int8_path
 
 __all__ = ["make_session", "ort_session", "run_with_outputs", "zeros_feed", "with_outputs", "input_specs",
            "has_external_data"]
@@ -32,15 +33,23 @@ def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
     return m
 
 
-def quiet_options():
+def quiet_options(exact_int8: bool = True):
     """onnxruntime session options that log nothing short of a fatal error: whatever it refuses
     or fails at reaches the user as qtquant's own one-line message (its exception, read by
     :func:`ort_session` or the caller), and its own log lines on stderr would only repeat it
-    around that line (an Expand with a bad shape: three)."""
+    around that line (an Expand with a bad shape: three).
+
+    ``exact_int8``: int8 products accumulate exactly, as the target's do: where this CPU's default
+    kernels saturate, with :data:`~qtquant.int8path.EXACT_INT8_ENTRY` (:mod:`qtquant.int8path`).
+    Only there: on an AVX-512 VNNI CPU the entry would still swap onnxruntime's exact u8s8 kernels
+    for its u8u8 ones and convert weights by value, which moves the optimised program an edit reuses
+    (:mod:`qtquant.programs`).  False: the kernels a user's default session gets on this CPU."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 4
+    if exact_int8 and not host_int8_path().default_exact:
+        so.add_session_config_entry(*EXACT_INT8_ENTRY)
     return so
 
 
@@ -62,7 +71,8 @@ def has_external_data(model) -> bool:
 
 
 def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, threads: int = 0,
-                 spinning: bool = True, arena: bool = True, level: str = "basic", disabled=()):
+                 spinning: bool = True, arena: bool = True, level: str = "basic", disabled=(),
+                 exact_int8: bool = True):
     """An InferenceSession for an in-memory model whose external data lives in ``base_dir``.
 
     ``spinning=False`` stops idle pool threads from busy-waiting: better when other threads of
@@ -74,10 +84,16 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
     has them: that is how the fidelity check runs the exported model (Q/DQ pairs fused into
     int8 kernels).  ``"basic"`` keeps every intermediate tensor observable; ``"disabled"`` optimises
     nothing.  ``disabled``: names of onnxruntime graph transformers to leave out (see :func:`layout_passes_off`).
+
+    ``exact_int8``: int8 products accumulate exactly whatever the CPU (:func:`quiet_options`); on a CPU
+    where even onnxruntime's precision mode saturates, ``"default"`` runs at ``"basic"`` (Q/DQ in
+    float: the integer values exact).  False: the kernels a user's default session gets here.
     """
     import onnxruntime as ort
 
-    so = quiet_options()
+    if exact_int8 and level == "default" and not host_int8_path().entry_exact:
+        level = "basic"
+    so = quiet_options(exact_int8)
     if threads:
         so.intra_op_num_threads = threads
     if not spinning:

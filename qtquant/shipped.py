@@ -9,6 +9,7 @@ from pathlib import Path
 
 import onnx
 
+from .int8path import host_int8_path
 from .runtime import make_session
 from .segments import chained_session, iter_segments
 
@@ -70,11 +71,12 @@ def session_text(disabled=(), segments: int = 1) -> str:
         f"; the file ran as {segments} segments cut at int8 hand-over tensors, their sessions created side by "
         f"side (above {SPLIT_NODES:,} nodes: onnxruntime optimises a graph on one thread; the outputs are "
         "bit-identical to one session of the whole file)")
+    int8 = host_int8_path().kernels_text
     if not disabled:
-        return f"onnxruntime {ort.__version__}, default session options{split}, CPU"
+        return f"onnxruntime {ort.__version__}, default session options{split}, CPU; {int8}"
     return (f"onnxruntime {ort.__version__}, default session options but {', '.join(disabled)} (a layout pass, "
             f"left out above {LAYOUT_PASS_NODES:,} nodes: its cost grows with the square of the graph and its "
-            f"outputs are bit-identical){split}, CPU")
+            f"outputs are bit-identical){split}, CPU; {int8}")
 
 
 def split_parts(model: onnx.ModelProto) -> int:
@@ -92,15 +94,18 @@ def segments_of(model: onnx.ModelProto, shape_of):
 
 
 def shipped_session(model: onnx.ModelProto, base_dir: Path | None = None, *, shape_of=None, level="default",
-                    spinning: bool = False, segments=False):
+                    spinning: bool = False, segments=False, exact_int8: bool = True):
     """A session of the exported ``model`` as the fidelity check runs it: default options (above
     :data:`LAYOUT_PASS_NODES` nodes without the layout pass), and above :data:`SPLIT_NODES` nodes,
     when :func:`~qtquant.segments.split_model` finds cuts, a :class:`~qtquant.segments.ChainedSession`
     of its segments created on two threads (onnxruntime releases the GIL while it optimises).
     ``level="disabled"``: no graph optimisation (the cross-check's reference of a big graph).
-    ``segments``: :func:`segments_of` the model, when the caller has them already."""
+    ``segments``: :func:`segments_of` the model, when the caller has them already.
+    ``exact_int8=False``: the int8 kernels a user's default session gets on this CPU
+    (:func:`~qtquant.runtime.make_session`)."""
     off = layout_passes_off(model) if level == "default" else ()
     segs = segments_of(model, shape_of) if segments is False else segments
     if segs is None:
-        return make_session(model, base_dir, spinning=spinning, level=level, disabled=off)
-    return chained_session(segs, lambda m: make_session(m, base_dir, spinning=spinning, level=level, disabled=off))
+        return make_session(model, base_dir, spinning=spinning, level=level, disabled=off, exact_int8=exact_int8)
+    return chained_session(segs, lambda m: make_session(m, base_dir, spinning=spinning, level=level, disabled=off,
+                                                        exact_int8=exact_int8))

@@ -585,3 +585,22 @@ def spiky_chain_model(spike: float = 0.0, shape=(1, 4, 8, 8)) -> onnx.ModelProto
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m
+
+
+def saturating_conv_model(channels: int = 64, out_channels: int = 8) -> onnx.ModelProto:
+    """x (uniform [0, 1) in calibration) -> 1x1 Conv -> y, whose int8 program overflows a u8×s8 pair
+    path: every weight is ±its output channel's largest (int8 ±127) with equal signs side by side, and
+    onnxruntime's x86 kernels shift the int8 activations to u8 (128..255), so two neighbouring products
+    reach 2·255·127, far past int16.  (An exact int32 accumulation computes it without harm.)"""
+    signs = np.where((np.arange(channels) // 4) % 2 == 0, 1.0, -1.0)
+    w = np.stack([signs * (1.0 if k % 2 == 0 else -1.0) for k in range(out_channels)])
+    w = (w / channels).astype(np.float32).reshape(out_channels, channels, 1, 1)
+    inits = [numpy_helper.from_array(w, "conv.w"),
+             numpy_helper.from_array(np.zeros(out_channels, np.float32), "conv.b")]
+    node = helper.make_node("Conv", ["x", "conv.w", "conv.b"], ["y"], name="conv", kernel_shape=[1, 1])
+    g = helper.make_graph([node], "saturating", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                               [1, channels, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out_channels, 4, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m

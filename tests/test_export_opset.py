@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from builders import conv_node, save
+from ortkit import precise_options
 from qtquant.app import open_model
 from qtquant.cli import main as cli_main
 from qtquant.export.opset import convert_opset, rewiring
@@ -57,6 +58,7 @@ def test_the_model_hides_the_rank_from_onnx_but_not_from_the_graph(tmp_path):
     assert s.graph.tensors["flat"].shape == (1, 8, 16)
 
 
+@pytest.mark.int8host
 def test_last_axis_softmax_keeps_its_node_when_raised_to_opset_13(tmp_path):
     s = _session(tmp_path, 2)
     out = tmp_path / "fixed.onnx"
@@ -72,12 +74,13 @@ def test_last_axis_softmax_keeps_its_node_when_raised_to_opset_13(tmp_path):
     assert producer[sm.input[0]].op_type == "DequantizeLinear"
     assert producer["y"].op_type == "DequantizeLinear"
     assert [n.name for n in m.graph.node if "y" in n.output] == [producer["y"].name]
-    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, _feed())[0]
+    got = ort.InferenceSession(str(out), precise_options(), providers=["CPUExecutionProvider"]).run(None, _feed())[0]
     ref = ort.InferenceSession(s.graph.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, _feed())[0]
     assert got.shape == (1, 8, 16) and sqnr_db(ref, got) > 20
 
 
+@pytest.mark.int8host
 def test_a_rewiring_conversion_falls_back_to_per_tensor_weights(tmp_path):
     # Softmax over axis 1 of (1, 8, 16): opset 12 normalises over the 128 values of the flattened
     # rest, opset 13 over the 8 of axis 1, so the converter wraps it in Flatten/Reshape.
@@ -88,7 +91,8 @@ def test_a_rewiring_conversion_falls_back_to_per_tensor_weights(tmp_path):
     assert b.opset == 12 and any("could not raise opset 12 to 13" in n and "per tensor" in n for n in b.notes)
     assert next(o.version for o in b.model.opset_import if o.domain == "") == 12
     onnx.checker.check_model(b.model, full_check=True)
-    got = ort.InferenceSession(b.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, _feed())[0]
+    got = ort.InferenceSession(b.model.SerializeToString(), precise_options(),
+                               providers=["CPUExecutionProvider"]).run(None, _feed())[0]
     ref = ort.InferenceSession(s.graph.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, _feed())[0]
     assert sqnr_db(ref, got) > 20

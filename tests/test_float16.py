@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from builders import branchy_concat_model, half_model, save
+from ortkit import precise_options
 from qtquant.app import open_model
 from qtquant.app.views.concats import model_info
 from qtquant.cli import main
@@ -24,7 +25,7 @@ from qtquant.widen import has_float16
 
 def _run(model_or_path, x):
     src = model_or_path if isinstance(model_or_path, str) else model_or_path.SerializeToString()
-    sess = ort.InferenceSession(src, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(src, precise_options(), providers=["CPUExecutionProvider"])
     return sess.run(None, {"x": x})
 
 
@@ -153,6 +154,7 @@ def test_a_cast_to_its_own_type_passes_the_scale_on(tmp_path):
     np.testing.assert_allclose(got, want, atol=0.05)
 
 
+@pytest.mark.int8host
 def test_a_float16_qdq_file_keeps_its_scales(tmp_path):
     # NVIDIA ModelOpt writes QDQ files in float16 (opset 19+: Q/DQ with float16 scales): widened on
     # open, its scales are read exactly (float16 values widen exactly) and its export runs.

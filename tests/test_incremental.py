@@ -204,6 +204,7 @@ def test_the_warm_check_after_edits_gives_the_figures_of_analyze_on_the_exported
     assert [{**m, "group": None} for m in mine["members"]] == [{**m, "group": None} for m in cold["members"]]
 
 
+@pytest.mark.int8host  # on AVX2, precision mode's u8 copies of moved values (programs.S8_TO_U8) are followed
 @pytest.mark.parametrize("scheme", list(Scheme))
 def test_both_schemes_on_the_detector(det_path, scheme):
     s = open_model(det_path, options=replace(Options(), scheme=scheme))

@@ -238,6 +238,9 @@ def run(args) -> int:
             print(f"low: {t}")
         for f in fid.findings:
             print(f"finding: {f}")
+        print(f"runtime: {fid.runtime}")
+        if fid.host_default:
+            print(fid.host_default)
         for o in fid.outputs:
             for part in [fid.after[o].whole, *fid.after[o].slices]:
                 if part.no_signal:

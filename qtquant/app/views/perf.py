@@ -157,6 +157,8 @@ def fidelity_html(fid) -> str:
         text += f' <span style="color:{WARN}">(use representative data)</span>'  # the cell says "no signal"
     if fid.findings:
         text += f' <span style="color:{BAD}">{len(fid.findings)} finding(s), see tooltip</span>'
+    if fid.host_default:
+        text += f' <span style="color:{WARN}">(this CPU\'s default int8 kernels differ, see tooltip)</span>'
     return text
 
 
