@@ -52,8 +52,10 @@ class Header:
         return "\n".join(out)
 
     def comment(self, facts: DeployFacts, prefix: str = "# ") -> str:
-        """The header as comment lines (``prefix`` on each)."""
-        return "\n".join((prefix + x).rstrip() for x in self.markdown(facts).splitlines()) + "\n"
+        """The header as comment lines (``prefix`` on each; markdown headings as plain titles)."""
+        def plain(x: str) -> str:
+            return x.lstrip("#").strip() + ":" if x.startswith("## ") else x.lstrip("#").strip() if x[:1] == "#" else x
+        return "\n".join((prefix + plain(x)).rstrip() for x in self.markdown(facts).splitlines()) + "\n"
 
     def write_readme(self, out: Path, target: str, facts: DeployFacts, inputs=()) -> Path:
         """``README-<target>.md`` in ``out``."""
