@@ -57,6 +57,11 @@ def resolve_modules(model: torch.nn.Module, members: list[dict], aliases: dict |
         if m.get("producer") is None:
             miss(m, m.get("why") or "no producer: a model input or a constant")
             continue
+        if (m.get("producer_op") or "").lower() == "concat":
+            # (the plugin's cat is a FloatFunctional, which FX traces through: never a module call here)
+            miss(m, f"the output of cat {m['producer']}: give this call site a FloatFunctional of its own (one per "
+                    "cat call site) and name it in ALIASES")
+            continue
         try:
             site = res.resolve(t, m.get("producer"), m.get("producer_op"))
         except Unmappable as e:
