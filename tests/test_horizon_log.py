@@ -11,7 +11,9 @@ from builders import branchy_concat_model
 from hblogs import LogSpec, render_compile_log, render_model_info
 from qtquant.errors import CompileLogError, QtQuantError
 from qtquant.horizon.log import parse_compile_log, qmax, read_compile_log
+from qtquant.horizon.match import match_compile_log
 from qtquant.horizon.modelinfo import parse_model_info
+from qtquant.graph import graph_from_model
 
 MODEL = branchy_concat_model(chain=True)
 LONG = "/model.22/cv3.0/cv3.0.1/conv/some_really/long_name_of/a_node/Conv"
@@ -44,7 +46,7 @@ def test_reads_rows_requantize_estimate_and_deps(tmp_path):
     assert next(n for n in log.nodes if n.name == "relu0").threshold == 35.5
     assert next(n for n in log.nodes if n.name == "cat").cosine == 0.93
     assert next(n for n in log.nodes if n.name == "final_relu").data_type == "int16"
-    assert [r.tensor for r in log.requantized] == ["pool0_out", "conv2_out"]
+    assert [(r.tensor, r.consumer) for r in log.requantized] == [("pool0_out", "cat"), ("conv2_out", "cat")]
     assert log.estimate.fps == 252.26 and log.estimate.latency_us == 3964.1 and log.estimate.ddr_bytes == 12651904
     d = log.deps
     assert (d.march, d.input_names, d.input_shapes) == ("bayes-e", ("x",), ((1, 3, 16, 16),))
@@ -164,14 +166,20 @@ def test_fuzz_readers_one_line_or_success():
     rng = random.Random(49)
     seeds = [log_bytes(requantize=("conv2_out", "pool0_out")),
              log_bytes(_long_model(), requantize=(LONG + "_output_0",)), render_model_info(MODEL).encode()]
+    graphs = (graph_from_model(MODEL), graph_from_model(_long_model()))
     ok = errors = 0
     for _ in range(FUZZ_CASES):
         data = _mutate(rng, rng.choice(seeds))
-        for reader in (parse_compile_log, parse_model_info):
+        for reader in (parse_compile_log, parse_model_info, "match"):
             try:
-                reader(data, "fuzz.log")
+                if reader == "match":  # the readers' output placed on both graphs
+                    log = parse_compile_log(data, "fuzz.log")
+                    for g in graphs:
+                        match_compile_log(g, log, any_shape=rng.random() < 0.5)
+                else:
+                    reader(data, "fuzz.log")
                 ok += 1
             except QtQuantError as e:
                 assert "\n" not in str(e) and str(e), repr(e)
                 errors += 1
-    assert ok + errors == 2 * FUZZ_CASES and ok > 50 and errors > 1000
+    assert ok + errors == 3 * FUZZ_CASES and ok > 50 and errors > 1000

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from qtquant.errors import CompileLogError
@@ -134,6 +134,9 @@ class Requantize:
     cut: bool
     data_type: str
     line: int
+    consumer: str | None = None
+    """The next node row's name as printed: the node the requantized value is for (the log prints
+    the ``HzRequantize`` rows right before their consumer); None when no row follows."""
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,7 @@ def parse_compile_log(data: bytes, name: str = "<log>") -> CompileLog:
     if table_at is None:
         raise CompileLogError(f"{label}: no node table ('{_NODE_TITLE}'); not a complete hb_mapper makertbin log")
     rows, end = _table(lines, table_at, _NODE_HEADER, label, "node table")
-    nodes, requantized = [], []
+    nodes, requantized, waiting = [], [], []
     for ln, text_row in rows:
         node = _node_row(text_row, ln, label)
         if node.op_type == REQUANTIZE_TYPE:
@@ -236,9 +239,12 @@ def parse_compile_log(data: bytes, name: str = "<log>") -> CompileLog:
             if not tensor.endswith(REQUANTIZE_SUFFIX) or tensor == REQUANTIZE_SUFFIX:
                 raise CompileLogError(f"{label}: line {ln}: an {REQUANTIZE_TYPE} row not named "
                                       f"<tensor>{REQUANTIZE_SUFFIX}: {node.name[:80]!r}")
-            requantized.append(Requantize(tensor[:-len(REQUANTIZE_SUFFIX)], node.cut, node.data_type, ln))
+            waiting.append(Requantize(tensor[:-len(REQUANTIZE_SUFFIX)], node.cut, node.data_type, ln))
         else:
             nodes.append(node)
+            requantized += [replace(r, consumer=node.name) for r in waiting]
+            waiting = []
+    requantized += waiting
     if not nodes:
         raise CompileLogError(f"{label}: the node table has no rows")
     outputs: list[OutputCosine] = []
