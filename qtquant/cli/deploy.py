@@ -27,8 +27,13 @@ def add_target_option(p, flag: str, *, required: bool) -> None:
 def add_arguments(p) -> None:
     add_common(p)
     o = p.add_argument_group("deploy")
-    add_target_option(o, "--target", required=True)
-    o.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the files (made if missing)")
+    add_target_option(o, "--target", required=False)
+    o.add_argument("-o", "--output", default=None, metavar="DIR", help="folder for the files (made if missing)")
+    o.add_argument("--readback", default=None, metavar="LOG",
+                   help="instead of writing: read the hb_mapper makertbin log compiled after deployment and say which "
+                        "groups and precision choices took effect (requantizes gone, still there, or new)")
+    o.add_argument("--readback-any-shape", action="store_true",
+                   help="accept a --readback log compiled at another input shape")
     o.add_argument("--auto-share", action="store_true",
                    help="share every Concat whose sharing costs at most --max-bits-lost bits first")
     o.add_argument("--strict", action="store_true",
@@ -39,17 +44,34 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from ..deploy import deploy
     from ..deploy.targets import output_dir
+    from ..errors import UsageError
 
-    output_dir(args.output)  # a bad folder fails before the slow part
+    if args.readback:
+        if args.target or args.output or args.strict:
+            raise UsageError("--readback reads a log: it takes no --target, -o or --strict")
+        from ..horizon.log import read_compile_log
+
+        read_compile_log(args.readback)  # a bad log fails before the slow part
+    elif not args.target or not args.output:
+        raise UsageError("deploy needs --target and -o DIR (or --readback LOG)")
+    elif args.readback_any_shape:
+        raise UsageError("--readback-any-shape goes with --readback")
+    else:
+        output_dir(args.output)  # a bad folder fails before the slow part
     session = open_session(args)
     lines = []
     if args.auto_share:
         from ..autoshare import auto_share
 
         lines += auto_share(session, args.max_bits_lost).text().splitlines()
-    res = deploy(session, args.target, args.output, strict=args.strict)
+    if args.readback:
+        from ..deploy.readback import read_back
+
+        res = read_back(session, args.readback, any_shape=args.readback_any_shape)
+    else:
+        res = deploy(session, args.target, args.output, strict=args.strict)
     if args.json:
-        json.dump({"log": lines, **res.to_dict()}, sys.stdout, indent=2)
+        json.dump({"messages": lines, **res.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     for line in lines + res.lines():
