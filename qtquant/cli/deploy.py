@@ -6,6 +6,7 @@ import json
 import sys
 
 from .common import add_common, open_session
+from .output_options import add_output_options
 
 NAME = "deploy"
 HELP = "write the groups and precision choices for a toolchain: x5-qat, x5-ptq, s100, tensorrt, ort"
@@ -39,6 +40,7 @@ def add_arguments(p) -> None:
     o.add_argument("--strict", action="store_true",
                    help="refuse (exit 3) when the target cannot state a decision, instead of listing it as a note")
     o.add_argument("--json", action="store_true", help="print what was written as JSON")
+    add_output_options(p)
 
 
 def run(args) -> int:

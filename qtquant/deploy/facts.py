@@ -2,7 +2,10 @@
 float choices with the nodes they fall on, and every quantized tensor's scale.
 
 Read once from a session (:meth:`DeployFacts.from_session`), so a target module never walks the
-graph itself and every target states the same decisions.  :class:`Note` is a decision a target
+graph itself and every target states the same decisions.  The float choices include the model
+outputs qtquant's own export leaves in float (:func:`qtquant.outputs.export_float_of`: an output
+Concat whose members cannot share one int8 scale), so no target quantizes what the QDQ export
+does not.  :class:`Note` is a decision a target
 cannot state as made (int16 in a TensorRT INT8 cache, float32 in hb_compile's qtypes): each is
 listed in the target's files and printed, never dropped.
 """
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..errors import BadInputError
 from ..export.overrides import overrides_dict
+from ..outputs import export_float_of
 from ..precision import chain_nodes
 from ..vocab import Precision, Scheme
 from .scopes import scope_path, split_scope
@@ -75,6 +79,9 @@ class Choice:
     nodes: tuple[str, ...]  # the producer and the fused chain behind it: the nodes it falls on
     readers: tuple[tuple[str, int], ...]  # (node, input index) of each node reading the tensor
     scale16: float | None  # int16: the scale over its domain's range (symmetric int16)
+    # "user": an --int16/--keep-float or plan choice; "output rule": a model output the export leaves
+    # in float (qtquant.outputs: its Concat's members cannot share one int8 scale)
+    origin: str = "user"
 
 
 @dataclass
@@ -114,13 +121,18 @@ class DeployFacts:
                             if set(g.members) & ({t for t in n.inputs if t} | {n.outputs[0]}))
             groups.append(DeployGroup(g.id, g.name, scale, concats, tuple(member(t) for t in g.members)))
         choices = []
-        for t, p in session.options.precision.items():
+        chosen = dict(session.options.precision.items())
+        for t in sorted(export_float_of(graph, session.options, session.qdq, dm) - set(chosen)):
+            if t in scales:
+                chosen[t] = Precision.FLOAT
+        for t, p in chosen.items():
             if t not in graph.tensors:
                 raise BadInputError(f"the precision map names {t!r}, which the model lacks")
             readers = tuple((c.name, i) for c in graph.consumers(t) for i, x in enumerate(c.inputs) if x == t)
             q16 = dm.qparams_at(t, Precision.INT16) if p is Precision.INT16 else None
             choices.append(Choice(t, p, member(t), tuple(chain_nodes(graph, t)), readers,
-                                  float(q16.scale) if q16 is not None else None))
+                                  float(q16.scale) if q16 is not None else None,
+                                  "user" if t in session.options.precision else "output rule"))
         return cls(model=graph.path.name if graph.path else "model.onnx", model_sha256=graph.sha256 or "",
                    march=str(session.options.march), scheme=dm.scheme, groups=groups, choices=choices,
                    scales=scales, zero_points=zps, inputs=tuple(graph.inputs))

@@ -157,6 +157,11 @@ def lower_to_11(model: onnx.ModelProto, ranks: dict[str, int]) -> onnx.ModelProt
         out_nodes.append(n)
     del g.node[:]
     g.node.extend(out_nodes)
+    read = {i for n in g.node for i in n.input}
+    named = {o.name for o in g.output} | {i.name for i in g.input}
+    keep = [t for t in g.initializer if t.name in read or t.name in named]
+    del g.initializer[:]  # (the constants that became attributes)
+    g.initializer.extend(keep)
     for o in m.opset_import:
         if o.domain in ("", "ai.onnx"):
             o.version = LOAD_OPSET

@@ -25,7 +25,8 @@ _QTYPE = {Precision.INT16: "int16", Precision.FLOAT: "float16"}
 
 
 def notes(facts: DeployFacts) -> list[Note]:
-    out = [Note(c.tensor, f"float: hb_compile's quant_config has no float32 qtype; its node(s) "
+    out = [Note(c.tensor, f"float{'' if c.origin == 'user' else ' (' + c.origin + ')'}: hb_compile's quant_config "
+                          f"has no float32 qtype; its node(s) "
                           f"{', '.join(c.nodes)} are written as float16, the nearest it has")
            for c in facts.of(Precision.FLOAT)]
     if facts.groups:
