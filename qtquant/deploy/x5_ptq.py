@@ -99,7 +99,8 @@ def write(session, facts: DeployFacts, out, notes: list[Note]) -> Deployed:
              "hb_mapper makertbin --config config.yaml --model-type onnx",
              f"load variant: model_parameters.onnx_model: {load_name} and calibration_parameters."
              "calibration_type: load",
-             "after compiling: qtquant's compile-log reader lists which Concats still requantize"],
+             "after compiling: qtquant deploy MODEL [the same options] --readback hb_mapper_makertbin.log says which "
+             "groups took effect"],
         cannot=["no per-tensor scale in the YAML: the groups reach hb_mapper only through the load model",
                 "node names are the ONNX file's; hb_mapper renames nodes it fuses (check its optimized model)",
                 "the load model is experimental: nobody has run it through hb_mapper yet; its weights are "
