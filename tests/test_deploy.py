@@ -210,3 +210,14 @@ def test_fix_writes_the_deploy_files_beside_its_output(model_path, tmp_path, cap
                  "--no-fidelity", "--no-perf", "--calib-count", "2"]) == 0
     assert "wrote tensorrt" in capsys.readouterr().out
     assert (tmp_path / "y8.calib.cache").exists()
+
+
+def test_x5_ptq_from_a_qdq_file_writes_the_yaml_and_says_why_no_load_model(model_path, tmp_path, capsys):
+    qdq = tmp_path / "q.onnx"
+    assert main(["fix", model_path, "-o", str(qdq), "--auto-share", "--no-fidelity", "--no-perf",
+                 "--calib-count", "2"]) == 0
+    capsys.readouterr()
+    assert main(["deploy", str(qdq), "--target", "x5-ptq", "-o", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "this is a QDQ file" in out and (tmp_path / "d" / "q.x5_ptq.yaml").exists()
+    assert not list((tmp_path / "d").glob("*.onnx"))

@@ -81,12 +81,16 @@ def write(session, facts: DeployFacts, out, notes: list[Note]) -> Deployed:
     res = Deployed("x5-ptq", notes=list(notes))
     doc = yaml_fragment(facts)
     load_name = f"{facts.stem}.x5_load_qdq.onnx"
-    try:
-        model = build_load_model(session.graph, facts)[0]
-    except LowerError as e:
-        model = None
-        res.notes.append(Note(f"{len(facts.groups)} group(s)", f"the load model was not written ({e}): "
-                                                             "the YAML cannot state scales"))
+    model = None
+    if session.quantized_file:  # (the load model is built from a float model: a QDQ file has its own pairs)
+        res.notes.append(Note(f"{len(facts.groups)} group(s)", "the load model is made from a float model only, "
+                                                             "and this is a QDQ file: the YAML cannot state scales"))
+    else:
+        try:
+            model = build_load_model(session.graph, facts)[0]
+        except LowerError as e:
+            res.notes.append(Note(f"{len(facts.groups)} group(s)", f"the load model was not written ({e}): "
+                                                                 "the YAML cannot state scales"))
     checks = res.checks
     head = Header(
         title="hb_mapper YAML fragment for RDK X5 PTQ (+ experimental QDQ model for calibration_type: load)",
