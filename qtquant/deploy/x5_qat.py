@@ -35,7 +35,8 @@ def static_module(m: Member) -> tuple[str, str]:
     if not m.module:
         return "", f"node {m.source} has no module scope in its name (export the float model with torch.onnx)"
     if m.source_op in FUNCTIONAL_OPS:
-        extra = " (one FloatFunctional per cat call site)" if m.source_op == "Concat" else ""
+        extra = " (the plugin's FloatFunctional: one per call site)" if m.source_op in ("Concat", "Add", "Sub") \
+            else ""
         return "", (f"{m.source_op} inside the forward of {m.module}, not a module: give it a module of its own"
                     f"{extra} and name it in ALIASES")
     return m.module, ""
