@@ -7,6 +7,7 @@ import math
 import sys
 
 from .common import add_common, open_session, read_paths
+from .compilerlog import print_log_text
 from ..tables import fmt_num
 from .output_options import add_output_options, output_mode_from_args
 
@@ -15,7 +16,10 @@ HELP = "share scales (auto-share, a --plan, or both) and export QDQ ONNX"
 
 
 def add_arguments(p) -> None:
+    from .compilerlog import add_compiler_log_args
+
     add_common(p)
+    add_compiler_log_args(p)
     o = p.add_argument_group("fix")
     o.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the QDQ model")
     o.add_argument("--auto-share", action="store_true",
@@ -27,6 +31,11 @@ def add_arguments(p) -> None:
     o.add_argument("--plan-out", default=None, metavar="PLAN.json", help="also write the sharing plan")
     o.add_argument("--overrides-out", default=None, metavar="OVERRIDES.json",
                    help="also write onnxruntime TensorQuantOverrides with the same scales")
+    from .deploy import add_target_option
+
+    add_target_option(o, "--deploy", required=False)
+    o.add_argument("--deploy-dir", default=None, metavar="DIR",
+                   help="folder for the --deploy files (default: the folder of -o)")
     o.add_argument("--no-fidelity", action="store_true", help="skip the SQNR check")
     o.add_argument("--no-perf", action="store_true", help="skip the latency simulation")
     o.add_argument("--json", action="store_true", help="print a JSON summary instead of the table")
@@ -197,6 +206,12 @@ def run(args) -> int:
         written.append(f"wrote plan {save_plan(session, args.plan_out)}")
     if args.overrides_out:
         written.append(f"wrote onnxruntime TensorQuantOverrides {write_overrides(session, args.overrides_out)}")
+    deployed = None
+    if args.deploy:
+        from ..deploy import deploy
+
+        deployed = deploy(session, args.deploy, args.deploy_dir or result.path.parent)
+        written += deployed.lines()
     if args.json:
         from ..report import SCHEMA_VERSION
 
@@ -220,7 +235,12 @@ def run(args) -> int:
                              if perf is not None and perf[1].precision is not None else None},
                "notes": result.build.notes,
                "export": result.build.to_dict(),
-               "warnings": result.build.warnings()}
+               "warnings": result.build.warnings(),
+               "deploy": deployed.to_dict() if deployed is not None else None}
+        if session.compiler_log is not None:
+            from ..horizon.report import compiler_log_dict
+
+            doc["compiler_log"] = compiler_log_dict(session, perf[1] if perf is not None else None)
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
@@ -253,4 +273,5 @@ def run(args) -> int:
         print(w)
     for line in against.text() if against is not None else ():
         print(line)
+    print_log_text(session, perf[1] if perf is not None else None)
     return 0

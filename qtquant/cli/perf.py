@@ -6,13 +6,17 @@ import json
 import sys
 
 from .common import add_common, open_session, read_paths
+from .compilerlog import print_log_text
 
 NAME = "perf"
 HELP = "per-layer latency, FPS, DDR traffic and rescale cost on a BPU march (DESIGN §4)"
 
 
 def add_arguments(p) -> None:
+    from .compilerlog import add_compiler_log_args
+
     add_common(p)
+    add_compiler_log_args(p)
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the stable JSON form")
     out.add_argument("--report", metavar="OUT.html", default=None, help="write a self-contained HTML report")
@@ -89,6 +93,10 @@ def run(args) -> int:
             "before": before.to_dict(),
             "after": after.to_dict(),
         }
+        if session.compiler_log is not None:
+            from ..horizon.report import compiler_log_dict
+
+            doc["compiler_log"] = compiler_log_dict(session, after)
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
@@ -101,6 +109,7 @@ def run(args) -> int:
     if after.precision is not None:
         print()
         print(precision_table_text(after))
+    print_log_text(session, after)
     if args.report:
         print(f"report written to {args.report}")
     if args.csv:

@@ -24,6 +24,9 @@ from ..fileio import atomic_write_text
 
 __all__ = ["overrides_dict", "write_overrides", "load_overrides"]
 
+# QuantType name -> the zero point's numpy type (QInt16 is how an int16 choice is stated: qtquant.deploy.ort)
+_ZP_DTYPES = {"QInt8": np.int8, "QUInt8": np.uint8, "QInt16": np.int16, "QUInt16": np.uint16}
+
 
 def overrides_dict(session, dm=None) -> dict[str, list[dict]]:
     graph = session.graph
@@ -71,7 +74,7 @@ def load_overrides(path) -> dict:
             if "scale" in d:
                 d["scale"] = np.array(d["scale"], dtype=np.float32)
             if "zero_point" in d:
-                d["zero_point"] = np.array(d["zero_point"], dtype=np.int8 if qt is QuantType.QInt8 else np.uint8)
+                d["zero_point"] = np.array(d["zero_point"], dtype=_ZP_DTYPES.get(qt.name, np.uint8))
             conv.append(d)
         out[name] = conv
     return out

@@ -25,6 +25,7 @@ from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog,
                                QFormLayout, QLabel, QLineEdit, QVBoxLayout)
 
+from ..deploy.targets import TARGETS
 from ..errors import BadInputError
 from ..vocab import DEFAULT_PERCENTILE, DEFAULT_SCHEME, SCHEME_NAMES, Observer, Scheme
 from .dialogs import path_row
@@ -50,6 +51,7 @@ class ExportOptions:
     quantize_outputs: bool = False  # every model output int8 (--quantize-outputs); neither: the default
     scheme: str | None = None  # sym / asym (--scheme); None: the session's
     percentile: float | None = None  # for the percentile observer (--percentile); None: the session's
+    deploy: str | None = None  # a deploy target (qtquant deploy --target); its files go to <folder>/deploy-<target>
 
     @property
     def output_mode(self):
@@ -111,7 +113,7 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
         raise BadInputError(f"{opts.stem!r} is not a file name: give a base name without folders")
     g = session.graph
     paths = opts.paths()
-    if not paths:
+    if not paths and not opts.deploy:
         raise BadInputError("nothing to export: tick at least one file")
     for key, p in paths.items():  # refuse clobbering the input before writing anything
         check_output_path(p, inputs=[g.path], what=f"{key} file")
@@ -150,6 +152,15 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
         rep.written.append(write_overrides(session, paths["overrides"]))
         rep.lines.append(f"wrote onnxruntime TensorQuantOverrides {paths['overrides']}")
     step()
+    if opts.deploy:
+        from ..deploy import deploy
+
+        if not session.ready:
+            raise BadInputError("the model has no scales yet: wait for calibration before deploying")
+        d = deploy(session, opts.deploy, folder / f"deploy-{opts.deploy}")
+        rep.written += d.files
+        rep.lines += d.lines()
+        step()
     if "html" in paths:
         _perf_report(session, paths["html"], paths["csv"], rep)
     if "png" in paths and image is not None:
@@ -253,6 +264,15 @@ class ExportDialog(QDialog):
                                    + ("" if percentile_used else "\n(this calibration uses another observer)"))
         form.addRow("Scheme:", self.scheme)
         form.addRow("Percentile:", self.percentile)
+        # qtquant deploy --target: the groups and precision map in one toolchain's own form
+        self.deploy = QComboBox()
+        self.deploy.addItem("none", None)
+        for t, spec in TARGETS.items():
+            self.deploy.addItem(spec.title, t.value)
+        self.deploy.setToolTip("also write the groups and precision choices for a toolchain (like qtquant deploy; "
+                               "docs/deploy.md), into the folder's deploy-<target> folder")
+        self.deploy.currentIndexChanged.connect(self._preview)
+        form.addRow("Deploy target:", self.deploy)
         lay.addLayout(form)
         self.checks = {}
         for key, text, tip in (
@@ -297,8 +317,9 @@ class ExportDialog(QDialog):
             self.folder.setText(d)
 
     def _preview(self) -> None:
-        paths = self.values().paths()
-        self.files.setText("Writes: " + (", ".join(p.name for p in paths.values()) or "nothing"))
+        v = self.values()
+        names = [p.name for p in v.paths().values()] + ([f"deploy-{v.deploy}/"] if v.deploy else [])
+        self.files.setText("Writes: " + (", ".join(names) or "nothing"))
 
     def values(self) -> ExportOptions:
         c = self.checks
@@ -309,7 +330,8 @@ class ExportDialog(QDialog):
                              float_outputs=c["float_outputs"].isChecked() and c["model"].isChecked(),
                              quantize_outputs=c["quantize_outputs"].isChecked() and c["model"].isChecked(),
                              scheme=self.scheme.currentText(),
-                             percentile=self.percentile.value() if self.percentile.isEnabled() else None)
+                             percentile=self.percentile.value() if self.percentile.isEnabled() else None,
+                             deploy=self.deploy.currentData())
 
 
 class ExportController(QObject):

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..deploy.scopes import split_scope
+
 __all__ = ["Unmappable", "Site", "Resolver", "is_observer", "is_qdq_node", "is_pt2e", "op_name",
            "follow_pattern", "settled", "PATTERN_TAILS", "CAT_TARGETS"]
 
@@ -149,16 +151,6 @@ def op_name(target) -> str:
     if packet is not None:
         target = packet
     return getattr(target, "__name__", str(target)).lower()
-
-
-def split_scope(name: str | None) -> tuple[list[str], str]:
-    """``/a.0/conv/Conv_1`` -> (["a.0", "conv"], "Conv_1"); names without '/' have no scope."""
-    if not name or "/" not in name:
-        return [], name or ""
-    parts = [p for p in name.strip("/").split("/") if p]
-    if not parts:
-        return [], ""
-    return parts[:-1], parts[-1]
 
 
 def _op_of(last: str, producer_op: str | None) -> str:
