@@ -46,10 +46,9 @@ def log_input_shapes(args, log) -> list[str] | None:
 def place_log(session, log, args) -> None:
     """Match ``log`` to the session's graph and install it (its thresholds as the scales unless
     ``--own-scales``); rows not placed are warned about on stderr (``--json`` stays clean)."""
-    from ..horizon.match import match_compile_log
+    from ..app.compilerlog import place_compile_log
 
-    match = match_compile_log(session.graph, log, any_shape=args.compiler_log_any_shape)
-    session.set_compiler_log(match, scales=not args.own_scales)
+    match = place_compile_log(session, log, any_shape=args.compiler_log_any_shape, scales=not args.own_scales)
     for u in match.unmatched:
         print(f"qtquant: warning: compile log: {u.describe()}", file=sys.stderr)
 

@@ -27,7 +27,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping
 
-from qtquant.errors import CompileLogError
+from qtquant.errors import CompileLogError, LogShapeMismatch
 from qtquant.horizon.log import CUT_MARK, CompileLog, LogNode, qmax
 
 __all__ = ["Miss", "MissKind", "TensorThreshold", "ThresholdConflict", "LogMatch", "match_compile_log",
@@ -161,7 +161,7 @@ def match_compile_log(graph, log: CompileLog, *, any_shape: bool = False) -> Log
         mine = graph.tensors[name].shape
         if mine is None or tuple(mine) != tuple(shape):
             if not any_shape:
-                raise CompileLogError(
+                raise LogShapeMismatch(
                     f"{label}: input {name} is {_shape_text(shape)} in the log but "
                     f"{_shape_text(mine) if mine else 'unknown'} here; open the model at the log's shape "
                     f"(--input-shape {name}={_shape_text(shape)}) or accept thresholds from another shape "
