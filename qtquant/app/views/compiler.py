@@ -35,8 +35,13 @@ def mark_compiler(looks, rec: Reconciliation) -> None:
     """In every overlay: the compiler's requantized Concat inputs as dashed edges (purple where
     qtquant predicts the rescale too, blue where it does not) and a "log N" badge on each Concat
     the compiler requantizes inputs of.  qtquant's own prediction keeps its solid edges."""
-    from .looks import Badge, EdgeLook, NodeLook, PLAIN
+    from .looks import PLAIN, Badge, EdgeLook, Legend, NodeLook
 
+    lg = looks.legend
+    if lg.mode == Overlay.MISMATCH:
+        looks.legend = Legend(lg.mode, "Red: qtquant's rescales; dashed: the compile log's", lg.lo, lg.hi)
+    elif not lg.title:
+        looks.legend = Legend(lg.mode, "Dashed edges: inputs the compile log requantizes", lg.lo, lg.hi)
     agree, missed = EdgeLook(COMPILER_AGREE_EDGE, 3.0, True), EdgeLook(COMPILER_EDGE, 3.0, True)
     for c in rec.concats:
         for v in c.inputs:
