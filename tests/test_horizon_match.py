@@ -107,3 +107,32 @@ def test_another_input_shape_is_refused_unless_asked():
         _match(model, spec)
     m = _match(model, spec, any_shape=True)
     assert m.shape_differs and len(m.thresholds) > 3
+
+
+def test_session_uses_the_compilers_scales_everywhere(tmp_path):
+    """set_compiler_log: an event, the domains (the session's, derive()'s for the app's background
+    calibration, a snapshot's) on the compiler's thresholds; dropping the log restores qtquant's."""
+    from qtquant.app import Options, open_model
+    from qtquant.app.compilerlog import open_compile_log
+    from qtquant.app.session import derive
+    from qtquant.calib import CalibConfig
+
+    model = branchy_concat_model(chain=True)
+    onnx.save(model, tmp_path / "m.onnx")
+    (tmp_path / "hb.log").write_text(render_compile_log(model, LogSpec(thresholds={"relu0_out": 4.0, "cat_out": 6.0})))
+    s = open_model(tmp_path / "m.onnx", None, Options(calib=CalibConfig(count=2, holdout=0)))
+    res = s.run_calibration()
+    own = s.domains.scale_of("relu0_out")
+    seen = []
+    s.events.compiler_log.connect(seen.append)
+    m = open_compile_log(s, tmp_path / "hb.log")
+    assert seen == [m] and s.compiler_scales
+    assert s.domains.scale_of("relu0_out") == pytest.approx(4.0 / 127) != pytest.approx(own)
+    assert s.snapshot().domains_with(()).scale_of("relu0_out") == pytest.approx(4.0 / 127)
+    d = derive(s.graph, res, s.options, [], None, s.compiler_ranges)
+    assert d.domains.scale_of("relu0_out") == pytest.approx(4.0 / 127)
+    stale = derive(s.graph, res, s.options, [], None, None)  # made before the log: not installed
+    s.set_calibration(res, stale)
+    assert s.domains.scale_of("relu0_out") == pytest.approx(4.0 / 127)
+    s.set_compiler_log(None)
+    assert seen[-1] is None and s.domains.scale_of("relu0_out") == pytest.approx(own)
