@@ -56,6 +56,14 @@ def test_reads_rows_requantize_estimate_and_deps(tmp_path):
     assert (qmax("int8"), qmax("int16"), qmax("float")) == (127, 32767, None)
 
 
+def test_several_bpu_subgraphs_add_up():
+    text = render_compile_log(MODEL, LogSpec(estimate=(250.0, 4000.0, 1000)))
+    line = next(ln for ln in text.splitlines() if "FPS=" in ln)
+    two = text.replace(line, line + "\n" + line.replace("4000.0", "1000.0").replace("= 1000 bytes", "= 24 bytes"))
+    e = parse_compile_log(two.encode()).estimate
+    assert (e.subgraphs, e.latency_us, e.ddr_bytes) == (2, 5000.0, 1024) and e.fps == pytest.approx(200.0)
+
+
 def test_cut_names_and_cpu_rows():
     log = parse_compile_log(log_bytes(_long_model(), requantize=(LONG + "_output_0",), cpu=("final_relu",)))
     cut = [n for n in log.nodes if n.cut]

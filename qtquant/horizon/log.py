@@ -152,11 +152,14 @@ class OutputCosine:
 
 @dataclass(frozen=True)
 class StaticEstimate:
-    """The compiler's static performance estimate of the BPU subgraph."""
+    """The compiler's static performance estimate of the BPU part of the model.  A model the CPU
+    splits into several BPU subgraphs has one estimate line each: their latencies and DDR bytes
+    are added (what runs on the CPU between them is not in the log) and ``fps`` is 1e6 / latency."""
 
     fps: float
     latency_us: float
     ddr_bytes: int
+    subgraphs: int = 1
 
 
 @dataclass(frozen=True)
@@ -343,18 +346,19 @@ def _estimate(lines: list[str], label: str) -> StaticEstimate:
     found = [m for line in lines if "FPS=" in line and (m := _ESTIMATE.search(line))]
     if not found:
         raise CompileLogError(f"{label}: no static estimate line ('FPS=..., latency = ... us, DDR = ... bytes')")
-    if len(found) > 1:
-        # One per BPU subgraph: qtquant models one subgraph (a CPU node in the middle splits it).
-        raise CompileLogError(f"{label}: {len(found)} static estimate lines (several BPU subgraphs); "
-                              "qtquant reads logs of one BPU subgraph")
-    m = found[0]
-    try:
-        fps, lat, ddr = float(m["fps"]), float(m["lat"]), int(m["ddr"])
-    except ValueError:
-        raise CompileLogError(f"{label}: the static estimate's numbers cannot be read") from None
-    if not (0 < fps < 1e9 and 0 < lat < 1e12 and 0 <= ddr < 1 << 48):
-        raise CompileLogError(f"{label}: the static estimate's numbers are out of range")
-    return StaticEstimate(fps, lat, ddr)
+    parts = []
+    for m in found:  # one line per BPU subgraph
+        try:
+            fps, lat, ddr = float(m["fps"]), float(m["lat"]), int(m["ddr"])
+        except ValueError:
+            raise CompileLogError(f"{label}: the static estimate's numbers cannot be read") from None
+        if not (0 < fps < 1e9 and 0 < lat < 1e12 and 0 <= ddr < 1 << 48):
+            raise CompileLogError(f"{label}: the static estimate's numbers are out of range")
+        parts.append((fps, lat, ddr))
+    if len(parts) == 1:
+        return StaticEstimate(*parts[0])
+    lat = sum(p[1] for p in parts)
+    return StaticEstimate(1e6 / lat, lat, sum(p[2] for p in parts), len(parts))
 
 
 def _deps(lines: list[str], label: str) -> ModelDeps:

@@ -136,6 +136,8 @@ class EstimateComparison:
     sim_latency_us: float
     log_ddr_bytes: int
     sim_ddr_bytes: int | None
+    log_subgraphs: int = 1
+    """BPU subgraphs the log's figures add up (:class:`~qtquant.horizon.log.StaticEstimate`)."""
 
     @property
     def latency_error(self) -> float:
@@ -151,4 +153,4 @@ class EstimateComparison:
 
 def compare_estimate(match: LogMatch, sim_latency_us: float, sim_ddr_bytes: int | None) -> EstimateComparison:
     e = match.log.estimate
-    return EstimateComparison(e.latency_us, float(sim_latency_us), e.ddr_bytes, sim_ddr_bytes)
+    return EstimateComparison(e.latency_us, float(sim_latency_us), e.ddr_bytes, sim_ddr_bytes, e.subgraphs)

@@ -87,8 +87,9 @@ def _estimate_lines(cmp: EstimateComparison | None) -> list[str]:
     ddr = "" if cmp.sim_ddr_bytes is None else (
         f"; DDR: log {cmp.log_ddr_bytes / 1e6:.2f} MB, simulator {cmp.sim_ddr_bytes / 1e6:.2f} MB "
         f"({fmt_num(100 * cmp.ddr_error, 1, signed=True)} %)")
-    return [f"static estimate: log {cmp.log_latency_us / 1000:.3f} ms, simulator {cmp.sim_latency_us / 1000:.3f} ms "
-            f"({fmt_num(100 * cmp.latency_error, 1, signed=True)} %){ddr}"]
+    parts = f" ({cmp.log_subgraphs} BPU subgraphs added)" if cmp.log_subgraphs > 1 else ""
+    return [f"static estimate: log{parts} {cmp.log_latency_us / 1000:.3f} ms, simulator "
+            f"{cmp.sim_latency_us / 1000:.3f} ms ({fmt_num(100 * cmp.latency_error, 1, signed=True)} %){ddr}"]
 
 
 def compiler_log_text(session, perf=None, cosines: int = COSINES_SHOWN) -> str:
@@ -151,7 +152,7 @@ def compiler_log_dict(session, perf=None) -> dict | None:
         "requantized_elsewhere": list(rec.elsewhere),
         "cosine": [{"node": n, "type": r.op_type, "cosine": r.cosine} for n, r in m.cosine_ranking()],
         "estimate": {"log_fps": m.log.estimate.fps, "log_latency_us": m.log.estimate.latency_us,
-                     "log_ddr_bytes": m.log.estimate.ddr_bytes,
+                     "log_ddr_bytes": m.log.estimate.ddr_bytes, "log_subgraphs": m.log.estimate.subgraphs,
                      "sim_latency_us": None if cmp is None else cmp.sim_latency_us,
                      "sim_ddr_bytes": None if cmp is None else cmp.sim_ddr_bytes,
                      "latency_error": None if cmp is None else cmp.latency_error,
