@@ -137,6 +137,7 @@ class Requantize:
     consumer: str | None = None
     """The next node row's name as printed: the node the requantized value is for (the log prints
     the ``HzRequantize`` rows right before their consumer); None when no row follows."""
+    consumer_line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,7 @@ def parse_compile_log(data: bytes, name: str = "<log>") -> CompileLog:
             waiting.append(Requantize(tensor[:-len(REQUANTIZE_SUFFIX)], node.cut, node.data_type, ln))
         else:
             nodes.append(node)
-            requantized += [replace(r, consumer=node.name) for r in waiting]
+            requantized += [replace(r, consumer=node.name, consumer_line=ln) for r in waiting]
             waiting = []
     requantized += waiting
     if not nodes:

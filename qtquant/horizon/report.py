@@ -100,6 +100,13 @@ def compiler_log_text(session, perf=None, cosines: int = COSINES_SHOWN) -> str:
     lines += [f"log row not placed: {u.describe()}" for u in m.unmatched]
     lines += [f"thresholds differ for {c.tensor}: {c.kept.threshold:g} ({c.kept.node}) kept, {c.other:g} "
               f"({c.other_node})" for c in m.conflicts]
+    made = [r for r in m.compiler_rows if not r.startswith("HZ_PREPROCESS_FOR_")]
+    if made:
+        lines.append(f"{len(made)} row(s) the compiler made from the graph's nodes (a Softmax rewritten, a reshape "
+                     f"added): {', '.join(made[:4])}" + (", ..." if len(made) > 4 else ""))
+    if m.reordered:
+        lines.append(f"{len(m.reordered)} node(s) printed out of the graph's order (the compiler moved them), their "
+                     f"thresholds not used: {', '.join(m.reordered[:4])}" + (", ..." if len(m.reordered) > 4 else ""))
     if m.shape_differs:
         lines.append("the log's input shape is not this model's: its thresholds are applied by name "
                      "(--compiler-log-any-shape)")
@@ -135,6 +142,8 @@ def compiler_log_dict(session, perf=None) -> dict | None:
         "conflicts": [{"tensor": c.tensor, "kept": c.kept.threshold, "kept_node": c.kept.node, "other": c.other,
                        "other_node": c.other_node} for c in m.conflicts],
         "requantized": list(m.requantized),
+        "compiler_rows": list(m.compiler_rows),
+        "reordered": list(m.reordered),
         "concats": [{"node": c.node, "compiler": list(c.compiler_list), "qtquant": list(c.predicted_list),
                      "agree": c.count(Verdict.AGREE), "missed": c.count(Verdict.MISSED),
                      "extra": c.count(Verdict.EXTRA),
