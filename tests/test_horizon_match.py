@@ -50,7 +50,12 @@ def test_exact_names_thresholds_and_requantize():
     assert th["relu0_out"].threshold == 9.0 and th["pool0_out"].threshold == 4.0  # the Concat prints its first input
     assert "conv0_out" not in th  # fused into its Relu: not a quantized tensor
     assert th["cat_out"].range == (-6.0, 6.0)
-    assert "conv2_out" not in th  # read only as a Concat's second input: the log has no threshold for it
+    # conv2_out is read only as a Concat input and no row prints it; the log does not requantize
+    # it, so it enters cat on cat's output threshold.  conv1_out is requantized: no threshold.
+    assert th["conv2_out"].inferred and th["conv2_out"].threshold == 6.0 and th["conv2_out"].node == "cat"
+    assert "conv1_out" not in th and m.inferred == ("conv2_out",)
+    bare = _match(model, LogSpec(requantize=("conv1_out",), thresholds={"cat_out": 6.0}), infer=False)
+    assert "conv2_out" not in bare.thresholds and not bare.inferred
     assert m.ranges()["relu0_out"] == (-9.0, 9.0)
     ranked = m.cosine_ranking()
     assert [c for _, c in zip(range(3), (r.cosine for _, r in ranked))] == sorted(r.cosine for _, r in ranked)[:3]

@@ -29,6 +29,7 @@ from typing import Mapping
 
 from qtquant.errors import CompileLogError, LogShapeMismatch
 from qtquant.horizon.log import CUT_MARK, CompileLog, LogNode, qmax
+from qtquant.vocab import TensorKind
 
 __all__ = ["Miss", "MissKind", "TensorThreshold", "ThresholdConflict", "LogMatch", "match_compile_log",
            "PREPROCESS_PREFIX", "MIN_MATCHED_FRACTION", "FEW_MISSES"]
@@ -75,7 +76,11 @@ class TensorThreshold:
     bits: int
     """8 or 16: the DataType its producer's row prints."""
     node: str
-    """The graph node whose row printed it (a consumer reading the tensor as its first input)."""
+    """The graph node whose row printed it (a consumer reading the tensor as its first input), or
+    for an ``inferred`` one the Concat whose output threshold it takes."""
+    inferred: bool = False
+    """No row prints it: a Concat input the log does not requantize, so on the Concat output's
+    threshold (:func:`match_compile_log`'s ``infer``)."""
 
     @property
     def scale(self) -> float:
@@ -118,6 +123,11 @@ class LogMatch:
     thresholds are not used."""
 
     @property
+    def inferred(self) -> tuple[str, ...]:
+        """Tensors whose threshold is inferred, not printed (:class:`TensorThreshold`)."""
+        return tuple(t for t, th in self.thresholds.items() if th.inferred)
+
+    @property
     def int16_tensors(self) -> tuple[str, ...]:
         return tuple(t for t, th in self.thresholds.items() if th.bits == 16)
 
@@ -150,9 +160,12 @@ def _shape_text(shape) -> str:
     return "x".join("?" if d is None else str(d) for d in shape)
 
 
-def match_compile_log(graph, log: CompileLog, *, any_shape: bool = False) -> LogMatch:
+def match_compile_log(graph, log: CompileLog, *, any_shape: bool = False, infer: bool = True) -> LogMatch:
     """``log`` placed on ``graph`` (a :class:`~qtquant.graphmodel.Graph`); :class:`CompileLogError`
-    when it is a log of another model."""
+    when it is a log of another model.  ``infer``: a Concat input no row gives a threshold for and
+    the log does not requantize enters the Concat on its output's scale, so it takes the output's
+    threshold (``inferred``); off, only printed thresholds count (what a reproduction of the
+    requantize list from the thresholds alone must use)."""
     label = log.path.rsplit("/", 1)[-1]
     deps = log.deps
     inputs = list(graph.inputs)
@@ -213,9 +226,27 @@ def match_compile_log(graph, log: CompileLog, *, any_shape: bool = False) -> Log
             requantized_for[consumer] = requantized_for.get(consumer, ()) + (found,)
     reordered = _reordered(graph, nodes)
     thresholds, conflicts = _thresholds(graph, {n: r for n, r in nodes.items() if n not in reordered})
+    if infer:
+        _infer_concat_inputs(graph, nodes, thresholds, requantized_for, conflicts)
     return LogMatch(log, MappingProxyType(nodes), tuple(requantized), MappingProxyType(requantized_for),
                     MappingProxyType(thresholds), tuple(misses), tuple(compiler_rows), tuple(conflicts),
                     shape_differs, tuple(sorted(reordered, key=lambda n: nodes[n].line)))
+
+
+def _infer_concat_inputs(graph, nodes, thresholds, requantized_for, conflicts) -> None:
+    for c in graph.concat_nodes():
+        out = thresholds.get(c.outputs[0]) if c.name in nodes else None
+        if out is None or out.inferred:
+            continue
+        listed = requantized_for.get(c.name, ())
+        for t in c.inputs:
+            if not t or t in listed or not graph.is_quantized(t) or graph.tensors[t].kind == TensorKind.WEIGHT:
+                continue
+            kept = thresholds.get(t)
+            if kept is None:
+                thresholds[t] = TensorThreshold(t, out.threshold, out.bits, c.name, inferred=True)
+            elif kept.inferred and abs(kept.threshold - out.threshold) > 1e-6 * max(kept.threshold, out.threshold):
+                conflicts.append(ThresholdConflict(t, kept, out.threshold, c.name))
 
 
 def _scope(name: str) -> str:

@@ -67,7 +67,9 @@ def _reconciliation_lines(rec: Reconciliation) -> list[str]:
                                   " (the log prints no threshold for it: qtquant's calibration decides)"))
     lines = [f"requantize per Concat: compiler (the log) {rec.compiler_total}, qtquant {rec.predicted_total}; "
              f"agree {rec.total(Verdict.AGREE)}, missed {rec.total(Verdict.MISSED)}, "
-             f"extra {rec.total(Verdict.EXTRA)}"]
+             f"extra {rec.total(Verdict.EXTRA)}"
+             + (f" ({rec.inferred_inputs} input(s) take the Concat output's threshold: the log prints none for them "
+                "and does not requantize them)" if rec.inferred_inputs else "")]
     if rows:
         lines.append(text_table(rows, ("Concat", "compiler", "qtquant", "agree", "missed", "extra"), rule=True))
     if quiet:
@@ -135,7 +137,8 @@ def compiler_log_dict(session, perf=None) -> dict | None:
         "input_names": list(d.input_names), "input_shapes": [list(s) for s in d.input_shapes],
         "calibration_type": d.calibration_type, "optimization": list(d.optimization),
         "optimize_level": d.optimize_level, "shape_differs": m.shape_differs,
-        "thresholds": {t: {"threshold": th.threshold, "bits": th.bits, "scale": th.scale, "node": th.node}
+        "thresholds": {t: {"threshold": th.threshold, "bits": th.bits, "scale": th.scale, "node": th.node,
+                           "inferred": th.inferred}
                        for t, th in m.thresholds.items()},
         "unmatched": [{"printed": u.printed, "what": u.what, "kind": u.kind.value, "candidates": list(u.candidates),
                        "line": u.line} for u in m.unmatched],
@@ -151,12 +154,12 @@ def compiler_log_dict(session, perf=None) -> dict | None:
                      "qtquant_output_threshold": c.qtquant_output_threshold,
                      "inputs": [{"index": v.index, "tensor": v.tensor, "compiler": v.compiler,
                                  "qtquant": v.predicted, "verdict": v.verdict.value,
-                                 "compiler_threshold": v.compiler_threshold,
+                                 "compiler_threshold": v.compiler_threshold, "inferred": v.inferred,
                                  "qtquant_threshold": v.qtquant_threshold} for v in c.inputs]}
                     for c in rec.concats],
         "totals": {"compiler": rec.compiler_total, "qtquant": rec.predicted_total,
                    "agree": rec.total(Verdict.AGREE), "missed": rec.total(Verdict.MISSED),
-                   "extra": rec.total(Verdict.EXTRA)},
+                   "extra": rec.total(Verdict.EXTRA), "inferred_inputs": rec.inferred_inputs},
         "concats_not_in_log": list(rec.not_in_log),
         "requantized_elsewhere": list(rec.elsewhere),
         "cosine": [{"node": n, "type": r.op_type, "cosine": r.cosine} for n, r in m.cosine_ranking()],
