@@ -63,6 +63,8 @@ def test_file_menu_opens_a_log_and_everything_shows_it(qtbot, win, files, monkey
     assert edge("conv1_out", "cat").color.name() in (COMPILER_EDGE, COMPILER_AGREE_EDGE)
     assert edge("pool0_out", "cat").pen().style() != Qt.DashLine  # not requantized by the compiler
     assert "log 1" in win.scene.nodes["cat"].badge_texts
+    # Model dock: what the scales rest on.
+    assert "compile log: 4 scales" in win.model_info.fields["calibration"].text()
     # Concat list: the Log column.
     assert not win.concat_list.table.isColumnHidden(log_col)
     m = win.concat_list.model
@@ -105,3 +107,26 @@ def test_a_bad_log_is_an_error_dialog(qtbot, win, files):
     title, message, _ = win.errors[-1]
     assert title == "Cannot use the compile log" and "not a text file" in message and "\n" not in message
     assert win.session.compiler_log is None
+
+
+@pytest.mark.slow
+def test_screenshot_with_a_compile_log(qtbot, files, capsys):
+    """``qtquant screenshot --compiler-log``: the picture shows the compile log's dashed edges;
+    a log of another shape is exit 3 unless --compiler-log-any-shape."""
+    import numpy as np
+    from PIL import Image
+
+    from qtquant.app.views.compiler import COMPILER_AGREE_EDGE, COMPILER_EDGE
+    from qtquant.cli import main
+
+    out = files / "shot.png"
+    assert main(["screenshot", str(files / "m.onnx"), "--compiler-log", str(files / "hb_mapper_makertbin.txt"),
+                 "-o", str(out), "--overlay", "mismatch", "--select", "cat", "--size", "900x600",
+                 "--calib-count", "3", "--canvas-only"]) == 0
+    px = np.asarray(Image.open(out).convert("RGB")).reshape(-1, 3).astype(int)
+    rgb = [tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in (COMPILER_EDGE, COMPILER_AGREE_EDGE)]
+    assert max((np.abs(px - c).sum(axis=1) < 30).sum() for c in rgb) > 30  # the dashed edge is drawn
+    capsys.readouterr()
+    assert main(["screenshot", str(files / "m.onnx"), "--compiler-log", str(files / "other_shape.log"),
+                 "-o", str(out), "--calib-count", "2"]) == 3
+    assert "1x3x32x32 in the log" in capsys.readouterr().err
