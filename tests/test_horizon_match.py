@@ -196,3 +196,22 @@ def test_rows_printed_out_of_the_graphs_order_give_no_threshold():
     m = match_compile_log(graph_from_model(model), parse_compile_log("\n".join(lines).encode(), "hb.log"))
     assert set(m.reordered) == {"relu0", "pool0"}
     assert "relu0_out" not in m.thresholds and m.thresholds["pool0_out"].threshold == 4.0  # cat's row still
+
+
+def test_an_asymmetric_scheme_shows_the_log_only(tmp_path):
+    from qtquant.app import Options, open_model
+    from qtquant.app.compilerlog import open_compile_log
+    from qtquant.calib import CalibConfig
+    from qtquant.errors import UsageError
+
+    model = branchy_concat_model(chain=True)
+    onnx.save(model, tmp_path / "m.onnx")
+    (tmp_path / "hb.log").write_text(render_compile_log(model, LogSpec(thresholds={"relu0_out": 4.0})))
+    s = open_model(tmp_path / "m.onnx", None, Options(calib=CalibConfig(count=2, holdout=0)))
+    s.run_calibration()
+    open_compile_log(s, tmp_path / "hb.log")
+    assert s.domains.scale_of("relu0_out") == pytest.approx(4.0 / 127)
+    s.set_options(scheme="asym")  # the thresholds are symmetric int8: shown, not used
+    assert s.compiler_ranges is None and s.domains.scale_of("relu0_out") != pytest.approx(4.0 / 127)
+    with pytest.raises(UsageError, match="symmetric"):
+        open_compile_log(s, tmp_path / "hb.log")

@@ -266,9 +266,7 @@ def _compiler_made(graph, nodes: dict[str, LogNode], misses: list[Miss]) -> list
     for u in misses:
         if u.kind is not MissKind.MISSING or u.printed.startswith(CUT_MARK):
             continue
-        base = u.printed.rsplit("_", 1)[0] if "_" in u.printed.rsplit("/", 1)[-1] else None
-        owner = next((n for n in graph.nodes if u.printed.startswith(n + "_")), None) if base else None
-        if owner is not None or _scope(u.printed) in unnamed_scopes:
+        if _scope(u.printed) in unnamed_scopes or any(u.printed.startswith(n + "_") for n in graph.nodes):
             made.append(u)
     return made
 

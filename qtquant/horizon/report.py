@@ -1,7 +1,7 @@
 """What a session's compile log says, as text (the CLI) and as JSON (``analyze --json``).
 
 ``session`` is an :class:`~qtquant.app.Session` (read, never changed): its ``compiler_log`` (a
-:class:`~qtquant.horizon.match.LogMatch`), ``compiler_scales`` and Concat analysis.
+:class:`~qtquant.horizon.match.LogMatch`), ``compiler_ranges`` and Concat analysis.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def scales_text(session) -> str:
     observed = session.graph.observed_tensors
     given = sum(1 for t in observed if t in m.thresholds)
     name = m.log.path.rsplit("/", 1)[-1]
-    if not session.compiler_scales:
+    if session.compiler_ranges is None:
         return f"compile log {name}: shown beside qtquant's own scales (its thresholds not used)"
     return (f"compile log {name}: the compiler's thresholds fix {given} of {len(observed)} observed tensors' "
             f"scales; the other {len(observed) - given} keep qtquant's calibration (the log prints no threshold "
@@ -132,7 +132,7 @@ def compiler_log_dict(session, perf=None) -> dict | None:
     d = m.log.deps
     return {
         "path": m.log.path,
-        "scales_used": bool(session.compiler_scales),
+        "scales_used": session.compiler_ranges is not None,
         "march": d.march, "hb_mapper_version": d.hb_mapper_version, "hbdk_version": d.hbdk_version,
         "input_names": list(d.input_names), "input_shapes": [list(s) for s in d.input_shapes],
         "calibration_type": d.calibration_type, "optimization": list(d.optimization),

@@ -138,9 +138,9 @@ def model_info(session) -> ModelInfoView:
         m = session.compiler_log
         name = m.log.path.rsplit("/", 1)[-1]
         given = sum(1 for t in g.observed_tensors if t in m.thresholds)
-        calibration += f"; compile log: {given} scales" if session.compiler_scales else "; compile log shown"
+        calibration += f"; compile log: {given} scales" if session.compiler_ranges else "; compile log shown"
         calibration_tip += (f"\n{name}: " + (f"the compiler's thresholds fix {given} of {len(g.observed_tensors)} "
-                                              "observed tensors' scales" if session.compiler_scales else
+                                              "observed tensors' scales" if session.compiler_ranges else
                                               "shown beside qtquant's own scales")).lstrip("\n")
     invalid = qdq_file_note(g)  # the file's opset, which opening may have raised, is the one it breaks
     cs = _concats(session)
