@@ -244,7 +244,7 @@ def main(argv=None) -> int:
         for n in sizes:
             q, o = results.get((f"qtquant-{method}", n)), results.get((f"ort-{method}", n))
             if q and o and "error" not in q and "error" not in o:
-                # issue 21: MinMax at most 0.8x onnxruntime's time; Percentile no slower than it
+                # the targets: MinMax at most 0.8x onnxruntime's time; Percentile no slower than it
                 bound = 0.8 if method == "minmax" else 1.0
                 verdict = "met" if q["wall"] <= bound * o["wall"] else "MISSED"
                 print(f"  wall qtquant <= {bound:g} x onnxruntime, {method} n={n}: {q['wall']:.2f} s vs "

@@ -1,4 +1,4 @@
-"""Expanding a block of the module hierarchy on the canvas (issue 19).
+"""Expanding a block of the module hierarchy on the canvas.
 
 A synthetic graph (the GUI benchmarks' family) whose first ~1,000 nodes sit in ``/backbone`` and
 the rest in ``/neck``; the window opens collapsed.  Timed on the GUI thread, from the action to
@@ -8,7 +8,7 @@ blocks one level down (every node of the block on the canvas), and collapsing it
 Reference in the same run: laying out the same 1,000 nodes from scratch (the layout engine
 alone), and building the flat view of the whole graph.
 
-Target (issue 19): expanding a block of 1,000 nodes takes at most 300 ms.
+Target: expanding a block of 1,000 nodes takes at most 300 ms.
 
 Run:  QT_QPA_PLATFORM=offscreen python benchmarks/expand_speed.py [--block-nodes 1000] [--nodes 4000]
 """

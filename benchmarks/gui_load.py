@@ -12,7 +12,7 @@ a synthetic 5,000-node graph) this prints:
 * the frame time of a scripted pan (scroll by 60 px per frame, synchronous repaint) at
   the readable default zoom and with the whole graph in view.
 
-Targets (issue 6): yolov8n_320 painted < 2 s after load; 5,000 nodes < 5 s, smooth panning.
+Targets: yolov8n_320 painted < 2 s after load; 5,000 nodes < 5 s, smooth panning.
 
 Run:  QT_QPA_PLATFORM=offscreen python3 benchmarks/gui_load.py [--models DIR]
 """

@@ -1,4 +1,4 @@
-"""Live refresh after an edit in the desktop app (issue 7): from the edit to the refreshed
+"""Live refresh after an edit in the desktop app: from the edit to the refreshed
 canvas, perf summary and fidelity, on yolov8n at 320x320.
 
 The app is driven the way a user drives it (offscreen): the edits go through the window's
@@ -27,7 +27,7 @@ Reference in the same run: what a non-incremental refresh costs (a Concat analys
 cold full simulation, i.e. a fresh ``Simulator``), and a cold fidelity check (no cached
 float run), so the figures read as ratios on any machine.
 
-Target (issue 7): the summary lands < 300 ms after an edit on yolov8n_320.  Issue 21: the fidelity
+Targets: the summary lands < 300 ms after an edit on yolov8n_320; the fidelity
 lands within 100 ms median after an edit that reaches a state not measured before (the exported
 model runs: shares across the head and neck, an ungroup, auto-share, a policy, an int16 domain).
 Edits back to a state measured before (undo, redo: the check answers from its cache) are printed
@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_common import SHARED, pump_events  # noqa: E402
 
 TARGET_MS = 300.0
-FIDELITY_TARGET_MS = 100.0  # issue 21: median over the edits that reach a new state
+FIDELITY_TARGET_MS = 100.0  # median over the edits that reach a new state
 
 
 def pump(app, cond, timeout=120.0) -> float:
@@ -229,7 +229,7 @@ def new_states(session):
 
 
 def feeds_not_models(runner, edits):
-    """Issue 21's suggestion, measured beside the runner: one onnxruntime session per structure in
+    """The alternative design, measured beside the runner: one onnxruntime session per structure in
     which every value an edit can move is a graph input, so that an edit changes feeds and not the
     model.  The session is ``runner``'s optimised program of the export (so the same kernels a
     default session of the file runs) with the initializers that move when every domain moves
@@ -382,7 +382,7 @@ def main() -> int:
             print("  one session, edits as feeds: not measured (the program does not hold when the values move)")
         else:
             fed = fd["times"][1:]
-            print(f"  one session, edits as feeds (issue 21's suggestion; {fd['inputs']} values as inputs, session "
+            print(f"  one session, edits as feeds (the alternative design; {fd['inputs']} values as inputs, session "
                   f"made once in {fd['created_ms']:.0f} ms): same 3 edits {' '.join(f'{x:.0f}' for x in fed)} ms, "
                   f"the whole program each time (ratio of sums to the re-run {sum(fed) / sum(inc):.2f}); "
                   f"outputs {'bit-identical to' if fd['same'] else 'DIFFERENT from'} the runner's")
@@ -395,7 +395,7 @@ def main() -> int:
           f"-> {'met' if worst < TARGET_MS else 'NOT met'}")
     if new_medians:
         w = max(new_medians)
-        print(f"target (issue 21): fidelity refreshed <= {FIDELITY_TARGET_MS:.0f} ms median after an edit that reaches "
+        print(f"target: fidelity refreshed <= {FIDELITY_TARGET_MS:.0f} ms median after an edit that reaches "
               f"a new state: {' / '.join(f'{m:.1f}' for m in new_medians)} ms (overlays none / latency) "
               f"-> {'met' if w <= FIDELITY_TARGET_MS else 'NOT met'}")
     return 0

@@ -1,4 +1,4 @@
-"""Event-loop stalls of the desktop app while a large graph opens (issue 8).
+"""Event-loop stalls of the desktop app while a large graph opens.
 
 A QTimer asks to fire every 5 ms on the GUI thread; each gap between two firings longer
 than the period is time the GUI thread spent busy, when a click or a repaint would have
@@ -9,11 +9,11 @@ prints the longest stalls, how many exceeded 100 ms, and the total blocked time.
 Reference in the same run: the same measurement on an idle window (the timer's own
 jitter) and on a 2,000-node graph, so the figures read as ratios on any machine.
 
-Target (issue 8): no stall over 100 ms while a 20,000-node graph opens.  Each stall is split (Linux
+Target: no stall over 100 ms while a 20,000-node graph opens.  Each stall is split (Linux
 schedstat of the GUI thread) into the GUI thread's own work, waiting for a core (other programs on
 a busy machine: no code of the window can remove that) and blocked (waiting for the interpreter
 lock another thread of the window holds); the second verdict counts the window's own part only.
-Target (issue 19): the window is interactive within 5 s of File > Open: "interactive s" is the
+Target: the window is interactive within 5 s of File > Open: "interactive s" is the
 time until the canvas has every item of the first view on it (the structure; calibration and
 the analyses fill in the numbers afterwards, "open s" is when they are all done).
 

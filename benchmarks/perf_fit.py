@@ -96,7 +96,7 @@ PARAMS = [
     ("copy_efficiency", (0.01, 16.0)),
     ("board_cpu_overhead_us", (1.0, 5000.0)),
 ]
-CPU_PRIOR_US = 300.0  # the unfitted guess of the board's CPU share (the old profile had none)
+CPU_PRIOR_US = 300.0  # the unfitted guess of the board's CPU share (an estimate; the fit replaces it)
 
 
 class Figure:

@@ -1,6 +1,6 @@
 """Perf simulator speed: full simulation vs incremental re-simulation after one group edit.
 
-Targets (issue 5): full simulation of a 10,000-node graph under 0.5 s; an incremental
+Targets: full simulation of a 10,000-node graph under 0.5 s; an incremental
 update at least 10x faster than a full one.  Prints the figures and the ratios, each
 against a reference measured in the same run.
 

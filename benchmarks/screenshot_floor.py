@@ -1,10 +1,10 @@
-"""``qtquant screenshot`` of a large model against the floor of anything that calibrates (issue 19).
+"""``qtquant screenshot`` of a large model against the floor of anything that calibrates.
 
 The floor: create a plain onnxruntime session for the same model and run the same number of
 samples through it (what any calibration must do at least once).  The screenshot includes
 loading, the layout, calibration, the analyses and the render, as a user runs it.
 
-Target (issue 19): the screenshot of a 20,000-node model takes at most 3x the floor.
+Target: the screenshot of a 20,000-node model takes at most 3x the floor.
 
 Run:  python benchmarks/screenshot_floor.py [--nodes 20000] [--samples 16] [--keep DIR]
 """

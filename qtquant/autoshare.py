@@ -8,8 +8,8 @@ Concat is shared when no tensor would lose more than ``max_bits_lost`` bits;
 otherwise it is left alone with a reason that names the widest and the narrowest
 member, e.g. "'boxes' (Mul, absmax 320) next to 'scores' (Sigmoid, absmax 1): 8.3 bits".
 
-A flagged Concat gets no "could share within N bits" suggestion any more: the report used to
-name a partial share it never made nor measured.  Trading accuracy for rescales is what
+A flagged Concat gets no "could share within N bits" suggestion: that would name a partial
+share the tool never makes nor measures.  Trading accuracy for rescales is what
 ``--max-sqnr-drop`` does, on the measured worst output slice (:mod:`qtquant.accuracy.share`).
 """
 

@@ -37,7 +37,7 @@ def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
             continue
         for one in _NEXT_SPEC.split(spec):
             name, shape = parse_input_shape(one)
-            if name in out and out[name] != shape:  # the last one used to win, without a word
+            if name in out and out[name] != shape:  # refused: silently keeping the last would hide a typo
                 raise ShapeError(f"input {name!r} is given two shapes: {format_shape(out[name])} and "
                                  f"{format_shape(shape)}")
             out[name] = shape

@@ -1,4 +1,4 @@
-"""The accuracy debugger (issue 17): where accuracy goes, and what keeping a node in higher
+"""The accuracy debugger: where accuracy goes, and what keeping a node in higher
 precision buys.  See docs/accuracy.md.
 
 - :mod:`.check`: the bench (check samples, float reference, QDQ variants measured like the

@@ -178,7 +178,7 @@ def explicit_data_fields(config: CalibConfig) -> set[str]:
 
 
 # How a file's statistics become ranges: the file's own unless chosen again (a percentile
-# calibration opened without --observer used to come back as MinMax ranges, without a word).
+# calibration opened without --observer keeps its percentile ranges, not the default MinMax).
 RANGE_FIELDS = ("observer", "percentile")
 
 

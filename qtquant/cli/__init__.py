@@ -88,8 +88,8 @@ def _open_gui(argv) -> int:
             from .common import options_from_args
             from ..shapes import parse_input_shapes
 
-            # Common options the app's launch does not carry yet are refused, not ignored
-            # (silently ignored options were the bug): the open dialog or the menus have them.
+            # Common options the app's launch does not carry are refused, not silently ignored:
+            # the open dialog or the menus have them.
             unsupported = [flag for flag, dest in (("--stats", "stats"), ("--ray", "ray"), ("--int16", "int16"),
                                                    ("--keep-float", "keep_float")) if getattr(args, dest, None)]
             if unsupported:

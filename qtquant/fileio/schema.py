@@ -70,8 +70,8 @@ class NotThisFile(ValueError):
     ("was written by a newer qtquant ...")."""
 
 
-# pydantic error type -> what the value should have been (Python's names, as a reader of JSON
-# sees them in the messages since issue 8).
+# pydantic error type -> what the value should have been, in Python's names (the names a reader
+# of the JSON meets in the messages).
 _WANT = {"int_type": "int", "int_parsing": "int", "int_from_float": "int", "float_type": "int or float",
          "float_parsing": "int or float", "string_type": "str", "list_type": "list", "tuple_type": "list",
          "dict_type": "object", "model_type": "object", "bool_type": "bool", "model_attributes_type": "object"}

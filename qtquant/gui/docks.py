@@ -89,7 +89,7 @@ class ElidedLabel(QLabel):
 
 class ModelInfo(QWidget):
     FIELDS = ("model", "nodes", "inputs", "quantization", "calibration", "concats")
-    ONE_LINE = ("quantization",)  # wrapped, its last words were clipped by the row height
+    ONE_LINE = ("quantization",)  # elided on one line: wrapped, the row height would clip its last words
 
     def __init__(self, relay, parent=None):
         super().__init__(parent)
@@ -373,8 +373,8 @@ class PerfSummary(QWidget):
         for key, label in (("latency", "Latency:"), ("fps", "FPS:"), ("ddr", "DDR / frame:"),
                            ("rescales", "Rescales:"), ("rescale_us", "Rescale cost:"), ("sqnr", "Output SQNR:"),
                            ("sqnr_basis", "Measured on:")):
-            # SQNR (one entry per model output) wrapped and its third line was clipped: one
-            # elided line, the whole report in its tooltip; a later result cannot grow the dock.
+            # SQNR (one entry per model output) is one elided line with the whole report in its tooltip:
+            # wrapped, its third line would be clipped; and a later result cannot grow the dock.
             lab = ElidedLabel() if key == "sqnr" else QLabel("—")
             lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
             f = lab.font()

@@ -113,7 +113,7 @@ class NodeItem(QGraphicsRectItem):
         self.faded = look.faded
         self.border_width = look.border_width
         # Kept here: the minimap groups 20,000 nodes by it per refresh, and a Qt call per node
-        # for the fill was most of that refresh.
+        # for the fill would be most of that refresh.
         self.colour_key = (self.fill.rgba(), look.faded)
         self._layout_badges()
         self.update()

@@ -54,8 +54,8 @@ class ModelOpener(QObject):
         path = Path(path)
         if path.suffix.lower() == PROJECT_SUFFIX:
             return self.open_project(path) is not None
-        # The file first: a text file named .onnx used to get the save prompt and the whole
-        # calibration dialog before its (good) error.
+        # The file first: a file that is not a model (a text file named .onnx) gets its error at
+        # once, not after the save prompt and the whole calibration dialog.
         try:
             model, _ = read_model_file(path)
         except QtQuantError as e:
@@ -67,7 +67,7 @@ class ModelOpener(QObject):
         if ask is None:
             ask = needs_shapes(model_inputs(model)) and not rem.get("shapes")
         problem = ""
-        if not ask:  # remembered settings that no longer open it (a typo kept by an older version)
+        if not ask:  # remembered settings that cannot open it (a typo an older version kept)
             try:
                 check_open_values(model, rem)
             except QtQuantError as e:
