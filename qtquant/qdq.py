@@ -189,6 +189,10 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
         zp = _const(n.input[2], inits, consts, base_dir) if len(n.input) > 2 and n.input[2] else None
         if scale is None:
             raise ModelError(f"DequantizeLinear {n.name!r} has a scale that is not a constant")
+        if not np.all(np.isfinite(scale.astype(np.float64))) or np.any(scale < 0):
+            # (an infinite scale dequantized every weight to inf or nan, with numpy's warnings on stderr)
+            raise ModelError(f"DequantizeLinear {n.name!r} has a scale that is not a finite, non-negative number: "
+                             f"{np.ravel(scale)[:4].tolist()}")
         q = producer.get(src)
         if src in inits or src in consts:
             # onnxruntime's layout: an integer weight; the float view holds its dequantized value.

@@ -79,3 +79,18 @@ def test_if_bodies_that_read_a_dequantized_value_keep_reading_it(tmp_path):
     assert list(body.node[0].input) == ["c"]  # the body reads the float view's value
     assert main(["fix", path, "-o", str(tmp_path / "out.onnx"), "--no-perf", "--calib-count", "2"]) == 0
     onnx.checker.check_model(str(tmp_path / "out.onnx"), full_check=True)
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan, -0.5])
+def test_a_scale_that_is_not_a_finite_non_negative_number_is_one_line(tmp_path, capsys, bad):
+    # (found by the CLI fuzz run: an infinite weight scale opened, numpy's warnings on stderr)
+    from qtquant.cli import main
+
+    q = onnx.load(_quantize(tmp_path, True))
+    dq = next(n for n in q.graph.node if n.op_type == "DequantizeLinear")
+    init = next(t for t in q.graph.initializer if t.name == dq.input[1])
+    init.CopyFrom(numpy_helper.from_array(np.full(numpy_helper.to_array(init).shape, bad, np.float32), init.name))
+    path = save(q, tmp_path / "bad_scale.onnx")
+    assert main(["analyze", path, "--no-perf"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "finite, non-negative" in err[0] and "Warning" not in err[0]
