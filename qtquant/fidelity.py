@@ -14,10 +14,11 @@ of ``qtquant analyze`` takes the float values calibration kept of those very sam
 (``CalibrationResult.check_values``) instead.  The float run, the shipped session and the
 cross-check's session are created side by side on two threads.
 
-For each float output: SQNR in dB, cosine and max abs error, before (no user groups) and
-after (the session's groups).  An output that is a Concat, directly or through relabelling
-ops, is also measured per slice (one per Concat input, :mod:`qtquant.outputs`), and its
-headline figure is its worst slice: the boxes of a detection head must not hide its scores.
+For each float output: SQNR in dB, cosine and max abs error, before (the model as opened: no
+user group, every tensor int8) and after (the session's groups and precision).  An output that
+is a Concat, directly or through relabelling ops, is also measured per slice (one per Concat
+input, :mod:`qtquant.outputs`), and its headline figure is its worst slice: the boxes of a
+detection head must not hide its scores.
 A part whose float reference carries no signal on the check samples gets a sentence, not a
 number.  Each group member also gets the quantization SQNR of that tensor alone, own scale
 versus shared.
@@ -52,12 +53,15 @@ from .fidelity_runs import (_caches, _Cache, _checked_outputs, _prefetchable, _q
                             runtime_text, trace)
 from .metrics import ErrorSums, cosine, signal_noise_db, sqnr_db, sums_for
 from .outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
+from .precision import PrecisionMap
 from .quant import bits_lost, qparams_for_range
 from .runtime import with_outputs
 from .shipped import REFERENCE_SKIPPED_TEXT
 
 __all__ = ["Fidelity", "OutputFidelity", "MemberFidelity", "measure_session", "sqnr_db", "cosine",
            "fake_quant", "KERNEL_TOLERANCE_DB", "output_mode_of", "samples_blamed"]
+
+OPENED = PrecisionMap()  # the "before" export's precision: every tensor int8, as the model was opened
 
 # Fused int8 kernels round differently from Q/DQ in float; beyond this the difference is a finding.
 KERNEL_TOLERANCE_DB = 0.5
@@ -213,12 +217,13 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
             def float_run():
                 return _run(with_outputs(graph.model, names), graph.base_dir, names, feeds, cancel)
 
-    # With no groups the session's map equals the baseline: the same export, so the same run
-    # (on a 20,000-node model one QDQ session is some 15 s to create).
-    same = after_dm is before_dm or after_dm == before_dm
-    wanted = [(before_dm, "default")] + ([] if same else [(after_dm, "default")])
+    # "Before" is the model as opened: no user group and every tensor int8, so a precision edit
+    # shows its own change.  With no groups and no precision edit the session's export is that
+    # one: the same run (on a 20,000-node model one QDQ session is some 15 s to create).
+    same = (after_dm is before_dm or after_dm == before_dm) and not getattr(session.options, "precision", None)
+    wanted = [(before_dm, "default", OPENED)] + ([] if same else [(after_dm, "default", None)])
     if cross_check:
-        wanted.append((after_dm, "basic"))
+        wanted.append((after_dm, "basic", None))
     got, res = _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, float_run, meanwhile,
                                  follow_edits)
     res = from_calib if from_calib is not None else res

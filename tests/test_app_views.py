@@ -12,7 +12,7 @@ from qtquant.app.views import palette
 from qtquant.app.views.concats import concat_rows, concat_status, model_info
 from qtquant.app.views.groups import group_rows
 from qtquant.app.views.looks import FADED_LOOK, NodeLook, compute_looks
-from qtquant.app.views.perf import fidelity_basis, fidelity_html, perf_summary
+from qtquant.app.views.perf import OPENED_NOTE, fidelity_basis, fidelity_html, perf_summary
 from qtquant.groups import share
 from qtquant.vocab import Blank
 from qtquant.perf import simulate_session
@@ -76,7 +76,7 @@ def test_perf_summary_tracks_changes_and_staleness(session):
     assert v.rescales.change is not None and v.rescales.change.good  # fewer rescales than unedited
     _simulate(session)
     v = perf_summary(session)
-    assert not v.stale and v.note == "(…): change against the unedited model"
+    assert not v.stale and v.note == OPENED_NOTE
     assert v.rescale_us.change is not None and v.rescale_us.change.color == "#2e7d32"
     assert v.rescale_us.html().endswith("</span>") and "−" in v.rescale_us.html()
     assert perf_summary(None).sqnr_html == "—"

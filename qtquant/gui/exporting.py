@@ -176,7 +176,7 @@ def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) ->
     march = load_march(session.options.march)
     after = simulate_session(session)
     before = simulate_session(session, baseline=True)
-    grouped = len(session.groups) > 0
+    edited = len(session.groups) > 0 or bool(session.options.precision)  # before: the model as opened
     g = session.graph
     model = g.path.name if g.path else "model"
     meta = {"model": model, "input": ", ".join(f"{k}={format_shape(v)}" for k, v in g.input_shapes.items()),
@@ -184,7 +184,7 @@ def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) ->
             "scales": "read from the QDQ file" if session.quantized_file else
             f"calibrated ({session.calibration.data_label()})" if session.calibration else "not calibrated"}
     inputs = [g.path]
-    atomic_write_text(html_path, html_report(after, before if grouped else None,
+    atomic_write_text(html_path, html_report(after, before if edited else None,
                                              title=f"qtquant perf — {model} on {march.name}", meta=meta,
                                              march=march), inputs=inputs, what="report")
     atomic_write_text(csv_path, csv_text(after), inputs=inputs, what="CSV file")

@@ -390,7 +390,7 @@ def test_export_writes_files_onnx_checker_accepts(qtbot, win, model, tmp_path, m
     ov = json.loads((out / "edit_fixed.overrides.json").read_text())
     assert len({ov[t][0]["scale"] for t in ("br_a_out", "br_b_out", "br_c_out", "cat1_out")}) == 1
     html = (out / "edit_fixed.perf.html").read_text()
-    assert "before groups" in html and "edit.onnx" in html
+    assert "as opened" in html and "edit.onnx" in html
     assert (out / "edit_fixed.perf.csv").read_text().startswith("name,op_type,")
     im = Image.open(out / "edit_fixed.png")
     assert im.size[0] > 300 and im.size[1] > 300
