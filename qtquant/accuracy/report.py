@@ -15,7 +15,8 @@ from .check import Bench, Variant
 from .sensitivity import DEFAULT_TOP, ESTIMATE_TEXT, NO_GAIN_DB, Sensitivity, rank, ranked_by, units_of
 from .tensors import TensorError, tensor_errors
 
-__all__ = ["AccuracyReport", "analyze_accuracy", "LATENCY_TEXT", "NO_GAIN_DB", "LOW_SQNR_DB", "per_us_text", "latency_text"]
+__all__ = ["AccuracyReport", "analyze_accuracy", "LATENCY_TEXT", "NO_GAIN_DB", "LOW_SQNR_DB", "per_us_text",
+           "latency_text"]
 
 LATENCY_TEXT = ("latency µs: the simulator's price of the node in int16 (on the BPU) or kept in float (on the "
                 "CPU; qtquant/perf/precision.py, docs/mixed-precision.md), an estimate for {march}; per µs: the "
