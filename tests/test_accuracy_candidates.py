@@ -66,3 +66,12 @@ def test_reach_takes_the_cheapest_fix_that_gets_there(ranked):
     assert "reached" in plan.text()
     unreachable = plan_reach(s, 500.0, rep)
     assert not unreachable.reached and math.isfinite(unreachable.worst) and "not reached" in unreachable.text()
+
+
+def test_accuracy_cli_reach(spiky, capsys):
+    assert main(["accuracy", spiky, "--top", "1", "--reach", "20", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["reach"]["reached"] and doc["reach"]["options"] == "--int16 add_spike"
+    assert doc["reach"]["precision"] == {"b": "int16"}
+    assert main(["accuracy", spiky, "--top", "1", "--reach", "20"]) == 0
+    assert "as options: --int16 add_spike" in capsys.readouterr().out

@@ -59,19 +59,35 @@ class ReachPlan:
     def kept(self) -> list[ReachStep]:
         return [s for s in self.steps if s.kept]
 
-    def _v(self, x: float) -> str:
+    def value_text(self, x: float) -> str:
+        """A worst-slice value in the ranking's unit: "31.20 dB", "93.75% equal"."""
         return f"{fmt_num(x)} dB" if self.ranked_by is RankedBy.SQNR else self.ranked_by.value_text(x)
+
+    def options_text(self) -> str:
+        """The plan as command-line options ("--int16 add_spike --keep-float tanh")."""
+        flags = {Precision.INT16: "--int16", Precision.FLOAT: "--keep-float"}
+        return " ".join(f"{flags[s.precision]} {s.node}" for s in self.kept)
+
+    def to_dict(self) -> dict:
+        def num(x):
+            return None if x is None or not math.isfinite(x) else round(float(x), 4)
+
+        return {"target": self.target, "reached": self.reached, "ranked_by": self.ranked_by.value,
+                "start": num(self.start), "worst": num(self.worst), "latency_delta_us": num(self.latency_us),
+                "precision": self.precision.to_dict(), "options": self.options_text(),
+                "steps": [{"node": s.node, "precision": s.precision.value, "tensors": list(s.tensors),
+                           "worst": num(s.worst), "kept": s.kept} for s in self.steps]}
 
     def text(self) -> str:
         kept = self.kept
         lat = "n/a" if self.latency_us is None else f"{self.latency_us:+.1f} µs"
         what = ", ".join(f"{s.node} {s.precision.value}" for s in kept) or "nothing"
-        head = (f"reach {self._v(self.target)}: {'reached' if self.reached else 'not reached'}, worst slice "
-                f"{self._v(self.start)} -> {self._v(self.worst)} with {what} (latency {lat}; "
+        head = (f"reach {self.value_text(self.target)}: {'reached' if self.reached else 'not reached'}, worst slice "
+                f"{self.value_text(self.start)} -> {self.value_text(self.worst)} with {what} (latency {lat}; "
                 f"{len(self.steps)} candidate(s) measured on {samples_text(self.samples, self.in_sample)})")
-        lines = [head]
+        lines = [head] + ([f"  as options: {self.options_text()}"] if self.kept else [])
         for s in self.steps:
-            lines.append(f"  {s.node} {s.precision.value}: {self._v(s.worst)} "
+            lines.append(f"  {s.node} {s.precision.value}: {self.value_text(s.worst)} "
                          f"{'kept' if s.kept else 'left out (no gain)'}")
         return "\n".join(lines)
 
