@@ -1,0 +1,36 @@
+"""Issue 53's rough edges that need no window: an input shape that does not fit says which
+dimensions and what fits; one unreadable image in a calibration folder is skipped with a warning."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from qtquant.cli import main
+
+
+def _strided_model(path):
+    """x -> Conv s2 (a) -> Conv s2 -> Resize x2 -> Concat with a: the sides must be multiples of 4."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w2")
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="c1", kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2]),
+             helper.make_node("Conv", ["a", "w2"], ["b"], name="c2", kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2]),
+             helper.make_node("Resize", ["b", "", "scales"], ["u"], name="up", mode="nearest"),
+             helper.make_node("Concat", ["a", "u"], ["y"], name="cat", axis=1)]
+    g = helper.make_graph(nodes, "strided", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w1, w2, scales])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return str(path)
+
+
+def test_an_input_shape_that_does_not_fit_names_the_dimensions_and_what_fits(tmp_path, capsys):
+    path = _strided_model(tmp_path / "strided.onnx")
+    assert main(["perf", path, "--input-shape", "x=1x3x30x30", "--calib-count", "1"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert "dimensions 2 and 3 must be a multiple of 4 (1x3x28x28 or 1x3x32x32 fits)" in err
+    assert main(["perf", path, "--input-shape", "x=1x3x32x32", "--calib-count", "1"]) == 0
