@@ -3,7 +3,6 @@ dimensions and what fits; one unreadable image in a calibration folder is skippe
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qtquant.cli import main
@@ -34,3 +33,36 @@ def test_an_input_shape_that_does_not_fit_names_the_dimensions_and_what_fits(tmp
     assert "\n" not in err
     assert "dimensions 2 and 3 must be a multiple of 4 (1x3x28x28 or 1x3x32x32 fits)" in err
     assert main(["perf", path, "--input-shape", "x=1x3x32x32", "--calib-count", "1"]) == 0
+
+
+def _photos(folder, n=3, bad=("broken.jpg",)):
+    from PIL import Image
+
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(folder / f"p{i}.png")
+    for b in bad:
+        (folder / b).write_bytes(b"not an image at all")
+    return folder
+
+
+def test_one_unreadable_image_is_skipped_with_a_warning(tmp_path, capsys):
+    from builders import branchy_concat_model, save
+
+    path = save(branchy_concat_model(), tmp_path / "m.onnx")
+    folder = _photos(tmp_path / "photos")
+    assert main(["analyze", path, "--calib", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped unreadable image" in out and "broken.jpg" in out
+    assert "3 samples" in out  # the three readable photos
+
+
+def test_a_folder_without_a_readable_image_fails_in_one_line(tmp_path, capsys):
+    from builders import branchy_concat_model, save
+
+    path = save(branchy_concat_model(), tmp_path / "m.onnx")
+    folder = _photos(tmp_path / "photos", n=0, bad=("a.jpg", "b.png"))
+    assert main(["analyze", path, "--calib", str(folder)]) == 3
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no readable image" in err and "2 could not be read" in err

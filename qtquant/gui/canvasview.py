@@ -47,6 +47,7 @@ class CanvasPresenter(QObject):
         self._keep_view = False  # the next build keeps the zoom and position (same boxes as shown)
         self.model = None  # the SceneModel: the hierarchy and what of it is open
         self.jobs = None  # the window's JobManager: big Expand all layouts run there
+        view.fit_focus = self._worst_home  # Fit on a tall graph centres on the worst Concat
         # Per node its SQNR in dB where accuracy figures exist: collapsed blocks show the worst of theirs.
         self.node_sqnr = lambda: node_sqnr(self.relay.accuracy())
         self._opened_on = None  # the Concat centred after the first calibration, and the view then
@@ -256,7 +257,21 @@ class CanvasPresenter(QObject):
         bid = m.h.resolve(name) if not m.shows(name) else m.enclosing(name)
         if bid is not None and bid not in m.expanded:
             bid = m.enclosing(name)
-        return bid is not None and self._do("collapse", bid)
+        if bid is None or not self._do("collapse", bid):
+            return False
+        self._focus_block(bid)
+        return True
+
+    def _focus_block(self, bid: str) -> None:
+        """A block just collapsed stays the selection (so Shift+E walks on up) and in view."""
+        from ..app.scene.hierarchy import block_name
+
+        item = self.scene.nodes.get(block_name(bid))
+        if item is None:
+            return
+        self.scene.clearSelection()
+        item.setSelected(True)
+        self.view.ensureVisible(item, 40, 40)
 
     def toggle(self, name: str) -> bool:
         """Double-click on ``name``: a collapsed block opens; a node's enclosing block closes."""
@@ -357,6 +372,17 @@ class CanvasPresenter(QObject):
         if not visible.contains(self.scene.nodes[home].sceneBoundingRect()):  # in view already: nothing moves
             self.view.center_on(home, select=False, min_zoom=0.0)  # the zoom fit_top chose is readable
         self._opened_on = (worst, self.view.mapToScene(self.view.viewport().rect().center()))
+
+    def _worst_home(self) -> str | None:
+        """What shows the worst Concat on the canvas now (the Concat, or its collapsed block), or None."""
+        s = self.relay.session
+        if s is None or not self.relay.ready or self.model is None:
+            return None
+        worst = worst_concat(s)
+        if worst is None:
+            return None
+        home = self.model.home(worst)
+        return home if home in self.scene.nodes else None
 
     def describe_block(self, name: str):
         """(title, name, summary) of collapsed block ``name`` for the inspector; None: not a block."""

@@ -12,6 +12,7 @@ from .dragdrop import NodeDrag
 from .items import LOD_EDGE_LABEL, NodeItem
 from .minimap import Legend, MiniMap
 
+FIT_MIN_ZOOM = 0.2  # below this a whole-graph fit is unreadable: Fit shows the width at a readable zoom
 BADGE_WEIGHT = 10  # a node with badges (a Concat that needs rescales) hidden by the minimap counts as ten others
 
 __all__ = ["GraphView"]
@@ -43,6 +44,7 @@ class GraphView(QGraphicsView):
         self.setRubberBandSelectionMode(Qt.IntersectsItemShape)
         self.setAcceptDrops(False)  # the main window takes dropped model files
         self._panning_mid: QPointF | None = None
+        self.fit_focus = None  # () -> the canvas name a readable fit centres on (the worst Concat), or None
         self.drag = NodeDrag(self)
         self._press_at = None  # overview mode: a click (not a drag) jumps to the nearest node
         self._flashing: str | None = None
@@ -102,8 +104,20 @@ class GraphView(QGraphicsView):
         self._zoom_changed()
 
     def fit(self) -> None:
+        """The whole graph in view; a graph that would fit only below :data:`FIT_MIN_ZOOM` (a tall
+        single column: 0-2 %, nothing legible) shows its width at a readable zoom instead, centred on
+        :attr:`fit_focus` (the worst Concat) or else its top, with the minimap for the rest."""
         r = self._graph_rect()
         if r.isEmpty():
+            return
+        vw, vh = max(1, self.viewport().width()), max(1, self.viewport().height())
+        if min(vw / r.width(), vh / r.height()) < FIT_MIN_ZOOM:
+            self.fit_top()
+            name = self.fit_focus() if self.fit_focus is not None else None
+            item = self.scene().nodes.get(name) if name else None
+            if item is not None:
+                self.centerOn(item)
+            self._zoom_changed()
             return
         self.fitInView(r, Qt.KeepAspectRatio)
         if self.zoom > 1.0:  # small graphs: readable, not blown up
