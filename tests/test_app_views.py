@@ -105,6 +105,10 @@ def test_fidelity_line_escapes_names_and_colours_changes():
     assert '; …: "5_minute_timer"}: 47.0 dB' in fidelity_html(fid)  # the figure stays in view
     fid.after["b"] = out(_figure("b", -0.001))  # a destroyed output: 0.0 dB, never "-0.0", in red
     assert 'b: <span style="color:#c62828">0.0 dB</span>' in fidelity_html(fid) and "-0.0" not in fidelity_html(fid)
+    # After an edit an unchanged figure says it was measured again: a muted (±0.00 dB), not nothing
+    fid.after["a"] = out(_figure("<a>", 32.001))
+    assert "(±0.00 dB)" in fidelity_html(fid, edited=True) and "(±0.00 dB)" not in fidelity_html(fid)
+    fid.after["a"] = out(_figure("<a>", 30.0))
     fid.after["b"] = out(_figure("b", 9.96))  # under LOW_SQNR_DB (10): lost, in red; at 10.0 a plain figure
     assert 'b: <span style="color:#c62828">10.0 dB</span>' in fidelity_html(fid)
     fid.after["b"] = out(_figure("b", 10.0))

@@ -105,8 +105,9 @@ def perf_summary(session) -> PerfSummaryView:
     base = base_res.value if base_res is not None else None
     fields = {"rescales": _rescales(session)}
     fid = session.fidelity.value if session.fidelity is not None else None
+    edited = len(session.groups) > 0 or bool(getattr(session.options, "precision", None))
     if fid is not None and getattr(fid, "after", None):
-        fields.update(sqnr_html=fidelity_html(fid), sqnr_tip=fidelity_tip(fid), sqnr_basis=fidelity_basis(fid))
+        fields.update(sqnr_html=fidelity_html(fid, edited), sqnr_tip=fidelity_tip(fid), sqnr_basis=fidelity_basis(fid))
     elif getattr(session, "quantized_file", False) and session.calibration is None:
         # A QDQ file brings its scales and no float original: nothing to measure against until
         # calibration data gives check samples (its float view is then the reference; the file's scales stand).
@@ -120,7 +121,6 @@ def perf_summary(session) -> PerfSummaryView:
         fields["note"] = "" if simulator() is not None else "The perf simulator is not installed."
         return PerfSummaryView(**fields)
     stale = session.is_stale(res)
-    edited = len(session.groups) > 0 or bool(getattr(session.options, "precision", None))
     return PerfSummaryView(
         latency=_metric(perf, base, "total_ms", lambda x: f"{x:.3f} ms", True, lambda d: f"{d:+.3f} ms"),
         fps=_metric(perf, base, "fps", lambda x: f"{x:.1f}", False, lambda d: f"{d:+.1f}"),
@@ -151,8 +151,10 @@ def price_html(perf, base) -> str:
 LABEL_CHARS = 20  # an output's name in the dock's row, at most
 
 
-def fidelity_html(fid) -> str:
-    """Each output's headline (its worst slice, named), the change, and the sample count."""
+def fidelity_html(fid, edited: bool = False) -> str:
+    """Each output's headline (its worst slice, named), the change, and the sample count.  ``edited``:
+    the session differs from the model as opened, so a change under 0.005 dB still shows, muted
+    ("(±0.00 dB)"): the figure was measured again and did not move."""
     parts = []
     for o in fid.outputs:
         a, w = fid.after[o].headline, fid.before[o].headline
@@ -169,10 +171,12 @@ def fidelity_html(fid) -> str:
         t = f"{name}: {fmt_num(a.sqnr_db, 1)} dB"
         if a.lost:  # said in red (the tooltip says why)
             t = f'{name}: <span style="color:{BAD}">{fmt_num(a.sqnr_db, 1)} dB</span>'
-        if not w.no_signal and math.isfinite(a.sqnr_db) and math.isfinite(w.sqnr_db) \
-                and abs(a.sqnr_db - w.sqnr_db) >= 0.005:
+        if not w.no_signal and math.isfinite(a.sqnr_db) and math.isfinite(w.sqnr_db):
             d = a.sqnr_db - w.sqnr_db
-            t += _change(f"{fmt_num(d, signed=True)} dB", d, lower_better=False).html()
+            if abs(d) >= 0.005:
+                t += _change(f"{fmt_num(d, signed=True)} dB", d, lower_better=False).html()
+            elif edited:
+                t += f' <span style="color:{MUTED}">(±0.00 dB)</span>'
         parts.append(t)
     text = "; ".join(parts)
     if any(fid.after[o].headline.blank is Blank.NO_SIGNAL for o in fid.outputs):
