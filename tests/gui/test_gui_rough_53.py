@@ -82,3 +82,43 @@ def test_fit_to_view_on_a_tall_graph_is_readable(qtbot, make_win, tmp_path):
     assert win.view.zoom >= FIT_MIN_ZOOM
     vis = win.view.mapToScene(win.view.viewport().rect()).boundingRect()
     assert any(vis.intersects(it.sceneBoundingRect()) for it in win.scene.nodes.values())
+
+
+def _three_heads(path):
+    """Three Concats (c1..c3) of two Convs each, each reshaped, all three joined by c4 -> Relu -> y."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from builders import conv_node
+
+    inits, nodes, joined = [], [], []
+    shape = numpy_helper.from_array(np.array([1, 8, -1], np.int64), "flat")
+    inits.append(shape)
+    for k in range(3):
+        a = conv_node(inits, "x", 3, 4, 3, f"h{k}a", gain=1.0 + k, seed=2 * k)
+        b = conv_node(inits, "x", 3, 4, 3, f"h{k}b", gain=5.0 + 3 * k, seed=2 * k + 1)
+        nodes += [a, b, helper.make_node("Concat", [a.output[0], b.output[0]], [f"c{k + 1}_out"], name=f"c{k + 1}",
+                                         axis=1),
+                  helper.make_node("Reshape", [f"c{k + 1}_out", "flat"], [f"r{k + 1}"], name=f"reshape{k + 1}")]
+        joined.append(f"r{k + 1}")
+    nodes.append(helper.make_node("Concat", joined, ["c4_out"], name="c4", axis=2))
+    nodes.append(helper.make_node("Relu", ["c4_out"], ["y"], name="relu"))
+    g = helper.make_graph(nodes, "heads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return str(path)
+
+
+def test_a_drop_that_links_three_groups_merges_them(qtbot, make_win, tmp_path):
+    win = make_win()
+    open_settled(qtbot, win, _three_heads(tmp_path / "heads.onnx"))
+    for c in ("c1", "c2", "c3"):
+        assert win.editor.share_nodes([c])
+    assert len(win.session.groups.as_lists()) == 3
+    assert win.editor.drop(["c1"], "c4")
+    groups = win.session.groups.as_lists()
+    assert len(groups) == 1 and {"c1_out", "c2_out", "c3_out", "c4_out"} <= set(groups[0])
+    assert win.stack.undo_text.startswith("Join") and win.stack.undo() is not None
+    assert len(win.session.groups.as_lists()) == 3
