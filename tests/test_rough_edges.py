@@ -66,3 +66,17 @@ def test_a_folder_without_a_readable_image_fails_in_one_line(tmp_path, capsys):
     assert main(["analyze", path, "--calib", str(folder)]) == 3
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "no readable image" in err and "2 could not be read" in err
+
+
+def test_analyze_of_a_fixed_file_says_why_its_rescale_count_differs_from_fix(tmp_path, capsys):
+    from builders import detector_model, save
+
+    path = save(detector_model(), tmp_path / "det.onnx")
+    out = str(tmp_path / "det_fixed.onnx")
+    assert main(["fix", path, "--auto-share", "-o", out]) == 0
+    capsys.readouterr()
+    assert main(["analyze", out]) == 0
+    text = capsys.readouterr().out
+    line = next(t for t in text.splitlines() if "Concats," in t and "mismatched" in t)
+    assert "1 rescales" in line  # the file's count; fix said 0 after its export
+    assert "qtquant fix and the app count it as none" in text and "this file's count is 0 by theirs" in text
