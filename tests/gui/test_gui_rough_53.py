@@ -122,3 +122,29 @@ def test_a_drop_that_links_three_groups_merges_them(qtbot, make_win, tmp_path):
     assert len(groups) == 1 and {"c1_out", "c2_out", "c3_out", "c4_out"} <= set(groups[0])
     assert win.stack.undo_text.startswith("Join") and win.stack.undo() is not None
     assert len(win.session.groups.as_lists()) == 3
+
+
+def test_a_cancelled_calibration_is_not_remembered(qtbot, make_win, tmp_path, monkeypatch):
+    import qtquant.gui.controller as ctl
+    from qtquant.errors import Cancelled
+    from qtquant.gui.opening import _calib_values
+
+    path = edit_model(tmp_path / "edit.onnx")
+    win = make_win(show_dialogs=False)
+    opener = win.opener
+    opener.model_settings.save(path, {"calib": _calib_values(CalibConfig(count=4))})
+    real = ctl.calibrate
+
+    def stopped_by_the_user(*a, **k):
+        raise Cancelled("calibration cancelled")
+
+    monkeypatch.setattr(ctl, "calibrate", stopped_by_the_user)
+    stopped = []
+    win.controller.calibrationFinished.connect(stopped.append)
+    opener._open_remembering(path, {"calib": _calib_values(CalibConfig(count=7))})
+    qtbot.waitUntil(lambda: stopped == [False], timeout=20000)
+    assert opener.model_settings.load(path)["calib"]["count"] == 4  # what the last finished one used
+    monkeypatch.setattr(ctl, "calibrate", real)
+    opener._open_remembering(path, {"calib": _calib_values(CalibConfig(count=7))})
+    qtbot.waitUntil(lambda: stopped[-1:] == [True], timeout=20000)
+    assert opener.model_settings.load(path)["calib"]["count"] == 7
