@@ -87,6 +87,24 @@ class Fidelity:
         h = (self.before if before else self.after)[output].headline
         return f"{h.label}: {h.word}" if h.no_signal else f"{h.label} {_f(h.sqnr_db)} dB"
 
+    def exported_text(self) -> str:
+        """The exported model's accuracy in one line, per output and slice, with the sample count: the
+        number a user pastes to the team ("accuracy of the exported model on 7 samples in-sample
+        (SQNR vs the float model): y1 31.20 dB; y2 12.70 dB, worst slice y2[0:4] (y2[0:4] 12.70, y2[4:8] 30.10)")."""
+        parts = []
+        for o in self.outputs:
+            a = self.after[o]
+            h = a.headline
+            t = f"{o} {a.whole.word}" if a.whole.no_signal else f"{o} {_f(a.whole.sqnr_db)} dB"
+            if a.slices:
+                t += f", worst slice {self.headline_text(o)} (" + ", ".join(
+                    f"{x.label} {x.word if x.no_signal else _f(x.sqnr_db)}" for x in a.slices) + ")"
+            elif h.no_signal:
+                t = f"{o}: {h.word}"
+            parts.append(t)
+        return (f"accuracy of the exported model on {self.sample_text} (SQNR vs {self.reference}): "
+                + "; ".join(parts))
+
     def low_outputs(self) -> list[str]:
         """A sentence per output whose headline is lost (:attr:`~qtquant.metrics.Figure.lost`) after the
         groups: a figure such as "1.3 dB" reads as a number among others, where it says the output

@@ -36,8 +36,10 @@ def test_int16_and_float_are_ranked_side_by_side(ranked):
     assert i16.gain_per_us > fl.gain_per_us
     assert rep.sensitivity[0] is i16  # the cheapest fix per µs first
     worth = [r for r in rep.sensitivity if r.worth]
-    per = [r.gain_per_us for r in worth if r.gain_per_us is not None]
-    assert per == sorted(per, reverse=True)
+    for measured in (True, False):  # the measured first, then the estimates: each by gain per µs
+        per = [r.gain_per_us for r in worth if r.estimate is not measured and r.gain_per_us is not None]
+        assert per == sorted(per, reverse=True)
+    assert [r.estimate for r in worth] == sorted(r.estimate for r in worth)
     assert all(not r.worth for r in rep.sensitivity[len(worth):])
 
 

@@ -11,8 +11,9 @@ The unit is a node producing an observed activation.  Each unit is a candidate t
 A candidate's gain is the worst output slice's SQNR with the unit at that precision minus the
 worst slice's SQNR as exported now, both measured in onnxruntime at default options; its latency
 price comes from the simulator (:func:`qtquant.perf.precision.latency_delta_us`).  The ranking is
-by gain per µs (:attr:`Sensitivity.gain_per_us`): for an NPU the int16 fix kept on the BPU usually
-comes first.  A candidate whose gain is under :data:`NO_GAIN_DB` goes after the others.
+by gain per µs (:attr:`Sensitivity.gain_per_us`), the measured candidates before the estimates: for an
+NPU the int16 fix kept on the BPU usually comes first.  A candidate whose gain is under
+:data:`NO_GAIN_DB` goes after the others.
 
 A real export per unit costs a model build and an onnxruntime session each (yolov8n: 96 units,
 some 1.5 s each on 2 cores), so the ranking is two passes:
@@ -289,13 +290,15 @@ def rank(bench, units, base, *, top: int = DEFAULT_TOP, dm=None, progress=None,
 
 
 def rank_key(r: Sensitivity):
-    """The ranking's order: candidates worth their price (:attr:`Sensitivity.worth`) first, by gain per
-    µs (unpriced ones after the priced, by gain), then the rest by gain; int16 before float on a tie."""
+    """The ranking's order: candidates worth their price (:attr:`Sensitivity.worth`) first, the measured
+    before the estimates (an int16 estimate is its unit's float one: optimistic, and applying it can
+    lose), each by gain per µs (unpriced ones after the priced, by gain); then the rest by gain; int16
+    before float on a tie."""
     per = r.gain_per_us
+    tie = CANDIDATES.index(r.precision) if r.precision in CANDIDATES else 9
     if r.worth:
-        return (0, per is None, -(per if per is not None else _key(r.gain)), -_key(r.gain), r.node,
-                CANDIDATES.index(r.precision) if r.precision in CANDIDATES else 9)
-    return (1, False, 0.0, -_key(r.gain), r.node, CANDIDATES.index(r.precision) if r.precision in CANDIDATES else 9)
+        return (0, r.estimate, per is None, -(per if per is not None else _key(r.gain)), -_key(r.gain), r.node, tie)
+    return (1, False, False, 0.0, -_key(r.gain), r.node, tie)
 
 
 def _key(x: float) -> float:

@@ -81,12 +81,15 @@ class ExportReport:
     written: list[Path] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)  # what the CLI would print
     warnings: list[str] = field(default_factory=list)  # the model export's, also in ``lines``
+    accuracy: str = ""  # the exported model's accuracy on the check samples (also in ``lines``)
 
     def text(self) -> str:
         out = []
         for ln in self.lines:
-            if ln.startswith("warning: ") and len(ln) > WARNING_COLUMNS:
-                out += textwrap.wrap(ln, WARNING_COLUMNS, subsequent_indent=" " * len("warning: "),
+            prose = ln.startswith("warning: ") or ln == self.accuracy  # wrapped; paths and tables are not
+            if prose and len(ln) > WARNING_COLUMNS:
+                indent = len("warning: ") if ln.startswith("warning: ") else 2
+                out += textwrap.wrap(ln, WARNING_COLUMNS, subsequent_indent=" " * indent,
                                      break_long_words=False, break_on_hyphens=False)
             else:
                 out.append(ln)
@@ -133,11 +136,15 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
         res = export_qdq(session, paths["model"], float_tensors=keep)
         rep.written += [res.path] + ([res.data_path] if res.data_path else [])
         rep.lines.append(res.text())
-        rep.lines += [f"note: {k.text()}" for k in kept]
         rep.warnings = res.build.warnings()
-        rep.lines += [f"warning: {w}" for w in rep.warnings]
+        rep.lines += [f"warning: {w}" for w in rep.warnings]  # right under the line they are about
+        rep.lines += [f"note: {k.text()}" for k in kept]
         rep.lines += [f"note: {n}" for n in res.build.notes]
         step()
+        rep.accuracy = _accuracy_line(session, opts)
+        if rep.accuracy:
+            rep.lines.append(rep.accuracy)
+            step()
         if session.quantized_file:  # no float original: the written file against the file opened
             from ..filecompare import compare_with_input
 
@@ -164,6 +171,17 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
     return rep
 
 
+def _accuracy_line(session, opts: ExportOptions) -> str:
+    """The written model's accuracy on the check samples, per output and slice ("" without them):
+    the fidelity check of the export just written (the same model, built again in memory)."""
+    cal = session.calibration
+    if cal is None or not getattr(cal, "holdout", None):
+        return ""
+    from ..fidelity import measure_session
+
+    return measure_session(session, output_mode=opts.output_mode).exported_text()
+
+
 def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) -> None:
     """What ``qtquant perf --report --csv`` writes, from the same functions."""
     from ..fileio import atomic_write_text
@@ -183,6 +201,8 @@ def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) ->
             "march": march.name, "nodes": len(g.nodes), "groups": len(session.groups),
             "scales": "read from the QDQ file" if session.quantized_file else
             f"calibrated ({session.calibration.data_label()})" if session.calibration else "not calibrated"}
+    if rep.accuracy:
+        meta["accuracy"] = rep.accuracy.removeprefix("accuracy of the exported model ")
     inputs = [g.path]
     atomic_write_text(html_path, html_report(after, before if edited else None,
                                              title=f"qtquant perf — {model} on {march.name}", meta=meta,

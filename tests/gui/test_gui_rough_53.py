@@ -148,3 +148,21 @@ def test_a_cancelled_calibration_is_not_remembered(qtbot, make_win, tmp_path, mo
     opener._open_remembering(path, {"calib": _calib_values(CalibConfig(count=7))})
     qtbot.waitUntil(lambda: stopped[-1:] == [True], timeout=20000)
     assert opener.model_settings.load(path)["calib"]["count"] == 7
+
+
+def test_export_report_and_html_give_the_exported_models_accuracy(qtbot, make_win, tmp_path):
+    from builders import detector_model
+    from qtquant.gui.exporting import ExportOptions, export_files
+
+    win = make_win()
+    open_settled(qtbot, win, save(detector_model(), tmp_path / "det.onnx"))
+    out = tmp_path / "out"
+    rep = export_files(win.session.snapshot(), ExportOptions(out, "det", png=False))
+    n = win.session.calibration.check_samples
+    assert rep.accuracy.startswith(f"accuracy of the exported model on {n} samples")
+    assert all(f"{o} " in rep.accuracy for o in win.session.graph.outputs) and "dB" in rep.accuracy
+    lines = rep.text().splitlines()
+    assert lines[0].startswith("wrote ") and rep.accuracy in rep.lines
+    assert any(ln.startswith("accuracy of") for ln in lines)
+    html = (out / "det.perf.html").read_text()
+    assert "accuracy: on " in html and f"{n} samples" in html
