@@ -166,3 +166,36 @@ def test_export_report_and_html_give_the_exported_models_accuracy(qtbot, make_wi
     assert any(ln.startswith("accuracy of") for ln in lines)
     html = (out / "det.perf.html").read_text()
     assert "accuracy: on " in html and f"{n} samples" in html
+
+
+def test_inspector_names_show_what_tells_them_apart(qtbot, make_win, tmp_path):
+    from qtquant.app.views.fmt import distinct_parts
+
+    assert distinct_parts(["/model.1/conv/Conv_output_0", "/model.1/act/Sigmoid_output_0",
+                           "/model.1/act/Mul_output_0"]) == ["…conv/Conv…", "…act/Sigmoid…", "…act/Mul…"]
+    import onnx
+    from onnx import TensorProto, helper
+
+    from builders import conv_node
+
+    inits = []
+    conv = conv_node(inits, "x", 3, 4, 3, "/model.1/conv/Conv")
+    conv.output[0] = "/model.1/conv/Conv_output_0"
+    nodes = [conv, helper.make_node("Sigmoid", [conv.output[0]], ["/model.1/act/Sigmoid_output_0"],
+                                    name="/model.1/act/Sigmoid"),
+             helper.make_node("Mul", [conv.output[0], "/model.1/act/Sigmoid_output_0"], ["/model.1/act/Mul_output_0"],
+                              name="/model.1/act/Mul"),
+             helper.make_node("Relu", ["/model.1/act/Mul_output_0"], ["y"], name="/model.2/Relu")]
+    g = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "silu.onnx")
+    win = make_win()
+    open_settled(qtbot, win, str(tmp_path / "silu.onnx"))
+    win.jump_to("/model.1/act/Mul")
+    t = win.inspector.tensors
+    qtbot.waitUntil(lambda: t.rowCount() == 3, timeout=5000)
+    texts = [t.item(i, 1).text() for i in range(3)]
+    assert texts == ["…conv/Conv…", "…act/Sigmoid…", "…act/Mul…"]
+    assert t.item(2, 1).toolTip() == "/model.1/act/Mul_output_0"
