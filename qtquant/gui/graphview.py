@@ -13,7 +13,7 @@ from .items import LOD_EDGE_LABEL, NodeItem
 from .minimap import Legend, MiniMap
 
 FIT_MIN_ZOOM = 0.2  # below this a whole-graph fit is unreadable: Fit shows the width at a readable zoom
-BADGE_WEIGHT = 10  # a node with badges (a Concat that needs rescales) hidden by the minimap counts as ten others
+BADGE_WEIGHT = 10  # a node with badges or a Concat hidden by the minimap counts as ten others
 
 __all__ = ["GraphView"]
 
@@ -304,13 +304,14 @@ class GraphView(QGraphicsView):
 
     def _hidden_under(self, rect: QRect) -> int:
         """How much of the graph a widget at ``rect`` (view coordinates) hides: each node with
-        badges counts BADGE_WEIGHT, any other node 1 (the scene's index answers, not a walk)."""
+        badges and each Concat (a shared one, green and without a badge, is what the user just
+        made) counts BADGE_WEIGHT, any other node 1 (the scene's index answers, not a walk)."""
         vp = self.viewport().geometry()
         area = self.mapToScene(rect.translated(-vp.left(), -vp.top())).boundingRect()
         score = 0
         for it in self.scene().items(area, Qt.IntersectsItemBoundingRect):
             if isinstance(it, NodeItem) and it.isVisible():
-                score += BADGE_WEIGHT if it.badges else 1
+                score += BADGE_WEIGHT if it.badges or it.title == "Concat" else 1
         return score
 
     def minimap_room(self) -> None:

@@ -199,3 +199,20 @@ def test_inspector_names_show_what_tells_them_apart(qtbot, make_win, tmp_path):
     texts = [t.item(i, 1).text() for i in range(3)]
     assert texts == ["…conv/Conv…", "…act/Sigmoid…", "…act/Mul…"]
     assert t.item(2, 1).toolTip() == "/model.1/act/Mul_output_0"
+
+
+def test_the_minimap_keeps_off_a_concat_turned_green_by_sharing(qtbot, make_win, tmp_path):
+    from qtquant.gui.graphview import BADGE_WEIGHT
+
+    win = make_win()
+    open_settled(qtbot, win, edit_model(tmp_path / "edit.onnx"))
+    assert win.editor.share_nodes(["cat1"])
+    settle(qtbot, win)
+    v, sc = win.view, win.scene
+    sc.flush_looks()
+    green = sc.nodes["cat1"]
+    assert not green.badges  # shared: no rescale badge left
+    v.centerOn(green)
+    vp = v.viewport().geometry()
+    box = v.mapFromScene(green.sceneBoundingRect()).boundingRect().translated(vp.topLeft())
+    assert v._hidden_under(box) >= BADGE_WEIGHT
