@@ -273,8 +273,10 @@ class GraphView(QGraphicsView):
         # The legend sits in a strip above the viewport (a viewport margin), not over the graph:
         # floating, it covered the top-left nodes, the first ones a fitted graph shows.
         # A canvas too small to spare the strip (narrower than the legend) keeps it floating.
+        # The strip is as tall as the tallest legend: a legend growing with an overlay's ramp shrank
+        # the viewport from the top, the graph jumped ~20 px and the first node's badge went under it.
         lg = self.legend
-        top = lg.height() + 12
+        top = lg.MAX_HEIGHT + 12
         if lg.isHidden() or self.width() < lg.width() + 40 or self.height() < 3 * top:
             top = 0
         if self.viewportMargins().top() != top:

@@ -216,3 +216,20 @@ def test_the_minimap_keeps_off_a_concat_turned_green_by_sharing(qtbot, make_win,
     vp = v.viewport().geometry()
     box = v.mapFromScene(green.sceneBoundingRect()).boundingRect().translated(vp.topLeft())
     assert v._hidden_under(box) >= BADGE_WEIGHT
+
+
+def test_the_canvas_does_not_jump_when_the_overlay_changes(qtbot, make_win, tmp_path):
+    from qtquant.vocab import Overlay
+
+    win = make_win()
+    open_settled(qtbot, win, edit_model(tmp_path / "edit.onnx"))
+    v = win.view
+    top_of_view = v.mapToScene(v.viewport().rect().topLeft())
+    margin = v.viewportMargins().top()
+    win.set_overlay(Overlay.LATENCY)
+    settle(qtbot, win)
+    qtbot.waitUntil(lambda: v.legend.mode == Overlay.LATENCY, timeout=5000)
+    assert v.viewportMargins().top() == margin and margin >= v.legend.height() + 12
+    assert v.mapToScene(v.viewport().rect().topLeft()) == top_of_view
+    vp = v.viewport().geometry()
+    assert v.legend.geometry().bottom() < vp.top()  # in its strip, over no node
