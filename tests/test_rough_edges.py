@@ -80,3 +80,16 @@ def test_analyze_of_a_fixed_file_says_why_its_rescale_count_differs_from_fix(tmp
     line = next(t for t in text.splitlines() if "Concats," in t and "mismatched" in t)
     assert "1 rescales" in line  # the file's count; fix said 0 after its export
     assert "qtquant fix and the app count it as none" in text and "this file's count is 0 by theirs" in text
+
+
+def test_model_info_accounts_for_every_held_back_sample(tmp_path):
+    from builders import branchy_concat_model, save
+    from qtquant.app import Options, open_model
+    from qtquant.app.views.concats import model_info
+    from qtquant.calib import CalibConfig
+
+    s = open_model(save(branchy_concat_model(), tmp_path / "m.onnx"), options=Options(calib=CalibConfig(count=4,
+                                                                                                      holdout=40)))
+    s.run_calibration()
+    assert s.calibration.check_samples == 32 and s.calibration.held_back == 40
+    assert "4 samples + 40 held out (check on 32)" in model_info(s).calibration

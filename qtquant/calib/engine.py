@@ -216,6 +216,9 @@ class CalibrationResult:
     # A merged statistics file (qtquant calibrate --merge): the data each shard was calibrated on,
     # in merge order (empty otherwise: ``config.source`` says it).
     sources: tuple[str, ...] = ()
+    # Samples held back from calibration (the check runs on at most CHECK_CAP of them): with more,
+    # "205 samples + 32 held out" left 19 of 256 photos unaccounted for.
+    held_back: int = 0
 
     @property
     def samples(self) -> int:
@@ -272,7 +275,7 @@ class CalibrationResult:
         return CalibrationResult(stats, compute_ranges(stats, self.config), self.config,
                                  list(self.holdout), self.batches + other.batches,
                                  self.seconds + other.seconds, list(self.notes) + list(other.notes),
-                                 self.in_sample)
+                                 self.in_sample, held_back=self.held_back)
 
 
 _RECOMPUTABLE = {"observer", "percentile", "scheme", "jobs", "ray"}
@@ -432,4 +435,5 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
                 for n, v in feed.items()):
             check_values = [kept[r] for r in order]  # (the same inputs as the check's feeds: checked)
     return CalibrationResult(stats, compute_ranges(stats, config), config, check, len(calib_refs),
-                             time.perf_counter() - t0, source.notes + split.notes, split.in_sample, check_values)
+                             time.perf_counter() - t0, source.notes + split.notes, split.in_sample, check_values,
+                             held_back=len(split.held))
