@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
                                QFormLayout, QLabel, QLineEdit, QVBoxLayout)
 
 from ..errors import BadInputError
+from ..fileio.paths import default_output_folder
 from ..vocab import DEFAULT_PERCENTILE, DEFAULT_SCHEME, SCHEME_NAMES, Observer, Scheme
 from .dialogs import path_row
 
@@ -349,12 +350,25 @@ class ExportController(QObject):
         self.render = render
         self.last_export: ExportReport | None = None
 
+    @staticmethod
+    def _folder_key(session) -> str:
+        from .dialogs import ModelSettings
+
+        return "export/folder/" + ModelSettings.key(session.graph.path or "model").removeprefix("models/")
+
+    def remember_folder(self, folder) -> None:
+        """The folder the export dialog offers next for the open model."""
+        self.settings.setValue(self._folder_key(self.relay.session), str(folder))
+
     def dialog(self) -> bool:
         s = self.relay.session
         if s is None or not s.ready:
             self.messages.status("Export needs calibrated scales: wait for calibration", 6000)
             return False
-        folder = self.settings.value("export/folder") or str(s.graph.path.parent if s.graph.path else Path.home())
+        # This model's last export folder, else its own folder (not another model's last one, not a
+        # hidden cache folder: the demo's)
+        key = self._folder_key(s)
+        folder = self.settings.value(key) or str(default_output_folder(s.graph.path))
         stem = (s.graph.path.stem if s.graph.path else "model") + "_fixed"
         cal = s.calibration
         pct = getattr(getattr(cal, "config", None), "percentile", DEFAULT_PERCENTILE)
@@ -363,7 +377,7 @@ class ExportController(QObject):
         if dlg.exec() != QDialog.Accepted:
             return False
         opts = dlg.values()
-        self.settings.setValue("export/folder", str(opts.folder))
+        self.settings.setValue(key, str(opts.folder))
         self.apply_choices(opts)
         self.export(opts)
         return True

@@ -24,7 +24,7 @@ def _export_report(win, qtbot, tmp_path, monkeypatch) -> str:
     """Export through the window's Export action (the dialog accepted as it is): the report's text."""
     out = tmp_path / "out"
     out.mkdir()
-    win.settings.setValue("export/folder", str(out))
+    win.exports.remember_folder(str(out))
     monkeypatch.setattr(ExportDialog, "exec", lambda self: ExportDialog.Accepted)
     n = len(win.messages.report_dialogs)
     win.actions_by_name["export"].trigger()

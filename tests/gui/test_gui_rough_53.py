@@ -233,3 +233,32 @@ def test_the_canvas_does_not_jump_when_the_overlay_changes(qtbot, make_win, tmp_
     assert v.mapToScene(v.viewport().rect().topLeft()) == top_of_view
     vp = v.viewport().geometry()
     assert v.legend.geometry().bottom() < vp.top()  # in its strip, over no node
+
+
+def test_export_and_project_dialogs_start_in_this_models_folder(qtbot, make_win, tmp_path, monkeypatch):
+    from qtquant.gui.exporting import ExportDialog
+
+    seen = []
+    monkeypatch.setattr(ExportDialog, "exec", lambda self: seen.append(self.folder.text()) or ExportDialog.Rejected)
+    first = tmp_path / "first"
+    first.mkdir()
+    win = make_win()
+    open_settled(qtbot, win, edit_model(first / "edit.onnx"))
+    win.exports.remember_folder(tmp_path / "elsewhere")  # an export of this model went there
+    other = tmp_path / "other"
+    other.mkdir()
+    open_settled(qtbot, win, edit_model(other / "other.onnx"))
+    win.actions_by_name["export"].trigger()
+    assert seen[-1] == str(other)  # not the first model's last folder
+    hidden = tmp_path / ".cache" / "qtquant"
+    hidden.mkdir(parents=True)
+    open_settled(qtbot, win, edit_model(hidden / "demo.onnx"))
+    win.actions_by_name["export"].trigger()
+    from pathlib import Path
+
+    assert seen[-1] == str(Path.home())  # not a hidden cache folder
+    starts = []
+    monkeypatch.setattr("qtquant.gui.projects.QFileDialog.getSaveFileName",
+                        lambda parent, title, start, filt: starts.append(start) or ("", ""))
+    win.projects.save_as()
+    assert starts[-1] == str(Path.home() / "demo.qtquant")
