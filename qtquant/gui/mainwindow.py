@@ -228,6 +228,8 @@ class MainWindow(QMainWindow):
         self.jobs.jobFailed.connect(lambda job, msg, det: self.show_error(f"{job.label.capitalize()} failed", msg,
                                                                           det))
         self.canvas.built.connect(self._scene_built)
+        self.canvas.buildProgress.connect(
+            lambda done, total: self.messages.status(f"Drawing the graph: {done:,} of {total:,} items…", 4000))
         r.optionsChanged.connect(self._show_options)
         r.stackChanged.connect(self.update_title)
         r.stackChanged.connect(self._stack_message)

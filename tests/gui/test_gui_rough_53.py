@@ -262,3 +262,26 @@ def test_export_and_project_dialogs_start_in_this_models_folder(qtbot, make_win,
                         lambda parent, title, start, filt: starts.append(start) or ("", ""))
     win.projects.save_as()
     assert starts[-1] == str(Path.home() / "demo.qtquant")
+
+
+def test_expand_all_keeps_the_view_and_says_how_far_the_drawing_is(qtbot, make_win, big_model, monkeypatch):
+    import qtquant.gui.canvasview as cv
+
+    win = make_win()
+    open_settled(qtbot, win, big_model)
+    B = block_name("/model.60")
+    win.scene.clearSelection()
+    win.scene.nodes[B].setSelected(True)
+    win.view.centerOn(win.scene.nodes[B])
+    zoom = win.view.zoom
+    progress = []
+    win.canvas.buildProgress.connect(lambda d, n: progress.append((d, n)))
+    monkeypatch.setattr(cv, "BUILD_SLICE_MS", 0)  # every chunk its own slice
+    monkeypatch.setattr(cv, "ISOLATE_MIN_UNITS", 1)  # laid out in a job and built in slices, as 20,000 nodes are
+    with qtbot.waitSignal(win.canvas.built, timeout=60000):
+        win.actions_by_name["expand_all"].trigger()
+    assert progress and all(0 < d <= n for d, n in progress) and progress[-1][0] > progress[0][0]
+    assert win.view.zoom == pytest.approx(zoom)
+    vis = win.view.mapToScene(win.view.viewport().rect()).boundingRect()
+    inside = [it for n, it in win.scene.nodes.items() if n.startswith("/model.60/")]
+    assert inside and any(vis.intersects(it.sceneBoundingRect()) for it in inside)  # not back at the top
