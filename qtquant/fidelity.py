@@ -175,6 +175,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     if cache.calib_id is not cal:
         cache.calib_id, cache.float_out, cache.tensors, cache.runs = cal, None, {}, {}
         cache.figures, cache.member_sqnr, cache.runner, cache.runtime = {}, {}, None, {}
+        cache.sparse = None
         cache.member_signal = {}
     if cache.slices is None:
         cache.slices = output_slices(graph)
@@ -240,6 +241,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
                    _run_figures(cache, ranges, before_dm, before, outs),
                    samples=len(feeds), in_sample=bool(getattr(cal, "in_sample", False)), revision=revision,
                    runtime=cache.runtime.get(id(before), runtime_text()), float_outputs=[w.text() for w in why],
+                   sparse=_sparse_outputs(cache, outs),
                    reference=QDQ_VIEW if getattr(session, "qdq", None) is not None else FLOAT_MODEL)
     if cross_check:
         fake = got[-1]
@@ -257,6 +259,28 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     steps.update(figures=(t_mem - t_fig) * 1e3, members=(end - t_mem) * 1e3, total=(end - t_start) * 1e3)
     fid.trace = dict(steps)
     return fid
+
+
+SPARSE_SHARE = 0.001  # an output whose float reference fires on under this share of its elements gets a note
+FIRES = 0.1  # an element "fires" at this share of the output's largest magnitude or more
+
+
+def _sparse_outputs(cache, outs) -> dict[str, tuple[int, int]]:
+    """output -> (elements that fire, elements) where the float reference fires on under SPARSE_SHARE
+    of them; computed once per calibration (the float run is)."""
+    if cache.sparse is None:
+        cache.sparse = {}
+        for o in outs:
+            parts = [np.abs(np.asarray(r[o], dtype=np.float64)) for r in cache.float_out or ()
+                     if np.asarray(r[o]).dtype.kind == "f"]
+            n = sum(p.size for p in parts)
+            top = max((float(p.max()) for p in parts if p.size), default=0.0)
+            if not n or not top > 0:
+                continue
+            hit = sum(int(np.count_nonzero(p >= FIRES * top)) for p in parts)
+            if hit < SPARSE_SHARE * n:
+                cache.sparse[o] = (hit, n)
+    return dict(cache.sparse)
 
 
 _side: list = []

@@ -62,6 +62,10 @@ class Fidelity:
     findings: list[str] = field(default_factory=list)
     float_outputs: list[str] = field(default_factory=list)  # why outputs stayed float (auto mode)
     reference: str = FLOAT_MODEL  # what the figures are measured against (QDQ_VIEW for a QDQ file)
+    # output -> (elements where the float reference fires, elements in all) for an output that fires on
+    # under SPARSE_SHARE of them: a detector that finds nothing on the check samples (PP-OCR on photos
+    # without text), whose figure then rests on a few false positives.
+    sparse: dict = field(default_factory=dict)
     # Where the check's time went, ms per step (benchmarks/gui_refresh.py prints it): not a figure,
     # never in the report, and left out of equality.
     trace: dict = field(default_factory=dict, compare=False, repr=False)
@@ -105,6 +109,16 @@ class Fidelity:
         return (f"accuracy of the exported model on {self.sample_text} (SQNR vs {self.reference}): "
                 + "; ".join(parts))
 
+    def sparse_notes(self) -> list[str]:
+        """A sentence per output whose float reference fires on almost none of its elements."""
+        out = []
+        for o, (hit, n) in self.sparse.items():
+            out.append(f"{o}: the float model fires on only {hit} of its {n} elements ({100 * hit / max(n, 1):.3f}%) "
+                       f"on the check samples, so its figure rests on those few (for a detector: the samples show "
+                       "little of what it detects, e.g. no text for an OCR detector); calibrate and check on "
+                       "representative data")
+        return out
+
     def low_outputs(self) -> list[str]:
         """A sentence per output whose headline is lost (:attr:`~qtquant.metrics.Figure.lost`) after the
         groups: a figure such as "1.3 dB" reads as a number among others, where it says the output
@@ -130,6 +144,7 @@ class Fidelity:
                         for o in self.outputs},
             "findings": list(self.findings),
             "float_outputs": list(self.float_outputs),
+            "sparse_outputs": {o: {"firing": hit, "elements": n} for o, (hit, n) in self.sparse.items()},
             "members": [{"tensor": m.tensor, "group": m.group, "bits_lost": num(m.bits_lost),
                          "before_sqnr_db": num(m.before_sqnr_db), "sqnr_db": num(m.sqnr_db)}
                         for m in self.members],
@@ -153,6 +168,7 @@ class Fidelity:
                 lines.append(f"headline {o}: {self.headline_text(o, True)} -> {self.headline_text(o)}")
         lines += notes
         lines += [f"low: {t}" for t in self.low_outputs()]
+        lines += [f"sparse: {t}" for t in self.sparse_notes()]
         lines += [f"finding: {f}" for f in self.findings]
         lines += [f"float output: {f}" for f in self.float_outputs]
         if self.members:

@@ -51,6 +51,7 @@ class _Cache:
         self.figures: dict[tuple, tuple] = {}  # (id(run), scheme, outputs) -> (run, figures)
         self.member_sqnr: dict[tuple, float] = {}  # (tensor, qparams) -> SQNR dB
         self.member_signal: dict[str, float] = {}  # tensor -> its Σref² over the check samples
+        self.sparse: dict | None = None  # output -> (firing, elements) of the sparse float outputs
         self.runner = None  # qtquant.incremental.IncrementalRunner of the check samples
         self.runtime: dict[int, str] = {}  # id(a shipped-model run) -> how its session ran
 

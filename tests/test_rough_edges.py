@@ -93,3 +93,20 @@ def test_model_info_accounts_for_every_held_back_sample(tmp_path):
     s.run_calibration()
     assert s.calibration.check_samples == 32 and s.calibration.held_back == 40
     assert "4 samples + 40 held out (check on 32)" in model_info(s).calibration
+
+
+def test_an_output_that_fires_on_almost_nothing_is_said(tmp_path, capsys):
+    """PP-OCR's detector on photos without text: its probability map is ~0 but for a few false
+    positives; the report says so and asks for representative data."""
+    k = numpy_helper.from_array(np.array(0.9995, np.float32), "t")
+    nodes = [helper.make_node("Sub", ["x", "t"], ["d"], name="sub"),
+             helper.make_node("Relu", ["d"], ["prob"], name="relu")]
+    g = helper.make_graph(nodes, "sparse", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 64, 64])],
+                          [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 1, 64, 64])], [k])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "sparse.onnx")
+    assert main(["analyze", str(tmp_path / "sparse.onnx")]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("sparse: "))
+    assert "prob: the float model fires on only" in line and "representative data" in line

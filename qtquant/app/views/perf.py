@@ -179,8 +179,9 @@ def fidelity_html(fid, edited: bool = False) -> str:
                 t += f' <span style="color:{MUTED}">(±0.00 dB)</span>'
         parts.append(t)
     text = "; ".join(parts)
-    if any(fid.after[o].headline.blank is Blank.NO_SIGNAL for o in fid.outputs):
-        text += f' <span style="color:{WARN}">(use representative data)</span>'  # the cell says "no signal"
+    if any(fid.after[o].headline.blank is Blank.NO_SIGNAL for o in fid.outputs) or getattr(fid, "sparse", None):
+        # "no signal", or an output that fires on almost nothing (the tooltip's report says which)
+        text += f' <span style="color:{WARN}">(use representative data)</span>'
     if fid.findings:
         text += f' <span style="color:{BAD}">{len(fid.findings)} finding(s), see tooltip</span>'
     return text
