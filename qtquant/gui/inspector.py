@@ -384,7 +384,8 @@ class Inspector(QScrollArea):
         q = self._export_qparams(t)
         if q is None:  # the export leaves it in float: no scale to show, and none to clip at
             return shape, _fmt_range(own), "float", ""
-        scale = fmt_scale(q.scale) + (" int16" if q.bits == 16 else "")
+        # int16 said in three letters: " int16" after a full scale widened the column past the dock
+        scale = f"{q.scale:.3g} i16" if q.bits == 16 else fmt_scale(q.scale)
         return shape, _fmt_range(own), scale, str(q.zero_point)
 
     def _export_qparams(self, t: str):

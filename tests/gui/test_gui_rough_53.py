@@ -199,6 +199,15 @@ def test_inspector_names_show_what_tells_them_apart(qtbot, make_win, tmp_path):
     texts = [t.item(i, 1).text() for i in range(3)]
     assert texts == ["…conv/Conv…", "…act/Sigmoid…", "…act/Mul…"]
     assert t.item(2, 1).toolTip() == "/model.1/act/Mul_output_0"
+    # an int16 output's scale says so without widening the table past the dock
+    from qtquant.app.commands import SetPrecisionCommand
+
+    win.stack.push(SetPrecisionCommand.for_names(win.session, ["/model.1/act/Mul"], "int16"))
+    settle(qtbot, win)
+    win.jump_to("/model.1/act/Sigmoid")
+    win.jump_to("/model.1/act/Mul")
+    qtbot.waitUntil(lambda: t.item(2, 4) is not None and t.item(2, 4).text().endswith(" i16"), timeout=5000)
+    assert not t.horizontalScrollBar().isVisible()
 
 
 def test_the_minimap_keeps_off_a_concat_turned_green_by_sharing(qtbot, make_win, tmp_path):
