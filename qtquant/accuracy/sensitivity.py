@@ -47,11 +47,12 @@ __all__ = ["Unit", "Sensitivity", "units_of", "estimate", "rank", "ranked_by", "
            "DEFAULT_TOP", "CANDIDATES", "NO_GAIN_DB", "MIN_PRICE_US", "rank_key"]
 
 # Each measured candidate is one real export and onnxruntime session (~6 s on yolov8n_320 with 16 samples on
-# 2 cores): 6 keeps the whole ranking within a minute there, while the first pass still ranks every unit.
+# 2 cores), and each measured unit is two of them (int16 and float): 4 units are 8 exports, about what 6
+# float-only units were, while the first pass still ranks every unit.
 # The first pass is one run per unit and sample: on a heavy model it dominates (PP-OCRv4 det at 640x640:
 # 251 units x 4 samples), so each run starts where its unit's gate first acts (.gatedruns): the whole
 # command there went from 4:43 / 5:15 to 2:23 / 2:49 (two pairs), the same figures to the digit.
-DEFAULT_TOP = 6
+DEFAULT_TOP = 4
 ESTIMATE_SAMPLES = 4  # the first pass runs on at most this many check samples (the measured pass on all)
 ESTIMATE_TEXT = ("estimate: the unit alone in float with Q/DQ evaluated in float (fake-quant, one gated model, "
                  f"one run over at most {ESTIMATE_SAMPLES} check samples per unit; an int16 candidate has its "

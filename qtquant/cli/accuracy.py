@@ -18,7 +18,8 @@ def add_arguments(p) -> None:
 
     add_common(p)
     p.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
-                   help=f"measure the N best first-pass estimates by real exports (default {DEFAULT_TOP}; 0: "
+                   help=f"measure the N best first-pass estimates by real exports, each node as int16 and as float "
+                        f"(default {DEFAULT_TOP}; 0: "
                         "estimates only)")
     p.add_argument("--tensors", type=int, default=15, metavar="N", help="tensors and nodes shown in the text form")
     p.add_argument("--reach", type=float, default=None, metavar="DB",

@@ -17,6 +17,7 @@ from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QDoubleSpinBox, QHBoxLayout, QHeaderView, QLabel,
                                QMenu, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
+from ..accuracy.sensitivity import DEFAULT_TOP
 from ..app.views.accuracy import (PER_US_COLUMN, SENSITIVITY_HEADERS, sensitivity_headers, sensitivity_rows,
                                    status_text, tradeoff_points)
 from ..tables import fmt_num
@@ -131,9 +132,10 @@ class SensitivityDock(QWidget):
                                 "(qtquant accuracy)")
         self.top_n = QSpinBox()
         self.top_n.setRange(0, 200)
-        self.top_n.setValue(8)
+        self.top_n.setValue(DEFAULT_TOP)  # units, each measured as int16 and as float
         self.top_n.setPrefix("measure top ")
-        self.top_n.setToolTip("How many of the best first-pass estimates are measured by a real export")
+        self.top_n.setToolTip("How many of the best first-pass estimates are measured by real exports (each node "
+                              "twice: in int16 and in float)")
         self.local = QCheckBox("Local SQNR on the Error overlay")
         self.local.setToolTip("Colour by each tensor's own rounding (local) instead of the error reaching it "
                               "(cumulative)")
