@@ -172,7 +172,9 @@ def test_inspector_names_show_what_tells_them_apart(qtbot, make_win, tmp_path):
     from qtquant.app.views.fmt import distinct_parts
 
     assert distinct_parts(["/model.1/conv/Conv_output_0", "/model.1/act/Sigmoid_output_0",
-                           "/model.1/act/Mul_output_0"]) == ["…conv/Conv…", "…act/Sigmoid…", "…act/Mul…"]
+                           "/model.1/act/Mul_output_0"]) == ["…Conv…", "…Sigmoid…", "…Mul…"]
+    assert distinct_parts(["/m/cv1/conv/Conv_output_0", "/m/cv2/conv/Conv_output_0"]) == [
+        "…cv1/conv/Conv…", "…cv2/conv/Conv…"]  # as many trailing parts as tell them apart
     import onnx
     from onnx import TensorProto, helper
 
@@ -197,7 +199,7 @@ def test_inspector_names_show_what_tells_them_apart(qtbot, make_win, tmp_path):
     t = win.inspector.tensors
     qtbot.waitUntil(lambda: t.rowCount() == 3, timeout=5000)
     texts = [t.item(i, 1).text() for i in range(3)]
-    assert texts == ["…conv/Conv…", "…act/Sigmoid…", "…act/Mul…"]
+    assert texts == ["…Conv…", "…Sigmoid…", "…Mul…"]
     assert t.item(2, 1).toolTip() == "/model.1/act/Mul_output_0"
     # an int16 output's scale says so without widening the table past the dock
     from qtquant.app.commands import SetPrecisionCommand

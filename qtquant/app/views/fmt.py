@@ -60,8 +60,9 @@ def in_scope(name: str, scope: str) -> str:
 
 def distinct_parts(names) -> list[str]:
     """The part of each name that tells it from the others in one list: the shared leading path
-    ("/model.1/") and a shared tail ("_output_0") become "…", so a narrow column shows
-    "…conv/Conv…", "…act/Mul…" where eliding in the middle showed "/mod…ut_0" for every row."""
+    ("/model.1/") and a shared tail ("_output_0") become "…", and of the rest only as many trailing
+    path parts as tell the rows apart stay, so a narrow column shows "…Conv…", "…Sigmoid…", "…Mul…"
+    where eliding in the middle showed "/mod…ut_0" for every row."""
     import os
 
     names = [str(n) for n in names]
@@ -78,4 +79,14 @@ def distinct_parts(names) -> list[str]:
         suf = ""
     if any(len(n) - len(pre) - len(suf) < 1 for n in names):
         return names
-    return [("…" if pre else "") + n[len(pre):len(n) - len(suf)] + ("…" if suf else "") for n in names]
+    mids = [n[len(pre):len(n) - len(suf)] for n in names]
+    # The fewest trailing path parts that still tell the rows apart ("Mul", not "act/Mul"): the
+    # inspector's column is narrow, and the op at the end is what differs most
+    parts = [m.split("/") for m in mids]
+    for k in range(1, max(len(p) for p in parts) + 1):
+        tails = ["/".join(p[-k:]) for p in parts]
+        if len(set(tails)) == len(set(mids)):
+            cut = any(len(p) > k for p in parts)
+            return [("…" if pre or (cut and len(p) > k) else "") + t + ("…" if suf else "")
+                    for p, t in zip(parts, tails)]
+    return [("…" if pre else "") + m + ("…" if suf else "") for m in mids]
