@@ -64,6 +64,10 @@ class Fidelity:
     reference: str = FLOAT_MODEL  # what the figures are measured against (QDQ_VIEW for a QDQ file)
     # Where this CPU's default onnxruntime int8 kernels would give other headlines: one line, both figures.
     host_default: str = ""
+    # output -> (elements where the float reference fires, elements in all) for an output that fires on
+    # under SPARSE_SHARE of them: a detector that finds nothing on the check samples (PP-OCR on photos
+    # without text), whose figure then rests on a few false positives.
+    sparse: dict = field(default_factory=dict)
     # Where the check's time went, ms per step (benchmarks/gui_refresh.py prints it): not a figure,
     # never in the report, and left out of equality.
     trace: dict = field(default_factory=dict, compare=False, repr=False)
@@ -88,6 +92,34 @@ class Fidelity:
         """'output0[4:22] 0.0 dB', or the no-signal sentence."""
         h = (self.before if before else self.after)[output].headline
         return f"{h.label}: {h.word}" if h.no_signal else f"{h.label} {_f(h.sqnr_db)} dB"
+
+    def exported_text(self) -> str:
+        """The exported model's accuracy in one line, per output and slice, with the sample count: the
+        number a user pastes to the team ("accuracy of the exported model on 7 samples in-sample
+        (SQNR vs the float model): y1 31.20 dB; y2 12.70 dB, worst slice y2[0:4] (y2[0:4] 12.70, y2[4:8] 30.10)")."""
+        parts = []
+        for o in self.outputs:
+            a = self.after[o]
+            h = a.headline
+            t = f"{o} {a.whole.word}" if a.whole.no_signal else f"{o} {_f(a.whole.sqnr_db)} dB"
+            if a.slices:
+                t += f", worst slice {self.headline_text(o)} (" + ", ".join(
+                    f"{x.label} {x.word if x.no_signal else _f(x.sqnr_db)}" for x in a.slices) + ")"
+            elif h.no_signal:
+                t = f"{o}: {h.word}"
+            parts.append(t)
+        return (f"accuracy of the exported model on {self.sample_text} (SQNR vs {self.reference}): "
+                + "; ".join(parts))
+
+    def sparse_notes(self) -> list[str]:
+        """A sentence per output whose float reference fires on almost none of its elements."""
+        out = []
+        for o, (hit, n) in self.sparse.items():
+            out.append(f"{o}: the float model fires on only {hit} of its {n} elements ({100 * hit / max(n, 1):.3f}%) "
+                       f"on the check samples, so its figure rests on those few (for a detector: the samples show "
+                       "little of what it detects, e.g. no text for an OCR detector); calibrate and check on "
+                       "representative data")
+        return out
 
     def low_outputs(self) -> list[str]:
         """A sentence per output whose headline is lost (:attr:`~qtquant.metrics.Figure.lost`) after the
@@ -115,6 +147,7 @@ class Fidelity:
             "findings": list(self.findings),
             "host_default": self.host_default or None,
             "float_outputs": list(self.float_outputs),
+            "sparse_outputs": {o: {"firing": hit, "elements": n} for o, (hit, n) in self.sparse.items()},
             "members": [{"tensor": m.tensor, "group": m.group, "bits_lost": num(m.bits_lost),
                          "before_sqnr_db": num(m.before_sqnr_db), "sqnr_db": num(m.sqnr_db)}
                         for m in self.members],
@@ -138,6 +171,7 @@ class Fidelity:
                 lines.append(f"headline {o}: {self.headline_text(o, True)} -> {self.headline_text(o)}")
         lines += notes
         lines += [f"low: {t}" for t in self.low_outputs()]
+        lines += [f"sparse: {t}" for t in self.sparse_notes()]
         lines += [f"finding: {f}" for f in self.findings]
         lines += [self.host_default] if self.host_default else []
         lines += [f"float output: {f}" for f in self.float_outputs]

@@ -54,6 +54,7 @@ class _Cache:
         self.figures: dict[tuple, tuple] = {}  # (id(run), scheme, outputs) -> (run, figures)
         self.member_sqnr: dict[tuple, float] = {}  # (tensor, qparams) -> SQNR dB
         self.member_signal: dict[str, float] = {}  # tensor -> its Σref² over the check samples
+        self.sparse: dict | None = None  # output -> (firing, elements) of the sparse float outputs
         self.runner = None  # qtquant.incremental.IncrementalRunner of the check samples
         self.runtime: dict[int, str] = {}  # id(a shipped-model run) -> how its session ran
 
@@ -110,9 +111,17 @@ def _reference_run(model, graph, names, feeds, cancel):
 KEEP_STATES = 6  # domain maps whose runs are kept besides the baseline's
 
 
-def _run_key(session, float_tensors, level):
+def _run_key(session, float_tensors, level, precision=None):
     # The precision is part of the program that ships: the same domains at other precisions are another run.
-    return (float_tensors, level, getattr(getattr(session, "options", None), "precision", None))
+    # ``precision`` None: the session's.
+    if precision is None:
+        precision = getattr(getattr(session, "options", None), "precision", None)
+    return (float_tensors, level, precision)
+
+
+def _same(a, b) -> bool:
+    """Two (domain map, precision) pairs build the same model."""
+    return (a[0] is b[0] or a[0] == b[0]) and a[1] == b[1]
 
 
 def _cached_run(cache, key, dm):
@@ -136,7 +145,7 @@ def _store_run(session, cache, key, dm, res) -> None:
 
 def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, follow_edits=False,
                   segments=None, steps=None, builds=None) -> list:
-    """The default-level runs of ``jobs`` ((dm, model) pairs), one after another (the runner
+    """The default-level runs of ``jobs`` ((dm, precision, model) triples), one after another (the runner
     keeps state; ``builds``: id(model) -> the QdqBuild that made it).  With ``follow_edits``:
     onnxruntime's program of the exported file, re-run only where the edit changed it
     (qtquant.incremental; the same outputs as a fresh default session, bit for bit).  Without: each
@@ -147,7 +156,7 @@ def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, foll
 
     res = []
     check = object()  # the runner's token for the models of this check
-    for dm, model in jobs:
+    for dm, prec, model in jobs:
         if not follow_edits or split_parts(model) > 1:
             # A fresh default session (also the runner's above its MAX_NODES); above SPLIT_NODES in
             # segments created side by side (shipped.shipped_session: bit-identical outputs), said.
@@ -159,8 +168,9 @@ def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, foll
         if cache.runner is None:
             cache.runner = IncrementalRunner(feeds)
         res.append(cache.runner.run(model, outs, cancel, session.graph.base_dir,
-                                    moved=lambda dm=dm: qdq.build_qdq_model(session, moved_domains(dm),
-                                                                            float_tensors=float_tensors).model,
+                                    moved=lambda dm=dm, prec=prec: qdq.build_qdq_model(
+                                        session, moved_domains(dm), float_tensors=float_tensors,
+                                        precision=prec).model,
                                     build=(builds or {}).get(id(model)), check=check))
         for k, v in cache.runner.times.items():
             steps[k] = steps.get(k, 0.0) + v
@@ -178,8 +188,8 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
     optimises a graph, and on a 20,000-node export that is seconds per session, so the float run
     and the cross-check's basic-level session take no wall time beside the default one."""
     got, todo = [], []
-    for dm, level in wanted:
-        key = _run_key(session, float_tensors, level)
+    for dm, level, *prec in wanted:  # (dm, level[, precision: None for the session's])
+        key = _run_key(session, float_tensors, level, prec[0] if prec else None)
         res = _cached_run(cache, key, dm)
         if res is None and not any(k == key and (d is dm or d == dm) for k, d, _ in todo):
             todo.append((key, dm, level))
@@ -190,7 +200,10 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
 
         from .export import qdq
 
-        models, builds = [], {}
+        models, builds = [], {}  # ((dm, precision), model): one build per map and precision
+
+        def model_of(dm, key):
+            return next((m for pair, m in models if _same(pair, (dm, key[2]))), None)
         # One run and nothing beside it (the GUI's check after an edit): this thread runs it.
         alone = first is None and meanwhile is None and len(todo) == 1
         with _Inline() if alone else ThreadPoolExecutor(2, thread_name_prefix="qtquant-fidelity") as pool:
@@ -198,29 +211,28 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
             futs = {}
             try:
                 for key, dm, level in todo:
-                    model = next((m for d, m in models if d is dm or d == dm), None)
+                    model = model_of(dm, key)
                     if model is None:  # built here, while the float run goes on in onnxruntime
                         t0 = time.perf_counter()
-                        build = qdq.build_qdq_model(session, dm, float_tensors=float_tensors, record=follow_edits)
+                        build = qdq.build_qdq_model(session, dm, float_tensors=float_tensors, precision=key[2],
+                                                    record=follow_edits)
                         model = build.model
                         builds[id(model)] = build
                         trace()["build"] = trace().get("build", 0.0) + (time.perf_counter() - t0) * 1e3
-                        models.append((dm, model))
-                shipped = [(dm, next(m for d, m in models if d is dm or d == dm))
-                           for _, dm, level in todo if level == "default"]
+                        models.append(((dm, key[2]), model))
+                shipped = [(dm, key[2], model_of(dm, key)) for key, dm, level in todo if level == "default"]
                 if shipped:
                     # A big export's segments are cut here, before the pool thread starts: cutting is
                     # Python work, and beside ``meanwhile`` (the perf simulation) it only took turns.
-                    segs = {id(m): segments_of(m, _shape_of(session.graph)) for _, m in shipped
+                    segs = {id(m): segments_of(m, _shape_of(session.graph)) for _, _, m in shipped
                             if split_parts(m) > 1}
                     futs["default"] = pool.submit(_shipped_runs, session, cache, shipped, outs, feeds, cancel,
                                                   float_tensors, follow_edits, segs, trace(), builds)
-                for i, (_, dm, level) in enumerate(todo):
+                for i, (key, dm, level) in enumerate(todo):
                     if level == HOST_DEFAULT:
-                        model = next(m for d, m in models if d is dm or d == dm)
-                        futs[i] = pool.submit(_host_default_run, model, session.graph, outs, feeds, cancel)
+                        futs[i] = pool.submit(_host_default_run, model_of(dm, key), session.graph, outs, feeds, cancel)
                     elif level != "default":
-                        model = next(m for d, m in models if d is dm or d == dm)
+                        model = model_of(dm, key)
                         if reference_level(model) is not None:  # (None: too big, no cross-check)
                             futs[i] = pool.submit(_reference_run, model, session.graph, outs, feeds, cancel)
                 if meanwhile is not None:
@@ -240,10 +252,10 @@ def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted
                 continue  # a cross-check left out
             _store_run(session, cache, key, dm, res)
             if level == "default":
-                cache.runtime.setdefault(id(res), runtime_text(next(m for d, m in models if d is dm or d == dm)))
+                cache.runtime.setdefault(id(res), runtime_text(model_of(dm, key)))
             elif level == HOST_DEFAULT:
                 continue
-            elif reference_level(next(m for d, m in models if d is dm or d == dm)) != "basic":
+            elif reference_level(model_of(dm, key)) != "basic":
                 cache.runtime[id(res)] = REFERENCE_OFF_TEXT
     if meanwhile is not None:
         meanwhile()

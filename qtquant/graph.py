@@ -157,6 +157,21 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
 
 
 @gc_paused
+def _raise_with_fit_hint(model, given: dict, shapes: dict) -> None:
+    """An error of input shapes the user gave: raise it again naming the dimensions and what fits."""
+    import sys
+
+    from .shapefit import fit_hint
+
+    e = sys.exc_info()[1]
+    if not given or not isinstance(e, ShapeError) or "do not fit the model" not in str(e):
+        return
+    hint = fit_hint(model, {k: v for k, v in shapes.items() if k in given})
+    if hint:
+        raw = str(e).split("do not fit the model: ", 1)[-1]
+        raise ShapeError(f"the input shapes do not fit the model: {hint} (shape inference: {raw})") from None
+
+
 def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | None = None,
                      sha256: str | FileDigest = "", ort_fallback: bool = True, cut=(), text_checked: bool = False,
                      table: NodeTable | None = None, early=None) -> Graph:
@@ -241,7 +256,8 @@ def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | 
         if early is not None:
             early.discard()  # the child is the next inference's (no-op if read)
         ordered = _sorted(model, table) if deferred else table
-        if ordered is table:  # in order after all: the error stands
+        if ordered is table:  # in order after all: the error stands (with what would fit, if shapes were given)
+            _raise_with_fit_hint(model, dict(parse_input_shapes(given)), shapes)
             raise
         # Out of order: typed and built again in the sorted order (the steps above are idempotent).
         return _sourced(graph_from_model(model, input_shapes, path=path, sha256=sha256, ort_fallback=ort_fallback,

@@ -157,6 +157,7 @@ class GroupSet:
         if graph is not session_or_graph:  # a session: what it exports in float is known
             check_ships_quantized(session_or_graph, wanted)
         merged_groups = [g for g in self.groups if any(t in g.members for t in wanted)]
+        merged_groups += self._linked(graph, wanted, merged_groups)
         members = list(dict.fromkeys([m for g in merged_groups for m in g.members] + wanted))
         if len(members) < 2:
             raise ShareRefused("sharing needs at least two tensors")
@@ -179,6 +180,28 @@ class GroupSet:
         rest.insert(min(pos, len(rest)), group)
         self.groups = rest
         return group
+
+    def _linked(self, graph, wanted, merged) -> list[Group]:
+        """The other groups tied to ``wanted`` and ``merged``'s members by pass-through ops (a Reshape
+        from one group's Concat into the joined Concat): they end up with one scale, so they are one
+        group (a drop that links three head Concats merges the three)."""
+        rest = [g for g in self.groups if g not in merged]
+        if not rest:
+            return []
+        from .domains import _natural_sets
+
+        uf = _natural_sets(graph, None)
+        roots = {uf.find(t) for t in [*wanted, *(m for g in merged for m in g.members)]}
+        found = []
+        changed = True
+        while changed:  # a linked group's members can link one more
+            changed = False
+            for g in rest:
+                if g not in found and any(uf.find(m) in roots for m in g.members):
+                    found.append(g)
+                    roots.update(uf.find(m) for m in g.members)
+                    changed = True
+        return found
 
     def unshare(self, group_id: int) -> Group:
         g = self.get(group_id)

@@ -226,6 +226,14 @@ def concat_table_text(session, concats=None, perf=None) -> str:
     lines.append(f"{len(concats)} Concats, {n_mis} mismatched, {sum(c.rescales for c in concats)} rescales "
                  f"(* = input needs a rescale" + ("; ^ = the input whose scale the output takes)"
                                                   if any(c.rule_note for c in concats) else ")"))
+    in_float = [c for c in concats if c.output_float and c.rescales]
+    if in_float:  # fix counted these as none: its export dequantizes their inputs into the float output
+        k = sum(c.rescales for c in in_float)
+        it = "it" if k == 1 else "them"
+        lines.append(f"  {k} of these rescales {'is' if k == 1 else 'are'} at {', '.join(c.node for c in in_float)}, "
+                     f"whose output the file leaves in float: qtquant fix and the app count {it} "
+                     f"as none (their export dequantizes the inputs at their own scales), so this file's count is "
+                     f"{sum(c.rescales for c in concats) - k} by theirs")
     lines.append(f"Concat output scale on {session.options.march}: {_rule_text(_rule(session))}")
     points = points_note(session)
     if points:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["text_table", "clip_left", "fmt_num", "samples_text"]
+__all__ = ["text_table", "clip_left", "fmt_num", "samples_text", "plural"]
+
+
+def plural(n: int, word: str) -> str:
+    """"1 Concat", "3 Concats": a count and its noun (a regular plural)."""
+    return f"{n} {word}{'s' if n != 1 else ''}"
 
 
 def fmt_num(x, nd: int = 2, *, signed: bool = False, missing: str = "n/a") -> str:

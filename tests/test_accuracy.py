@@ -77,10 +77,10 @@ def test_ranking_finds_the_node_whose_rounding_dominates(tmp_path):
     # b = m + spike has a scale ~1000x too coarse for m: keeping add_spike in float fixes the output
     assert top.node == "add_spike" and not top.estimate and top.gain > 10
     assert "b" in top.tensors
-    gains = [r.gain for r in rep.sensitivity]
-    assert gains == sorted(gains, reverse=True)
-    # the estimate put it first too: it was measured (top=2 measures exactly two)
-    assert sum(1 for r in rep.sensitivity if not r.estimate) == 2
+    per = [r.gain_per_us for r in rep.sensitivity if r.worth and not r.estimate]
+    assert per == sorted(per, reverse=True)  # the measured by gain per µs of latency
+    # the estimate put it first too: it was measured (top=2 measures two units, as int16 and as float)
+    assert sum(1 for r in rep.sensitivity if not r.estimate) == 4
     # the damage shows in the cumulative figure after it: c = b - spike has lost m's values
     assert rep.tensor("c").sqnr_db < rep.tensor("m").sqnr_db - 20
 
@@ -95,7 +95,8 @@ def test_accuracy_json_shape(tmp_path, capsys):
     assert all({"tensor", "node", "precision", "sqnr_db", "local_sqnr_db"} <= set(t) for t in doc["tensors"])
     sens = doc["sensitivity"]
     assert sens and all({"node", "precision", "gain_db", "latency_delta_us"} <= set(r) for r in sens)
-    assert [r["gain_db"] for r in sens] == sorted((r["gain_db"] for r in sens), reverse=True)
+    per = [r["gain_per_us"] for r in sens if r["gain_db"] is not None and r["gain_db"] >= 0.05 and not r["estimate"]]
+    assert per == sorted(per, reverse=True)
     assert sens[0]["node"] == "add_spike" and sens[0]["latency_delta_us"] > 0  # a CPU node costs time
     # a measured row has its worst part after; an estimate none (its figure is on another basis)
     assert not sens[0]["estimate"] and sens[0]["worst_sqnr_db"] is not None
@@ -167,7 +168,7 @@ def test_a_ranking_without_information_says_so_and_the_collapse_is_located():
             Sensitivity("Y", Precision.FLOAT, 3.0, True)]  # an estimate does not count
     rep = AccuracyReport(7, True, "rt", SimpleNamespace(worst_db=0.0, worst_label="y", worst_agreement=None), tensors,
                          flat)
-    assert rep.no_single_fix.startswith("no node kept in float alone moves the worst slice")
+    assert rep.no_single_fix.startswith("no node in int16 or float alone moves the worst slice")
     assert "(2 measured)" in rep.no_single_fix
     assert rep.collapse_text.startswith(
         "cumulative SQNR first falls under 10 dB at b (7.50 dB, 30.80 dB local; tensor 3 of 4")
@@ -188,7 +189,7 @@ def test_accuracy_shows_its_progress_on_a_terminal(tmp_path, capsys, monkeypatch
     assert main(["accuracy", path, "--top", "1"]) == 0
     cap = capsys.readouterr()
     assert "accuracy (estimate): " in cap.err and "nodes estimated" in cap.err
-    assert "accuracy (measure): 1/1 candidates measured" in cap.err
+    assert "accuracy (measure): 2/2 candidates measured" in cap.err  # one unit, as int16 and as float
     assert "accuracy (" not in cap.out
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     assert main(["accuracy", path, "--top", "1"]) == 0

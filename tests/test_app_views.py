@@ -12,7 +12,7 @@ from qtquant.app.views import palette
 from qtquant.app.views.concats import concat_rows, concat_status, model_info
 from qtquant.app.views.groups import group_rows
 from qtquant.app.views.looks import FADED_LOOK, NodeLook, compute_looks
-from qtquant.app.views.perf import fidelity_basis, fidelity_html, perf_summary
+from qtquant.app.views.perf import OPENED_NOTE, fidelity_basis, fidelity_html, perf_summary
 from qtquant.groups import share
 from qtquant.vocab import Blank
 from qtquant.perf import simulate_session
@@ -76,7 +76,7 @@ def test_perf_summary_tracks_changes_and_staleness(session):
     assert v.rescales.change is not None and v.rescales.change.good  # fewer rescales than unedited
     _simulate(session)
     v = perf_summary(session)
-    assert not v.stale and v.note == "(…): change against the unedited model"
+    assert not v.stale and v.note == OPENED_NOTE
     assert v.rescale_us.change is not None and v.rescale_us.change.color == "#2e7d32"
     assert v.rescale_us.html().endswith("</span>") and "−" in v.rescale_us.html()
     assert perf_summary(None).sqnr_html == "—"
@@ -105,6 +105,10 @@ def test_fidelity_line_escapes_names_and_colours_changes():
     assert '; …: "5_minute_timer"}: 47.0 dB' in fidelity_html(fid)  # the figure stays in view
     fid.after["b"] = out(_figure("b", -0.001))  # a destroyed output: 0.0 dB, never "-0.0", in red
     assert 'b: <span style="color:#c62828">0.0 dB</span>' in fidelity_html(fid) and "-0.0" not in fidelity_html(fid)
+    # After an edit an unchanged figure says it was measured again: a muted (±0.00 dB), not nothing
+    fid.after["a"] = out(_figure("<a>", 32.001))
+    assert "(±0.00 dB)" in fidelity_html(fid, edited=True) and "(±0.00 dB)" not in fidelity_html(fid)
+    fid.after["a"] = out(_figure("<a>", 30.0))
     fid.after["b"] = out(_figure("b", 9.96))  # under LOW_SQNR_DB (10): lost, in red; at 10.0 a plain figure
     assert 'b: <span style="color:#c62828">10.0 dB</span>' in fidelity_html(fid)
     fid.after["b"] = out(_figure("b", 10.0))

@@ -54,8 +54,8 @@ def test_mixed_folder(tmp_path):
 
 def test_unreadable_image(tmp_path):
     (tmp_path / "broken.png").write_bytes(b"not a png at all")
-    msg = _err(IMG, tmp_path)
-    assert "cannot read image" in msg and "broken.png" in msg
+    msg = _err(IMG, tmp_path)  # the only file: nothing readable is left
+    assert "no readable image" in msg and "broken.png" in msg
 
 
 def test_unsupported_file(tmp_path):

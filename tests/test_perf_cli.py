@@ -129,7 +129,7 @@ def test_text_output_and_plan_before_after(model, tmp_path, capsys):
     rc = main(["perf", str(model), "--plan", str(plan), "--calib-count", "4", "--report", str(html_path)])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "before groups" in out and "after groups" in out
+    assert "as opened" in out and "edited" in out
     assert "cat_rescale_0" in html_path.read_text()  # listed as removed by the groups
 
 

@@ -115,20 +115,26 @@ class Bench:
 
         return PrecisionMap(getattr(self.session.options, "precision", None) or {})
 
-    def build(self, dm=None, keep_float=()):
-        """The QDQ model the export writes for ``dm``, with ``keep_float`` tensors set to float on top
-        of the session's precision (as ``--keep-float``: no Q/DQ, the producing node's weights float)."""
+    def build(self, dm=None, keep_float=(), int16=(), precision=None):
+        """The QDQ model the export writes for ``dm``, with ``keep_float`` tensors set to float (as
+        ``--keep-float``: no Q/DQ, the producing node's weights float) and ``int16`` ones to int16 (as
+        ``--int16``) on top of ``precision`` (default: the session's map)."""
         from ..export.qdq import build_qdq_model
         from ..vocab import Precision
 
-        prec = self.precision.with_(keep_float, Precision.FLOAT) if keep_float else self.precision
+        prec = self.precision if precision is None else precision
+        if keep_float:
+            prec = prec.with_(keep_float, Precision.FLOAT)
+        if int16:
+            prec = prec.with_(int16, Precision.INT16)
         return build_qdq_model(self.session, dm, float_tensors=frozenset(self.export_float), precision=prec)
 
-    def measure(self, dm=None, keep_float=()) -> Variant:
+    def measure(self, dm=None, keep_float=(), int16=(), precision=None) -> Variant:
         """The exported model for ``dm`` (default: the session's domains) with ``keep_float``
-        tensors in float, measured at onnxruntime's default options."""
+        tensors in float and ``int16`` ones in int16 (on top of ``precision``, default the session's),
+        measured at onnxruntime's default options."""
         dm = self.session.domains if dm is None else dm
-        model = self.build(dm, keep_float).model
+        model = self.build(dm, keep_float, int16, precision).model
         res = run_feeds(model, self.graph.base_dir, self.outs, self.feeds, self.cancel, "default")
         self.runtime = runtime_text(model)  # a big graph's check leaves out a layout pass: say so
         self.runs += 1

@@ -12,16 +12,15 @@ from ..outputs import OutputMode
 from ..tables import fmt_num as _f, samples_text
 from ..vocab import Blank, RankedBy
 from .check import Bench, Variant
-from .sensitivity import DEFAULT_TOP, ESTIMATE_TEXT, Sensitivity, rank, ranked_by, units_of
+from .sensitivity import DEFAULT_TOP, ESTIMATE_TEXT, NO_GAIN_DB, Sensitivity, rank, ranked_by, units_of
 from .tensors import TensorError, tensor_errors
 
-__all__ = ["AccuracyReport", "analyze_accuracy", "LATENCY_TEXT", "NO_GAIN_DB", "LOW_SQNR_DB"]
+__all__ = ["AccuracyReport", "analyze_accuracy", "LATENCY_TEXT", "NO_GAIN_DB", "LOW_SQNR_DB", "per_us_text",
+           "latency_text"]
 
-LATENCY_TEXT = ("latency µs: the simulator's price of the node kept in float (it runs on the CPU; "
-                "qtquant/perf/precision.py, docs/mixed-precision.md), an estimate for {march}")
-
-# A measured gain under this is rounding noise between two exports, not information.
-NO_GAIN_DB = 0.05
+LATENCY_TEXT = ("latency µs: the simulator's price of the node in int16 (on the BPU) or kept in float (on the "
+                "CPU; qtquant/perf/precision.py, docs/mixed-precision.md), an estimate for {march}; per µs: the "
+                "gain over that price (at least 1 µs), the order of the ranking")
 
 
 @dataclass
@@ -48,12 +47,12 @@ class AccuracyReport:
             if not measured or any(math.isfinite(x.gain) and x.gain != 0 for x in measured):
                 return ""
             label = self.base.worst_agreement[0]
-            return (f"no node kept in float alone changes how often {label} equals the float model's "
+            return (f"no node in int16 or float alone changes how often {label} equals the float model's "
                     f"({len(measured)} measured): the loss is not one node's")
         if not measured or not self.base.worst_label \
                 or any(math.isfinite(x.gain) and abs(x.gain) >= NO_GAIN_DB for x in measured):
             return ""
-        return (f"no node kept in float alone moves the worst slice by {NO_GAIN_DB} dB or more "
+        return (f"no node in int16 or float alone moves the worst slice by {NO_GAIN_DB} dB or more "
                 f"({len(measured)} measured): the loss is not one node's")
 
     @property
@@ -133,21 +132,42 @@ class AccuracyReport:
         by = self.ranked_by
         what = "worst-slice gain" if by is RankedBy.SQNR else \
             f"gain in {self.base.worst_agreement[0]}'s elements equal to the float model's"
-        lines.append(f"sensitivity: {what} with one node kept in float ({len(self.sensitivity)} nodes, "
+        nodes = len({s.node for s in self.sensitivity})
+        lines.append(f"sensitivity: {what} with one node in int16 or kept in float, by gain per µs of latency "
+                     f"({nodes} nodes, {len(self.sensitivity)} candidates, "
                      f"{sum(1 for s in self.sensitivity if not s.estimate)} measured)")
         lines.append(text_table([(s.node, s.precision.value,
                                   _f(s.gain if math.isfinite(s.gain) else None, signed=True),
                                   "estimate" if s.estimate else "measured",
                                   s.after_text(),
-                                  "n/a" if s.latency_delta_us is None else f"{s.latency_delta_us:+.1f}")
+                                  latency_text(s.latency_delta_us),
+                                  per_us_text(s))
                                  for s in shown],
-                                ("node", "precision", f"gain {by.gain_unit}", "how", "worst slice after", "latency µs"),
-                                "llrlll", rule=True, max_width=48))
+                                ("node", "precision", f"gain {by.gain_unit}", "how", "worst slice after", "latency µs",
+                                 f"{by.gain_unit}/µs"),
+                                "llrlllr", rule=True, max_width=48))
         if self.no_single_fix:
             lines.append(self.no_single_fix)
         lines.append(ESTIMATE_TEXT)
         lines += [f"note: {n}" for n in self.notes if n != self.no_single_fix]
         return "\n".join(lines)
+
+
+def latency_text(us: float | None) -> str:
+    """A candidate's latency price: "+629.0", "+4.2", "+0.37" (an int16 one can be under a µs)."""
+    if us is None:
+        return "n/a"
+    return f"{us:+.1f}" if abs(us) >= 10 else f"{us:+.2f}"
+
+
+def per_us_text(s: Sensitivity) -> str:
+    """A candidate's gain per µs ("1.1", "0.0098"), "-" when not worth its price, "n/a" unpriced."""
+    per = s.gain_per_us
+    if per is None:
+        return "n/a"
+    if not s.worth:
+        return "-"
+    return f"{per:.3g}"
 
 
 @samples_blamed

@@ -1,11 +1,19 @@
-"""Sensitivity ranking: what keeping one node in higher precision buys on the worst output slice.
+"""Sensitivity ranking: what one node in higher precision buys on the worst output slice, and at
+what latency.
 
-The unit is a node producing an observed activation, and keeping it in higher precision is exactly
-``--keep-float NODE`` (:mod:`qtquant.precision`): its quantized output(s) get no Q/DQ and the node,
-with its fused chain, keeps float weights and runs on the CPU (docs/accuracy.md).  Its gain is the
-worst output slice's SQNR with the unit in float minus the worst slice's SQNR as exported now,
-both measured in onnxruntime at default options; its latency price comes from the simulator
-(:func:`qtquant.perf.precision.latency_delta_us`).
+The unit is a node producing an observed activation.  Each unit is a candidate twice, side by side:
+
+- **int16** (``--int16 NODE``): its quantized output(s) int16, the node stays on the BPU (some
+  bytes and MAC passes more: a few µs);
+- **float** (``--keep-float NODE``): no Q/DQ, the node with its fused chain keeps float weights
+  and runs on the CPU (hundreds of µs with its BPU<->CPU hand-offs).
+
+A candidate's gain is the worst output slice's SQNR with the unit at that precision minus the
+worst slice's SQNR as exported now, both measured in onnxruntime at default options; its latency
+price comes from the simulator (:func:`qtquant.perf.precision.latency_delta_us`).  The ranking is
+by gain per µs (:attr:`Sensitivity.gain_per_us`), the measured candidates before the estimates: for an
+NPU the int16 fix kept on the BPU usually comes first.  A candidate whose gain is under
+:data:`NO_GAIN_DB` goes after the others.
 
 A real export per unit costs a model build and an onnxruntime session each (yolov8n: 96 units,
 some 1.5 s each on 2 cores), so the ranking is two passes:
@@ -17,9 +25,11 @@ some 1.5 s each on 2 cores), so the ranking is two passes:
    :data:`ESTIMATE_SAMPLES` check samples per unit, and no export or session build per unit.  The
    gates are on activations only: the node's weights stay int8 in the estimate (the measured pass
    has them float, as the export does).
-2. **Measure** the ``top`` best estimates for real: one QDQ export each, run like the check at
-   default options (the int8 kernels that ship).  Their ``gain`` is measured (``estimate``
-   false); the others keep the estimate.
+   An int16 candidate's estimate is its unit's float estimate: int16 rounding is 256 times finer
+   than int8's, so the gate's unquantized value stands for it.
+2. **Measure** the units of the ``top`` best estimates for real, each as int16 and as float: one
+   QDQ export each, run like the check at default options (the int8 kernels that ship).  Their
+   ``gain`` is measured (``estimate`` false); the others keep the estimate.
 
 A model whose outputs are all integer (a classifier or a segmenter ending in ArgMax) has no
 SQNR to rank by: its gains are those of the least-agreeing output's share of elements equal to
@@ -34,18 +44,26 @@ from dataclasses import dataclass
 from ..vocab import Precision, RankedBy
 
 __all__ = ["Unit", "Sensitivity", "units_of", "estimate", "rank", "ranked_by", "gated_model", "ESTIMATE_TEXT",
-           "DEFAULT_TOP"]
+           "DEFAULT_TOP", "CANDIDATES", "NO_GAIN_DB", "MIN_PRICE_US", "rank_key"]
 
 # Each measured candidate is one real export and onnxruntime session (~6 s on yolov8n_320 with 16 samples on
-# 2 cores): 6 keeps the whole ranking within a minute there, while the first pass still ranks every unit.
+# 2 cores), and each measured unit is two of them (int16 and float): 4 units are 8 exports, about what 6
+# float-only units were, while the first pass still ranks every unit.
 # The first pass is one run per unit and sample: on a heavy model it dominates (PP-OCRv4 det at 640x640:
 # 251 units x 4 samples), so each run starts where its unit's gate first acts (.gatedruns): the whole
 # command there went from 4:43 / 5:15 to 2:23 / 2:49 (two pairs), the same figures to the digit.
-DEFAULT_TOP = 6
+DEFAULT_TOP = 4
 ESTIMATE_SAMPLES = 4  # the first pass runs on at most this many check samples (the measured pass on all)
 ESTIMATE_TEXT = ("estimate: the unit alone in float with Q/DQ evaluated in float (fake-quant, one gated model, "
-                 f"one run over at most {ESTIMATE_SAMPLES} check samples per unit); measured: a real export with "
-                 "the unit in float, run in onnxruntime at default options (int8 kernels)")
+                 f"one run over at most {ESTIMATE_SAMPLES} check samples per unit; an int16 candidate has its "
+                 "unit's float estimate); measured: a real export with the unit in int16 or float, run in "
+                 "onnxruntime at default options (int8 kernels)")
+CANDIDATES = (Precision.INT16, Precision.FLOAT)  # per unit, side by side; int16 first on a tie
+# A measured gain under this is rounding noise between two exports, not information.
+NO_GAIN_DB = 0.05
+# A candidate cheaper than this is priced at it in the gain per µs: the simulator's figures are no
+# finer, and a free candidate would otherwise rank first whatever it gains.
+MIN_PRICE_US = 1.0
 
 
 @dataclass
@@ -65,6 +83,20 @@ class Sensitivity:
     worst_label: str = ""
     latency_delta_us: float | None = None  # None: not priced (see the report's notes)
     ranked_by: RankedBy = RankedBy.SQNR
+
+    @property
+    def worth(self) -> bool:
+        """Gains enough to be worth its price: :data:`NO_GAIN_DB` or more (any point of agreement)."""
+        if not math.isfinite(self.gain):
+            return False
+        return self.gain >= (NO_GAIN_DB if self.ranked_by is RankedBy.SQNR else 1e-9)
+
+    @property
+    def gain_per_us(self) -> float | None:
+        """The gain per µs of latency it adds (at least :data:`MIN_PRICE_US`); None when not priced."""
+        if self.latency_delta_us is None or not math.isfinite(self.gain):
+            return None
+        return self.gain / max(self.latency_delta_us, MIN_PRICE_US)
 
     def after_text(self) -> str:
         """The measured worst part with the unit in float ("y 31.20", "cls 93.75% equal"); "" for an
@@ -89,7 +121,9 @@ class Sensitivity:
         worst = None if self.estimate else num(self.worst)
         return {"node": self.node, "precision": self.precision.value, "ranked_by": self.ranked_by.value,
                 "gain_db": num(self.gain) if sqnr else None, "gain_points": None if sqnr else num(self.gain),
-                "latency_delta_us": num(self.latency_delta_us), "estimate": self.estimate,
+                "latency_delta_us": num(self.latency_delta_us),
+                "gain_per_us": num(self.gain_per_us) if self.gain_per_us is not None else None,
+                "estimate": self.estimate,
                 "tensors": list(self.tensors), "worst_slice": None if self.estimate else self.worst_label or None,
                 "worst_sqnr_db": worst if sqnr else None,
                 "worst_percent_equal": None if sqnr else worst}
@@ -211,14 +245,15 @@ def _gain(after: float, before: float) -> float:
 
 
 def _pricer(session, march_file):
-    """``tensors -> µs``: the simulator's latency change when they go to float (the node runs on the
-    CPU, :mod:`qtquant.perf.precision`); None when the march cannot be simulated."""
+    """``(tensors, precision) -> µs``: the simulator's latency change when they go to ``precision``
+    (int16 on the BPU, float on the CPU, :mod:`qtquant.perf.precision`); None when the march cannot
+    be simulated."""
     from ..errors import QtQuantError
     from ..perf.precision import latency_delta_us
 
-    def price(tensors):
+    def price(tensors, precision):
         try:
-            return latency_delta_us(session, list(tensors), Precision.FLOAT, march_file)
+            return latency_delta_us(session, list(tensors), precision, march_file)
         except QtQuantError:
             return None
     return price
@@ -226,30 +261,45 @@ def _pricer(session, march_file):
 
 def rank(bench, units, base, *, top: int = DEFAULT_TOP, dm=None, progress=None,
          march_file=None) -> list[Sensitivity]:
-    """Estimate every unit, measure the ``top`` best estimates, sort by gain (highest first).
+    """Estimate every unit, measure the units of the ``top`` best estimates as int16 and as float,
+    sort by :func:`rank_key` (gain per µs, highest first).
 
     ``base`` is the measured :class:`~qtquant.accuracy.check.Variant` of the model as exported now.
     """
     tell = (lambda stage: None) if progress is None else (lambda stage: lambda d, n: progress(stage, d, n))
     by = ranked_by(base)
     (start, _), est = estimate(bench, units, dm, progress=tell("estimate"), by=by)
+    price = _pricer(bench.session, march_file)
     rows = {}
     for u in units:
         value, label = est[u.node]
-        rows[u.node] = Sensitivity(u.node, Precision.FLOAT, _gain(value, start), True, u.tensors, value, label,
-                                   ranked_by=by)
-    price = _pricer(bench.session, march_file)
-    for u in units:
-        rows[u.node].latency_delta_us = price(u.tensors)
-    order = sorted(units, key=lambda u: (-_key(rows[u.node].gain), u.node))[:max(0, top)]
+        for p in CANDIDATES:
+            rows[u.node, p] = Sensitivity(u.node, p, _gain(value, start), True, u.tensors, value, label,
+                                          latency_delta_us=price(u.tensors, p), ranked_by=by)
+    order = sorted(units, key=lambda u: (-_key(rows[u.node, Precision.FLOAT].gain), u.node))[:max(0, top)]
     base_value, _ = _worst(base.outputs, by)
-    for k, u in enumerate(order):
-        r = rows[u.node]
-        value, r.worst_label = _worst(bench.measure(dm, keep_float=u.tensors).outputs, by)
+    todo = [(u, p) for u in order for p in CANDIDATES]
+    for k, (u, p) in enumerate(todo):
+        r = rows[u.node, p]
+        variant = bench.measure(dm, keep_float=u.tensors) if p is Precision.FLOAT else \
+            bench.measure(dm, int16=u.tensors)
+        value, r.worst_label = _worst(variant.outputs, by)
         r.estimate, r.worst, r.gain = False, value, _gain(value, base_value)
         if progress is not None:
-            progress("measure", k + 1, len(order))
-    return sorted(rows.values(), key=lambda r: (-_key(r.gain), r.node))
+            progress("measure", k + 1, len(todo))
+    return sorted(rows.values(), key=rank_key)
+
+
+def rank_key(r: Sensitivity):
+    """The ranking's order: candidates worth their price (:attr:`Sensitivity.worth`) first, the measured
+    before the estimates (an int16 estimate is its unit's float one: optimistic, and applying it can
+    lose), each by gain per µs (unpriced ones after the priced, by gain); then the rest by gain; int16
+    before float on a tie."""
+    per = r.gain_per_us
+    tie = CANDIDATES.index(r.precision) if r.precision in CANDIDATES else 9
+    if r.worth:
+        return (0, r.estimate, per is None, -(per if per is not None else _key(r.gain)), -_key(r.gain), r.node, tie)
+    return (1, False, False, 0.0, -_key(r.gain), r.node, tie)
 
 
 def _key(x: float) -> float:

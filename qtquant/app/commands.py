@@ -20,7 +20,7 @@ from .session import Options
 
 __all__ = ["Command", "ShareCommand", "UngroupCommand", "RemoveMemberCommand", "AutoShareCommand",
            "SqnrShareCommand", "SetOptionsCommand", "SetPolicyCommand", "SetMarchCommand", "SetPrecisionCommand",
-           "CompoundCommand", "CommandStack", "StackStep"]
+           "ReachCommand", "CompoundCommand", "CommandStack", "StackStep"]
 
 
 class Command:
@@ -268,6 +268,21 @@ class SetPrecisionCommand(Command):
     @property
     def changed(self) -> bool:
         return self._old is not None and self._old != self._new
+
+
+class ReachCommand(SetOptionsCommand):
+    """Install the precision map a "reach X dB for the least latency" plan chose
+    (:func:`qtquant.accuracy.reach.plan_reach`, run in the background) as one undoable step."""
+
+    def __init__(self, plan):
+        super().__init__(precision=plan.precision)
+        self.plan = plan
+
+    @property
+    def text(self) -> str:
+        p = self.plan
+        lat = "" if p.latency_us is None else f", {p.latency_us:+.1f} µs"
+        return f"Reach {p.value_text(p.target)}: {len(p.kept)} node(s){lat}"
 
 
 class CompoundCommand(Command):

@@ -144,6 +144,7 @@ class Source:
     """Base: ``refs`` (all available samples, seeded shuffled order) and ``feeds(refs)``."""
 
     kind = "?"
+    skipped: list[tuple[str, str]] = []  # (file, why) of the files left out as unreadable
 
     def __init__(self, specs: dict, refs: list[SampleRef], root: str):
         self.specs = specs  # {input: (shape, dtype)}
@@ -159,6 +160,11 @@ class Source:
         for i, r in enumerate(refs):
             first.setdefault(r.file, i)
         return sorted(refs, key=lambda r: first[r.file])
+
+    @property
+    def notes(self) -> list[str]:
+        """What the run should say about the data: the files skipped as unreadable, each named."""
+        return [f"skipped unreadable image {f}: {why}" for f, why in self.skipped]
 
     def run_failure_hint(self) -> str:
         """What to add to onnxruntime's error when a sample of this source failed to run, where the
@@ -316,6 +322,11 @@ class ImageSource(Source):
         _image_geometry(self.name, shape, self.layout)  # fail early on a non-image input
         self.resize, self.color, self.pixel_range = config.resize, config.color, config.pixel_range
         self.mean, self.std = parse_channels(config.mean, "mean"), parse_channels(config.std, "std")
+        files, self.skipped = readable_images(files)
+        if not files:
+            first = self.skipped[0]
+            raise CalibrationDataError(f"no readable image in {root}: {len(self.skipped)} could not be read "
+                                       f"({first[0]}: {first[1]})")
         refs = [SampleRef(str(p), 0) for p in files]
         order = np.random.default_rng(config.seed).permutation(len(refs))
         super().__init__(specs, [refs[i] for i in order], root)
@@ -327,6 +338,23 @@ class ImageSource(Source):
                                  pixel_range=self.pixel_range, mean=self.mean, std=self.std,
                                  layout=self.layout, name=self.name)
             yield r, {self.name: x}
+
+
+def readable_images(files: list[Path]) -> tuple[list[Path], list[tuple[str, str]]]:
+    """(the files Pillow can open and verify, [(file, why) of the others]): one unreadable file in a
+    folder of photos is skipped, with a note naming it (:attr:`Source.notes`), not a failed run."""
+    from PIL import Image, UnidentifiedImageError
+
+    ok, bad = [], []
+    for p in files:
+        try:
+            with Image.open(p) as im:
+                im.verify()  # the header and, where the format allows, the data's integrity: no decoding
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+            bad.append((str(p), first_line(e)))
+            continue
+        ok.append(p)
+    return ok, bad
 
 
 def _image_geometry(name: str, shape: tuple, layout: str) -> tuple[int, int, int]:

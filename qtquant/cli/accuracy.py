@@ -22,9 +22,14 @@ def add_arguments(p) -> None:
     add_common(p)
     add_compiler_log_args(p)
     p.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
-                   help=f"measure the N best first-pass estimates by real exports (default {DEFAULT_TOP}; 0: "
+                   help=f"measure the N best first-pass estimates by real exports, each node as int16 and as float "
+                        f"(default {DEFAULT_TOP}; 0: "
                         "estimates only)")
     p.add_argument("--tensors", type=int, default=15, metavar="N", help="tensors and nodes shown in the text form")
+    p.add_argument("--reach", type=float, default=None, metavar="DB",
+                   help="then plan the least-latency way to get the worst slice to DB: the ranking's candidates in "
+                        "order of gain per µs, each measured on top of the ones kept (prints the --int16 / "
+                        "--keep-float options that do it)")
     p.add_argument("--json", action="store_true", help="print the stable JSON form")
     add_output_options(p)
 
@@ -37,18 +42,29 @@ def run(args) -> int:
         raise UsageError("--top must be 0 or more")
     session = open_session(args)
     progress = StageProgress("accuracy", {"tensors": "chunks of tensors", "estimate": "nodes estimated",
-                                          "measure": "candidates measured"})
+                                          "measure": "candidates measured", "reach": "candidates tried"})
     rep = analyze_accuracy(session, top=args.top, output_mode=output_mode_from_args(args),
                            march_file=getattr(args, "march_file", None), progress=progress)
+    plan = None
+    if args.reach is not None:
+        from ..accuracy.reach import plan_reach
+
+        plan = plan_reach(session, args.reach, rep, march_file=getattr(args, "march_file", None),
+                          progress=lambda d, n: progress("reach", d, n))
     if args.json:
         doc = rep.to_dict()
         if session.compiler_log is not None:
             from ..horizon.report import compiler_log_dict
 
             doc["compiler_log"] = compiler_log_dict(session)
+        if plan is not None:
+            doc["reach"] = plan.to_dict()
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(rep.text(args.tensors))
         print_log_text(session)
+        if plan is not None:
+            print()
+            print(plan.text())
     return 0

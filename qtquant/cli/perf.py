@@ -1,4 +1,5 @@
-"""``qtquant perf``: per-layer latency table and totals on a BPU march, before and after groups."""
+"""``qtquant perf``: per-layer latency table and totals on a BPU march, as opened and as edited
+(groups, int16 and float tensors), with the price of each kind of edit."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def run(args) -> int:
     from ..fileio import atomic_write_text, check_output_path
     from ..perf import load_march, simulate_session
     from ..perf.precision import precision_table_text
+    from ..perf.price import edit_price
     from ..perf.report import csv_text, explain_text, html_report, layer_table_text, summary_text
     from ..report import calibration_dict, calibration_text, cut_text
     from ..shapes import format_shape
@@ -49,6 +51,7 @@ def run(args) -> int:
     session = open_session(args)
     after = simulate_session(session, march_file=march.path or None)
     grouped = len(session.groups) > 0
+    edited = grouped or bool(session.options.precision)  # "before": the model as opened (no group, all int8)
     before = simulate_session(session, march_file=march.path or None, baseline=True)
     g = session.graph
     shapes = ", ".join(f"{k}={format_shape(v)}" for k, v in g.input_shapes.items())
@@ -66,7 +69,7 @@ def run(args) -> int:
             meta["compile log"] = scales_text(session)
         if after.precision is not None:
             meta["precision"] = precision_table_text(after).splitlines()[0]
-        atomic_write_text(args.report, html_report(after, before if grouped else None,
+        atomic_write_text(args.report, html_report(after, before if edited else None,
                                                    title=f"qtquant perf — {model} on {march.name}", meta=meta,
                                                    march=march), inputs=inputs, what="report")
     if args.csv:
@@ -96,6 +99,7 @@ def run(args) -> int:
             "calibration": calibration_dict(session),
             "before": before.to_dict(),
             "after": after.to_dict(),
+            "price": edit_price(before, after).to_dict(),
         }
         if session.compiler_log is not None:
             from ..horizon.report import compiler_log_dict
@@ -109,7 +113,7 @@ def run(args) -> int:
     print()
     print(f"{model} ({shapes}{cut_text(g)}) on {march.name}" + (f", {len(session.groups)} group(s)" if grouped else "")
           + f"; {calibration_text(session)} (the rescales follow from those scales)")
-    print(summary_text(after, before if grouped else None))
+    print(summary_text(after, before if edited else None))
     if after.precision is not None:
         print()
         print(precision_table_text(after))

@@ -148,9 +148,10 @@ class CanvasEditing(QObject):
                                lambda gid=gr.id, t=t: self.editor.remove_member(gid, t))
         if self.ungroup_ids():
             menu.addAction(A["ungroup"])
-        if menu.actions():
-            menu.addSeparator()
-        menu.addAction(A["autoshare"])
+        if not name or (name in g.nodes and g.nodes[name].op_type == "Concat"):  # not on a Mul: it shares Concats
+            if menu.actions():
+                menu.addSeparator()
+            menu.addAction(A["autoshare"])
         for section in self.menu_sections:
             section(menu, name)
         if self.context_menu is not None:

@@ -29,6 +29,7 @@ BUILD_SLICE_MS = 12  # the scene is built in slices this long, events handled in
 
 class CanvasPresenter(QObject):
     built = Signal(object)  # the SceneSpec, once every item is on the scene
+    buildProgress = Signal(int, int)  # items on the scene, items in all: a big scene's slices
     viewChanged = Signal()  # a block expanded or collapsed (the items changed in place)
 
     def __init__(self, relay, scene, view, parent=None):
@@ -45,8 +46,10 @@ class CanvasPresenter(QObject):
         # Expand / collapse asked for while a scene is still being built: done once it is there.
         self._pending: list = []
         self._keep_view = False  # the next build keeps the zoom and position (same boxes as shown)
+        self._focus_after = None  # (a graph node, the transform) the next build centres on (Expand all)
         self.model = None  # the SceneModel: the hierarchy and what of it is open
         self.jobs = None  # the window's JobManager: big Expand all layouts run there
+        view.fit_focus = self._worst_home  # Fit on a tall graph centres on the worst Concat
         # Per node its SQNR in dB where accuracy figures exist: collapsed blocks show the worst of theirs.
         self.node_sqnr = lambda: node_sqnr(self.relay.accuracy())
         self._opened_on = None  # the Concat centred after the first calibration, and the view then
@@ -124,6 +127,10 @@ class CanvasPresenter(QObject):
             if time.perf_counter() - t > BUILD_SLICE_MS / 1000:
                 collector.long_lived()  # the items made so far live as long as the scene
                 self._build_timer.start()
+                # The canvas does not paint while it is built (seconds on 20,000 nodes): say how far
+                spec = self.spec
+                self.buildProgress.emit(len(self.scene.nodes) + len(self.scene.edges),
+                                        len(spec.nodes) + len(spec.edges) if spec is not None else 0)
                 return
         self._build = None
         collector.long_lived()  # the scene's 50,000 items live as long as the model
@@ -134,10 +141,17 @@ class CanvasPresenter(QObject):
             self.view.horizontalScrollBar().setValue(h)
             self.view.verticalScrollBar().setValue(v)
             self.view._zoom_changed()
+        elif self._focus_after is not None and self.model is not None \
+                and (home := self.model.home(self._focus_after[0])) in self.scene.nodes:
+            # Expand all: the same zoom, on what the view showed (not back to the top)
+            self.view.setTransform(self._focus_after[1])
+            self.view.centerOn(self.scene.nodes[home])
+            self.view._zoom_changed()
         else:
             self.view.resetTransform()
             self.view.fit_top()
         self._keep_view = False
+        self._focus_after = None
         if not self.provisional:
             self._store_state()
             self.apply_looks()
@@ -256,7 +270,21 @@ class CanvasPresenter(QObject):
         bid = m.h.resolve(name) if not m.shows(name) else m.enclosing(name)
         if bid is not None and bid not in m.expanded:
             bid = m.enclosing(name)
-        return bid is not None and self._do("collapse", bid)
+        if bid is None or not self._do("collapse", bid):
+            return False
+        self._focus_block(bid)
+        return True
+
+    def _focus_block(self, bid: str) -> None:
+        """A block just collapsed stays the selection (so Shift+E walks on up) and in view."""
+        from ..app.scene.hierarchy import block_name
+
+        item = self.scene.nodes.get(block_name(bid))
+        if item is None:
+            return
+        self.scene.clearSelection()
+        item.setSelected(True)
+        self.view.ensureVisible(item, 40, 40)
 
     def toggle(self, name: str) -> bool:
         """Double-click on ``name``: a collapsed block opens; a node's enclosing block closes."""
@@ -302,6 +330,7 @@ class CanvasPresenter(QObject):
         if len(m.units) < ISOLATE_MIN_UNITS or self.jobs is None:
             m.layout_all(isolate=False)
             return self._changed(True)
+        self._focus_after = self._focus_node()
         self.scene.reset(f"Laying out {len(m.units)} boxes…")
         self.spec = None
         gen = self.relay.session
@@ -314,6 +343,22 @@ class CanvasPresenter(QObject):
         self.jobs.submit("layout", "layout", lambda progress, cancelled: m.layout_all(isolate=True), done,
                          stale_key=lambda: id(self.relay.session))
         return True
+
+    def _focus_node(self):
+        """(a graph node, the view's transform): the selection, else what is at the view's centre;
+        a collapsed block stands for its first node.  None when the scene shows nothing."""
+        from ..app.scene.hierarchy import block_id
+
+        names = self.scene.selected_names()
+        if not names:
+            c = self.view.mapToScene(self.view.viewport().rect().center())
+            near = [it for it in self.scene.items(c) if getattr(it, "name", None) in self.scene.nodes]
+            names = [near[0].name] if near else []
+        if not names or self.model is None:
+            return None
+        bid = block_id(names[0])
+        node = self.model.h.members(bid)[0] if bid is not None and self.model.h.members(bid) else names[0]
+        return node, self.view.transform()
 
     def _changed(self, changed: bool) -> bool:
         if not changed:
@@ -357,6 +402,17 @@ class CanvasPresenter(QObject):
         if not visible.contains(self.scene.nodes[home].sceneBoundingRect()):  # in view already: nothing moves
             self.view.center_on(home, select=False, min_zoom=0.0)  # the zoom fit_top chose is readable
         self._opened_on = (worst, self.view.mapToScene(self.view.viewport().rect().center()))
+
+    def _worst_home(self) -> str | None:
+        """What shows the worst Concat on the canvas now (the Concat, or its collapsed block), or None."""
+        s = self.relay.session
+        if s is None or not self.relay.ready or self.model is None:
+            return None
+        worst = worst_concat(s)
+        if worst is None:
+            return None
+        home = self.model.home(worst)
+        return home if home in self.scene.nodes else None
 
     def describe_block(self, name: str):
         """(title, name, summary) of collapsed block ``name`` for the inspector; None: not a block."""

@@ -298,7 +298,7 @@ class Controller(QObject):
 
         self.calibrating = True
         self.calibrationStarted.emit()
-        return self.jobs.submit("calibrate", f"calibrate ({cfg.source}, {cfg.count} samples)", work,
+        return self.jobs.submit("calibrate", f"calibrate ({cfg.source}, up to {cfg.count} samples)", work,
                                 self._calibrated, stale_key=lambda: self.generation, cancellable=True)
 
     def cancel_calibration(self) -> None:

@@ -358,6 +358,8 @@ class PerfSummary(QWidget):
     marchChanged = Signal(str)
     nodeActivated = Signal(str)
     PERF_FIELDS = ("latency", "fps", "ddr", "rescale_us")
+    PRICE_TIP = ("The latency each kind of edit adds (red) or saves (green) against the model as opened: "
+                 "sharing (groups) at int8, then precision (int16 on the BPU, float on the CPU) on top")
 
     def __init__(self, relay, parent=None):
         super().__init__(parent)
@@ -371,8 +373,8 @@ class PerfSummary(QWidget):
         form.addRow("March:", self.march)
         self.values = {}
         for key, label in (("latency", "Latency:"), ("fps", "FPS:"), ("ddr", "DDR / frame:"),
-                           ("rescales", "Rescales:"), ("rescale_us", "Rescale cost:"), ("sqnr", "Output SQNR:"),
-                           ("sqnr_basis", "Measured on:")):
+                           ("rescales", "Rescales:"), ("rescale_us", "Rescale cost:"), ("price", "Edits cost:"),
+                           ("sqnr", "Output SQNR:"), ("sqnr_basis", "Measured on:")):
             # SQNR (one entry per model output) is one elided line with the whole report in its tooltip:
             # wrapped, its third line would be clipped; and a later result cannot grow the dock.
             lab = ElidedLabel() if key == "sqnr" else QLabel("—")
@@ -412,7 +414,7 @@ class PerfSummary(QWidget):
         self.march.blockSignals(False)
 
     def refresh(self) -> None:
-        """Totals for the current revision, each with its change against the unedited model."""
+        """Totals for the current revision, each with its change against the model as opened."""
         view = perf_summary(self.relay.session)
         self.values["rescales"].setText(view.rescales.html())
         self._show_totals(view)
@@ -429,6 +431,8 @@ class PerfSummary(QWidget):
     def _show_totals(self, view) -> None:
         for key in self.PERF_FIELDS:
             self.values[key].setText(getattr(view, key).html())
+        self.values["price"].setText(view.price)
+        self.values["price"].setToolTip(self.PRICE_TIP)
         self.chart.set_rows(view.chart)
         self.note.setText(view.note)
 

@@ -29,6 +29,7 @@ from ..concat import concat_members
 from ..domains import Policy
 from ..errors import QtQuantError
 from ..groups import check_member
+from ..tables import plural
 
 __all__ = ["Editor", "node_outputs", "split_shareable"]
 
@@ -195,8 +196,9 @@ class Editor(QObject):
             self._say(f"Auto-share refused: {e}")
             return None
         rep = cmd.report
-        self._say(f"Auto-share (≤ {max_bits_lost:g} bits): {len(rep.grouped)} Concats shared into "
-                  f"{len(rep.groups)} groups, {len(rep.skipped)} left alone, {len(rep.already)} already matched")
+        self._say(f"Auto-share (≤ {max_bits_lost:g} bits): {plural(len(rep.grouped), 'Concat')} shared into "
+                  f"{plural(len(rep.groups), 'group')}, {len(rep.skipped)} left alone, {len(rep.already)} already "
+                  "matched")
         self.autoShared.emit(rep)
         return rep
 

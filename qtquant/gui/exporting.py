@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
 
 from ..deploy.targets import TARGETS
 from ..errors import BadInputError
+from ..fileio.paths import default_output_folder
 from ..vocab import DEFAULT_PERCENTILE, DEFAULT_SCHEME, SCHEME_NAMES, Observer, Scheme
 from .dialogs import path_row
 
@@ -83,12 +84,15 @@ class ExportReport:
     written: list[Path] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)  # what the CLI would print
     warnings: list[str] = field(default_factory=list)  # the model export's, also in ``lines``
+    accuracy: str = ""  # the exported model's accuracy on the check samples (also in ``lines``)
 
     def text(self) -> str:
         out = []
         for ln in self.lines:
-            if ln.startswith("warning: ") and len(ln) > WARNING_COLUMNS:
-                out += textwrap.wrap(ln, WARNING_COLUMNS, subsequent_indent=" " * len("warning: "),
+            prose = ln.startswith("warning: ") or ln == self.accuracy  # wrapped; paths and tables are not
+            if prose and len(ln) > WARNING_COLUMNS:
+                indent = len("warning: ") if ln.startswith("warning: ") else 2
+                out += textwrap.wrap(ln, WARNING_COLUMNS, subsequent_indent=" " * indent,
                                      break_long_words=False, break_on_hyphens=False)
             else:
                 out.append(ln)
@@ -135,11 +139,15 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
         res = export_qdq(session, paths["model"], float_tensors=keep)
         rep.written += [res.path] + ([res.data_path] if res.data_path else [])
         rep.lines.append(res.text())
-        rep.lines += [f"note: {k.text()}" for k in kept]
         rep.warnings = res.build.warnings()
-        rep.lines += [f"warning: {w}" for w in rep.warnings]
+        rep.lines += [f"warning: {w}" for w in rep.warnings]  # right under the line they are about
+        rep.lines += [f"note: {k.text()}" for k in kept]
         rep.lines += [f"note: {n}" for n in res.build.notes]
         step()
+        rep.accuracy = _accuracy_line(session, opts)
+        if rep.accuracy:
+            rep.lines.append(rep.accuracy)
+            step()
         if session.quantized_file:  # no float original: the written file against the file opened
             from ..filecompare import compare_with_input
 
@@ -175,6 +183,17 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
     return rep
 
 
+def _accuracy_line(session, opts: ExportOptions) -> str:
+    """The written model's accuracy on the check samples, per output and slice ("" without them):
+    the fidelity check of the export just written (the same model, built again in memory)."""
+    cal = session.calibration
+    if cal is None or not getattr(cal, "holdout", None):
+        return ""
+    from ..fidelity import measure_session
+
+    return measure_session(session, output_mode=opts.output_mode).exported_text()
+
+
 def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) -> None:
     """What ``qtquant perf --report --csv`` writes, from the same functions."""
     from ..fileio import atomic_write_text
@@ -187,15 +206,17 @@ def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) ->
     march = load_march(session.options.march)
     after = simulate_session(session)
     before = simulate_session(session, baseline=True)
-    grouped = len(session.groups) > 0
+    edited = len(session.groups) > 0 or bool(session.options.precision)  # before: the model as opened
     g = session.graph
     model = g.path.name if g.path else "model"
     meta = {"model": model, "input": ", ".join(f"{k}={format_shape(v)}" for k, v in g.input_shapes.items()),
             "march": march.name, "nodes": len(g.nodes), "groups": len(session.groups),
             "scales": "read from the QDQ file" if session.quantized_file else
             f"calibrated ({session.calibration.data_label()})" if session.calibration else "not calibrated"}
+    if rep.accuracy:
+        meta["accuracy"] = rep.accuracy.removeprefix("accuracy of the exported model ")
     inputs = [g.path]
-    atomic_write_text(html_path, html_report(after, before if grouped else None,
+    atomic_write_text(html_path, html_report(after, before if edited else None,
                                              title=f"qtquant perf — {model} on {march.name}", meta=meta,
                                              march=march), inputs=inputs, what="report")
     atomic_write_text(csv_path, csv_text(after), inputs=inputs, what="CSV file")
@@ -351,12 +372,25 @@ class ExportController(QObject):
         self.render = render
         self.last_export: ExportReport | None = None
 
+    @staticmethod
+    def _folder_key(session) -> str:
+        from .dialogs import ModelSettings
+
+        return "export/folder/" + ModelSettings.key(session.graph.path or "model").removeprefix("models/")
+
+    def remember_folder(self, folder) -> None:
+        """The folder the export dialog offers next for the open model."""
+        self.settings.setValue(self._folder_key(self.relay.session), str(folder))
+
     def dialog(self) -> bool:
         s = self.relay.session
         if s is None or not s.ready:
             self.messages.status("Export needs calibrated scales: wait for calibration", 6000)
             return False
-        folder = self.settings.value("export/folder") or str(s.graph.path.parent if s.graph.path else Path.home())
+        # This model's last export folder, else its own folder (not another model's last one, not a
+        # hidden cache folder: the demo's)
+        key = self._folder_key(s)
+        folder = self.settings.value(key) or str(default_output_folder(s.graph.path))
         stem = (s.graph.path.stem if s.graph.path else "model") + "_fixed"
         cal = s.calibration
         pct = getattr(getattr(cal, "config", None), "percentile", DEFAULT_PERCENTILE)
@@ -365,7 +399,7 @@ class ExportController(QObject):
         if dlg.exec() != QDialog.Accepted:
             return False
         opts = dlg.values()
-        self.settings.setValue("export/folder", str(opts.folder))
+        self.settings.setValue(key, str(opts.folder))
         self.apply_choices(opts)
         self.export(opts)
         return True

@@ -12,7 +12,8 @@ from .dragdrop import NodeDrag
 from .items import LOD_EDGE_LABEL, NodeItem
 from .minimap import Legend, MiniMap
 
-BADGE_WEIGHT = 10  # a node with badges (a Concat that needs rescales) hidden by the minimap counts as ten others
+FIT_MIN_ZOOM = 0.2  # below this a whole-graph fit is unreadable: Fit shows the width at a readable zoom
+BADGE_WEIGHT = 10  # a node with badges or a Concat hidden by the minimap counts as ten others
 
 __all__ = ["GraphView"]
 
@@ -43,6 +44,7 @@ class GraphView(QGraphicsView):
         self.setRubberBandSelectionMode(Qt.IntersectsItemShape)
         self.setAcceptDrops(False)  # the main window takes dropped model files
         self._panning_mid: QPointF | None = None
+        self.fit_focus = None  # () -> the canvas name a readable fit centres on (the worst Concat), or None
         self.drag = NodeDrag(self)
         self._press_at = None  # overview mode: a click (not a drag) jumps to the nearest node
         self._flashing: str | None = None
@@ -102,8 +104,20 @@ class GraphView(QGraphicsView):
         self._zoom_changed()
 
     def fit(self) -> None:
+        """The whole graph in view; a graph that would fit only below :data:`FIT_MIN_ZOOM` (a tall
+        single column: 0-2 %, nothing legible) shows its width at a readable zoom instead, centred on
+        :attr:`fit_focus` (the worst Concat) or else its top, with the minimap for the rest."""
         r = self._graph_rect()
         if r.isEmpty():
+            return
+        vw, vh = max(1, self.viewport().width()), max(1, self.viewport().height())
+        if min(vw / r.width(), vh / r.height()) < FIT_MIN_ZOOM:
+            self.fit_top()
+            name = self.fit_focus() if self.fit_focus is not None else None
+            item = self.scene().nodes.get(name) if name else None
+            if item is not None:
+                self.centerOn(item)
+            self._zoom_changed()
             return
         self.fitInView(r, Qt.KeepAspectRatio)
         if self.zoom > 1.0:  # small graphs: readable, not blown up
@@ -259,8 +273,10 @@ class GraphView(QGraphicsView):
         # The legend sits in a strip above the viewport (a viewport margin), not over the graph:
         # floating, it covered the top-left nodes, the first ones a fitted graph shows.
         # A canvas too small to spare the strip (narrower than the legend) keeps it floating.
+        # The strip is as tall as the tallest legend: a legend growing with an overlay's ramp shrank
+        # the viewport from the top, the graph jumped ~20 px and the first node's badge went under it.
         lg = self.legend
-        top = lg.height() + 12
+        top = lg.MAX_HEIGHT + 12
         if lg.isHidden() or self.width() < lg.width() + 40 or self.height() < 3 * top:
             top = 0
         if self.viewportMargins().top() != top:
@@ -290,13 +306,14 @@ class GraphView(QGraphicsView):
 
     def _hidden_under(self, rect: QRect) -> int:
         """How much of the graph a widget at ``rect`` (view coordinates) hides: each node with
-        badges counts BADGE_WEIGHT, any other node 1 (the scene's index answers, not a walk)."""
+        badges and each Concat (a shared one, green and without a badge, is what the user just
+        made) counts BADGE_WEIGHT, any other node 1 (the scene's index answers, not a walk)."""
         vp = self.viewport().geometry()
         area = self.mapToScene(rect.translated(-vp.left(), -vp.top())).boundingRect()
         score = 0
         for it in self.scene().items(area, Qt.IntersectsItemBoundingRect):
             if isinstance(it, NodeItem) and it.isVisible():
-                score += BADGE_WEIGHT if it.badges else 1
+                score += BADGE_WEIGHT if it.badges or it.title == "Concat" else 1
         return score
 
     def minimap_room(self) -> None:

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QScrollAr
 
 from ..concat import rescale_node_names
 from ..shapes import format_shape
-from ..app.views.fmt import in_scope, scope_of
+from ..app.views.fmt import distinct_parts, in_scope, scope_of
 from ..app.views.perfdata import rescale_us_by_concat, rescale_us_for_input
 from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX, constant_inputs, shape_text
 from .style import fmt_ratio, fmt_scale, fmt_us, mismatch_color, paint_ended
@@ -119,6 +119,9 @@ class HistogramWidget(QWidget):
         p.drawText(QRectF(r.left(), r.bottom() + 3, r.width(), 16), Qt.AlignCenter, "log count")
 
 
+NAME_COLUMNS = ("tensor", "producer")  # shown as the part that tells their rows apart
+
+
 def _table(headers, stretch: tuple = ()) -> QTableWidget:
     """A compact read-only table; ``stretch`` columns take the width left by the others, long
     text is elided in the middle (full text in the tooltip), and every column can be dragged wider.
@@ -147,6 +150,8 @@ def _table(headers, stretch: tuple = ()) -> QTableWidget:
 
 
 def _fill(t: QTableWidget, rows) -> None:
+    """The rows; a name column (a ``stretch`` one) shows the part that tells its rows apart
+    (:func:`~qtquant.app.views.fmt.distinct_parts`), the whole name in the tooltip."""
     t.setRowCount(len(rows))
     for i, row in enumerate(rows):
         for j, v in enumerate(row):
@@ -154,6 +159,15 @@ def _fill(t: QTableWidget, rows) -> None:
             if not it.toolTip():
                 it.setToolTip(it.text())
             t.setItem(i, j, it)
+    for j in t.stretch:
+        if t.horizontalHeaderItem(j).text() not in NAME_COLUMNS:
+            continue
+        items = [t.item(i, j) for i in range(t.rowCount())]
+        full = [it.toolTip() or it.text() for it in items]  # the whole name is the tooltip
+        if len(items) > 1 and not any("\n" in f for f in full):
+            for it, short in zip(items, distinct_parts(full)):
+                if len(short) < len(it.text()):
+                    it.setText(short)
     _fit_columns(t)
 
 
@@ -399,7 +413,8 @@ class Inspector(QScrollArea):
         q = self._export_qparams(t)
         if q is None:  # the export leaves it in float: no scale to show, and none to clip at
             return shape, _fmt_range(own), "float", ""
-        scale = fmt_scale(q.scale) + (" int16" if q.bits == 16 else "")
+        # int16 said in three letters: " int16" after a full scale widened the column past the dock
+        scale = f"{q.scale:.3g} i16" if q.bits == 16 else fmt_scale(q.scale)
         return shape, _fmt_range(own), scale, str(q.zero_point)
 
     def _export_qparams(self, t: str):

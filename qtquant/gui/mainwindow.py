@@ -214,7 +214,7 @@ class MainWindow(QMainWindow):
                 "find": self.search_bar.open, "fit": v.fit, "zoom_in": lambda: v.set_zoom(v.zoom * 1.25),
                 "zoom_out": lambda: v.set_zoom(v.zoom / 1.25), "resimulate": self.controller.refresh,
                 "expand": lambda: self.expand_selection(), "collapse": lambda: self.collapse_selection(),
-                "expand_all": lambda: self.canvas.expand_all(), "collapse_all": lambda: self.canvas.collapse_all(),
+                "expand_all": lambda: self.canvas.expand_all(), "collapse_all": self.collapse_all,
                 "hide_shapes": lambda: self.canvas.set_hide_shapes(self.actions_by_name["hide_shapes"].isChecked()),
                 "quit": self.close}
 
@@ -231,6 +231,8 @@ class MainWindow(QMainWindow):
         self.jobs.jobFailed.connect(lambda job, msg, det: self.show_error(f"{job.label.capitalize()} failed", msg,
                                                                           det))
         self.canvas.built.connect(self._scene_built)
+        self.canvas.buildProgress.connect(
+            lambda done, total: self.messages.status(f"Drawing the graph: {done:,} of {total:,} items…", 4000))
         r.optionsChanged.connect(self._show_options)
         r.stackChanged.connect(self.update_title)
         r.stackChanged.connect(self._stack_message)
@@ -354,8 +356,12 @@ class MainWindow(QMainWindow):
     def _on_calibrated(self, ok: bool) -> None:
         if ok:
             cs = self.relay.concats() or []
+            skipped = [n for n in getattr(self.session.calibration, "notes", ()) if n.startswith("skipped ")]
+            for n in skipped:  # an unreadable photo left out: said where the run is logged
+                self.messages.log(f"calibration: {n}")
             self.messages.status(f"Calibrated: {sum(1 for c in cs if c.rescales)} of {len(cs)} Concats "
-                                 f"need rescales", 8000)
+                                 f"need rescales" + (f"; {len(skipped)} unreadable image(s) skipped (see the job "
+                                                     "log)" if skipped else ""), 8000)
         else:
             self.messages.status("Calibration stopped", 8000)
             self.canvas.apply_looks()  # on success the "calibrated" event has applied them already
@@ -421,6 +427,16 @@ class MainWindow(QMainWindow):
         if not ok:
             self.messages.status(f"{name} is not on the canvas yet", 4000)
         return ok
+
+    def collapse_all(self) -> bool:
+        """View › Collapse all; on a model without a module hierarchy (flat names such as PP-OCR's
+        ``p2o.*``) it says so instead of doing nothing."""
+        m = self.canvas.model
+        if m is not None and m.h.flat:
+            self.messages.status("Collapse all: this model has no module hierarchy (its node names carry no "
+                                 "module paths such as /model.3/...): nothing to collapse", 8000)
+            return False
+        return self.canvas.collapse_all()
 
     def expand_selection(self) -> bool:
         return any([self.canvas.expand(n) for n in self.scene.selected_names()])

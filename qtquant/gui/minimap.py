@@ -231,13 +231,15 @@ class Legend(QWidget):
     def set_overlay(self, mode: str, title: str = "", lo_text: str = "", hi_text: str = "") -> None:
         self.mode, self.title, self.lo_text, self.hi_text = mode, title, lo_text, hi_text
         self._resize()
-        self.view._place_overlays()  # a ramp makes it taller: so does its strip
+        self.view._place_overlays()  # (its strip keeps its height: the canvas does not jump)
         self.update()
 
     def _ramped(self) -> bool:
         # The Error overlay has no ramp before the first accuracy check (no values to span).
         return self.mode in (Overlay.LATENCY, Overlay.BITS) or (self.mode in (Overlay.ERROR, Overlay.COSINE)
                                                                 and bool(self.lo_text))
+
+    MAX_HEIGHT = 94  # with a title and a ramp: the strip above the canvas is this tall whatever it shows
 
     def _resize(self) -> None:
         h = 50 + (44 if self._ramped() else 20 if self.title else 0)

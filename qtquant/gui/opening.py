@@ -39,6 +39,10 @@ class ModelOpener(QObject):
         # (path, settings) of the open under way: remembered for the model once it has loaded, so
         # settings that fail to open it (a shape that does not fit, a cut at nothing) never stick.
         self._unsaved: tuple[Path, dict] | None = None
+        # (path, calibration settings) of the calibration under way: remembered once it finishes, so
+        # the settings of a cancelled or failed one are not used silently at the next start.
+        self._calib_unsaved: tuple[Path, dict] | None = None
+        controller.calibrationFinished.connect(self._remember_calibrated)
         controller.calibrationFinished.connect(self._apply_pending_plan)
         controller.modelLoaded.connect(self._remember_loaded)
         controller.loadFailed.connect(self._forget_failed)
@@ -94,10 +98,22 @@ class ModelOpener(QObject):
                                parse_cut(values.get("cut") or ()), stats=values.get("stats") or None)
 
     def _remember_loaded(self, _session) -> None:
+        """The open settings once the model has loaded; its calibration settings once that finishes."""
         pending, self._unsaved = self._unsaved, None
-        if pending is not None and self.controller.path is not None \
-                and Path(pending[0]).resolve() == Path(self.controller.path).resolve():
-            self.model_settings.save(*pending)
+        if pending is not None and self._is_open(pending[0]):
+            path, values = pending
+            kept = self.model_settings.load(path).get("calib")
+            self.model_settings.save(path, {**values, "calib": kept or {}})
+            self._calib_unsaved = (path, values.get("calib") or {})
+
+    def _is_open(self, path) -> bool:
+        return self.controller.path is not None and Path(path).resolve() == Path(self.controller.path).resolve()
+
+    def _remember_calibrated(self, ok: bool) -> None:
+        pending, self._calib_unsaved = self._calib_unsaved, None
+        if ok and pending is not None and self._is_open(pending[0]):
+            path, calib = pending
+            self.model_settings.save(path, {**self.model_settings.load(path), "calib": calib})
 
     def _forget_failed(self, _message: str) -> None:
         self._unsaved = None
@@ -192,7 +208,8 @@ class ModelOpener(QObject):
                 return
             self._open_remembering(path, values)
             return
-        self.model_settings.save(path, values)
+        self.model_settings.save(path, {**values, "calib": rem.get("calib") or {}})
+        self._calib_unsaved = (path, values["calib"])  # remembered once it finishes
         self.controller.calibrate(calib_config(values["calib"]))
 
     # -- recent files ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from ..errors import QtQuantError
+from ..fileio.paths import default_output_folder
 
 __all__ = ["PROJECT_SUFFIX", "stats_dir", "statistics_job", "ProjectController"]
 
@@ -100,7 +101,9 @@ class ProjectController(QObject):
         s = self.relay.session
         if s is None:
             return False
-        start = self.path or (s.graph.path.with_suffix(PROJECT_SUFFIX) if s.graph.path else Path.home() / "untitled")
+        # Next to the model, unless the model sits in a hidden cache folder (the demo's): then home
+        stem = s.graph.path.stem if s.graph.path else "untitled"
+        start = self.path or default_output_folder(s.graph.path) / (stem + PROJECT_SUFFIX)
         p, _ = QFileDialog.getSaveFileName(self.messages.widget, "Save project", str(start),
                                            f"qtquant projects (*{PROJECT_SUFFIX})")
         return self.save_to(p) if p else False

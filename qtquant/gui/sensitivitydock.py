@@ -3,20 +3,23 @@ local/cumulative toggle, and auto-share by measured accuracy with its trade-off 
 
 The check and the measured auto-share run onnxruntime for tens of seconds: both are background
 jobs (:class:`AccuracyJobs`); the table, the overlay and the inspector fill when the report comes
-back.  A measured auto-share is installed as one undoable command.
+back.  A measured auto-share is installed as one undoable command, and so are a ranked candidate
+applied from its row (Enter, the Apply button, the context menu) and "reach X dB for the least
+latency" (:mod:`qtquant.accuracy.reach`).
 """
 
 from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QObject, QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QDoubleSpinBox, QHBoxLayout, QHeaderView, QLabel,
-                               QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+                               QMenu, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
-from ..app.views.accuracy import (SENSITIVITY_HEADERS, sensitivity_headers, sensitivity_rows, status_text,
-                                   tradeoff_points)
+from ..accuracy.sensitivity import DEFAULT_TOP
+from ..app.views.accuracy import (PER_US_COLUMN, SENSITIVITY_HEADERS, sensitivity_headers, sensitivity_rows,
+                                   status_text, tradeoff_points)
 from ..tables import fmt_num
 
 __all__ = ["SensitivityDock", "TradeoffPlot", "AccuracyJobs"]
@@ -115,6 +118,8 @@ class SensitivityDock(QWidget):
     measureWanted = Signal(int)  # --top N
     localToggled = Signal(bool)
     shareWanted = Signal(float)  # the dB budget
+    applyWanted = Signal(object)  # a SensitivityRow: set its node to its precision
+    reachWanted = Signal(float)  # the worst slice's target
 
     def __init__(self, relay, parent=None):
         super().__init__(parent)
@@ -127,9 +132,10 @@ class SensitivityDock(QWidget):
                                 "(qtquant accuracy)")
         self.top_n = QSpinBox()
         self.top_n.setRange(0, 200)
-        self.top_n.setValue(8)
+        self.top_n.setValue(DEFAULT_TOP)  # units, each measured as int16 and as float
         self.top_n.setPrefix("measure top ")
-        self.top_n.setToolTip("How many of the best first-pass estimates are measured by a real export")
+        self.top_n.setToolTip("How many of the best first-pass estimates are measured by real exports (each node "
+                              "twice: in int16 and in float)")
         self.local = QCheckBox("Local SQNR on the Error overlay")
         self.local.setToolTip("Colour by each tensor's own rounding (local) instead of the error reaching it "
                               "(cumulative)")
@@ -152,8 +158,41 @@ class SensitivityDock(QWidget):
         self.table.setWordWrap(False)
         self.table.setMinimumHeight(150)  # a handful of rows even when the bottom area is shared
         self.table.cellClicked.connect(self._clicked)
+        self.table.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._context_menu)
+        self.table.installEventFilter(self)  # Enter applies the selected row
+        self.table.itemSelectionChanged.connect(self._selection_changed)
+        self.menu = QMenu(self)
+        self._rows: dict[tuple[str, str], object] = {}  # (node, precision) -> SensitivityRow
+        self._report = None
+        self.apply = QPushButton("Apply")
+        self.apply.setToolTip("Set the selected row's node to its precision (one undoable edit; also Enter, "
+                              "or the row's context menu)")
+        self.apply.setEnabled(False)
+        self.apply.clicked.connect(self.apply_selected)
+        self.target = QDoubleSpinBox()
+        self.target.setRange(-100.0, 200.0)
+        self.target.setDecimals(1)
+        self.target.setSingleStep(1.0)
+        self.target.setValue(20.0)
+        self.target.setPrefix("reach ")
+        self.target.setSuffix(" dB")
+        self.reach = QPushButton("Reach for least latency")
+        self.reach.setToolTip("Take the ranking's candidates in order of gain per µs, each measured by a real "
+                              "export on top of the ones kept, until the worst slice reaches the target; "
+                              "installed as one undoable edit")
+        self.reach.setEnabled(False)
+        self.reach.clicked.connect(lambda: self.reachWanted.emit(self.target.value()))
+        left = QVBoxLayout()
+        left.addWidget(self.table, 1)
+        acts = QHBoxLayout()
+        acts.addWidget(self.apply)
+        acts.addStretch(1)
+        acts.addWidget(self.target)
+        acts.addWidget(self.reach)
+        left.addLayout(acts)
         body = QHBoxLayout()
-        body.addWidget(self.table, 3)
+        body.addLayout(left, 3)
         right = QVBoxLayout()
         body.addLayout(right, 2)
         lay.addLayout(body, 1)
@@ -195,7 +234,9 @@ class SensitivityDock(QWidget):
         rep = res.value if res is not None else None
         self.status.setText(status_text(rep, s.is_stale(res) if s is not None else False))
         rows = sensitivity_rows(rep)
-        self.table.setHorizontalHeaderLabels(list(sensitivity_headers(rep)))
+        self._rows = {(r.node, r.precision.value): r for r in rows}
+        headers = sensitivity_headers(rep)
+        self.table.setHorizontalHeaderLabels(list(headers))
         self.table.setSortingEnabled(False)
         self.table.setRowCount(len(rows))
         for i, row in enumerate(rows):
@@ -208,13 +249,67 @@ class SensitivityDock(QWidget):
                     it.setForeground(QColor("#0570b0"))
                 self.table.setItem(i, j, it)
         self.table.setSortingEnabled(True)
-        self.table.sortByColumn(2, Qt.DescendingOrder)
+        self.table.sortByColumn(PER_US_COLUMN, Qt.DescendingOrder)  # the ranking's order: gain per µs
         for j in range(1, len(SENSITIVITY_HEADERS)):
             self.table.resizeColumnToContents(j)
+        self.reach.setEnabled(rep is not None)
+        if rep is not None and rep is not self._report:
+            # A target a few dB above the worst slice now, in the ranking's unit
+            unit = " dB" if headers[2] == "Gain dB" else " % equal"
+            self.target.setSuffix(unit)
+            worst = rep.base.worst_db if unit == " dB" else (rep.base.worst_agreement or ("", 0.0))[1]
+            if math.isfinite(worst):
+                self.target.setValue(round(worst + (3.0 if unit == " dB" else 1.0), 1))
+        self._report = rep
+        self._selection_changed()
 
     def node_at(self, row: int) -> str | None:
         it = self.table.item(row, 0)
         return it.data(Qt.UserRole) if it is not None else None
+
+    def row_at(self, row: int):
+        """The :class:`~qtquant.app.views.accuracy.SensitivityRow` shown at table row ``row`` (or None)."""
+        prec = self.table.item(row, 1)
+        node = self.node_at(row)
+        return self._rows.get((node, prec.text())) if node and prec is not None else None
+
+    def selected_row(self):
+        sel = self.table.selectionModel().selectedRows() if self.table.selectionModel() else []
+        return self.row_at(sel[0].row()) if sel else None
+
+    def apply_selected(self) -> None:
+        row = self.selected_row()
+        if row is not None:
+            self.applyWanted.emit(row)
+
+    def _selection_changed(self) -> None:
+        row = self.selected_row()
+        self.apply.setEnabled(row is not None)
+        self.apply.setText(f"Apply: {row.apply_text}" if row is not None else "Apply")
+
+    def context_actions(self, row: int) -> list:
+        """The context menu's entries for table row ``row``: apply it, show its node."""
+        self.menu.clear()
+        r = self.row_at(row)
+        if r is None:
+            return []
+        self.menu.addAction(f"Apply: {r.apply_text}", lambda: self.applyWanted.emit(r))
+        self.menu.addAction("Show on the canvas", lambda: self.nodeActivated.emit(r.node))
+        return self.menu.actions()
+
+    def _context_menu(self, pos) -> None:
+        row = self.table.rowAt(pos.y())
+        if row < 0:
+            return
+        self.table.selectRow(row)
+        if self.context_actions(row):
+            self.menu.popup(self.table.viewport().mapToGlobal(pos))
+
+    def eventFilter(self, obj, ev) -> bool:
+        if obj is self.table and ev.type() == QEvent.KeyPress and ev.key() in (Qt.Key_Return, Qt.Key_Enter):
+            self.apply_selected()
+            return True
+        return super().eventFilter(obj, ev)
 
     def _clicked(self, row: int, col: int) -> None:
         node = self.node_at(row)
@@ -232,7 +327,60 @@ class AccuracyJobs(QObject):
         self.relay, self.jobs, self.messages, self.dock = relay, jobs, messages, dock
         dock.measureWanted.connect(self.measure)
         dock.shareWanted.connect(self.share)
+        dock.applyWanted.connect(self.apply)
+        dock.reachWanted.connect(self.reach)
         self.last_share = None
+        self.last_reach = None
+
+    def apply(self, row) -> bool:
+        """Set a ranked candidate's node to its precision: one command on the window's stack."""
+        from ..app.commands import SetPrecisionCommand
+        from ..errors import QtQuantError
+
+        try:
+            done = self.relay.stack.push(SetPrecisionCommand(row.tensors, row.precision, label=row.apply_text))
+        except QtQuantError as e:
+            self.dock.set_busy(f"{row.apply_text} refused: {e}")
+            return False
+        self.dock.set_busy(f"{row.apply_text}: applied (Ctrl+Z undoes it); Measure again to rank what is left"
+                           if done else f"{row.apply_text}: already so")
+        return done
+
+    def reach(self, target: float):
+        """Plan "reach ``target`` for the least latency" in the background, install it as one command."""
+        s, snap = self._snapshot("Reach for least latency")
+        if snap is None:
+            return None
+        rep = s.accuracy.value if s.accuracy is not None else None
+        if rep is None:
+            self.dock.set_busy("Reach for least latency needs the ranking: press Measure first")
+            return None
+        from ..accuracy.reach import plan_reach
+        from ..app.commands import ReachCommand
+
+        self.dock.set_busy(f"Reaching {target:g}: measuring the ranking's candidates in order of gain per µs…")
+
+        def work(progress, cancelled):
+            return plan_reach(snap, target, rep, cancel=cancelled, progress=progress)
+
+        def done(plan):
+            if s is not self.relay.session or s.revision != snap.revision:
+                self.dock.set_busy("The model changed while reaching: nothing was applied")
+                return
+            from ..errors import QtQuantError
+
+            if plan.kept:
+                try:
+                    self.relay.stack.push(ReachCommand(plan))
+                except QtQuantError as e:
+                    self.dock.set_busy(f"Reach refused: {e}")
+                    return
+            self.last_reach = plan
+            self.dock.set_busy(plan.text().splitlines()[0])
+            self.messages.log(plan.text())
+
+        return self.jobs.submit("reach", "reach for least latency", work, done, stale_key=self._key,
+                                on_error=self._failed("Reach for least latency"))
 
     def _key(self):
         s = self.relay.session

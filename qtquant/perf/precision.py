@@ -36,7 +36,7 @@ from .macs import macs_of, numel, shape_of
 from .march import Count, Fraction, NonNegative, Param, Positive
 
 __all__ = ["PrecisionParams", "PrecisionCost", "NodePrice", "DEFAULTS", "precision_params", "apply_precision",
-           "precision_rows", "precision_table_text", "report_text", "latency_delta_us"]
+           "precision_rows", "precision_table_text", "report_text", "latency_delta_us", "map_delta_us"]
 
 _RUNTIME = (TensorKind.INPUT, TensorKind.ACTIVATION)
 FLOAT_BYTES = 4
@@ -353,6 +353,15 @@ def latency_delta_us(session, tensors, precision, march_file=None) -> float:
     """µs the simulated latency changes by when ``tensors`` are set to ``precision`` on top of the
     session's current map (the sensitivity ranking's latency price of a candidate)."""
     from ..precision import PrecisionMap
+
+    now = PrecisionMap(getattr(session.options, "precision", None) or {})
+    return map_delta_us(session, now.with_(tensors, precision), march_file)
+
+
+def map_delta_us(session, precision, march_file=None) -> float:
+    """µs the simulated latency changes by when the session's precision map is replaced by
+    ``precision`` (a whole map: "reach X dB"'s price of its plan)."""
+    from ..precision import PrecisionMap
     from .march import load_march
     from .simulator import _simulator_for
 
@@ -362,5 +371,5 @@ def latency_delta_us(session, tensors, precision, march_file=None) -> float:
     ctx = sim._state[0] if sim._state else None
     now = PrecisionMap(getattr(session.options, "precision", None) or {})
     a = apply_precision(res, session.graph, march, now, ctx=ctx)
-    b = apply_precision(res, session.graph, march, now.with_(tensors, precision), ctx=ctx)
+    b = apply_precision(res, session.graph, march, PrecisionMap(precision), ctx=ctx)
     return b.total_us - a.total_us

@@ -58,11 +58,18 @@ def comparison_rows(after, before=None) -> list[tuple[str, str, str, str]]:
     ]
 
 
+BEFORE, AFTER = "as opened", "edited"  # the two columns: no group and all int8, then the session's edits
+
+
 def summary_text(after, before=None) -> str:
+    """The totals; with ``before`` (the model as opened) both columns, the change and the price of the edits."""
+    from .price import edit_price
+
     rows = comparison_rows(after, before)
     if before is None:
         return text_table([(r[0], r[2]) for r in rows], align="ll")
-    return text_table(rows, ("", "before groups", "after groups", "change"))
+    return "\n".join([text_table(rows, ("", BEFORE, AFTER, "change")),
+                       f"price of the edits: {edit_price(before, after).text()} of latency"])
 
 
 def layer_table_text(result, top: int | None = None, include_free: bool = False) -> str:
@@ -155,18 +162,25 @@ def html_report(after, before=None, *, title: str = "", meta: dict | None = None
     closing = (f"Totals: {after.total_ms:.3f} ms per frame ({after.fps:.1f} FPS) on {after.march}, "
                f"{after.ddr_bytes / 1e6:.2f} MB DDR per frame, {after.rescale_count} rescales costing "
                f"{after.rescale_us:.1f} µs.")
+    price = None
     if before is not None:
-        closing += (f" Before the groups: {before.total_ms:.3f} ms ({before.fps:.1f} FPS), "
-                    f"{before.rescale_count} rescales costing {before.rescale_us:.1f} µs.")
+        from .price import edit_price
+
+        price = edit_price(before, after)
+        closing += (f" As opened (no group, every tensor int8): {before.total_ms:.3f} ms ({before.fps:.1f} FPS), "
+                    f"{before.rescale_count} rescales costing {before.rescale_us:.1f} µs. "
+                    f"Price of the edits: {price.text()}.")
     now = {lc.name for lc in after.rescales}
     return _template().render(
         title=title or "qtquant perf report", meta=dict(meta or {}),
-        summary=comparison_rows(after, before), has_before=before is not None,
+        summary=comparison_rows(after, before), has_before=before is not None, before_label=BEFORE,
+        after_label=AFTER, price=price.text() if price is not None else "",
         chart=_chart(after), colors=COLORS, layer_columns=LAYER_COLUMNS, layers=_layer_rows(after),
         rescale_count=after.rescale_count, rescales=_rescale_rows(after),
         removed=[lc.name for lc in before.rescales if lc.name not in now] if before is not None else [],
         march=_march_view(march), closing=closing,
-        data={"summary": after.summary(), "before": before.summary() if before is not None else None})
+        data={"summary": after.summary(), "before": before.summary() if before is not None else None,
+              "price": price.to_dict() if price is not None else None})
 
 
 def explain_text(result, name: str, march) -> str:

@@ -308,15 +308,16 @@ def warm_up(session, march_file=None) -> threading.Thread:
 
 
 def simulate_session(session, march_file=None, *, baseline: bool = False) -> PerfResult:
-    """Simulate a session's current (or, with ``baseline``, its ungrouped) scales.
+    """Simulate a session as edited (or, with ``baseline``, the model as opened: no user group,
+    every tensor int8; :mod:`qtquant.perf.price` splits the difference by kind of edit).
 
     The march is ``march_file`` when given, else ``session.options.march``.
     """
     march = _march_of(session, march_file)
     sim = _simulator_for(session.graph, march)
     res = sim.update(session.concats(baseline=baseline))
-    precision = getattr(session.options, "precision", None)
-    if precision:  # int16 / float nodes re-priced (perf/precision.py); the baseline keeps them too
+    precision = None if baseline else getattr(session.options, "precision", None)
+    if precision:  # int16 / float nodes re-priced (perf/precision.py)
         from .precision import apply_precision
 
         state = sim._state

@@ -41,7 +41,7 @@ def test_dock_ranks_sorts_and_jumps(qtbot, make_win, spiky):
     assert dock.table.rowCount() == len(rep.sensitivity) > 2
     # sorted by gain, highest first: the node whose scale crushes the signal
     assert dock.node_at(0) == "add_spike" and dock.table.item(0, 3).text() == "measured"
-    assert "samples in-sample" in dock.status.text() and "2 measured" in dock.status.text()
+    assert "samples in-sample" in dock.status.text() and "4 candidates measured" in dock.status.text()
     # clicking a row selects and centres its node on the canvas
     _click_cell(qtbot, dock.table, 0, 0)
     assert win.scene.nodes["add_spike"].isSelected()

@@ -22,6 +22,7 @@ from builders import edit_model  # noqa: E402
 from qtquant.app import Options, open_model  # noqa: E402
 from qtquant.app.commands import ShareCommand  # noqa: E402
 from qtquant.app.views.palette import MISMATCH_BANDS  # noqa: E402
+from qtquant.app.views.perf import OPENED_NOTE  # noqa: E402
 from qtquant.app.views.perfdata import fidelity_measure, simulator  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.concat import concat_members  # noqa: E402
@@ -139,7 +140,7 @@ def test_perf_summary_refreshes_once_per_edit_and_results_fill_their_part(qtbot,
     assert w.note.text() == "updating…"  # the figures shown are the unedited model's
     simulate(session)
     assert counts == {"PerfSummary.refresh": 1, "PerfSummary.show_perf": 1}
-    assert w.note.text() == "(…): change against the unedited model"
+    assert w.note.text() == OPENED_NOTE
     assert v["latency"].text() != latency and "−" in v["latency"].text()  # faster, in green
     fid = fidelity_measure()(session.snapshot())
     assert session.set_fidelity(fid, session.revision)

@@ -24,7 +24,7 @@ def _export_report(win, qtbot, tmp_path, monkeypatch) -> str:
     """Export through the window's Export action (the dialog accepted as it is): the report's text."""
     out = tmp_path / "out"
     out.mkdir()
-    win.settings.setValue("export/folder", str(out))
+    win.exports.remember_folder(str(out))
     monkeypatch.setattr(ExportDialog, "exec", lambda self: ExportDialog.Accepted)
     n = len(win.messages.report_dialogs)
     win.actions_by_name["export"].trigger()
@@ -42,7 +42,8 @@ def test_report_text_carries_each_warning_whole(tmp_path):
     lines = rep.text().splitlines()
     assert lines[0].startswith("wrote ") and lines[1].startswith("warning: bias of Gemm 'fc'")
     assert all(len(ln) <= WARNING_COLUMNS for ln in lines[1:])
-    assert " ".join(ln.strip() for ln in lines[1:]) == f"warning: {w}"  # wrapped, nothing lost
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("accuracy of the exported model"))
+    assert " ".join(ln.strip() for ln in lines[1:end]) == f"warning: {w}"  # wrapped, nothing lost, in one block
 
 
 def test_window_export_dialog_shows_the_warning(qtbot, tmp_path, prompts, monkeypatch):

@@ -372,7 +372,7 @@ def test_export_writes_files_onnx_checker_accepts(qtbot, win, model, tmp_path, m
     drag_node(win, "br_c", "cat1")
     out = tmp_path / "out"
     out.mkdir()
-    win.settings.setValue("export/folder", str(out))
+    win.exports.remember_folder(str(out))
     monkeypatch.setattr(ExportDialog, "exec", lambda self: ExportDialog.Accepted)
     assert win.actions_by_name["export"].isEnabled()
     win.actions_by_name["export"].trigger()
@@ -390,7 +390,7 @@ def test_export_writes_files_onnx_checker_accepts(qtbot, win, model, tmp_path, m
     ov = json.loads((out / "edit_fixed.overrides.json").read_text())
     assert len({ov[t][0]["scale"] for t in ("br_a_out", "br_b_out", "br_c_out", "cat1_out")}) == 1
     html = (out / "edit_fixed.perf.html").read_text()
-    assert "before groups" in html and "edit.onnx" in html
+    assert "as opened" in html and "edit.onnx" in html
     assert (out / "edit_fixed.perf.csv").read_text().startswith("name,op_type,")
     im = Image.open(out / "edit_fixed.png")
     assert im.size[0] > 300 and im.size[1] > 300
@@ -401,7 +401,7 @@ def test_export_writes_files_onnx_checker_accepts(qtbot, win, model, tmp_path, m
     # an unwritable destination (a file where the folder should be; a folder that does not exist
     # yet is made) becomes an error dialog with a one-line message
     (tmp_path / "a_file").write_text("x")
-    win.settings.setValue("export/folder", str(tmp_path / "a_file"))
+    win.exports.remember_folder(str(tmp_path / "a_file"))
     n = len(win.errors)
     win.actions_by_name["export"].trigger()
     qtbot.waitUntil(lambda: len(win.errors) > n, timeout=20000)

@@ -114,7 +114,7 @@ def test_the_inspector_shows_the_scale_the_export_gives(qtbot, make_win, tmp_pat
     right_click(win, "br_b")["int16"].trigger()
     win.edits.context_menu.close()
     scale, zp = out_row()[4], out_row()[5]
-    assert scale.endswith(" int16") and float(scale.split()[0]) < int8_scale / 100 and zp == "0"
+    assert scale.endswith(" i16") and float(scale.split()[0]) < int8_scale / 100 and zp == "0"
     ins.show_tensor("br_b_out")
     qtbot.waitUntil(lambda: ins.hist.tensor == "br_b_out" and ins.hist.clip is not None, timeout=10000)
     assert ins.hist.clip[1] == pytest.approx(32767 * float(scale.split()[0]), rel=1e-3)

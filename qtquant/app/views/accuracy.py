@@ -7,23 +7,26 @@ import math
 from dataclasses import dataclass
 
 from ...tables import fmt_num
-from ...vocab import Overlay, RankedBy
+from ...vocab import Overlay, Precision, RankedBy
 from .palette import heat_hex
 
 __all__ = ["error_looks", "error_range", "SensitivityRow", "sensitivity_rows", "tensor_error_text",
            "status_text", "TradeoffPoint", "tradeoff_points", "ERROR_SPAN_DB", "SENSITIVITY_HEADERS",
-           "sensitivity_headers"]
+           "sensitivity_headers", "PER_US_COLUMN"]
 
 ERROR_SPAN_DB = 10.0  # the colour ramp spans at least this many dB
 ERROR_BADGE = "#800026"
-SENSITIVITY_HEADERS = ("Node", "Precision", "Gain dB", "How", "Worst slice after", "Latency µs")
+SENSITIVITY_HEADERS = ("Node", "Precision", "Gain dB", "How", "Worst slice after", "Latency µs", "dB/µs")
+PER_US_COLUMN = 6  # the ranking's order: the dock sorts by it, highest first
 
 
 def sensitivity_headers(report) -> tuple[str, ...]:
     """:data:`SENSITIVITY_HEADERS`, the gain's unit the report's (pp where it ranks by agreement)."""
     if report is None or report.ranked_by is RankedBy.SQNR:
         return SENSITIVITY_HEADERS
-    return tuple(f"Gain {report.ranked_by.gain_unit}" if h == "Gain dB" else h for h in SENSITIVITY_HEADERS)
+    unit = report.ranked_by.gain_unit
+    return tuple(f"Gain {unit}" if h == "Gain dB" else f"{unit}/µs" if h == "dB/µs" else h
+                 for h in SENSITIVITY_HEADERS)
 
 
 def _finite(x) -> bool:
@@ -97,6 +100,15 @@ class SensitivityRow:
     cells: tuple[str, ...]  # as SENSITIVITY_HEADERS
     keys: tuple  # per column: what the column sorts by
     measured: bool
+    precision: Precision = Precision.FLOAT
+    tensors: tuple[str, ...] = ()  # what applying the row sets to ``precision``
+
+    @property
+    def apply_text(self) -> str:
+        """The command's (and the menu entry's) words: "add_spike: int16", "Keep add_spike in float"."""
+        if self.precision is Precision.FLOAT:
+            return f"Keep {self.node} in float"
+        return f"{self.node}: {self.precision.value}"
 
 
 def _num_text(x, signed=False) -> str:
@@ -106,16 +118,20 @@ def _num_text(x, signed=False) -> str:
 
 
 def sensitivity_rows(report) -> list[SensitivityRow]:
+    """One row per candidate, in the ranking's order; the dB/µs column sorts in that order too."""
+    from ...accuracy.report import latency_text, per_us_text
+
     rows = []
-    for s in report.sensitivity if report is not None else ():
+    cands = report.sensitivity if report is not None else ()
+    for k, s in enumerate(cands):
         gain = s.gain if _finite(s.gain) else -math.inf
         after = s.after_text()
         lat = s.latency_delta_us
         cells = (s.node, s.precision.value, _num_text(s.gain, True), "estimate" if s.estimate else "measured",
-                 after, "n/a" if lat is None else f"{lat:+.1f}")
+                 after, latency_text(lat), per_us_text(s))
         keys = (s.node, s.precision.value, gain, 0 if s.estimate else 1,
-                s.worst if _finite(s.worst) else -math.inf, lat if lat is not None else math.inf)
-        rows.append(SensitivityRow(s.node, cells, keys, not s.estimate))
+                s.worst if _finite(s.worst) else -math.inf, lat if lat is not None else math.inf, len(cands) - k)
+        rows.append(SensitivityRow(s.node, cells, keys, not s.estimate, s.precision, tuple(s.tensors)))
     return rows
 
 
@@ -131,7 +147,7 @@ def tensor_error_text(report, tensor: str) -> str:
 def status_text(report, stale: bool = False) -> str:
     if report is None:
         return "No accuracy check yet: Measure runs it on the check samples (a minute on a small detector)."
-    n = len(report.sensitivity)
+    n = len({s.node for s in report.sensitivity})
     m = sum(1 for s in report.sensitivity if not s.estimate)
     if report.ranked_by is RankedBy.AGREEMENT:  # integer outputs only: ranked by how often they agree
         label, share = report.base.worst_agreement
@@ -139,8 +155,8 @@ def status_text(report, stale: bool = False) -> str:
     else:
         worst = f"{report.base.worst_label or 'no slice measured'} {_num_text(report.base.worst_db)} dB"
     spread = f"; {report.no_single_fix}" if report.no_single_fix else ""
-    return (f"{report.sample_text}; worst slice {worst}; {n} nodes ranked, {m} measured by a real "
-            f"export{spread}" + ("; stale: the model changed since" if stale else ""))
+    return (f"{report.sample_text}; worst slice {worst}; {n} nodes ranked in int16 and float by gain per µs, "
+            f"{m} candidates measured by a real export{spread}" + ("; stale: the model changed since" if stale else ""))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The perf summary: totals against the unedited model, the slowest layers and the fidelity line.
+"""The perf summary: totals against the model as opened (no group, every tensor int8), the price of
+each kind of edit, the slowest layers and the fidelity line.
 
 The labels of the Performance dock show rich text; :meth:`Figure.html` and
 :func:`fidelity_html` give it, every user-supplied name escaped.
@@ -11,19 +12,19 @@ from dataclasses import dataclass
 from html import escape
 
 from .fmt import fmt_bytes, fmt_us
-from .perfdata import num, simulator, top_layers
+from .perfdata import edit_price_of, num, simulator, top_layers
 from ...tables import clip_left, fmt_num, samples_text
 from ...vocab import Blank
 
 __all__ = ["Change", "Figure", "PerfSummaryView", "perf_summary", "fidelity_html", "fidelity_tip",
-           "fidelity_basis"]
+           "fidelity_basis", "price_html", "OPENED_NOTE"]
 
 GOOD, BAD, MUTED, WARN = "#2e7d32", "#c62828", "#777", "#b26a00"
 
 
 @dataclass(frozen=True)
 class Change:
-    """A change against the unedited model, green when it is an improvement."""
+    """A change against the model as opened, green when it is an improvement."""
 
     text: str
     good: bool
@@ -61,6 +62,9 @@ class PerfSummaryView:
     # What the SQNR rests on ("7 in-sample samples, worst slice"): a row of its own, because the
     # SQNR line is elided at the dock's width and the sample count at its end was cut off.
     sqnr_basis: str = "—"
+    # What each kind of edit costs against the model as opened ("sharing −6.1 µs · precision +635 µs"),
+    # rich text; "—" with nothing edited.
+    price: str = "—"
     note: str = ""
     chart: tuple = ()  # (name, op type, µs) of the slowest layers
     stale: bool = False  # the perf figures are of an older revision: a new run is on its way
@@ -93,7 +97,7 @@ def _rescales(session) -> Figure:
 
 
 def perf_summary(session) -> PerfSummaryView:
-    """Totals for the current revision, each with its change against the unedited model."""
+    """Totals for the current revision, each with its change against the model as opened."""
     if session is None:
         return PerfSummaryView()
     res, base_res = session.perf, session.perf_baseline
@@ -101,8 +105,9 @@ def perf_summary(session) -> PerfSummaryView:
     base = base_res.value if base_res is not None else None
     fields = {"rescales": _rescales(session)}
     fid = session.fidelity.value if session.fidelity is not None else None
+    edited = len(session.groups) > 0 or bool(getattr(session.options, "precision", None))
     if fid is not None and getattr(fid, "after", None):
-        fields.update(sqnr_html=fidelity_html(fid), sqnr_tip=fidelity_tip(fid), sqnr_basis=fidelity_basis(fid))
+        fields.update(sqnr_html=fidelity_html(fid, edited), sqnr_tip=fidelity_tip(fid), sqnr_basis=fidelity_basis(fid))
     elif getattr(session, "quantized_file", False) and session.calibration is None:
         # A QDQ file brings its scales and no float original: nothing to measure against until
         # calibration data gives check samples (its float view is then the reference; the file's scales stand).
@@ -116,21 +121,40 @@ def perf_summary(session) -> PerfSummaryView:
         fields["note"] = "" if simulator() is not None else "The perf simulator is not installed."
         return PerfSummaryView(**fields)
     stale = session.is_stale(res)
-    grouped = len(session.groups) > 0
     return PerfSummaryView(
         latency=_metric(perf, base, "total_ms", lambda x: f"{x:.3f} ms", True, lambda d: f"{d:+.3f} ms"),
         fps=_metric(perf, base, "fps", lambda x: f"{x:.1f}", False, lambda d: f"{d:+.1f}"),
         ddr=_metric(perf, base, "ddr_bytes", fmt_bytes, True, _signed(fmt_bytes)),
         rescale_us=_metric(perf, base, "rescale_us", fmt_us, True, _signed(fmt_us)),
-        chart=tuple(top_layers(perf)), stale=stale,
-        note="updating…" if stale else "(…): change against the unedited model" if grouped else "", **fields)
+        chart=tuple(top_layers(perf)), stale=stale, price=price_html(perf, base) if edited else "—",
+        note="updating…" if stale else OPENED_NOTE if edited else "", **fields)
+
+
+OPENED_NOTE = "(…): change against the model as opened (no group, every tensor int8)"
+
+
+def price_html(perf, base) -> str:
+    """Each kind of edit's latency price against the model as opened, coloured: green saves time."""
+    price = edit_price_of(base, perf)
+    if price is None:
+        return "—"
+    parts = price.parts or (("no change", 0.0),)
+
+    def one(kind, us):
+        if not us:
+            return kind
+        c = GOOD if us < 0 else BAD
+        return f'{kind} <span style="color:{c}">{"+" if us > 0 else "−"}{fmt_us(abs(us))}</span>'
+    return " · ".join(one(k, v) for k, v in parts)
 
 
 LABEL_CHARS = 20  # an output's name in the dock's row, at most
 
 
-def fidelity_html(fid) -> str:
-    """Each output's headline (its worst slice, named), the change, and the sample count."""
+def fidelity_html(fid, edited: bool = False) -> str:
+    """Each output's headline (its worst slice, named), the change, and the sample count.  ``edited``:
+    the session differs from the model as opened, so a change under 0.005 dB still shows, muted
+    ("(±0.00 dB)"): the figure was measured again and did not move."""
     parts = []
     for o in fid.outputs:
         a, w = fid.after[o].headline, fid.before[o].headline
@@ -147,14 +171,17 @@ def fidelity_html(fid) -> str:
         t = f"{name}: {fmt_num(a.sqnr_db, 1)} dB"
         if a.lost:  # said in red (the tooltip says why)
             t = f'{name}: <span style="color:{BAD}">{fmt_num(a.sqnr_db, 1)} dB</span>'
-        if not w.no_signal and math.isfinite(a.sqnr_db) and math.isfinite(w.sqnr_db) \
-                and abs(a.sqnr_db - w.sqnr_db) >= 0.005:
+        if not w.no_signal and math.isfinite(a.sqnr_db) and math.isfinite(w.sqnr_db):
             d = a.sqnr_db - w.sqnr_db
-            t += _change(f"{fmt_num(d, signed=True)} dB", d, lower_better=False).html()
+            if abs(d) >= 0.005:
+                t += _change(f"{fmt_num(d, signed=True)} dB", d, lower_better=False).html()
+            elif edited:
+                t += f' <span style="color:{MUTED}">(±0.00 dB)</span>'
         parts.append(t)
     text = "; ".join(parts)
-    if any(fid.after[o].headline.blank is Blank.NO_SIGNAL for o in fid.outputs):
-        text += f' <span style="color:{WARN}">(use representative data)</span>'  # the cell says "no signal"
+    if any(fid.after[o].headline.blank is Blank.NO_SIGNAL for o in fid.outputs) or getattr(fid, "sparse", None):
+        # "no signal", or an output that fires on almost nothing (the tooltip's report says which)
+        text += f' <span style="color:{WARN}">(use representative data)</span>'
     if fid.findings:
         text += f' <span style="color:{BAD}">{len(fid.findings)} finding(s), see tooltip</span>'
     if fid.host_default:

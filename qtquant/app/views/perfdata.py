@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from functools import partial
 
-__all__ = ["CHART_ROWS", "simulator", "fidelity_measure", "node_us", "rescale_us_by_concat", "rescale_us_for_input",
-           "top_layers", "num", "node_detail", "BOUND_ABBR"]
+__all__ = ["CHART_ROWS", "simulator", "edit_price_of", "fidelity_measure", "node_us", "rescale_us_by_concat",
+           "rescale_us_for_input", "top_layers", "num", "node_detail", "BOUND_ABBR"]
 
 BOUND_ABBR = {"compute": "cmp", "memory": "mem", "overhead": "ovh"}  # the latency badge's bound tag
 
@@ -23,6 +23,20 @@ def simulator():
     except ImportError:
         return None
     return simulate_session
+
+
+def edit_price_of(before, after):
+    """``qtquant.perf.price.edit_price(before, after)``, or None (no simulator, no baseline)."""
+    if before is None or after is None:
+        return None
+    try:
+        from ...perf.price import edit_price
+    except ImportError:
+        return None
+    try:
+        return edit_price(before, after)
+    except (AttributeError, TypeError):
+        return None
 
 
 def fidelity_measure(worker=None):
