@@ -58,7 +58,8 @@ def _canvas(args) -> tuple[bytes | None, str]:
                             cut=args.cut or (), int16=args.int16, keep_float=args.keep_float, stats=args.stats)
         except QtQuantError as e:
             return None, f"The canvas picture is unavailable: {e}"
-        return out.read_bytes(), "Red: Concats whose inputs need a rescale (the app's mismatch overlay)."
+        return out.read_bytes(), ("The app's mismatch overlay: each Concat coloured by its max/min input scale ratio, "
+                                  "red edges into the inputs that need a rescale; centred on the worst Concat.")
 
 
 def run(args) -> int:

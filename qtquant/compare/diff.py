@@ -74,19 +74,32 @@ class ConcatSide:
     output_float: bool
     rule_note: str
     notes: tuple[str, ...]
+    rescaled_scales: tuple[float | None, ...] = ()  # per rescaled input, its own scale
+    out_scale: float | None = None  # the scale they are requantized to (the output's, or its reference input's)
 
     @classmethod
     def of(cls, c) -> "ConcatSide":
-        return cls(c.node, c.rescales, tuple(m.tensor for m in c.inputs if m.needs_rescale), float(c.ratio),
-                   bool(c.output_float or c.export_float), c.rule_note or "", tuple(c.notes))
+        out = c.output.scale
+        if out is None and c.reference_input is not None:
+            out = next((m.scale for m in c.inputs if m.index == c.reference_input), None)
+        rescaled = [m for m in c.inputs if m.needs_rescale]
+        return cls(c.node, c.rescales, tuple(m.tensor for m in rescaled), float(c.ratio),
+                   bool(c.output_float or c.export_float), c.rule_note or "", tuple(c.notes),
+                   tuple(m.scale for m in rescaled), out)
 
     @property
     def why(self) -> str:
-        """Why this side rescales what it does: the rule's note and the Concat's notes, one line."""
-        return "; ".join(x for x in (self.rule_note, *self.notes) if x)
+        """Why this side rescales what it does, one line: each rescaled input's scale against the
+        one it is requantized to, then the target rule's note and the Concat's notes."""
+        parts = []
+        if self.rescaled and self.out_scale:
+            parts.append(", ".join(f"{t} {_scale(s)} ≠ {_scale(self.out_scale)}"
+                                   for t, s in zip(self.rescaled, self.rescaled_scales)))
+        return "; ".join(x for x in (*parts, self.rule_note, *self.notes) if x)
 
     def to_dict(self) -> dict:
         return {"node": self.node, "rescales": self.rescales, "rescaled_inputs": list(self.rescaled),
+                "rescaled_scales": [_num(x) for x in self.rescaled_scales], "rescaled_to": _num(self.out_scale),
                 "ratio": _num(self.ratio), "output_float": self.output_float, "rule_note": self.rule_note or None,
                 "notes": list(self.notes)}
 
