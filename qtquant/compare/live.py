@@ -37,7 +37,10 @@ def open_comparison(path, session, perf=None, fidelity=None, *, progress=None) -
         other, _ = open_project(p, remap=True)
     else:
         other = open_model(p, dict(session.graph.input_shapes), session.options, cut=getattr(session.graph, "cut", ()))
-    if other.calibration is None and (not other.quantized_file or session.options.calib.source != SYNTHETIC):
+    # A float B is calibrated; a QDQ B only when the open model was (its data then gives B's check
+    # samples and ranges to what B left unquantized, as for A), so both sides rest on the same footing.
+    a_calibrated = session.calibration is not None and session.options.calib.source != SYNTHETIC
+    if other.calibration is None and (not other.quantized_file or a_calibrated):
         other.run_calibration(progress=progress)
     try:
         other_perf = simulate_session(other)
