@@ -151,3 +151,20 @@ def test_a_bad_budget_is_one_line_exit_3(pair, tmp_path, capsys, text, message):
 def test_a_missing_budget_file_is_exit_3(pair, tmp_path, capsys):
     assert main(["check", pair[0], "--budget", str(tmp_path / "none.toml")]) == 3
     assert "budget: no such file" in capsys.readouterr().err
+
+
+def test_a_project_is_a_side(pair, tmp_path, capsys):
+    from qtquant.app import open_model
+    from qtquant.project import save_project
+
+    src, qt, _, _, _ = pair
+    s = open_model(src)
+    s.run_calibration()
+    s.groups.share(s, ["c0_out", "c1_out"])
+    s.groups_changed()
+    proj = save_project(s, tmp_path / "det.qtquant")
+    doc = _json(capsys, ["diff", str(proj), src, "--no-perf", "--json"])
+    by = {t["tensor_a"]: t for t in doc["tensors"]["items"]}
+    # A is the project with its group: c1_out shares c0_out's scale there, not in the plain model
+    assert "c0_out" in by["c1_out"]["shares_a"] and "c0_out" not in by["c1_out"]["shares_b"]
+    assert doc["a"]["model"].endswith("det.qtquant")
