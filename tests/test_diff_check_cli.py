@@ -100,7 +100,7 @@ def test_diff_refuses_two_models_and_a_plan_for_neither_side(pair, tmp_path, cap
     assert main(["diff", src, src, "--plan", pair[4]]) == 2
     assert "--plan-a and --plan-b" in capsys.readouterr().err
     assert main(["diff", src, str(tmp_path / "missing.onnx")]) == 3
-    assert "B: no such file" in capsys.readouterr().err
+    assert "qtquant: error: B (missing.onnx): no such file" in capsys.readouterr().err
 
 
 def _budget(tmp_path, text, name="budget.toml"):

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from ..compare.sides import Side
-from ..errors import BadInputError
+from ..errors import BadInputError, QtQuantError
 
 __all__ = ["open_side", "is_project"]
 
@@ -20,13 +20,22 @@ def is_project(path) -> bool:
 
 def open_side(args, path, *, label: str, plan=None) -> Side:
     """``path``: a model file (float or QDQ; with ``plan`` a sharing plan on top) or a ``.qtquant``
-    project, which brings its own model, shapes, calibration settings, groups and precisions."""
+    project, which brings its own model, shapes, calibration settings, groups and precisions.
+    An error says which side it is about."""
+    try:
+        return _open_side(args, path, label, plan)
+    except QtQuantError as e:
+        e.args = (f"{label} ({Path(path).name}): {e}",)
+        raise
+
+
+def _open_side(args, path, label: str, plan) -> Side:
     from .analyze import _perf_and_fidelity, _warm_perf
 
     if not os.path.isfile(path):
-        raise BadInputError(f"{label}: no such file: {path}")
+        raise BadInputError(f"no such file: {path}")
     if plan is not None and not os.path.isfile(plan):
-        raise BadInputError(f"{label}: no such plan file: {plan}")
+        raise BadInputError(f"no such plan file: {plan}")
     ns = argparse.Namespace(**{**vars(args), "model": str(path), "plan": plan})
     if is_project(path):
         from ..project import open_project
