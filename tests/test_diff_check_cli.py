@@ -132,6 +132,7 @@ def test_check_passes_and_fails_with_junit_json_and_report(pair, tmp_path, capsy
     doc = json.loads(capsys.readouterr().out)
     broken = [r["limit"] for r in doc["limits"] if not r["ok"]]
     assert not doc["passed"] and "max_mismatched_concats" in broken
+    assert doc["analysis"]["summary"]["mismatched_concats"] == doc["figures"]["mismatched_concats"]
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("failures") == str(len(broken)) == str(len(suite.findall("testcase/failure")))
     assert suite.get("tests") == "5"

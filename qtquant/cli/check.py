@@ -92,7 +92,12 @@ def run(args) -> int:
                           baseline_diff=diff_sides(baseline, side) if baseline is not None else None)
         atomic_write_text(args.report, html, inputs=inputs, what="report")
     if args.json:
-        json.dump(result.to_dict(), sys.stdout, indent=2)
+        from ..report import analysis_dict
+
+        # the model's figures in analyze's stable form beside the limits
+        doc = {**result.to_dict(), "analysis": analysis_dict(side.session, concats=side.concats, perf=side.perf,
+                                                             fidelity=side.fidelity)}
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         for line in result.lines():
