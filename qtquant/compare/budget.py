@@ -102,13 +102,6 @@ class Budget:
         return cls(path=path, baseline=baseline, **{k: (float(v) if _KEYS[k][0] == (int, float) else v)
                                                     for k, v in data.items() if k != "baseline"})
 
-    @property
-    def empty(self) -> bool:
-        return not self.limits() and not self.no_worse_than_baseline
-
-    def limits(self) -> dict:
-        return {k: getattr(self, k) for k in ("max_rescales", "max_mismatched_concats", "max_latency_ms",
-                                               "min_sqnr_db") if getattr(self, k) is not None}
 
 
 def _toml_repr(v) -> str:

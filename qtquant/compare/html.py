@@ -8,6 +8,7 @@ import math
 
 from ..perf.report import report_template
 from .diff import ConcatSide, ModelDiff
+from .match import MatchedBy
 
 __all__ = ["diff_html", "check_html"]
 
@@ -83,7 +84,7 @@ def diff_view(d: ModelDiff) -> dict:
         tensor_line=(f"{len(m.pairs)} quantized tensors matched ({len(m.pairs) - m.by_structure} by name, "
                      f"{m.by_structure} by producer structure), {len(d.changed_tensors)} changed (scale, domain "
                      f"or precision), {len(m.only_a)} only in A, {len(m.only_b)} only in B."),
-        structure=[(p.a, p.b) for p in m.pairs if str(p.by) == "structure"],
+        structure=[(p.a, p.b) for p in m.pairs if p.by is MatchedBy.STRUCTURE],
         tensors=_tensor_view(d),
         tensors_unmatched=[(lbl, n) for lbl, n in (("only in A", m.only_a), ("only in B", m.only_b)) if n],
         march=d.a.session.options.march)
