@@ -15,7 +15,7 @@ from ..errors import QtQuantError, UsageError
 
 __all__ = ["main", "build_parser", "entry", "QUICK_EXIT"]
 
-COMMANDS = ["analyze", "fix", "deploy", "perf", "accuracy", "calibrate", "screenshot", "demo"]
+COMMANDS = ["analyze", "fix", "deploy", "perf", "accuracy", "calibrate", "diff", "check", "screenshot", "demo"]
 
 GUI_LAUNCH = """
 opening the app:
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
 
 # Commands that end with everything written and nothing left for the interpreter's teardown to do
 # but free memory (no Qt: the GUI, screenshot and demo keep the normal exit).
-QUICK_EXIT = frozenset({"analyze", "fix", "deploy", "perf", "accuracy", "calibrate"})
+QUICK_EXIT = frozenset({"analyze", "fix", "deploy", "perf", "accuracy", "calibrate", "diff"})
 
 
 def entry() -> None:

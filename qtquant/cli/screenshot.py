@@ -34,6 +34,9 @@ def add_arguments(p) -> None:
     p.add_argument("--error-local", action="store_true", help="error overlay: colour by local SQNR")
     p.add_argument("--max-sqnr-drop", type=float, default=None, metavar="DB",
                    help="run auto-share by accuracy first (the Sensitivity dock draws its trade-off curve)")
+    p.add_argument("--compare", default=None, metavar="B",
+                   help="compare with a second file of the model (File > Compare With...): the canvas colours "
+                        "what B changes, the Concat list and the inspector show both sides")
     p.add_argument("--dock", default=None, metavar="NAME", help="raise this dock's tab (e.g. sensitivity)")
     p.add_argument("--wait-fidelity", action="store_true", default=None,
                    help="wait for the fidelity check (output SQNR) on big graphs too (from 2,000 nodes the "
@@ -72,7 +75,7 @@ def run(args) -> int:
                           expand=args.expand, wait_fidelity=args.wait_fidelity,
                           int16=args.int16, keep_float=args.keep_float, accuracy_top=args.accuracy_top,
                           dock=args.dock, error_local=args.error_local, max_sqnr_drop=args.max_sqnr_drop,
-                          stats=args.stats)
+                          stats=args.stats, compare=args.compare)
     from PIL import Image
 
     with Image.open(out) as im:

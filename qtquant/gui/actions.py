@@ -23,6 +23,9 @@ __all__ = ["WindowActions", "OptionWidgets", "redo_keys", "key_conflicts"]
 SPECS: dict[str, tuple[str, object, str]] = {
     "open": ("Open…", QKeySequence.Open, "Open an ONNX model"),
     "demo": ("Open demo model", None, "The bundled multi-scale attention demo"),
+    "compare": ("Compare With…", None, "Open a second file of this model (another tool's QDQ file, a project) "
+                "and colour what it changes"),
+    "clear_compare": ("Clear Comparison", None, "Back to the open model alone"),
     "calibrate": ("Calibrate…", "Ctrl+K", "Choose calibration data and run it"),
     "share": ("Share", "Ctrl+G", "Tie the selected nodes' outputs to one shared observer (a lone Concat: its "
                                  "inputs and output)"),
@@ -50,7 +53,7 @@ SPECS: dict[str, tuple[str, object, str]] = {
                                                      "Concat of sizes...)"),
     "quit": ("Quit", QKeySequence.Quit, ""),
 }
-NEEDS_SESSION = ("save_project", "save_project_as", "open_compiler_log")
+NEEDS_SESSION = ("save_project", "save_project_as", "open_compiler_log", "compare", "clear_compare")
 NEEDS_SCALES = ("autoshare", "export")
 
 
@@ -219,7 +222,8 @@ class WindowActions(QObject):
         fm.addAction(A["open_project"])
         fm.addAction(A["open_compiler_log"])
         self.recent_menu = fm.addMenu("Open &Recent")
-        for key in ("demo", None, "save_project", "save_project_as", None, "export", None, "quit"):
+        for key in ("demo", None, "compare", "clear_compare", None, "save_project", "save_project_as", None, "export",
+                    None, "quit"):
             fm.addSeparator() if key is None else fm.addAction(A[key])
         em = mb.addMenu("&Edit")
         for key in ("undo", "redo", "history", None, "find", None, "share", "ungroup", "autoshare"):

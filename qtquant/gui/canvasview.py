@@ -37,6 +37,7 @@ class CanvasPresenter(QObject):
         self.relay, self.scene, self.view = relay, scene, view
         self.overlay = Overlay.NONE
         self.error_local = False  # the Error overlay: local SQNR instead of cumulative (a toggle)
+        self.comparison = None  # a ModelDiff (File › Compare With…): its looks replace the overlay's
         self.group_focus: int | None = None  # the group selected in the Groups dock
         self.spec = None  # the layout shown (or being built)
         # True while the structure drawn from the file shows (the model still loads): no looks,
@@ -171,6 +172,14 @@ class CanvasPresenter(QObject):
         s = self.relay.session
         if s is None or self.provisional or self.scene.spec is None or self.scene.spec is not self.spec:
             return
+        if self.comparison is not None:
+            from ..compare.live import compare_looks
+
+            looks = compare_looks(s.graph, self.comparison)
+            lg = looks.legend
+            self.view.legend.set_overlay(lg.mode, lg.title, lg.lo, lg.hi)
+            self.scene.apply_looks(looks.nodes, looks.edges, looks.edge_default)
+            return
         looks = Looks()
 
         model, concats, perf = self.model, self.relay.concats(), self.relay.perf()
@@ -201,6 +210,11 @@ class CanvasPresenter(QObject):
         self.error_local = bool(on)
         if self.overlay == Overlay.ERROR:
             self.apply_looks()
+
+    def set_comparison(self, diff) -> None:
+        """Colour what ``diff``'s B changes (None: back to the overlay)."""
+        self.comparison = diff
+        self.apply_looks()
 
     def set_overlay(self, mode) -> None:
         if mode not in OVERLAYS:

@@ -34,6 +34,7 @@ _RIGHT = int(Qt.AlignRight | Qt.AlignVCenter)
 _DISPLAY, _SORT, _DECORATION, _ALIGN, _TIP = (int(r) for r in (Qt.DisplayRole, SORT_ROLE, Qt.DecorationRole,
                                                               Qt.TextAlignmentRole, Qt.ToolTipRole))
 
+_RESCALES = CONCAT_HEADERS.index("Resc.")  # the column that shows both sides in a comparison
 
 def fixed_width(label: QLabel) -> None:
     """A wrapped label whose text never widens its dock: a dock that grows when a result
@@ -134,6 +135,7 @@ class ConcatTableModel(QAbstractTableModel):
         self.rows: list = []
         self._cells: dict[str, dict] = {}  # row name -> role -> one value per column, made on first ask
         self._sort = (2, Qt.DescendingOrder)
+        self.comparison: dict[str, tuple[int, int]] = {}  # Concat -> rescales (A, B), File › Compare With…
 
     def _sorted(self, rows):
         col, order = self._sort
@@ -186,6 +188,14 @@ class ConcatTableModel(QAbstractTableModel):
         self._move(rows)
         self.layoutChanged.emit()
 
+    def set_comparison(self, diff) -> None:
+        """Show each Concat's rescales on both sides ("A→B" in the rescales column); None: A's alone."""
+        self.comparison = {c.a.node: (c.a.rescales, c.b.rescales) for c in diff.concats} if diff is not None else {}
+        self._cells = {}
+        self.headerDataChanged.emit(Qt.Horizontal, _RESCALES, _RESCALES)
+        if self.rows:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(self.rows) - 1, len(self.HEADERS) - 1))
+
     def rowCount(self, parent=QModelIndex()):
         return 0 if parent.isValid() else len(self.rows)
 
@@ -194,7 +204,7 @@ class ConcatTableModel(QAbstractTableModel):
 
     def headerData(self, section, orientation, role=Qt.DisplayRole):
         if orientation == Qt.Horizontal and role == Qt.DisplayRole:
-            return self.HEADERS[section]
+            return "Resc. A→B" if section == _RESCALES and self.comparison else self.HEADERS[section]
         if orientation == Qt.Horizontal and role == Qt.ToolTipRole:
             return self.TIPS[section]
         return None
@@ -207,6 +217,10 @@ class ConcatTableModel(QAbstractTableModel):
                 _DISPLAY: row.cells, _SORT: [row.sort_key(i) for i in range(n)],
                 _DECORATION: [qcolor(row.color)] + [None] * (n - 1), _ALIGN: [None] + [_RIGHT] * (n - 1),
                 _TIP: [row.tooltip] * n}
+            both = self.comparison.get(row.name)
+            if both is not None:
+                cell[_DISPLAY] = list(cell[_DISPLAY])
+                cell[_DISPLAY][_RESCALES] = f"{both[0]}→{both[1]}" if both[0] != both[1] else str(both[0])
         return cell
 
     def data(self, index, role=Qt.DisplayRole):

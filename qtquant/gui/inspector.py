@@ -278,6 +278,12 @@ class Inspector(QScrollArea):
         self.show_node(None)
 
     # -- public ---------------------------------------------------------------------------
+    comparison = None  # a ModelDiff while the window compares with a second file
+
+    def set_comparison(self, diff) -> None:
+        self.comparison = diff
+        self.refresh()
+
     def show_node(self, name: str | None, others: int = 0) -> None:
         """Inspect ``name``; with ``others`` > 0 a multi-selection is summarised instead."""
         self.node = name
@@ -363,6 +369,11 @@ class Inspector(QScrollArea):
         consts = constant_inputs(g, name)  # not drawn on the canvas: listed here
         if consts:
             notes.append("Constant inputs (not drawn): " + ", ".join(f"{t} ({src})" for t, src in consts))
+        if self.comparison is not None:  # File › Compare With…: both sides of this node
+            from ..compare.live import concat_text, node_text
+
+            notes += [x for x in (concat_text(self.comparison, name) if info is not None else "",
+                                  node_text(self.comparison, [t for t in node.outputs if t])) if x]
         self.notes.setText("\n".join(notes))
         self.notes.setVisible(bool(notes))
         self._show_compiler(name, info)

@@ -33,6 +33,7 @@ from .sensitivitydock import AccuracyJobs, SensitivityDock
 from .editing import Editor
 from .exporting import ExportController, render_canvas
 from .history import HistoryView
+from .comparing import ComparisonController
 from .inspector import Inspector
 from .messages import Messages
 from .opening import ModelOpener
@@ -91,6 +92,8 @@ class MainWindow(QMainWindow):
         self.option_widgets = self.window_actions.options  # overlay, march, policy, auto-share threshold
         self.window_actions.build_toolbar()
         self.window_actions.build_menus(self.docks.values())
+        self.comparison = ComparisonController(self.relay, self.jobs, self.messages, self.canvas, self.concat_list,
+                                               self.inspector, self)
         self.edits = CanvasEditing(self.relay, self.editor, self.scene, self.view, self.canvas, self.groups_panel,
                                    self.window_actions, self)
         self.opener = ModelOpener(c, self.projects, self.settings, self.messages, self.window_actions.recent_menu, self)
@@ -208,7 +211,9 @@ class MainWindow(QMainWindow):
         return {"open": lambda: self.opener.open_dialog(), "demo": lambda: self.opener.open_demo(),
                 "calibrate": lambda: self.opener.calibrate_dialog(), "share": lambda: self.edits.share_selection(),
                 "ungroup": lambda: self.edits.ungroup_selection(), "autoshare": self._auto_share,
-                "export": self.exports.dialog, "open_project": lambda: self.opener.open_project_dialog(),
+                "export": self.exports.dialog, "compare": lambda: self.comparison.dialog(self),
+                "clear_compare": lambda: self.comparison.clear(),
+                "open_project": lambda: self.opener.open_project_dialog(),
                 "open_compiler_log": lambda: self.compiler_logs.open_dialog(),
                 "save_project": self.projects.save, "save_project_as": self.projects.save_as,
                 "find": self.search_bar.open, "fit": v.fit, "zoom_in": lambda: v.set_zoom(v.zoom * 1.25),

@@ -103,7 +103,8 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
                     expand=(), int16=(), keep_float=(), accuracy_top: int | None = None,
                     dock: str | None = None, error_local: bool = False, stats=None,
                     wait_fidelity: bool | None = None, max_sqnr_drop: float | None = None, compiler_log=None,
-                    compiler_log_any_shape: bool = False, compiler_scales: bool = True) -> Path:
+                    compiler_log_any_shape: bool = False, compiler_scales: bool = True,
+                    compare: str | None = None) -> Path:
     """``int16`` / ``keep_float``: node or tensor names set to that precision (after ``plan``).
     ``accuracy_top``: run the accuracy check first (measuring that many candidates; the Error
     overlay runs it with 8 when not given); ``dock``: raise that dock's tab (e.g. "sensitivity").
@@ -111,7 +112,8 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
     (:class:`~qtquant.horizon.log.CompileLog`) placed beside the model once it is open.
     ``wait_fidelity`` None: wait for the fidelity check unless the graph has BIG_GRAPH_NODES
     nodes or more -- there, as in the window, the structure and the calibrated colours come first
-    and the output SQNR fills in later (the PNG then says it is being measured)."""
+    and the output SQNR fills in later (the PNG then says it is being measured).
+    ``compare``: a second file of the model to compare with (File › Compare With…)."""
     from .app import make_app
     from .mainwindow import MainWindow
 
@@ -173,6 +175,12 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             win.docks[dock].show()
             win.docks[dock].raise_()
         win.set_overlay(overlay)
+        if compare:  # what File › Compare With… runs in the background, in this thread
+            from ..compare.live import open_comparison
+
+            s = win.session
+            win.comparison.set_diff(open_comparison(compare, s, win.relay.perf(),
+                                                    s.fidelity.value if s.fidelity is not None else None))
         _hierarchy(win, collapse, expand)
         if select:
             home = win.canvas.reveal(select) if select in win.session.graph.nodes else None

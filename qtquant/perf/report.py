@@ -9,8 +9,8 @@ import io
 from ..tables import clip_left, text_table
 
 
-__all__ = ["layer_table_text", "summary_text", "comparison_rows", "csv_text", "html_report", "explain_text",
-           "short_fused", "CSV_COLUMNS"]
+__all__ = ["report_template", "layer_table_text", "summary_text", "comparison_rows", "csv_text", "html_report",
+           "explain_text", "short_fused", "CSV_COLUMNS"]
 
 CSV_COLUMNS = ["name", "op_type", "macs", "bytes", "ddr_bytes", "compute_us", "memory_us", "overhead_us",
                "total_us", "bound", "is_rescale", "concat", "note", "op_class", "fused_ops", "fused_into"]
@@ -109,13 +109,15 @@ LAYER_COLUMNS = [("layer", "text"), ("op", "text"), ("MACs", "num"), ("bytes", "
 
 
 @functools.cache
-def _template():
+def report_template(name: str = "perf_report.html.j2"):
+    """One of the HTML report templates (qtquant/templates: perf, diff, check), which share
+    their style sheet, sort script and totals table."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("qtquant", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.policies["json.dumps_kwargs"] = {"sort_keys": False}  # the JSON island keeps the summary's own order
-    return env.get_template("perf_report.html.j2")
+    return env.get_template(name)
 
 
 def _chart(result, top: int = 15) -> dict:
@@ -171,7 +173,7 @@ def html_report(after, before=None, *, title: str = "", meta: dict | None = None
                     f"{before.rescale_count} rescales costing {before.rescale_us:.1f} µs. "
                     f"Price of the edits: {price.text()}.")
     now = {lc.name for lc in after.rescales}
-    return _template().render(
+    return report_template().render(
         title=title or "qtquant perf report", meta=dict(meta or {}),
         summary=comparison_rows(after, before), has_before=before is not None, before_label=BEFORE,
         after_label=AFTER, price=price.text() if price is not None else "",
