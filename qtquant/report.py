@@ -263,6 +263,8 @@ def calibration_dict(session) -> dict | None:
         "samples": cal.batches,
         "check_samples": len(cal.holdout),
         "check_in_sample": bool(getattr(cal, "in_sample", False)),
+        # --observer search / search-per-node: each method's figure and the choice (else null)
+        "search": cal.search.to_dict() if getattr(cal, "search", None) is not None else None,
     }
 
 
@@ -275,4 +277,9 @@ def calibration_text(session) -> str:
     if cal is None:
         return "not calibrated"
     data = "synthetic data (no --calib given)" if cal.config.synthetic and not cal.sources else cal.data_label()
-    return f"calibrated with {cal.config.observer} on {cal.batches} samples of {data}"
+    how = cal.config.observer
+    choice = getattr(cal, "choice", None)
+    if choice is not None:
+        how += f" (chose {choice.model.label}" + (f", {len(choice.per_tensor)} tensors another" if
+                                                   choice.per_tensor else "") + ")"
+    return f"calibrated with {how} on {cal.batches} samples of {data}"

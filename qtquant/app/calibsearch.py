@@ -1,0 +1,179 @@
+"""Calibration method search: ``--observer search`` and ``search-per-node``.
+
+The X5 toolchain's default calibration tries several methods on the whole model and keeps the one
+whose quantized model agrees best with the float one ("modelwise search"); its ``mix`` mode
+chooses per node.  Here:
+
+* ``search``: every method of :data:`~qtquant.calib.methods.CANDIDATES` on the whole model, each
+  judged as the fidelity check judges an export: the worst output slice's SQNR of the exported
+  model (onnxruntime, default options) against the float model on the check samples (held out
+  from calibration, or in-sample when there are too few; the report says which).  The best one
+  is kept; a later candidate must beat an earlier one by more than :data:`_GAIN_DB`, so on a tie
+  MinMax (which clips nothing) stays.
+* ``search-per-node``: the same, then a greedy walk over the tensors within a time budget.  A
+  tensor is "open" when some method gives it a range that differs from the current one by more
+  than :data:`_DIFFERENT` of its span; the open tensors are taken widest disagreement first, each
+  of their other ranges is measured with everything kept so far, and the best one is kept where
+  it raises the worst slice by more than :data:`_GAIN_DB`.
+
+Every method reads the statistics already collected (full histograms), so the search costs runs
+of the exported model, not another calibration pass, and it works as well on a statistics file
+(``--stats``, e.g. from a ``--ray`` run).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from ..accuracy.check import Bench
+from ..calib.methods import CANDIDATES, MINMAX, MethodChoice
+from ..calib.searchreport import MethodScore, NodeStep, SearchReport
+from ..errors import BadInputError, Cancelled
+from ..outputs import float_output_tensors
+from ..vocab import DEFAULT_SEARCH_BUDGET_S as DEFAULT_BUDGET_S, Observer
+
+__all__ = ["search_calibration", "run_search", "DEFAULT_BUDGET_S", "needs_search"]
+
+_DIFFERENT = 0.02  # another method's range counts as another choice beyond this share of the span
+_GAIN_DB = 0.01  # a per-node step must raise the worst slice by more than this (the figures' noise)
+
+
+def needs_search(calibration) -> bool:
+    """A search observer whose search has not run on these statistics yet."""
+    return calibration is not None and calibration.searched and calibration.choice is None
+
+
+class _Trials:
+    """Measures a choice of methods: the export the session would write with its ranges."""
+
+    def __init__(self, session, cancel):
+        from .session import _domains_for
+
+        self.session, self.cal = session, session.calibration
+        self._domains_for = _domains_for
+        self.bench = Bench(session, output_mode=session.options.output_mode, cancel=cancel)
+        self.groups = session.groups.as_lists()
+
+    def measure(self, choice: MethodChoice):
+        s, b = self.session, self.bench
+        trial = self.cal.with_choice(choice)
+        dm = self._domains_for(s.graph, trial, s.options, s.qdq, self.groups)
+        base = self._domains_for(s.graph, trial, s.options, s.qdq, ()) if self.groups else dm
+        # What the default export leaves in float depends on the ranges (an output Concat that
+        # cannot share a scale): each trial is the export its ranges would give.
+        b.export_float, _ = float_output_tensors(s.graph, base, s.options.output_mode, s.options.max_bits_lost)
+        b.ranges = trial.ranges
+        return b.measure(dm)
+
+
+def _key(db: float) -> float:
+    return db if math.isfinite(db) else -math.inf
+
+
+def _open_tensors(cal, current: MethodChoice) -> list[tuple[str, list]]:
+    """(tensor, [other methods with a range of their own]) for the tensors where the methods
+    disagree, widest disagreement first."""
+    scheme = cal.config.scheme
+    found = []
+    for t, st in cal.stats.items():
+        cur = current.of(t).ranges(st, scheme)
+        if cur is None or t not in cal.ranges:
+            continue
+        span = cur[1] - cur[0]
+        if not (span > 0):
+            continue
+        alts, seen, spread = [], [cur], 0.0
+        for m in CANDIDATES:
+            r = m.ranges(st, scheme)
+            if r is None or any(abs(r[0] - q[0]) <= _DIFFERENT * span and abs(r[1] - q[1]) <= _DIFFERENT * span
+                                for q in seen):
+                continue
+            seen.append(r)
+            alts.append(m)
+            if r[1] - r[0] > 0:
+                spread = max(spread, abs(math.log((r[1] - r[0]) / span)))
+        if alts:
+            found.append((spread, t, alts))
+    found.sort(key=lambda x: (-x[0], x[1]))
+    return [(t, alts) for _, t, alts in found]
+
+
+def search_calibration(session, *, per_node: bool | None = None, budget_s: float = DEFAULT_BUDGET_S, cancel=None,
+                       progress=None) -> SearchReport:
+    """Search the methods for the session's calibration and install the choice (one
+    "calibrated" event).  ``per_node`` None: as the calibration's observer says.  Returns the
+    report (also kept as ``session.calibration.search``)."""
+    cal = session.calibration
+    if cal is None:
+        raise BadInputError("the method search needs a calibration; calibrate first")
+    per_node = cal.config.observer == Observer.SEARCH_PER_NODE if per_node is None else per_node
+    rep = run_search(session, per_node=per_node, budget_s=budget_s, cancel=cancel, progress=progress)
+    session.set_calibration(cal.with_choice(rep.choice, rep))
+    return rep
+
+
+def run_search(session, *, per_node: bool, budget_s: float = DEFAULT_BUDGET_S, cancel=None,
+               progress=None) -> SearchReport:
+    """The search without changing the session: its report (``report.choice`` is the decision)."""
+    if not (budget_s >= 0):
+        raise BadInputError(f"the search budget must be 0 s or more, got {budget_s}")
+    t0 = time.perf_counter()
+    trials = _Trials(session, cancel)
+    bench = trials.bench
+    rep = SearchReport(per_node, bench.samples, bench.in_sample, budget_s=float(budget_s) if per_node else 0.0)
+    bench.float_out()  # the float reference once, counted in the search's time
+    for k, m in enumerate(CANDIDATES):
+        _check(cancel)
+        t = time.perf_counter()
+        v = trials.measure(MethodChoice(m))
+        rep.scores.append(MethodScore(m, v.worst_label, v.worst_db, time.perf_counter() - t))
+        if progress is not None:
+            progress("methods", k + 1, len(CANDIDATES))
+    best = rep.scores[0]
+    for sc in rep.scores[1:]:  # in candidate order: a later one must beat the best by more than the noise
+        if _key(sc.worst_db) > _key(best.worst_db) + _GAIN_DB:
+            best = sc
+    if not math.isfinite(best.worst_db):
+        # Nothing to judge by (integer outputs only, or no signal on the check samples).
+        rep.note = "no output slice carries signal on the check samples: MinMax is kept"
+        best = next(s for s in rep.scores if s.method == MINMAX)
+    rep.choice = MethodChoice(best.method)
+    rep.final_label, rep.final_db = best.worst_label, best.worst_db
+    if per_node and not rep.note:
+        _per_node(trials, rep, t0, budget_s, cancel, progress)
+    rep.runs = bench.runs
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
+def _per_node(trials, rep: SearchReport, t0: float, budget_s: float, cancel, progress) -> None:
+    cal = trials.cal
+    current = rep.choice
+    todo = _open_tensors(cal, current)
+    rep.tensors_open = len(todo)
+    per_tensor = dict(current.per_tensor)
+    for k, (t, alts) in enumerate(todo):
+        if time.perf_counter() - t0 >= budget_s:
+            break
+        best = None
+        for m in alts:
+            _check(cancel)
+            v = trials.measure(MethodChoice(current.model, {**per_tensor, t: m}))
+            if math.isfinite(v.worst_db) and v.worst_db > rep.final_db + _GAIN_DB and \
+                    (best is None or v.worst_db > best[1].worst_db):
+                best = (m, v)
+        rep.tensors_tried = k + 1
+        if best is not None:
+            m, v = best
+            per_tensor[t] = m
+            rep.final_label, rep.final_db = v.worst_label, v.worst_db
+            rep.steps.append(NodeStep(t, m, v.worst_db))
+        if progress is not None:
+            progress("tensors", k + 1, len(todo))
+    rep.choice = MethodChoice(current.model, per_tensor)
+
+
+def _check(cancel) -> None:
+    if cancel is not None and cancel():
+        raise Cancelled("calibration search cancelled")
