@@ -277,9 +277,4 @@ def calibration_text(session) -> str:
     if cal is None:
         return "not calibrated"
     data = "synthetic data (no --calib given)" if cal.config.synthetic and not cal.sources else cal.data_label()
-    how = cal.config.observer
-    choice = getattr(cal, "choice", None)
-    if choice is not None:
-        how += f" (chose {choice.model.label}" + (f", {len(choice.per_tensor)} tensors another" if
-                                                   choice.per_tensor else "") + ")"
-    return f"calibrated with {how} on {cal.batches} samples of {data}"
+    return f"calibrated with {cal.method_text} on {cal.batches} samples of {data}"

@@ -33,7 +33,7 @@ from ..errors import BadInputError, Cancelled
 from ..outputs import float_output_tensors
 from ..vocab import DEFAULT_SEARCH_BUDGET_S as DEFAULT_BUDGET_S, Observer
 
-__all__ = ["search_calibration", "run_search", "DEFAULT_BUDGET_S", "needs_search"]
+__all__ = ["search_calibration", "run_search", "searched", "DEFAULT_BUDGET_S", "needs_search"]
 
 _DIFFERENT = 0.02  # another method's range counts as another choice beyond this share of the span
 _GAIN_DB = 0.01  # a per-node step must raise the worst slice by more than this (the figures' noise)
@@ -111,6 +111,21 @@ def search_calibration(session, *, per_node: bool | None = None, budget_s: float
     rep = run_search(session, per_node=per_node, budget_s=budget_s, cancel=cancel, progress=progress)
     session.set_calibration(cal.with_choice(rep.choice, rep))
     return rep
+
+
+def searched(graph, calibration, options, groups=None, qdq=None, *, cancel=None, progress=None):
+    """``calibration`` with the choice of its search, for background work that holds no session (the
+    app's Calibrate job): measured on a scratch session of ``graph`` with ``options`` and the groups
+    of ``groups`` (a ``GroupSet.snapshot()``)."""
+    from .session import Session
+
+    s = Session(graph, options, qdq=qdq)
+    if groups:
+        s.groups.restore(groups)
+    s.calibration = calibration
+    rep = run_search(s, per_node=calibration.config.observer == Observer.SEARCH_PER_NODE, cancel=cancel,
+                     progress=progress)
+    return calibration.with_choice(rep.choice, rep)
 
 
 def run_search(session, *, per_node: bool, budget_s: float = DEFAULT_BUDGET_S, cancel=None,

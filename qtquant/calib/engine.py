@@ -231,6 +231,15 @@ class CalibrationResult:
         return self.config.observer in SEARCH_OBSERVERS
 
     @property
+    def method_text(self) -> str:
+        """The observer in words: "mse", or a search's "search (chose mse)"."""
+        how = str(self.config.observer)
+        if self.choice is not None:
+            more = f", {len(self.choice.per_tensor)} tensors another" if self.choice.per_tensor else ""
+            how += f" (chose {self.choice.model.label}{more})"
+        return how
+
+    @property
     def samples(self) -> int:
         return self.batches
 

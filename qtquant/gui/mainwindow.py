@@ -342,8 +342,9 @@ class MainWindow(QMainWindow):
     def _on_calibrated(self, ok: bool) -> None:
         if ok:
             cs = self.relay.concats() or []
+            search = getattr(self.relay.session.calibration, "search", None)
             self.messages.status(f"Calibrated: {sum(1 for c in cs if c.rescales)} of {len(cs)} Concats "
-                                 f"need rescales", 8000)
+                                 f"need rescales" + (f"; {search.summary()}" if search is not None else ""), 8000)
         else:
             self.messages.status("Calibration stopped", 8000)
             self.canvas.apply_looks()  # on success the "calibrated" event has applied them already

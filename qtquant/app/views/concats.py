@@ -124,9 +124,11 @@ def model_info(session) -> ModelInfoView:
         # source by its name, in full in the tooltip.
         check = (", in-sample check" if cal.in_sample and cal.check_samples else
                  f" + {cal.check_samples} held out" if cal.check_samples else ", no check")
-        calibration = f"{cal.config.observer}, {cal.batches} samples{check} ({cal.data_label(short=True)})"
+        calibration = f"{cal.method_text}, {cal.batches} samples{check} ({cal.data_label(short=True)})"
         calibration_tip = (f"{cal.batches} calibration samples from {cal.data_label()}; the accuracy check runs on "
                            f"{cal.check_description}")
+        if cal.search is not None:
+            calibration_tip += f"\n{cal.search.summary()}"
     invalid = qdq_file_note(g)  # the file's opset, which opening may have raised, is the one it breaks
     cs = _concats(session)
     if cs is None:
