@@ -8,13 +8,14 @@ chooses per node.  Here:
   judged as the fidelity check judges an export: the worst output slice's SQNR of the exported
   model (onnxruntime, default options) against the float model on the check samples (held out
   from calibration, or in-sample when there are too few; the report says which).  The best one
-  is kept; a later candidate must beat an earlier one by more than :data:`_GAIN_DB`, so on a tie
-  MinMax (which clips nothing) stays.
+  is kept (:func:`_better`: the worst slice higher by more than :data:`_GAIN_DB`, or no lower and
+  the next worst slice higher), so on a tie the earlier candidate, MinMax (which clips nothing), stays.
 * ``search-per-node``: the same, then a greedy walk over the tensors within a time budget.  A
   tensor is "open" when some method gives it a range that differs from the current one by more
   than :data:`_DIFFERENT` of its span; the open tensors are taken widest disagreement first, each
   of their other ranges is measured with everything kept so far, and the best one is kept where
-  it raises the worst slice by more than :data:`_GAIN_DB`.
+  it does better by the same rule: the worst slice first, then the next (a step that only raises
+  the box rows of a detector, leaving its class rows where they are, is kept too).
 
 Every method reads the statistics already collected (full histograms), so the search costs runs
 of the exported model, not another calibration pass, and it works as well on a statistics file
@@ -69,6 +70,32 @@ class _Trials:
 
 def _key(db: float) -> float:
     return db if math.isfinite(db) else -math.inf
+
+
+def _profile(v) -> tuple[float, ...]:
+    """Every measured slice's SQNR (the whole output where it has no slices), worst first."""
+    found = []
+    for f in v.outputs.values():
+        parts = [p for p in f.slices if p.measured] or ([f.whole] if f.whole.measured else [])
+        found += [_key(p.sqnr_db) for p in parts if p.sqnr_db is not None]
+    return tuple(sorted(found))
+
+
+def _better(new: tuple, cur: tuple) -> bool:
+    """``new`` raises the worst slice by more than :data:`_GAIN_DB`; or keeps it (no lower at all)
+    and raises the next worst slice that moves by more than that, before any falls by as much."""
+    if not new or not cur:
+        return False
+    if new[0] > cur[0] + _GAIN_DB:
+        return True
+    if new[0] < cur[0]:
+        return False
+    for x, y in zip(new[1:], cur[1:]):
+        if x > y + _GAIN_DB:
+            return True
+        if x < y - _GAIN_DB:
+            return False
+    return False
 
 
 def _open_tensors(cal, current: MethodChoice) -> list[tuple[str, list]]:
@@ -138,16 +165,18 @@ def run_search(session, *, per_node: bool, budget_s: float = DEFAULT_BUDGET_S, c
     bench = trials.bench
     rep = SearchReport(per_node, bench.samples, bench.in_sample, budget_s=float(budget_s) if per_node else 0.0)
     bench.float_out()  # the float reference once, counted in the search's time
+    profiles = {}
     for k, m in enumerate(CANDIDATES):
         _check(cancel)
         t = time.perf_counter()
         v = trials.measure(MethodChoice(m))
         rep.scores.append(MethodScore(m, v.worst_label, v.worst_db, time.perf_counter() - t))
+        profiles[m] = _profile(v)
         if progress is not None:
             progress("methods", k + 1, len(CANDIDATES))
     best = rep.scores[0]
-    for sc in rep.scores[1:]:  # in candidate order: a later one must beat the best by more than the noise
-        if _key(sc.worst_db) > _key(best.worst_db) + _GAIN_DB:
+    for sc in rep.scores[1:]:  # in candidate order: a later one must do better by more than the noise
+        if _better(profiles[sc.method], profiles[best.method]):
             best = sc
     if not math.isfinite(best.worst_db):
         # Nothing to judge by (integer outputs only, or no signal on the check samples).
@@ -156,13 +185,13 @@ def run_search(session, *, per_node: bool, budget_s: float = DEFAULT_BUDGET_S, c
     rep.choice = MethodChoice(best.method)
     rep.final_label, rep.final_db = best.worst_label, best.worst_db
     if per_node and not rep.note:
-        _per_node(trials, rep, t0, budget_s, cancel, progress)
+        _per_node(trials, rep, profiles[best.method], t0, budget_s, cancel, progress)
     rep.runs = bench.runs
     rep.seconds = time.perf_counter() - t0
     return rep
 
 
-def _per_node(trials, rep: SearchReport, t0: float, budget_s: float, cancel, progress) -> None:
+def _per_node(trials, rep: SearchReport, profile: tuple, t0: float, budget_s: float, cancel, progress) -> None:
     cal = trials.cal
     current = rep.choice
     todo = _open_tensors(cal, current)
@@ -175,12 +204,12 @@ def _per_node(trials, rep: SearchReport, t0: float, budget_s: float, cancel, pro
         for m in alts:
             _check(cancel)
             v = trials.measure(MethodChoice(current.model, {**per_tensor, t: m}))
-            if math.isfinite(v.worst_db) and v.worst_db > rep.final_db + _GAIN_DB and \
-                    (best is None or v.worst_db > best[1].worst_db):
-                best = (m, v)
+            p = _profile(v)
+            if _better(p, profile if best is None else best[2]):
+                best = (m, v, p)
         rep.tensors_tried = k + 1
         if best is not None:
-            m, v = best
+            m, v, profile = best
             per_tensor[t] = m
             rep.final_label, rep.final_db = v.worst_label, v.worst_db
             rep.steps.append(NodeStep(t, m, v.worst_db))
