@@ -159,3 +159,14 @@ def test_a_minmax_statistics_file_cannot_be_searched(tmp_path, capsys):
     assert main(["calibrate", path, "--stats-out", str(stats)]) == 0
     assert main(["analyze", path, "--stats", str(stats), "--observer", "search"]) == 3
     assert "needs full ones" in capsys.readouterr().err
+
+
+def test_a_project_made_with_the_search_searches_again_on_open(tmp_path):
+    from qtquant.project import open_project, save_project
+
+    model, npy = _saturating(tmp_path)
+    s = _open(model, source=npy, count=8)
+    rep = search_calibration(s)
+    s2, _ = open_project(save_project(s, tmp_path / "p.qtquant"), calibrate=True)
+    assert s2.calibration.search is not None and s2.calibration.choice == rep.choice
+    assert s2.calibration.ranges == s.calibration.ranges
