@@ -14,8 +14,9 @@ chooses per node.  Here:
   tensor is "open" when some method gives it a range that differs from the current one by more
   than :data:`_DIFFERENT` of its span; the open tensors are taken widest disagreement first, each
   of their other ranges is measured with everything kept so far, and the best one is kept where
-  it does better by the same rule: the worst slice first, then the next (a step that only raises
-  the box rows of a detector, leaving its class rows where they are, is kept too).
+  it does better by the same rule (the worst slice first, then the next: a step that only raises
+  the box rows of a detector, leaving its class rows where they are, is kept too) and takes no
+  slice below where the whole-model choice left it (the class rows are not bought with the boxes).
 
 Every method reads the statistics already collected (full histograms), so the search costs runs
 of the exported model, not another calibration pass, and it works as well on a statistics file
@@ -72,18 +73,24 @@ def _key(db: float) -> float:
     return db if math.isfinite(db) else -math.inf
 
 
-def _profile(v) -> tuple[float, ...]:
-    """Every measured slice's SQNR (the whole output where it has no slices), worst first."""
-    found = []
+def _profile(v) -> dict[str, float]:
+    """Every measured slice's SQNR (the whole output where it has no slices), by label."""
+    found = {}
     for f in v.outputs.values():
         parts = [p for p in f.slices if p.measured] or ([f.whole] if f.whole.measured else [])
-        found += [_key(p.sqnr_db) for p in parts if p.sqnr_db is not None]
-    return tuple(sorted(found))
+        found.update((p.label, _key(p.sqnr_db)) for p in parts if p.sqnr_db is not None)
+    return found
 
 
-def _better(new: tuple, cur: tuple) -> bool:
+def _holds(new: dict, floor: dict) -> bool:
+    """No slice of ``new`` below its ``floor`` figure by more than the noise."""
+    return all(new.get(k, -math.inf) >= x - _GAIN_DB for k, x in floor.items())
+
+
+def _better(new: dict, cur: dict) -> bool:
     """``new`` raises the worst slice by more than :data:`_GAIN_DB`; or keeps it (no lower at all)
     and raises the next worst slice that moves by more than that, before any falls by as much."""
+    new, cur = tuple(sorted(new.values())), tuple(sorted(cur.values()))
     if not new or not cur:
         return False
     if new[0] > cur[0] + _GAIN_DB:
@@ -197,6 +204,7 @@ def _per_node(trials, rep: SearchReport, profile: tuple, t0: float, budget_s: fl
     todo = _open_tensors(cal, current)
     rep.tensors_open = len(todo)
     per_tensor = dict(current.per_tensor)
+    floor = dict(profile)  # where the whole-model choice left each slice: no step may take one lower
     for k, (t, alts) in enumerate(todo):
         if time.perf_counter() - t0 >= budget_s:
             break
@@ -205,7 +213,7 @@ def _per_node(trials, rep: SearchReport, profile: tuple, t0: float, budget_s: fl
             _check(cancel)
             v = trials.measure(MethodChoice(current.model, {**per_tensor, t: m}))
             p = _profile(v)
-            if _better(p, profile if best is None else best[2]):
+            if _holds(p, floor) and _better(p, profile if best is None else best[2]):
                 best = (m, v, p)
         rep.tensors_tried = k + 1
         if best is not None:
