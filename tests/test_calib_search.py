@@ -170,3 +170,14 @@ def test_a_project_made_with_the_search_searches_again_on_open(tmp_path):
     s2, _ = open_project(save_project(s, tmp_path / "p.qtquant"), calibrate=True)
     assert s2.calibration.search is not None and s2.calibration.choice == rep.choice
     assert s2.calibration.ranges == s.calibration.ranges
+
+
+def test_better_is_the_worst_slice_first_then_the_next():
+    from qtquant.app.calibsearch import _better, _holds
+
+    cur = {"box": 28.0, "cls": 10.0}
+    assert _better({"box": 20.0, "cls": 10.5}, cur)  # the worst slice up: better, whatever the rest
+    assert not _better({"box": 40.0, "cls": 9.99}, cur)  # the worst slice down: never better
+    assert _better({"box": 29.0, "cls": 10.0}, cur)  # the worst kept, the next up
+    assert not _better({"box": 28.005, "cls": 10.005}, cur)  # within the noise: no change
+    assert _holds({"box": 28.0, "cls": 12.0}, cur) and not _holds({"box": 27.5, "cls": 12.0}, cur)
