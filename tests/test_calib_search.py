@@ -181,3 +181,10 @@ def test_better_is_the_worst_slice_first_then_the_next():
     assert _better({"box": 29.0, "cls": 10.0}, cur)  # the worst kept, the next up
     assert not _better({"box": 28.005, "cls": 10.005}, cur)  # within the noise: no change
     assert _holds({"box": 28.0, "cls": 12.0}, cur) and not _holds({"box": 27.5, "cls": 12.0}, cur)
+
+
+def test_accuracy_prints_the_search(tmp_path, capsys):
+    path, npy = _saturating(tmp_path)
+    assert main(["accuracy", path, "--calib", npy, "--observer", "search", "--top", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["calibration_search"]["chosen"] != "minmax"

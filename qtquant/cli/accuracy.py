@@ -36,9 +36,15 @@ def run(args) -> int:
                                           "measure": "candidates measured"})
     rep = analyze_accuracy(session, top=args.top, output_mode=output_mode_from_args(args),
                            march_file=getattr(args, "march_file", None), progress=progress)
+    search = getattr(session.calibration, "search", None)
     if args.json:
-        json.dump(rep.to_dict(), sys.stdout, indent=2)
+        doc = rep.to_dict()
+        if search is not None:
+            doc["calibration_search"] = search.to_dict()
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
+        if search is not None:
+            print(search.text())
         print(rep.text(args.tensors))
     return 0
