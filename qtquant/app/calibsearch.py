@@ -57,16 +57,25 @@ class _Trials:
         self.bench = Bench(session, output_mode=session.options.output_mode, cancel=cancel)
         self.groups = session.groups.as_lists()
 
-    def measure(self, choice: MethodChoice):
-        s, b = self.session, self.bench
+    def plan(self, choice: MethodChoice) -> tuple:
+        """(ranges, domain map, what the export leaves in float, a key equal for equal exports)."""
+        s = self.session
         trial = self.cal.with_choice(choice)
         dm = self._domains_for(s.graph, trial, s.options, s.qdq, self.groups)
         base = self._domains_for(s.graph, trial, s.options, s.qdq, ()) if self.groups else dm
         # What the default export leaves in float depends on the ranges (an output Concat that
         # cannot share a scale): each trial is the export its ranges would give.
-        b.export_float, _ = float_output_tensors(s.graph, base, s.options.output_mode, s.options.max_bits_lost)
-        b.ranges = trial.ranges
-        return b.measure(dm)
+        ft, _ = float_output_tensors(s.graph, base, s.options.output_mode, s.options.max_bits_lost)
+        # The export reads each domain's range (int8 and int16 scales alike), which Concat input's
+        # scale an output takes, and what stays float; a tensor's own range only through these.
+        key = (tuple((d.id, d.lo, d.hi) for d in dm.domains.values()), tuple(sorted(dm.concat_source.items())),
+               tuple(sorted(dm.scale_from.items())), frozenset(ft))
+        return trial.ranges, dm, ft, key
+
+    def measure(self, choice: MethodChoice, planned: tuple | None = None):
+        ranges, dm, ft, _ = planned if planned is not None else self.plan(choice)
+        self.bench.export_float, self.bench.ranges = ft, ranges
+        return self.bench.measure(dm)
 
 
 def _key(db: float) -> float:
@@ -205,13 +214,19 @@ def _per_node(trials, rep: SearchReport, profile: tuple, t0: float, budget_s: fl
     rep.tensors_open = len(todo)
     per_tensor = dict(current.per_tensor)
     floor = dict(profile)  # where the whole-model choice left each slice: no step may take one lower
+    key = trials.plan(current)[3]
     for k, (t, alts) in enumerate(todo):
         if time.perf_counter() - t0 >= budget_s:
             break
         best = None
         for m in alts:
             _check(cancel)
-            v = trials.measure(MethodChoice(current.model, {**per_tensor, t: m}))
+            choice = MethodChoice(current.model, {**per_tensor, t: m})
+            planned = trials.plan(choice)
+            if planned[3] == key:  # the same export (t's domain keeps its range): nothing to measure
+                rep.unchanged += 1
+                continue
+            v = trials.measure(choice, planned)
             p = _profile(v)
             if _holds(p, floor) and _better(p, profile if best is None else best[2]):
                 best = (m, v, p)
@@ -219,6 +234,7 @@ def _per_node(trials, rep: SearchReport, profile: tuple, t0: float, budget_s: fl
         if best is not None:
             m, v, profile = best
             per_tensor[t] = m
+            key = trials.plan(MethodChoice(current.model, per_tensor))[3]
             rep.final_label, rep.final_db = v.worst_label, v.worst_db
             rep.steps.append(NodeStep(t, m, v.worst_db))
         if progress is not None:

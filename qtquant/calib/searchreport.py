@@ -62,6 +62,7 @@ class SearchReport:
     steps: list[NodeStep] = field(default_factory=list)  # per node: the kept steps, in order
     tensors_tried: int = 0  # per node: tensors whose alternatives were measured
     tensors_open: int = 0  # per node: tensors some method gives another range
+    unchanged: int = 0  # per node: alternatives not measured (their export is the current one)
     budget_s: float = 0.0
     seconds: float = 0.0  # the whole search, float reference included
     runs: int = 0  # exported models measured
@@ -116,8 +117,9 @@ class SearchReport:
         lines.append(f"chosen: {self.choice.model.label}" + (f" (runner-up {r.method.label}, {_db(r.worst_db)})"
                                                                if r is not None else ""))
         if self.per_node:
+            same = f" ({self.unchanged} alternatives left the export as it was)" if self.unchanged else ""
             lines.append(f"per node (budget {self.budget_s:g} s): {self.tensors_tried} of {self.tensors_open} "
-                         f"tensors with another range tried, {len(self.steps)} changed; worst slice "
+                         f"tensors with another range tried{same}, {len(self.steps)} changed; worst slice "
                          f"{self.final_label or '-'} {_db(self.final_db)}")
             for st in self.steps[:12]:
                 lines.append(f"  {st.tensor}: {st.method.label} -> {_db(st.worst_db)}")
@@ -133,6 +135,6 @@ class SearchReport:
                 "methods": [s.to_dict() for s in self.scores],
                 "per_tensor": {t: m.label for t, m in sorted(self.choice.per_tensor.items())},
                 "steps": [s.to_dict() for s in self.steps], "tensors_tried": self.tensors_tried,
-                "tensors_open": self.tensors_open, "budget_s": self.budget_s,
+                "tensors_open": self.tensors_open, "unchanged": self.unchanged, "budget_s": self.budget_s,
                 "final_worst_slice": self.final_label or None, "final_sqnr_db": _num(self.final_db),
                 "seconds": round(self.seconds, 3), "runs": self.runs, "note": self.note or None}
