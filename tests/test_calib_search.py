@@ -188,3 +188,26 @@ def test_accuracy_prints_the_search(tmp_path, capsys):
     assert main(["accuracy", path, "--calib", npy, "--observer", "search", "--top", "1", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["calibration_search"]["chosen"] != "minmax"
+
+
+def test_per_node_does_not_measure_an_alternative_that_leaves_the_export_as_it_was(tmp_path):
+    # a = 2x and c = 3x share one scale (a user group: the union of their ranges).  MinMax wins on
+    # this data (the spikes are the signal); any other method narrows a's own range, which leaves
+    # the union at c's, so the export as it was: nothing to measure.
+    shape = [1, 1, 64, 64]
+    nodes = [helper.make_node("Mul", ["x", "two"], ["a"], name="mul2"),
+             helper.make_node("Mul", ["x", "three"], ["c"], name="mul3"),
+             helper.make_node("Add", ["a", "c"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+                          [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+                           numpy_helper.from_array(np.array(3.0, np.float32), "three")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    _, npy = _sparse(tmp_path)
+    s = _open(save(m, tmp_path / "pair.onnx"), observer="search-per-node", source=npy, count=8)
+    s.groups.share(s, ["a", "c"], name="pair")
+    s.groups_changed()
+    rep = search_calibration(s, budget_s=60.0)
+    assert rep.choice.model == MINMAX and rep.tensors_tried == rep.tensors_open
+    assert rep.unchanged > 0 and "left the export as it was" in rep.text()
