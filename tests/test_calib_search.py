@@ -211,3 +211,13 @@ def test_per_node_does_not_measure_an_alternative_that_leaves_the_export_as_it_w
     rep = search_calibration(s, budget_s=60.0)
     assert rep.choice.model == MINMAX and rep.tensors_tried == rep.tensors_open
     assert rep.unchanged > 0 and "left the export as it was" in rep.text()
+
+
+def test_cli_searches_a_statistics_file_made_with_the_search(tmp_path, capsys):
+    path, npy = _saturating(tmp_path)
+    stats = tmp_path / "s.qtstats.npz"
+    assert main(["calibrate", path, "--calib", npy, "--observer", "search", "--stats-out", str(stats)]) == 0
+    capsys.readouterr()
+    assert main(["analyze", path, "--stats", str(stats), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["calibration"]["observer"] == "search" and doc["calibration"]["search"]["chosen"] != "minmax"
