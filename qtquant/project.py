@@ -206,7 +206,7 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False, model=Non
         session.run_calibration()
     if report.model_changed and not remap:
         report.dropped_groups = len(proj.groups)
-        return session, report
+        return _searched(session), report
     for gr in proj.groups:
         members = [m for m in gr.members if m in session.graph.tensors]
         report.missing += [m for m in gr.members if m not in session.graph.tensors]
@@ -224,4 +224,14 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False, model=Non
     report.missing += [t for t in proj.precision if t not in kept and t not in report.missing]
     if kept:
         session.set_options(precision=kept)
-    return session, report
+    return _searched(session), report
+
+
+def _searched(session):
+    """A project calibrated with ``--observer search``: its statistics come back, the choice is made
+    again on them (measured on the export with the project's groups and precision)."""
+    from .app.calibsearch import needs_search, search_calibration
+
+    if needs_search(session.calibration):
+        search_calibration(session)
+    return session

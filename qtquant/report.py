@@ -271,6 +271,8 @@ def calibration_dict(session) -> dict | None:
         "samples": cal.batches,
         "check_samples": len(cal.holdout),
         "check_in_sample": bool(getattr(cal, "in_sample", False)),
+        # --observer search / search-per-node: each method's figure and the choice (else null)
+        "search": cal.search.to_dict() if getattr(cal, "search", None) is not None else None,
     }
 
 
@@ -283,7 +285,7 @@ def calibration_text(session) -> str:
     if cal is None:
         return "not calibrated"
     data = "synthetic data (no --calib given)" if cal.config.synthetic and not cal.sources else cal.data_label()
-    text = f"calibrated with {cal.config.observer} on {cal.batches} samples of {data}"
+    text = f"calibrated with {cal.method_text} on {cal.batches} samples of {data}"
     if getattr(session, "compiler_ranges", None) is not None:
         given = sum(1 for t in session.graph.observed_tensors if t in session.compiler_log.thresholds)
         text += f", {given} tensors' scales the compile log's thresholds"

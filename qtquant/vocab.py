@@ -15,7 +15,7 @@ from enum import Enum
 __all__ = ["StrEnum", "Scheme", "SCHEME_NAMES", "scheme_name", "Policy", "Observer", "OBSERVERS", "RESIZE_MODES",
            "COLOR_ORDERS", "PIXEL_RANGES", "LAYOUTS", "Overlay", "OVERLAYS", "TensorKind", "JobStatus",
            "ShareAction", "Blank", "Precision", "PRECISIONS", "CostClass", "ConcatScaleRule",
-           "DEFAULT_SCHEME", "DEFAULT_POLICY", "DEFAULT_OBSERVER", "DEFAULT_MARCH",
+           "DEFAULT_SCHEME", "DEFAULT_POLICY", "DEFAULT_OBSERVER", "DEFAULT_SEARCH_BUDGET_S", "DEFAULT_MARCH",
            "DEFAULT_CALIB_COUNT", "DEFAULT_PERCENTILE", "DEFAULT_MAX_BITS_LOST", "SYNTHETIC"]
 
 
@@ -68,6 +68,10 @@ class Observer(StrEnum):
     PERCENTILE = "percentile"
     MSE = "mse"
     KL = "kl"
+    # Not observers themselves: the calibration tries the ones above and keeps what the exported
+    # model measures best with, for the whole model or per tensor (qtquant.app.calibsearch).
+    SEARCH = "search"
+    SEARCH_PER_NODE = "search-per-node"
 
 
 OBSERVERS = tuple(o.value for o in Observer)
@@ -196,4 +200,5 @@ DEFAULT_CALIB_COUNT = 16  # --calib-count, CalibConfig.count and the GUI's "Samp
 # file's "source" and the GUI's first choice (seeded uniform samples, see calib.sources.SyntheticSource).
 SYNTHETIC = "synthetic"
 DEFAULT_PERCENTILE = 99.99
+DEFAULT_SEARCH_BUDGET_S = 60.0  # --observer search-per-node's time budget (--search-budget)
 DEFAULT_MAX_BITS_LOST = 1.0  # the auto-share threshold

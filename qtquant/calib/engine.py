@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -29,11 +29,15 @@ from ..runtime import input_specs
 from ..tables import plural, samples_text
 from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAULT_PERCENTILE, DEFAULT_SCHEME,
                      LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, SYNTHETIC, Observer, scheme_name)
+from .methods import MINMAX, SEARCH_OBSERVERS, MethodChoice, choice_ranges
 from .observers import abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
 from .keep import keep_order
 from .runner import ChunkRunner, run_chunk
 from .stats import BINS, MINMAX_BINS, TensorStats
+
+if TYPE_CHECKING:
+    from .searchreport import SearchReport
 
 __all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "CalibConfigError", "calibrate", "run_chunk",
            "ChunkRunner",
@@ -219,6 +223,24 @@ class CalibrationResult:
     # Samples held back from calibration (the check runs on at most CHECK_CAP of them): with more,
     # "205 samples + 32 held out" left 19 of 256 photos unaccounted for.
     held_back: int = 0
+    # What a method search (--observer search / search-per-node) chose; the ranges follow it.  None
+    # until the search has run (the ranges are then MinMax's, its starting point).
+    choice: MethodChoice | None = None
+    search: "SearchReport | None" = field(default=None, repr=False)  # what the search measured
+
+    @property
+    def searched(self) -> bool:
+        """The observer is a search (whose choice, once made, the ranges follow)."""
+        return self.config.observer in SEARCH_OBSERVERS
+
+    @property
+    def method_text(self) -> str:
+        """The observer in words: "mse", or a search's "search (chose mse)"."""
+        how = str(self.config.observer)
+        if self.choice is not None:
+            more = f", {len(self.choice.per_tensor)} tensors another" if self.choice.per_tensor else ""
+            how += f" (chose {self.choice.model.label}{more})"
+        return how
 
     @property
     def samples(self) -> int:
@@ -263,8 +285,18 @@ class CalibrationResult:
             # claimed other ones would describe samples that were never run.
             raise CalibConfigError(f"{', '.join(sorted(other))} cannot change without recalibrating")
         cfg = dataclasses.replace(self.config, **changes)
-        return dataclasses.replace(self, config=cfg, ranges=compute_ranges(self.stats, cfg),
-                                   holdout=list(self.holdout), notes=list(self.notes))
+        keep = cfg.observer == self.config.observer
+        choice = self.choice if keep else None
+        return dataclasses.replace(self, config=cfg, ranges=compute_ranges(self.stats, cfg, choice),
+                                   holdout=list(self.holdout), notes=list(self.notes), choice=choice,
+                                   search=self.search if keep else None)
+
+    def with_choice(self, choice: MethodChoice, search: "SearchReport | None" = None) -> "CalibrationResult":
+        """The same statistics with the ranges of a search's ``choice`` (no model run); ``search``:
+        the report of the search that made it (its summary joins the notes)."""
+        return dataclasses.replace(self, ranges=compute_ranges(self.stats, self.config, choice), choice=choice,
+                                   holdout=list(self.holdout), search=search,
+                                   notes=list(self.notes) + ([search.summary()] if search is not None else []))
 
     def merge(self, other: "CalibrationResult") -> "CalibrationResult":
         """Statistics over this result's samples followed by ``other``'s; the check (its feeds and
@@ -272,16 +304,21 @@ class CalibrationResult:
         names = list(dict.fromkeys([*self.stats, *other.stats]))
         empty = TensorStats()
         stats = {n: self.stats.get(n, empty).merge(other.stats.get(n, empty)) for n in names}
-        return CalibrationResult(stats, compute_ranges(stats, self.config), self.config,
+        return CalibrationResult(stats, compute_ranges(stats, self.config, self.choice), self.config,
                                  list(self.holdout), self.batches + other.batches,
                                  self.seconds + other.seconds, list(self.notes) + list(other.notes),
-                                 self.in_sample, held_back=self.held_back)
+                                 self.in_sample, held_back=self.held_back, choice=self.choice)
 
 
 _RECOMPUTABLE = {"observer", "percentile", "scheme", "jobs", "ray"}
 
 
-def compute_ranges(stats: dict[str, TensorStats], config: CalibConfig) -> dict[str, tuple[float, float]]:
+def compute_ranges(stats: dict[str, TensorStats], config: CalibConfig,
+                   choice: MethodChoice | None = None) -> dict[str, tuple[float, float]]:
+    """Every tensor's range under ``config``'s observer; a search's ``choice`` where the observer
+    is a search (MinMax's ranges, its starting point, until the search has run)."""
+    if config.observer in SEARCH_OBSERVERS:
+        return choice_ranges(stats, choice or MethodChoice(MINMAX), config.scheme)
     out = {}
     for n, s in stats.items():
         r = observe(s, config.observer, config.scheme, config.percentile)

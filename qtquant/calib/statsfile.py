@@ -44,7 +44,8 @@ _HEADER = "header"
 _PREPROCESSING = ("resize", "color", "pixel_range", "mean", "std", "layout")
 _PER_SHARD = ("source", "count", "seed", "holdout")  # what differs between shards of one merged file
 _OPTION = {"source": "--calib", "count": "--calib-count", "pixel_range": "--pixel-range"}
-_FULL_HISTOGRAM = ("percentile", "mse", "kl")  # observers that read the histogram itself
+# observers that read the histogram itself (a search tries them all)
+_FULL_HISTOGRAM = ("percentile", "mse", "kl", "search", "search-per-node")
 
 
 class Shard(FileModel):

@@ -51,8 +51,11 @@ def run(args) -> int:
 
         plan = plan_reach(session, args.reach, rep, march_file=getattr(args, "march_file", None),
                           progress=lambda d, n: progress("reach", d, n))
+    search = getattr(session.calibration, "search", None)
     if args.json:
         doc = rep.to_dict()
+        if search is not None:
+            doc["calibration_search"] = search.to_dict()
         if session.compiler_log is not None:
             from ..horizon.report import compiler_log_dict
 
@@ -62,6 +65,8 @@ def run(args) -> int:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
+        if search is not None:
+            print(search.text())
         print(rep.text(args.tensors))
         print_log_text(session)
         if plan is not None:

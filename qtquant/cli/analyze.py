@@ -89,6 +89,9 @@ def run(args) -> int:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
+        search = getattr(session.calibration, "search", None)
+        if search is not None:
+            print(search.text())
         if sqnr is not None:
             print(sqnr.text())
         print(concat_table_text(session, perf=perf))

@@ -10,8 +10,8 @@ from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, INT_TEXT, Ca
 from ..errors import UsageError
 from ..perf import MARCHES
 from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_OBSERVER,
-                     DEFAULT_PERCENTILE, DEFAULT_POLICY, DEFAULT_SCHEME, LAYOUTS, OBSERVERS, PIXEL_RANGES,
-                     RESIZE_MODES, SCHEME_NAMES, SYNTHETIC, Policy, Scheme)
+                     DEFAULT_PERCENTILE, DEFAULT_POLICY, DEFAULT_SCHEME, DEFAULT_SEARCH_BUDGET_S, LAYOUTS, OBSERVERS,
+                     PIXEL_RANGES, RESIZE_MODES, SCHEME_NAMES, SYNTHETIC, Policy, Scheme)
 
 __all__ = ["add_common", "options_from_args", "open_session", "read_paths", "apply_precision_args", "OBSERVERS",
            "MARCHES"]
@@ -40,6 +40,9 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True, sharing: bool 
     # (None: not given, so a statistics file's own observer stands; see statsfile.RANGE_FIELDS)
     g.add_argument("--observer", choices=OBSERVERS, default=None,
                    help=f"range observer (default {DEFAULT_OBSERVER}, or a --stats file's)")
+    g.add_argument("--search-budget", type=float, default=None, metavar="SECONDS",
+                   help="time budget of --observer search-per-node's per-tensor walk (default "
+                        f"{DEFAULT_SEARCH_BUDGET_S:g} s)")
     g.add_argument("--percentile", type=float, default=None,
                    help=f"percentile for --observer percentile (default {DEFAULT_PERCENTILE:g})")
     g.add_argument("--scheme", choices=SCHEME_NAMES, default=DEFAULT_SCHEME.short,
@@ -181,7 +184,24 @@ def open_session(args, *, calibrate: bool = True, progress=None, keep_check_valu
         for w in apply_plan_file(session, args.plan).warnings:
             print(f"qtquant: warning: {w}", file=sys.stderr)
     apply_precision_args(session, args)
+    search_from_args(session, args)  # measures the export as it will be written: after the plan and precision
     return session
+
+
+def search_from_args(session, args) -> None:
+    """``--observer search`` / ``search-per-node`` (or a statistics file made with one): choose the
+    method(s) on the calibration just made or read, before the plan's groups."""
+    from ..app.calibsearch import needs_search, search_calibration
+
+    budget = getattr(args, "search_budget", None)
+    if not needs_search(session.calibration):
+        if budget is not None:
+            raise UsageError("--search-budget applies to --observer search-per-node")
+        return
+    if budget is not None and not (budget >= 0):
+        raise UsageError(f"--search-budget must be 0 s or more, got {budget}")
+    kw = {} if budget is None else {"budget_s": budget}
+    search_calibration(session, **kw)
 
 
 def apply_precision_args(session, args, *, check_only: bool = False) -> None:

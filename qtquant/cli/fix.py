@@ -167,6 +167,9 @@ def run(args) -> int:
         else:
             log.append(text)
 
+    search = getattr(session.calibration, "search", None)
+    if search is not None:
+        say(search.text())
     if args.plan:
         say(f"plan {args.plan}: {len(session.groups)} group(s)")
     mode = output_mode_from_args(args)
@@ -224,6 +227,7 @@ def run(args) -> int:
                    "grouped": report.grouped, "skipped": [{"concat": c, "reason": r} for c, r in report.skipped],
                    "notes": [{"concat": c, "note": n} for c, n in report.notes]},
                "sqnr_share": None if sqnr is None else sqnr.to_dict(),
+               "calibration_search": None if search is None else search.to_dict(),
                "fidelity": fid.to_dict() if fid is not None else None,
                "against_input": against.to_dict() if against is not None else None,
                "outputs": {"mode": mode.value, "float": sorted(float_tensors),

@@ -289,10 +289,15 @@ class Controller(QObject):
         cfg = config if config is not None else s.options.calib
         graph, options, groups, qdq = s.graph, replace(s.options, calib=cfg), s.groups.as_lists(), s.qdq
         compiler = s.compiler_ranges
+        snapshot = s.groups.snapshot()
         isolate = len(graph.nodes) >= self.child_process_nodes
 
         def work(progress, cancelled):
+            from ..app.calibsearch import needs_search, searched
+
             res = calibrate(graph, cfg, progress=progress, cancel=cancelled, isolate=isolate)
+            if needs_search(res):  # --observer search: the methods measured on the export, here too
+                res = searched(graph, res, options, snapshot, qdq, cancel=cancelled)
             # The analyses too, here: on the GUI thread they would freeze a 20,000-node window ~1 s.
             return res, derive(graph, res, options, groups, qdq, compiler)
 

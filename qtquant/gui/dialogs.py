@@ -247,6 +247,10 @@ class OpenDialog(QDialog):
         self.observer = QComboBox()
         self.observer.addItems(OBSERVERS)
         self.observer.setCurrentText(cal["observer"])
+        self.observer.setToolTip("How each tensor's range is chosen from its statistics.\n"
+                                 "search: try minmax, percentile, mse and kl on the whole model and keep the one\n"
+                                 "whose export measures best on the check samples (the X5 toolchain's default).\n"
+                                 "search-per-node: then choose per tensor, within a time budget.")
         cf.addRow("Source:", self.source_kind)
         cf.addRow("Path:", row)
         cf.addRow("Samples:", self.count)

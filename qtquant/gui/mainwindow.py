@@ -364,9 +364,11 @@ class MainWindow(QMainWindow):
             skipped = [n for n in getattr(self.session.calibration, "notes", ()) if n.startswith("skipped ")]
             for n in skipped:  # an unreadable photo left out: said where the run is logged
                 self.messages.log(f"calibration: {n}")
+            search = getattr(self.relay.session.calibration, "search", None)
             self.messages.status(f"Calibrated: {sum(1 for c in cs if c.rescales)} of {len(cs)} Concats "
                                  f"need rescales" + (f"; {len(skipped)} unreadable image(s) skipped (see the job "
-                                                     "log)" if skipped else ""), 8000)
+                                                     "log)" if skipped else "")
+                                 + (f"; {search.summary()}" if search is not None else ""), 8000)
         else:
             self.messages.status("Calibration stopped", 8000)
             self.canvas.apply_looks()  # on success the "calibrated" event has applied them already

@@ -133,9 +133,11 @@ def model_info(session) -> ModelInfoView:
         check = (", in-sample check" if cal.in_sample and cal.check_samples else
                  f" + {held} held out" + (f" (check on {cal.check_samples})" if held > cal.check_samples else "")
                  if cal.check_samples else ", no check")
-        calibration = f"{cal.config.observer}, {cal.batches} samples{check} ({cal.data_label(short=True)})"
+        calibration = f"{cal.method_text}, {cal.batches} samples{check} ({cal.data_label(short=True)})"
         calibration_tip = (f"{cal.batches} calibration samples from {cal.data_label()}; the accuracy check runs on "
                            f"{cal.check_description}")
+        if cal.search is not None:
+            calibration_tip += f"\n{cal.search.summary()}"
     if session.compiler_log is not None:
         m = session.compiler_log
         name = m.log.path.rsplit("/", 1)[-1]
