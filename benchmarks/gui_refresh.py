@@ -161,7 +161,7 @@ def state_key(session):
 def reference(session):
     """Non-incremental costs on a headless twin of the session (same graph file, same statistics):
     domains + Concat analysis + a cold full simulation; a cold fidelity check."""
-    from qtquant.fidelity import measure_session
+    from qtquant.fidelity.measure import measure_session
     from qtquant.app import open_model
     from qtquant.perf import Simulator, load_march
 
@@ -183,14 +183,15 @@ def reference(session):
 
 def new_states(session):
     """Headless, in this process: the check of edits reaching new states (after a first edit),
-    with the exported program re-run where it changed (qtquant.incremental) and, on a twin, in a
+    with the exported program re-run where it changed (qtquant.runs.incremental) and, on a twin, in a
     fresh default session per edit as before; then, on the runner's own program and the models it
     ran, the issue's one-session design (:func:`feeds_not_models`).  Same edits, same machine,
     same minute."""
-    from qtquant import fidelity_runs, incremental
+    from qtquant.fidelity import checkruns as fidelity_runs
+    from qtquant.runs import incremental
     from qtquant.app import open_model
-    from qtquant.fidelity import measure_session
-    from qtquant.groups import share
+    from qtquant.fidelity.measure import measure_session
+    from qtquant.quant.groups import share
 
     g = session.graph
     steps = _steps(g)
@@ -240,7 +241,7 @@ def feeds_not_models(runner, edits):
     import onnx
     from onnx import numpy_helper
 
-    from qtquant import incremental, sampleruns
+    from qtquant.runs import incremental, sampleruns
 
     prog = next(iter(runner._programs.values()), None) if runner is not None else None
     if prog is None or not edits or None in edits or not prog.reusable:
@@ -278,7 +279,7 @@ def feeds_not_models(runner, edits):
 def _steps(g):
     """The headless edits of :func:`new_states`: the three head shares, then a Resize dropped on a
     mid-network Concat."""
-    from qtquant.concat import concat_members
+    from qtquant.quant.concat import concat_members
     from qtquant.gui.editing import node_outputs
 
     heads = [("/model.22/cv2.0/cv2.0.2/Conv", "/model.22/cv3.0/cv3.0.2/Conv"),

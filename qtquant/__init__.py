@@ -6,8 +6,8 @@ is the one way to open a model, float or QDQ-quantized: it returns a session.
 
 __version__ = "0.1.0"
 
-from .errors import QtQuantError  # noqa: E402
-from .graph import Graph, load_graph  # noqa: E402,F401  (load_graph: float files only, kept for old callers)
+from .base.errors import QtQuantError  # noqa: E402
+from .model.graph import Graph, load_graph  # noqa: E402,F401  (load_graph: float files only, kept for old callers)
 
 __all__ = ["QtQuantError", "Graph", "open_model", "__version__"]
 

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from builders import save, spiky_chain_model as _chain_model
-from qtquant.accuracy import analyze_accuracy
-from qtquant.accuracy.check import Bench
-from qtquant.accuracy.share import plan_sqnr_share, sqnr_share
-from qtquant.accuracy.tensors import tensor_errors
+from qtquant.fidelity.accuracy import analyze_accuracy
+from qtquant.fidelity.accuracy.check import Bench
+from qtquant.fidelity.accuracy.share import plan_sqnr_share, sqnr_share
+from qtquant.fidelity.accuracy.tensors import tensor_errors
 from qtquant.app import open_model
 from qtquant.cli import main
-from qtquant.fidelity import fake_quant
-from qtquant.metrics import sqnr_db
+from qtquant.fidelity.measure import fake_quant
+from qtquant.fidelity.metrics import sqnr_db
 
 @pytest.fixture
 def chain(tmp_path):
@@ -155,11 +155,11 @@ def test_a_ranking_without_information_says_so_and_the_collapse_is_located():
     output gets the first tensor in graph order where the cumulative SQNR falls under 10 dB."""
     from types import SimpleNamespace
 
-    from qtquant.accuracy.report import AccuracyReport
-    from qtquant.accuracy.sensitivity import Sensitivity
-    from qtquant.accuracy.tensors import TensorError
+    from qtquant.fidelity.accuracy.report import AccuracyReport
+    from qtquant.fidelity.accuracy.sensitivity import Sensitivity
+    from qtquant.fidelity.accuracy.tensors import TensorError
     from qtquant.app.views.accuracy import status_text
-    from qtquant.vocab import Precision
+    from qtquant.base.vocab import Precision
 
     tensors = [TensorError("x", None, Precision.INT8, 40.0, 40.0), TensorError("a", "A", Precision.INT8, 22.0, 27.0),
                TensorError("b", "B", Precision.INT8, 7.5, 30.8), TensorError("y", "Y", Precision.INT8, 0.0, 61.0)]

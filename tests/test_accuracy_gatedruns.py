@@ -5,13 +5,13 @@ import onnx
 import pytest
 from builders import save, spiky_chain_model, yolov8n
 
-from qtquant.accuracy import gatedruns
-from qtquant.accuracy.check import Bench
-from qtquant.accuracy.gatedruns import GatedRunner, plan_cuts
-from qtquant.accuracy.sensitivity import _gate, estimate, gated_model, units_of
-from qtquant.accuracy.tensors import dequantized_names, tensor_errors
+from qtquant.fidelity.accuracy import gatedruns
+from qtquant.fidelity.accuracy.check import Bench
+from qtquant.fidelity.accuracy.gatedruns import GatedRunner, plan_cuts
+from qtquant.fidelity.accuracy.sensitivity import _gate, estimate, gated_model, units_of
+from qtquant.fidelity.accuracy.tensors import dequantized_names, tensor_errors
 from qtquant.app import open_model
-from qtquant.runtime import make_session
+from qtquant.model.runtime import make_session
 
 
 def _make(m):

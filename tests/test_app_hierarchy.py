@@ -10,8 +10,8 @@ from qtquant.app.scene.hierarchy import COLLAPSE_MIN_NODES, block_name
 from qtquant.app.views.blocks import block_summaries, fill_block_looks, worst_concat
 from qtquant.app.views.looks import compute_looks
 from qtquant.calib import CalibConfig
-from qtquant.graph import graph_from_model
-from qtquant.vocab import Overlay
+from qtquant.model.graph import graph_from_model
+from qtquant.base.vocab import Overlay
 from tests.scoped_models import function_model, scoped_model
 
 

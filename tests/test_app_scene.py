@@ -2,7 +2,7 @@
 
 from builders import branchy_concat_model
 from qtquant.app.scene import INPUT_PREFIX, NODE_W, OUTPUT_PREFIX, TERM_W, layout_scene, scene_spec
-from qtquant.graph import graph_from_model
+from qtquant.model.graph import graph_from_model
 
 
 def test_scene_spec_draws_ops_and_terminals_not_weights():

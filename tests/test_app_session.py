@@ -6,10 +6,10 @@ import threading
 import pytest
 
 from qtquant.app import Options, Result, Session, Snapshot
-from qtquant.autoshare import auto_share, plan_auto_share
-from qtquant.domains import Policy
-from qtquant.groups import share
-from qtquant.quant import Scheme
+from qtquant.quant.autoshare import auto_share, plan_auto_share
+from qtquant.quant.domains import Policy
+from qtquant.quant.groups import share
+from qtquant.model.scales import Scheme
 
 
 @pytest.fixture
@@ -127,9 +127,9 @@ def test_core_functions_read_only_what_a_snapshot_has(session, tmp_path):
     """perf, fidelity, export, plan, overrides and auto-share planning run on a Snapshot."""
     from qtquant.export.overrides import write_overrides
     from qtquant.export.qdq import export_qdq
-    from qtquant.fidelity import measure_session
+    from qtquant.fidelity.measure import measure_session
     from qtquant.perf import simulate_session
-    from qtquant.plan import load_plan, plan_dict, save_plan
+    from qtquant.files.plan import load_plan, plan_dict, save_plan
 
     share(session, ["c0_out", "c1_out", "cat1_out"])
     snap = session.snapshot()

@@ -6,9 +6,9 @@ from builders import edit_model
 from qtquant.app import open_model
 from qtquant.app.shareplan import feeders, plan_share
 from qtquant.app.views.groups import group_rows
-from qtquant.demo import build_attention_demo
+from qtquant.app.demo import build_attention_demo
 import onnx
-from qtquant.groups import share
+from qtquant.quant.groups import share
 
 K = ("attn/k_proj/win3x3", "attn/k_proj/win7x7", "attn/k_proj/win9x9")
 K_MEMBERS = tuple(f"{n}_out" for n in K) + ("attn/k_cat_out",)

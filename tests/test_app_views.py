@@ -13,10 +13,10 @@ from qtquant.app.views.concats import concat_rows, concat_status, model_info
 from qtquant.app.views.groups import group_rows
 from qtquant.app.views.looks import FADED_LOOK, NodeLook, compute_looks
 from qtquant.app.views.perf import fidelity_basis, fidelity_html, perf_summary
-from qtquant.groups import share
-from qtquant.vocab import Blank
+from qtquant.quant.groups import share
+from qtquant.base.vocab import Blank
 from qtquant.perf import simulate_session
-from qtquant.vocab import Overlay
+from qtquant.base.vocab import Overlay
 
 HEX = re.compile(r"^#[0-9a-f]{6}$")
 
@@ -83,7 +83,7 @@ def test_perf_summary_tracks_changes_and_staleness(session):
 
 
 def _figure(label, db, no_signal="", blank=None):
-    from qtquant.metrics import Figure
+    from qtquant.fidelity.metrics import Figure
 
     return Figure(label, db, None, None, 1, no_signal, blank)
 
@@ -109,7 +109,7 @@ def test_fidelity_line_escapes_names_and_colours_changes():
     assert 'b: <span style="color:#c62828">10.0 dB</span>' in fidelity_html(fid)
     fid.after["b"] = out(_figure("b", 10.0))
     assert fidelity_html(fid).endswith("; b: 10.0 dB <span style=\"color:#c62828\">1 finding(s), see tooltip</span>")
-    from qtquant.metrics import AgreementSums
+    from qtquant.fidelity.metrics import AgreementSums
 
     cls = AgreementSums()
     cls.add(np.array([3]), np.array([3]))

@@ -1,10 +1,10 @@
 """Auto-share: cheap Concats shared, the box/score head flagged with a reason, nested merges."""
 
 from builders import detector_model, save
-from qtquant.autoshare import auto_share, plan_auto_share
-from qtquant.domains import Policy
+from qtquant.quant.autoshare import auto_share, plan_auto_share
+from qtquant.quant.domains import Policy
 from qtquant.app import open_model
-from qtquant.quant import bits_lost
+from qtquant.model.scales import bits_lost
 from qtquant.app import Options
 
 
@@ -103,7 +103,7 @@ def test_other_policies_still_flag_the_head(tmp_path):
 def test_clipping_policies_are_refused(tmp_path):
     # uint8 + max-input: the shared range is one input's range; a member lying mostly outside it
     # would be clipped, which 'bits lost' does not show.  Auto-share must refuse and say so.
-    from qtquant.quant import Scheme
+    from qtquant.model.scales import Scheme
 
     s = _session(tmp_path, options=Options(policy=Policy.MAX_INPUT, scheme=Scheme.ASYMMETRIC_UINT8))
     dm = s.domains

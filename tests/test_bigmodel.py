@@ -82,7 +82,7 @@ def big_dir():
 
 @pytest.mark.slow
 def test_model_over_2gb_loads_analyzes_exports(big_dir):
-    from qtquant.graph import load_graph
+    from qtquant.model.graph import load_graph
 
     size = write_big_model(big_dir)
     assert size > 2**31, size  # over protobuf's 2 GB limit

@@ -5,10 +5,10 @@ every slot set, so a field added later and not filled in there fails here."""
 import dataclasses
 
 from builders import branchy_concat_model, detector_model
-from qtquant.concat import ConcatInfo, ConcatMember, analyze_concats
-from qtquant.domains import Domain, build_domains
-from qtquant.graph import Node, Tensor, graph_from_model
-from qtquant.vocab import ConcatScaleRule
+from qtquant.quant.concat import ConcatInfo, ConcatMember, analyze_concats
+from qtquant.quant.domains import Domain, build_domains
+from qtquant.model.graph import Node, Tensor, graph_from_model
+from qtquant.base.vocab import ConcatScaleRule
 
 
 def _ranges(graph):

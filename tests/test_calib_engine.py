@@ -10,8 +10,8 @@ from onnx import TensorProto, helper
 from qtquant.calib import CalibConfig, calibrate
 from qtquant.calib.cache import cache_paths, calibrate_cached, load_cached, save_cache
 from qtquant.calib.observers import observe
-from qtquant.errors import CalibrationDataError, Cancelled
-from qtquant.graph import graph_from_model
+from qtquant.base.errors import CalibrationDataError, Cancelled
+from qtquant.model.graph import graph_from_model
 
 
 def _single_input_model():
@@ -162,7 +162,7 @@ def test_jobs_merge_equals_single_process(graph):
 def test_jobs_workers_split_the_cores_over_their_lanes(graph, monkeypatch, cpus, jobs, want):
     """Each --jobs worker runs LANES samples at once: its sessions get the cores over jobs x LANES,
     never more in flight than the machine has (cpu_count // jobs a session doubled them)."""
-    from qtquant import childproc
+    from qtquant.base import childproc
     from qtquant.calib import parallel, runner
     from qtquant.calib.stats import TensorStats
 

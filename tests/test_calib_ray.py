@@ -10,8 +10,8 @@ from builders import branchy_concat_model
 from qtquant.calib import CalibConfig, calibrate
 from qtquant.calib.engine import run_chunk
 from qtquant.calib.sources import SyntheticSource
-from qtquant.errors import CalibrationDataError, Cancelled
-from qtquant.graph import graph_from_model
+from qtquant.base.errors import CalibrationDataError, Cancelled
+from qtquant.model.graph import graph_from_model
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ class _DyingOnce(SyntheticSource):
 
 def test_killed_worker_does_not_corrupt_the_result(local_ray, graph, tmp_path, capfd):
     from qtquant.calib.rayrun import run_ray
-    from qtquant.runtime import input_specs
+    from qtquant.model.runtime import input_specs
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
     specs = input_specs(graph)
@@ -98,7 +98,7 @@ def test_unreadable_data_and_cancel(local_ray, graph, tmp_path):
                   progress=lambda d, t: calls.append(d), cancel=lambda: bool(calls))
     # A worker that cannot read the data at the driver's path (no shared filesystem): a clear error.
     from qtquant.calib.rayrun import run_ray
-    from qtquant.runtime import input_specs
+    from qtquant.model.runtime import input_specs
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     src = _NotShared(input_specs(graph), 4, 0, os.getpid())

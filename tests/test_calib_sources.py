@@ -7,7 +7,7 @@ from PIL import Image
 from qtquant.calib import CalibConfig
 from qtquant.calib.engine import CalibConfigError, split_samples
 from qtquant.calib.sources import LETTERBOX_FILL, open_source
-from qtquant.errors import BadInputError, CalibrationDataError
+from qtquant.base.errors import BadInputError, CalibrationDataError
 
 IMG = {"x": ((1, 3, 4, 6), np.dtype(np.float32))}  # NCHW, H=4, W=6
 TWO = {"a": ((1, 4), np.dtype(np.float32)), "b": ((1, 2), np.dtype(np.float32))}

@@ -14,7 +14,7 @@ from qtquant.calib.observers import observe
 from qtquant.calib.stats import BINS, MINMAX_BINS, TensorStats
 from qtquant.calib.statsfile import load_stats, merge_stats, read_stats_header, write_stats
 from qtquant.cli import main
-from qtquant.errors import StatsFileError
+from qtquant.base.errors import StatsFileError
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from qtquant import childproc
-from qtquant.errors import Cancelled, ModelError, QtQuantError, ShapeError
+from qtquant.base import childproc
+from qtquant.base.errors import Cancelled, ModelError, QtQuantError, ShapeError
 
 
 def _handle(request, link):

@@ -182,7 +182,7 @@ def _two_input_model():
 
 
 def test_input_shapes_separated_by_commas_in_one_flag(tmp_path, capsys):
-    from qtquant.shapes import parse_input_shapes
+    from qtquant.model.shapes import parse_input_shapes
 
     assert parse_input_shapes(["a=1x3x8x8,b=1,2,8,8", "c=4"]) == {"a": (1, 3, 8, 8), "b": (1, 2, 8, 8), "c": (4,)}
     p = save(_two_input_model(), tmp_path / "two.onnx")

@@ -6,8 +6,8 @@ from builders import branchy_concat_model, save
 from qtquant.app import CommandStack, open_model
 from qtquant.app.commands import (AutoShareCommand, CompoundCommand, RemoveMemberCommand, SetMarchCommand,
                                   SetOptionsCommand, SetPolicyCommand, ShareCommand, UngroupCommand)
-from qtquant.domains import Policy
-from qtquant.errors import QtQuantError, ShareRefused
+from qtquant.quant.domains import Policy
+from qtquant.base.errors import QtQuantError, ShareRefused
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ def test_clean_state(session):
 
 
 def test_scheme_change_recomputes_ranges_without_a_model_run(session):
-    from qtquant.quant import Scheme
+    from qtquant.model.scales import Scheme
 
     session.calibration = session.calibration.recompute(observer="percentile")
     sym = dict(session.calibration.ranges)

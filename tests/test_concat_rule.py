@@ -13,18 +13,18 @@ from onnx import TensorProto, helper
 
 from builders import branchy_concat_model, conv_node, mul_branch
 from qtquant.app import Options, Session
-from qtquant.autoshare import plan_auto_share
+from qtquant.quant.autoshare import plan_auto_share
 from qtquant.calib import CalibConfig
 from qtquant.cli import main
-from qtquant.domains import concat_scale_source
-from qtquant.errors import MarchError
+from qtquant.quant.domains import concat_scale_source
+from qtquant.base.errors import MarchError
 from qtquant.export.qdq import build_qdq_model, export_qdq
-from qtquant.graph import graph_from_model
+from qtquant.model.graph import graph_from_model
 from qtquant.perf import load_march, march_names
 from qtquant.perf.march import profile_from_dict
-from qtquant.report import analysis_dict, concat_table_text
-from qtquant.resources import resource_path
-from qtquant.vocab import ConcatScaleRule, ShareAction
+from qtquant.files.report import analysis_dict, concat_table_text
+from qtquant.base.resources import resource_path
+from qtquant.base.vocab import ConcatScaleRule, ShareAction
 
 PCT = CalibConfig(observer="percentile", count=8)
 
@@ -81,9 +81,9 @@ def test_asymmetric_rule_never_clips_an_input():
     box input in [-3.5, 11.9] beside class logits in [-10.6, -1.7]: its zero point 255 held
     [-26.9, 0] and every box value became 0).  The output then keeps its own range and says why;
     an input whose grid holds all the others' is still taken."""
-    from qtquant.concat import analyze_concats
-    from qtquant.domains import build_domains
-    from qtquant.quant import Scheme
+    from qtquant.quant.concat import analyze_concats
+    from qtquant.quant.domains import build_domains
+    from qtquant.model.scales import Scheme
 
     g = graph_from_model(branchy_concat_model(gains=(1.0, 3.0)))
     ranges = {"conv0_out": (-3.5, 11.9), "conv1_out": (-10.6, -1.7), "cat_out": (-10.6, 11.9), "y": (0.0, 11.9)}

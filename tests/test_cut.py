@@ -11,11 +11,11 @@ import pytest
 from builders import branchy_concat_model, save
 from qtquant.app import open_model
 from qtquant.cli import main
-from qtquant.errors import ModelError, PlanError
+from qtquant.base.errors import ModelError, PlanError
 from qtquant.export.qdq import export_qdq
-from qtquant.graph import cut_model, graph_from_model, parse_cut
-from qtquant.plan import apply_plan, load_plan, parse_plan, plan_dict, save_plan
-from qtquant.project import open_project, save_project
+from qtquant.model.graph import cut_model, graph_from_model, parse_cut
+from qtquant.files.plan import apply_plan, load_plan, parse_plan, plan_dict, save_plan
+from qtquant.files.project import open_project, save_project
 
 CUT = ("conv0_out", "conv2_out")
 

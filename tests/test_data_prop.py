@@ -1,5 +1,5 @@
 """Shape inference without onnx's data propagation where it cannot change anything
-(:func:`qtquant.modelcheck.needs_data_propagation`).
+(:func:`qtquant.model.modelcheck.needs_data_propagation`).
 
 Propagation computes the values of shape tensors (a Reshape's target from Shape -> Gather ->
 Concat).  The rule keeps it on wherever a node could make or carry such a value, and these tests
@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from builders import branchy_concat_model, detector_model, save, synthetic_model, zoo_model
-from qtquant.graph import _default_opset, load_graph
-from qtquant.modelcheck import _infer_here, needs_data_propagation
-from qtquant.nodetable import NodeTable
+from qtquant.model.graph import _default_opset, load_graph
+from qtquant.model.modelcheck import _infer_here, needs_data_propagation
+from qtquant.model.nodetable import NodeTable
 
 
 def _model(nodes, inits=(), out_shape=None, opset=17):

@@ -4,8 +4,8 @@ from dataclasses import replace
 
 from builders import detector_model, save
 from qtquant.calib import calibrate
-from qtquant.domains import Policy
-from qtquant.groups import share
+from qtquant.quant.domains import Policy
+from qtquant.quant.groups import share
 from qtquant.app import open_model
 from qtquant.app.session import derive
 

@@ -11,13 +11,13 @@ from onnx import numpy_helper
 
 from builders import detector_model, save
 from ortkit import precise_options
-from qtquant.autoshare import auto_share
-from qtquant.errors import BadInputError
+from qtquant.quant.autoshare import auto_share
+from qtquant.base.errors import BadInputError
 from qtquant.export import qdq as qdq_mod
 from qtquant.export.qdq import build_qdq_model, export_qdq
-from qtquant.fidelity import fake_quant, sqnr_db
+from qtquant.fidelity.measure import fake_quant, sqnr_db
 from qtquant.app import open_model
-from qtquant.runtime import make_session
+from qtquant.model.runtime import make_session
 
 
 @pytest.fixture
@@ -243,7 +243,7 @@ def test_numpy_fake_quant_matches_onnxruntime_qdq():
     """The per-member SQNR uses numpy fake-quant: it must equal onnxruntime's Q→DQ exactly."""
     from onnx import TensorProto, helper
 
-    from qtquant.quant import Scheme, qparams_for_range
+    from qtquant.model.scales import Scheme, qparams_for_range
 
     x = (np.random.default_rng(3).standard_normal(4096) * 3).astype(np.float32)
     x[:4] = [0.5 * 0.03, 1.5 * 0.03, -2.5 * 0.03, 99.0]  # ties and saturation
@@ -314,7 +314,7 @@ def test_float_outputs_option(shared, tmp_path):
 
 
 def test_asymmetric_uint8_scheme(det_path, tmp_path):
-    from qtquant.quant import Scheme
+    from qtquant.model.scales import Scheme
     from qtquant.app import Options
 
     s = open_model(det_path, options=Options(scheme=Scheme.ASYMMETRIC_UINT8))

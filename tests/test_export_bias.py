@@ -18,11 +18,11 @@ from onnx import TensorProto, helper, numpy_helper
 from builders import dead_relu_model, save_graph
 from ortkit import precise_options
 from qtquant.calib import CalibConfig
-from qtquant.outputs import OutputMode
-from qtquant.domains import Policy
+from qtquant.quant.outputs import OutputMode
+from qtquant.quant.domains import Policy
 from qtquant.export import weights as weights_mod
 from qtquant.export.qdq import INT32_MAX, build_qdq_model, export_qdq
-from qtquant.fidelity import sqnr_db
+from qtquant.fidelity.measure import sqnr_db
 from qtquant.app import open_model
 from qtquant.app import Options
 
@@ -147,7 +147,7 @@ def test_a_build_after_other_builds_is_the_cold_build(tmp_path, data, shared_fc)
     no byte: each map built after the others equals its build with every cache of the exporter
     empty (the raised, the copied and the plain weight and bias alike)."""
     from qtquant.export import qdq as qdq_mod
-    from qtquant.programs import moved_domains
+    from qtquant.runs.programs import moved_domains
 
     s = _session(tmp_path, data, shared_fc=shared_fc)
     maps = [s.domains, moved_domains(s.domains), moved_domains(moved_domains(s.domains))]
@@ -215,7 +215,7 @@ def test_clipped_constant_is_recorded(tmp_path):
 def test_ordinary_model_has_no_warnings(tmp_path):
     from builders import detector_model, save
 
-    from qtquant.autoshare import auto_share
+    from qtquant.quant.autoshare import auto_share
 
     s = open_model(save(detector_model(), tmp_path / "det.onnx"))
     s.run_calibration()

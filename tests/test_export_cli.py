@@ -7,11 +7,11 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from qtquant.autoshare import auto_share
+from qtquant.quant.autoshare import auto_share
 from qtquant.cli import main
 from qtquant.export.overrides import load_overrides, overrides_dict, write_overrides
 from qtquant.app import open_model
-from qtquant.plan import load_plan
+from qtquant.files.plan import load_plan
 
 
 def _row(out, what):
@@ -112,7 +112,7 @@ def test_overrides_give_quantize_static_the_same_scales(det_path, tmp_path):
 
 def test_fix_says_when_an_output_is_lost(det_path, tmp_path, capsys, monkeypatch):
     """fix prints the fidelity report's 'low:' line as analyze does (with the bar raised, every output is low)."""
-    import qtquant.metrics as metrics
+    import qtquant.fidelity.metrics as metrics
 
     monkeypatch.setattr(metrics, "LOW_SQNR_DB", 1000.0)
     assert main(["fix", det_path, "-o", str(tmp_path / "f.onnx"), "--calib-count", "4"]) == 0

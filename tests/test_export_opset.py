@@ -15,7 +15,7 @@ from qtquant.app import open_model
 from qtquant.cli import main as cli_main
 from qtquant.export.opset import convert_opset, rewiring
 from qtquant.export.qdq import build_qdq_model, export_qdq
-from qtquant.fidelity import sqnr_db
+from qtquant.fidelity.measure import sqnr_db
 
 
 def softmax_model(axis: int, opset: int = 12) -> onnx.ModelProto:

@@ -10,13 +10,13 @@ import pytest
 from builders import save, yolov8n
 from qtquant.app import Options, open_model
 from qtquant.app.commands import CommandStack, SetPolicyCommand, SetPrecisionCommand
-from qtquant.autoshare import auto_share
-from qtquant.concat import concat_members
+from qtquant.quant.autoshare import auto_share
+from qtquant.quant.concat import concat_members
 from qtquant.export import qdq, rescale
-from qtquant.fingerprints import value_key
-from qtquant.groups import share, unshare
-from qtquant.programs import _Walk
-from qtquant.vocab import Scheme
+from qtquant.runs.fingerprints import value_key
+from qtquant.quant.groups import share, unshare
+from qtquant.runs.programs import _Walk
+from qtquant.base.vocab import Scheme
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from qtquant.cli import main
-from qtquant.errors import BadInputError
+from qtquant.base.errors import BadInputError
 from qtquant.export import qdq as qdq_mod
-from qtquant.fidelity import cosine, measure_session, sqnr_db
-from qtquant.groups import share, unshare
+from qtquant.fidelity.measure import cosine, measure_session, sqnr_db
+from qtquant.quant.groups import share, unshare
 from qtquant.app import open_model
 
 
@@ -122,9 +122,9 @@ def test_member_sqnr_is_the_same_with_or_without_scratch_reuse(monkeypatch):
     the figure must not depend on which way a member went, and equals the plain formula."""
     from types import SimpleNamespace
 
-    import qtquant.fidelity as fid_mod
-    from qtquant.quant import QParams
-    from qtquant.vocab import Scheme
+    import qtquant.fidelity.measure as fid_mod
+    from qtquant.model.scales import QParams
+    from qtquant.base.vocab import Scheme
 
     rng = np.random.default_rng(0)
     parts = [rng.normal(0, 2, (3, 40)).astype(np.float32) for _ in range(4)]

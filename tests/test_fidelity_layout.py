@@ -7,10 +7,11 @@ import onnxruntime as ort
 import pytest
 
 from builders import save, synthetic_model
-from qtquant import runtime, shipped
+from qtquant.model import runtime
+from qtquant.runs import shipped
 from qtquant.app import open_model
 from qtquant.export.qdq import build_qdq_model
-from qtquant.fidelity import measure_session
+from qtquant.fidelity.measure import measure_session
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +58,9 @@ def test_big_graph_check_says_it_left_the_pass_out(conv_session, monkeypatch):
         seen.append((k.get("level"), tuple(k.get("disabled", ()))))
         return real(model, *a, **k)
 
-    monkeypatch.setattr("qtquant.fidelity_runs.make_session", spy)
-    monkeypatch.setattr("qtquant.incremental.make_session", spy)
-    monkeypatch.setattr("qtquant.shipped.make_session", spy)  # (shipped.shipped_session's)
+    monkeypatch.setattr("qtquant.fidelity.checkruns.make_session", spy)
+    monkeypatch.setattr("qtquant.runs.incremental.make_session", spy)
+    monkeypatch.setattr("qtquant.runs.shipped.make_session", spy)  # (shipped.shipped_session's)
     big = measure_session(_recalibrated(conv_session), cross_check=True)
     assert ("default", shipped.LAYOUT_PASSES) in seen
     # the cross-check is the fake-quant reference either way; on a big graph without optimisations

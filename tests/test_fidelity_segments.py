@@ -9,13 +9,14 @@ import onnx
 import pytest
 
 from builders import detector_model, save, synthetic_model
-from qtquant import runtime, segments, shipped
+from qtquant.model import runtime
+from qtquant.runs import segments, shipped
 from qtquant.app import open_model
 from qtquant.app.session import Options
 from qtquant.calib import CalibConfig
 from qtquant.export.qdq import build_qdq_model
-from qtquant.fidelity import measure_session
-from qtquant.fidelity_runs import _shape_of
+from qtquant.fidelity.measure import measure_session
+from qtquant.fidelity.checkruns import _shape_of
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +102,7 @@ def _float_runs(monkeypatch) -> list[str]:
         runs.append(k.get("level", "basic"))
         return real(model, *a, **k)
 
-    monkeypatch.setattr("qtquant.fidelity_runs.make_session", spy)
+    monkeypatch.setattr("qtquant.fidelity.checkruns.make_session", spy)
     return runs
 
 

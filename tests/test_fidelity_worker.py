@@ -4,12 +4,13 @@ import threading
 
 import pytest
 
-from qtquant.errors import BadInputError, Cancelled, QtQuantError
-from qtquant.fidelity import measure_session
-from qtquant import childproc, fidelity_worker
-from qtquant.domains import DomainMap
-from qtquant.fidelity_worker import FidelityWorker
-from qtquant.groups import share, unshare
+from qtquant.base.errors import BadInputError, Cancelled, QtQuantError
+from qtquant.fidelity.measure import measure_session
+from qtquant.base import childproc
+from qtquant.app import fidelity_worker
+from qtquant.quant.domains import DomainMap
+from qtquant.app.fidelity_worker import FidelityWorker
+from qtquant.quant.groups import share, unshare
 from qtquant.app import open_model
 
 

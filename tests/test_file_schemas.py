@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from builders import branchy_concat_model, save
-from qtquant.errors import BadInputError, CalibrationDataError, MarchError, PlanError, QtQuantError
+from qtquant.base.errors import BadInputError, CalibrationDataError, MarchError, PlanError, QtQuantError
 
 PLAN = {"format": "qtquant-plan", "version": 1,
         "groups": [{"id": 0, "members": [{"tensor": "conv0_out"}, "conv1_out"]}]}
@@ -45,7 +45,7 @@ def _write(tmp_path, name, doc) -> str:
     ({**PLAN, "groups": [{"id": 1, "members": []}, {"members": []}]}, ["groups[1].id 1 is used twice"]),
 ])
 def test_bad_plan_is_one_line(tmp_path, doc, words):
-    from qtquant.plan import load_plan
+    from qtquant.files.plan import load_plan
 
     with pytest.raises(PlanError) as e:
         load_plan(_write(tmp_path, "p.json", doc))
@@ -53,7 +53,7 @@ def test_bad_plan_is_one_line(tmp_path, doc, words):
 
 
 def test_plan_schema_reads_short_members_positional_ids_and_ignores_unknown_keys():
-    from qtquant.plan import parse_plan
+    from qtquant.files.plan import parse_plan
 
     p = parse_plan({**PLAN, "future": {"x": 1}, "policy": 5, "source": "forged",
                     "groups": [{"members": ["a", {"tensor": "b", "producer": None}]}, {"members": ["c"]}]}, "f.json")
@@ -65,7 +65,7 @@ def test_plan_schema_reads_short_members_positional_ids_and_ignores_unknown_keys
 
 def test_hand_written_plan_may_leave_out_format_and_version():
     """What qtquant.torch accepts: the same schema, minus the envelope."""
-    from qtquant.plan import VERSION, parse_plan
+    from qtquant.files.plan import VERSION, parse_plan
 
     p = parse_plan({"groups": [{"members": ["a", "b"]}]}, hand_written=True)
     assert p.version == VERSION and p.groups[0].tensors == ["a", "b"]
@@ -82,7 +82,7 @@ def test_hand_written_plan_may_leave_out_format_and_version():
     (b'{"format": "qtquant-plan", "version": ' + b"9" * 5000 + b"}", ["not a readable plan file"]),
 ])
 def test_unreadable_plan_text_is_one_line(tmp_path, data, words):
-    from qtquant.plan import load_plan
+    from qtquant.files.plan import load_plan
 
     with pytest.raises(PlanError) as e:
         load_plan(_write(tmp_path, "p.json", data))
@@ -101,7 +101,7 @@ def test_unreadable_plan_text_is_one_line(tmp_path, data, words):
     ({**PROJECT, "version": 4}, ["newer qtquant (project version 4"]),
 ])
 def test_bad_project_is_one_line(tmp_path, doc, words):
-    from qtquant.project import load_project
+    from qtquant.files.project import load_project
 
     with pytest.raises(PlanError) as e:
         load_project(_write(tmp_path, "bad.qtquant", doc))
@@ -109,14 +109,14 @@ def test_bad_project_is_one_line(tmp_path, doc, words):
 
 
 def test_project_path_is_where_it_was_read_not_what_it_says(tmp_path):
-    from qtquant.project import load_project
+    from qtquant.files.project import load_project
 
     p = load_project(_write(tmp_path, "p.qtquant", {**PROJECT, "path": "/elsewhere/x.qtquant"}))
     assert p.path == tmp_path / "p.qtquant" and p.model_path() == tmp_path / "m.onnx"
 
 
 def test_bad_calibration_settings_in_a_project_are_one_line(tmp_path):
-    from qtquant.project import open_project
+    from qtquant.files.project import open_project
 
     save(branchy_concat_model(), tmp_path / "m.onnx")
     with pytest.raises(PlanError) as e:
@@ -210,7 +210,7 @@ def test_cache_metadata_keeps_infinite_ranges(cache_entry):
 
 # -- the one atomic writer ---------------------------------------------------------------------------
 def test_atomic_writer_syncs_file_and_folder(tmp_path, monkeypatch):
-    import qtquant.fileio.atomic as atomic
+    import qtquant.base.fileio.atomic as atomic
 
     synced = []
     real = os.fsync
@@ -229,7 +229,7 @@ def test_atomic_writer_syncs_file_and_folder(tmp_path, monkeypatch):
 
 
 def test_atomic_writer_refuses_an_input_and_reports_one_line(tmp_path):
-    from qtquant.fileio import atomic_write_text
+    from qtquant.base.fileio import atomic_write_text
 
     model = tmp_path / "m.onnx"
     model.write_bytes(b"model")

@@ -15,7 +15,7 @@ from builders import branchy_concat_model, save
 from ortkit import ort_qdq_file
 from qtquant.app import open_model
 from qtquant.cli import main
-from qtquant.filecompare import qdq_counts
+from qtquant.fidelity.filecompare import qdq_counts
 
 
 def _ort_file(tmp_path, per_channel: bool) -> str:
@@ -39,7 +39,7 @@ def test_fix_of_a_qdq_file_says_how_far_the_written_file_is(tmp_path, capsys):
     assert "give --calib with representative data" in text
     assert "against the input file's float view: the input file " in text
     # The figure is the two files run in onnxruntime, as a user runs them
-    from qtquant.metrics import sqnr_db
+    from qtquant.fidelity.metrics import sqnr_db
 
     rng = np.random.default_rng(7)
     x = rng.random((1, 3, 16, 16), dtype=np.float32)

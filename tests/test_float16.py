@@ -18,8 +18,8 @@ from qtquant.app import open_model
 from qtquant.app.views.concats import model_info
 from qtquant.cli import main
 from qtquant.export.qdq import build_qdq_model
-from qtquant.graph import load_graph
-from qtquant.widen import has_float16
+from qtquant.model.graph import load_graph
+from qtquant.model.widen import has_float16
 
 
 def _run(model_or_path, x):

@@ -7,11 +7,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builders import branchy_concat_model, save
 from qtquant.calib.engine import CalibConfig, CalibrationResult, TensorStats
-from qtquant.domains import build_domains
-from qtquant.errors import ModelError, QtQuantError, ShapeError, first_line
-from qtquant.graph import graph_from_model, load_graph
-from qtquant.ops import Role, handler_for
-from qtquant.runtime import run_with_outputs
+from qtquant.quant.domains import build_domains
+from qtquant.base.errors import ModelError, QtQuantError, ShapeError, first_line
+from qtquant.model.graph import graph_from_model, load_graph
+from qtquant.model.ops import Role, handler_for
+from qtquant.model.runtime import run_with_outputs
 from qtquant.app import Session
 
 
@@ -265,7 +265,7 @@ def test_small_integer_tensors_in_external_data(tmp_path):
 def test_model_bytes_are_made_once(tmp_path, monkeypatch):
     """Encoding holds the GIL (a big graph's window froze for it at every fidelity check):
     the bytes are made once per graph and reused."""
-    import qtquant.graphmodel as graph_mod
+    import qtquant.model.graphmodel as graph_mod
 
     g = load_graph(save(branchy_concat_model(), tmp_path / "m.onnx"))
     first = g.model_bytes()
@@ -277,7 +277,7 @@ def test_model_bytes_are_made_once(tmp_path, monkeypatch):
 
 
 def test_prepare_model_bytes_skips_models_too_big_to_keep(tmp_path, monkeypatch):
-    import qtquant.graphmodel as graph_mod
+    import qtquant.model.graphmodel as graph_mod
 
     monkeypatch.setattr(graph_mod, "KEEP_MODEL_BYTES", 10)
     g = load_graph(save(branchy_concat_model(), tmp_path / "m.onnx"))  # the inferred bytes not kept either
@@ -310,7 +310,7 @@ def test_file_digest_is_the_files_sha256_whichever_way_it_is_computed(tmp_path, 
     from pathlib import Path
 
     from builders import detector_model
-    from qtquant import modelcheck
+    from qtquant.model import modelcheck
 
     path = save(detector_model(), tmp_path / "d.onnx")
     data = open(path, "rb").read()

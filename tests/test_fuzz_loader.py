@@ -1,4 +1,4 @@
-"""Issue 8: fuzzing the ONNX loader (``qtquant.graph.load_graph``, ``qtquant.app.open_model``).
+"""Issue 8: fuzzing the ONNX loader (``qtquant.model.graph.load_graph``, ``qtquant.app.open_model``).
 
 Every case must end in success or in a QtQuantError with a one-line message: never
 another exception type, a hang or an interpreter crash.  Cases run in the worker

@@ -28,8 +28,8 @@ def real_files(tmp_path_factory):
     from qtquant.calib import CalibConfig
     from qtquant.calib.cache import save_cache
     from qtquant.app import open_model
-    from qtquant.plan import save_plan
-    from qtquant.project import save_project
+    from qtquant.files.plan import save_plan
+    from qtquant.files.project import save_project
     from qtquant.app import Options
 
     d = tmp_path_factory.mktemp("real")

@@ -268,7 +268,7 @@ def worker() -> FuzzWorker:
 
 # -- the worker side -----------------------------------------------------------------------
 def _target_load_graph(d: Path, a: dict):
-    from qtquant.graph import load_graph
+    from qtquant.model.graph import load_graph
 
     g = load_graph(d / a.get("model", "model.onnx"), a.get("shapes") or None)
     return {"nodes": len(g.nodes), "concats": len(g.concat_nodes())}
@@ -285,7 +285,7 @@ def _target_analyze(d: Path, a: dict):
     """Load, calibrate on two synthetic samples, build domains and the Concat report."""
     from qtquant.calib import CalibConfig
     from qtquant.app import open_model
-    from qtquant.report import analysis_dict
+    from qtquant.files.report import analysis_dict
     from qtquant.app import Options
 
     opts = Options(calib=CalibConfig(count=2, holdout=1))
@@ -294,7 +294,7 @@ def _target_analyze(d: Path, a: dict):
         s.run_calibration()
     perf = fid = None
     if a.get("full"):  # what `qtquant analyze` adds: the perf simulation and the fidelity check
-        from qtquant.fidelity import measure_session
+        from qtquant.fidelity.measure import measure_session
         from qtquant.perf import simulate_session
 
         perf = simulate_session(s)
@@ -320,7 +320,7 @@ def _target_cli(d: Path, a: dict):
 
 
 def _report_json(session) -> dict:
-    from qtquant.report import analysis_dict
+    from qtquant.files.report import analysis_dict
 
     rep = analysis_dict(session)
     json.dumps(rep, allow_nan=True)
@@ -340,7 +340,7 @@ def _calibrated(path: Path, config=None):
 
 def _target_plan(d: Path, a: dict):
     """load_plan + apply_plan on a calibrated session, then the report."""
-    from qtquant.plan import apply_plan, load_plan
+    from qtquant.files.plan import apply_plan, load_plan
 
     s = _calibrated(d / "model.onnx")
     plan = load_plan(d / a.get("plan", "plan.json"))
@@ -352,7 +352,7 @@ def _target_plan(d: Path, a: dict):
 
 def _target_project(d: Path, a: dict):
     """open_project (model next to it, statistics cache optional), then the report."""
-    from qtquant.project import open_project
+    from qtquant.files.project import open_project
 
     s, rep = open_project(d / a.get("project", "p.qtquant"), calibrate=bool(a.get("calibrate")))
     rep.message()
@@ -376,7 +376,7 @@ def _target_calib_cache(d: Path, a: dict):
         return {"hit": False}
     s.set_calibration(res)
     out = _report_json(s)
-    from qtquant.fidelity import measure_session
+    from qtquant.fidelity.measure import measure_session
 
     measure_session(s).text()
     out["hit"] = True
@@ -407,7 +407,7 @@ def _target_selftest(d: Path, a: dict):
     if what == "raise":
         raise ValueError("plain bug")
     if what == "qtquant":
-        from qtquant.errors import ModelError
+        from qtquant.base.errors import ModelError
 
         raise ModelError("refused\nover two lines")
     return {"files": sorted(p.name for p in d.iterdir())}
@@ -442,10 +442,10 @@ def _serve() -> None:
     os.dup2(devnull, 1)
     sys.stdout = open(os.devnull, "w")
     import qtquant.app.loader  # noqa: F401  (warm imports before the first case)
-    import qtquant.report  # noqa: F401
+    import qtquant.files.report  # noqa: F401
 
     proto.write(b'{"ready": true}\n')
-    from qtquant.errors import QtQuantError
+    from qtquant.base.errors import QtQuantError
 
     for line in sys.stdin.buffer:
         req = json.loads(line)

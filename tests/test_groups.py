@@ -4,8 +4,8 @@ import pytest
 from onnx import TensorProto
 
 from builders import fp16_model, save
-from qtquant.errors import QtQuantError, ShareRefused
-from qtquant.groups import GroupSet, remove_member, restore, share, unshare
+from qtquant.base.errors import QtQuantError, ShareRefused
+from qtquant.quant.groups import GroupSet, remove_member, restore, share, unshare
 from qtquant.app import open_model
 
 

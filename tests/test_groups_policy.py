@@ -9,10 +9,10 @@ from onnx import TensorProto, helper
 
 from builders import branchy_concat_model, conv_node, save
 from qtquant.calib import CalibConfig
-from qtquant.domains import Policy
-from qtquant.groups import share
+from qtquant.quant.domains import Policy
+from qtquant.quant.groups import share
 from qtquant.app import open_model
-from qtquant.quant import Scheme
+from qtquant.model.scales import Scheme
 from qtquant.app import Options
 
 # Inputs of the Concat and its output (narrower than the inputs' union, as a percentile

@@ -14,8 +14,8 @@ from qtquant.calib.engine import CHECK_CAP, CalibConfigError, split_samples
 from qtquant.calib.sources import open_source
 from qtquant.cli import build_parser, main
 from qtquant.cli.common import calib_config_from_args
-from qtquant.graph import graph_from_model
-from qtquant.runtime import input_specs
+from qtquant.model.graph import graph_from_model
+from qtquant.model.runtime import input_specs
 
 
 @pytest.fixture(scope="module")

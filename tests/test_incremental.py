@@ -12,19 +12,19 @@ from onnx import TensorProto, helper
 from builders import save, yolov8n
 from qtquant.app import Options, open_model
 from qtquant.app.commands import CommandStack, SetPolicyCommand, SetPrecisionCommand
-from qtquant.autoshare import auto_share
+from qtquant.quant.autoshare import auto_share
 from qtquant.cli import main
-from qtquant.concat import concat_members
+from qtquant.quant.concat import concat_members
 from qtquant.export.qdq import build_qdq_model
-from qtquant.fidelity import checked_outputs_of, measure_session, run_feeds
-from qtquant.groups import share, unshare
+from qtquant.fidelity.measure import checked_outputs_of, measure_session, run_feeds
+from qtquant.quant.groups import share, unshare
 from qtquant.export import qdq
 from qtquant.export.rewrite import MEMO_MIN_BYTES, ValueMemo, raw_value_key
-from qtquant.fingerprints import Fingerprinter, fingerprints, value_key
-from qtquant.incremental import IncrementalRunner
-from qtquant.programs import _Walk, moved_domains
-from qtquant.plan import save_plan
-from qtquant.vocab import Policy, Scheme
+from qtquant.runs.fingerprints import Fingerprinter, fingerprints, value_key
+from qtquant.runs.incremental import IncrementalRunner
+from qtquant.runs.programs import _Walk, moved_domains
+from qtquant.files.plan import save_plan
+from qtquant.base.vocab import Policy, Scheme
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +222,7 @@ def test_both_schemes_on_the_detector(det_path, scheme):
 
 
 def test_what_the_program_cannot_follow_runs_in_a_fresh_default_session(yolo, monkeypatch):
-    import qtquant.incremental as inc
+    import qtquant.runs.incremental as inc
 
     monkeypatch.setattr(inc, "MAX_NODES", 10)
     outs, feeds = checked_outputs_of(yolo.graph), list(yolo.calibration.holdout)
@@ -243,7 +243,7 @@ def test_what_the_program_cannot_follow_runs_in_a_fresh_default_session(yolo, mo
 def test_the_runner_keeps_only_one_byte_hand_overs_and_asks_for_nothing_else(yolo, monkeypatch):
     # Asking onnxruntime for every tensor of the program keeps them all alive over the check
     # samples (ppocrv4_det at 640x640 peaked at 10 GB): only int8/uint8 tensors are kept, within budget.
-    import qtquant.incremental as inc
+    import qtquant.runs.incremental as inc
 
     asked = []
     real = inc.run_session
@@ -266,7 +266,7 @@ def test_the_runner_keeps_only_one_byte_hand_overs_and_asks_for_nothing_else(yol
 
 
 def test_a_check_no_edit_follows_runs_fresh_default_sessions_with_the_same_figures(yolo_path):
-    from qtquant import fidelity
+    from qtquant.fidelity import measure as fidelity
 
     figs = {}
     for follow in (False, True):
@@ -288,7 +288,7 @@ def test_domains_with_equal_scales_are_kept_apart_so_an_edit_can_move_one(tmp_pa
     from onnx import TensorProto, helper
 
     from builders import conv_node
-    from qtquant.programs import _optimise
+    from qtquant.runs.programs import _optimise
 
     inits = []
     nodes = [conv_node(inits, "x", 3, 4, 3, "twin_a", gain=2.0, seed=5),
@@ -354,7 +354,7 @@ def test_dequantized_weights_are_computed_once_for_every_sample_and_edit(yolo, m
     """onnxruntime's program keeps a DequantizeLinear for each weight that does not fuse into an
     int8 kernel; its output is the same for every sample, so it is computed once, in a session of
     its own, and fed to the re-runs (bit-identical: onnxruntime's kernel computes it)."""
-    import qtquant.incremental as inc
+    import qtquant.runs.incremental as inc
 
     made = []
     real = inc._disabled_session
@@ -529,7 +529,7 @@ def _copied_sub_model(prog, nodes, inits):
 def test_a_re_runs_model_from_serialized_pieces_is_the_model_of_those_nodes(yolo):
     """The re-run's model is joined from each node and initializer serialized once per program: it
     parses to what copying them into a ModelProto gives (bar the initializers' order)."""
-    import qtquant.incremental as inc
+    import qtquant.runs.incremental as inc
 
     outs, feeds, runner, model, ref = _first_run(yolo)
     p = next(iter(runner._programs.values()))
@@ -561,7 +561,7 @@ def test_a_reruns_session_waits_for_its_release(yolo):
     once its reply is sent), or when the next re-run retires its own: one waits at most."""
     import weakref
 
-    from qtquant import incremental
+    from qtquant.runs import incremental
 
     outs, feeds, runner, model, ref = _first_run(yolo)
     incremental.release_sessions()

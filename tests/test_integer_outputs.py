@@ -11,9 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 from qtquant.app import open_model
 from qtquant.cli import main
 from qtquant.export.qdq import export_qdq
-from qtquant.fidelity import measure_session
-from qtquant.metrics import AgreementSums, ErrorSums, sums_for
-from qtquant.vocab import Blank
+from qtquant.fidelity.measure import measure_session
+from qtquant.fidelity.metrics import AgreementSums, ErrorSums, sums_for
+from qtquant.base.vocab import Blank
 
 
 def _tied_classifier(path, with_logits=True):
@@ -108,9 +108,9 @@ def test_an_argmax_only_model_is_ranked_by_agreement_as_the_shipped_file_measure
     """With no float output there is no SQNR to rank nodes by: the ranking counts, in percentage
     points, how many of the class's elements equal the float model's; the measured figure is the
     one an export with that node in float gives in onnxruntime."""
-    from qtquant.accuracy import analyze_accuracy
-    from qtquant.precision import PrecisionMap
-    from qtquant.vocab import Precision, RankedBy
+    from qtquant.fidelity.accuracy import analyze_accuracy
+    from qtquant.quant.precision import PrecisionMap
+    from qtquant.base.vocab import Precision, RankedBy
 
     path = _tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
     s = open_model(path)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from qtquant.errors import QtQuantError
+from qtquant.base.errors import QtQuantError
 from qtquant.app.scene import child as layout_child
 from qtquant.app.scene.layout import LayoutInput, layered_layout
 

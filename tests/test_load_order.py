@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from builders import branchy_concat_model, save
-from qtquant.errors import ModelError
-from qtquant.graph import load_graph
+from qtquant.base.errors import ModelError
+from qtquant.model.graph import load_graph
 
 
 def _reversed(model):
@@ -90,7 +90,7 @@ def test_a_file_that_leaves_an_optional_output_out_still_loads(tmp_path):
 
 
 def test_only_a_file_out_of_order_is_sorted(tmp_path, monkeypatch):
-    import qtquant.graph as graph_module
+    import qtquant.model.graph as graph_module
 
     calls = []
     real = graph_module.topo_order

@@ -7,11 +7,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from builders import branchy_concat_model, detector_model
-from qtquant.errors import ModelError, ShapeError
-from qtquant.graph import Node, graph_from_model, load_graph
-from qtquant.graphitems import NodeProtos
-from qtquant.modelcheck import check_external_data, check_text
-from qtquant.nodetable import NodeTable, int_attribute
+from qtquant.base.errors import ModelError, ShapeError
+from qtquant.model.graph import Node, graph_from_model, load_graph
+from qtquant.model.graphitems import NodeProtos
+from qtquant.model.modelcheck import check_external_data, check_text
+from qtquant.model.nodetable import NodeTable, int_attribute
 
 
 def _unnamed_and_domains() -> onnx.ModelProto:
@@ -66,7 +66,7 @@ def test_checks_read_from_bytes_refuse_as_before(tmp_path):
 
 
 def test_load_graph_reads_the_same_either_way(tmp_path, monkeypatch):
-    from qtquant import nodetable
+    from qtquant.model import nodetable
 
     path = tmp_path / "m.onnx"
     onnx.save(detector_model(), str(path))

@@ -12,12 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builders import conv_node, save
 from qtquant.cli import main
-from qtquant.fidelity import measure_session
-from qtquant.graph import graph_from_model
+from qtquant.fidelity.measure import measure_session
+from qtquant.model.graph import graph_from_model
 from qtquant.app import open_model
-from qtquant.metrics import ErrorSums, Figure, sqnr_db
-from qtquant.outputs import OutputMode, float_output_tensors, output_reached, output_slices
-from qtquant.vocab import Blank
+from qtquant.fidelity.metrics import ErrorSums, Figure, sqnr_db
+from qtquant.quant.outputs import OutputMode, float_output_tensors, output_reached, output_slices
+from qtquant.base.vocab import Blank
 
 
 def head_model(relabel=True, box_gain=300.0, dead=False) -> onnx.ModelProto:
@@ -217,8 +217,8 @@ def test_the_word_is_typed_not_read_from_the_sentence():
 
 
 def test_kernel_divergence_beyond_tolerance_is_a_finding():
-    from qtquant.fidelity import KERNEL_TOLERANCE_DB, OutputFidelity, _kernel_findings
-    from qtquant.metrics import Figure
+    from qtquant.fidelity.measure import KERNEL_TOLERANCE_DB, OutputFidelity, _kernel_findings
+    from qtquant.fidelity.metrics import Figure
 
     def out(db):
         return {"y": OutputFidelity("y", Figure("y", db, 0.9, 1.0, 4), [Figure("y[0:2]", db, 0.9, 1.0, 4)])}

@@ -9,12 +9,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qtquant.cli import main
-from qtquant.errors import MarchError
-from qtquant.graph import graph_from_model
-from qtquant.ops import FusionRule, default_fusion_rule, fused_into_producer
+from qtquant.base.errors import MarchError
+from qtquant.model.graph import graph_from_model
+from qtquant.model.ops import FusionRule, default_fusion_rule, fused_into_producer
 from qtquant.perf import load_march, simulate
 from qtquant.perf.march import profile_from_dict
-from qtquant.resources import resource_path
+from qtquant.base.resources import resource_path
 
 C, HW = 16, 32
 
@@ -185,7 +185,7 @@ def test_explain_unknown_node_is_one_line_exit_3(tmp_path, capsys):
 
 def test_latency_badges_say_what_bounds_a_layer_and_what_it_fused():
     from qtquant.app.views.looks import compute_looks
-    from qtquant.vocab import Overlay
+    from qtquant.base.vocab import Overlay
 
     g = _bn_relu()
     looks = compute_looks(g, Overlay.LATENCY, perf=simulate(g, "bayes-e"))

@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from builders import googlenet, mobilenet_v1, mobilenet_v2, resnet18, resnet50, synthetic_model, yolov8n
-from qtquant.graph import graph_from_model
+from qtquant.model.graph import graph_from_model
 from qtquant.perf import macs_of, model_macs
 
 

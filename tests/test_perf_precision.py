@@ -74,7 +74,7 @@ def test_march_profile_section_and_fallback(tmp_path):
 def test_precision_section_is_read_with_the_profile(tmp_path):
     """The section comes from the one march reader: a profile given as a document has it, and an
     edited file's new numbers are what the next load prices with."""
-    from qtquant.errors import MarchError
+    from qtquant.base.errors import MarchError
     from qtquant.perf.march import profile_from_dict
 
     doc = json.loads(open(load_march("bayes-e").path).read())

@@ -9,12 +9,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from builders import synthetic_model
-from qtquant import groups as groups_mod
+from qtquant.quant import groups as groups_mod
 from qtquant.calib import CalibConfig, CalibrationResult, TensorStats
-from qtquant.concat import analyze_concats
-from qtquant.domains import build_domains
-from qtquant.errors import MarchError
-from qtquant.graph import graph_from_model
+from qtquant.quant.concat import analyze_concats
+from qtquant.quant.domains import build_domains
+from qtquant.base.errors import MarchError
+from qtquant.model.graph import graph_from_model
 from qtquant.perf import Simulator, load_march, march_names, simulate, simulate_session, warm_up
 from qtquant.perf.march import PARAMS
 from qtquant.app import Session

@@ -5,12 +5,12 @@ import pickle
 
 import pytest
 
-from qtquant.autoshare import auto_share
+from qtquant.quant.autoshare import auto_share
 from qtquant.cli import main
-from qtquant.errors import PlanError, ShareRefused
-from qtquant.groups import share
+from qtquant.base.errors import PlanError, ShareRefused
+from qtquant.quant.groups import share
 from qtquant.app import open_model
-from qtquant.plan import VERSION, apply_plan, apply_plan_file, load_plan, parse_plan, plan_dict, save_plan
+from qtquant.files.plan import VERSION, apply_plan, apply_plan_file, load_plan, parse_plan, plan_dict, save_plan
 
 
 def test_schema(session):

@@ -12,14 +12,14 @@ from onnx import numpy_helper
 from qtquant.app import CommandStack
 from qtquant.app.commands import SetPrecisionCommand
 from qtquant.cli import main
-from qtquant.errors import BadInputError, PlanError
+from qtquant.base.errors import BadInputError, PlanError
 from qtquant.export.qdq import INT16_OPSET, export_qdq
-from qtquant.fidelity import sqnr_db
-from qtquant.plan import VERSION, load_plan, parse_plan, apply_plan, save_plan
-from qtquant.precision import PrecisionMap, assignments_from_names, float_nodes, node_precision, resolve_name
-from qtquant.project import open_project, save_project
-from qtquant.runtime import make_session
-from qtquant.vocab import Precision
+from qtquant.fidelity.measure import sqnr_db
+from qtquant.files.plan import VERSION, load_plan, parse_plan, apply_plan, save_plan
+from qtquant.quant.precision import PrecisionMap, assignments_from_names, float_nodes, node_precision, resolve_name
+from qtquant.files.project import open_project, save_project
+from qtquant.model.runtime import make_session
+from qtquant.base.vocab import Precision
 
 
 def _feed(seed=0):
@@ -177,7 +177,7 @@ def test_fidelity_measures_the_precision_that_ships(session):
     and the options (with their precision) survive the trip to the fidelity child process."""
     import pickle
 
-    from qtquant.fidelity import measure_session
+    from qtquant.fidelity.measure import measure_session
 
     int8 = measure_session(session).after["feat"].headline.sqnr_db
     session.set_precision(session.graph.quantized_tensors, "float")
@@ -203,7 +203,7 @@ def test_int16_asymmetric_is_uint16_and_runs(det_path, tmp_path):
 
 def test_qparams_widths_share_one_grid_rule():
     """int16 is a width of QParams: the same range on a 16-bit grid, 8 bits unchanged."""
-    from qtquant.quant import QParams, Scheme, qparams_for_range, qrange
+    from qtquant.model.scales import QParams, Scheme, qparams_for_range, qrange
 
     sym8, sym16 = (qparams_for_range(-3.0, 2.0, Scheme.SYMMETRIC_INT8, bits=b) for b in (8, 16))
     assert (sym8.qmin, sym8.qmax, sym8.dtype) == (-128, 127, np.int8) and sym8.scale == 3.0 / 127.0

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from builders import branchy_concat_model, save
-from qtquant.errors import PlanError
+from qtquant.base.errors import PlanError
 from qtquant.app import open_model
-from qtquant.project import PROJECT_VERSION, load_project, model_matches, open_project, save_project
+from qtquant.files.project import PROJECT_VERSION, load_project, model_matches, open_project, save_project
 
 
 @pytest.fixture
@@ -89,13 +89,13 @@ def test_bad_project_files(tmp_path, text, match):
 def test_save_is_atomic_and_keeps_old_on_failure(session, tmp_path, monkeypatch):
     pp = save_project(session, tmp_path / "proj.qtquant")
     before = pp.read_text()
-    import qtquant.fileio.atomic as atomic
+    import qtquant.base.fileio.atomic as atomic
 
     def boom(*a, **k):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(atomic, "commit", boom)
-    from qtquant.errors import QtQuantError
+    from qtquant.base.errors import QtQuantError
 
     with pytest.raises(QtQuantError, match="No space"):
         save_project(session, pp)

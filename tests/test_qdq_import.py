@@ -8,7 +8,7 @@ from onnx import numpy_helper
 from builders import branchy_concat_model, save
 from ortkit import ort_qdq_file
 from qtquant.app import open_model
-from qtquant.quant import Scheme
+from qtquant.model.scales import Scheme
 
 
 def _quantize(tmp_path, symmetric: bool):

@@ -11,8 +11,8 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantiz
 from builders import branchy_concat_model, save
 from qtquant.app import open_model
 from qtquant.cli import main as cli_main
-from qtquant.errors import ModelError
-from qtquant.graph import load_graph
+from qtquant.base.errors import ModelError
+from qtquant.model.graph import load_graph
 
 
 class _Reader(CalibrationDataReader):

@@ -9,7 +9,7 @@ import pytest
 
 from qtquant.calib import rayrun
 from qtquant.calib.rayrun import unreachable
-from qtquant.errors import BadInputError
+from qtquant.base.errors import BadInputError
 
 
 @pytest.fixture

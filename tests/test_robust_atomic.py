@@ -1,6 +1,6 @@
 """Issue 8: a writer killed with SIGKILL at any moment never damages the file it replaces.
 
-A child process writes through the project's own writers (``qtquant.fileio.atomic`` for
+A child process writes through the project's own writers (``qtquant.base.fileio.atomic`` for
 projects and plans, ``export_qdq`` for models) and is killed at spread-out moments of its
 run.  After every kill the target holds either the complete old content or the complete
 new content, never a mix or a truncation.
@@ -27,7 +27,7 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PY
 
 TEXT_WRITER = r"""
 import sys
-from qtquant.fileio import atomic_write_text
+from qtquant.base.fileio import atomic_write_text
 text = ("new line of a big project file\n" * (int(sys.argv[2]) // 31 + 1))[: int(sys.argv[2])]
 print("READY", flush=True)
 atomic_write_text(sys.argv[1], text)

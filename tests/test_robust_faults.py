@@ -25,7 +25,7 @@ import pytest
 
 from builders import branchy_concat_model, save
 from qtquant.calib import CalibConfig
-from qtquant.errors import Cancelled, ModelError, QtQuantError
+from qtquant.base.errors import Cancelled, ModelError, QtQuantError
 from qtquant.app import open_model
 from qtquant.app import Options
 
@@ -169,7 +169,7 @@ def test_parallel_calibration_cancel_and_killed_worker(tmp_path):
 def test_edits_while_fidelity_and_perf_run(tmp_path):
     """A job that reads the session while the user edits it never crashes; its result is tagged
     with the revision it started from, so the GUI can drop it as stale."""
-    from qtquant.fidelity import measure_session
+    from qtquant.fidelity.measure import measure_session
 
     try:
         from qtquant.perf import simulate_session

@@ -174,9 +174,9 @@ def test_pickled_calibration_data_is_refused_and_never_runs(tmp_path, kind):
 
 def test_project_and_plan_files_are_plain_json(tmp_path):
     """A project or plan that is a pickle (or holds Python-looking payloads) is refused as data."""
-    from qtquant.errors import QtQuantError
-    from qtquant.plan import load_plan
-    from qtquant.project import load_project
+    from qtquant.base.errors import QtQuantError
+    from qtquant.files.plan import load_plan
+    from qtquant.files.project import load_project
 
     import pickle  # the attacker's tool, used here only to build the hostile file
 

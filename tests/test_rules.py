@@ -5,9 +5,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from builders import conv_node
-from qtquant.autoshare import plan_auto_share
-from qtquant.concat import concat_members
-from qtquant.graph import graph_from_model
+from qtquant.quant.autoshare import plan_auto_share
+from qtquant.quant.concat import concat_members
+from qtquant.model.graph import graph_from_model
 from qtquant.app import Session
 
 
@@ -87,9 +87,9 @@ def test_concat_members_leave_out_constants_and_note_unquantized_inputs():
 
 
 def test_cost_classes_are_declared_in_the_registry_which_no_one_mutates(session):
-    from qtquant.ops import REGISTRY, handler_for
+    from qtquant.model.ops import REGISTRY, handler_for
     from qtquant.perf import simulate_session
-    from qtquant.vocab import CostClass
+    from qtquant.base.vocab import CostClass
 
     before = dict(REGISTRY)
     simulate_session(session)
@@ -104,8 +104,8 @@ def test_cost_classes_are_declared_in_the_registry_which_no_one_mutates(session)
 
 def test_one_open_path_load_graph_refuses_qdq_files(tmp_path):
     import qtquant
-    from qtquant.errors import ModelError
-    from qtquant.graph import load_graph
+    from qtquant.base.errors import ModelError
+    from qtquant.model.graph import load_graph
 
     from builders import save
 
@@ -129,7 +129,7 @@ def test_one_open_path_load_graph_refuses_qdq_files(tmp_path):
 def test_auto_share_says_float_only_where_the_export_keeps_float():
     """The output note and the export ask one rule (outputs.float_output_tensors): a MaxPool passes
     the scale on, but the export relabels only value-moving ops, so it quantizes this output."""
-    from qtquant.outputs import OutputMode, float_output_tensors
+    from qtquant.quant.outputs import OutputMode, float_output_tensors
 
     def pool_tail(inits):
         return [helper.make_node("MaxPool", ["cat_out"], ["y"], name="pool", kernel_shape=[1, 1])]
@@ -149,7 +149,7 @@ def test_a_float_kept_output_concat_is_what_ships_in_analysis_perf_and_export(tm
     import onnx
 
     from qtquant.export.qdq import export_qdq
-    from qtquant.outputs import OutputMode, float_output_tensors
+    from qtquant.quant.outputs import OutputMode, float_output_tensors
     from qtquant.perf import simulate_session
 
     s = _concat_then(_reshape_transpose_tail, gains=(0.01, 50.0))
@@ -175,8 +175,8 @@ def test_the_output_mode_is_one_fact_for_the_concat_table_the_simulator_and_the_
     the table and the simulator count it.  --float-outputs takes Q/DQ off the model output only;
     a Concat before a Reshape/Transpose tail still ships in int8, and is counted so."""
     from qtquant.app import Options
-    from qtquant.fidelity import measure_session
-    from qtquant.outputs import OutputMode
+    from qtquant.fidelity.measure import measure_session
+    from qtquant.quant.outputs import OutputMode
     from qtquant.perf import simulate_session
 
     counts = {}

@@ -13,8 +13,8 @@ from onnx import TensorProto, helper
 
 from qtquant.app import open_model
 from qtquant.cli import main
-from qtquant.nodetable import NOT_TENSOR
-from qtquant.vocab import TensorKind
+from qtquant.model.nodetable import NOT_TENSOR
+from qtquant.base.vocab import TensorKind
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def test_a_sequence_is_not_a_tensor_and_the_model_analyzes(tmp_path, capsys):
 def test_an_untyped_sequence_found_by_onnxruntime_is_not_quantized(tmp_path):
     """The loader's fallback runs onnxruntime for shapes inference left unknown; a sequence comes
     back as a list, which is marked as not a tensor instead of read for a shape."""
-    from qtquant.graph import _ort_fill_shapes, load_graph
+    from qtquant.model.graph import _ort_fill_shapes, load_graph
 
     g = load_graph(_split_model(tmp_path / "split.onnx"))
     t = g.tensors["seq"]

@@ -7,9 +7,9 @@ import onnx
 import pytest
 
 from builders import detector_model, save
-from qtquant import shape_child
-from qtquant.errors import ShapeError
-from qtquant.graph import load_graph
+from qtquant.model import shape_child
+from qtquant.base.errors import ShapeError
+from qtquant.model.graph import load_graph
 
 
 @pytest.fixture
@@ -126,8 +126,8 @@ def test_the_file_is_inferred_in_the_child_while_the_graph_is_read(tmp_path, ear
 
 
 def _concats(g):
-    from qtquant.concat import analyze_concats
-    from qtquant.domains import build_domains
+    from qtquant.quant.concat import analyze_concats
+    from qtquant.quant.domains import build_domains
 
     return analyze_concats(g, build_domains(g, {t: (-1.0, 2.0) for t in g.observed_tensors}))
 
@@ -204,7 +204,7 @@ def test_the_inferred_bytes_are_kept_as_the_model_children_are_sent(tmp_path, ea
 def test_a_child_that_dies_during_an_early_inference_is_one_line_and_replaced(tmp_path, early_child, monkeypatch):
     """The child killed while it infers the file: the open fails with the one line that names
     the exit, and the next open starts a new child and gets its graph."""
-    from qtquant.errors import ModelError
+    from qtquant.base.errors import ModelError
 
     path = save(detector_model(), tmp_path / "det.onnx")
     real = shape_child.submit_file

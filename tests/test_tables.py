@@ -1,6 +1,6 @@
 """The one text-table helper every CLI table goes through."""
 
-from qtquant.tables import clip_left, text_table
+from qtquant.base.tables import clip_left, text_table
 
 
 def test_names_left_numbers_right_and_a_rule():
@@ -36,7 +36,7 @@ def test_cells_are_text_and_an_empty_table_is_empty():
 
 
 def test_fmt_num_is_the_one_figure_format():
-    from qtquant.tables import fmt_num
+    from qtquant.base.tables import fmt_num
 
     assert [fmt_num(x) for x in (-0.001, 1.005e1, None, float("nan"), float("inf"), "no signal")] == \
         ["0.00", "10.05", "n/a", "n/a", "inf", "no signal"]

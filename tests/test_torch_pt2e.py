@@ -28,7 +28,7 @@ from torchao.quantization.pt2e.observer import MovingAverageMinMaxObserver  # no
 from torchkit import MultiScaleAttention  # noqa: E402
 import qtquant  # noqa: E402
 from qtquant.cli import main as cli_main  # noqa: E402
-from qtquant.errors import PlanError, PlanWarning  # noqa: E402
+from qtquant.base.errors import PlanError, PlanWarning  # noqa: E402
 from qtquant.torch import PlanQuantizer, check_shared, export_onnx  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -25,7 +25,7 @@ from torch.ao.quantization.quantize_fx import convert_fx, prepare_qat_fx  # noqa
 
 from torchkit import Branch, MultiScaleAttention  # noqa: E402
 from qtquant.cli import main as cli_main  # noqa: E402
-from qtquant.errors import PlanError  # noqa: E402
+from qtquant.base.errors import PlanError  # noqa: E402
 from qtquant.app import open_model  # noqa: E402
 from qtquant.torch import apply_plan, check_shared, export_onnx  # noqa: E402
 
@@ -375,11 +375,11 @@ def test_union_merge_widens_shared_range():
 
 
 def test_plan_object_from_qtquant_plan_and_ptq_observers(tmp_path):
-    """A qtquant.plan.Plan object works like its JSON; PTQ (prepare_fx, MinMax observers) too."""
+    """A qtquant.files.plan.Plan object works like its JSON; PTQ (prepare_fx, MinMax observers) too."""
     from torch.ao.quantization import get_default_qconfig_mapping
     from torch.ao.quantization.quantize_fx import prepare_fx
 
-    from qtquant.plan import load_plan
+    from qtquant.files.plan import load_plan
 
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(_float_export_names_plan()))

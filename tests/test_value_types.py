@@ -4,8 +4,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from builders import detector_model, save
-from qtquant.graph import load_graph
-from qtquant.nodetable import graph_value_types, value_type_bytes, value_type_keys, value_types
+from qtquant.model.graph import load_graph
+from qtquant.model.nodetable import graph_value_types, value_type_bytes, value_type_keys, value_types
 
 
 def _both(model: onnx.ModelProto):

@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from qtquant import vocab
+from qtquant.base import vocab
 from qtquant.calib import CalibConfig, CalibConfigError
 from qtquant.cli import build_parser
-from qtquant.domains import Policy
+from qtquant.quant.domains import Policy
 from qtquant.perf import MARCHES, load_march, march_names
-from qtquant.quant import Scheme
-from qtquant.vocab import OBSERVERS, Observer, Scheme as VScheme, TensorKind, scheme_name
+from qtquant.model.scales import Scheme
+from qtquant.base.vocab import OBSERVERS, Observer, Scheme as VScheme, TensorKind, scheme_name
 
 
 def test_old_locations_are_the_one_definition():

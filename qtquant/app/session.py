@@ -12,13 +12,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 
 from ..calib import CalibConfig, CalibrationResult, calibrate
-from ..concat import analyze_concats
-from ..outputs import OutputMode, export_float_of
-from ..domains import DomainMap, Policy, build_domains
-from ..groups import GroupSet
-from ..precision import PrecisionMap
-from ..quant import Scheme
-from ..vocab import Precision
+from ..quant.concat import analyze_concats
+from ..quant.outputs import OutputMode, export_float_of
+from ..quant.domains import DomainMap, Policy, build_domains
+from ..quant.groups import GroupSet
+from ..quant.precision import PrecisionMap
+from ..model.scales import Scheme
+from ..base.vocab import Precision
 from .events import SessionEvents
 from .snapshot import StateFacts
 
@@ -36,7 +36,7 @@ class Options:
     march: str = "bayes-e"
     max_bits_lost: float = 1.0
     calib: CalibConfig = field(default_factory=CalibConfig)
-    # tensor -> int16 / float (int8, the default, is never stored): qtquant.precision
+    # tensor -> int16 / float (int8, the default, is never stored): qtquant.quant.precision
     precision: PrecisionMap = field(default_factory=PrecisionMap)
     # How model outputs export (--quantize-outputs / --float-outputs): the Concat table, the
     # simulator and the export read it from here, so they describe the same file.
@@ -112,7 +112,7 @@ class Session(StateFacts):
     def __init__(self, graph, options: Options = Options(), *, qdq=None):
         self.graph = graph
         self.options = options
-        self.qdq = qdq  # qtquant.qdq.QdqInfo when the model came quantized
+        self.qdq = qdq  # qtquant.model.qdq.QdqInfo when the model came quantized
         self.calibration: CalibrationResult | None = None
         self.groups = GroupSet()
         self.events = SessionEvents()
@@ -120,7 +120,7 @@ class Session(StateFacts):
         self.perf: Result | None = None
         self.perf_baseline: Result | None = None  # the same simulation without any user group
         self.fidelity: Result | None = None
-        self.accuracy: Result | None = None  # per-tensor error and sensitivity (qtquant.accuracy)
+        self.accuracy: Result | None = None  # per-tensor error and sensitivity (qtquant.fidelity.accuracy)
         self.histograms: dict[str, tuple] = {}  # tensor -> (counts, edges) over the check samples
         # What of the module hierarchy the canvas shows (app.scene.ViewState); None: the size rule.
         # Not an edit: saved in projects, never on the undo stack.
@@ -195,11 +195,11 @@ class Session(StateFacts):
             self._emit("precision", self.options.precision)
 
     def set_precision(self, tensors, precision) -> None:
-        """Set ``tensors`` (tensor names, see :func:`qtquant.precision.resolve_names`) to
+        """Set ``tensors`` (tensor names, see :func:`qtquant.quant.precision.resolve_names`) to
         ``precision``; commands call this (``SetPrecisionCommand``), so it is undoable there."""
         unknown = [t for t in tensors if not self.graph.is_quantized(t)]
         if unknown:
-            from ..errors import BadInputError
+            from ..base.errors import BadInputError
 
             raise BadInputError(f"{unknown[0]!r} is not a quantized tensor: it has no precision to set")
         self.set_options(precision=self.options.precision.with_(tensors, Precision(precision)))

@@ -11,15 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..concat import analyze_concats
-from ..groups import GroupSet
-from ..outputs import export_float_of
+from ..quant.concat import analyze_concats
+from ..quant.groups import GroupSet
+from ..quant.outputs import export_float_of
 
 if TYPE_CHECKING:
     from ..calib import CalibrationResult
-    from ..domains import DomainMap
-    from ..graphmodel import Graph
-    from ..qdq import QdqInfo
+    from ..quant.domains import DomainMap
+    from ..model.graphmodel import Graph
+    from ..model.qdq import QdqInfo
     from .session import Options
 
 __all__ = ["Snapshot", "StateFacts"]

@@ -24,10 +24,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import BadInputError, Cancelled
-from ..runtime import input_specs
-from ..tables import samples_text
-from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAULT_PERCENTILE, DEFAULT_SCHEME,
+from ..base.errors import BadInputError, Cancelled
+from ..model.runtime import input_specs
+from ..base.tables import samples_text
+from ..base.vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAULT_PERCENTILE, DEFAULT_SCHEME,
                      LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, SYNTHETIC, Observer, scheme_name)
 from .observers import abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
@@ -386,7 +386,7 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
     """Calibrate ``graph`` on ``config.source``.
 
     ``progress(done, total)`` is called after each batch; ``cancel()`` is polled between batches and
-    a true value raises :class:`~qtquant.errors.Cancelled`.  Safe to call from a worker thread.
+    a true value raises :class:`~qtquant.base.errors.Cancelled`.  Safe to call from a worker thread.
     ``isolate`` runs the model in a child process even with one job: onnxruntime's session of a
     big model takes the GIL for a long time when it is destroyed (20,000 nodes: 0.6 s), which a
     GUI in the same process would feel as a freeze.

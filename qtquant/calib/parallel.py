@@ -1,6 +1,6 @@
 """``--jobs N``: split the calibration batches over worker processes and merge their statistics.
 
-Each worker (a :mod:`qtquant.childproc` child) rebuilds the onnxruntime session from the
+Each worker (a :mod:`qtquant.base.childproc` child) rebuilds the onnxruntime session from the
 serialized model, reduces its contiguous share of the samples, and sends back
 :class:`~qtquant.calib.stats.TensorStats`.  Merging the shares in order gives exactly the
 single-process statistics (see :mod:`qtquant.calib.stats`), so a Ray or Dask backend could reuse
@@ -9,7 +9,7 @@ the same merge.  Cancelling terminates the workers at once.
 
 from __future__ import annotations
 
-from .. import childproc
+from ..base import childproc
 from .runner import session_threads
 from .stats import BINS, TensorStats
 

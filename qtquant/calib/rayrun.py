@@ -29,7 +29,7 @@ import logging
 import os
 import socket
 
-from ..errors import BadInputError, CalibrationDataError, Cancelled, QtQuantError, first_line
+from ..base.errors import BadInputError, CalibrationDataError, Cancelled, QtQuantError, first_line
 from .parallel import split_even
 from .stats import BINS, TensorStats
 

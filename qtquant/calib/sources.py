@@ -4,7 +4,7 @@ A source lists its samples as :class:`SampleRef` (file + index) without loading 
 shuffled order, and loads feeds ``{input name: array}`` on demand.  Sources are plain picklable
 objects so ``--jobs`` workers can rebuild the same samples in another process.
 
-Every problem with the data is a one-line :class:`~qtquant.errors.CalibrationDataError` that names
+Every problem with the data is a one-line :class:`~qtquant.base.errors.CalibrationDataError` that names
 the file, and for shape or dtype trouble, the input with its expected and actual shapes.
 """
 
@@ -20,9 +20,9 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import BadInputError, CalibrationDataError, ModelError, first_line
-from ..shapes import format_shape
-from ..vocab import SYNTHETIC
+from ..base.errors import BadInputError, CalibrationDataError, ModelError, first_line
+from ..model.shapes import format_shape
+from ..base.vocab import SYNTHETIC
 
 __all__ = ["SampleRef", "Source", "open_source", "preprocess_image", "parse_channels",
            "IMAGE_EXTS", "ARRAY_EXTS"]
@@ -222,7 +222,7 @@ def data_blamed(graph, config):
     try:
         yield
     except ModelError as e:
-        from ..runtime import input_specs
+        from ..model.runtime import input_specs
 
         synthetic = config is not None and config.synthetic
         hint = synthetic_failure_hint(input_specs(graph)) if synthetic else ""

@@ -14,7 +14,7 @@ HELP = "per-tensor SQNR (cumulative, local) and which nodes to keep in higher pr
 
 
 def add_arguments(p) -> None:
-    from ..accuracy import DEFAULT_TOP
+    from ..fidelity.accuracy import DEFAULT_TOP
 
     add_common(p)
     p.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
@@ -26,8 +26,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..accuracy import analyze_accuracy
-    from ..errors import UsageError
+    from ..fidelity.accuracy import analyze_accuracy
+    from ..base.errors import UsageError
 
     if args.top < 0:
         raise UsageError("--top must be 0 or more")

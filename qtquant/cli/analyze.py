@@ -47,7 +47,7 @@ def _fidelity(session, args, meanwhile=None):
     if args.no_fidelity or session.calibration is None or not session.calibration.holdout:
         return None
     try:
-        from ..fidelity import measure_session
+        from ..fidelity.measure import measure_session
     except ImportError:
         return None
     return measure_session(session, output_mode=output_mode_from_args(args), cross_check=True, meanwhile=meanwhile)
@@ -65,7 +65,7 @@ def _perf_and_fidelity(session, args):
 
 def run(args) -> int:
     from ..perf.precision import report_text
-    from ..report import analysis_dict, concat_table_text
+    from ..files.report import analysis_dict, concat_table_text
 
     session = open_session(args, keep_check_values=not args.no_fidelity, opened=_warm_perf(args))
     sqnr = None

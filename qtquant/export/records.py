@@ -120,7 +120,7 @@ def clip_record(values, q, qmin, qmax, scale, zero_point, **kw) -> ClipRecord | 
 
 
 class StructureKey:
-    """A build's structure key (:class:`~qtquant.programs._Walk`), None until a walk of it or of a
+    """A build's structure key (:class:`~qtquant.runs.programs._Walk`), None until a walk of it or of a
     build sharing this holder computes it."""
 
     __slots__ = ("key",)

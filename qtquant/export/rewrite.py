@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..nodetable import nested_nodes, node_parts
+from ..model.nodetable import nested_nodes, node_parts
 
 __all__ = ["Rewrite", "BaseFacts", "ValueMemo", "prune", "names_in", "raw_value_key"]
 
@@ -20,7 +20,7 @@ _RAW_TYPES = {np.dtype(t): e for t, e in ((np.float32, onnx.TensorProto.FLOAT), 
 
 
 def raw_value_key(data_type: int, dims, body: bytes) -> bytes:
-    """:func:`qtquant.fingerprints.value_key` of an initializer of ``data_type`` and ``dims`` whose
+    """:func:`qtquant.runs.fingerprints.value_key` of an initializer of ``data_type`` and ``dims`` whose
     raw data (or, without any, its serialization with the name left empty) is ``body``."""
     return f"{data_type}:{tuple(dims)}:".encode() + body
 

@@ -11,7 +11,7 @@ from dataclasses import asdict
 import numpy as np
 import onnx
 
-from ..ops import handler_for
+from ..model.ops import handler_for
 from .records import BiasAdjustment, ClipRecord, clip_record
 
 __all__ = ["INT32_MIN", "INT32_MAX", "WEIGHT_QMAX", "quantize_weights"]

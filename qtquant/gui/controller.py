@@ -16,7 +16,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from .. import shape_child
+from ..model import shape_child
 from ..app import Options, Session
 from ..app.scene.protograph import early_structure
 from ..app.scene.hierarchy import ViewState
@@ -24,9 +24,9 @@ from ..app.scene.view import SceneModel
 from ..app.session import derive
 from ..app.views.perfdata import fidelity_measure, node_detail, simulator, top_layers
 from ..calib import CalibConfig, calibrate
-from ..fidelity_worker import FidelityWorker
-from ..shapes import parse_input_shapes
-from ..vocab import JobStatus
+from ..app.fidelity_worker import FidelityWorker
+from ..model.shapes import parse_input_shapes
+from ..base.vocab import JobStatus
 from . import collector
 from .jobs import Job, JobManager
 from .relay import SessionRelay
@@ -48,7 +48,7 @@ def tensor_histogram(graph, feeds, tensor: str, bins: int = 128):
     """(counts, edges) of ``tensor`` over ``feeds`` with onnxruntime, or None without finite values."""
     import numpy as np
 
-    from ..runtime import make_session, with_outputs
+    from ..model.runtime import make_session, with_outputs
 
     sess = make_session(with_outputs(graph.model, [tensor]), graph.base_dir)
     vals = np.concatenate([np.asarray(sess.run([tensor], f)[0], np.float64).ravel() for f in feeds])
@@ -207,7 +207,7 @@ class Controller(QObject):
         ``on_opened(session, report)`` runs on the GUI thread before the session is shown
         (the window asks there whether to keep groups re-mapped onto a changed model).
         """
-        from ..project import open_project
+        from ..files.project import open_project
 
         gen = self._new_generation()
         p = Path(path)
@@ -440,7 +440,7 @@ class Controller(QObject):
             return None
         feeds = list(getattr(s.calibration, "holdout", None) or [])
         if not feeds:
-            from ..runtime import zeros_feed
+            from ..model.runtime import zeros_feed
 
             feeds = [zeros_feed(s.graph)]
         graph = s.graph

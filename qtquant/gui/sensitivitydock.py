@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QDoubleSpinBox, QHB
 
 from ..app.views.accuracy import (SENSITIVITY_HEADERS, sensitivity_headers, sensitivity_rows, status_text,
                                    tradeoff_points)
-from ..tables import fmt_num
+from ..base.tables import fmt_num
 
 __all__ = ["SensitivityDock", "TradeoffPlot", "AccuracyJobs"]
 
@@ -249,7 +249,7 @@ class AccuracyJobs(QObject):
         s, snap = self._snapshot("The accuracy check")
         if snap is None:
             return None
-        from ..accuracy import analyze_accuracy
+        from ..fidelity.accuracy import analyze_accuracy
 
         self.dock.set_busy(f"Measuring on {snap.calibration.check_description}…")
 
@@ -268,7 +268,7 @@ class AccuracyJobs(QObject):
         s, snap = self._snapshot("Auto-share by accuracy")
         if snap is None:
             return None
-        from ..accuracy.share import plan_sqnr_share
+        from ..fidelity.accuracy.share import plan_sqnr_share
         from ..app.commands import SqnrShareCommand
 
         self.dock.set_busy(f"Auto-share by accuracy (≤ {budget:g} dB): measuring each candidate Concat…")
@@ -281,7 +281,7 @@ class AccuracyJobs(QObject):
             if s is not self.relay.session or s.revision != snap.revision:
                 self.dock.set_busy("The model changed while auto-share was measuring: nothing was shared")
                 return
-            from ..errors import QtQuantError
+            from ..base.errors import QtQuantError
 
             try:
                 self.relay.stack.push(SqnrShareCommand(max_sqnr_drop=float(budget), planned=groups.snapshot(),

@@ -1,7 +1,7 @@
 """What mixed precision costs on the target: int16 on the BPU, float nodes on the CPU.
 
 The simulator prices every node as int8 on the BPU; :func:`apply_precision` re-prices the nodes
-the session's precision map (:mod:`qtquant.precision`) changes:
+the session's precision map (:mod:`qtquant.quant.precision`) changes:
 
 - **int16** (a node on the BPU that reads or writes an int16 tensor): every int16 tensor it moves
   is 2 bytes per element instead of 1 (its memory time and DDR traffic grow by those bytes), and a
@@ -28,10 +28,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..errors import MarchError
-from ..fileio.schema import FileModel, one_line
-from ..precision import RANK, float_nodes
-from ..vocab import Precision, TensorKind
+from ..base.errors import MarchError
+from ..base.fileio.schema import FileModel, one_line
+from ..quant.precision import RANK, float_nodes
+from ..base.vocab import Precision, TensorKind
 from .macs import macs_of, numel, shape_of
 from .march import Count, Fraction, NonNegative, Param, Positive
 
@@ -332,7 +332,7 @@ def precision_table_text(result) -> str:
     cost = getattr(result, "precision", None)
     if cost is None or not cost.nodes:
         return ""
-    from ..tables import text_table
+    from ..base.tables import text_table
 
     head = (f"mixed precision: {cost.int16_tensors} int16 tensor(s), {cost.float_tensors} kept in float; "
             f"{cost.delta_us:+.1f} µs over int8 ({cost.cpu_us:.1f} µs on the CPU, {cost.handoffs} hand-off(s))")
@@ -343,7 +343,7 @@ def precision_table_text(result) -> str:
 
 def report_text(graph, precision, result=None) -> str:
     """What ``analyze`` and ``fix`` print: the assignments, and their price when simulated."""
-    from ..precision import summary_text
+    from ..quant.precision import summary_text
 
     return "\n".join(x for x in (summary_text(graph, precision),
                                  precision_table_text(result) if result is not None else "") if x)
@@ -352,7 +352,7 @@ def report_text(graph, precision, result=None) -> str:
 def latency_delta_us(session, tensors, precision, march_file=None) -> float:
     """µs the simulated latency changes by when ``tensors`` are set to ``precision`` on top of the
     session's current map (the sensitivity ranking's latency price of a candidate)."""
-    from ..precision import PrecisionMap
+    from ..quant.precision import PrecisionMap
     from .march import load_march
     from .simulator import _simulator_for
 

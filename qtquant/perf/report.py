@@ -6,7 +6,7 @@ import csv
 import functools
 import io
 
-from ..tables import clip_left, text_table
+from ..base.tables import clip_left, text_table
 
 
 __all__ = ["layer_table_text", "summary_text", "comparison_rows", "csv_text", "html_report", "explain_text",

@@ -19,7 +19,7 @@ def _children_at_test_priority(monkeypatch):
     child got a few percent of a core, and a window that waits on it did not settle in 20 s
     (seen at load 4-5).  These tests check behaviour, not scheduling; tests/test_childproc.py
     checks the niceness itself."""
-    from qtquant import childproc
+    from qtquant.base import childproc
     from qtquant.gui import jobs
 
     monkeypatch.setattr(jobs, "WORKER_NICENESS", 0)

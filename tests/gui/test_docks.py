@@ -24,7 +24,7 @@ from qtquant.app.commands import ShareCommand  # noqa: E402
 from qtquant.app.views.palette import MISMATCH_BANDS  # noqa: E402
 from qtquant.app.views.perfdata import fidelity_measure, simulator  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
-from qtquant.concat import concat_members  # noqa: E402
+from qtquant.quant.concat import concat_members  # noqa: E402
 from qtquant.gui.docks import ConcatList, GroupsPanel, PerfSummary  # noqa: E402
 from qtquant.gui.relay import SessionRelay  # noqa: E402
 

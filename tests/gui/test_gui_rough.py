@@ -135,7 +135,7 @@ def test_inspector_elides_names_in_the_middle_and_columns_resize(qtbot, win, tmp
     from PySide6.QtWidgets import QHeaderView
 
     from builders import yolov8n
-    from qtquant.fileio import atomic_write_bytes
+    from qtquant.base.fileio import atomic_write_bytes
 
     p = tmp_path / "y.onnx"
     atomic_write_bytes(p, yolov8n(size=64, nc=2).SerializeToString())
@@ -169,7 +169,7 @@ def test_report_dialog_fits_its_longest_line_and_puts_warnings_first(qtbot, win)
 def test_export_makes_a_folder_that_does_not_exist_yet(qtbot, tmp_path):
     from qtquant.app import Options, open_model
     from qtquant.calib import CalibConfig
-    from qtquant.errors import BadInputError
+    from qtquant.base.errors import BadInputError
     from qtquant.gui.exporting import ExportOptions, export_files
 
     s = open_model(edit_model(tmp_path / "edit.onnx"), options=Options(calib=CalibConfig(count=4)))
@@ -341,7 +341,7 @@ def test_export_dialog_sets_the_scheme_and_the_percentile_like_the_cli(qtbot, wi
     from guikit import settle
     from qtquant.calib import CalibConfig
     from qtquant.gui.exporting import ExportDialog
-    from qtquant.vocab import Scheme
+    from qtquant.base.vocab import Scheme
 
     win.open_model(edit_model(tmp_path / "edit.onnx"), calib=CalibConfig(count=4, observer="percentile"))
     settle(qtbot, win)

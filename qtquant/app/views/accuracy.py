@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...tables import fmt_num
-from ...vocab import Overlay, RankedBy
+from ...base.tables import fmt_num
+from ...base.vocab import Overlay, RankedBy
 from .palette import heat_hex
 
 __all__ = ["error_looks", "error_range", "SensitivityRow", "sensitivity_rows", "tensor_error_text",
@@ -56,7 +56,7 @@ def error_looks(looks, parts, report, local: bool, graph=None):
     val = {n: (t.local_sqnr_db if local else t.sqnr_db) for n, t in figs.items()}
     chained = {}
     if graph is not None:
-        from ...precision import chain_nodes
+        from ...quant.precision import chain_nodes
 
         for n, t in figs.items():
             for m in chain_nodes(graph, t.tensor)[1:]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ...precision import RANK, chain_nodes
-from ...vocab import Overlay, Precision
+from ...quant.precision import RANK, chain_nodes
+from ...base.vocab import Overlay, Precision
 from .fmt import fmt_us
 from .palette import BAND_EDGE_COLORS, UNCALIBRATED, heat_hex, mismatch_band, mismatch_hex, text_on
 from .perfdata import node_detail, node_us
@@ -121,7 +121,7 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
     """:func:`compute_looks` as a generator that fills ``looks`` and yields every ``step``
     nodes, so a 20,000-node graph can be re-coloured across several event-loop turns.
     ``precision`` (tensor -> int16 / float): those nodes get a precision badge in every mode.
-    ``accuracy`` (an :class:`~qtquant.accuracy.AccuracyReport`) colours the Error overlay, by
+    ``accuracy`` (an :class:`~qtquant.fidelity.accuracy.AccuracyReport`) colours the Error overlay, by
     cumulative SQNR or, with ``local``, by local SQNR."""
     step = step or _STEP
     info = {c.node: c for c in concats} if concats is not None else {}

@@ -12,8 +12,8 @@ from html import escape
 
 from .fmt import fmt_bytes, fmt_us
 from .perfdata import num, simulator, top_layers
-from ...tables import clip_left, fmt_num, samples_text
-from ...vocab import Blank
+from ...base.tables import clip_left, fmt_num, samples_text
+from ...base.vocab import Blank
 
 __all__ = ["Change", "Figure", "PerfSummaryView", "perf_summary", "fidelity_html", "fidelity_tip",
            "fidelity_basis"]

@@ -1,7 +1,7 @@
 """Optional back ends (perf simulator, fidelity) and tolerant readers of their results.
 
 The GUI must run before and without these modules: when ``qtquant.perf`` or
-``qtquant.fidelity`` cannot be imported the docks show "—".  The readers accept the
+``qtquant.fidelity.measure`` cannot be imported the docks show "—".  The readers accept the
 documented result attributes and degrade to empty values if one is missing.
 """
 
@@ -26,11 +26,11 @@ def simulator():
 
 
 def fidelity_measure(worker=None):
-    """``qtquant.fidelity.measure_session`` (following edits: one check per edit comes) or None;
-    with ``worker`` (a :class:`~qtquant.fidelity_worker.FidelityWorker`), the same check run in
+    """``qtquant.fidelity.measure.measure_session`` (following edits: one check per edit comes) or None;
+    with ``worker`` (a :class:`~qtquant.app.fidelity_worker.FidelityWorker`), the same check run in
     its child process."""
     try:
-        from ...fidelity import measure_session
+        from ...fidelity.measure import measure_session
     except ImportError:
         return None
     return worker.measure if worker is not None else partial(measure_session, follow_edits=True)
