@@ -204,7 +204,7 @@ def _session_log(path: Path, disabled=()) -> tuple[float, dict[str, float]]:
 
 def ort_breakdown(model: Path, folder: Path, samples: int, top: int = 12) -> None:
     from qtquant.app import open_model
-    from qtquant.app.session import Options
+    from qtquant.app.options import Options
     from qtquant.calib import CalibConfig
     from qtquant.export.qdq import build_qdq_model
     from qtquant.fidelity.measure import output_mode_of

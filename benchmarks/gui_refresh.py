@@ -222,7 +222,7 @@ def new_states(session):
                     edits.append(ran[-1] if len(ran) > before else None)
             out[how] = times
             if how == "incremental":
-                runner = fidelity_runs._caches[twin.graph].runner
+                runner = fidelity_runs.run_caches[twin.graph].runner
         finally:
             incremental.MAX_NODES, incremental.IncrementalRunner.run = real, real_run
     out["feeds"] = feeds_not_models(runner, edits)
@@ -234,7 +234,7 @@ def feeds_not_models(runner, edits):
     which every value an edit can move is a graph input, so that an edit changes feeds and not the
     model.  The session is ``runner``'s optimised program of the export (so the same kernels a
     default session of the file runs) with the initializers that move when every domain moves
-    (``_Program.moved``) made inputs; it is created once, then per edit the whole program runs on
+    (``Program.moved``) made inputs; it is created once, then per edit the whole program runs on
     the check samples with the edit's values fed.  ``edits``: (model, outputs, results) of the
     runner's run of each edit, whose outputs these are compared with."""
     import numpy as np

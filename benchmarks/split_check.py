@@ -37,7 +37,7 @@ def check(path: Path, shape, calib: str, parts: list[int]) -> bool:
     from qtquant.model import runtime
     from qtquant.runs import segments, shipped
     from qtquant.app import open_model
-    from qtquant.app.session import Options
+    from qtquant.app.options import Options
     from qtquant.calib import CalibConfig
     from qtquant.export.qdq import build_qdq_model
     from qtquant.fidelity.measure import output_mode_of

@@ -5,7 +5,8 @@ import pytest
 from PIL import Image
 
 from qtquant.calib import CalibConfig
-from qtquant.calib.engine import CalibConfigError, split_samples
+from qtquant.calib.engine import split_samples
+from qtquant.calib.holdout import CalibConfigError
 from qtquant.calib.sources import LETTERBOX_FILL, open_source
 from qtquant.base.errors import BadInputError, CalibrationDataError
 

@@ -15,7 +15,8 @@ from qtquant.base.errors import ModelError, PlanError
 from qtquant.export.qdq import export_qdq
 from qtquant.model.graph import cut_model, graph_from_model, parse_cut
 from qtquant.files.plan import apply_plan, load_plan, parse_plan, plan_dict, save_plan
-from qtquant.files.project import open_project, save_project
+from qtquant.app.projects import open_project
+from qtquant.files.project import save_project
 
 CUT = ("conv0_out", "conv2_out")
 

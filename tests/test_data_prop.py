@@ -12,7 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builders import branchy_concat_model, detector_model, save, synthetic_model, zoo_model
 from qtquant.model.graph import _default_opset, load_graph
-from qtquant.model.modelcheck import _infer_here, needs_data_propagation
+from qtquant.model.inference import infer_here
+from qtquant.model.modelcheck import needs_data_propagation
 from qtquant.model.nodetable import NodeTable
 
 
@@ -66,8 +67,8 @@ def _y_shape(data: bytes):
 def test_graphs_that_compute_shape_values_keep_propagation_which_they_need(make):
     m = make()
     assert _needs(m)
-    assert _y_shape(_infer_here(m, True)) == [1, 144]
-    assert _y_shape(_infer_here(m, False)) != [1, 144]  # what turning it off would lose
+    assert _y_shape(infer_here(m, True)) == [1, 144]
+    assert _y_shape(infer_here(m, False)) != [1, 144]  # what turning it off would lose
 
 
 def test_a_loaded_graph_that_computes_its_reshape_target_has_the_shape(tmp_path):
@@ -85,7 +86,7 @@ def test_a_loaded_graph_that_computes_its_reshape_target_has_the_shape(tmp_path)
 def test_where_the_rule_turns_propagation_off_inference_gives_the_same_bytes(make):
     m = make()  # CNNs of fixed shapes: nothing in them computes a shape
     assert not _needs(m)
-    assert _infer_here(m, True) == _infer_here(m, False)
+    assert infer_here(m, True) == infer_here(m, False)
 
 
 def test_an_int_initializer_read_only_by_a_split_needs_no_propagation():
@@ -93,7 +94,7 @@ def test_an_int_initializer_read_only_by_a_split_needs_no_propagation():
     m = _model([helper.make_node("Split", ["x", "split"], ["a", "b"], axis=1),
                 helper.make_node("Concat", ["b", "a"], ["y"], axis=1)], [split])
     assert not _needs(m)  # Concat carries values, but it reads activations only
-    assert _infer_here(m, True) == _infer_here(m, False)
+    assert infer_here(m, True) == infer_here(m, False)
 
 
 def test_subgraphs_and_local_functions_keep_propagation_on():

@@ -15,7 +15,7 @@ from qtquant.quant.concat import concat_members
 from qtquant.export import qdq, rescale
 from qtquant.runs.fingerprints import value_key
 from qtquant.quant.groups import share, unshare
-from qtquant.runs.programs import _Walk
+from qtquant.runs.programs import Walk
 from qtquant.base.vocab import Scheme
 
 
@@ -50,7 +50,7 @@ def _same(a, b):
     for f in ("activations", "domains", "weights", "biases", "constants", "int16", "float_kept", "notes",
               "scale_of", "bias_adjusted", "clipped", "cut"):
         assert getattr(a, f) == getattr(b, f), f
-    wa, wb, read = _Walk.of_build(a), _Walk.of_build(b), _Walk(b.model)
+    wa, wb, read = Walk.of_build(a), Walk.of_build(b), Walk(b.model)
     assert wa.key == wb.key == read.key and wa.inputs == wb.inputs == read.inputs
     assert wa.inits.keys() == read.inits.keys()
     assert all(wa.inits[n].SerializeToString() == read.inits[n].SerializeToString() for n in read.inits)
@@ -130,7 +130,7 @@ def test_what_a_patch_cannot_reproduce_is_built_in_full(yolo_path, monkeypatch):
     _same(_patched(s), _full(s))
     # a weight scale the bias fit would raise: built in full
     share(s, _heads(g)[0])
-    monkeypatch.setattr(rescale, "_quantize_weight", lambda graph, w, axis: (None, np.zeros(()), None))
+    monkeypatch.setattr(rescale, "quantize_weight", lambda graph, w, axis: (None, np.zeros(()), None))
     b = qdq.build_qdq_model(s, record=True)
     assert _last(g) is not basis and _last(g).build is b
     monkeypatch.undo()

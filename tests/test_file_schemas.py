@@ -116,7 +116,7 @@ def test_project_path_is_where_it_was_read_not_what_it_says(tmp_path):
 
 
 def test_bad_calibration_settings_in_a_project_are_one_line(tmp_path):
-    from qtquant.files.project import open_project
+    from qtquant.app.projects import open_project
 
     save(branchy_concat_model(), tmp_path / "m.onnx")
     with pytest.raises(PlanError) as e:

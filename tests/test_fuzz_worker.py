@@ -352,7 +352,7 @@ def _target_plan(d: Path, a: dict):
 
 def _target_project(d: Path, a: dict):
     """open_project (model next to it, statistics cache optional), then the report."""
-    from qtquant.files.project import open_project
+    from qtquant.app.projects import open_project
 
     s, rep = open_project(d / a.get("project", "p.qtquant"), calibrate=bool(a.get("calibrate")))
     rep.message()

@@ -10,7 +10,8 @@ import pytest
 from builders import mul_relu_model
 from qtquant.calib import CalibConfig, calibrate
 from qtquant.calib.cache import calibrate_cached, cache_paths, cache_key, load_cached, save_cache
-from qtquant.calib.engine import CHECK_CAP, CalibConfigError, split_samples
+from qtquant.calib.engine import CHECK_CAP, split_samples
+from qtquant.calib.holdout import CalibConfigError
 from qtquant.calib.sources import open_source
 from qtquant.cli import build_parser, main
 from qtquant.cli.common import calib_config_from_args

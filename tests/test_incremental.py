@@ -22,7 +22,7 @@ from qtquant.export import qdq
 from qtquant.export.rewrite import MEMO_MIN_BYTES, ValueMemo, raw_value_key
 from qtquant.runs.fingerprints import Fingerprinter, fingerprints, value_key
 from qtquant.runs.incremental import IncrementalRunner
-from qtquant.runs.programs import _Walk, moved_domains
+from qtquant.runs.programs import Walk, moved_domains
 from qtquant.files.plan import save_plan
 from qtquant.base.vocab import Policy, Scheme
 
@@ -274,7 +274,7 @@ def test_a_check_no_edit_follows_runs_fresh_default_sessions_with_the_same_figur
         s.run_calibration()
         share(s, _head(s.graph))
         figs[follow] = measure_session(s, follow_edits=follow).to_dict()
-        runner = fidelity._caches[s.graph].runner
+        runner = fidelity.run_caches[s.graph].runner
         # qtquant analyze / fix: no runner, so no second optimisation for its reuse check
         assert (runner is not None) is follow
     assert figs[False] == figs[True]
@@ -408,7 +408,7 @@ def _check(session, **kw):
     plain = qdq.build_qdq_model(session, **kw)
     assert plain.made is None  # an export keeps no second reference to its initializers
     assert b.model.SerializeToString() == plain.model.SerializeToString()
-    got, read = _Walk.of_build(b), _Walk(b.model)
+    got, read = Walk.of_build(b), Walk(b.model)
     assert b.made is not None
     assert got.key == read.key and got.inputs == read.inputs and got.followable == read.followable
     assert got.inits.keys() == read.inits.keys()
@@ -423,7 +423,7 @@ def test_a_recording_build_walks_as_its_model_reads_and_writes_the_same_bytes(yo
     g = share(yolo, _head(yolo.graph))
     shared = _check(yolo)
     # the edit moved values, not the structure: the same key, other value keys for the moved scales
-    w0, w1 = _Walk.of_build(first), _Walk.of_build(shared)
+    w0, w1 = Walk.of_build(first), Walk.of_build(shared)
     assert w0.key == w1.key and w0.keys != w1.keys
     st = CommandStack(yolo)
     st.push(SetPolicyCommand("max-input"))
@@ -509,8 +509,8 @@ def test_an_edits_fingerprints_from_the_programs_own_equal_computing_them_all():
 def test_a_build_without_its_record_is_walked_from_the_model(yolo):
     b = qdq.build_qdq_model(yolo)
     assert b.made is None
-    w = _Walk.of_build(b)
-    assert w.key == _Walk(b.model).key and isinstance(b.model, onnx.ModelProto)
+    w = Walk.of_build(b)
+    assert w.key == Walk(b.model).key and isinstance(b.model, onnx.ModelProto)
 
 
 def _copied_sub_model(prog, nodes, inits):

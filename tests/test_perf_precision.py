@@ -8,7 +8,8 @@ import pytest
 from qtquant.cli import main
 from qtquant.perf import load_march, simulate_session
 from qtquant.perf.macs import macs_of, numel, shape_of
-from qtquant.perf.precision import DEFAULTS, latency_delta_us, precision_params, precision_table_text
+from qtquant.perf.precision import DEFAULTS, precision_params, precision_table_text
+from qtquant.perf.simulator import latency_delta_us
 
 
 def test_int16_costs_more_on_the_bpu(session):

@@ -17,7 +17,8 @@ from qtquant.export.qdq import INT16_OPSET, export_qdq
 from qtquant.fidelity.measure import sqnr_db
 from qtquant.files.plan import VERSION, load_plan, parse_plan, apply_plan, save_plan
 from qtquant.quant.precision import PrecisionMap, assignments_from_names, float_nodes, node_precision, resolve_name
-from qtquant.files.project import open_project, save_project
+from qtquant.app.projects import open_project
+from qtquant.files.project import save_project
 from qtquant.model.runtime import make_session
 from qtquant.base.vocab import Precision
 

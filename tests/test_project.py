@@ -7,7 +7,8 @@ import pytest
 from builders import branchy_concat_model, save
 from qtquant.base.errors import PlanError
 from qtquant.app import open_model
-from qtquant.files.project import PROJECT_VERSION, load_project, model_matches, open_project, save_project
+from qtquant.app.projects import open_project
+from qtquant.files.project import PROJECT_VERSION, load_project, model_matches, save_project
 
 
 @pytest.fixture

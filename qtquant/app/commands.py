@@ -16,7 +16,7 @@ from psygnal import Signal
 from ..quant.domains import Policy
 from ..base.errors import BadInputError
 from ..model.scales import Scheme
-from .session import Options
+from .options import Options
 
 __all__ = ["Command", "ShareCommand", "UngroupCommand", "RemoveMemberCommand", "AutoShareCommand",
            "SqnrShareCommand", "SetOptionsCommand", "SetPolicyCommand", "SetMarchCommand", "SetPrecisionCommand",

@@ -7,7 +7,8 @@ from ..base.gcpause import gc_paused
 from ..model.graph import graph_from_model, reading_model
 from ..model.modelcheck import FileDigest, check_external_data, check_text
 from ..model.qdq import attach_qdq, check_quantized_form, is_qdq_model, strip_qdq
-from .session import Options, Session
+from .options import Options
+from .session import Session
 
 __all__ = ["open_model"]
 

@@ -9,51 +9,23 @@ background work reads a :meth:`Session.snapshot`.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 
-from ..calib import CalibConfig, CalibrationResult, calibrate
+from ..calib import CalibrationResult, calibrate
 from ..quant.concat import analyze_concats
-from ..quant.outputs import OutputMode, export_float_of
-from ..quant.domains import DomainMap, Policy, build_domains
+from ..quant.outputs import export_float_of
+from ..quant.domains import DomainMap
 from ..quant.groups import GroupSet
-from ..quant.precision import PrecisionMap
-from ..model.scales import Scheme
 from ..base.vocab import Precision
 from .events import SessionEvents
+from .options import Options, domains_for
 from .snapshot import StateFacts
 
-__all__ = ["Options", "Session", "Result", "Derived", "derive", "concat_rule"]
+__all__ = ["Session", "Result", "Derived", "derive"]
 
 # Options the domain maps are built from (the march: its Concat output-scale rule); the others
 # (max_bits_lost) leave them valid.
 _DOMAIN_FIELDS = frozenset({"scheme", "policy", "calib", "march"})
-
-
-@dataclass(frozen=True)
-class Options:
-    scheme: Scheme = Scheme.SYMMETRIC_INT8
-    policy: Policy = Policy.UNION
-    march: str = "bayes-e"
-    max_bits_lost: float = 1.0
-    calib: CalibConfig = field(default_factory=CalibConfig)
-    # tensor -> int16 / float (int8, the default, is never stored): qtquant.quant.precision
-    precision: PrecisionMap = field(default_factory=PrecisionMap)
-    # How model outputs export (--quantize-outputs / --float-outputs): the Concat table, the
-    # simulator and the export read it from here, so they describe the same file.
-    output_mode: OutputMode = OutputMode.AUTO
-
-    def __post_init__(self):
-        # Spelled as text by the CLI, the dialogs and project files: one typed value here.
-        object.__setattr__(self, "scheme", Scheme.parse(self.scheme))
-        if not isinstance(self.precision, PrecisionMap):
-            object.__setattr__(self, "precision", PrecisionMap(self.precision))
-        object.__setattr__(self, "policy", Policy(self.policy))
-        object.__setattr__(self, "max_bits_lost", float(self.max_bits_lost))
-        object.__setattr__(self, "output_mode", OutputMode(self.output_mode))
-
-    @classmethod
-    def field_names(cls) -> frozenset[str]:
-        return frozenset(f.name for f in fields(cls))
 
 
 @dataclass(frozen=True)
@@ -78,22 +50,6 @@ class Derived:
     baseline_concats: list
 
 
-def concat_rule(options: Options):
-    """The Concat output-scale rule of the options' march (its profile states it)."""
-    from ..perf import load_march  # cached per file: cheap on every rebuild
-
-    return load_march(options.march).concat_output_scale
-
-
-def _domains_for(graph, calibration, options, qdq, groups) -> DomainMap:
-    ranges = calibration.ranges if calibration is not None else {}
-    hist_pool = getattr(calibration, "pooled_range", None) if calibration is not None else None
-    return build_domains(graph, ranges, groups, policy=options.policy, scheme=options.scheme,
-                         fixed=qdq.ranges if qdq else None, hist_pool=hist_pool,
-                         percentile=getattr(options.calib, "percentile", 99.99),
-                         concat_rule=concat_rule(options))
-
-
 def derive(graph, calibration, options: Options, groups, qdq=None) -> Derived:
     """Everything :meth:`Session.set_calibration` would otherwise compute on first use.
 
@@ -101,8 +57,8 @@ def derive(graph, calibration, options: Options, groups, qdq=None) -> Derived:
     edited; the session installs the result only if they still hold.
     """
     groups = tuple(tuple(g) for g in groups)
-    dm = _domains_for(graph, calibration, options, qdq, groups)
-    base = _domains_for(graph, calibration, options, qdq, ()) if groups else dm
+    dm = domains_for(graph, calibration, options, qdq, groups)
+    base = domains_for(graph, calibration, options, qdq, ()) if groups else dm
     ft = export_float_of(graph, options, qdq, base)
     cs = analyze_concats(graph, dm, ft)
     return Derived(calibration, options, groups, dm, base, cs, analyze_concats(graph, base, ft) if groups else cs)
@@ -280,7 +236,7 @@ class Session(StateFacts):
 
     # -- derived --------------------------------------------------------------------------
     def _build(self, groups) -> DomainMap:
-        return _domains_for(self.graph, self.calibration, self.options, self.qdq, groups)
+        return domains_for(self.graph, self.calibration, self.options, self.qdq, groups)
 
     def domains_with(self, groups) -> DomainMap:
         """The domains if ``groups`` (lists of tensors) were the user's groups: a preview, nothing cached."""

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from ..quant.concat import analyze_concats
 from ..quant.groups import GroupSet
 from ..quant.outputs import export_float_of
+from .options import Options, domains_for
 
 if TYPE_CHECKING:
     from ..calib import CalibrationResult
     from ..quant.domains import DomainMap
     from ..model.graphmodel import Graph
     from ..model.qdq import QdqInfo
-    from .session import Options
 
 __all__ = ["Snapshot", "StateFacts"]
 
@@ -75,9 +75,7 @@ class Snapshot(StateFacts):
 
     def domains_with(self, groups) -> "DomainMap":
         """As :meth:`Session.domains_with`: the domains if ``groups`` were the user's groups."""
-        from .session import _domains_for
-
-        return _domains_for(self.graph, self.calibration, self.options, self.qdq, groups)
+        return domains_for(self.graph, self.calibration, self.options, self.qdq, groups)
 
     def concats(self, baseline: bool = False):
         key = bool(baseline)

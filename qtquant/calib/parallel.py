@@ -10,7 +10,7 @@ the same merge.  Cancelling terminates the workers at once.
 from __future__ import annotations
 
 from ..base import childproc
-from .runner import session_threads
+from .runner import run_chunk, session_threads
 from .stats import BINS, TensorStats
 
 __all__ = ["run_parallel", "split_even"]
@@ -29,8 +29,6 @@ def split_even(items: list, parts: int) -> list[list]:
 
 def _calibrate_share(request, link) -> dict:
     import onnx
-
-    from .engine import run_chunk
 
     model_bytes, base_dir, names, source, refs, threads, stride, bins = request
     return run_chunk(onnx.ModelProto.FromString(model_bytes), base_dir, names, source, refs, threads=threads,

@@ -10,6 +10,8 @@ the file, and for shape or dtype trouble, the input with its expected and actual
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tokenize
 import zipfile
@@ -23,8 +25,9 @@ import numpy as np
 from ..base.errors import BadInputError, CalibrationDataError, ModelError, first_line
 from ..model.shapes import format_shape
 from ..base.vocab import SYNTHETIC
+from .holdout import synthetic_sample_count
 
-__all__ = ["SampleRef", "Source", "open_source", "preprocess_image", "parse_channels",
+__all__ = ["SampleRef", "Source", "open_source", "data_digest", "preprocess_image", "parse_channels",
            "IMAGE_EXTS", "ARRAY_EXTS"]
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
@@ -406,13 +409,18 @@ def _list_files(folder: Path) -> tuple[list[Path], list[Path]]:
     return images, arrays
 
 
+
+def data_digest(source) -> str:
+    """What identifies the calibration data a source reads (its files' names, sizes and times, or the
+    synthetic settings): the driver and every Ray node must see the same."""
+    return hashlib.sha256(json.dumps(source.fingerprint(), sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def open_source(specs: dict, config, *, synthetic_count: int | None = None) -> Source:
     """The source ``config.source`` names, indexed and validated against the input ``specs``."""
     src = str(config.source).strip()
     if src == SYNTHETIC:
         if synthetic_count is None:
-            from .engine import synthetic_sample_count  # the engine imports this module
-
             synthetic_count = synthetic_sample_count(config.count, config.holdout)
         n = synthetic_count
         return SyntheticSource(specs, n, config.seed)

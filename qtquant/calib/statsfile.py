@@ -16,7 +16,6 @@ merge exactly (:mod:`qtquant.calib.stats`), so ``merge(stats(A), stats(B)) == st
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 
@@ -31,12 +30,13 @@ from ..model.runtime import input_specs
 from ..base.tables import samples_text
 from ..base.vocab import SYNTHETIC
 from .cache import DATA_FIELDS, TensorEntry, holdout_fits, pack_result, unpack_holdout, unpack_stats
-from .engine import CHECK_CAP, CalibConfig, CalibConfigError, CalibrationResult, compute_ranges
-from .sources import open_source
+from .engine import CHECK_CAP, CalibConfig, CalibrationResult, compute_ranges
+from .holdout import CalibConfigError
+from .sources import data_digest, open_source
 from .stats import BINS
 
 __all__ = ["STATS_FORMAT", "STATS_VERSION", "StatsHeader", "Shard", "write_stats", "read_stats_header",
-           "load_stats", "merge_stats", "explicit_data_fields", "data_digest", "RANGE_FIELDS"]
+           "load_stats", "merge_stats", "explicit_data_fields", "RANGE_FIELDS"]
 
 STATS_FORMAT = "qtquant-statistics"
 STATS_VERSION = 1
@@ -79,10 +79,6 @@ class StatsHeader(FileModel):
     _format = field_validator("format")(lambda v: check_format(v, STATS_FORMAT, "qtquant statistics file"))
     _version = field_validator("version", mode="before")(
         lambda v: check_version(v, STATS_VERSION, "statistics file"))
-
-
-def data_digest(source) -> str:
-    return hashlib.sha256(json.dumps(source.fingerprint(), sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def _config_dict(config: CalibConfig) -> dict:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..calib import CalibConfig
-from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, INT_TEXT, CalibConfigError
+from ..calib.holdout import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, INT_TEXT, CalibConfigError
 from ..base.errors import UsageError
 from ..perf import MARCHES
 from ..base.vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_OBSERVER,

@@ -2,7 +2,7 @@
 default-level runs (fresh sessions, segments of a big export, or the incremental runner after an
 edit), the cross-check's reference run, and which activations the first float run prefetches.
 
-Results are kept per graph and calibration (:data:`_caches`): the "before" run once per baseline
+Results are kept per graph and calibration (:data:`run_caches`): the "before" run once per baseline
 domain map, the "after" runs of the last few maps (an equal map builds the same model, so an
 undo or redo back to a measured state runs nothing).
 """
@@ -39,7 +39,7 @@ def trace(reset: bool = False) -> dict:
     return _trace.d
 
 
-class _Cache:
+class RunCache:
     def __init__(self):
         self.calib_id = None
         self.float_out: list[dict] | None = None  # per sample: output -> array
@@ -55,10 +55,10 @@ class _Cache:
         self.runtime: dict[int, str] = {}  # id(a shipped-model run) -> how its session ran
 
 
-_caches: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+run_caches: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _checked_outputs(graph):
+def compared_outputs(graph):
     """The outputs the check compares: float ones by SQNR, integer and bool ones (an ArgMax's class)
     by agreement (:class:`~qtquant.fidelity.metrics.AgreementSums`).  elem_type 0: not typed in the file;
     compared as what onnxruntime gives.  Strings and sequences are not compared."""
@@ -74,7 +74,7 @@ def runtime_text(model=None, segments: int = 1) -> str:
     return session_text(layout_passes_off(model) if model is not None else (), segments)
 
 
-def _run(model, base_dir, names, feeds, cancel, level="basic"):
+def run_outputs(model, base_dir, names, feeds, cancel, level="basic"):
     off = layout_passes_off(model) if level == "default" else ()
     # spinning threads starve the GUI
     sess = make_session(model, base_dir, spinning=False, level=level, disabled=off)
@@ -156,7 +156,7 @@ def _shipped_runs(session, cache, jobs, outs, feeds, cancel, float_tensors, foll
     return res
 
 
-def _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, first=None, meanwhile=None,
+def qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, first=None, meanwhile=None,
                       follow_edits=False):
     """Per ``(dm, level)`` of ``wanted``: the QDQ model's outputs on ``feeds``; and the result of
     ``first`` (a callable: the float run), run before them in the same pool.  ``meanwhile()`` is
@@ -258,10 +258,10 @@ class _Inline:
 
 
 def _qdq_outputs(session, dm, cache, outs, feeds, cancel, float_tensors, level="default"):
-    return _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, [(dm, level)])[0][0]
+    return qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, [(dm, level)])[0][0]
 
 
-def _prefetchable(graph, samples: int) -> list[str]:
+def prefetchable(graph, samples: int) -> list[str]:
     """The activations the first float run fetches for later edits' group members, within
     :data:`~qtquant.calib.keep.VALUES_BUDGET`, by the rule calibration keeps its check values by
     (:mod:`qtquant.calib.keep`):

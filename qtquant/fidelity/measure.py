@@ -48,7 +48,7 @@ import numpy as np
 
 from ..base.errors import BadInputError
 from .report import FLOAT_MODEL, QDQ_VIEW, Fidelity, MemberFidelity, OutputFidelity
-from .checkruns import (_caches, _Cache, _checked_outputs, _prefetchable, _qdq_outputs_many, _run,
+from .checkruns import (run_caches, RunCache, compared_outputs, prefetchable, qdq_outputs_many, run_outputs,
                             runtime_text, trace)
 from .metrics import ErrorSums, cosine, signal_noise_db, sqnr_db, sums_for
 from ..quant.outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
@@ -165,16 +165,16 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     graph = session.graph
     # Per graph, not per session object: the app hands a new Snapshot to every check, and the
     # float run and prefetched activations hold for the graph and calibration alike.
-    cache = _caches.get(graph)
+    cache = run_caches.get(graph)
     if cache is None:
-        cache = _caches[graph] = _Cache()
+        cache = run_caches[graph] = RunCache()
     if cache.calib_id is not cal:
         cache.calib_id, cache.float_out, cache.tensors, cache.runs = cal, None, {}, {}
         cache.figures, cache.member_sqnr, cache.runner, cache.runtime = {}, {}, None, {}
         cache.member_signal = {}
     if cache.slices is None:
         cache.slices = output_slices(graph)
-    outs = _checked_outputs(graph)
+    outs = compared_outputs(graph)
     revision = session.revision
     after_dm = session.domains
     before_dm = session.baseline_domains
@@ -200,7 +200,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
         # Fetch every shareable activation in the first float run when they fit in memory:
         # later edits then cost no float run at all (the GUI re-measures after each edit).
         # From calibration's values: those it observed (a later member it did not is fetched then).
-        pre = _prefetchable(graph, len(feeds))
+        pre = prefetchable(graph, len(feeds))
         need = list(dict.fromkeys(need + (pre if kept is None else [t for t in pre if t in kept])))
     float_run = from_calib = None
     if cache.float_out is None or need:
@@ -211,7 +211,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
             from_calib = [{n: v[n] for n in names} for v in cal.check_values]
         else:
             def float_run():
-                return _run(with_outputs(graph.model, names), graph.base_dir, names, feeds, cancel)
+                return run_outputs(with_outputs(graph.model, names), graph.base_dir, names, feeds, cancel)
 
     # With no groups the session's map equals the baseline: the same export, so the same run
     # (on a 20,000-node model one QDQ session is some 15 s to create).
@@ -219,7 +219,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     wanted = [(before_dm, "default")] + ([] if same else [(after_dm, "default")])
     if cross_check:
         wanted.append((after_dm, "basic"))
-    got, res = _qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, float_run, meanwhile,
+    got, res = qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, wanted, float_run, meanwhile,
                                  follow_edits)
     res = from_calib if from_calib is not None else res
     if res is not None:
@@ -352,7 +352,7 @@ def _run_figures(cache, ranges, dm, res, outs) -> dict[str, OutputFidelity]:
 
 # The accuracy debugger (qtquant.fidelity.accuracy) measures its variants with the same runs and figures.
 output_figures = _figures
-run_feeds = _run
-checked_outputs_of = _checked_outputs
+run_feeds = run_outputs
+checked_outputs_of = compared_outputs
 
 __all__ += ["FloatOutput", "runtime_text", "output_figures", "run_feeds", "checked_outputs_of"]

@@ -1,8 +1,8 @@
 """``.qtquant`` project files: model path and hash, input shapes, calibration
 configuration, options, groups, and a link to cached statistics.
 
-JSON only (never pickle), written atomically.  Opening a project whose model changed
-reports it; the caller decides whether to re-map the groups by tensor name.
+JSON only (never pickle), written atomically.  Opening one as a session is the application's
+job (:func:`qtquant.app.projects.open_project`).
 """
 
 from __future__ import annotations
@@ -10,21 +10,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..calib import CalibConfig
-from ..calib.engine import CalibConfigError
-from ..base.errors import PlanError, QtQuantError
+from ..calib.holdout import CalibConfigError
+from ..base.errors import PlanError
 from ..base.fileio import atomic_write_text
 from ..base.fileio.schema import FileModel, check_format, check_version, one_line, read_json
 from ..base.vocab import DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_POLICY, DEFAULT_SCHEME, Policy, Precision, Scheme
 
-__all__ = ["PROJECT_FORMAT", "PROJECT_VERSION", "Project", "ProjectGroup", "OpenReport", "project_from_session",
-           "save_project", "load_project", "open_project", "model_matches"]
+__all__ = ["PROJECT_FORMAT", "PROJECT_VERSION", "Project", "ProjectGroup", "project_from_session", "save_project",
+           "load_project", "model_matches"]
 
 PROJECT_FORMAT = "qtquant-project"
 PROJECT_VERSION = 3  # 3: per-tensor precision and the --cut; 2: calibration holdout is auto/N/fraction (1: 2 samples)
@@ -90,23 +89,12 @@ class Project(FileModel):
     def to_dict(self) -> dict:
         return {**self.model_dump(mode="json"), "format": PROJECT_FORMAT, "version": PROJECT_VERSION}
 
-
-@dataclass
-class OpenReport:
-    model_changed: bool = False
-    missing: list[str] = field(default_factory=list)  # group members not in the (changed) model
-    dropped_groups: int = 0
-    stats_from_cache: bool = False
-
-    def message(self) -> str:
-        if not self.model_changed:
-            return ""
-        msg = "the model changed since the project was saved"
-        if self.missing:
-            msg += f"; {len(self.missing)} grouped tensor(s) no longer exist: {', '.join(self.missing[:5])}"
-            if len(self.missing) > 5:
-                msg += ", ..."
-        return msg
+    def calib_config(self) -> CalibConfig:
+        """The calibration settings the file names (a :class:`PlanError` where they cannot be used)."""
+        try:
+            return CalibConfig.from_dict(self.calib)
+        except CalibConfigError as e:
+            raise PlanError(f"project calibration settings are invalid: {e}") from None
 
 
 def _rel(target: Path, base_dir: Path) -> str:
@@ -160,68 +148,3 @@ def load_project(path) -> Project:
         return Project.model_validate(doc, context={"path": p})
     except ValidationError as e:
         raise PlanError(one_line(e, p.name, "qtquant project")) from None
-
-
-def _calib_config(d: dict) -> CalibConfig:
-    try:
-        return CalibConfig.from_dict(d)
-    except CalibConfigError as e:
-        raise PlanError(f"project calibration settings are invalid: {e}") from None
-
-
-def open_project(path, *, remap: bool = True, calibrate: bool = False, model=None):
-    """Open a project: returns ``(session, OpenReport)``.
-
-    When the model's hash differs, groups are re-mapped by tensor name if ``remap``
-    (members missing from the model are dropped and listed), else dropped.  ``model``: the
-    model file to use instead of the one the project names (the user located a moved model).
-    """
-    from ..app.loader import open_model
-    from ..app.session import Options
-
-    proj = load_project(path)
-    opts = Options(scheme=Scheme(proj.scheme), policy=Policy(proj.policy), march=proj.march,
-                   max_bits_lost=proj.max_bits_lost, calib=_calib_config(proj.calib))
-    session = open_model(Path(model) if model else proj.model_path(),
-                         {k: tuple(v) for k, v in proj.input_shapes.items()}, opts, cut=proj.cut)
-    report = OpenReport(model_changed=bool(proj.model_sha256) and proj.model_sha256 != session.graph.sha256)
-    if proj.view:
-        from ..app.scene import ViewState
-
-        session.view_state = ViewState.from_dict(proj.view)
-    if proj.stats_cache and not session.quantized_file:
-        cache_dir = Path(proj.stats_cache)
-        if not cache_dir.is_absolute():
-            cache_dir = proj.path.parent / cache_dir
-        try:
-            from ..calib.cache import load_cached
-
-            res = load_cached(session.graph, opts.calib, cache_dir)
-        except (ImportError, QtQuantError, OSError, ValueError):
-            res = None
-        if res is not None:
-            session.set_calibration(res)
-            report.stats_from_cache = True
-    if calibrate and session.calibration is None and not session.quantized_file:
-        session.run_calibration()
-    if report.model_changed and not remap:
-        report.dropped_groups = len(proj.groups)
-        return session, report
-    for gr in proj.groups:
-        members = [m for m in gr.members if m in session.graph.tensors]
-        report.missing += [m for m in gr.members if m not in session.graph.tensors]
-        if len(members) < 2:
-            report.dropped_groups += 1
-            continue
-        try:
-            session.groups.share(session, members, name=gr.name)
-        except QtQuantError:
-            report.dropped_groups += 1
-    if len(session.groups):
-        session.groups_changed()
-    # Tensors of a changed model that are gone (or no longer quantized) lose their precision.
-    kept = {t: p for t, p in proj.precision.items() if session.graph.is_quantized(t)}
-    report.missing += [t for t in proj.precision if t not in kept and t not in report.missing]
-    if kept:
-        session.set_options(precision=kept)
-    return session, report

@@ -207,7 +207,7 @@ class Controller(QObject):
         ``on_opened(session, report)`` runs on the GUI thread before the session is shown
         (the window asks there whether to keep groups re-mapped onto a changed model).
         """
-        from ..files.project import open_project
+        from ..app.projects import open_project
 
         gen = self._new_generation()
         p = Path(path)

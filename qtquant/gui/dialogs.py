@@ -14,7 +14,8 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog
 
 from ..app.modelinputs import default_shape, model_inputs, needs_shapes, readable_dims, recorded_shapes
 from ..calib import CalibConfig
-from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, DEFAULT_COUNT, parse_holdout
+from ..calib.engine import DEFAULT_COUNT
+from ..calib.holdout import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, parse_holdout
 from ..model.cut import check_cut
 from ..base.errors import BadInputError, QtQuantError
 from ..model.graph import parse_cut

@@ -63,7 +63,7 @@ class ProjectController(QObject):
         self.remapped = False  # groups re-mapped onto a changed model: unsaved until saved
         self._opening: Path | None = None  # the project whose model is loading, if any
         self._located = False  # that project's model was located by the user: save to record it
-        self.last_report = None  # qtquant.files.project.OpenReport of the last opened project
+        self.last_report = None  # qtquant.app.projects.OpenReport of the last opened project
         controller.loadStarted.connect(self._load_started)
         controller.loadFailed.connect(self._load_failed)
         controller.calibrationFinished.connect(self._calibrated)

@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from ..base.errors import ModelError, ShapeError, first_line
+from ..base.errors import ModelError, ShapeError
 from .nodetable import NodeTable
 from .ops import SUBGRAPH_OPS
+from .inference import infer_here
 from .shapes import format_shape
 
 __all__ = ["FLOAT_TYPES", "toposort", "topo_order", "check_external_data", "check_text", "apply_input_shapes",
@@ -370,7 +371,7 @@ def _infer_proto(model, data_prop: bool = True) -> bytes:
     from . import shape_child
 
     # (The app's child for big graphs always propagates: the same types, see needs_data_propagation.)
-    return shape_child.infer_in_child(model) if shape_child.wanted(model) else _infer_here(model, data_prop)
+    return shape_child.infer_in_child(model) if shape_child.wanted(model) else infer_here(model, data_prop)
 
 
 # The ops whose data propagation forwards or combines their inputs' values (onnx 1.10-1.23): it
@@ -426,30 +427,6 @@ def needs_data_propagation(model, table: NodeTable, opset: int) -> bool:
         return False
     reads = chain.from_iterable(compress(table.inputs, map(carriers.__contains__, table.ops)))
     return not valued.isdisjoint(reads)
-
-
-try:  # what onnx.shape_inference.infer_shapes calls, which keeps the inferred bytes to itself
-    from onnx.onnx_cpp2py_export.shape_inference import infer_shapes as _infer_bytes
-except ImportError:  # pragma: no cover - another onnx layout: the public call, serialized again
-    def _infer_bytes(data, check_type, strict_mode, data_prop):
-        return onnx.shape_inference.infer_shapes(data, check_type, strict_mode, data_prop).SerializeToString()
-
-
-def _infer_here(model: onnx.ModelProto | bytes, data_prop: bool = True) -> bytes:
-    """``model`` (or its serialized bytes) with inferred types, serialized (one-line errors)."""
-    try:
-        data = model if isinstance(model, bytes) else model.SerializeToString()
-        return _infer_bytes(data, False, True, data_prop)
-    except onnx.shape_inference.InferenceError as e:
-        msg = first_line(e, default="shape inference failed")
-        if "No Op registered" in msg or "not registered" in msg or "Unsupported" in msg:
-            try:
-                return _infer_bytes(data, False, False, data_prop)
-            except Exception as e2:  # pragma: no cover - onnx internals
-                raise ModelError(f"shape inference failed: {e2}") from None
-        raise ShapeError(f"the input shapes do not fit the model: {msg}") from None
-    except Exception as e:
-        raise ModelError(f"shape inference failed: {first_line(e)}") from None
 
 
 def inline_small_external(model, base_dir: Path, limit: int = 1 << 16) -> None:

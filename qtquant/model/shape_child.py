@@ -19,6 +19,7 @@ import onnx
 
 from ..base import childproc
 from ..base.errors import ModelError, QtQuantError
+from .inference import infer_here
 
 __all__ = ["infer_in_child", "submit_file", "Early", "warm", "close", "MIN_NODES", "APP_MIN_NODES", "MAX_BYTES",
            "EARLY_MAX_BYTES"]
@@ -64,7 +65,7 @@ def close() -> None:
 
 
 def infer_in_child(model: onnx.ModelProto) -> bytes:
-    """What ``modelcheck._infer_here(model)`` returns (the inferred model, serialized), computed in
+    """What ``inference.infer_here(model)`` returns (the inferred model, serialized), computed in
     the child process."""
     data = model.SerializeToString()
     with _lock:
@@ -131,10 +132,8 @@ def submit_file(model: onnx.ModelProto, data: bytes) -> Early | None:
 
 
 def _infer(data: bytes, link) -> bytes:
-    from .modelcheck import _infer_here
-
     try:
-        return _infer_here(data)
+        return infer_here(data)
     except QtQuantError:
         raise
     except Exception as e:  # one line, never a traceback

@@ -36,7 +36,7 @@ from .macs import macs_of, numel, shape_of
 from .march import Count, Fraction, NonNegative, Param, Positive
 
 __all__ = ["PrecisionParams", "PrecisionCost", "NodePrice", "DEFAULTS", "precision_params", "apply_precision",
-           "precision_rows", "precision_table_text", "report_text", "latency_delta_us"]
+           "precision_rows", "precision_table_text", "report_text"]
 
 _RUNTIME = (TensorKind.INPUT, TensorKind.ACTIVATION)
 FLOAT_BYTES = 4
@@ -347,20 +347,3 @@ def report_text(graph, precision, result=None) -> str:
 
     return "\n".join(x for x in (summary_text(graph, precision),
                                  precision_table_text(result) if result is not None else "") if x)
-
-
-def latency_delta_us(session, tensors, precision, march_file=None) -> float:
-    """µs the simulated latency changes by when ``tensors`` are set to ``precision`` on top of the
-    session's current map (the sensitivity ranking's latency price of a candidate)."""
-    from ..quant.precision import PrecisionMap
-    from .march import load_march
-    from .simulator import _simulator_for
-
-    march = load_march(march_file if march_file else session.options.march)
-    sim = _simulator_for(session.graph, march)
-    res = sim.update(session.concats())
-    ctx = sim._state[0] if sim._state else None
-    now = PrecisionMap(getattr(session.options, "precision", None) or {})
-    a = apply_precision(res, session.graph, march, now, ctx=ctx)
-    b = apply_precision(res, session.graph, march, now.with_(tensors, precision), ctx=ctx)
-    return b.total_us - a.total_us

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 
 from .concat import concat_members
-from .domains import Policy, UnionFind, _policy_range
+from .domains import Policy, UnionFind, policy_range
 from ..base.errors import ShareRefused
 from .outputs import OutputMode, float_output_tensors, output_reached
 from ..model.qdq import channel_scales_of
@@ -146,7 +146,7 @@ class _Planner:
     def evaluate(self, tensors) -> "_Trial":
         """Range, worst bits lost, widest/narrowest member and worst clipping of one candidate domain."""
         mr = self.dm.member_range
-        rng = _policy_range(self.policy, tensors, self.dm.natural_of, mr, self.graph, self.hist_pool,
+        rng = policy_range(self.policy, tensors, self.dm.natural_of, mr, self.graph, self.hist_pool,
                             self.pct, self.scheme)
         if rng is None:
             return _Trial(None)

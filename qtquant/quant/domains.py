@@ -237,7 +237,7 @@ def _natural_sets(graph, fixed: dict | None) -> _Sets:
     return uf
 
 
-def _policy_range(policy: Policy, members, natural_sets, ranges, graph, hist_pool, percentile,
+def policy_range(policy: Policy, members, natural_sets, ranges, graph, hist_pool, percentile,
                   scheme: Scheme = Scheme.SYMMETRIC_INT8):
     have = [m for m in members if m in ranges]
     if not have:
@@ -460,7 +460,7 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
         if len(members) == len(nat0) and not fixed:
             r = member_range.get(first)
         else:
-            r = _policy_range(policy, members, natural, member_range, graph, hist_pool, percentile, scheme)
+            r = policy_range(policy, members, natural, member_range, graph, hist_pool, percentile, scheme)
         q = qparams_for_range(*r, scheme) if r is not None else None
         gids = tuple(sorted({g for m in members for g in group_of.get(m, ())})) if group_of else ()
         lo, hi = r if r is not None else (nan, nan)

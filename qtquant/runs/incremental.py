@@ -12,7 +12,7 @@ computation is new run again: each tensor gets a fingerprint of its node, attrib
 initializer values and inputs' fingerprints, and the int8 tensors of earlier runs (what one
 kernel hands the next) are kept per sample by fingerprint.  A model of another structure (a
 precision change, float outputs) gets a program of its own.  A structure whose program moves
-with the values (:attr:`~qtquant.runs.programs._Program.reusable`), models with external data or
+with the values (:attr:`~qtquant.runs.programs.Program.reusable`), models with external data or
 subgraphs, and models of more than :data:`MAX_NODES` nodes (optimising a 20,000-node graph
 twice costs more than it saves) run in a fresh default session.
 """
@@ -27,7 +27,7 @@ import onnx
 from onnx import helper
 
 from ..base.errors import ModelError
-from .programs import _Program, _Walk
+from .programs import Program, Walk
 from ..model.runtime import make_session, ort_session, quiet_options
 from .sampleruns import run_session, sample_threads
 from .shipped import layout_passes_off
@@ -71,7 +71,7 @@ class IncrementalRunner:
     def __init__(self, feeds, keep_bytes: int = KEEP_BYTES, const_bytes: int = CONST_BYTES):
         self.feeds = list(feeds)
         self.keep_bytes = keep_bytes
-        self._programs: "OrderedDict[bytes, _Program]" = OrderedDict()  # structure -> program
+        self._programs: "OrderedDict[bytes, Program]" = OrderedDict()  # structure -> program
         self._seen: "OrderedDict[bytes, object]" = OrderedDict()  # structure met, no program yet -> its check
         self._kept = _Kept(keep_bytes, _samples_bytes)  # tensor fingerprint -> its values, per sample
         self._const_kept = _Kept(const_bytes, _array_bytes)  # fingerprint -> one value (see _constants)
@@ -91,12 +91,12 @@ class IncrementalRunner:
         """``moved``: () -> the model the exporter builds from the same domains with every value
         moved (:func:`moved_domains`); without it every edit runs in a fresh default session.
         ``build``: the :class:`~qtquant.export.QdqBuild` that made ``model``, whose record of its nodes
-        spares reading them back (:meth:`_Walk.of_build`).  ``check``: a token the models of one
+        spares reading them back (:meth:`Walk.of_build`).  ``check``: a token the models of one
         check share (its before and after); None: this run is a check of its own."""
         names = list(names)
         t0 = time.perf_counter()
         self.times = {}
-        walk = _Walk.of_build(build) if build is not None and build.model is model else _Walk(model)
+        walk = Walk.of_build(build) if build is not None and build.model is model else Walk(model)
         found = self._program(model, moved, walk, check) if walk.followable and len(walk.inputs) <= MAX_NODES \
             else None
         if found is None:
@@ -130,7 +130,7 @@ class IncrementalRunner:
                     self._seen.popitem(last=False)
                 return None
             self._seen.pop(key, None)
-            p = self._programs[key] = _Program(model, moved)
+            p = self._programs[key] = Program(model, moved)
             while len(self._programs) > 3:
                 self._programs.popitem(last=False)
             p.reusable  # checked now, with the first (cold) check, so that the first edit does not wait on it
@@ -138,7 +138,7 @@ class IncrementalRunner:
         opt = p.program_for(model, walk.inputs, walk.inits, walk.keys)
         return (p, opt) if opt is not None else None
 
-    def _run_program(self, p: _Program, values, names, cancel) -> list[dict]:
+    def _run_program(self, p: Program, values, names, cancel) -> list[dict]:
         """Run the program of ``p`` with ``values`` (initializer name -> tensor) in place of its own."""
         t0 = time.perf_counter()
         prog = p.optimised
@@ -207,8 +207,8 @@ class IncrementalRunner:
                     self._kept.put(h[o], vals)
         return [{n: r[n] for n in names} for r in res]
 
-    def _constants(self, p: _Program, inits, values, h, names) -> tuple[dict[str, np.ndarray], int]:
-        """The values of ``names`` (tensors of :attr:`_Program.consts`; ``inits``: the program's
+    def _constants(self, p: Program, inits, values, h, names) -> tuple[dict[str, np.ndarray], int]:
+        """The values of ``names`` (tensors of :attr:`Program.consts`; ``inits``: the program's
         initializers with ``values``, the edit's, in place) and how many nodes computed
         them: kept by fingerprint (one array for all samples, within :data:`CONST_BYTES`), else
         computed in a session of the nodes computing them, which has no input.  onnxruntime's own
@@ -240,7 +240,7 @@ class IncrementalRunner:
             self._const_kept.put(h[t], got[t])
         return out, len(nodes)
 
-    def _session(self, sub, outs, names, keep, p: _Program):
+    def _session(self, sub, outs, names, keep, p: Program):
         """The session of ``sub`` with ``names`` and the kept candidates among ``keep`` as outputs.
 
         A candidate's type is not known before onnxruntime has typed the program, and asking for
@@ -349,7 +349,7 @@ class _Pieces:
     (an initializer when a re-run first reads it); and its nodes in order with their inputs and
     outputs, read once (each read of a node proto's fields makes new Python objects)."""
 
-    def __init__(self, p: _Program):
+    def __init__(self, p: Program):
         prog = p.optimised
         self.optimised = prog
         self.inits = p.inits
@@ -383,7 +383,7 @@ class _Pieces:
         return _SubModel(self.head, b"".join(out), self.tail)
 
 
-def _pieces(p: _Program) -> _Pieces:
+def _pieces(p: Program) -> _Pieces:
     got = p.pieces
     if got is None or got.optimised is not p.optimised:
         got = p.pieces = _Pieces(p)

@@ -2,13 +2,13 @@
 
 onnxruntime's own optimised program (``SessionOptions.optimized_model_filepath`` at default
 options) is kept for the model's *structure*: the exported graph with its initializer values left
-out (:class:`_Walk`'s key).  An edit changes scales, zero points and int32 biases, not the
+out (:class:`Walk`'s key).  An edit changes scales, zero points and int32 biases, not the
 structure, so the new model's program is the kept one with the new values in the same places (the
 exporter builds the same nodes in the same order; the values are matched slot by slot,
-:meth:`_Program.program_for`).
+:meth:`Program.program_for`).
 
 onnxruntime's optimiser decides some fusions on values, so a structure is only kept when its
-program does not move when every scale and bias moves (:attr:`_Program.reusable`: checked once per
+program does not move when every scale and bias moves (:attr:`Program.reusable`: checked once per
 structure, with a second optimisation of the model with all of them scaled, :func:`moved_domains`).
 :mod:`qtquant.runs.incremental` runs the programs.
 """
@@ -31,7 +31,7 @@ from .shipped import layout_passes_off
 __all__ = ["moved_domains"]
 
 
-class _Walk:
+class Walk:
     """One pass over a model's nodes: its structure key (:func:`_skeleton`), each node's inputs,
     and whether the runner can follow it.  Reading a node proto is the cost (a Python object per
     field under upb): the key, the followable check and the edit's slots each walked the 900
@@ -86,7 +86,7 @@ class _Walk:
         self.followable = not (sub or layout_passes_off(model) or external)
 
     @classmethod
-    def of_build(cls, build) -> "_Walk":
+    def of_build(cls, build) -> "Walk":
         """The walk of ``build.model`` (a :class:`~qtquant.export.QdqBuild`) from what the exporter
         recorded as it made it (:attr:`~qtquant.export.QdqBuild.made`), the same as a walk of the
         model (tests check it); without that record, of the model."""
@@ -94,8 +94,8 @@ class _Walk:
 
 
 def _skeleton(model):
-    """The graph without initializer values: per node its op, attributes and wiring (see :class:`_Walk`)."""
-    return _Walk(model).key
+    """The graph without initializer values: per node its op, attributes and wiring (see :class:`Walk`)."""
+    return Walk(model).key
 
 
 def _slot_values(base_model, model) -> dict[str, onnx.TensorProto] | None:
@@ -165,7 +165,7 @@ def _optimise(model: onnx.ModelProto, keep_apart: bool = False) -> onnx.ModelPro
 
     ``keep_apart``: without onnxruntime's ConstantSharing, which merges initializers of equal
     value (the program then keeps one per slot of :func:`_unshared`; whether the kernels are the
-    default program's is checked in :attr:`_Program.reusable`)."""
+    default program's is checked in :attr:`Program.reusable`)."""
     with tempfile.TemporaryDirectory(prefix="qtquant-ort-") as tmp:
         path = os.path.join(tmp, "optimised.onnx")
         so = quiet_options()
@@ -198,7 +198,7 @@ def moved_domains(dm):
     return replace(dm, domains=doms)
 
 
-class _Program:
+class Program:
     """onnxruntime's optimised program of one structure, and where an edit's values go in it."""
 
     def __init__(self, model: onnx.ModelProto, moved):
@@ -272,7 +272,7 @@ class _Program:
         """The optimised program of ``model`` (same structure) as the values that differ from
         :attr:`optimised`'s (program initializer name -> tensor of that name), or None if it
         cannot be had here.  ``inputs``, ``inits`` and ``keys``: each node's inputs, the initializers by
-        name and some of their value keys (:attr:`_Walk.inputs`, :attr:`_Walk.inits`, :attr:`_Walk.keys`),
+        name and some of their value keys (:attr:`Walk.inputs`, :attr:`Walk.inits`, :attr:`Walk.keys`),
         if known already."""
         changed = self._changed(model, inputs, inits, keys)
         if changed is None:

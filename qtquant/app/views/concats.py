@@ -10,7 +10,7 @@ from ...quant.concat import rescale_node_names
 from ...files.report import dtype_note, qdq_file_note
 from ...model.shapes import format_shape
 from ...base.vocab import ConcatScaleRule
-from ..session import concat_rule
+from ..options import concat_rule
 from .fmt import fmt_bits, fmt_ratio, fmt_us
 from .palette import mismatch_hex
 from .perfdata import rescale_us_by_concat

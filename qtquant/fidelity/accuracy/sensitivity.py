@@ -5,7 +5,7 @@ The unit is a node producing an observed activation, and keeping it in higher pr
 with its fused chain, keeps float weights and runs on the CPU (docs/accuracy.md).  Its gain is the
 worst output slice's SQNR with the unit in float minus the worst slice's SQNR as exported now,
 both measured in onnxruntime at default options; its latency price comes from the simulator
-(:func:`qtquant.perf.precision.latency_delta_us`).
+(:func:`qtquant.perf.simulator.latency_delta_us`).
 
 A real export per unit costs a model build and an onnxruntime session each (yolov8n: 96 units,
 some 1.5 s each on 2 cores), so the ranking is two passes:
@@ -214,7 +214,7 @@ def _pricer(session, march_file):
     """``tensors -> µs``: the simulator's latency change when they go to float (the node runs on the
     CPU, :mod:`qtquant.perf.precision`); None when the march cannot be simulated."""
     from ...base.errors import QtQuantError
-    from ...perf.precision import latency_delta_us
+    from ...perf.simulator import latency_delta_us
 
     def price(tensors):
         try:
