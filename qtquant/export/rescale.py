@@ -10,7 +10,7 @@ Here the last full recording build of a graph is kept (:class:`Basis`) and the n
 build with its activation scale and zero-point initializers made again from the new domain map
 (in the order a build makes them: first use), the Q/DQ nodes pointed at them, and the biases
 requantized at their new input scale.  The result is the model a full build writes, byte for
-byte (``tests/test_export_rescale.py`` compares them over a sequence of edits).  Whatever a
+byte (``tests/export/test_export_rescale.py`` compares them over a sequence of edits).  Whatever a
 patch cannot reproduce without the full build's logic returns None and the caller builds in full:
 another set of quantized tensors, other float tensors or precisions, a bias that needs its
 weight scale raised or clips, cloned constants, names of the model that could meet the

@@ -407,7 +407,7 @@ def needs_data_propagation(model, table: NodeTable, opset: int) -> bool:
     Size) and from the values onnx holds: int32/int64 initializers of rank 0 or 1 and Constant
     outputs; the value-propagating ops carry them on.  Where no node makes values and no
     value-propagating op reads one onnx holds, it computes nothing, and inference without it gives
-    the same model byte for byte (tests/test_data_prop.py) at less cost (synthetic 10k graph:
+    the same model byte for byte (tests/model/test_data_prop.py) at less cost (synthetic 10k graph:
     inference 23.1 -> 21.6 ms).  Subgraphs (If, Loop, Scan), local functions and ops of other
     domains are not read: a graph with one keeps propagation on."""
     present = set(table.ops)

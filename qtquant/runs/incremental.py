@@ -7,7 +7,7 @@ creates every kernel and runs every sample through layers the edit did not touch
 
 Here the program onnxruntime makes of the export's structure is kept (:mod:`qtquant.runs.programs`)
 and runs with optimisations disabled (it is optimised already: the same kernels a default session
-of the exported file runs, see ``tests/test_incremental.py``), and only its nodes whose
+of the exported file runs, see ``tests/runs/test_incremental.py``), and only its nodes whose
 computation is new run again: each tensor gets a fingerprint of its node, attributes,
 initializer values and inputs' fingerprints, and the int8 tensors of earlier runs (what one
 kernel hands the next) are kept per sample by fingerprint.  A model of another structure (a

@@ -84,7 +84,7 @@ def test_open_dialog_offers_the_recorded_shape_with_readable_dims(qtbot, tmp_pat
     from PySide6.QtWidgets import QLabel
 
     from qtquant.gui.dialogs import OpenDialog
-    from test_app_modelinputs import dynamic_model
+    from builders import dynamic_model
 
     p = tmp_path / "yolo320.onnx"
     onnx.save(dynamic_model({"imgsz": "[320, 320]"}), str(p))

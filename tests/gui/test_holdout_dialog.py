@@ -1,4 +1,4 @@
-"""The open dialog's holdout field maps to the calibration config as --holdout does (tests/test_holdout.py)."""
+"""The open dialog's holdout field maps to the calibration config as --holdout does (tests/calib/test_holdout.py)."""
 
 import onnx
 import pytest

@@ -157,7 +157,7 @@ def test_core_imports_without_qt():
 
 
 def test_no_qt_import_statements_in_core():
-    root = Path(__file__).resolve().parents[1] / "qtquant"
+    root = Path(__file__).resolve().parents[2] / "qtquant"
     offenders = []
     for f in root.rglob("*.py"):
         rel = f.relative_to(root)

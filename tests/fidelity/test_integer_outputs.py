@@ -4,34 +4,15 @@ never silently left out (they were: a classifier ending in ArgMax got an empty f
 import json
 
 import numpy as np
-import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
 
+from builders import tied_classifier
 from qtquant.app import open_model
 from qtquant.cli import main
 from qtquant.export.qdq import export_qdq
 from qtquant.fidelity.measure import measure_session
 from qtquant.fidelity.metrics import AgreementSums, ErrorSums, sums_for
 from qtquant.base.vocab import Blank
-
-
-def _tied_classifier(path, with_logits=True):
-    """x (1x8 in [0, 1)) -> Gemm -> logits -> ArgMax -> cls.  Classes 0 and 1 differ by a thousandth
-    of x0 - 0.5: far below one int8 step of the logits, so quantization flips some classes."""
-    w = np.ones((3, 8), np.float32)
-    w[1, 0] += 0.001
-    w[2] *= 0.5
-    b = np.array([0.0, -0.0005, 0.0], np.float32)
-    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["logits"], transB=1),
-             helper.make_node("ArgMax", ["logits"], ["cls"], axis=1, keepdims=0)]
-    outs = [helper.make_tensor_value_info("cls", TensorProto.INT64, [1])]
-    if with_logits:
-        outs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 3]))
-    g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])], outs,
-                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return str(path)
 
 
 def test_agreement_counts():
@@ -53,7 +34,7 @@ def test_agreement_counts():
 
 
 def test_an_argmax_output_is_measured_by_agreement_with_the_shipped_file(tmp_path):
-    path = _tied_classifier(tmp_path / "tied.onnx")
+    path = tied_classifier(tmp_path / "tied.onnx")
     s = open_model(path)
     s.run_calibration()
     fid = measure_session(s)
@@ -78,7 +59,7 @@ def test_an_argmax_output_is_measured_by_agreement_with_the_shipped_file(tmp_pat
 
 
 def test_an_argmax_only_model_reports_agreement_in_the_cli(tmp_path, capsys):
-    path = _tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
+    path = tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
     assert main(["analyze", path, "--no-perf", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     cls = doc["summary"]["fidelity"]["outputs"]["cls"]
@@ -95,7 +76,7 @@ def test_an_argmax_only_model_reports_agreement_in_the_cli(tmp_path, capsys):
 def test_a_qdq_file_with_an_argmax_output_is_compared_by_agreement(tmp_path, capsys):
     from ortkit import ort_qdq_file
 
-    src = ort_qdq_file(_tied_classifier(tmp_path / "tied.onnx"), str(tmp_path / "tied.ort.onnx"), shape=(1, 8))
+    src = ort_qdq_file(tied_classifier(tmp_path / "tied.onnx"), str(tmp_path / "tied.ort.onnx"), shape=(1, 8))
     assert main(["fix", src, "-o", str(tmp_path / "out.onnx"), "--no-perf", "--calib-count", "4", "--json"]) == 0
     cls = json.loads(capsys.readouterr().out)["against_input"]["outputs"]["cls"]
     # the files' classes counted, not an SQNR of class numbers cast to float
@@ -112,7 +93,7 @@ def test_an_argmax_only_model_is_ranked_by_agreement_as_the_shipped_file_measure
     from qtquant.quant.precision import PrecisionMap
     from qtquant.base.vocab import Precision, RankedBy
 
-    path = _tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
+    path = tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
     s = open_model(path)
     s.run_calibration()
     rep = analyze_accuracy(s, top=2)
@@ -149,7 +130,7 @@ def test_an_argmax_only_model_is_ranked_by_agreement_as_the_shipped_file_measure
 def test_auto_share_by_accuracy_on_integer_outputs_only_is_refused_in_one_line(tmp_path, capsys):
     """Its budget is in dB of the worst float slice; with none, every step would be judged on NaN
     (it printed "nan -> nan dB" and shared nothing without saying why)."""
-    path = _tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
+    path = tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
     out = tmp_path / "out.onnx"
     assert main(["fix", path, "-o", str(out), "--max-sqnr-drop", "0.5", "--no-perf"]) == 3
     err = capsys.readouterr().err.strip()

@@ -22,7 +22,7 @@ import pytest
 
 from builders import branchy_concat_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 TEXT_WRITER = r"""

@@ -60,7 +60,7 @@ def write_big_model(d: Path, k: int = K, n: int = N, conv_out: int = CONV_OUT) -
 
 
 def _qtquant(*args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                                        os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "qtquant", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)

@@ -161,7 +161,7 @@ class FuzzWorker:
 
     def start(self) -> None:
         env = dict(os.environ, PYTHONFAULTHANDLER="1", OMP_NUM_THREADS="1", QTQUANT_WORKER_MEM_GB=str(self.mem_gb))
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
         self._err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,

@@ -22,7 +22,7 @@ import pytest
 
 from builders import branchy_concat_model, save
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = [ROOT / "qtquant", ROOT / "benchmarks"]
 PICKLE_FAMILY = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "joblib", "marshal", "shelve",
                  "jsonpickle"}

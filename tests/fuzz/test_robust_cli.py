@@ -19,7 +19,7 @@ from builders import branchy_concat_model
 from test_fuzz_loader import edited_model
 from test_fuzz_worker import fuzz_settings, report, run_and_report, worker
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17) -> onnx.ModelProto:

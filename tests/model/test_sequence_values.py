@@ -16,7 +16,7 @@ from qtquant.cli import main
 from qtquant.model.nodetable import NOT_TENSOR
 from qtquant.base.vocab import TensorKind
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _split_model(path):

@@ -1,21 +1,7 @@
 """What the open dialog offers for a model's inputs (issue 20, open dialog items), without Qt."""
 
-from onnx import TensorProto, helper
-
+from builders import dynamic_model
 from qtquant.app.modelinputs import default_shape, model_inputs, readable_dims, recorded_shapes
-
-
-def dynamic_model(meta=None, value_info=None):
-    x = helper.make_tensor_value_info("images", TensorProto.FLOAT,
-                                      ["p2o.DynamicDimension.0", 3, "p2o.DynamicDimension.1", "p2o.DynamicDimension.2"])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    g = helper.make_graph([helper.make_node("Relu", ["images"], ["y"])], "g", [x], [y])
-    if value_info:
-        g.value_info.append(helper.make_tensor_value_info("images", TensorProto.FLOAT, value_info))
-    m = helper.make_model(g)
-    for k, v in (meta or {}).items():
-        helper.set_model_props(m, {k: v})
-    return m
 
 
 def test_a_model_exported_at_320_is_offered_320():

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def local_ray():
     # The workers import qtquant from where this process does (a worktree in development).
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(__file__)),
-                                                           os.environ.get("PYTHONPATH", "")) if p)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
