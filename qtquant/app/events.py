@@ -18,8 +18,7 @@ class SessionEvents(SignalGroup):
     groups = Signal()  # the user's groups changed (one edit: one emission)
     perf = Signal(object)  # the new perf Result
     fidelity = Signal(object)  # the new fidelity Result
-    precision = Signal(object)  # the new PrecisionMap (after the "options" event that carries it too)
     accuracy = Signal(object)  # the new accuracy-debugger Result (qtquant.fidelity.accuracy.AccuracyReport)
 
 
-KINDS = ("calibrated", "options", "groups", "perf", "fidelity", "precision", "accuracy")
+KINDS = ("calibrated", "options", "groups", "perf", "fidelity", "accuracy")

@@ -147,8 +147,6 @@ class Session(StateFacts):
                 self.options = replace(self.options, calib=replace(self.options.calib, scheme=tag))
         self._invalidate(domains=bool(_DOMAIN_FIELDS & changed.keys()))
         self._emit("options", changed)
-        if "precision" in changed:
-            self._emit("precision", self.options.precision)
 
     def set_precision(self, tensors, precision) -> None:
         """Set ``tensors`` (tensor names, see :func:`qtquant.quant.precision.resolve_names`) to

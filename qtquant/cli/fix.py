@@ -58,10 +58,8 @@ def _fmt(x, nd=2):
 def _perf(session, args):
     if getattr(args, "no_perf", False):
         return None
-    try:
-        from ..perf import simulate_session
-    except ImportError:
-        return None
+    from ..perf import simulate_session
+
     mf = getattr(args, "march_file", None)
     return simulate_session(session, mf, baseline=True), simulate_session(session, mf)
 

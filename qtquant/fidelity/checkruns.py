@@ -257,10 +257,6 @@ class _Inline:
         return f
 
 
-def _qdq_outputs(session, dm, cache, outs, feeds, cancel, float_tensors, level="default"):
-    return qdq_outputs_many(session, cache, outs, feeds, cancel, float_tensors, [(dm, level)])[0][0]
-
-
 def prefetchable(graph, samples: int) -> list[str]:
     """The activations the first float run fetches for later edits' group members, within
     :data:`~qtquant.calib.keep.VALUES_BUDGET`, by the rule calibration keeps its check values by

@@ -79,9 +79,6 @@ class Fidelity:
     def sample_text(self) -> str:
         return samples_text(self.samples, self.in_sample)
 
-    def delta_db(self, output: str) -> float:
-        return self.sqnr_db[output] - self.before_sqnr_db[output]
-
     def headline_text(self, output: str, before: bool = False) -> str:
         """'output0[4:22] 0.0 dB', or the no-signal sentence."""
         h = (self.before if before else self.after)[output].headline

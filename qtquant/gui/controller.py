@@ -226,16 +226,6 @@ class Controller(QObject):
                                 on_error=lambda e: self.loadFailed.emit(str(e)),
                                 stale_key=lambda: self.generation)
 
-    def close_model(self) -> None:
-        collector.model_closing()
-        self._initial = replace(self.options, calib=self._initial.calib)
-        self.generation += 1
-        self._stop_timers()
-        self.jobs.cancel()
-        self.relay.set_session(None)
-        self.spec = None
-        self.path = None
-
     def start_layout(self) -> Job | None:
         s = self.session
         if s is None:
@@ -299,9 +289,6 @@ class Controller(QObject):
         self.calibrationStarted.emit()
         return self.jobs.submit("calibrate", f"calibrate ({cfg.source}, {cfg.count} samples)", work,
                                 self._calibrated, stale_key=lambda: self.generation, cancellable=True)
-
-    def cancel_calibration(self) -> None:
-        self.jobs.cancel("calibrate")
 
     def _calibrated(self, result) -> None:
         res, derived = result
@@ -382,7 +369,7 @@ class Controller(QObject):
         self._perf_timer.stop()
         s = self.session
         sim = simulator()
-        if s is None or not s.ready or sim is None:
+        if s is None or not s.ready:
             return None
         snap = s.snapshot()
 
@@ -399,7 +386,7 @@ class Controller(QObject):
         self._fid_timer.stop()
         s = self.session
         meas = fidelity_measure(self.fidelity_worker)
-        if s is None or not s.ready or meas is None or s.calibration is None:
+        if s is None or not s.ready or s.calibration is None:
             return None
         t0 = time.perf_counter()
         snap = s.snapshot()  # taken here: the worker thread must not read a session being edited

@@ -14,7 +14,6 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication, QToolBar
 
 from ..base.errors import BadInputError, QtQuantError
-from ..app.views.perfdata import simulator
 from ..base.vocab import Overlay
 
 __all__ = ["wait_settled", "take_screenshot", "ScreenshotError"]
@@ -32,7 +31,7 @@ def wait_settled(win, timeout: float = 120.0, *, need_perf: bool = True, need_fi
     ``need_fidelity``, the fidelity check; None: unless the graph has BIG_GRAPH_NODES nodes or more)."""
     app = QApplication.instance()
     t0 = time.monotonic()
-    want_perf = need_perf and simulator() is not None
+    want_perf = need_perf
     while True:
         app.processEvents()
         if win.errors:
@@ -131,10 +130,8 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
         win.open_model(model, input_shapes, options.calib if options is not None else None, cut, stats=stats)
         wait_settled(win, timeout, need_perf=False, need_fidelity=wait_fidelity)
         if plan:
-            try:
-                from ..files.plan import apply_plan_file
-            except ImportError:
-                raise BadInputError("--plan needs the sharing-plan module, which is not installed") from None
+            from ..files.plan import apply_plan_file
+
             apply_plan_file(win.session, plan)
             win.session.groups_changed()
         if int16 or keep_float:

@@ -28,7 +28,6 @@ from qtquant.quant.concat import concat_members  # noqa: E402
 from qtquant.gui.docks import ConcatList, GroupsPanel, PerfSummary  # noqa: E402
 from qtquant.gui.relay import SessionRelay  # noqa: E402
 
-needs_perf = pytest.mark.skipif(simulator() is None, reason="perf simulator not installed")
 GREEN = MISMATCH_BANDS[0][2]
 
 
@@ -108,7 +107,6 @@ def test_concat_list_rows_follow_edits_keep_the_selection_and_jump(qtbot, sessio
     assert hit.args == ["cat2"]
 
 
-@needs_perf
 def test_concat_list_gain_column_updates_alone_when_a_simulation_arrives(qtbot, session, counts):
     relay, w = dock(qtbot, ConcatList, session)
     m = w.model
@@ -124,7 +122,6 @@ def test_concat_list_gain_column_updates_alone_when_a_simulation_arrives(qtbot, 
 # -- the perf summary ---------------------------------------------------------------------------------
 
 
-@needs_perf
 def test_perf_summary_refreshes_once_per_edit_and_results_fill_their_part(qtbot, session, counts):
     relay, w = dock(qtbot, PerfSummary, session)
     v = w.values

@@ -298,7 +298,6 @@ def test_overlays_recolour_in_place(qtbot, win, model):
     assert checked == ["none"]
 
 
-@pytest.mark.skipif(simulator() is None, reason="perf simulator not installed")
 def test_perf_dock_and_march_resimulates(qtbot, win, model):
     open_and_settle(qtbot, win, model)
     qtbot.waitUntil(lambda: win.relay.perf() is not None, timeout=20000)

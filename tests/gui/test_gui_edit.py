@@ -493,7 +493,6 @@ def test_closing_with_unsaved_changes_prompts(qtbot, win, prompts, model, tmp_pa
 # -- more of the same surfaces: overlays, Escape, dock menu, hull geometry, entry point ---------------
 
 
-@pytest.mark.skipif(simulator() is None, reason="perf simulator not installed")
 def test_latency_overlay_follows_edits(qtbot, win, model):
     from qtquant.app.views.perfdata import node_us
     from qtquant.gui.style import fmt_us

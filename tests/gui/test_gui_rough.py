@@ -204,10 +204,6 @@ def test_zero_zooms_to_100_percent_around_the_selection(qtbot, make_win, tmp_pat
 
 def test_concat_inspector_total_names_the_forced_copy(qtbot, win, model):
     """1.80 µs per input × 3 next to "total 9.60 µs" left 4.2 µs unexplained."""
-    from qtquant.app.views.perfdata import simulator
-
-    if simulator() is None:
-        pytest.skip("no performance simulator")
     open_settled(qtbot, win, model)
     qtbot.waitUntil(lambda: win.relay.perf() is not None and not win.controller.busy, timeout=30000)
     win.scene.nodes["cat1"].setSelected(True)
@@ -223,10 +219,6 @@ def test_concat_inspector_total_names_the_forced_copy(qtbot, win, model):
 
 
 def test_performance_dock_keeps_its_columns_when_deltas_appear(qtbot, win, model):
-    from qtquant.app.views.perfdata import simulator
-
-    if simulator() is None:
-        pytest.skip("no performance simulator")
     open_settled(qtbot, win, model)
     qtbot.waitUntil(lambda: win.relay.perf() is not None and not win.controller.busy, timeout=30000)
     ps = win.perf_summary

@@ -121,13 +121,11 @@ def test_pooled_falls_back_to_union_without_histograms(tmp_path):
     assert s.domains.domain_of("cat_out").qparams.scale == pytest.approx(5.0 / 127.0)
 
 
-def test_pooled_real_histograms_if_available(tmp_path):
+def test_pooled_real_histograms(tmp_path):
     """With the calibration engine's own pooled_range: the percentile of merged histograms."""
     path = save(branchy_concat_model(gains=(1.0, 1.3, 6.0)), tmp_path / "m.onnx")
     s = open_model(path, options=Options(policy=Policy.POOLED))
     s.run_calibration()
-    if not hasattr(s.calibration, "pooled_range"):
-        pytest.skip("calibration engine without pooled histograms")
     share(s, MEMBERS)
     d = s.domains.domain_of("cat_out")
     union = max(max(abs(v) for v in s.ranges[m]) for m in ("conv0_out", "conv1_out", "conv2_out"))

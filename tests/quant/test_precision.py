@@ -57,7 +57,7 @@ def test_names_resolve_to_quantized_outputs(session):
 def test_command_is_undoable_and_emits(session):
     stack = CommandStack(session)
     got = []
-    session.events.precision.connect(got.append)
+    session.events.options.connect(lambda changed: got.append(changed["precision"]) if "precision" in changed else None)
     assert stack.push(SetPrecisionCommand.for_names(session, ["neck"], "float"))
     assert session.precision == {"h": "float"} and session.snapshot().precision == {"h": "float"}
     assert stack.undo_text == "Keep h in float" and got[-1] == {"h": "float"}

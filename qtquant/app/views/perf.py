@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from html import escape
 
 from .fmt import fmt_bytes, fmt_us
-from .perfdata import num, simulator, top_layers
+from .perfdata import num, top_layers
 from ...base.tables import clip_left, fmt_num, samples_text
 from ...base.vocab import Blank
 
@@ -113,7 +113,6 @@ def perf_summary(session) -> PerfSummaryView:
                                "also measures the written file against this file.",
                       sqnr_basis="Calibrate to measure")
     if perf is None:
-        fields["note"] = "" if simulator() is not None else "The perf simulator is not installed."
         return PerfSummaryView(**fields)
     stale = session.is_stale(res)
     grouped = len(session.groups) > 0

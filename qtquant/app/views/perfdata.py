@@ -17,22 +17,18 @@ BOUND_ABBR = {"compute": "cmp", "memory": "mem", "overhead": "ovh"}  # the laten
 
 
 def simulator():
-    """``qtquant.perf.simulate_session`` or None."""
-    try:
-        from ...perf import simulate_session
-    except ImportError:
-        return None
+    """``qtquant.perf.simulate_session``."""
+    from ...perf import simulate_session
+
     return simulate_session
 
 
 def fidelity_measure(worker=None):
-    """``qtquant.fidelity.measure.measure_session`` (following edits: one check per edit comes) or None;
+    """``qtquant.fidelity.measure.measure_session`` (following edits: one check per edit comes);
     with ``worker`` (a :class:`~qtquant.app.fidelity_worker.FidelityWorker`), the same check run in
     its child process."""
-    try:
-        from ...fidelity.measure import measure_session
-    except ImportError:
-        return None
+    from ...fidelity.measure import measure_session
+
     return worker.measure if worker is not None else partial(measure_session, follow_edits=True)
 
 
@@ -94,10 +90,8 @@ def node_detail(perf) -> dict[str, str]:
 
 
 def _node_detail(perf) -> dict[str, str]:
-    try:
-        from ...perf.report import short_fused
-    except ImportError:
-        return {}
+    from ...perf.report import short_fused
+
     out = {}
     for layer in getattr(perf, "layers", None) or ():
         name = getattr(layer, "name", None)
