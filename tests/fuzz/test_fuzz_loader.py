@@ -13,7 +13,7 @@ Three generators:
 - *edits*: one to three semantic edits of valid models, which get past the first
   checks and exercise shape inference, QDQ import, calibration and the report.
 
-``QTQUANT_FUZZ_EXAMPLES=5000 pytest tests/model/test_fuzz_loader.py -s`` runs a long,
+``QTQUANT_FUZZ_EXAMPLES=5000 pytest tests/fuzz/test_fuzz_loader.py -s`` runs a long,
 randomized campaign and prints the number of cases tried per target.
 """
 

@@ -10,7 +10,7 @@ that does not answer within the timeout is reported as ``hang``.
 The protocol is JSON lines over a private pipe (no pickle anywhere).  Targets are
 looked up by name in :data:`TARGETS`; nothing from the request is evaluated.
 
-Run ``python tests/test_fuzz_worker.py --serve`` to start a worker by hand.
+Run ``python tests/fuzz/test_fuzz_worker.py --serve`` to start a worker by hand.
 """
 
 from __future__ import annotations
