@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="qtquant-acc-share-"))
     work.mkdir(parents=True, exist_ok=True)
     common = ["--calib", a.calib, "--calib-count", str(a.calib_count)]
-    from qtquant.tables import text_table
+    from qtquant.base.tables import text_table
 
     rows = []
     for name in a.models.split(","):

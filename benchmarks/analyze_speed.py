@@ -19,10 +19,10 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import synthetic_model  # noqa: E402
 
-from qtquant import shape_child  # noqa: E402
-from qtquant.concat import analyze_concats  # noqa: E402
-from qtquant.domains import build_domains  # noqa: E402
-from qtquant.graph import load_graph  # noqa: E402
+from qtquant.model import shape_child  # noqa: E402
+from qtquant.quant.concat import analyze_concats  # noqa: E402
+from qtquant.quant.domains import build_domains  # noqa: E402
+from qtquant.model.graph import load_graph  # noqa: E402
 from bench_common import SHARED, interpreter, machine  # noqa: E402
 
 

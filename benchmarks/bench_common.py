@@ -1,5 +1,5 @@
 """What the fidelity benchmark scripts share: reading images as qtquant does, the error figures
-(written here independently of qtquant.metrics, so the scripts check qtquant rather than reuse it),
+(written here independently of qtquant.fidelity.metrics, so the scripts check qtquant rather than reuse it),
 and running qtquant as a user does."""
 
 from __future__ import annotations

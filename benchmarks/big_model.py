@@ -18,7 +18,7 @@ Each part prints its figure next to its reference from the same run:
 * ``--ort-breakdown``: where onnxruntime's time goes when it creates a session of the QDQ export
   (the fidelity check's biggest cost): wall seconds per graph transformer from its verbose log,
   at default options and without the NhwcTransformer (what the check runs above
-  ``qtquant.shipped.LAYOUT_PASS_NODES`` nodes), next to the float model's session at default
+  ``qtquant.runs.shipped.LAYOUT_PASS_NODES`` nodes), next to the float model's session at default
   options (the floor's).
 """
 
@@ -204,12 +204,12 @@ def _session_log(path: Path, disabled=()) -> tuple[float, dict[str, float]]:
 
 def ort_breakdown(model: Path, folder: Path, samples: int, top: int = 12) -> None:
     from qtquant.app import open_model
-    from qtquant.app.session import Options
+    from qtquant.app.options import Options
     from qtquant.calib import CalibConfig
     from qtquant.export.qdq import build_qdq_model
-    from qtquant.fidelity import output_mode_of
-    from qtquant.outputs import float_output_tensors
-    from qtquant.shipped import LAYOUT_PASSES
+    from qtquant.fidelity.measure import output_mode_of
+    from qtquant.quant.outputs import float_output_tensors
+    from qtquant.runs.shipped import LAYOUT_PASSES
 
     s = open_model(model, options=Options(calib=CalibConfig(count=samples)))  # analyze's calibration
     s.run_calibration()

@@ -45,7 +45,7 @@ def _images(folder: Path) -> list[Path]:
 
 def _child_qtquant(model: Path, data: Path, n: int, observer: str, jobs: int) -> dict:
     from qtquant.calib import CalibConfig, calibrate
-    from qtquant.graph import load_graph
+    from qtquant.model.graph import load_graph
 
     base = _rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -128,7 +128,7 @@ def _activation_mb_per_sample(model: Path) -> float:
     """Bytes of every float activation of one sample: what onnxruntime's histogram calibrators keep."""
     import numpy as np
 
-    from qtquant.graph import load_graph
+    from qtquant.model.graph import load_graph
 
     g = load_graph(model, {INPUT: SHAPE})
     total = sum(int(np.prod(t.shape)) * 4 for t in g.tensors.values()

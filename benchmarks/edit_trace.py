@@ -52,7 +52,7 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     import qtquant
-    from qtquant.demo import write_demo
+    from qtquant.app.demo import write_demo
 
     assert str(Path(qtquant.__file__).resolve()).startswith(pkg), qtquant.__file__
     from qtquant.gui.mainwindow import MainWindow

@@ -30,13 +30,13 @@ sys.path.insert(0, str(HERE))
 
 from make_qdq import make_qdq  # noqa: E402
 
-from qtquant.autoshare import auto_share  # noqa: E402
+from qtquant.quant.autoshare import auto_share  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.export.overrides import load_overrides, write_overrides  # noqa: E402
 from qtquant.export.qdq import export_qdq  # noqa: E402
-from qtquant.fidelity import sqnr_db  # noqa: E402
+from qtquant.fidelity.measure import sqnr_db  # noqa: E402
 from qtquant.app import open_model  # noqa: E402
-from qtquant.runtime import make_session  # noqa: E402
+from qtquant.model.runtime import make_session  # noqa: E402
 from qtquant.app import Options  # noqa: E402
 from bench_common import SHARED  # noqa: E402
 

@@ -229,7 +229,7 @@ def main() -> int:
                     help="folder with yolov8n_320.onnx (skipped if missing)")
     ap.add_argument("--nodes", type=int, default=5000, help="size of the synthetic graph")
     args = ap.parse_args()
-    from qtquant.demo import build_attention_demo
+    from qtquant.app.demo import build_attention_demo
     from qtquant.gui.app import make_app
 
     app = make_app()

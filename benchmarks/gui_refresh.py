@@ -161,7 +161,7 @@ def state_key(session):
 def reference(session):
     """Non-incremental costs on a headless twin of the session (same graph file, same statistics):
     domains + Concat analysis + a cold full simulation; a cold fidelity check."""
-    from qtquant.fidelity import measure_session
+    from qtquant.fidelity.measure import measure_session
     from qtquant.app import open_model
     from qtquant.perf import Simulator, load_march
 
@@ -183,14 +183,15 @@ def reference(session):
 
 def new_states(session):
     """Headless, in this process: the check of edits reaching new states (after a first edit),
-    with the exported program re-run where it changed (qtquant.incremental) and, on a twin, in a
+    with the exported program re-run where it changed (qtquant.runs.incremental) and, on a twin, in a
     fresh default session per edit as before; then, on the runner's own program and the models it
     ran, the issue's one-session design (:func:`feeds_not_models`).  Same edits, same machine,
     same minute."""
-    from qtquant import fidelity_runs, incremental
+    from qtquant.fidelity import checkruns as fidelity_runs
+    from qtquant.runs import incremental
     from qtquant.app import open_model
-    from qtquant.fidelity import measure_session
-    from qtquant.groups import share
+    from qtquant.fidelity.measure import measure_session
+    from qtquant.quant.groups import share
 
     g = session.graph
     steps = _steps(g)
@@ -221,7 +222,7 @@ def new_states(session):
                     edits.append(ran[-1] if len(ran) > before else None)
             out[how] = times
             if how == "incremental":
-                runner = fidelity_runs._caches[twin.graph].runner
+                runner = fidelity_runs.run_caches[twin.graph].runner
         finally:
             incremental.MAX_NODES, incremental.IncrementalRunner.run = real, real_run
     out["feeds"] = feeds_not_models(runner, edits)
@@ -233,14 +234,14 @@ def feeds_not_models(runner, edits):
     which every value an edit can move is a graph input, so that an edit changes feeds and not the
     model.  The session is ``runner``'s optimised program of the export (so the same kernels a
     default session of the file runs) with the initializers that move when every domain moves
-    (``_Program.moved``) made inputs; it is created once, then per edit the whole program runs on
+    (``Program.moved``) made inputs; it is created once, then per edit the whole program runs on
     the check samples with the edit's values fed.  ``edits``: (model, outputs, results) of the
     runner's run of each edit, whose outputs these are compared with."""
     import numpy as np
     import onnx
     from onnx import numpy_helper
 
-    from qtquant import incremental, sampleruns
+    from qtquant.runs import incremental, sampleruns
 
     prog = next(iter(runner._programs.values()), None) if runner is not None else None
     if prog is None or not edits or None in edits or not prog.reusable:
@@ -278,7 +279,7 @@ def feeds_not_models(runner, edits):
 def _steps(g):
     """The headless edits of :func:`new_states`: the three head shares, then a Resize dropped on a
     mid-network Concat."""
-    from qtquant.concat import concat_members
+    from qtquant.quant.concat import concat_members
     from qtquant.gui.editing import node_outputs
 
     heads = [("/model.22/cv2.0/cv2.0.2/Conv", "/model.22/cv3.0/cv3.0.2/Conv"),

@@ -237,7 +237,7 @@ def main():
                f"{wall:.1f}")
         row += (export_check(path, common, exports / f"{len(rows)}.onnx"),) if args.fix else ()
         rows.append(row + ((qdq_check(path, common, d / "qdq" / str(len(rows))),) if args.qdq else ()))
-    from qtquant.tables import text_table
+    from qtquant.base.tables import text_table
 
     heads = ("model", "exit", "opset", "Concats / rescales", "latency (bayes-e)",
              "worst output SQNR, or the one-line error", "wall s") + (("export (--fix)",) if args.fix else ()) \

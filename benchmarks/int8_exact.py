@@ -1,5 +1,5 @@
 """The cost of exact int8 accumulation: where this CPU's default int8 kernels saturate, qtquant's
-sessions carry ``session.x64quantprecision=1`` (qtquant.int8path); this times the exported file of a
+sessions carry ``session.x64quantprecision=1`` (qtquant.model.int8path); this times the exported file of a
 real model with and without the entry, in one run.
 
 For each model: session creation and the run over N samples, default options against qtquant's
@@ -31,8 +31,8 @@ from qtquant.app import open_model  # noqa: E402
 from qtquant.app.session import Options  # noqa: E402
 from qtquant.calib.engine import CalibConfig  # noqa: E402
 from qtquant.export.qdq import build_qdq_model  # noqa: E402
-from qtquant.int8path import EXACT_INT8_ENTRY, host_int8_path  # noqa: E402
-from qtquant.runtime import make_session, ort_session, quiet_options  # noqa: E402
+from qtquant.model.int8path import EXACT_INT8_ENTRY, host_int8_path  # noqa: E402
+from qtquant.model.runtime import make_session, ort_session, quiet_options  # noqa: E402
 
 
 def _with_entry(model):

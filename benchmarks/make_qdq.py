@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from qtquant.calib.engine import split_samples  # noqa: E402
 from qtquant.calib.sources import open_source  # noqa: E402
 from qtquant.cli.common import add_common, calib_config_from_args  # noqa: E402
-from qtquant.graph import load_graph  # noqa: E402
-from qtquant.runtime import input_specs  # noqa: E402
+from qtquant.model.graph import load_graph  # noqa: E402
+from qtquant.model.runtime import input_specs  # noqa: E402
 
 
 def calibration_feeds(graph, config):

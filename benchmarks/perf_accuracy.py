@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the model builders live with the test
 
 from builders import yolov8n, zoo_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
-from qtquant.graph import graph_from_model  # noqa: E402
+from qtquant.model.graph import graph_from_model  # noqa: E402
 from qtquant.app import open_model  # noqa: E402
 from qtquant.perf import model_macs, simulate_session  # noqa: E402
 from qtquant.app import Options, Session  # noqa: E402

@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the model builders live with the test
 from builders import zoo_model  # noqa: E402
 from qtquant.app import Options, Session, open_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
-from qtquant.graph import graph_from_model  # noqa: E402
+from qtquant.model.graph import graph_from_model  # noqa: E402
 from qtquant.perf import Simulator  # noqa: E402
 
 ZOO = "https://github.com/D-Robotics/rdk_model_zoo/blob/"
@@ -310,7 +310,7 @@ def _write(march, names, train, med):
                        f"median leave-one-out |error| {med:.1f}%)")
     doc["fit"] = {"script": "benchmarks/perf_fit.py", "figures": [f.name for f in train],
                   "params": [*names, "channel_align"]}
-    from qtquant.fileio import atomic_write_text
+    from qtquant.base.fileio import atomic_write_text
 
     atomic_write_text(p, json.dumps(doc, indent=2, ensure_ascii=False) + "\n", what="march profile")
     print(f"wrote {p}")

@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the model builders live with the tests
 
 from builders import synthetic_model  # noqa: E402
-from qtquant.concat import analyze_concats  # noqa: E402
-from qtquant.domains import build_domains  # noqa: E402
-from qtquant.graph import graph_from_model, load_graph  # noqa: E402
+from qtquant.quant.concat import analyze_concats  # noqa: E402
+from qtquant.quant.domains import build_domains  # noqa: E402
+from qtquant.model.graph import graph_from_model, load_graph  # noqa: E402
 from qtquant.perf import Simulator  # noqa: E402
 from bench_common import SHARED  # noqa: E402
 

@@ -58,7 +58,7 @@ def main() -> int:
     made = []
 
     sys.path.insert(0, str(ROOT))
-    from qtquant.demo import write_demo
+    from qtquant.app.demo import write_demo
 
     tmp = Path(tempfile.mkdtemp(prefix="qtquant-shots-"))
     demo = write_demo(tmp, count=16)["attention"]

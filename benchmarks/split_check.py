@@ -1,4 +1,4 @@
-"""The shipped model's segments (qtquant.segments.split_model) against one default session of the whole
+"""The shipped model's segments (qtquant.runs.segments.split_model) against one default session of the whole
 exported file: outputs bit for bit, and what each costs to create.
 
 usage: python benchmarks/split_check.py [MODEL ...] [--input-shape NAME=1x3x320x320] [--calib DIR]
@@ -34,13 +34,14 @@ def _timed(fn):
 
 
 def check(path: Path, shape, calib: str, parts: list[int]) -> bool:
-    from qtquant import runtime, segments, shipped
+    from qtquant.model import runtime
+    from qtquant.runs import segments, shipped
     from qtquant.app import open_model
-    from qtquant.app.session import Options
+    from qtquant.app.options import Options
     from qtquant.calib import CalibConfig
     from qtquant.export.qdq import build_qdq_model
-    from qtquant.fidelity import output_mode_of
-    from qtquant.outputs import float_output_tensors
+    from qtquant.fidelity.measure import output_mode_of
+    from qtquant.quant.outputs import float_output_tensors
 
     cfg = CalibConfig(source=calib or "synthetic", count=4)
     s = open_model(path, shape, options=Options(calib=cfg))

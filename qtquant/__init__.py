@@ -2,21 +2,33 @@
 
 The core (everything outside ``qtquant.gui``) never imports Qt.  ``qtquant.open_model(path)``
 is the one way to open a model, float or QDQ-quantized: it returns a session.
+
+The names below load on first use: ``import qtquant`` (for ``__version__``, or as the parent of
+any submodule) imports neither onnx nor onnxruntime.
 """
 
 __version__ = "0.1.0"
 
-from .errors import QtQuantError  # noqa: E402
-from .graph import Graph, load_graph  # noqa: E402,F401  (load_graph: float files only, kept for old callers)
-
 __all__ = ["QtQuantError", "Graph", "open_model", "__version__"]
+
+# name -> (module, attribute), imported when first asked for
+_LAZY = {
+    "QtQuantError": ("qtquant.base.errors", "QtQuantError"),
+    "Graph": ("qtquant.model.graphmodel", "Graph"),
+    "open_model": ("qtquant.app.loader", "open_model"),
+}
 
 
 def __getattr__(name):
-    # Lazily: the application layer pulls in calibration and onnxruntime, which
-    # ``import qtquant`` (for __version__, say) should not pay for.
-    if name == "open_model":
-        from .app import open_model
+    if name in _LAZY:
+        from importlib import import_module
 
-        return open_model
+        module, attr = _LAZY[name]
+        value = getattr(import_module(module), attr)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

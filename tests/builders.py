@@ -604,3 +604,34 @@ def saturating_conv_model(channels: int = 64, out_channels: int = 8) -> onnx.Mod
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m
+
+
+def tied_classifier(path, with_logits=True):
+    """x (1x8 in [0, 1)) -> Gemm -> logits -> ArgMax -> cls.  Classes 0 and 1 differ by a thousandth
+    of x0 - 0.5: far below one int8 step of the logits, so quantization flips some classes."""
+    w = np.ones((3, 8), np.float32)
+    w[1, 0] += 0.001
+    w[2] *= 0.5
+    b = np.array([0.0, -0.0005, 0.0], np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["logits"], transB=1),
+             helper.make_node("ArgMax", ["logits"], ["cls"], axis=1, keepdims=0)]
+    outs = [helper.make_tensor_value_info("cls", TensorProto.INT64, [1])]
+    if with_logits:
+        outs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 3]))
+    g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])], outs,
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def dynamic_model(meta=None, value_info=None):
+    x = helper.make_tensor_value_info("images", TensorProto.FLOAT,
+                                      ["p2o.DynamicDimension.0", 3, "p2o.DynamicDimension.1", "p2o.DynamicDimension.2"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Relu", ["images"], ["y"])], "g", [x], [y])
+    if value_info:
+        g.value_info.append(helper.make_tensor_value_info("images", TensorProto.FLOAT, value_info))
+    m = helper.make_model(g)
+    for k, v in (meta or {}).items():
+        helper.set_model_props(m, {k: v})
+    return m

@@ -7,11 +7,11 @@ import onnxruntime as ort
 
 def precise_options(level=None) -> ort.SessionOptions:
     """qtquant's own session options (default, or ``level``): int8 products accumulate exactly on any
-    CPU (:mod:`qtquant.int8path`), so a test's SQNR is the export's and not the CPU's: on AVX2 without
+    CPU (:mod:`qtquant.model.int8path`), so a test's SQNR is the export's and not the CPU's: on AVX2 without
     VNNI the default u8s8 kernels add byte products in saturating 16-bit pairs (a fused Gemm of
     test_export_bias read 26.0 dB there against 39.8 dB exact, test_export's uint8 detector 15.25
     against 31.15 dB)."""
-    from qtquant.runtime import quiet_options
+    from qtquant.model.runtime import quiet_options
 
     so = quiet_options()
     if level is not None:

@@ -11,7 +11,8 @@ nor ``qtquant.cli``.
 from .commands import CommandStack
 from .events import SessionEvents
 from .loader import open_model
-from .session import Options, Result, Session
+from .options import Options
+from .session import Result, Session
 from .snapshot import Snapshot
 
 __all__ = ["Session", "Options", "SessionEvents", "CommandStack", "Snapshot", "Result", "open_model"]

@@ -28,12 +28,12 @@ from __future__ import annotations
 import math
 import time
 
-from ..accuracy.check import Bench
+from ..fidelity.accuracy.check import Bench
 from ..calib.methods import CANDIDATES, MINMAX, MethodChoice
 from ..calib.searchreport import MethodScore, NodeStep, SearchReport
-from ..errors import BadInputError, Cancelled
-from ..outputs import float_output_tensors
-from ..vocab import DEFAULT_SEARCH_BUDGET_S as DEFAULT_BUDGET_S, Observer
+from ..base.errors import BadInputError, Cancelled
+from ..quant.outputs import float_output_tensors
+from ..base.vocab import DEFAULT_SEARCH_BUDGET_S as DEFAULT_BUDGET_S, Observer
 
 __all__ = ["search_calibration", "run_search", "searched", "DEFAULT_BUDGET_S", "needs_search"]
 
@@ -50,7 +50,7 @@ class _Trials:
     """Measures a choice of methods: the export the session would write with its ranges."""
 
     def __init__(self, session, cancel):
-        from .session import _domains_for
+        from .options import domains_for as _domains_for
 
         self.session, self.cal = session, session.calibration
         self._domains_for = _domains_for

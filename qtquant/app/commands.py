@@ -13,10 +13,10 @@ from enum import Enum
 
 from psygnal import Signal
 
-from ..domains import Policy
-from ..errors import BadInputError
-from ..quant import Scheme
-from .session import Options
+from ..quant.domains import Policy
+from ..base.errors import BadInputError
+from ..model.scales import Scheme
+from .options import Options
 
 __all__ = ["Command", "ShareCommand", "UngroupCommand", "RemoveMemberCommand", "AutoShareCommand",
            "SqnrShareCommand", "SetOptionsCommand", "SetPolicyCommand", "SetMarchCommand", "SetPrecisionCommand",
@@ -126,7 +126,7 @@ class AutoShareCommand(_GroupsCommand):
         return f"Auto-share (≤ {self.max_bits_lost:g} bits)"
 
     def apply(self, session) -> None:
-        from ..autoshare import auto_share
+        from ..quant.autoshare import auto_share
 
         self.report = auto_share(session, self.max_bits_lost)
 
@@ -218,11 +218,11 @@ class SetMarchCommand(SetOptionsCommand):
 class SetPrecisionCommand(Command):
     """Set tensors to int8 / int16 / float; undo puts the previous map back.
 
-    ``tensors`` are tensor names (:func:`qtquant.precision.resolve_names` turns node names into
+    ``tensors`` are tensor names (:func:`qtquant.quant.precision.resolve_names` turns node names into
     them; :meth:`for_names` and :meth:`for_domain` build the command from other units)."""
 
     def __init__(self, tensors, precision, label: str = ""):
-        from ..vocab import Precision
+        from ..base.vocab import Precision
 
         try:
             self.precision = Precision(getattr(precision, "value", precision))
@@ -238,7 +238,7 @@ class SetPrecisionCommand(Command):
     @classmethod
     def for_names(cls, session, names, precision, label: str = "") -> "SetPrecisionCommand":
         """Node or tensor names, as the CLI and the GUI get them."""
-        from ..precision import resolve_names
+        from ..quant.precision import resolve_names
 
         return cls(resolve_names(session.graph, names), precision, label)
 
@@ -272,7 +272,7 @@ class SetPrecisionCommand(Command):
 
 class ReachCommand(SetOptionsCommand):
     """Install the precision map a "reach X dB for the least latency" plan chose
-    (:func:`qtquant.accuracy.reach.plan_reach`, run in the background) as one undoable step."""
+    (:func:`qtquant.fidelity.accuracy.reach.plan_reach`, run in the background) as one undoable step."""
 
     def __init__(self, plan):
         super().__init__(precision=plan.precision)

@@ -16,7 +16,7 @@ LOG_SUFFIXES = (".txt", ".log")
 
 
 def place_compile_log(session, log: CompileLog, *, any_shape: bool = False, scales: bool = True) -> LogMatch:
-    """Match ``log`` to the session's graph and install it; :class:`~qtquant.errors.CompileLogError`
+    """Match ``log`` to the session's graph and install it; :class:`~qtquant.base.errors.CompileLogError`
     (nothing installed) for a log of another model or, unless ``any_shape``, another input shape."""
     match = match_compile_log(session.graph, log, any_shape=any_shape)
     session.set_compiler_log(match, scales=scales)

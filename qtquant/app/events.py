@@ -18,9 +18,8 @@ class SessionEvents(SignalGroup):
     groups = Signal()  # the user's groups changed (one edit: one emission)
     perf = Signal(object)  # the new perf Result
     fidelity = Signal(object)  # the new fidelity Result
-    precision = Signal(object)  # the new PrecisionMap (after the "options" event that carries it too)
-    accuracy = Signal(object)  # the new accuracy-debugger Result (qtquant.accuracy.AccuracyReport)
+    accuracy = Signal(object)  # the new accuracy-debugger Result (qtquant.fidelity.accuracy.AccuracyReport)
     compiler_log = Signal(object)  # a compile log placed on the graph (qtquant.horizon.match.LogMatch) or None
 
 
-KINDS = ("calibrated", "options", "groups", "perf", "fidelity", "precision", "accuracy", "compiler_log")
+KINDS = ("calibrated", "options", "groups", "perf", "fidelity", "accuracy", "compiler_log")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from ..errors import ModelError
-from ..gcpause import gc_paused
-from ..graph import graph_from_model, reading_model
-from ..modelcheck import FileDigest, check_external_data, check_text
-from ..qdq import attach_qdq, check_quantized_form, is_qdq_model, strip_qdq
-from .session import Options, Session
+from ..base.errors import ModelError
+from ..base.gcpause import gc_paused
+from ..model.graph import graph_from_model, reading_model
+from ..model.modelcheck import FileDigest, check_external_data, check_text
+from ..model.qdq import attach_qdq, check_quantized_form, is_qdq_model, strip_qdq
+from .options import Options
+from .session import Session
 
 __all__ = ["open_model"]
 
@@ -15,7 +16,7 @@ __all__ = ["open_model"]
 @gc_paused
 def open_model(path, input_shapes=None, options: Options = Options(), *, cut=(), stats=None) -> Session:
     """``cut``: tensor names (or ``a,b`` text) the graph is cut at: the session works on the
-    subgraph that ends there (:func:`qtquant.graph.cut_model`).  ``stats``: the statistics file the
+    subgraph that ends there (:func:`qtquant.model.graph.cut_model`).  ``stats``: the statistics file the
     session is to use (``qtquant calibrate --stats-out``; the caller loads it): without
     ``input_shapes``, the model opens at the shapes it was made at (a dynamic model needs none given).
     A QDQ file with ``stats`` is refused: its scales are its own, and statistics would replace them."""

@@ -9,51 +9,23 @@ background work reads a :meth:`Session.snapshot`.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 
-from ..calib import CalibConfig, CalibrationResult, calibrate
-from ..concat import analyze_concats
-from ..outputs import OutputMode, export_float_of
-from ..domains import DomainMap, Policy, build_domains
-from ..groups import GroupSet
-from ..precision import PrecisionMap
-from ..quant import Scheme
-from ..vocab import Precision
+from ..calib import CalibrationResult, calibrate
+from ..quant.concat import analyze_concats
+from ..quant.outputs import export_float_of
+from ..quant.domains import DomainMap
+from ..quant.groups import GroupSet
+from ..base.vocab import Precision, Scheme
 from .events import SessionEvents
+from .options import Options, domains_for
 from .snapshot import StateFacts
 
-__all__ = ["Options", "Session", "Result", "Derived", "derive", "concat_rule"]
+__all__ = ["Session", "Result", "Derived", "derive"]
 
 # Options the domain maps are built from (the march: its Concat output-scale rule); the others
 # (max_bits_lost) leave them valid.
 _DOMAIN_FIELDS = frozenset({"scheme", "policy", "calib", "march"})
-
-
-@dataclass(frozen=True)
-class Options:
-    scheme: Scheme = Scheme.SYMMETRIC_INT8
-    policy: Policy = Policy.UNION
-    march: str = "bayes-e"
-    max_bits_lost: float = 1.0
-    calib: CalibConfig = field(default_factory=CalibConfig)
-    # tensor -> int16 / float (int8, the default, is never stored): qtquant.precision
-    precision: PrecisionMap = field(default_factory=PrecisionMap)
-    # How model outputs export (--quantize-outputs / --float-outputs): the Concat table, the
-    # simulator and the export read it from here, so they describe the same file.
-    output_mode: OutputMode = OutputMode.AUTO
-
-    def __post_init__(self):
-        # Spelled as text by the CLI, the dialogs and project files: one typed value here.
-        object.__setattr__(self, "scheme", Scheme.parse(self.scheme))
-        if not isinstance(self.precision, PrecisionMap):
-            object.__setattr__(self, "precision", PrecisionMap(self.precision))
-        object.__setattr__(self, "policy", Policy(self.policy))
-        object.__setattr__(self, "max_bits_lost", float(self.max_bits_lost))
-        object.__setattr__(self, "output_mode", OutputMode(self.output_mode))
-
-    @classmethod
-    def field_names(cls) -> frozenset[str]:
-        return frozenset(f.name for f in fields(cls))
 
 
 @dataclass(frozen=True)
@@ -79,25 +51,6 @@ class Derived:
     compiler: dict | None = None  # the compile log's ranges they were built with
 
 
-def concat_rule(options: Options):
-    """The Concat output-scale rule of the options' march (its profile states it)."""
-    from ..perf import load_march  # cached per file: cheap on every rebuild
-
-    return load_march(options.march).concat_output_scale
-
-
-def _domains_for(graph, calibration, options, qdq, groups, compiler=None) -> DomainMap:
-    """``compiler``: tensor -> range from a compile log's thresholds (:meth:`Session.set_compiler_log`),
-    fixed as a QDQ file's scales are, and over them."""
-    ranges = calibration.ranges if calibration is not None else {}
-    hist_pool = getattr(calibration, "pooled_range", None) if calibration is not None else None
-    fixed = {**(qdq.ranges if qdq else {}), **(compiler or {})} or None
-    return build_domains(graph, ranges, groups, policy=options.policy, scheme=options.scheme,
-                         fixed=fixed, hist_pool=hist_pool,
-                         percentile=getattr(options.calib, "percentile", 99.99),
-                         concat_rule=concat_rule(options))
-
-
 def derive(graph, calibration, options: Options, groups, qdq=None, compiler=None) -> Derived:
     """Everything :meth:`Session.set_calibration` would otherwise compute on first use.
 
@@ -105,8 +58,8 @@ def derive(graph, calibration, options: Options, groups, qdq=None, compiler=None
     edited; the session installs the result only if they still hold.
     """
     groups = tuple(tuple(g) for g in groups)
-    dm = _domains_for(graph, calibration, options, qdq, groups, compiler)
-    base = _domains_for(graph, calibration, options, qdq, (), compiler) if groups else dm
+    dm = domains_for(graph, calibration, options, qdq, groups, compiler)
+    base = domains_for(graph, calibration, options, qdq, (), compiler) if groups else dm
     ft = export_float_of(graph, options, qdq, base)
     cs = analyze_concats(graph, dm, ft)
     return Derived(calibration, options, groups, dm, base, cs, analyze_concats(graph, base, ft) if groups else cs,
@@ -117,7 +70,7 @@ class Session(StateFacts):
     def __init__(self, graph, options: Options = Options(), *, qdq=None):
         self.graph = graph
         self.options = options
-        self.qdq = qdq  # qtquant.qdq.QdqInfo when the model came quantized
+        self.qdq = qdq  # qtquant.model.qdq.QdqInfo when the model came quantized
         self.calibration: CalibrationResult | None = None
         self.groups = GroupSet()
         self.events = SessionEvents()
@@ -125,7 +78,7 @@ class Session(StateFacts):
         self.perf: Result | None = None
         self.perf_baseline: Result | None = None  # the same simulation without any user group
         self.fidelity: Result | None = None
-        self.accuracy: Result | None = None  # per-tensor error and sensitivity (qtquant.accuracy)
+        self.accuracy: Result | None = None  # per-tensor error and sensitivity (qtquant.fidelity.accuracy)
         self.histograms: dict[str, tuple] = {}  # tensor -> (counts, edges) over the check samples
         # A compile log placed on the graph (qtquant.horizon.match.LogMatch), and whether its
         # thresholds are the scales (the compiler's calibration) or only shown beside qtquant's.
@@ -198,7 +151,7 @@ class Session(StateFacts):
         file's do (the compiler's calibration); the rest keep qtquant's.  Not an undoable edit: a
         file opened beside the model, as calibration data is."""
         if scales and match is not None and self.options.scheme is not Scheme.SYMMETRIC_INT8:
-            from ..errors import UsageError
+            from ..base.errors import UsageError
 
             raise UsageError("a compile log's thresholds are symmetric int8 scales: use the sym scheme with them")
         self.compiler_log = match
@@ -226,15 +179,13 @@ class Session(StateFacts):
                 self.options = replace(self.options, calib=replace(self.options.calib, scheme=tag))
         self._invalidate(domains=bool(_DOMAIN_FIELDS & changed.keys()))
         self._emit("options", changed)
-        if "precision" in changed:
-            self._emit("precision", self.options.precision)
 
     def set_precision(self, tensors, precision) -> None:
-        """Set ``tensors`` (tensor names, see :func:`qtquant.precision.resolve_names`) to
+        """Set ``tensors`` (tensor names, see :func:`qtquant.quant.precision.resolve_names`) to
         ``precision``; commands call this (``SetPrecisionCommand``), so it is undoable there."""
         unknown = [t for t in tensors if not self.graph.is_quantized(t)]
         if unknown:
-            from ..errors import BadInputError
+            from ..base.errors import BadInputError
 
             raise BadInputError(f"{unknown[0]!r} is not a quantized tensor: it has no precision to set")
         self.set_options(precision=self.options.precision.with_(tensors, Precision(precision)))
@@ -315,7 +266,7 @@ class Session(StateFacts):
 
     # -- derived --------------------------------------------------------------------------
     def _build(self, groups) -> DomainMap:
-        return _domains_for(self.graph, self.calibration, self.options, self.qdq, groups, self.compiler_ranges)
+        return domains_for(self.graph, self.calibration, self.options, self.qdq, groups, self.compiler_ranges)
 
     def domains_with(self, groups) -> DomainMap:
         """The domains if ``groups`` (lists of tensors) were the user's groups: a preview, nothing cached."""

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..concat import concat_members
-from ..errors import QtQuantError
-from ..groups import GroupSet, check_member, check_ships_quantized, ships_float
-from ..outputs import pass_through_walk
-from ..quant import bits_lost
+from ..quant.concat import concat_members
+from ..base.errors import QtQuantError
+from ..quant.groups import GroupSet, check_member, check_ships_quantized, ships_float
+from ..quant.outputs import pass_through_walk
+from ..model.scales import bits_lost
 
 __all__ = ["SharePlan", "feeders", "plan_share", "member_bits"]
 

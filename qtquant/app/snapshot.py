@@ -11,16 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..concat import analyze_concats
-from ..groups import GroupSet
-from ..outputs import export_float_of
+from ..quant.concat import analyze_concats
+from ..quant.groups import GroupSet
+from ..quant.outputs import export_float_of
+from .options import Options, domains_for
 
 if TYPE_CHECKING:
     from ..calib import CalibrationResult
-    from ..domains import DomainMap
-    from ..graphmodel import Graph
-    from ..qdq import QdqInfo
-    from .session import Options
+    from ..quant.domains import DomainMap
+    from ..model.graphmodel import Graph
+    from ..model.qdq import QdqInfo
 
 __all__ = ["Snapshot", "StateFacts"]
 
@@ -76,9 +76,7 @@ class Snapshot(StateFacts):
 
     def domains_with(self, groups) -> "DomainMap":
         """As :meth:`Session.domains_with`: the domains if ``groups`` were the user's groups."""
-        from .session import _domains_for
-
-        return _domains_for(self.graph, self.calibration, self.options, self.qdq, groups, self.compiler)
+        return domains_for(self.graph, self.calibration, self.options, self.qdq, groups, self.compiler)
 
     def concats(self, baseline: bool = False):
         key = bool(baseline)

@@ -1,6 +1,7 @@
 """Calibration: data sources, observers and streaming, mergeable statistics."""
 
-from .engine import CalibConfig, CalibConfigError, CalibrationResult, TensorStats, calibrate
+from .engine import CalibConfig, CalibrationResult, TensorStats, calibrate
+from .holdout import CalibConfigError
 from .observers import OBSERVERS, observe
 
 __all__ = ["CalibConfig", "CalibConfigError", "CalibrationResult", "TensorStats", "calibrate", "OBSERVERS",

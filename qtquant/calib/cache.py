@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field, ValidationError, field_validator
 
-from ..errors import CalibrationDataError, QtQuantError
-from ..fileio import atomic_file, atomic_write_text
-from ..fileio.schema import FileModel, check_format, one_line, read_json
-from ..runtime import input_specs
-from .engine import (AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, CHECK_CAP, CalibConfig, CalibrationResult, calibrate,
-                     compute_ranges)
+from ..base.errors import CalibrationDataError, QtQuantError
+from ..base.fileio import atomic_file, atomic_write_text
+from ..base.fileio.schema import FileModel, check_format, one_line, read_json
+from ..model.runtime import input_specs
+from .engine import CHECK_CAP, CalibConfig, CalibrationResult, calibrate, compute_ranges
+from .holdout import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN
 from .sources import open_source
 from .stats import TensorStats
 

@@ -14,21 +14,19 @@ multiply the memory of every run.
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
 import time
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from ..errors import BadInputError, Cancelled
-from ..runtime import input_specs
-from ..tables import plural, samples_text
-from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAULT_PERCENTILE, DEFAULT_SCHEME,
+from ..base.errors import BadInputError, Cancelled
+from ..model.runtime import input_specs
+from ..base.tables import plural, samples_text
+from ..base.vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_OBSERVER, DEFAULT_PERCENTILE, DEFAULT_SCHEME,
                      LAYOUTS, OBSERVERS, PIXEL_RANGES, RESIZE_MODES, SYNTHETIC, Observer, scheme_name)
+from .holdout import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, CalibConfigError, held_back_count, parse_holdout
 from .methods import MINMAX, SEARCH_OBSERVERS, MethodChoice, choice_ranges
 from .observers import abs_percentile, observe, signed_quantile
 from .sources import SampleRef, Source, open_source, parse_channels
@@ -39,28 +37,18 @@ from .stats import BINS, MINMAX_BINS, TensorStats
 if TYPE_CHECKING:
     from .searchreport import SearchReport
 
-__all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "CalibConfigError", "calibrate", "run_chunk",
-           "ChunkRunner",
-           "split_samples", "Split", "parse_holdout", "held_back_count", "synthetic_sample_count",
-           "DEFAULT_COUNT", "AUTO_HOLDOUT_MIN", "AUTO_HOLDOUT_FRACTION", "CHECK_CAP", "INT_TEXT"]
+__all__ = ["CalibConfig", "CalibrationResult", "TensorStats", "calibrate", "run_chunk", "ChunkRunner",
+           "split_samples", "Split", "DEFAULT_COUNT", "CHECK_CAP"]
 
 AUTO_MINMAX_STRIDE = 8
 DEFAULT_COUNT = DEFAULT_CALIB_COUNT
-# --holdout auto: a held-out check only pays when enough samples are left to calibrate on; below
-# this the check runs in-sample.  The 20% of 32 is 6 samples held out, 26 calibrated on.
-AUTO_HOLDOUT_MIN = 32
-AUTO_HOLDOUT_FRACTION = 0.2
 # At most this many check feeds are kept in memory (and in the cache): an in-sample check over
 # thousands of samples, or a large --holdout, would otherwise hold every input tensor of the run
 # (32 inputs of 1x3x640x640 float32 are 157 MB).
 CHECK_CAP = 32
 
-_HOLDOUT_HELP = "auto, a count of samples (0 = check in-sample) or a fraction between 0 and 1 such as 0.2"
-INT_TEXT = re.compile(r"[+-]?\d+")  # a count, as opposed to a fraction
 
 
-class CalibConfigError(BadInputError, ValueError):
-    """A calibration setting that cannot be used (also a ValueError, for dataclass-style callers)."""
 
 
 def _scheme_name(value) -> str:
@@ -68,36 +56,6 @@ def _scheme_name(value) -> str:
         return scheme_name(value)
     except ValueError:
         raise CalibConfigError(f"unknown scheme {value!r} (choose sym or asym)") from None
-
-
-def parse_holdout(value) -> int | float | None:
-    """``None`` / ``"auto"`` -> None, a count -> int >= 0, a fraction -> float in (0, 1).
-
-    Raises :class:`CalibConfigError` with a one-line message for anything else."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ("", "auto"):
-            return None
-        if INT_TEXT.fullmatch(text):
-            value = int(text)
-        else:
-            try:
-                value = float(text)
-            except ValueError:
-                raise CalibConfigError(f"--holdout expects {_HOLDOUT_HELP}; got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise CalibConfigError(f"--holdout expects {_HOLDOUT_HELP}; got {value!r}")
-    if isinstance(value, (int, np.integer)):
-        if value < 0:
-            raise CalibConfigError(f"--holdout count must be 0 or more, got {int(value)}")
-        return int(value)
-    value = float(value)
-    if not (math.isfinite(value) and 0.0 < value < 1.0):
-        raise CalibConfigError(f"--holdout fraction must be between 0 and 1, got {value!r} "
-                               f"(a count is a whole number)")
-    return value
 
 
 @dataclass(frozen=True)
@@ -327,37 +285,6 @@ def compute_ranges(stats: dict[str, TensorStats], config: CalibConfig,
     return out
 
 
-def held_back_count(n: int, holdout) -> int:
-    """Samples of ``n`` held back for the check under ``holdout`` (a CalibConfig.holdout value).
-
-    Auto holds back 20% (rounded down) from 32 samples on, none below.  At least one sample is
-    always left to calibrate on.
-    """
-    holdout = parse_holdout(holdout)
-    if holdout is None:
-        hold = n * Fraction(repr(AUTO_HOLDOUT_FRACTION)) if n >= AUTO_HOLDOUT_MIN else 0
-    elif isinstance(holdout, float):
-        hold = n * Fraction(repr(holdout))  # decimal-exact: 0.29 of 100 is 29, not 28.999...
-    else:
-        hold = holdout
-    return min(math.floor(hold), max(0, n - 1))
-
-
-def synthetic_sample_count(count: int, holdout) -> int:
-    """Synthetic samples to generate so that ``count`` are calibrated on and the rest are what
-    the holdout rule holds back of the whole: ``count`` + N for a count N; for a fraction (and
-    auto, once that reaches 32 samples) the largest n with n - held_back_count(n) == count, so
-    the share held back is as close to the fraction as whole samples allow."""
-    holdout = parse_holdout(holdout)
-    if isinstance(holdout, int):
-        return count + holdout
-    frac = Fraction(repr(AUTO_HOLDOUT_FRACTION if holdout is None else holdout))
-    n = math.floor(count / (1 - frac))  # n - floor(f*n) == ceil((1-f)*n) <= count  <=>  n <= count/(1-f)
-    if holdout is None and n < AUTO_HOLDOUT_MIN:
-        return count  # too few for a held-out check: all are calibrated on, the check is in-sample
-    return n
-
-
 class Split(NamedTuple):
     """How the samples are used: ``calib`` to calibrate on, ``held`` held back from it."""
 
@@ -426,7 +353,7 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
     """Calibrate ``graph`` on ``config.source``.
 
     ``progress(done, total)`` is called after each batch; ``cancel()`` is polled between batches and
-    a true value raises :class:`~qtquant.errors.Cancelled`.  Safe to call from a worker thread.
+    a true value raises :class:`~qtquant.base.errors.Cancelled`.  Safe to call from a worker thread.
     ``isolate`` runs the model in a child process even with one job: onnxruntime's session of a
     big model takes the GIL for a long time when it is destroyed (20,000 nodes: 0.6 s), which a
     GUI in the same process would feel as a freeze.

@@ -3,7 +3,7 @@
 Two places keep them for later.  An in-sample calibration keeps what its own run computed for the
 check samples, so the fidelity check needs no float run of its own
 (:attr:`~qtquant.calib.engine.CalibrationResult.check_values`).  The fidelity check's first float
-run prefetches the tensors later edits' groups will ask for (``fidelity_runs._prefetchable``).
+run prefetches the tensors later edits' groups will ask for (``qtquant.fidelity.checkruns.prefetchable``).
 Both keep, within :data:`VALUES_BUDGET` bytes over all check samples, the model outputs and every
 Concat's inputs and output first (the check always compares the outputs, and shares join a
 Concat's tensors), then the rest in the order given, each while it still fits.  All or nothing made

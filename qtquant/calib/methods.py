@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..vocab import DEFAULT_PERCENTILE, Observer
+from ..base.vocab import DEFAULT_PERCENTILE, Observer
 from .observers import observe
 from .stats import TensorStats
 

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..vocab import DEFAULT_OBSERVER, DEFAULT_PERCENTILE, OBSERVERS, SCHEME_NAMES, Observer
+from ..base.vocab import DEFAULT_OBSERVER, DEFAULT_PERCENTILE, OBSERVERS, SCHEME_NAMES, Observer
 from .stats import TensorStats
 
 __all__ = ["OBSERVERS", "SCHEMES", "observe", "abs_percentile", "signed_quantile", "mse_threshold",

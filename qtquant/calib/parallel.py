@@ -1,6 +1,6 @@
 """``--jobs N``: split the calibration batches over worker processes and merge their statistics.
 
-Each worker (a :mod:`qtquant.childproc` child) rebuilds the onnxruntime session from the
+Each worker (a :mod:`qtquant.base.childproc` child) rebuilds the onnxruntime session from the
 serialized model, reduces its contiguous share of the samples, and sends back
 :class:`~qtquant.calib.stats.TensorStats`.  Merging the shares in order gives exactly the
 single-process statistics (see :mod:`qtquant.calib.stats`), so a Ray or Dask backend could reuse
@@ -9,8 +9,8 @@ the same merge.  Cancelling terminates the workers at once.
 
 from __future__ import annotations
 
-from .. import childproc
-from .runner import session_threads
+from ..base import childproc
+from .runner import run_chunk, session_threads
 from .stats import BINS, TensorStats
 
 __all__ = ["run_parallel", "split_even"]
@@ -29,8 +29,6 @@ def split_even(items: list, parts: int) -> list[list]:
 
 def _calibrate_share(request, link) -> dict:
     import onnx
-
-    from .engine import run_chunk
 
     model_bytes, base_dir, names, source, refs, threads, stride, bins = request
     return run_chunk(onnx.ModelProto.FromString(model_bytes), base_dir, names, source, refs, threads=threads,

@@ -29,8 +29,9 @@ import logging
 import os
 import socket
 
-from ..errors import BadInputError, CalibrationDataError, Cancelled, QtQuantError, first_line
+from ..base.errors import BadInputError, CalibrationDataError, Cancelled, QtQuantError, first_line
 from .parallel import split_even
+from .sources import data_digest
 from .stats import BINS, TensorStats
 
 __all__ = ["run_ray", "connect", "unreachable", "CHUNKS_PER_WORKER", "RETRIES"]
@@ -162,8 +163,6 @@ class _Worker:
 
     def check(self, source, digest: str) -> tuple[str, str]:
         """(this node's name, "" or why it does not see the driver's calibration data)."""
-        from .statsfile import data_digest
-
         host = socket.gethostname()
         try:
             mine = data_digest(source)
@@ -176,7 +175,7 @@ class _Worker:
         if self.runner is None:
             import onnx
 
-            from .engine import ChunkRunner
+            from .runner import ChunkRunner
 
             base_dir, names, input_names, stride, bins, threads = self.args
             self.runner = ChunkRunner(onnx.ModelProto.FromString(model_bytes), base_dir, names, input_names,
@@ -200,8 +199,6 @@ def run_ray(graph, names, source, refs, address: str, jobs: int = 1, *, stride: 
             progress=None, cancel=None) -> dict[str, TensorStats]:
     """Statistics of ``refs`` for ``names``, computed on Ray workers (``jobs`` of them; 1 = one
     per CPU of the cluster) and merged in sample order."""
-    from .statsfile import data_digest
-
     ray = _ray()
     started = connect(address)
     actors = []

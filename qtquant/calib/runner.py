@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CalibrationDataError, Cancelled, ModelError, first_line
-from ..runtime import make_session
-from ..segments import chained_session, iter_segments
-from ..shipped import SEGMENT_NODES
+from ..base.errors import CalibrationDataError, Cancelled, ModelError, first_line
+from ..model.runtime import make_session
+from ..runs.segments import chained_session, iter_segments
+from ..runs.shipped import SEGMENT_NODES
 from .augment import augment
 from . import keep
 from .keep import within_budget
@@ -82,7 +82,7 @@ class ChunkRunner:
 
 def _session(aug, base_dir, threads):
     """The augmented model's session; above :data:`SPLIT_NODES` nodes a
-    :class:`~qtquant.segments.ChainedSession` of segments of about ``shipped.SEGMENT_NODES``
+    :class:`~qtquant.runs.segments.ChainedSession` of segments of about ``shipped.SEGMENT_NODES``
     nodes, cut where only observed tensors (graph outputs of ``aug``) cross, created two at a time.
 
     Why: onnxruntime creates a session on one thread, and small graphs cost less per node (they

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..tables import samples_text
+from ..base.tables import samples_text
 from .methods import Method, MethodChoice
 
 __all__ = ["MethodScore", "NodeStep", "SearchReport"]
@@ -100,7 +100,7 @@ class SearchReport:
         return head + f"; {self.sample_text}"
 
     def text(self) -> str:
-        from ..tables import text_table
+        from ..base.tables import text_table
 
         kind = "per-node method search" if self.per_node else "method search"
         lines = [f"calibration {kind} ({self.sample_text}; worst output slice of the exported model, onnxruntime "

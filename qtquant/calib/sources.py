@@ -4,12 +4,14 @@ A source lists its samples as :class:`SampleRef` (file + index) without loading 
 shuffled order, and loads feeds ``{input name: array}`` on demand.  Sources are plain picklable
 objects so ``--jobs`` workers can rebuild the same samples in another process.
 
-Every problem with the data is a one-line :class:`~qtquant.errors.CalibrationDataError` that names
+Every problem with the data is a one-line :class:`~qtquant.base.errors.CalibrationDataError` that names
 the file, and for shape or dtype trouble, the input with its expected and actual shapes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tokenize
 import zipfile
@@ -20,11 +22,12 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import BadInputError, CalibrationDataError, ModelError, first_line
-from ..shapes import format_shape
-from ..vocab import SYNTHETIC
+from ..base.errors import BadInputError, CalibrationDataError, ModelError, first_line
+from ..model.shapes import format_shape
+from ..base.vocab import SYNTHETIC
+from .holdout import synthetic_sample_count
 
-__all__ = ["SampleRef", "Source", "open_source", "preprocess_image", "parse_channels",
+__all__ = ["SampleRef", "Source", "open_source", "data_digest", "preprocess_image", "parse_channels",
            "IMAGE_EXTS", "ARRAY_EXTS"]
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
@@ -228,7 +231,7 @@ def data_blamed(graph, config):
     try:
         yield
     except ModelError as e:
-        from ..runtime import input_specs
+        from ..model.runtime import input_specs
 
         synthetic = config is not None and config.synthetic
         hint = synthetic_failure_hint(input_specs(graph)) if synthetic else ""
@@ -434,13 +437,18 @@ def _list_files(folder: Path) -> tuple[list[Path], list[Path]]:
     return images, arrays
 
 
+
+def data_digest(source) -> str:
+    """What identifies the calibration data a source reads (its files' names, sizes and times, or the
+    synthetic settings): the driver and every Ray node must see the same."""
+    return hashlib.sha256(json.dumps(source.fingerprint(), sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def open_source(specs: dict, config, *, synthetic_count: int | None = None) -> Source:
     """The source ``config.source`` names, indexed and validated against the input ``specs``."""
     src = str(config.source).strip()
     if src == SYNTHETIC:
         if synthetic_count is None:
-            from .engine import synthetic_sample_count  # the engine imports this module
-
             synthetic_count = synthetic_sample_count(config.count, config.holdout)
         n = synthetic_count
         return SyntheticSource(specs, n, config.seed)

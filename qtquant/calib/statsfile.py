@@ -8,7 +8,7 @@ model's sha256 and input shapes, the data configuration, the histogram layout (s
 one entry per *shard* (the data a file was calibrated on; a merged file lists them all).
 
 Opening a file for another model, other input shapes or other data settings is a one-line
-:class:`~qtquant.errors.StatsFileError` (CLI exit 3, a dialog in the app).  Merging checks the
+:class:`~qtquant.base.errors.StatsFileError` (CLI exit 3, a dialog in the app).  Merging checks the
 files agree on everything but the data, and merges in the order given; histograms and MinMax
 merge exactly (:mod:`qtquant.calib.stats`), so ``merge(stats(A), stats(B)) == stats(A ∪ B)``.
 """
@@ -16,27 +16,27 @@ merge exactly (:mod:`qtquant.calib.stats`), so ``merge(stats(A), stats(B)) == st
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
 from pydantic import Field, ValidationError, field_validator
 
-from ..errors import QtQuantError, StatsFileError
-from ..fileio import atomic_file, check_output_path
-from ..fileio.paths import existing_file
-from ..fileio.schema import FileModel, check_format, check_version, one_line
-from ..runtime import input_specs
-from ..tables import samples_text
-from ..vocab import SYNTHETIC
+from ..base.errors import QtQuantError, StatsFileError
+from ..base.fileio import atomic_file, check_output_path
+from ..base.fileio.paths import existing_file
+from ..base.fileio.schema import FileModel, check_format, check_version, one_line
+from ..model.runtime import input_specs
+from ..base.tables import samples_text
+from ..base.vocab import SYNTHETIC
 from .cache import DATA_FIELDS, TensorEntry, holdout_fits, pack_result, unpack_holdout, unpack_stats
-from .engine import CHECK_CAP, CalibConfig, CalibConfigError, CalibrationResult, compute_ranges
-from .sources import open_source
+from .engine import CHECK_CAP, CalibConfig, CalibrationResult, compute_ranges
+from .holdout import CalibConfigError
+from .sources import data_digest, open_source
 from .stats import BINS
 
 __all__ = ["STATS_FORMAT", "STATS_VERSION", "StatsHeader", "Shard", "write_stats", "read_stats_header",
-           "load_stats", "merge_stats", "explicit_data_fields", "data_digest", "RANGE_FIELDS"]
+           "load_stats", "merge_stats", "explicit_data_fields", "RANGE_FIELDS"]
 
 STATS_FORMAT = "qtquant-statistics"
 STATS_VERSION = 1
@@ -80,10 +80,6 @@ class StatsHeader(FileModel):
     _format = field_validator("format")(lambda v: check_format(v, STATS_FORMAT, "qtquant statistics file"))
     _version = field_validator("version", mode="before")(
         lambda v: check_version(v, STATS_VERSION, "statistics file"))
-
-
-def data_digest(source) -> str:
-    return hashlib.sha256(json.dumps(source.fingerprint(), sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def _config_dict(config: CalibConfig) -> dict:

@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 
-from ..errors import QtQuantError, UsageError
+from ..base.errors import QtQuantError, UsageError
 
 __all__ = ["main", "build_parser", "entry", "QUICK_EXIT"]
 
@@ -86,7 +86,7 @@ def _open_gui(argv) -> int:
     try:
         if given:
             from .common import options_from_args
-            from ..shapes import parse_input_shapes
+            from ..model.shapes import parse_input_shapes
 
             # Common options the app's launch does not carry are refused, not silently ignored:
             # the open dialog or the menus have them.

@@ -17,7 +17,7 @@ HELP = "per-tensor SQNR (cumulative, local) and which nodes to keep in higher pr
 def add_arguments(p) -> None:
     from .compilerlog import add_compiler_log_args
 
-    from ..accuracy import DEFAULT_TOP
+    from ..fidelity.accuracy import DEFAULT_TOP
 
     add_common(p)
     add_compiler_log_args(p)
@@ -35,8 +35,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..accuracy import analyze_accuracy
-    from ..errors import UsageError
+    from ..fidelity.accuracy import analyze_accuracy
+    from ..base.errors import UsageError
 
     if args.top < 0:
         raise UsageError("--top must be 0 or more")
@@ -47,7 +47,7 @@ def run(args) -> int:
                            march_file=getattr(args, "march_file", None), progress=progress)
     plan = None
     if args.reach is not None:
-        from ..accuracy.reach import plan_reach
+        from ..fidelity.accuracy.reach import plan_reach
 
         plan = plan_reach(session, args.reach, rep, march_file=getattr(args, "march_file", None),
                           progress=lambda d, n: progress("reach", d, n))

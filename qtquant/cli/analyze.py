@@ -30,10 +30,8 @@ def add_arguments(p) -> None:
 def _perf(session, args):
     if args.no_perf:
         return None
-    try:
-        from ..perf import simulate_session
-    except ImportError:
-        return None
+    from ..perf import simulate_session
+
     return simulate_session(session, march_file=getattr(args, "march_file", None))
 
 
@@ -50,10 +48,8 @@ def _warm_perf(args):
 def _fidelity(session, args, meanwhile=None):
     if args.no_fidelity or session.calibration is None or not session.calibration.holdout:
         return None
-    try:
-        from ..fidelity import measure_session
-    except ImportError:
-        return None
+    from ..fidelity.measure import measure_session
+
     return measure_session(session, output_mode=output_mode_from_args(args), cross_check=True, meanwhile=meanwhile)
 
 
@@ -69,7 +65,7 @@ def _perf_and_fidelity(session, args):
 
 def run(args) -> int:
     from ..perf.precision import report_text
-    from ..report import analysis_dict, concat_table_text
+    from ..files.report import analysis_dict, concat_table_text
 
     session = open_session(args, keep_check_values=not args.no_fidelity, opened=_warm_perf(args))
     sqnr = None

@@ -9,7 +9,7 @@ then skip calibration: calibrate once on a cluster, look at the model on a lapto
 
 from __future__ import annotations
 
-from ..errors import BadInputError, UsageError
+from ..base.errors import BadInputError, UsageError
 from .progress import ProgressLine
 
 NAME = "calibrate"

@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import QtQuantError
+from ..base.errors import QtQuantError
 from .common import add_common
 from .output_options import add_output_options
 
@@ -65,7 +65,7 @@ def _canvas(args) -> tuple[bytes | None, str]:
 def run(args) -> int:
     from ..compare import diff_sides
     from ..compare.budget import Budget, check_budget
-    from ..fileio import atomic_write_text, check_output_path
+    from ..base.fileio import atomic_write_text, check_output_path
     from .common import read_paths
     from .sides import open_side
 
@@ -83,7 +83,7 @@ def run(args) -> int:
         atomic_write_text(args.junit, result.junit_xml(), inputs=inputs, what="JUnit file")
     if args.report:
         from ..compare.html import check_html
-        from ..report import concat_table_text
+        from ..files.report import concat_table_text
 
         png, note = _canvas(args)
         html = check_html(result, canvas_png=png, canvas_note=note,
@@ -92,7 +92,7 @@ def run(args) -> int:
                           baseline_diff=diff_sides(baseline, side) if baseline is not None else None)
         atomic_write_text(args.report, html, inputs=inputs, what="report")
     if args.json:
-        from ..report import analysis_dict
+        from ..files.report import analysis_dict
 
         # the model's figures in analyze's stable form beside the limits
         doc = {**result.to_dict(), "analysis": analysis_dict(side.session, concats=side.concats, perf=side.perf,

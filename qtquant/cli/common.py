@@ -6,10 +6,10 @@ import argparse
 import sys
 
 from ..calib import CalibConfig
-from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, INT_TEXT, CalibConfigError
-from ..errors import UsageError
+from ..calib.holdout import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, INT_TEXT, CalibConfigError
+from ..base.errors import UsageError
 from ..perf import MARCHES
-from ..vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_OBSERVER,
+from ..base.vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_OBSERVER,
                      DEFAULT_PERCENTILE, DEFAULT_POLICY, DEFAULT_SCHEME, DEFAULT_SEARCH_BUDGET_S, LAYOUTS, OBSERVERS,
                      PIXEL_RANGES, RESIZE_MODES, SCHEME_NAMES, SYNTHETIC, Policy, Scheme)
 
@@ -178,7 +178,7 @@ def open_session(args, *, calibrate: bool = True, progress=None, keep_check_valu
         # float view the reference) and ranges to what the file left unquantized, as the app's Calibrate does.
         session.run_calibration(progress=progress, keep_check_values=keep_check_values)
     if getattr(args, "plan", None):
-        from ..plan import apply_plan_file  # provided by the sharing/plan module
+        from ..files.plan import apply_plan_file  # provided by the sharing/plan module
 
         # Made for another file, cut, policy or scheme: applied, and said (on stderr, so --json stays clean).
         for w in apply_plan_file(session, args.plan).warnings:
@@ -207,7 +207,7 @@ def search_from_args(session, args) -> None:
 def apply_precision_args(session, args, *, check_only: bool = False) -> None:
     """``--int16`` / ``--keep-float`` (node or tensor names) on top of the plan's precision;
     an unknown name is a BadInputError (one line, exit 3)."""
-    from ..precision import assignments_from_names
+    from ..quant.precision import assignments_from_names
 
     i16, fl = getattr(args, "int16", None) or [], getattr(args, "keep_float", None) or []
     if not (i16 or fl):

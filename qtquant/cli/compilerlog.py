@@ -26,7 +26,7 @@ def read_log_from_args(args):
     path = getattr(args, "compiler_log", None)
     if not path:
         if getattr(args, "compiler_log_any_shape", False) or getattr(args, "own_scales", False):
-            from ..errors import UsageError
+            from ..base.errors import UsageError
 
             raise UsageError("--compiler-log-any-shape and --own-scales go with --compiler-log")
         return None

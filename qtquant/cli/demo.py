@@ -12,8 +12,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..demo import write_demo
-    from ..errors import BadInputError, UsageError
+    from ..app.demo import write_demo
+    from ..base.errors import BadInputError, UsageError
 
     if args.count < 1:
         raise UsageError("--count must be at least 1")

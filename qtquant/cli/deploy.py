@@ -46,7 +46,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from ..deploy import deploy
     from ..deploy.targets import output_dir
-    from ..errors import UsageError
+    from ..base.errors import UsageError
 
     if args.readback:
         if args.target or args.output or args.strict:
@@ -63,7 +63,7 @@ def run(args) -> int:
     session = open_session(args)
     lines = []
     if args.auto_share:
-        from ..autoshare import auto_share
+        from ..quant.autoshare import auto_share
 
         lines += auto_share(session, args.max_bits_lost).text().splitlines()
     if args.readback:

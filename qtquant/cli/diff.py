@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..errors import UsageError
+from ..base.errors import UsageError
 from .common import add_common
 from .output_options import add_output_options
 
@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ..compare import diff_sides
-    from ..fileio import atomic_write_text, check_output_path
+    from ..base.fileio import atomic_write_text, check_output_path
     from .sides import open_side
 
     if args.plan:

@@ -8,7 +8,7 @@ import sys
 
 from .common import add_common, open_session, read_paths
 from .compilerlog import print_log_text
-from ..tables import fmt_num
+from ..base.tables import fmt_num
 from .output_options import add_output_options, output_mode_from_args
 
 NAME = "fix"
@@ -67,10 +67,8 @@ def _fmt(x, nd=2):
 def _perf(session, args):
     if getattr(args, "no_perf", False):
         return None
-    try:
-        from ..perf import simulate_session
-    except ImportError:
-        return None
+    from ..perf import simulate_session
+
     mf = getattr(args, "march_file", None)
     return simulate_session(session, mf, baseline=True), simulate_session(session, mf)
 
@@ -124,15 +122,15 @@ def fidelity_rows(fid, o) -> list[tuple[str, str, str, str]]:
 
 
 def table_text(rows) -> str:
-    from ..tables import text_table
+    from ..base.tables import text_table
 
     return text_table(rows, ("", "before", "after", "change"), rule=True)
 
 
 def sqnr_share_from_args(session, args):
     """``--max-sqnr-drop``: the measured auto-share, applied to the session (fix and analyze)."""
-    from ..accuracy.share import sqnr_share
-    from ..errors import UsageError
+    from ..fidelity.accuracy.share import sqnr_share
+    from ..base.errors import UsageError
 
     if getattr(args, "auto_share", False):
         raise UsageError("--max-sqnr-drop and --auto-share are two auto-shares: choose one")
@@ -145,9 +143,9 @@ def sqnr_share_from_args(session, args):
 def run(args) -> int:
     from ..export.overrides import write_overrides
     from ..export.qdq import export_qdq
-    from ..fileio import check_output_path
+    from ..base.fileio import check_output_path
     from ..perf.precision import report_text
-    from ..plan import save_plan
+    from ..files.plan import save_plan
 
     # Refuse bad output paths before the slow part.
     # (the plan and statistics read are inputs too: --plan-out over --plan replaced the plan read)
@@ -178,14 +176,14 @@ def run(args) -> int:
         sqnr = sqnr_share_from_args(session, args)
         say(sqnr.text())
     if args.auto_share:
-        from ..autoshare import auto_share
+        from ..quant.autoshare import auto_share
 
         report = auto_share(session, args.max_bits_lost)
         say(report.text())
     if not args.plan and not args.auto_share and sqnr is None:
         say("no --auto-share or --plan given: exporting without shared groups")
 
-    from ..outputs import float_output_tensors
+    from ..quant.outputs import float_output_tensors
 
     float_tensors, kept_float = float_output_tensors(session.graph, session.baseline_domains, mode,
                                                      session.options.max_bits_lost)
@@ -193,7 +191,7 @@ def run(args) -> int:
         say(f"note: {k.text()}")
     fid = None
     if not args.no_fidelity and session.calibration is not None and session.calibration.holdout:
-        from ..fidelity import measure_session
+        from ..fidelity.measure import measure_session
 
         fid = measure_session(session, output_mode=mode, cross_check=True)
     perf = _perf(session, args)
@@ -201,7 +199,7 @@ def run(args) -> int:
     result = export_qdq(session, args.output, float_tensors=float_tensors)
     against = None
     if session.quantized_file and not args.no_fidelity:
-        from ..filecompare import compare_with_input
+        from ..fidelity.filecompare import compare_with_input
 
         against = compare_with_input(session, result.path)
     written = [result.text()]
@@ -216,7 +214,7 @@ def run(args) -> int:
         deployed = deploy(session, args.deploy, args.deploy_dir or result.path.parent)
         written += deployed.lines()
     if args.json:
-        from ..report import SCHEMA_VERSION
+        from ..files.report import SCHEMA_VERSION
 
         doc = {"schema_version": SCHEMA_VERSION, "model": args.model, "model_sha256": session.graph.sha256,
                "output": str(result.path), "march": session.options.march,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..outputs import OutputMode
+from ..quant.outputs import OutputMode
 
 __all__ = ["add_output_options", "output_mode_from_args"]
 

@@ -30,14 +30,14 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..errors import BadInputError, UsageError
-    from ..fileio import atomic_write_text, check_output_path
+    from ..base.errors import BadInputError, UsageError
+    from ..base.fileio import atomic_write_text, check_output_path
     from ..perf import load_march, simulate_session
     from ..perf.precision import precision_table_text
     from ..perf.price import edit_price
     from ..perf.report import csv_text, explain_text, html_report, layer_table_text, summary_text
-    from ..report import calibration_dict, calibration_text, cut_text
-    from ..shapes import format_shape
+    from ..files.report import calibration_dict, calibration_text, cut_text
+    from ..model.shapes import format_shape
 
     if args.top is not None and args.top < 1:
         raise UsageError("--top must be at least 1")

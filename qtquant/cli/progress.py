@@ -27,7 +27,7 @@ class ProgressLine:
 
 
 class StageProgress:
-    """``progress(stage, done, total)`` as :func:`qtquant.accuracy.analyze_accuracy` reports it:
+    """``progress(stage, done, total)`` as :func:`qtquant.fidelity.accuracy.analyze_accuracy` reports it:
     one :class:`ProgressLine` per stage (PP-OCR's ranking ran four silent minutes)."""
 
     def __init__(self, label: str, units: dict[str, str], quiet: bool = False):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ..errors import BadInputError, UsageError
-from ..vocab import OVERLAYS, Overlay
+from ..base.errors import BadInputError, UsageError
+from ..base.vocab import OVERLAYS, Overlay
 
 NAME = "screenshot"
 HELP = "render the app window (or its canvas) for MODEL to a PNG, after calibration and simulation"

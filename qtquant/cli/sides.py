@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from ..compare.sides import Side
-from ..errors import BadInputError, QtQuantError
+from ..base.errors import BadInputError, QtQuantError
 
 __all__ = ["open_side", "is_project"]
 
@@ -38,7 +38,7 @@ def _open_side(args, path, label: str, plan) -> Side:
         raise BadInputError(f"no such plan file: {plan}")
     ns = argparse.Namespace(**{**vars(args), "model": str(path), "plan": plan})
     if is_project(path):
-        from ..project import open_project
+        from ..app.projects import open_project
 
         session, report = open_project(path, remap=True)
         if report.message():
@@ -48,7 +48,7 @@ def _open_side(args, path, label: str, plan) -> Side:
         if not session.quantized_file and session.calibration is None:
             session.run_calibration(keep_check_values=not ns.no_fidelity)
         if plan is not None:
-            from ..plan import apply_plan_file
+            from ..files.plan import apply_plan_file
 
             apply_plan_file(session, plan)
     else:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from ..errors import BadInputError
+from ..base.errors import BadInputError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..tables import text_table
+from ..base.tables import text_table
 from .match import MatchedBy, TensorMatch, match_tensors
 from .sides import Side
 
@@ -169,7 +169,7 @@ class ModelDiff:
         return rows
 
     def to_dict(self) -> dict:
-        from ..report import SCHEMA_VERSION
+        from ..files.report import SCHEMA_VERSION
 
         def side(s: Side) -> dict:
             w = s.worst_slice

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..app.views.looks import Badge, EdgeLook, Legend, Looks, NodeLook
 from ..app.views.palette import heat_hex
-from ..vocab import SYNTHETIC
+from ..base.vocab import SYNTHETIC
 from .diff import ModelDiff, diff_sides
 from .sides import Side
 
@@ -32,7 +32,7 @@ def open_comparison(path, session, perf=None, fidelity=None, *, progress=None) -
 
     p = Path(path)
     if p.suffix.lower() == ".qtquant":
-        from ..project import open_project
+        from ..app.projects import open_project
 
         other, _ = open_project(p, remap=True)
     else:

@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..errors import BadInputError
+from ..base.errors import BadInputError
 
 __all__ = ["MatchedBy", "TensorPair", "TensorMatch", "DifferentModelsError", "match_tensors", "signatures"]
 

@@ -39,7 +39,7 @@ class Side:
     path: Path
     session: object  # qtquant.app.Session
     perf: object = None  # qtquant.perf.PerfResult, None: not simulated
-    fidelity: object = None  # qtquant.fidelity_report.Fidelity, None: no check ran
+    fidelity: object = None  # qtquant.fidelity.report.Fidelity, None: no check ran
     plan: Path | None = None
     concats: list = field(default_factory=list)
 
@@ -89,7 +89,7 @@ class Side:
     @property
     def basis(self) -> str:
         """What the figures rest on: samples and where the scales came from."""
-        from ..report import calibration_text
+        from ..files.report import calibration_text
 
         text = calibration_text(self.session)
         if self.fidelity is not None:

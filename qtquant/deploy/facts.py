@@ -3,7 +3,7 @@ float choices with the nodes they fall on, and every quantized tensor's scale.
 
 Read once from a session (:meth:`DeployFacts.from_session`), so a target module never walks the
 graph itself and every target states the same decisions.  The float choices include the model
-outputs qtquant's own export leaves in float (:func:`qtquant.outputs.export_float_of`: an output
+outputs qtquant's own export leaves in float (:func:`qtquant.quant.outputs.export_float_of`: an output
 Concat whose members cannot share one int8 scale), so no target quantizes what the QDQ export
 does not.  :class:`Note` is a decision a target
 cannot state as made (int16 in a TensorRT INT8 cache, float32 in hb_compile's qtypes): each is
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import BadInputError
+from ..base.errors import BadInputError
 from ..export.overrides import overrides_dict
-from ..outputs import export_float_of
-from ..precision import chain_nodes
-from ..vocab import Precision, Scheme
+from ..quant.outputs import export_float_of
+from ..quant.precision import chain_nodes
+from ..base.vocab import Precision, Scheme
 from .scopes import scope_path, split_scope
 
 # Ops whose outputs hold their first input's values on its grid: a member made by one takes its
@@ -80,7 +80,7 @@ class Choice:
     readers: tuple[tuple[str, int], ...]  # (node, input index) of each node reading the tensor
     scale16: float | None  # int16: the scale over its domain's range (symmetric int16)
     # "user": an --int16/--keep-float or plan choice; "output rule": a model output the export leaves
-    # in float (qtquant.outputs: its Concat's members cannot share one int8 scale)
+    # in float (qtquant.quant.outputs: its Concat's members cannot share one int8 scale)
     origin: str = "user"
 
 

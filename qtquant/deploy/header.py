@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fileio import atomic_write_text
+from ..base.fileio import atomic_write_text
 from .facts import DeployFacts, Note
 
 __all__ = ["Header"]

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..errors import BadInputError
+from ..base.errors import BadInputError
 from .facts import DeployFacts
 from .opset11 import LOAD_OPSET, lower_to_11
 

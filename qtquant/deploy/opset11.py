@@ -20,8 +20,8 @@ import numpy as np
 import onnx
 from onnx import defs, helper, numpy_helper
 
-from ..errors import ModelError
-from ..opsets import default_opset
+from ..base.errors import ModelError
+from ..model.opsets import default_opset
 
 __all__ = ["LOAD_OPSET", "LowerError", "lower_to_11"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 from ..export.overrides import overrides_dict
-from ..fileio import atomic_write_text
-from ..vocab import Precision, Scheme
+from ..base.fileio import atomic_write_text
+from ..base.vocab import Precision, Scheme
 from .facts import DeployFacts, Deployed, Note
 from .header import Header
 

@@ -23,7 +23,7 @@ from enum import StrEnum
 
 from ..horizon.log import read_compile_log
 from ..horizon.match import match_compile_log
-from ..vocab import Precision
+from ..base.vocab import Precision
 from .facts import DeployFacts
 
 __all__ = ["Effect", "GroupReadback", "ChoiceReadback", "Readback", "read_back"]

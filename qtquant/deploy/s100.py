@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 
-from ..errors import BadInputError
-from ..fileio import atomic_write_text
-from ..precision import RANK
-from ..vocab import Precision
+from ..base.errors import BadInputError
+from ..base.fileio import atomic_write_text
+from ..quant.precision import RANK
+from ..base.vocab import Precision
 from .facts import DeployFacts, Deployed, Note
 from .header import Header
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from ..errors import BadInputError
-from ..vocab import Scheme
+from ..base.errors import BadInputError
+from ..base.vocab import Scheme
 from .facts import DeployFacts, Deployed, NotExpressible
 
 __all__ = ["Target", "TargetSpec", "TARGETS", "deploy", "output_dir"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import struct
 
-from ..errors import BadInputError
-from ..fileio import atomic_write_text
-from ..vocab import Precision
+from ..base.errors import BadInputError
+from ..base.fileio import atomic_write_text
+from ..base.vocab import Precision
 from .facts import DeployFacts, Deployed, Note
 from .header import Header
 

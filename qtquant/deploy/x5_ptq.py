@@ -20,10 +20,10 @@ import re
 
 import yaml
 
-from ..errors import BadInputError
-from ..fileio import atomic_write_bytes, atomic_write_text
-from ..precision import RANK
-from ..vocab import Precision
+from ..base.errors import BadInputError
+from ..base.fileio import atomic_write_bytes, atomic_write_text
+from ..quant.precision import RANK
+from ..base.vocab import Precision
 from .facts import DeployFacts, Deployed, Note
 from .header import Header
 from .load_qdq import build_load_model, check_load_model

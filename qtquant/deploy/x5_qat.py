@@ -15,7 +15,7 @@ from __future__ import annotations
 import pprint
 import re
 
-from ..fileio import atomic_write_text
+from ..base.fileio import atomic_write_text
 from .facts import DeployFacts, Deployed, Member, Note
 from .header import Header
 

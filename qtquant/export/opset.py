@@ -7,7 +7,7 @@ input at opset 13), but some adapters rewire: Softmax 12 -> 13 keeps the node on
 the axis is the input's last, and otherwise wraps it in Flatten/Reshape, renaming its output.
 It sees ranks only in the model's value_info, which onnx's shape inference leaves empty where it
 could not follow a computed shape (PP-OCRv4's recognizer: all three attention Softmaxes, though
-onnxruntime knows their shapes).  The graph knows them (:func:`qtquant.graph._ort_fill_shapes`),
+onnxruntime knows their shapes).  The graph knows them (:func:`qtquant.model.graph._ort_fill_shapes`),
 so they are written into a copy before converting, and the result is checked: a rewired model
 is refused (:class:`Rewired`) rather than exported with Q/DQ pairs cut off from their tensors.
 """
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import onnx
 
-from ..errors import ModelError
-from ..opsets import converted
-from ..vocab import TensorKind
+from ..base.errors import ModelError
+from ..model.opsets import converted
+from ..base.vocab import TensorKind
 
 __all__ = ["convert_opset", "Rewired"]
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from ..errors import PlanError
-from ..quant import Scheme
-from ..fileio import atomic_write_text
+from ..base.errors import PlanError
+from ..model.scales import Scheme
+from ..base.fileio import atomic_write_text
 
 __all__ = ["overrides_dict", "write_overrides", "load_overrides"]
 

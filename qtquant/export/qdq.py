@@ -23,7 +23,7 @@
   DequantizeLinear writes ``<name>``.
 - Activations named in ``float_tensors`` get no Q/DQ pair; a bias whose node reads a float
   input stays float.
-- Mixed precision (``session.options.precision``, :mod:`qtquant.precision`): a float tensor gets
+- Mixed precision (``session.options.precision``, :mod:`qtquant.quant.precision`): a float tensor gets
   no Q/DQ and the node producing it keeps float weights (it runs on the CPU); an int16 tensor gets
   an int16 Q/DQ pair (uint16 for the asymmetric scheme) over its domain's range.  The weights of
   an int16 node stay int8: int8 weights x int16 activations is the BPU's int16 mode, and it is
@@ -46,12 +46,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from ..errors import BadInputError, ModelError, first_line
-from ..fileio.atomic import atomic_dir, check_output_path, commit
-from ..ops import handler_for
-from ..precision import PrecisionMap, float_nodes
-from ..quant import qparams_for_range
-from ..vocab import Precision
+from ..base.errors import BadInputError, ModelError, first_line
+from ..base.fileio.atomic import atomic_dir, check_output_path, commit
+from ..model.ops import handler_for
+from ..quant.precision import PrecisionMap, float_nodes
+from ..model.scales import qparams_for_range
+from ..base.vocab import Precision
 from . import rescale
 from .opset import convert_opset
 from .records import BiasAdjustment, ClipRecord, ExportResult, QdqBuild, clip_record

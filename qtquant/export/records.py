@@ -120,7 +120,7 @@ def clip_record(values, q, qmin, qmax, scale, zero_point, **kw) -> ClipRecord | 
 
 
 class StructureKey:
-    """A build's structure key (:class:`~qtquant.programs._Walk`), None until a walk of it or of a
+    """A build's structure key (:class:`~qtquant.runs.programs.Walk`), None until a walk of it or of a
     build sharing this holder computes it."""
 
     __slots__ = ("key",)
@@ -146,7 +146,7 @@ class QdqBuild:
     clipped: list[ClipRecord] = field(default_factory=list)
     cut: tuple[str, ...] = ()  # the graph was cut at these tensors (--cut): the file holds only that part
     # What the build made, as it made it (Rewrite.made): the nodes and initializers of ``model``
-    # without reading them back (the fidelity check's walk of the model, programs._Walk.of_build).
+    # without reading them back (the fidelity check's walk of the model, programs.Walk.of_build).
     made: tuple | None = field(default=None, repr=False, compare=False)
     # The walk's structure key, once a walk computed it: shared by a full build and the builds
     # patched from it (.rescale), whose nodes differ only in the initializers they read.

@@ -10,7 +10,7 @@ Here the last full recording build of a graph is kept (:class:`Basis`) and the n
 build with its activation scale and zero-point initializers made again from the new domain map
 (in the order a build makes them: first use), the Q/DQ nodes pointed at them, and the biases
 requantized at their new input scale.  The result is the model a full build writes, byte for
-byte (``tests/test_export_rescale.py`` compares them over a sequence of edits).  Whatever a
+byte (``tests/export/test_export_rescale.py`` compares them over a sequence of edits).  Whatever a
 patch cannot reproduce without the full build's logic returns None and the caller builds in full:
 another set of quantized tensors, other float tensors or precisions, a bias that needs its
 weight scale raised or clips, cloned constants, names of the model that could meet the
@@ -26,8 +26,8 @@ import numpy as np
 import onnx
 
 from .records import QdqBuild
-from .rewrite import _RAW_TYPES, raw_value_key
-from .weights import _int32_bias, _memo, _quantize_weight, _uses
+from .rewrite import RAW_TYPES, raw_value_key
+from .weights import int32_bias, memoized, quantize_weight, scaled_uses
 
 __all__ = ["Basis", "patched", "patchable", "remember", "forget", "basis_of", "quantized_activations",
            "zero_point_name"]
@@ -68,7 +68,7 @@ def quantized_activations(graph, dm, float_tensors, outputs) -> tuple[list[tuple
 
 def _proto(name: str, array: np.ndarray) -> tuple[onnx.TensorProto, bytes]:
     """The initializer a recording build makes of ``array`` (raw little-endian bytes), and its key."""
-    elem = _RAW_TYPES[array.dtype]
+    elem = RAW_TYPES[array.dtype]
     raw = array.tobytes()
     return (onnx.TensorProto(name=name, data_type=elem, dims=array.shape, raw_data=raw),
             raw_value_key(elem, array.shape, raw))
@@ -178,16 +178,16 @@ def patched(graph, key, dm, meta_of) -> QdqBuild | None:
         names_of[t] = got
         act_qp[t] = dm.domains[did].qparams
     # The biases at their new input scales; a weight scale the fit would raise needs the full build.
-    uses = _uses(graph, basis.weight_uses, basis.per_channel, act_qp)
+    uses = scaled_uses(graph, basis.weight_uses, basis.per_channel, act_qp)
     for _, _, w, axis, _, need in uses:
-        if (need > _quantize_weight(graph, w, axis)[1]).any():
+        if (need > quantize_weight(graph, w, axis)[1]).any():
             return None
     replaced = {}
     for i, qn, sn in basis.biases:
         node, _, _, _, (_, b, bv), scale = uses[i]
         bscale = (np.float32(act_qp[node.inputs[0]].scale) * scale).astype(np.float32)
-        bq, rec = _memo(graph, ("bias", b, node.name, bscale.tobytes(), bscale.shape),
-                        lambda bv=bv, bscale=bscale, b=b, node=node: _int32_bias(bv, bscale, b, node.name))
+        bq, rec = memoized(graph, ("bias", b, node.name, bscale.tobytes(), bscale.shape),
+                        lambda bv=bv, bscale=bscale, b=b, node=node: int32_bias(bv, bscale, b, node.name))
         if rec is not None:
             return None
         for name, arr in ((qn, bq), (sn, bscale)):

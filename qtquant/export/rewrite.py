@@ -9,18 +9,18 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..nodetable import nested_nodes, node_parts
+from ..model.nodetable import nested_nodes, node_parts
 
 __all__ = ["Rewrite", "BaseFacts", "ValueMemo", "prune", "names_in", "raw_value_key"]
 
-_RAW_TYPES = {np.dtype(t): e for t, e in ((np.float32, onnx.TensorProto.FLOAT), (np.int8, onnx.TensorProto.INT8),
+RAW_TYPES = {np.dtype(t): e for t, e in ((np.float32, onnx.TensorProto.FLOAT), (np.int8, onnx.TensorProto.INT8),
                                            (np.uint8, onnx.TensorProto.UINT8), (np.int32, onnx.TensorProto.INT32),
                                            (np.int16, onnx.TensorProto.INT16), (np.uint16, onnx.TensorProto.UINT16),
                                            (np.int64, onnx.TensorProto.INT64))}
 
 
 def raw_value_key(data_type: int, dims, body: bytes) -> bytes:
-    """:func:`qtquant.fingerprints.value_key` of an initializer of ``data_type`` and ``dims`` whose
+    """:func:`qtquant.runs.fingerprints.value_key` of an initializer of ``data_type`` and ``dims`` whose
     raw data (or, without any, its serialization with the name left empty) is ``body``."""
     return f"{data_type}:{tuple(dims)}:".encode() + body
 
@@ -226,7 +226,7 @@ class Rewrite:
         self._inputs: dict[str, list[str]] = {}
         self._outputs: dict[str, list[str]] = {}  # base node name -> its outputs, where set_output changed them
         self._added: dict[int, tuple] = {}  # id(a node the build added) -> (op, serialized attributes, inputs, outputs)
-        # What the build made, for a walk of the model without reading it back (programs._Walk.of_build):
+        # What the build made, for a walk of the model without reading it back (programs.Walk.of_build):
         # per node in order (domain, op_type, serialized attributes, a subgraph?, inputs, outputs), the
         # initializers by name (the protos the model got copies of), and the :func:`raw_value_key` of
         # those whose value the build knows.  Set by assemble; None when unknown (not asked for, nodes
@@ -318,7 +318,7 @@ class Rewrite:
         return [(c, k) for c in dict.fromkeys(consumers) for k, i in enumerate(self._ins(c)) if i == tensor]
 
     def add_init(self, array, name: str) -> str:
-        elem = _RAW_TYPES.get(array.dtype) if isinstance(array, np.ndarray) else None
+        elem = RAW_TYPES.get(array.dtype) if isinstance(array, np.ndarray) else None
         if elem is None or array.dtype.byteorder == ">":
             self.inits.append(numpy_helper.from_array(array, name))
         else:

@@ -11,7 +11,7 @@ from dataclasses import asdict
 import numpy as np
 import onnx
 
-from ..ops import handler_for
+from ..model.ops import handler_for
 from .records import BiasAdjustment, ClipRecord, clip_record
 
 __all__ = ["INT32_MIN", "INT32_MAX", "WEIGHT_QMAX", "quantize_weights"]
@@ -47,7 +47,7 @@ def _channel_shape(ndim: int, axis: int | None) -> list[int] | tuple:
     return shp
 
 
-def _quantize_weight(graph, name: str, axis: int | None):
+def quantize_weight(graph, name: str, axis: int | None):
     """(int8 symmetric weights in [-127, 127], scales per channel along ``axis``, ClipRecord or None)."""
     cache = _weights_cache.setdefault(graph, {})
     key = (name, axis)
@@ -123,7 +123,7 @@ def _bias_of(graph, node, wscale, act_qp):
     return bidx, b, bv
 
 
-def _uses(graph, weight_uses, per_channel: bool, act_qp) -> list[tuple]:
+def scaled_uses(graph, weight_uses, per_channel: bool, act_qp) -> list[tuple]:
     """(node, input index, weight, axis, bias or None, the weight scale this use needs) per weight use.
 
     A weight shared by nodes that need different scales is quantized once per scale: taking the
@@ -135,12 +135,12 @@ def _uses(graph, weight_uses, per_channel: bool, act_qp) -> list[tuple]:
     for node, idx, w in weight_uses:
         arr_rank = len(graph.tensors[w].shape or ()) or np.ndim(graph.constant_value(w))
         axis = _weight_axis(node, idx, arr_rank) if per_channel and arr_rank else None
-        _, base_scale, _ = _quantize_weight(graph, w, axis)
+        _, base_scale, _ = quantize_weight(graph, w, axis)
         bias = _bias_of(graph, node, base_scale, act_qp)
         need = base_scale
         if bias is not None:
             qp = act_qp[node.inputs[0]]
-            need = _memo(graph, ("fit", bias[1], w, axis, qp), lambda qp=qp, bias=bias, w=w, base_scale=base_scale:
+            need = memoized(graph, ("fit", bias[1], w, axis, qp), lambda qp=qp, bias=bias, w=w, base_scale=base_scale:
                          _fit(graph, bias[2], w, base_scale, qp))
         uses.append((node, idx, w, axis, bias, need))
     return uses
@@ -156,7 +156,7 @@ def _fit(graph, bv, w, base_scale, qp):
 _MEMO_ENTRIES = 4096  # per graph: bias fits and int32 biases of recent builds
 
 
-def _memo(graph, key, make):
+def memoized(graph, key, make):
     """``make()`` once per ``key`` (what a weight use's numbers depend on, all of it in the key):
     a build after an edit changes few input scales, and these were a fifth of each build
     (yolov8n_320).  The oldest go first past :data:`_MEMO_ENTRIES`."""
@@ -169,7 +169,7 @@ def _memo(graph, key, make):
     return got
 
 
-def _int32_bias(bv, bscale, b, node_name):
+def int32_bias(bv, bscale, b, node_name):
     """(int32 bias at ``bscale``, ClipRecord or None)."""
     raw = np.rint(bv.astype(np.float64) / bscale.astype(np.float64))
     rec = clip_record(bv, raw, INT32_MIN, INT32_MAX, bscale, 0, tensor=b, kind="bias", node=node_name)
@@ -180,7 +180,7 @@ def quantize_weights(rw, build, graph, weight_uses, per_channel: bool, act_qp, b
     """Make every weight use read an int8 weight behind a DequantizeLinear, and its bias an int32 one;
     ``act_qp`` holds the quantization of every activation that got a Q/DQ pair.  ``biases``: gets
     (the use's index, its int32 and scale initializer names) per int32 bias (see :mod:`.rescale`)."""
-    uses = _uses(graph, weight_uses, per_channel, act_qp)
+    uses = scaled_uses(graph, weight_uses, per_channel, act_qp)
     readers: dict[tuple, list[str]] = {}  # (w, axis, scale) -> nodes
     versions: dict[tuple, set] = {}  # (w, axis) -> the scales it is quantized with
     for node, _, w, axis, _, need in uses:
@@ -189,7 +189,7 @@ def quantize_weights(rw, build, graph, weight_uses, per_channel: bool, act_qp, b
 
     done: dict[tuple, tuple[str, np.ndarray]] = {}
     for i, (node, idx, w, axis, bias, scale) in enumerate(uses):
-        base_q, base_scale, base_clip = _quantize_weight(graph, w, axis)
+        base_q, base_scale, base_clip = quantize_weight(graph, w, axis)
         raised = scale > base_scale
         key = (w, axis, scale.tobytes())
         if key not in done:
@@ -219,8 +219,8 @@ def quantize_weights(rw, build, graph, weight_uses, per_channel: bool, act_qp, b
                 shared_with=tuple(n for n in dict.fromkeys(readers[key]) if n != node.name),
                 copied=len(versions[(w, axis)]) > 1))
         bscale = (np.float32(act_qp[x].scale) * scale).astype(np.float32)
-        bq, rec = _memo(graph, ("bias", b, node.name, bscale.tobytes(), bscale.shape),
-                        lambda bv=bv, bscale=bscale, b=b, node=node: _int32_bias(bv, bscale, b, node.name))
+        bq, rec = memoized(graph, ("bias", b, node.name, bscale.tobytes(), bscale.shape),
+                        lambda bv=bv, bscale=bscale, b=b, node=node: int32_bias(bv, bscale, b, node.name))
         if rec is not None:
             build.clipped.append(rec)
         out = rw.dequantized(b, bq, bscale, np.zeros(bscale.shape, np.int32),

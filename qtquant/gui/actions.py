@@ -13,9 +13,9 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLabel
 
-from ..domains import Policy
+from ..quant.domains import Policy
 from ..perf import MARCHES
-from ..vocab import Overlay
+from ..base.vocab import Overlay
 
 __all__ = ["WindowActions", "OptionWidgets", "redo_keys", "key_conflicts"]
 

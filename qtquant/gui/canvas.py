@@ -16,16 +16,13 @@ from PySide6.QtWidgets import QGraphicsScene
 
 from .hulls import HullLayer
 from .minimap import Legend, MiniMap
-from .items import LABEL_DX, LABEL_DY, LOD_FAST, BlockItem, EdgeItem, EdgeLabel, NodeItem, OverviewItem
+from .items import (ITEM_CLASSES, LABEL_DX, LABEL_DY, LOD_FAST, OVERVIEW_MIN_NODES, EdgeItem, EdgeLabel,
+                    NodeItem, OverviewItem)
 from ..app.scene import SceneSpec, node_size, spread_ports
 from .style import category_color
 
-__all__ = ["GraphScene", "MiniMap", "Legend", "ITEM_CLASSES"]
+__all__ = ["GraphScene", "MiniMap", "Legend"]
 
-# Item class per node kind: the one place to swap in a different look for a kind.
-ITEM_CLASSES = {"op": NodeItem, "input": NodeItem, "output": NodeItem, "block": BlockItem}
-# Graphs with at least this many nodes switch to batched drawing below LOD_OVERVIEW zoom.
-OVERVIEW_MIN_NODES = 800
 APPLY_SLICE = 500  # looks applied per event-loop turn (a Concat's look with badges: ~50 µs)
 COMPUTE_SLICE_S = 0.015  # time per event-loop turn for computing looks (20,000 nodes: ~80 ms in all)
 LOD_OVERVIEW = LOD_FAST

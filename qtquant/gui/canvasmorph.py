@@ -11,15 +11,13 @@ from __future__ import annotations
 from PySide6.QtCore import QPointF, QRectF
 
 from ..app.scene import node_size
-from .items import LABEL_DX, LABEL_DY, EdgeItem, NodeItem, OverviewItem
+from .items import ITEM_CLASSES, LABEL_DX, LABEL_DY, OVERVIEW_MIN_NODES, EdgeItem, NodeItem, OverviewItem
 from .style import category_color
 
 __all__ = ["morph_scene"]
 
 
 def morph_scene(scene, spec) -> dict:
-    from .canvas import ITEM_CLASSES, OVERVIEW_MIN_NODES
-
     lay = spec.layout
     names = [n.name for n in spec.nodes]
     want = set(names)

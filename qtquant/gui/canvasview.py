@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from ..app.scene.view import ISOLATE_MIN_UNITS
 from ..app.views.blocks import fill_block_looks, node_sqnr, worst_concat
 from ..app.views.looks import Looks, fill_looks
-from ..vocab import OVERLAYS, Overlay
+from ..base.vocab import OVERLAYS, Overlay
 from . import collector
 
 __all__ = ["CanvasPresenter", "BUILD_SLICE_MS"]

@@ -10,7 +10,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QMessageBox
 
 from ..app.compilerlog import LOG_SUFFIXES, open_compile_log
-from ..errors import LogShapeMismatch, QtQuantError
+from ..base.errors import LogShapeMismatch, QtQuantError
 from .dialogs import pick_open_file
 
 __all__ = ["CompilerLogOpener", "LOG_SUFFIXES"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from .. import shape_child
+from ..model import shape_child
 from ..app import Options, Session
 from ..app.scene.protograph import early_structure
 from ..app.scene.hierarchy import ViewState
@@ -24,9 +24,9 @@ from ..app.scene.view import SceneModel
 from ..app.session import derive
 from ..app.views.perfdata import fidelity_measure, node_detail, simulator, top_layers
 from ..calib import CalibConfig, calibrate
-from ..fidelity_worker import FidelityWorker
-from ..shapes import parse_input_shapes
-from ..vocab import JobStatus
+from ..app.fidelity_worker import FidelityWorker
+from ..model.shapes import parse_input_shapes
+from ..base.vocab import JobStatus
 from . import collector
 from .jobs import Job, JobManager
 from .relay import SessionRelay
@@ -48,7 +48,7 @@ def tensor_histogram(graph, feeds, tensor: str, bins: int = 128):
     """(counts, edges) of ``tensor`` over ``feeds`` with onnxruntime, or None without finite values."""
     import numpy as np
 
-    from ..runtime import make_session, with_outputs
+    from ..model.runtime import make_session, with_outputs
 
     sess = make_session(with_outputs(graph.model, [tensor]), graph.base_dir)
     vals = np.concatenate([np.asarray(sess.run([tensor], f)[0], np.float64).ravel() for f in feeds])
@@ -207,7 +207,7 @@ class Controller(QObject):
         ``on_opened(session, report)`` runs on the GUI thread before the session is shown
         (the window asks there whether to keep groups re-mapped onto a changed model).
         """
-        from ..project import open_project
+        from ..app.projects import open_project
 
         gen = self._new_generation()
         p = Path(path)
@@ -225,16 +225,6 @@ class Controller(QObject):
         return self.jobs.submit("load", f"open project {p.name}", work, done,
                                 on_error=lambda e: self.loadFailed.emit(str(e)),
                                 stale_key=lambda: self.generation)
-
-    def close_model(self) -> None:
-        collector.model_closing()
-        self._initial = replace(self.options, calib=self._initial.calib)
-        self.generation += 1
-        self._stop_timers()
-        self.jobs.cancel()
-        self.relay.set_session(None)
-        self.spec = None
-        self.path = None
 
     def start_layout(self) -> Job | None:
         s = self.session
@@ -305,9 +295,6 @@ class Controller(QObject):
         self.calibrationStarted.emit()
         return self.jobs.submit("calibrate", f"calibrate ({cfg.source}, up to {cfg.count} samples)", work,
                                 self._calibrated, stale_key=lambda: self.generation, cancellable=True)
-
-    def cancel_calibration(self) -> None:
-        self.jobs.cancel("calibrate")
 
     def _calibrated(self, result) -> None:
         res, derived = result
@@ -388,7 +375,7 @@ class Controller(QObject):
         self._perf_timer.stop()
         s = self.session
         sim = simulator()
-        if s is None or not s.ready or sim is None:
+        if s is None or not s.ready:
             return None
         snap = s.snapshot()
 
@@ -405,7 +392,7 @@ class Controller(QObject):
         self._fid_timer.stop()
         s = self.session
         meas = fidelity_measure(self.fidelity_worker)
-        if s is None or not s.ready or meas is None or s.calibration is None:
+        if s is None or not s.ready or s.calibration is None:
             return None
         t0 = time.perf_counter()
         snap = s.snapshot()  # taken here: the worker thread must not read a session being edited
@@ -446,7 +433,7 @@ class Controller(QObject):
             return None
         feeds = list(getattr(s.calibration, "holdout", None) or [])
         if not feeds:
-            from ..runtime import zeros_feed
+            from ..model.runtime import zeros_feed
 
             feeds = [zeros_feed(s.graph)]
         graph = s.graph

@@ -14,13 +14,14 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog
 
 from ..app.modelinputs import default_shape, model_inputs, needs_shapes, readable_dims, recorded_shapes
 from ..calib import CalibConfig
-from ..calib.engine import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, DEFAULT_COUNT, parse_holdout
-from ..cut import check_cut
-from ..errors import BadInputError, QtQuantError
-from ..graph import parse_cut
-from ..modelcheck import check_input_shapes
-from ..shapes import format_shape, parse_input_shape
-from ..vocab import OBSERVERS, SYNTHETIC
+from ..calib.engine import DEFAULT_COUNT
+from ..calib.holdout import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, parse_holdout
+from ..model.cut import check_cut
+from ..base.errors import BadInputError, QtQuantError
+from ..model.graph import parse_cut
+from ..model.modelcheck import check_input_shapes
+from ..model.shapes import format_shape, parse_input_shape
+from ..base.vocab import OBSERVERS, SYNTHETIC
 
 __all__ = ["ErrorDialog", "OpenDialog", "file_dialog", "pick_open_file", "ModelSettings", "model_inputs",
            "default_shape", "calib_config", "needs_shapes", "holdout_text", "given_shapes", "check_open_values"]

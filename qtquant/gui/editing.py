@@ -2,7 +2,7 @@
 
 Every edit is a :class:`~qtquant.app.commands.Command` pushed on the
 :class:`~qtquant.app.CommandStack` that :class:`~qtquant.gui.relay.SessionRelay` holds.  A
-share the core refuses (:class:`~qtquant.errors.ShareRefused`) is not recorded: the reason
+share the core refuses (:class:`~qtquant.base.errors.ShareRefused`) is not recorded: the reason
 goes to the status bar and nothing changes.
 
 Gestures (:class:`Editor`):
@@ -25,11 +25,11 @@ from ..app.commands import (AutoShareCommand, CompoundCommand, RemoveMemberComma
                             ShareCommand, UngroupCommand)
 from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX
 from ..app.shareplan import plan_share
-from ..concat import concat_members
-from ..domains import Policy
-from ..errors import QtQuantError
-from ..groups import check_member
-from ..tables import plural
+from ..quant.concat import concat_members
+from ..quant.domains import Policy
+from ..base.errors import QtQuantError
+from ..quant.groups import check_member
+from ..base.tables import plural
 
 __all__ = ["Editor", "node_outputs", "split_shareable"]
 

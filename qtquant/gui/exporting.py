@@ -2,7 +2,7 @@
 report (HTML + CSV) and a PNG of the canvas.
 
 The files come from the same core functions as ``qtquant fix`` and ``qtquant perf``
-(:func:`~qtquant.export.qdq.export_qdq`, :func:`~qtquant.plan.save_plan`,
+(:func:`~qtquant.export.qdq.export_qdq`, :func:`~qtquant.files.plan.save_plan`,
 :func:`~qtquant.export.overrides.write_overrides`, :mod:`qtquant.perf.report`), so the
 GUI and the CLI write the same bytes for the same session.  :func:`export_files` runs in
 a worker on a :class:`~qtquant.app.Snapshot` of the session: an edit made while it writes
@@ -26,9 +26,9 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
                                QFormLayout, QLabel, QLineEdit, QVBoxLayout)
 
 from ..deploy.targets import TARGETS
-from ..errors import BadInputError
-from ..fileio.paths import default_output_folder
-from ..vocab import DEFAULT_PERCENTILE, DEFAULT_SCHEME, SCHEME_NAMES, Observer, Scheme
+from ..base.errors import BadInputError
+from ..base.fileio.paths import default_output_folder
+from ..base.vocab import DEFAULT_PERCENTILE, DEFAULT_SCHEME, SCHEME_NAMES, Observer, Scheme
 from .dialogs import path_row
 
 __all__ = ["ExportOptions", "ExportDialog", "ExportController", "export_files", "render_canvas", "ExportReport"]
@@ -56,7 +56,7 @@ class ExportOptions:
 
     @property
     def output_mode(self):
-        from ..outputs import OutputMode
+        from ..quant.outputs import OutputMode
 
         if self.float_outputs:
             return OutputMode.FLOAT
@@ -103,8 +103,8 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
     """Write the chosen files (worker thread).  ``session``: a Snapshot, or a session no one edits meanwhile."""
     from ..export.overrides import write_overrides
     from ..export.qdq import export_qdq
-    from ..fileio import atomic_dir, check_output_path, commit
-    from ..plan import save_plan
+    from ..base.fileio import atomic_dir, check_output_path, commit
+    from ..files.plan import save_plan
 
     folder = Path(opts.folder)
     if folder.exists() and not folder.is_dir():
@@ -125,14 +125,14 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
 
     def step():
         if cancelled is not None and cancelled():
-            from ..errors import Cancelled
+            from ..base.errors import Cancelled
 
             raise Cancelled("export cancelled")
 
     if "model" in paths:
         if not session.ready:
             raise BadInputError("the model has no scales yet: wait for calibration before exporting it")
-        from ..outputs import float_output_tensors
+        from ..quant.outputs import float_output_tensors
 
         keep, kept = float_output_tensors(g, session.baseline_domains, opts.output_mode,
                                           session.options.max_bits_lost)
@@ -149,7 +149,7 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
             rep.lines.append(rep.accuracy)
             step()
         if session.quantized_file:  # no float original: the written file against the file opened
-            from ..filecompare import compare_with_input
+            from ..fidelity.filecompare import compare_with_input
 
             rep.lines += compare_with_input(session, res.path).text()
             step()
@@ -189,17 +189,17 @@ def _accuracy_line(session, opts: ExportOptions) -> str:
     cal = session.calibration
     if cal is None or not getattr(cal, "holdout", None):
         return ""
-    from ..fidelity import measure_session
+    from ..fidelity.measure import measure_session
 
     return measure_session(session, output_mode=opts.output_mode).exported_text()
 
 
 def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) -> None:
     """What ``qtquant perf --report --csv`` writes, from the same functions."""
-    from ..fileio import atomic_write_text
+    from ..base.fileio import atomic_write_text
     from ..perf import load_march, simulate_session
     from ..perf.report import csv_text, html_report
-    from ..shapes import format_shape
+    from ..model.shapes import format_shape
 
     if not session.ready:
         raise BadInputError("the perf report needs scales: wait for calibration before exporting it")

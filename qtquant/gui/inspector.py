@@ -10,8 +10,8 @@ from PySide6.QtGui import QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QScrollArea, QSizePolicy, QTableWidget,
                                QTableWidgetItem, QVBoxLayout, QWidget)
 
-from ..concat import rescale_node_names
-from ..shapes import format_shape
+from ..quant.concat import rescale_node_names
+from ..model.shapes import format_shape
 from ..app.views.fmt import distinct_parts, in_scope, scope_of
 from ..app.views.perfdata import rescale_us_by_concat, rescale_us_for_input
 from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX, constant_inputs, shape_text

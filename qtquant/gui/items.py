@@ -17,8 +17,8 @@ from ..app.views.looks import EdgeLook, NodeLook
 from ..app.views.palette import EDGE as EDGE_HEX
 from .style import SELECT, qcolor, text_color_on
 
-__all__ = ["NodeItem", "BlockItem", "EdgeItem", "EdgeLabel", "OverviewItem", "LABEL_DX", "LABEL_DY",
-           "LOD_FAST", "LOD_TITLE", "LOD_NAME",
+__all__ = ["ITEM_CLASSES", "OVERVIEW_MIN_NODES", "NodeItem", "BlockItem", "EdgeItem", "EdgeLabel", "OverviewItem",
+           "LABEL_DX", "LABEL_DY", "LOD_FAST", "LOD_TITLE", "LOD_NAME",
            "LOD_EDGE_LABEL", "LOD_BADGE_TEXT", "FONTS"]
 
 # Level-of-detail thresholds (screen pixels per scene unit).  Text is drawn only where
@@ -403,3 +403,9 @@ class OverviewItem(QGraphicsItem):
             p.setBrush(Qt.NoBrush)
             for r in self.selected:
                 p.drawRect(r.adjusted(-30, -30, 30, 30))
+
+
+# Item class per node kind: the one place to swap in a different look for a kind.
+ITEM_CLASSES = {"op": NodeItem, "input": NodeItem, "output": NodeItem, "block": BlockItem}
+# Graphs with at least this many nodes switch to batched drawing below LOD_OVERVIEW zoom.
+OVERVIEW_MIN_NODES = 800

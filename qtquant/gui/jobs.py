@@ -20,9 +20,9 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Qt, Signal, Slot
 
-from .. import childproc
-from ..errors import Cancelled, QtQuantError
-from ..vocab import JobStatus
+from ..base import childproc
+from ..base.errors import Cancelled, QtQuantError
+from ..base.vocab import JobStatus
 
 __all__ = ["Job", "JobManager", "error_text"]
 

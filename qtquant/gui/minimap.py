@@ -8,7 +8,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QImage, QLinearGradient, QPainter, QPen
 from PySide6.QtWidgets import QWidget
 
-from ..vocab import Overlay
+from ..base.vocab import Overlay
 from .style import MISMATCH_BANDS, SELECT, heat_color, paint_ended
 
 __all__ = ["MiniMap", "Legend"]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject
 
-from ..errors import QtQuantError
-from ..graph import parse_cut, read_model_file
-from ..shapes import parse_input_shapes
+from ..base.errors import QtQuantError
+from ..model.graph import parse_cut, read_model_file
+from ..model.shapes import parse_input_shapes
 from .dialogs import (CALIB_DEFAULTS, ModelSettings, OpenDialog, calib_config, check_open_values, given_shapes,
                       holdout_text, model_inputs, needs_shapes, pick_open_file)
 from .projects import PROJECT_SUFFIX
@@ -146,7 +146,7 @@ class ModelOpener(QObject):
         s = self.controller.session
         if not plan or not ok or s is None:
             return
-        from ..plan import apply_plan_file
+        from ..files.plan import apply_plan_file
 
         try:
             applied = apply_plan_file(s, plan)
@@ -181,7 +181,7 @@ class ModelOpener(QObject):
             self.open_project(p, ask=False)
 
     def open_demo(self) -> None:
-        from ..demo import demo_model_path
+        from ..app.demo import demo_model_path
 
         try:
             self.request_open(demo_model_path(), ask=False)

@@ -1,7 +1,7 @@
 """The canvas context menu's precision entries: Keep in float / int16 / int8 for the clicked node
 (or every selected node), each one undoable edit (a ``SetPrecisionCommand`` on the one stack).
 
-Only the menu lives here; what a name stands for (:func:`qtquant.precision.resolve_name`) and
+Only the menu lives here; what a name stands for (:func:`qtquant.quant.precision.resolve_name`) and
 the edit itself (:class:`~qtquant.app.commands.SetPrecisionCommand`) are the core's and the app
 layer's.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 from PySide6.QtGui import QActionGroup
 
 from ..app.commands import SetPrecisionCommand
-from ..errors import QtQuantError
-from ..precision import node_precision, resolve_name
-from ..vocab import Precision
+from ..base.errors import QtQuantError
+from ..quant.precision import node_precision, resolve_name
+from ..base.vocab import Precision
 
 __all__ = ["add_precision_entries", "precision_targets", "ENTRY_TEXT"]
 

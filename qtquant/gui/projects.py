@@ -1,7 +1,7 @@
 """``.qtquant`` projects in the app: save, save as, open, and the unsaved-changes prompt.
 
 A project stores the model path and hash, input shapes, calibration configuration,
-options and groups (:mod:`qtquant.project`, written atomically), plus a link to the
+options and groups (:mod:`qtquant.files.project`, written atomically), plus a link to the
 calibration statistics, which are saved next to it (``NAME.stats/``, the
 :mod:`qtquant.calib.cache` format) so reopening it does not calibrate again.  The project
 file is small and written at once; the statistics (histograms of every tensor) are written
@@ -17,8 +17,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from ..errors import QtQuantError
-from ..fileio.paths import default_output_folder
+from ..base.errors import QtQuantError
+from ..base.fileio.paths import default_output_folder
 
 __all__ = ["PROJECT_SUFFIX", "stats_dir", "statistics_job", "ProjectController"]
 
@@ -64,7 +64,7 @@ class ProjectController(QObject):
         self.remapped = False  # groups re-mapped onto a changed model: unsaved until saved
         self._opening: Path | None = None  # the project whose model is loading, if any
         self._located = False  # that project's model was located by the user: save to record it
-        self.last_report = None  # qtquant.project.OpenReport of the last opened project
+        self.last_report = None  # qtquant.app.projects.OpenReport of the last opened project
         controller.loadStarted.connect(self._load_started)
         controller.loadFailed.connect(self._load_failed)
         controller.calibrationFinished.connect(self._calibrated)
@@ -111,7 +111,7 @@ class ProjectController(QObject):
     def save_to(self, path) -> bool:
         """Write the project file now and its statistics in the background (:attr:`statistics`
         is that job, None when there is nothing to write)."""
-        from ..project import save_project
+        from ..files.project import save_project
 
         s = self.relay.session
         if s is None:
@@ -160,7 +160,7 @@ class ProjectController(QObject):
     def open(self, path):
         """Open ``path`` in the background; returns the job (None: the user gave up locating a
         missing model)."""
-        from ..project import load_project
+        from ..files.project import load_project
 
         model = None
         try:
@@ -178,7 +178,7 @@ class ProjectController(QObject):
         """The project's model is not where the project says: let the user point at it.  A file
         with another SHA-256 is not the same model; it is used only when the user says so (its
         groups are then re-mapped by tensor name)."""
-        from ..project import model_matches
+        from ..files.project import model_matches
 
         want = proj.model_path()
         ans = self.messages.ask("Model not found", f"The model of {proj.path.name}, {want.name}, is not at\n{want}"

@@ -30,7 +30,7 @@ from pathlib import Path
 from PySide6.QtCore import QLockFile, QObject, QStandardPaths, QTimer
 from PySide6.QtWidgets import QMessageBox
 
-from ..errors import QtQuantError
+from ..base.errors import QtQuantError
 from .projects import statistics_job
 
 __all__ = ["AUTOSAVE_MS", "EDIT_DEBOUNCE_MS", "ENV_VAR", "recovery_dir", "Recovery"]
@@ -216,7 +216,7 @@ class Recovery(QObject):
         if not self.projects.modified:
             self.discard()
             return False
-        from ..project import save_project
+        from ..files.project import save_project
 
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -225,7 +225,7 @@ class Recovery(QObject):
             proj = self.projects.path
             meta = {"project": str(proj) if proj else None, "model": str(s.graph.path or ""),
                     "groups": len(s.groups), "saved": time.strftime("%Y-%m-%d %H:%M:%S"), "pid": os.getpid()}
-            from ..fileio import atomic_write_text
+            from ..base.fileio import atomic_write_text
 
             atomic_write_text(self.dir / META_NAME, json.dumps(meta, indent=2) + "\n")
         except (QtQuantError, OSError) as e:  # a full or read-only disk: say so once, keep editing

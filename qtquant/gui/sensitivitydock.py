@@ -5,7 +5,7 @@ The check and the measured auto-share run onnxruntime for tens of seconds: both 
 jobs (:class:`AccuracyJobs`); the table, the overlay and the inspector fill when the report comes
 back.  A measured auto-share is installed as one undoable command, and so are a ranked candidate
 applied from its row (Enter, the Apply button, the context menu) and "reach X dB for the least
-latency" (:mod:`qtquant.accuracy.reach`).
+latency" (:mod:`qtquant.fidelity.accuracy.reach`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QDoubleSpinBox, QHBoxLayout, QHeaderView, QLabel,
                                QMenu, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
-from ..accuracy.sensitivity import DEFAULT_TOP
+from ..fidelity.accuracy.sensitivity import DEFAULT_TOP
 from ..app.views.accuracy import (PER_US_COLUMN, SENSITIVITY_HEADERS, sensitivity_headers, sensitivity_rows,
                                    status_text, tradeoff_points)
-from ..tables import fmt_num
+from ..base.tables import fmt_num
 
 __all__ = ["SensitivityDock", "TradeoffPlot", "AccuracyJobs"]
 
@@ -335,7 +335,7 @@ class AccuracyJobs(QObject):
     def apply(self, row) -> bool:
         """Set a ranked candidate's node to its precision: one command on the window's stack."""
         from ..app.commands import SetPrecisionCommand
-        from ..errors import QtQuantError
+        from ..base.errors import QtQuantError
 
         try:
             done = self.relay.stack.push(SetPrecisionCommand(row.tensors, row.precision, label=row.apply_text))
@@ -355,7 +355,7 @@ class AccuracyJobs(QObject):
         if rep is None:
             self.dock.set_busy("Reach for least latency needs the ranking: press Measure first")
             return None
-        from ..accuracy.reach import plan_reach
+        from ..fidelity.accuracy.reach import plan_reach
         from ..app.commands import ReachCommand
 
         self.dock.set_busy(f"Reaching {target:g}: measuring the ranking's candidates in order of gain per µs…")
@@ -367,7 +367,7 @@ class AccuracyJobs(QObject):
             if s is not self.relay.session or s.revision != snap.revision:
                 self.dock.set_busy("The model changed while reaching: nothing was applied")
                 return
-            from ..errors import QtQuantError
+            from ..base.errors import QtQuantError
 
             if plan.kept:
                 try:
@@ -397,7 +397,7 @@ class AccuracyJobs(QObject):
         s, snap = self._snapshot("The accuracy check")
         if snap is None:
             return None
-        from ..accuracy import analyze_accuracy
+        from ..fidelity.accuracy import analyze_accuracy
 
         self.dock.set_busy(f"Measuring on {snap.calibration.check_description}…")
 
@@ -416,7 +416,7 @@ class AccuracyJobs(QObject):
         s, snap = self._snapshot("Auto-share by accuracy")
         if snap is None:
             return None
-        from ..accuracy.share import plan_sqnr_share
+        from ..fidelity.accuracy.share import plan_sqnr_share
         from ..app.commands import SqnrShareCommand
 
         self.dock.set_busy(f"Auto-share by accuracy (≤ {budget:g} dB): measuring each candidate Concat…")
@@ -429,7 +429,7 @@ class AccuracyJobs(QObject):
             if s is not self.relay.session or s.revision != snap.revision:
                 self.dock.set_busy("The model changed while auto-share was measuring: nothing was shared")
                 return
-            from ..errors import QtQuantError
+            from ..base.errors import QtQuantError
 
             try:
                 self.relay.stack.push(SqnrShareCommand(max_sqnr_drop=float(budget), planned=groups.snapshot(),

@@ -13,9 +13,8 @@ from pathlib import Path
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication, QToolBar
 
-from ..errors import BadInputError, QtQuantError
-from ..app.views.perfdata import simulator
-from ..vocab import Overlay
+from ..base.errors import BadInputError, QtQuantError
+from ..base.vocab import Overlay
 
 __all__ = ["wait_settled", "take_screenshot", "ScreenshotError"]
 
@@ -32,7 +31,7 @@ def wait_settled(win, timeout: float = 120.0, *, need_perf: bool = True, need_fi
     ``need_fidelity``, the fidelity check; None: unless the graph has BIG_GRAPH_NODES nodes or more)."""
     app = QApplication.instance()
     t0 = time.monotonic()
-    want_perf = need_perf and simulator() is not None
+    want_perf = need_perf
     while True:
         app.processEvents()
         if win.errors:
@@ -140,26 +139,24 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             place_compile_log(win.session, compiler_log, any_shape=compiler_log_any_shape, scales=compiler_scales)
             wait_settled(win, timeout, need_fidelity=wait_fidelity)
         if plan:
-            try:
-                from ..plan import apply_plan_file
-            except ImportError:
-                raise BadInputError("--plan needs the sharing-plan module, which is not installed") from None
+            from ..files.plan import apply_plan_file
+
             apply_plan_file(win.session, plan)
             win.session.groups_changed()
         if int16 or keep_float:
-            from ..precision import assignments_from_names
+            from ..quant.precision import assignments_from_names
 
             s = win.session
             s.set_options(precision=assignments_from_names(s.graph, int16, keep_float, base=s.options.precision))
         wait_settled(win, timeout, need_fidelity=wait_fidelity)
         if accuracy_top is not None or overlay == Overlay.ERROR:
-            from ..accuracy import analyze_accuracy
+            from ..fidelity.accuracy import analyze_accuracy
 
             s = win.session
             s.set_accuracy(analyze_accuracy(s, top=8 if accuracy_top is None else accuracy_top), s.revision)
             app.processEvents()
         if max_sqnr_drop is not None:  # what the dock's Auto-share by accuracy does, in this thread
-            from ..accuracy.share import plan_sqnr_share
+            from ..fidelity.accuracy.share import plan_sqnr_share
             from ..app.commands import SqnrShareCommand
 
             rep, groups = plan_sqnr_share(win.session, max_sqnr_drop)

@@ -40,7 +40,7 @@ in the quantized model with the float model on the calibration data.
 Reading a log never runs anything from it: ``model_deps_info`` is parsed with
 :func:`ast.literal_eval` (literals only) and every field is checked for its type.  A log that
 cannot be read -- empty, binary, truncated, its table missing or garbled -- is a one-line
-:class:`~qtquant.errors.CompileLogError`.
+:class:`~qtquant.base.errors.CompileLogError`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from qtquant.errors import CompileLogError
+from qtquant.base.errors import CompileLogError
 
 __all__ = [
     "CompileLog",

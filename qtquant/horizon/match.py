@@ -10,7 +10,7 @@
 - rows the compiler made itself (``HZ_PREPROCESS_FOR_<input>``, the input's preprocess) are
   :attr:`LogMatch.compiler_rows`, not misses.
 
-A log of another model is refused (:class:`~qtquant.errors.CompileLogError`): other input names,
+A log of another model is refused (:class:`~qtquant.base.errors.CompileLogError`): other input names,
 another input shape (unless ``any_shape``: the same graph at another size, whose thresholds still
 apply by name), or most node names not in the graph.
 
@@ -27,9 +27,9 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping
 
-from qtquant.errors import CompileLogError, LogShapeMismatch
+from qtquant.base.errors import CompileLogError, LogShapeMismatch
 from qtquant.horizon.log import CUT_MARK, CompileLog, LogNode, qmax
-from qtquant.vocab import TensorKind
+from qtquant.base.vocab import TensorKind
 
 __all__ = ["Miss", "MissKind", "TensorThreshold", "ThresholdConflict", "LogMatch", "match_compile_log",
            "PREPROCESS_PREFIX", "MIN_MATCHED_FRACTION", "FEW_MISSES"]
@@ -161,7 +161,7 @@ def _shape_text(shape) -> str:
 
 
 def match_compile_log(graph, log: CompileLog, *, any_shape: bool = False, infer: bool = True) -> LogMatch:
-    """``log`` placed on ``graph`` (a :class:`~qtquant.graphmodel.Graph`); :class:`CompileLogError`
+    """``log`` placed on ``graph`` (a :class:`~qtquant.model.graphmodel.Graph`); :class:`CompileLogError`
     when it is a log of another model.  ``infer``: a Concat input no row gives a threshold for and
     the log does not requantize enters the Concat on its output's scale, so it takes the output's
     threshold (``inferred``); off, only printed thresholds count (what a reproduction of the

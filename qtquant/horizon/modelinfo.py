@@ -15,7 +15,7 @@ Each tensor block reads::
 (inputs add ``input source``).  In the reference logs every output is ``F32`` with quanti type
 ``NONE``: the runtime dequantizes on the CPU, and an ``NHWC`` layout there is a transpose the
 board does after the BPU -- what a board-latency estimate has to count.  Unreadable input is a
-one-line :class:`~qtquant.errors.CompileLogError`.
+one-line :class:`~qtquant.base.errors.CompileLogError`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from qtquant.errors import CompileLogError
+from qtquant.base.errors import CompileLogError
 from qtquant.horizon.log import MAX_LOG_BYTES, decode_log
 
 __all__ = ["BoardTensor", "ModelInfo", "read_model_info", "parse_model_info"]

@@ -108,7 +108,7 @@ class Reconciliation:
 
 
 def reconcile_concats(match: LogMatch, concats) -> Reconciliation:
-    """``concats``: qtquant's analysis (:func:`~qtquant.concat.analyze_concats`, the session's)."""
+    """``concats``: qtquant's analysis (:func:`~qtquant.quant.concat.analyze_concats`, the session's)."""
     th = match.thresholds
     out: list[ConcatReconciliation] = []
     missing: list[str] = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from qtquant.horizon.reconcile import (EstimateComparison, Reconciliation, Verdict, compare_estimate,
                                        reconcile_concats)
-from qtquant.tables import fmt_num, text_table
+from qtquant.base.tables import fmt_num, text_table
 
 __all__ = ["session_reconciliation", "session_estimate", "compiler_log_dict", "compiler_log_text",
            "scales_text", "COSINES_SHOWN"]

@@ -8,7 +8,7 @@ Typical use::
     print(res.total_ms, res.fps, res.rescale_count, res.rescale_cost_by_concat())
 """
 
-from ..errors import MarchError
+from ..base.errors import MarchError
 from .costs import LayerCost
 from .macs import macs_of, model_macs
 from .march import MarchProfile, load_march, march_names

@@ -1,5 +1,5 @@
-"""Per-op cost functions, one per :class:`~qtquant.vocab.CostClass`; the op registry says which
-class each op is in (``qtquant.ops``).
+"""Per-op cost functions, one per :class:`~qtquant.base.vocab.CostClass`; the op registry says which
+class each op is in (``qtquant.model.ops``).
 
 A cost function is ``fn(node, ctx) -> LayerCost``.  ``ctx`` (:class:`CostContext`) holds
 the graph, the march profile and what the whole-graph passes decided: which activations
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..ops import constant_operand, handler_for, identity_next
-from ..vocab import CostClass, TensorKind
+from ..model.ops import constant_operand, handler_for, identity_next
+from ..base.vocab import CostClass, TensorKind
 from .macs import conv_dims, macs_of, numel, shape_of
 
 __all__ = ["LayerCost", "CostContext", "node_cost", "copy_cost", "rescale_cost", "alignment_efficiency",
@@ -133,7 +133,7 @@ class CostContext:
     # -- fusion into the producer (the march's write-back rule) --------------------------------
     def _find_fusions(self) -> None:
         """Fold BN/constant-affine steps, write-back activations and one residual Add into the
-        MAC-array layer that feeds them (``march.fusion``, :class:`qtquant.ops.FusionRule`).
+        MAC-array layer that feeds them (``march.fusion``, :class:`qtquant.model.ops.FusionRule`).
 
         The host then reads the chain's extra inputs (a residual) and writes the chain's last
         tensor; the intermediate tensors never leave the MAC pipeline.

@@ -4,7 +4,7 @@ A profile is a JSON file under ``resources/marches/`` (or a user's own, ``--marc
 Every number in it is an object ``{"value": ..., "source": "..."}`` or
 ``{"value": ..., "estimate": "why this value"}``, so a reader can always tell a
 published figure from a guess.  Loading validates all of it and turns any problem into
-a one-line :class:`~qtquant.errors.MarchError`.
+a one-line :class:`~qtquant.base.errors.MarchError`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import MarchError
-from ..ops import FusionRule, fusion_rule_from
-from ..fileio.schema import FileModel, first_problem, one_line, problem, read_json
-from ..resources import resource_path
-from ..vocab import ConcatScaleRule
+from ..base.errors import MarchError
+from ..model.ops import FusionRule, fusion_rule_from
+from ..base.fileio.schema import FileModel, first_problem, one_line, problem, read_json
+from ..base.resources import resource_path
+from ..base.vocab import ConcatScaleRule
 
 __all__ = ["MarchProfile", "load_march", "march_names", "profile_from_dict", "PARAMS", "unknown_march",
            "looks_like_path"]
@@ -86,7 +86,7 @@ _OPS = Annotated[list[str], Field(max_length=200)]
 
 
 class FusionSpec(FileModel):
-    """The profile's ``fusion`` object (see :class:`qtquant.ops.FusionRule` for the meaning)."""
+    """The profile's ``fusion`` object (see :class:`qtquant.model.ops.FusionRule` for the meaning)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -120,7 +120,7 @@ class Params(FileModel):
     sram_gbps: Param[Positive]  # on-chip buffer bandwidth, GB/s
     sram_mb: Param[Positive]  # on-chip feature buffer, MB (1e6 bytes)
     op_overhead_us: Param[NonNegative]  # fixed cost per scheduled op
-    # What the compiler merges into one layer (qtquant.ops.FusionRule).
+    # What the compiler merges into one layer (qtquant.model.ops.FusionRule).
     fusion: Param[FusionSpec] | None = None
     # Older profiles: one list of ops fused into the producer (read as a write-back list).
     fused_activations: Param[list[str]] | None = None

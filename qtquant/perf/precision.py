@@ -1,7 +1,7 @@
 """What mixed precision costs on the target: int16 on the BPU, float nodes on the CPU.
 
 The simulator prices every node as int8 on the BPU; :func:`apply_precision` re-prices the nodes
-the session's precision map (:mod:`qtquant.precision`) changes:
+the session's precision map (:mod:`qtquant.quant.precision`) changes:
 
 - **int16** (a node on the BPU that reads or writes an int16 tensor): every int16 tensor it moves
   is 2 bytes per element instead of 1 (its memory time and DDR traffic grow by those bytes), and a
@@ -28,15 +28,15 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..errors import MarchError
-from ..fileio.schema import FileModel, one_line
-from ..precision import RANK, float_nodes
-from ..vocab import Precision, TensorKind
+from ..base.errors import MarchError
+from ..base.fileio.schema import FileModel, one_line
+from ..quant.precision import RANK, float_nodes
+from ..base.vocab import Precision, TensorKind
 from .macs import macs_of, numel, shape_of
 from .march import Count, Fraction, NonNegative, Param, Positive
 
 __all__ = ["PrecisionParams", "PrecisionCost", "NodePrice", "DEFAULTS", "precision_params", "apply_precision",
-           "precision_rows", "precision_table_text", "report_text", "latency_delta_us", "map_delta_us"]
+           "precision_rows", "precision_table_text", "report_text"]
 
 _RUNTIME = (TensorKind.INPUT, TensorKind.ACTIVATION)
 FLOAT_BYTES = 4
@@ -332,7 +332,7 @@ def precision_table_text(result) -> str:
     cost = getattr(result, "precision", None)
     if cost is None or not cost.nodes:
         return ""
-    from ..tables import text_table
+    from ..base.tables import text_table
 
     head = (f"mixed precision: {cost.int16_tensors} int16 tensor(s), {cost.float_tensors} kept in float; "
             f"{cost.delta_us:+.1f} µs over int8 ({cost.cpu_us:.1f} µs on the CPU, {cost.handoffs} hand-off(s))")
@@ -343,33 +343,7 @@ def precision_table_text(result) -> str:
 
 def report_text(graph, precision, result=None) -> str:
     """What ``analyze`` and ``fix`` print: the assignments, and their price when simulated."""
-    from ..precision import summary_text
+    from ..quant.precision import summary_text
 
     return "\n".join(x for x in (summary_text(graph, precision),
                                  precision_table_text(result) if result is not None else "") if x)
-
-
-def latency_delta_us(session, tensors, precision, march_file=None) -> float:
-    """µs the simulated latency changes by when ``tensors`` are set to ``precision`` on top of the
-    session's current map (the sensitivity ranking's latency price of a candidate)."""
-    from ..precision import PrecisionMap
-
-    now = PrecisionMap(getattr(session.options, "precision", None) or {})
-    return map_delta_us(session, now.with_(tensors, precision), march_file)
-
-
-def map_delta_us(session, precision, march_file=None) -> float:
-    """µs the simulated latency changes by when the session's precision map is replaced by
-    ``precision`` (a whole map: "reach X dB"'s price of its plan)."""
-    from ..precision import PrecisionMap
-    from .march import load_march
-    from .simulator import _simulator_for
-
-    march = load_march(march_file if march_file else session.options.march)
-    sim = _simulator_for(session.graph, march)
-    res = sim.update(session.concats())
-    ctx = sim._state[0] if sim._state else None
-    now = PrecisionMap(getattr(session.options, "precision", None) or {})
-    a = apply_precision(res, session.graph, march, now, ctx=ctx)
-    b = apply_precision(res, session.graph, march, PrecisionMap(precision), ctx=ctx)
-    return b.total_us - a.total_us

@@ -6,7 +6,7 @@ import csv
 import functools
 import io
 
-from ..tables import clip_left, text_table
+from ..base.tables import clip_left, text_table
 
 
 __all__ = ["report_template", "layer_table_text", "summary_text", "comparison_rows", "csv_text", "html_report",
@@ -34,7 +34,7 @@ def _fmt_bytes(n: float) -> str:
 
 def comparison_rows(after, before=None) -> list[tuple[str, str, str, str]]:
     """(metric, before, after, change) rows of the totals; before/change empty without a baseline."""
-    def row(label, fn, fmt, better_low=True):
+    def row(label, fn, fmt):
         a = fn(after)
         if before is None:
             return (label, "", fmt(a), "")

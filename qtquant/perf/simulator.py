@@ -17,7 +17,8 @@ from .costs import CostContext, LayerCost, copy_cost, node_cost, rescale_cost, z
 from .march import MarchProfile, load_march
 from .macs import shape_of
 
-__all__ = ["PerfResult", "Simulator", "simulate", "simulate_session", "warm_up", "SCHEMA_VERSION"]
+__all__ = ["PerfResult", "Simulator", "simulate", "simulate_session", "warm_up", "latency_delta_us", "map_delta_us",
+           "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -323,3 +324,28 @@ def simulate_session(session, march_file=None, *, baseline: bool = False) -> Per
         state = sim._state
         res = apply_precision(res, session.graph, march, precision, ctx=state[0] if state else None)
     return res
+
+
+def latency_delta_us(session, tensors, precision, march_file=None) -> float:
+    """µs the simulated latency changes by when ``tensors`` are set to ``precision`` on top of the
+    session's current map (the sensitivity ranking's latency price of a candidate)."""
+    from ..quant.precision import PrecisionMap
+
+    now = PrecisionMap(getattr(session.options, "precision", None) or {})
+    return map_delta_us(session, now.with_(tensors, precision), march_file)
+
+
+def map_delta_us(session, precision, march_file=None) -> float:
+    """µs the simulated latency changes by when the session's precision map is replaced by
+    ``precision`` (a whole map: "reach X dB"'s price of its plan)."""
+    from ..quant.precision import PrecisionMap
+    from .precision import apply_precision
+
+    march = load_march(march_file if march_file else session.options.march)
+    sim = _simulator_for(session.graph, march)
+    res = sim.update(session.concats())
+    ctx = sim._state[0] if sim._state else None
+    now = PrecisionMap(getattr(session.options, "precision", None) or {})
+    a = apply_precision(res, session.graph, march, now, ctx=ctx)
+    b = apply_precision(res, session.graph, march, PrecisionMap(precision), ctx=ctx)
+    return b.total_us - a.total_us

@@ -1,9 +1,9 @@
 """Reading a sharing plan (the JSON that ``qtquant fix --plan-out`` writes) for the torch side.
 
 Accepts a dict, a path, or a plan object, and validates it with the one plan schema,
-:class:`qtquant.plan.Plan`.  A plan may be hand-written: it needs only the groups and their
+:class:`qtquant.files.plan.Plan`.  A plan may be hand-written: it needs only the groups and their
 members' tensor names (the format and version may be left out); unknown fields are ignored.
-Every problem is a one-line :class:`~qtquant.errors.PlanError`.
+Every problem is a one-line :class:`~qtquant.base.errors.PlanError`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from ..errors import PlanError
-from ..plan import Plan, load_plan, parse_plan
+from ..base.errors import PlanError
+from ..files.plan import Plan, load_plan, parse_plan
 
 __all__ = ["read_plan"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import BadInputError
+from ..base.errors import BadInputError
 from ._fakequant import FrozenFakeQuant, onnx_range
 from ._resolve import Resolver, Unmappable, is_observer, op_name
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..errors import PlanError
+from ..base.errors import PlanError
 from ._plan import read_plan
 from ._resolve import CAT_TARGETS, Resolver, Site, Unmappable, is_pt2e, op_name, settled
 

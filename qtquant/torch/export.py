@@ -33,7 +33,7 @@ import onnx
 import torch
 from onnx import helper, numpy_helper
 
-from ..errors import BadInputError, first_line
+from ..base.errors import BadInputError, first_line
 from ._fakequant import INT8_DTYPES, FrozenFakeQuant as _FrozenFakeQuant, onnx_range
 from ._pt2e_export import producer_label, qdq_to_fake_quant, split_shared_calls, to_eval
 from ._resolve import Resolver, is_observer, is_pt2e

@@ -13,8 +13,8 @@ Plan names are mapped to graph nodes by the FX bridge's resolver (module path th
 
 Unmapped members: the group is still shared among the members that map, the report
 (:attr:`PlanQuantizer.report`) lists each unmapped name with the reason, and a
-:class:`~qtquant.errors.PlanWarning` is issued; ``strict=True`` raises
-:class:`~qtquant.errors.PlanError` before any annotation is changed.
+:class:`~qtquant.base.errors.PlanWarning` is issued; ``strict=True`` raises
+:class:`~qtquant.base.errors.PlanError` before any annotation is changed.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from torchao.quantization.pt2e.quantizer import (
     SharedQuantizationSpec,
 )
 
-from ..errors import PlanError, PlanWarning
+from ..base.errors import PlanError, PlanWarning
 from ._plan import read_plan
 from ._resolve import CAT_TARGETS, Resolver
 from .apply import ApplyReport, GroupResult, TiedMember, precision_note, resolve_sites
@@ -61,7 +61,7 @@ def _cat_inputs(c) -> list:
 class PlanQuantizer(Quantizer):
     """Wrap ``base_quantizer`` so each group of ``plan`` shares one observer / fake-quant.
 
-    ``plan``: a :class:`qtquant.plan.Plan`, a dict or a path to the JSON ``qtquant fix
+    ``plan``: a :class:`qtquant.files.plan.Plan`, a dict or a path to the JSON ``qtquant fix
     --plan-out`` writes.  ``aliases`` maps plan names (ONNX tensor or node names) to FX node
     names or module paths, for names that do not map by themselves.  ``strict=True`` raises
     :class:`PlanError` if any member is unmapped; otherwise a :class:`PlanWarning` is issued

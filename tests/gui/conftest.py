@@ -17,9 +17,9 @@ def _children_at_test_priority(monkeypatch):
     that the window keeps a core on a busy machine.  Here they run at the tests' own priority:
     next to other work at nice 0 (CI installs its second venv while these tests run) a nice-10
     child got a few percent of a core, and a window that waits on it did not settle in 20 s
-    (seen at load 4-5).  These tests check behaviour, not scheduling; tests/test_childproc.py
+    (seen at load 4-5).  These tests check behaviour, not scheduling; tests/base/test_childproc.py
     checks the niceness itself."""
-    from qtquant import childproc
+    from qtquant.base import childproc
     from qtquant.gui import jobs
 
     monkeypatch.setattr(jobs, "WORKER_NICENESS", 0)

@@ -117,9 +117,9 @@ def test_auto_share_by_accuracy_is_one_undo_step(qtbot, make_win, tmp_path):
 def test_an_argmax_only_model_ranks_by_agreement_in_the_dock(qtbot, make_win, tmp_path):
     """No float output: the dock's gain column is in percentage points and its status says the
     least-agreeing integer output, instead of a column of n/a."""
-    from test_integer_outputs import _tied_classifier
+    from builders import tied_classifier
 
-    path = _tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
+    path = tied_classifier(tmp_path / "cls_only.onnx", with_logits=False)
     win = make_win(show_dialogs=False)
     open_settled(qtbot, win, path, count=16)
     dock = _measured(qtbot, win)
@@ -135,10 +135,10 @@ def test_an_argmax_only_model_ranks_by_agreement_in_the_dock(qtbot, make_win, tm
 
 
 def test_auto_share_by_accuracy_on_integer_outputs_only_says_why_in_one_line(qtbot, make_win, tmp_path):
-    from test_integer_outputs import _tied_classifier
+    from builders import tied_classifier
 
     win = make_win(show_dialogs=False)
-    open_settled(qtbot, win, _tied_classifier(tmp_path / "cls_only.onnx", with_logits=False), count=8)
+    open_settled(qtbot, win, tied_classifier(tmp_path / "cls_only.onnx", with_logits=False), count=8)
     qtbot.mouseClick(win.sensitivity.share, Qt.LeftButton)
     qtbot.waitUntil(lambda: bool(win.errors), timeout=60000)
     _, msg, _ = win.errors[-1]

@@ -1,5 +1,5 @@
 """The app's calibration dialog offers the method search, and calibrating with it installs the
-chosen method and says so (tests/test_calib_search.py checks the search itself)."""
+chosen method and says so (tests/calib/test_calib_search.py checks the search itself)."""
 
 import os
 

@@ -14,7 +14,7 @@ from builders import branchy_concat_model
 from guikit import open_settled, settle
 from hblogs import LogSpec, render_compile_log
 from qtquant.app.views.compiler import COMPILER_AGREE_EDGE, COMPILER_EDGE
-from qtquant.vocab import Overlay
+from qtquant.base.vocab import Overlay
 
 THRESHOLDS = {"x": 1.0, "relu0_out": 4.0, "pool0_out": 4.0, "cat_out": 4.0}
 

@@ -25,11 +25,10 @@ from qtquant.app.views.palette import MISMATCH_BANDS  # noqa: E402
 from qtquant.app.views.perf import OPENED_NOTE  # noqa: E402
 from qtquant.app.views.perfdata import fidelity_measure, simulator  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
-from qtquant.concat import concat_members  # noqa: E402
+from qtquant.quant.concat import concat_members  # noqa: E402
 from qtquant.gui.docks import ConcatList, GroupsPanel, PerfSummary  # noqa: E402
 from qtquant.gui.relay import SessionRelay  # noqa: E402
 
-needs_perf = pytest.mark.skipif(simulator() is None, reason="perf simulator not installed")
 GREEN = MISMATCH_BANDS[0][2]
 
 
@@ -109,7 +108,6 @@ def test_concat_list_rows_follow_edits_keep_the_selection_and_jump(qtbot, sessio
     assert hit.args == ["cat2"]
 
 
-@needs_perf
 def test_concat_list_gain_column_updates_alone_when_a_simulation_arrives(qtbot, session, counts):
     relay, w = dock(qtbot, ConcatList, session)
     m = w.model
@@ -125,7 +123,6 @@ def test_concat_list_gain_column_updates_alone_when_a_simulation_arrives(qtbot, 
 # -- the perf summary ---------------------------------------------------------------------------------
 
 
-@needs_perf
 def test_perf_summary_refreshes_once_per_edit_and_results_fill_their_part(qtbot, session, counts):
     relay, w = dock(qtbot, PerfSummary, session)
     v = w.values

@@ -104,7 +104,7 @@ def QColorName(hex_):
 
 
 def test_demo_concats_are_mismatched(qtbot, win, tmp_path):
-    from qtquant.demo import build_attention_demo
+    from qtquant.app.demo import build_attention_demo
 
     p = tmp_path / "demo.onnx"
     onnx.save(build_attention_demo(), str(p))
@@ -298,7 +298,6 @@ def test_overlays_recolour_in_place(qtbot, win, model):
     assert checked == ["none"]
 
 
-@pytest.mark.skipif(simulator() is None, reason="perf simulator not installed")
 def test_perf_dock_and_march_resimulates(qtbot, win, model):
     open_and_settle(qtbot, win, model)
     qtbot.waitUntil(lambda: win.relay.perf() is not None, timeout=20000)
@@ -389,8 +388,8 @@ def test_a_big_graph_opened_in_the_window_is_inferred_early_in_the_child(qtbot, 
     """The app's way of opening a big graph (here any graph: the threshold set to 0): the file's
     bytes go to the kept shape-inference child before the node table is read; the window then
     shows, calibrates and analyses the model as from an in-process open."""
-    from qtquant import shape_child
-    from qtquant.graph import load_graph
+    from qtquant.model import shape_child
+    from qtquant.model.graph import load_graph
 
     monkeypatch.setattr(shape_child, "MIN_NODES", 0)
     early = []

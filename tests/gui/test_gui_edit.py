@@ -317,7 +317,7 @@ def test_ungroup_and_remove_member(qtbot, win, model):
 
 @pytest.mark.parametrize("demo", ["attention", "yolo_neck"])
 def test_auto_share_on_the_demos_removes_the_expected_rescales(qtbot, win, tmp_path, demo):
-    from qtquant.demo import build_attention_demo, build_yolo_neck_demo
+    from qtquant.app.demo import build_attention_demo, build_yolo_neck_demo
 
     p = tmp_path / f"{demo}.onnx"
     onnx.save(build_attention_demo() if demo == "attention" else build_yolo_neck_demo(), str(p))
@@ -395,7 +395,7 @@ def test_export_writes_files_onnx_checker_accepts(qtbot, win, model, tmp_path, m
     im = Image.open(out / "edit_fixed.png")
     assert im.size[0] > 300 and im.size[1] > 300
     # the same bytes as the CLI's writers, from the same functions
-    from qtquant.plan import plan_dict
+    from qtquant.files.plan import plan_dict
 
     assert plan == json.loads(json.dumps(plan_dict(win.session)))
     # an unwritable destination (a file where the folder should be; a folder that does not exist
@@ -493,7 +493,6 @@ def test_closing_with_unsaved_changes_prompts(qtbot, win, prompts, model, tmp_pa
 # -- more of the same surfaces: overlays, Escape, dock menu, hull geometry, entry point ---------------
 
 
-@pytest.mark.skipif(simulator() is None, reason="perf simulator not installed")
 def test_latency_overlay_follows_edits(qtbot, win, model):
     from qtquant.app.views.perfdata import node_us
     from qtquant.gui.style import fmt_us

@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 
 from builders import edit_model  # noqa: E402
 from guikit import open_settled, settle  # noqa: E402
-from qtquant.fidelity import measure_session  # noqa: E402
+from qtquant.fidelity.measure import measure_session  # noqa: E402
 
 
 def test_an_edit_starts_its_check_before_the_views_refresh_and_only_once(qtbot, win, tmp_path):

@@ -306,8 +306,6 @@ def test_edit_while_a_job_runs_applies_only_the_newest(qtbot, make_win, model, m
     settle(qtbot, w)
     getter = ctl.simulator if kind == "perf" else ctl.fidelity_measure
     real = getter() if kind == "perf" else getter(w.controller.fidelity_worker)
-    if real is None:
-        pytest.skip(f"no {kind} module")
     gate, entered, results = threading.Event(), threading.Event(), []
 
     def slow(*a, **kw):

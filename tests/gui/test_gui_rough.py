@@ -84,7 +84,7 @@ def test_open_dialog_offers_the_recorded_shape_with_readable_dims(qtbot, tmp_pat
     from PySide6.QtWidgets import QLabel
 
     from qtquant.gui.dialogs import OpenDialog
-    from test_app_modelinputs import dynamic_model
+    from builders import dynamic_model
 
     p = tmp_path / "yolo320.onnx"
     onnx.save(dynamic_model({"imgsz": "[320, 320]"}), str(p))
@@ -135,7 +135,7 @@ def test_inspector_elides_names_in_the_middle_and_columns_resize(qtbot, win, tmp
     from PySide6.QtWidgets import QHeaderView
 
     from builders import yolov8n
-    from qtquant.fileio import atomic_write_bytes
+    from qtquant.base.fileio import atomic_write_bytes
 
     p = tmp_path / "y.onnx"
     atomic_write_bytes(p, yolov8n(size=64, nc=2).SerializeToString())
@@ -169,7 +169,7 @@ def test_report_dialog_fits_its_longest_line_and_puts_warnings_first(qtbot, win)
 def test_export_makes_a_folder_that_does_not_exist_yet(qtbot, tmp_path):
     from qtquant.app import Options, open_model
     from qtquant.calib import CalibConfig
-    from qtquant.errors import BadInputError
+    from qtquant.base.errors import BadInputError
     from qtquant.gui.exporting import ExportOptions, export_files
 
     s = open_model(edit_model(tmp_path / "edit.onnx"), options=Options(calib=CalibConfig(count=4)))
@@ -204,10 +204,6 @@ def test_zero_zooms_to_100_percent_around_the_selection(qtbot, make_win, tmp_pat
 
 def test_concat_inspector_total_names_the_forced_copy(qtbot, win, model):
     """1.80 µs per input × 3 next to "total 9.60 µs" left 4.2 µs unexplained."""
-    from qtquant.app.views.perfdata import simulator
-
-    if simulator() is None:
-        pytest.skip("no performance simulator")
     open_settled(qtbot, win, model)
     qtbot.waitUntil(lambda: win.relay.perf() is not None and not win.controller.busy, timeout=30000)
     win.scene.nodes["cat1"].setSelected(True)
@@ -223,10 +219,6 @@ def test_concat_inspector_total_names_the_forced_copy(qtbot, win, model):
 
 
 def test_performance_dock_keeps_its_columns_when_deltas_appear(qtbot, win, model):
-    from qtquant.app.views.perfdata import simulator
-
-    if simulator() is None:
-        pytest.skip("no performance simulator")
     open_settled(qtbot, win, model)
     qtbot.waitUntil(lambda: win.relay.perf() is not None and not win.controller.busy, timeout=30000)
     ps = win.perf_summary
@@ -341,7 +333,7 @@ def test_export_dialog_sets_the_scheme_and_the_percentile_like_the_cli(qtbot, wi
     from guikit import settle
     from qtquant.calib import CalibConfig
     from qtquant.gui.exporting import ExportDialog
-    from qtquant.vocab import Scheme
+    from qtquant.base.vocab import Scheme
 
     win.open_model(edit_model(tmp_path / "edit.onnx"), calib=CalibConfig(count=4, observer="percentile"))
     settle(qtbot, win)

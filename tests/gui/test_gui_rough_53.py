@@ -126,7 +126,7 @@ def test_a_drop_that_links_three_groups_merges_them(qtbot, make_win, tmp_path):
 
 def test_a_cancelled_calibration_is_not_remembered(qtbot, make_win, tmp_path, monkeypatch):
     import qtquant.gui.controller as ctl
-    from qtquant.errors import Cancelled
+    from qtquant.base.errors import Cancelled
     from qtquant.gui.opening import _calib_values
 
     path = edit_model(tmp_path / "edit.onnx")
@@ -230,7 +230,7 @@ def test_the_minimap_keeps_off_a_concat_turned_green_by_sharing(qtbot, make_win,
 
 
 def test_the_canvas_does_not_jump_when_the_overlay_changes(qtbot, make_win, tmp_path):
-    from qtquant.vocab import Overlay
+    from qtquant.base.vocab import Overlay
 
     win = make_win()
     open_settled(qtbot, win, edit_model(tmp_path / "edit.onnx"))

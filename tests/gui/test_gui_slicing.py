@@ -192,7 +192,7 @@ def test_model_serialized_in_the_load_job_only(qtbot, win, tmp_path, monkeypatch
     """The calibration and fidelity children get the bytes the load job made (here, those shape
     inference handed back): encoding a big model again in a worker thread held the GIL and froze
     the window when calibration ended."""
-    from qtquant.graph import Graph
+    from qtquant.model.graph import Graph
 
     made = []
     real = Graph.model_bytes

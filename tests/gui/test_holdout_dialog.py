@@ -1,4 +1,4 @@
-"""The open dialog's holdout field maps to the calibration config as --holdout does (tests/test_holdout.py)."""
+"""The open dialog's holdout field maps to the calibration config as --holdout does (tests/calib/test_holdout.py)."""
 
 import onnx
 import pytest
@@ -7,7 +7,7 @@ from builders import mul_relu_model
 
 pytest.importorskip("pytestqt")
 
-from qtquant.calib.engine import CalibConfigError  # noqa: E402
+from qtquant.calib.holdout import CalibConfigError  # noqa: E402
 from qtquant.gui.dialogs import OpenDialog, calib_config  # noqa: E402
 
 

@@ -86,7 +86,7 @@ def test_settings_that_fail_the_load_are_not_remembered(qtbot, make_win, model_p
     monkeypatch.setattr("qtquant.gui.controller.early_structure", lambda *a: None)
 
     def fail(*a, **k):
-        from qtquant.errors import ShapeError
+        from qtquant.base.errors import ShapeError
 
         raise ShapeError("the input shapes do not fit the model: (as a load would say)")
 

@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 
 from builders import save, spiky_chain_model
 from guikit import open_settled
-from qtquant.vocab import Precision
+from qtquant.base.vocab import Precision
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 python-igraph holds the GIL while its C code ranks and orders the layers (20,000 nodes:
 130-190 ms), so the window would freeze that long while a model opens.  The child gets the
 :class:`~qtquant.app.scene.layout.LayoutInput` and sends back the :class:`~qtquant.app.scene.layout.Layout`
-(through :mod:`qtquant.childproc`, pickled between this process and its own child only).
+(through :mod:`qtquant.base.childproc`, pickled between this process and its own child only).
 Nothing here imports Qt.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import childproc
+from ...base import childproc
 from .layout import EdgeRoute, Layout, LayoutInput, layered_layout
 
 __all__ = ["layered_layout_isolated"]

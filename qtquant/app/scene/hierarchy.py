@@ -3,7 +3,7 @@
 Where a node's block comes from, first match wins:
 
 1. node metadata: ``qtquant.scope`` (written when local functions are inlined, see
-   :mod:`qtquant.functions`), PyTorch's ``pkg.torch.onnx.name_scopes`` or ``namespace``;
+   :mod:`qtquant.model.functions`), PyTorch's ``pkg.torch.onnx.name_scopes`` or ``namespace``;
 2. the module path in the node's name: the ``/a/b/c/Op`` convention of the PyTorch
    TorchScript exporter and of paddle2onnx with scopes;
 3. nothing: the node sits at the top level (a graph of such names is flat).
@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ...vocab import TensorKind
+from ...base.vocab import TensorKind
 
 __all__ = ["Block", "Hierarchy", "ViewState", "build_hierarchy", "node_scopes", "folded_nodes", "constant_inputs",
            "BLOCK_PREFIX", "COLLAPSE_MIN_NODES", "SCOPE_KEYS", "block_name", "block_id"]

@@ -1,7 +1,7 @@
 """The structure of a model straight from its ONNX protobuf: what the canvas needs to draw a big
 graph before the graph is loaded.
 
-Loading a 20,000-node model (shape inference, the :class:`~qtquant.graph.Graph` with its
+Loading a 20,000-node model (shape inference, the :class:`~qtquant.model.graph.Graph` with its
 tensors and kinds) takes seconds; node names, op types and the tensors between them are in the
 file.  :class:`ProtoGraph` offers the few attributes :class:`~.view.SceneModel` reads
 (``nodes``, ``tensors``, ``inputs``, ``outputs``, ``model``), so the window can show the module
@@ -11,10 +11,10 @@ edges keeps these positions (:meth:`~.view.SceneModel.same_view`).  Shapes are u
 
 from __future__ import annotations
 
-from ...modelcheck import FLOAT_TYPES, toposort
-from ...nodetable import node_names
-from ...ops import handler_for
-from ...vocab import TensorKind
+from ...model.modelcheck import FLOAT_TYPES, toposort
+from ...model.nodetable import node_names
+from ...model.ops import handler_for
+from ...base.vocab import TensorKind
 
 __all__ = ["ProtoGraph"]
 
@@ -90,10 +90,10 @@ def early_structure(path, min_nodes: int):
     """The laid-out first view of the model at ``path`` from its file alone, or None (fewer than
     ``min_nodes`` nodes: the full load is quick anyway; a QDQ file, whose graph changes when its
     Q/DQ pairs are read; anything unreadable -- the full load reports it)."""
-    from ...functions import inline_local_functions
-    from ...graph import read_model_file
-    from ...modelcheck import check_text
-    from ...qdq import is_qdq_model
+    from ...model.functions import inline_local_functions
+    from ...model.graph import read_model_file
+    from ...model.modelcheck import check_text
+    from ...model.qdq import is_qdq_model
     from .view import SceneModel
 
     try:

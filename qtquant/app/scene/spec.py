@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...shapes import format_shape
-from ...vocab import TensorKind
+from ...model.shapes import format_shape
+from ...base.vocab import TensorKind
 from .layout import Layout, LayoutInput, layered_layout
 
 __all__ = ["NodeSpec", "EdgeSpec", "SceneSpec", "scene_spec", "layout_scene", "spread_ports", "shape_text",

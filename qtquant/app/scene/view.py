@@ -21,7 +21,7 @@ import time
 from .hierarchy import ViewState, block_id, block_name, build_hierarchy, folded_nodes
 from .layout import EdgeRoute, Layout, LayoutInput, layered_layout
 from .room import Room, place, shifts
-from ...vocab import TensorKind
+from ...base.vocab import TensorKind
 from .spec import INPUT_PREFIX, OUTPUT_PREFIX, EdgeSpec, NodeSpec, SceneSpec, node_size, shape_text, spread_ports
 
 __all__ = ["SceneModel", "ISOLATE_MIN_UNITS"]

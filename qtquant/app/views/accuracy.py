@@ -6,11 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...tables import fmt_num
-from ...vocab import Overlay, Precision, RankedBy
-from .palette import heat_hex
+from ...base.tables import fmt_num
+from ...base.vocab import Precision, RankedBy
 
-__all__ = ["error_looks", "error_range", "SensitivityRow", "sensitivity_rows", "tensor_error_text",
+__all__ = ["error_range", "finite", "SensitivityRow", "sensitivity_rows", "tensor_error_text",
            "status_text", "TradeoffPoint", "tradeoff_points", "ERROR_SPAN_DB", "SENSITIVITY_HEADERS",
            "sensitivity_headers", "PER_US_COLUMN"]
 
@@ -29,69 +28,19 @@ def sensitivity_headers(report) -> tuple[str, ...]:
                  for h in SENSITIVITY_HEADERS)
 
 
-def _finite(x) -> bool:
+def finite(x) -> bool:
     return x is not None and isinstance(x, float) and math.isfinite(x)
 
 
 def error_range(values) -> tuple[float, float]:
     """(lowest, highest) dB the ramp spans: the measured values, at least :data:`ERROR_SPAN_DB` wide."""
-    vals = [v for v in values if _finite(v)]
+    vals = [v for v in values if finite(v)]
     if not vals:
         return 0.0, ERROR_SPAN_DB
     lo, hi = max(0.0, min(vals)), min(60.0, max(vals))
     if hi - lo < ERROR_SPAN_DB:
         hi = lo + ERROR_SPAN_DB
     return lo, hi
-
-
-def error_looks(looks, parts, report, local: bool, graph=None):
-    """Fill ``looks`` for the Error overlay (a generator, as :func:`~.looks.fill_looks`).  The
-    nodes of a fused chain (Conv -> Sigmoid -> Mul, no Q/DQ inside) take the colour of the
-    chain's quantized output; its producer carries the dB badge."""
-    from .looks import FADED_LOOK, PLAIN, Badge, Legend, NodeLook
-
-    what = "Local" if local else "Cumulative"
-    if report is None:
-        looks.legend = Legend(Overlay.ERROR, "Error: no accuracy check yet (Sensitivity dock › Measure)")
-        return
-    yield
-    figs = report.node_figures()
-    val = {n: (t.local_sqnr_db if local else t.sqnr_db) for n, t in figs.items()}
-    chained = {}
-    if graph is not None:
-        from ...precision import chain_nodes
-
-        for n, t in figs.items():
-            for m in chain_nodes(graph, t.tensor)[1:]:
-                if m not in val:
-                    chained[m] = val[n]
-    lo, hi = error_range(val.values())
-    badge_of: dict[str, Badge] = {}
-    nodes = looks.nodes
-    for part in parts:
-        for name in part:
-            v = val.get(name)
-            base = nodes.get(name, PLAIN)
-            if v is None and _finite(chained.get(name)):  # inside a fused chain: its colour, no badge
-                c = chained[name]
-                nodes[name] = NodeLook(heat_hex((hi - c) / (hi - lo), "error"), base.badges, base.faded,
-                                       base.border_width)
-                continue
-            if not _finite(v):
-                if base is PLAIN:
-                    nodes[name] = FADED_LOOK
-                continue
-            text = f"{fmt_num(v, 1)} dB"
-            b = badge_of.get(text)
-            if b is None:
-                b = badge_of[text] = Badge(text, ERROR_BADGE)
-            nodes[name] = NodeLook(heat_hex((hi - v) / (hi - lo), "error"), (b, *base.badges), base.faded,
-                                   base.border_width)
-        yield
-    n = report.samples
-    which = "in-sample" if report.in_sample else "held out"
-    looks.legend = Legend(Overlay.ERROR, f"{what} SQNR per node, dB ({n} samples, {which})", f"≥ {hi:.0f} dB",
-                          f"≤ {lo:.0f} dB")
 
 
 @dataclass(frozen=True)
@@ -112,25 +61,25 @@ class SensitivityRow:
 
 
 def _num_text(x, signed=False) -> str:
-    if not _finite(x):
+    if not finite(x):
         return "n/a"
     return fmt_num(x, signed=signed)
 
 
 def sensitivity_rows(report) -> list[SensitivityRow]:
     """One row per candidate, in the ranking's order; the dB/µs column sorts in that order too."""
-    from ...accuracy.report import latency_text, per_us_text
+    from ...fidelity.accuracy.report import latency_text, per_us_text
 
     rows = []
     cands = report.sensitivity if report is not None else ()
     for k, s in enumerate(cands):
-        gain = s.gain if _finite(s.gain) else -math.inf
+        gain = s.gain if finite(s.gain) else -math.inf
         after = s.after_text()
         lat = s.latency_delta_us
         cells = (s.node, s.precision.value, _num_text(s.gain, True), "estimate" if s.estimate else "measured",
                  after, latency_text(lat), per_us_text(s))
         keys = (s.node, s.precision.value, gain, 0 if s.estimate else 1,
-                s.worst if _finite(s.worst) else -math.inf, lat if lat is not None else math.inf, len(cands) - k)
+                s.worst if finite(s.worst) else -math.inf, lat if lat is not None else math.inf, len(cands) - k)
         rows.append(SensitivityRow(s.node, cells, keys, not s.estimate, s.precision, tuple(s.tensors)))
     return rows
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 
-from ...vocab import Overlay
+from ...base.vocab import Overlay
 from ..scene.hierarchy import block_id
 from .fmt import fmt_us
 from .looks import FADED_LOOK, LATENCY_BADGE, Badge, NodeLook, rescale_badge
 from .palette import mismatch_band, mismatch_hex
 from .perfdata import node_us
 from .concats import concat_rows
-from ...tables import fmt_num
+from ...base.tables import fmt_num
 
 __all__ = ["BlockSummary", "block_summaries", "fill_block_looks", "worst_concat", "node_sqnr", "SQNR_BADGE"]
 

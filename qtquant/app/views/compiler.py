@@ -5,7 +5,7 @@ inspector show (docs/compiler-log.md)."""
 from __future__ import annotations
 
 from ...horizon.reconcile import ConcatReconciliation, Reconciliation, Verdict, reconcile_concats
-from ...vocab import Overlay
+from ...base.vocab import Overlay
 from .palette import heat_hex
 
 __all__ = ["COMPILER_EDGE", "COMPILER_AGREE_EDGE", "COMPILER_BADGE", "compiler_reconciliation", "mark_compiler",

@@ -6,11 +6,11 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ...concat import rescale_node_names
-from ...report import dtype_note, qdq_file_note
-from ...shapes import format_shape
-from ...vocab import ConcatScaleRule
-from ..session import concat_rule
+from ...quant.concat import rescale_node_names
+from ...files.report import dtype_note, qdq_file_note
+from ...model.shapes import format_shape
+from ...base.vocab import ConcatScaleRule
+from ..options import concat_rule
 from .compiler import compiler_reconciliation, log_cell, log_tooltip
 from .fmt import fmt_bits, fmt_ratio, fmt_us
 from .palette import mismatch_hex

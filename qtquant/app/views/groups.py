@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...quant import bits_lost
+from ...model.scales import bits_lost
 from .fmt import fmt_bits, fmt_scale, fmt_us
 from .palette import group_hex
 from .perfdata import rescale_us_by_concat

@@ -11,18 +11,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ...precision import RANK, chain_nodes
-from ...vocab import Overlay, Precision
+from ...quant.precision import RANK, chain_nodes
+from ...base.tables import fmt_num
+from ...base.vocab import Overlay, Precision
+from .accuracy import error_range, finite
 from .fmt import fmt_us
 from .palette import BAND_EDGE_COLORS, UNCALIBRATED, heat_hex, mismatch_band, mismatch_hex, text_on
 from .perfdata import node_detail, node_us
 
 __all__ = ["Badge", "NodeLook", "EdgeLook", "Legend", "Looks", "compute_looks", "fill_looks", "node_bits",
-           "rescale_badge", "precision_badge", "PRECISION_BADGES"]
+           "rescale_badge", "precision_badge", "error_looks", "PRECISION_BADGES"]
 
 RESCALE_BADGE = "#c62828"
 LATENCY_BADGE = "#023858"
 BITS_BADGE = "#7a0177"
+ERROR_BADGE = "#800026"
 # Mixed precision: every overlay shows a node's precision when it is not int8.
 PRECISION_BADGES = {Precision.INT16: ("int16", "#e65100"), Precision.FLOAT: ("float·CPU", "#1b5e20")}
 FADED_EDGE = "#d5dbe1"
@@ -122,7 +125,7 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
     """:func:`compute_looks` as a generator that fills ``looks`` and yields every ``step``
     nodes, so a 20,000-node graph can be re-coloured across several event-loop turns.
     ``precision`` (tensor -> int16 / float): those nodes get a precision badge in every mode.
-    ``accuracy`` (an :class:`~qtquant.accuracy.AccuracyReport`) colours the Error overlay, by
+    ``accuracy`` (an :class:`~qtquant.fidelity.accuracy.AccuracyReport`) colours the Error overlay, by
     cumulative SQNR or, with ``local``, by local SQNR.  ``compiler`` (a compile log placed on the
     graph, :class:`~qtquant.horizon.match.LogMatch`): its requantized inputs are marked in every
     mode, and it colours the Compiler-cosine overlay."""
@@ -150,8 +153,6 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
     elif mode == Overlay.BITS:
         yield from _bits(looks, parts, info, node_bits(graph, concats))
     elif mode == Overlay.ERROR:
-        from .accuracy import error_looks
-
         yield from error_looks(looks, parts, accuracy, local, graph)
     elif mode == Overlay.COSINE:
         from .compiler import cosine_looks
@@ -255,3 +256,49 @@ def _bits(looks, parts, info, bits):
         yield
     looks.legend = Legend(Overlay.BITS, "Bits lost by sharing (now, or if shared at the Concat)", "0 bits",
                           f"≥ {BITS_MAX:.0f} bits")
+
+
+def error_looks(looks, parts, report, local: bool, graph=None):
+    """Fill ``looks`` for the Error overlay (a generator, as :func:`fill_looks`).  The
+    nodes of a fused chain (Conv -> Sigmoid -> Mul, no Q/DQ inside) take the colour of the
+    chain's quantized output; its producer carries the dB badge."""
+    what = "Local" if local else "Cumulative"
+    if report is None:
+        looks.legend = Legend(Overlay.ERROR, "Error: no accuracy check yet (Sensitivity dock › Measure)")
+        return
+    yield
+    figs = report.node_figures()
+    val = {n: (t.local_sqnr_db if local else t.sqnr_db) for n, t in figs.items()}
+    chained = {}
+    if graph is not None:
+        for n, t in figs.items():
+            for m in chain_nodes(graph, t.tensor)[1:]:
+                if m not in val:
+                    chained[m] = val[n]
+    lo, hi = error_range(val.values())
+    badge_of: dict[str, Badge] = {}
+    nodes = looks.nodes
+    for part in parts:
+        for name in part:
+            v = val.get(name)
+            base = nodes.get(name, PLAIN)
+            if v is None and finite(chained.get(name)):  # inside a fused chain: its colour, no badge
+                c = chained[name]
+                nodes[name] = NodeLook(heat_hex((hi - c) / (hi - lo), "error"), base.badges, base.faded,
+                                       base.border_width)
+                continue
+            if not finite(v):
+                if base is PLAIN:
+                    nodes[name] = FADED_LOOK
+                continue
+            text = f"{fmt_num(v, 1)} dB"
+            b = badge_of.get(text)
+            if b is None:
+                b = badge_of[text] = Badge(text, ERROR_BADGE)
+            nodes[name] = NodeLook(heat_hex((hi - v) / (hi - lo), "error"), (b, *base.badges), base.faded,
+                                   base.border_width)
+        yield
+    n = report.samples
+    which = "in-sample" if report.in_sample else "held out"
+    looks.legend = Legend(Overlay.ERROR, f"{what} SQNR per node, dB ({n} samples, {which})", f"≥ {hi:.0f} dB",
+                          f"≤ {lo:.0f} dB")

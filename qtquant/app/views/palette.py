@@ -12,7 +12,7 @@ __all__ = ["CATEGORY_COLORS", "category_hex", "MISMATCH_BANDS", "mismatch_band",
            "heat_hex", "text_on", "BAND_EDGE_COLORS", "GROUP_COLORS", "group_hex", "UNCALIBRATED", "SELECT",
            "EDGE", "FADED"]
 
-# Muted fills by op category (qtquant.ops handler categories): the mismatch and heat
+# Muted fills by op category (qtquant.model.ops handler categories): the mismatch and heat
 # colours must stand out against them, so they stay light and low in saturation.
 CATEGORY_COLORS = {
     "conv": "#cfe0f3",

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from html import escape
 
 from .fmt import fmt_bytes, fmt_us
-from .perfdata import edit_price_of, num, simulator, top_layers
-from ...tables import clip_left, fmt_num, samples_text
-from ...vocab import Blank
+from .perfdata import edit_price_of, num, top_layers
+from ...base.tables import clip_left, fmt_num, samples_text
+from ...base.vocab import Blank
 
 __all__ = ["Change", "Figure", "PerfSummaryView", "perf_summary", "fidelity_html", "fidelity_tip",
            "fidelity_basis", "price_html", "OPENED_NOTE"]
@@ -118,7 +118,6 @@ def perf_summary(session) -> PerfSummaryView:
                                "also measures the written file against this file.",
                       sqnr_basis="Calibrate to measure")
     if perf is None:
-        fields["note"] = "" if simulator() is not None else "The perf simulator is not installed."
         return PerfSummaryView(**fields)
     stale = session.is_stale(res)
     return PerfSummaryView(

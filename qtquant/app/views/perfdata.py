@@ -1,7 +1,7 @@
 """Optional back ends (perf simulator, fidelity) and tolerant readers of their results.
 
 The GUI must run before and without these modules: when ``qtquant.perf`` or
-``qtquant.fidelity`` cannot be imported the docks show "—".  The readers accept the
+``qtquant.fidelity.measure`` cannot be imported the docks show "—".  The readers accept the
 documented result attributes and degrade to empty values if one is missing.
 """
 
@@ -17,11 +17,9 @@ BOUND_ABBR = {"compute": "cmp", "memory": "mem", "overhead": "ovh"}  # the laten
 
 
 def simulator():
-    """``qtquant.perf.simulate_session`` or None."""
-    try:
-        from ...perf import simulate_session
-    except ImportError:
-        return None
+    """``qtquant.perf.simulate_session``."""
+    from ...perf import simulate_session
+
     return simulate_session
 
 
@@ -40,13 +38,11 @@ def edit_price_of(before, after):
 
 
 def fidelity_measure(worker=None):
-    """``qtquant.fidelity.measure_session`` (following edits: one check per edit comes) or None;
-    with ``worker`` (a :class:`~qtquant.fidelity_worker.FidelityWorker`), the same check run in
+    """``qtquant.fidelity.measure.measure_session`` (following edits: one check per edit comes);
+    with ``worker`` (a :class:`~qtquant.app.fidelity_worker.FidelityWorker`), the same check run in
     its child process."""
-    try:
-        from ...fidelity import measure_session
-    except ImportError:
-        return None
+    from ...fidelity.measure import measure_session
+
     return worker.measure if worker is not None else partial(measure_session, follow_edits=True)
 
 
@@ -108,10 +104,8 @@ def node_detail(perf) -> dict[str, str]:
 
 
 def _node_detail(perf) -> dict[str, str]:
-    try:
-        from ...perf.report import short_fused
-    except ImportError:
-        return {}
+    from ...perf.report import short_fused
+
     out = {}
     for layer in getattr(perf, "layers", None) or ():
         name = getattr(layer, "name", None)

@@ -1,0 +1,99 @@
+"""Opening a ``.qtquant`` project (:mod:`qtquant.files.project`, the file format) as a session.
+
+Opening a project whose model changed reports it; the caller decides whether to re-map the groups
+by tensor name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..base.errors import QtQuantError
+from ..base.vocab import Policy, Scheme
+from ..calib.cache import load_cached
+from ..files.project import load_project
+from .loader import open_model
+from .scene import ViewState
+from .options import Options
+
+__all__ = ["OpenReport", "open_project"]
+
+
+@dataclass
+class OpenReport:
+    model_changed: bool = False
+    missing: list[str] = field(default_factory=list)  # group members not in the (changed) model
+    dropped_groups: int = 0
+    stats_from_cache: bool = False
+
+    def message(self) -> str:
+        if not self.model_changed:
+            return ""
+        msg = "the model changed since the project was saved"
+        if self.missing:
+            msg += f"; {len(self.missing)} grouped tensor(s) no longer exist: {', '.join(self.missing[:5])}"
+            if len(self.missing) > 5:
+                msg += ", ..."
+        return msg
+
+
+def open_project(path, *, remap: bool = True, calibrate: bool = False, model=None):
+    """Open a project: returns ``(session, OpenReport)``.
+
+    When the model's hash differs, groups are re-mapped by tensor name if ``remap``
+    (members missing from the model are dropped and listed), else dropped.  ``model``: the
+    model file to use instead of the one the project names (the user located a moved model).
+    """
+    proj = load_project(path)
+    opts = Options(scheme=Scheme(proj.scheme), policy=Policy(proj.policy), march=proj.march,
+                   max_bits_lost=proj.max_bits_lost, calib=proj.calib_config())
+    session = open_model(Path(model) if model else proj.model_path(),
+                         {k: tuple(v) for k, v in proj.input_shapes.items()}, opts, cut=proj.cut)
+    report = OpenReport(model_changed=bool(proj.model_sha256) and proj.model_sha256 != session.graph.sha256)
+    if proj.view:
+        session.view_state = ViewState.from_dict(proj.view)
+    if proj.stats_cache and not session.quantized_file:
+        cache_dir = Path(proj.stats_cache)
+        if not cache_dir.is_absolute():
+            cache_dir = proj.path.parent / cache_dir
+        try:
+            res = load_cached(session.graph, opts.calib, cache_dir)
+        except (QtQuantError, OSError, ValueError):
+            res = None
+        if res is not None:
+            session.set_calibration(res)
+            report.stats_from_cache = True
+    if calibrate and session.calibration is None and not session.quantized_file:
+        session.run_calibration()
+    if report.model_changed and not remap:
+        report.dropped_groups = len(proj.groups)
+        return _searched(session), report
+    for gr in proj.groups:
+        members = [m for m in gr.members if m in session.graph.tensors]
+        report.missing += [m for m in gr.members if m not in session.graph.tensors]
+        if len(members) < 2:
+            report.dropped_groups += 1
+            continue
+        try:
+            session.groups.share(session, members, name=gr.name)
+        except QtQuantError:
+            report.dropped_groups += 1
+    if len(session.groups):
+        session.groups_changed()
+    # Tensors of a changed model that are gone (or no longer quantized) lose their precision.
+    kept = {t: p for t, p in proj.precision.items() if session.graph.is_quantized(t)}
+    report.missing += [t for t in proj.precision if t not in kept and t not in report.missing]
+    if kept:
+        session.set_options(precision=kept)
+    return _searched(session), report
+
+
+def _searched(session):
+    """A project calibrated with ``--observer search``: its statistics come back, the choice is made
+    again on them (measured on the export with the project's groups and precision)."""
+    from .calibsearch import needs_search, search_calibration
+
+    if needs_search(session.calibration):
+        search_calibration(session)
+    return session

@@ -1,0 +1,3 @@
+"""The quantization rules: scale domains, the user's groups, the Concat analysis, model outputs and
+their slices, mixed precision and auto-share.
+"""

@@ -1,0 +1,118 @@
+"""Projects: round trip, atomic save, changed models, bad files."""
+
+import json
+
+import pytest
+
+from builders import branchy_concat_model, save
+from qtquant.base.errors import PlanError
+from qtquant.app import open_model
+from qtquant.app.projects import open_project
+from qtquant.files.project import PROJECT_VERSION, load_project, model_matches, save_project
+
+
+@pytest.fixture
+def session(tmp_path):
+    p = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx")
+    s = open_model(p, {"x": (1, 3, 16, 16)})
+    s.run_calibration()
+    s.groups.share(s, ["conv0_out", "conv1_out"], name="pair")
+    s.groups_changed()
+    return s
+
+
+def test_round_trip(session, tmp_path):
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    doc = json.loads(pp.read_text())
+    assert doc["format"] == "qtquant-project" and doc["model"] == "m.onnx"  # relative to the project
+    s2, rep = open_project(pp)
+    assert not rep.model_changed
+    assert s2.groups.as_lists() == session.groups.as_lists()
+    assert s2.graph.input_shapes == session.graph.input_shapes
+    assert s2.options == session.options
+
+
+def test_model_path_relative_in_the_projects_tree_else_absolute(session, tmp_path):
+    """Issue 20: a project moved on its own lost its model ("../../m.onnx" from the new place)."""
+    apart = tmp_path / "work" / "projects"
+    apart.mkdir(parents=True)
+    pp = save_project(session, apart / "p.qtquant")
+    assert json.loads(pp.read_text())["model"] == str((tmp_path / "m.onnx").resolve())  # not "../../m.onnx"
+    moved = pp.rename(tmp_path / "elsewhere.qtquant")
+    s2, _ = open_project(moved)  # the project moved, the model did not: still found
+    assert s2.groups.as_lists() == session.groups.as_lists()
+    # a folder holding both, moved as a whole: relative, so it keeps working
+    inner = save_project(session, tmp_path / "proj.qtquant")
+    assert json.loads(inner.read_text())["model"] == "m.onnx"
+
+
+def test_a_located_model_is_checked_by_hash_and_opened(session, tmp_path):
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    moved = tmp_path / "models"
+    moved.mkdir()
+    located = (tmp_path / "m.onnx").rename(moved / "renamed.onnx")
+    proj = load_project(pp)
+    assert not proj.model_path().exists()
+    assert model_matches(proj, located)
+    other = save(branchy_concat_model(gains=(1.0, 3.0)), tmp_path / "other.onnx")
+    assert not model_matches(proj, other)
+    s2, rep = open_project(pp, model=located)
+    assert not rep.model_changed and s2.graph.path == located
+    assert s2.groups.as_lists() == session.groups.as_lists()
+
+
+def test_changed_model_remaps_groups_by_name(session, tmp_path):
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    m = branchy_concat_model(gains=(1.0, 3.0))  # conv2 is gone, conv0/conv1 remain
+    save(m, tmp_path / "m.onnx")
+    s2, rep = open_project(pp)
+    assert rep.model_changed and "changed" in rep.message()
+    assert s2.groups.as_lists() == [("conv0_out", "conv1_out")]
+    s3, rep3 = open_project(pp, remap=False)
+    assert len(s3.groups) == 0 and rep3.dropped_groups == 1
+
+
+@pytest.mark.parametrize("text,match", [
+    ("{not json", "not valid JSON"),
+    ("[]", "JSON object"),
+    ('{"format": "other"}', "format"),
+    ('{"format": "qtquant-project", "version": 99, "model": "m.onnx"}', "newer qtquant"),
+    ('{"format": "qtquant-project", "version": 1, "model": "m.onnx", "groups": [{"members": [1]}]}', "groups"),
+    ('{"format": "qtquant-project", "version": 1, "model": "m.onnx", "input_shapes": {"x": [0]}}', "input_shapes"),
+])
+def test_bad_project_files(tmp_path, text, match):
+    p = tmp_path / "bad.qtquant"
+    p.write_text(text)
+    with pytest.raises(PlanError, match=match):
+        load_project(p)
+
+
+def test_save_is_atomic_and_keeps_old_on_failure(session, tmp_path, monkeypatch):
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    before = pp.read_text()
+    import qtquant.base.fileio.atomic as atomic
+
+    def boom(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic, "commit", boom)
+    from qtquant.base.errors import QtQuantError
+
+    with pytest.raises(QtQuantError, match="No space"):
+        save_project(session, pp)
+    assert pp.read_text() == before
+    assert [f.name for f in tmp_path.iterdir() if f.name.startswith(".qtquant-")] == []
+
+
+def test_version_1_fixed_holdout_reads_as_auto(session, tmp_path):
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    doc = json.loads(pp.read_text())
+    assert doc["version"] == PROJECT_VERSION
+    doc["version"] = 1
+    doc["calib"]["holdout"] = 2  # what version 1 always wrote
+    pp.write_text(json.dumps(doc))
+    s2, _ = open_project(pp)
+    assert s2.options.calib.holdout is None  # auto
+    doc["version"] = 2
+    pp.write_text(json.dumps(doc))
+    assert open_project(pp)[0].options.calib.holdout == 2  # chosen in a version-2 file: kept

@@ -1,0 +1,64 @@
+"""The price of the edits: "before" is the model as opened (no groups, every tensor int8), and the
+change splits into what sharing and what precision cost (issue 53)."""
+
+import json
+
+import pytest
+
+from qtquant.app.commands import ShareCommand
+from qtquant.cli import main
+from qtquant.perf import simulate_session
+from qtquant.perf.price import edit_price
+
+
+def test_before_is_the_model_as_opened_whatever_the_precision(session):
+    opened = simulate_session(session).total_us
+    session.set_precision(["h"], "float")
+    before = simulate_session(session, baseline=True)
+    after = simulate_session(session)
+    assert before.total_us == pytest.approx(opened)
+    assert after.total_us > before.total_us
+    price = edit_price(before, after)
+    assert price.total_us == pytest.approx(after.total_us - before.total_us)
+    assert price.precision_us == pytest.approx(price.total_us) and price.sharing_us == pytest.approx(0.0)
+
+
+def test_sharing_and_precision_each_have_their_price(session):
+    before = simulate_session(session, baseline=True)
+    cat = next(c for c in session.concats() if c.rescales)
+    ShareCommand(tensors=tuple(t for t in session.graph.nodes[cat.node].inputs if t)).do(session)
+    shared = simulate_session(session)
+    session.set_precision(["h"], "int16")
+    both = simulate_session(session)
+    price = edit_price(before, both)
+    assert price.sharing_us == pytest.approx(shared.total_us - before.total_us) and price.sharing_us < 0
+    assert price.precision_us == pytest.approx(both.total_us - shared.total_us) and price.precision_us > 0
+    assert price.total_us == pytest.approx(price.sharing_us + price.precision_us)
+    assert "sharing" in price.text() and "precision" in price.text()
+
+
+def test_perf_cli_keep_float_shows_before_and_after(det_path, capsys):
+    rc = main(["perf", det_path, "--calib-count", "2", "--keep-float", "neck", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    before, after = doc["before"]["summary"]["latency_ms"], doc["after"]["summary"]["latency_ms"]
+    assert after > before
+    assert "precision" not in doc["before"]
+    assert doc["price"]["precision_us"] == pytest.approx((after - before) * 1000)
+    assert doc["price"]["sharing_us"] == pytest.approx(0.0, abs=1e-6)
+    rc = main(["perf", det_path, "--calib-count", "2", "--int16", "neck"])
+    out = capsys.readouterr().out
+    assert "as opened" in out and "price of the edits" in out and "(precision)" in out
+
+
+def test_sqnr_before_is_the_model_as_opened(session):
+    """A precision edit shows its own SQNR change: "before" is every tensor int8 (issue 53)."""
+    from qtquant.fidelity.measure import measure_session
+
+    opened = measure_session(session)
+    session.set_precision(["h"], "float")
+    edited = measure_session(session)
+    for o in edited.outputs:
+        assert edited.before[o].headline.sqnr_db == pytest.approx(opened.after[o].headline.sqnr_db)
+    assert any(abs(edited.after[o].headline.sqnr_db - edited.before[o].headline.sqnr_db) > 0.01
+               for o in edited.outputs)
