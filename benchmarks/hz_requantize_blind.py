@@ -122,8 +122,8 @@ def predicted(session, rule: ConcatScaleRule | None) -> set[str]:
         concats = session.concats()
     else:
         g, cal = session.graph, session.calibration
-        dm = build_domains(g, cal.ranges, fixed=session.compiler_log.ranges(), scheme=session.options.scheme,
-                           concat_rule=rule)
+        fixed = session.compiler_log.ranges() if session.compiler_scales else None
+        dm = build_domains(g, cal.ranges, fixed=fixed, scheme=session.options.scheme, concat_rule=rule)
         concats = analyze_concats(g, dm)
     return {m.tensor for c in concats for m in c.inputs if m.needs_rescale}
 
@@ -136,13 +136,20 @@ def main(argv=None) -> int:
                     help="price this Concat rule instead of the march's (bayes-e)")
     ap.add_argument("--calib-count", type=int, default=1,
                     help="synthetic samples for the tensors the log gives no threshold (default 1)")
+    ap.add_argument("--own-scales", action="store_true",
+                    help="qtquant's own (synthetic) calibration instead of the log's thresholds: "
+                         "the rule from the graph alone")
+    ap.add_argument("--observer", default=None, help="the calibration observer (default: qtquant's, minmax)")
     ap.add_argument("--only", nargs="*", default=None, help="these logs only (names as in MODELS)")
     args = ap.parse_args(argv)
     rule = ConcatScaleRule(args.rule) if args.rule else None
     opts = Options(march="bayes-e")
-    opts = replace(opts, calib=replace(opts.calib, count=args.calib_count))
+    opts = replace(opts, calib=replace(opts.calib, count=args.calib_count,
+                                       **({"observer": args.observer} if args.observer else {})))
     print(f"Concat rule: {rule.value if rule else 'the march profile (bayes-e)'}; "
-          f"thresholds from the logs with every HzRequantize row removed")
+          + (f"qtquant's own calibration ({opts.calib.observer}, {args.calib_count} synthetic samples), "
+              "no threshold from the logs"
+             if args.own_scales else "thresholds from the logs with every HzRequantize row removed"))
     print(f"{'model':12s} {'in log':>6s} {'predicted':>9s} {'agree':>5s} {'missed':>6s} {'extra':>5s}  notes")
     tot_log = tot_pred = tot_agree = 0
     worst = 0
@@ -162,7 +169,7 @@ def main(argv=None) -> int:
             note: list[str] = []
             blind_match = matched(session.graph, read_compile_log(blind), note)
             assert not blind_match.requantized  # nothing of the answer is left in the blind log
-            session.set_compiler_log(blind_match)
+            session.set_compiler_log(blind_match, scales=not args.own_scales)
             full = matched(session.graph, read_compile_log(log_path), note)
             want, got = log_requantized(session.graph, full), predicted(session, rule)
             agree, missed, extra = want & got, want - got, got - want

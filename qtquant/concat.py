@@ -5,10 +5,10 @@ Two cases beyond "compare each input with the output":
   matches only when every channel's scale and zero point equal the reference's.  The worst
   channel ratio (max over channels of the larger scale over the smaller) is kept.
 - **Float output** (the file has no Q/DQ after the Concat, but its inputs are quantized):
-  a compiler that quantizes the Concat gives the output the scale of one input and
-  requantizes the others.  The Horizon compiler takes the widest input's threshold, so the
-  reference is the input with the largest scale (the first of equals); every input whose
-  scale differs from it counts as a rescale, and the Concat gets a note saying so.
+  the file gives no output scale to compare with, so the reference is the input with the
+  largest scale (the first of equals), the scale a compiler that takes an input's would give
+  (the X5 compiler calibrates the output itself, which such a file does not record); every
+  input whose scale differs from it counts as a rescale, and the Concat gets a note saying so.
 
 Under a target whose rule is :attr:`ConcatScaleRule.WIDEST_INPUT` the domain map already gave
 the output its widest input's scale (:func:`~qtquant.domains.concat_scale_source`);
@@ -336,8 +336,8 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
             notes.append("the export leaves its output in float: its inputs keep their own scales and it runs "
                          "in float, so none is rescaled")
         elif output_float:
-            # What a compiler that quantizes the Concat would do: the Horizon rule (on an asymmetric
-            # grid, an input whose grid holds the others' values).
+            # What a compiler that gives the output an input's scale would do (on an asymmetric grid,
+            # an input whose grid holds the others' values): the file records no output scale.
             spans = grid_spans(dm.scheme, [(dm.domains[m.domain].qparams, m.lo, m.hi) for m in live])
             k = concat_scale_source(ConcatScaleRule.WIDEST_INPUT, [m.scale for m in live], spans)
             reference = live[k or 0]

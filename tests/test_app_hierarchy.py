@@ -161,7 +161,8 @@ def test_reveal_expands_the_path_and_home_finds_what_shows_a_node():
 
 
 def _calibrated(blocks=3):
-    s = Session(graph_from_model(scoped_model(blocks=blocks, gains=(1.0, 9.0))), Options(march=RESCALING_MARCH, calib=CalibConfig(count=2)))
+    s = Session(graph_from_model(scoped_model(blocks=blocks, gains=(1.0, 9.0))),
+                Options(march=RESCALING_MARCH, calib=CalibConfig(count=2)))
     s.run_calibration()
     return s
 

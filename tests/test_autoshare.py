@@ -105,7 +105,8 @@ def test_clipping_policies_are_refused(tmp_path):
     # would be clipped, which 'bits lost' does not show.  Auto-share must refuse and say so.
     from qtquant.quant import Scheme
 
-    s = _session(tmp_path, options=Options(march=RESCALING_MARCH, policy=Policy.MAX_INPUT, scheme=Scheme.ASYMMETRIC_UINT8))
+    s = _session(tmp_path,
+                 options=Options(march=RESCALING_MARCH, policy=Policy.MAX_INPUT, scheme=Scheme.ASYMMETRIC_UINT8))
     dm = s.domains
     s.calibration.ranges["c1_out"] = (-9.0, -1.0)  # all negative, narrower span than c0
     s.calibration.ranges["c0_out"] = (0.0, 12.0)

@@ -181,7 +181,8 @@ def test_the_output_mode_is_one_fact_for_the_concat_table_the_simulator_and_the_
 
     counts = {}
     for mode in OutputMode:
-        s = _concat_then(_reshape_transpose_tail, gains=(0.01, 50.0), options=Options(march=RESCALING_MARCH, output_mode=mode))
+        s = _concat_then(_reshape_transpose_tail, gains=(0.01, 50.0),
+                         options=Options(march=RESCALING_MARCH, output_mode=mode))
         (info,) = s.concats()
         counts[mode] = (info.rescales, simulate_session(s).rescale_count, bool(info.export_float))
         assert (measure_session(s).float_outputs != []) is (mode is OutputMode.AUTO)

@@ -60,8 +60,8 @@ def test_bad_cut_name_is_refused_in_the_dialog(qtbot, make_win, tmp_path, monkey
 
 
 def test_inspector_names_the_compilers_rescale_nodes(qtbot, make_win, tmp_path):
-    """bayes-e (Horizon): cat's output takes conv2's scale; the other inputs' rows name their
-    requantize nodes as the X5 compiler and perf_model do."""
+    """bayes (widest-input, the window's march here): cat's output takes conv2's scale; the other
+    inputs' rows name their requantize nodes as the X5 compiler and perf_model do."""
     win = make_win()
     p = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx")
     from qtquant.calib import CalibConfig
