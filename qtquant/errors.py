@@ -20,6 +20,7 @@ __all__ = [
     "ShareRefused",
     "MarchError",
     "CompileLogError",
+    "LogShapeMismatch",
     "Cancelled",
     "from_name",
     "to_name",
@@ -86,6 +87,11 @@ class MarchError(BadInputError):
 class CompileLogError(BadInputError):
     """A compiler log (Horizon ``hb_mapper`` / ``hrt_model_exec``) that cannot be read, or that
     belongs to another model."""
+
+
+class LogShapeMismatch(CompileLogError):
+    """A compile log of the model at another input shape: its thresholds apply by name only if the
+    user says so (``--compiler-log-any-shape``, or yes in the app's question)."""
 
 
 class Cancelled(QtQuantError):

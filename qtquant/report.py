@@ -284,7 +284,7 @@ def calibration_text(session) -> str:
         return "not calibrated"
     data = "synthetic data (no --calib given)" if cal.config.synthetic and not cal.sources else cal.data_label()
     text = f"calibrated with {cal.config.observer} on {cal.batches} samples of {data}"
-    if getattr(session, "compiler_scales", False):
+    if getattr(session, "compiler_ranges", None) is not None:
         given = sum(1 for t in session.graph.observed_tensors if t in session.compiler_log.thresholds)
         text += f", {given} tensors' scales the compile log's thresholds"
     return text

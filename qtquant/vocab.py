@@ -88,11 +88,12 @@ class Overlay(StrEnum):
     MISMATCH = "mismatch"
     BITS = "bits"
     ERROR = "error"  # SQNR per node from the accuracy check (cumulative, or local by a toggle)
+    COSINE = "cosine"  # the compile log's cosine similarity per node (qtquant.horizon)
 
     @property
     def label(self) -> str:
         return {"none": "None", "latency": "Latency", "mismatch": "Mismatch", "bits": "Bits lost",
-                "error": "Error (SQNR)"}[self.value]
+                "error": "Error (SQNR)", "cosine": "Compiler cosine"}[self.value]
 
 
 OVERLAYS = tuple(o.value for o in Overlay)

@@ -54,6 +54,9 @@ def test_analyze_json_carries_both_lists(files, capsys):
     assert not verdicts["pool0_out"]["qtquant"] and verdicts["pool0_out"]["verdict"] == "agree"
     assert cat["compiler_output_threshold"] == 4.0 and cat["qtquant_output_threshold"] == pytest.approx(4.0)
     assert doc["totals"]["compiler"] == 1
+    # conv2_out: no row prints it and the log leaves it alone: on cat's output threshold, said so
+    assert verdicts["conv2_out"]["inferred"] and verdicts["conv2_out"]["compiler_threshold"] == 4.0
+    assert doc["totals"]["inferred_inputs"] == 1 and doc["thresholds"]["conv2_out"]["inferred"]
     assert [c["node"] for c in doc["cosine"][:2]] == ["conv2", "cat"]
     est = doc["estimate"]
     assert est["log_latency_us"] == 495.4 and est["sim_latency_us"] > 0

@@ -56,6 +56,14 @@ def test_reads_rows_requantize_estimate_and_deps(tmp_path):
     assert (qmax("int8"), qmax("int16"), qmax("float")) == (127, 32767, None)
 
 
+def test_several_bpu_subgraphs_add_up():
+    text = render_compile_log(MODEL, LogSpec(estimate=(250.0, 4000.0, 1000)))
+    line = next(ln for ln in text.splitlines() if "FPS=" in ln)
+    two = text.replace(line, line + "\n" + line.replace("4000.0", "1000.0").replace("= 1000 bytes", "= 24 bytes"))
+    e = parse_compile_log(two.encode()).estimate
+    assert (e.subgraphs, e.latency_us, e.ddr_bytes) == (2, 5000.0, 1024) and e.fps == pytest.approx(200.0)
+
+
 def test_cut_names_and_cpu_rows():
     log = parse_compile_log(log_bytes(_long_model(), requantize=(LONG + "_output_0",), cpu=("final_relu",)))
     cut = [n for n in log.nodes if n.cut]
@@ -84,7 +92,7 @@ BAD = {
     "empty": lambda t: b"",
     "blank": lambda t: b"\n \n",
     "binary": lambda t: bytes(range(256)) * 4,
-    "latin1": lambda t: t.encode().replace(b"Node", b"N\xe9de", 1),
+    "latin1": lambda t: t.encode("utf-16"),
     "no table": lambda t: "\n".join(ln for ln in t.splitlines() if "print_info_dict" not in ln).encode(),
     "truncated in table": lambda t: _cut_after(t, "HzSQuantizedConv"),
     "truncated before deps": lambda t: t[:t.index("model_deps_info")].encode(),
@@ -112,6 +120,13 @@ def test_bad_logs_are_one_line_errors(case):
         parse_compile_log(BAD[case](text), "bad.log")
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("bad.log") and len(msg) < 300
+
+
+def test_a_stray_byte_costs_its_line_only():
+    text = render_compile_log(MODEL, LogSpec(requantize=("conv2_out",))).encode()
+    text = text.replace(b"/mnt/disk/model.onnx", b"/mnt/d\xe9sk/model.onnx")  # latin-1 in a path
+    log = parse_compile_log(text, "hb.log")
+    assert [r.tensor for r in log.requantized] == ["conv2_out"] and "\ufffd" in log.deps.onnx_model
 
 
 def test_missing_file_is_an_error(tmp_path):

@@ -184,8 +184,9 @@ class Session(StateFacts):
 
     @property
     def compiler_ranges(self) -> dict | None:
-        """Tensor -> range from the compile log's thresholds when they are the scales, else None."""
-        if self.compiler_log is None or not self.compiler_scales:
+        """Tensor -> range from the compile log's thresholds when they are the scales, else None
+        (also when the scheme was changed away from symmetric int8, the grid the thresholds are on)."""
+        if self.compiler_log is None or not self.compiler_scales or self.options.scheme is not Scheme.SYMMETRIC_INT8:
             return None
         if self._compiler_ranges is None or self._compiler_ranges[0] is not self.compiler_log:
             self._compiler_ranges = (self.compiler_log, self.compiler_log.ranges())

@@ -153,18 +153,13 @@ def open_session(args, *, calibrate: bool = True, progress=None, keep_check_valu
     ``opened(session)``: called once the model is open, before calibrating (work that needs no
     scales can start there, beside onnxruntime creating calibration's session)."""
     from ..app import open_model
-    from ..errors import ShapeError
     from .compilerlog import log_input_shapes, place_log, read_log_from_args
 
     opts = options_from_args(args)
     log = read_log_from_args(args)
-    kw = dict(cut=getattr(args, "cut", None) or (), stats=getattr(args, "stats", None))
-    try:  # a model left dynamic opens at the log's input shape
-        session = open_model(args.model, log_input_shapes(args, log) or args.input_shape, opts, **kw)
-    except ShapeError:
-        if log_input_shapes(args, log) is None:
-            raise
-        session = open_model(args.model, args.input_shape, opts, **kw)  # (the match then names the mismatch)
+    # (a model left dynamic opens at the log's input shape)
+    session = open_model(args.model, log_input_shapes(args, log) or args.input_shape, opts,
+                         cut=getattr(args, "cut", None) or (), stats=getattr(args, "stats", None))
     if log is not None:
         place_log(session, log, args)
     apply_precision_args(session, args, check_only=True)  # a typo fails before the slow calibration

@@ -36,20 +36,24 @@ def read_log_from_args(args):
 
 
 def log_input_shapes(args, log) -> list[str] | None:
-    """The shapes to open the model at when none is given: the log's (a dynamic model opens at the
-    size it was compiled at); None to open it as given."""
+    """The shapes to open the model at when none is given: the log's, for the inputs the model
+    leaves dynamic (it opens at the size it was compiled at); None to open it as given (a fixed
+    input of another size is then the match's one-line error)."""
     if log is None or args.input_shape or args.compiler_log_any_shape:
         return None
-    return [f"{n}={'x'.join(map(str, s))}" for n, s in zip(log.deps.input_names, log.deps.input_shapes)]
+    from ..app.modelinputs import model_inputs
+
+    dynamic = {n for n, dims in model_inputs(args.model) if not all(isinstance(d, int) for d in dims)}
+    return [f"{n}={'x'.join(map(str, s))}" for n, s in zip(log.deps.input_names, log.deps.input_shapes)
+            if n in dynamic] or None
 
 
 def place_log(session, log, args) -> None:
     """Match ``log`` to the session's graph and install it (its thresholds as the scales unless
     ``--own-scales``); rows not placed are warned about on stderr (``--json`` stays clean)."""
-    from ..horizon.match import match_compile_log
+    from ..app.compilerlog import place_compile_log
 
-    match = match_compile_log(session.graph, log, any_shape=args.compiler_log_any_shape)
-    session.set_compiler_log(match, scales=not args.own_scales)
+    match = place_compile_log(session, log, any_shape=args.compiler_log_any_shape, scales=not args.own_scales)
     for u in match.unmatched:
         print(f"qtquant: warning: compile log: {u.describe()}", file=sys.stderr)
 

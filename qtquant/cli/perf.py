@@ -60,6 +60,10 @@ def run(args) -> int:
                 "groups": len(session.groups),
                 "scales": "read from the QDQ file" if session.quantized_file else
                 f"calibrated ({session.calibration.data_label()})" if session.calibration else "not calibrated"}
+        if session.compiler_log is not None:
+            from ..horizon.report import scales_text
+
+            meta["compile log"] = scales_text(session)
         if after.precision is not None:
             meta["precision"] = precision_table_text(after).splitlines()[0]
         atomic_write_text(args.report, html_report(after, before if grouped else None,

@@ -14,7 +14,10 @@ HELP = "render the app window (or its canvas) for MODEL to a PNG, after calibrat
 def add_arguments(p) -> None:
     from .common import add_common
 
+    from .compilerlog import add_compiler_log_args
+
     add_common(p)
+    add_compiler_log_args(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="PNG file to write")
     p.add_argument("--overlay", choices=OVERLAYS, default=Overlay.NONE.value,
                    help=f"canvas overlay (default {Overlay.NONE})")
@@ -52,14 +55,18 @@ def run(args) -> int:
     # Offscreen unless the caller chose a platform: no window flashes up, works without a display.
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from .common import options_from_args
+    from .compilerlog import log_input_shapes, read_log_from_args
 
     size = _size(args.size)
     options = options_from_args(args)
+    log = read_log_from_args(args)
     try:
         from ..gui.shot import take_screenshot
     except ImportError as e:
         raise BadInputError(f"the desktop app is not available ({e})") from None
-    out = take_screenshot(args.model, args.output, input_shapes=args.input_shape, options=options,
+    out = take_screenshot(args.model, args.output, input_shapes=log_input_shapes(args, log) or args.input_shape,
+                          options=options, compiler_log=log, compiler_log_any_shape=args.compiler_log_any_shape,
+                          compiler_scales=not args.own_scales,
                           overlay=args.overlay, select=args.select, size=size, canvas_only=args.canvas_only,
                           plan=args.plan, timeout=args.timeout, cut=args.cut or (), collapse=args.collapse,
                           expand=args.expand, wait_fidelity=args.wait_fidelity,

@@ -31,6 +31,9 @@ SPECS: dict[str, tuple[str, object, str]] = {
     "autoshare": ("Auto-share", None, "Share every Concat whose sharing costs at most the bits-lost threshold"),
     "export": ("Export…", "Ctrl+E", "Write the fixed QDQ model, plan, overrides, perf report and a PNG of the canvas"),
     "open_project": ("Open Project…", "Ctrl+Shift+O", "Open a .qtquant project"),
+    "open_compiler_log": ("Open Compile Log…", None, "Open the Horizon hb_mapper makertbin log of this model: its "
+                                                     "thresholds become the scales, its requantize list and cosine "
+                                                     "similarity show beside qtquant's"),
     "save_project": ("Save Project", "Ctrl+S", "Save model, options, groups and statistics as a .qtquant project"),
     "save_project_as": ("Save Project As…", "Ctrl+Shift+S", ""),
     "find": ("Find…", QKeySequence.Find, "Find a node or tensor"),
@@ -47,7 +50,7 @@ SPECS: dict[str, tuple[str, object, str]] = {
                                                      "Concat of sizes...)"),
     "quit": ("Quit", QKeySequence.Quit, ""),
 }
-NEEDS_SESSION = ("save_project", "save_project_as")
+NEEDS_SESSION = ("save_project", "save_project_as", "open_compiler_log")
 NEEDS_SCALES = ("autoshare", "export")
 
 
@@ -214,6 +217,7 @@ class WindowActions(QObject):
         fm = mb.addMenu("&File")
         fm.addAction(A["open"])
         fm.addAction(A["open_project"])
+        fm.addAction(A["open_compiler_log"])
         self.recent_menu = fm.addMenu("Open &Recent")
         for key in ("demo", None, "save_project", "save_project_as", None, "export", None, "quit"):
             fm.addSeparator() if key is None else fm.addAction(A[key])

@@ -171,7 +171,7 @@ class CanvasPresenter(QObject):
         # Computed in slices: a heat overlay of 20,000 nodes is ~80 ms of Python.
         self.scene.compute_looks(fill_looks(looks, s.graph, self.overlay, concats, perf,
                                             precision=s.options.precision, accuracy=self.relay.accuracy(),
-                                            local=self.error_local), finish)
+                                            local=self.error_local, compiler=s.compiler_log), finish)
 
     def _perf_changed(self) -> None:
         if self.overlay == Overlay.LATENCY:

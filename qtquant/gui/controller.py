@@ -329,7 +329,7 @@ class Controller(QObject):
             self._stop_timers()
             self._idle_polls = 0
             self._settle_timer.start()
-        elif kind in ("groups", "options"):  # an edit: debounced, so a burst of undo/redo runs once
+        elif kind in ("groups", "options", "compiler_log"):  # debounced, so a burst of undo/redo runs once
             self.schedule_refresh()
 
     def schedule_refresh(self) -> None:

@@ -259,6 +259,9 @@ class ConcatList(QWidget):
     def refresh(self) -> None:
         self.model.refresh()
         self.status.setText(concat_status(self.relay.session))
+        # The Log column only with a compile log beside the model: the list keeps its width otherwise.
+        s = self.relay.session
+        self.table.setColumnHidden(ConcatTableModel.HEADERS.index("Log"), s is None or s.compiler_log is None)
 
     def row_of(self, name: str) -> int:
         return next((r for r, row in enumerate(self.model.rows) if row.name == name), -1)

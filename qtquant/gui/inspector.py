@@ -225,6 +225,11 @@ class Inspector(QScrollArea):
         self.concat_title = QLabel("<b>Concat inputs</b>")
         # Two-line headers: one word wide, where the values are (a wide header squeezed the names)
         self.concat = _table(["#", "producer", "scale", "ratio", "bits if\nshared", "rescale\ncost"], stretch=(1,))
+        # What a compile log opened beside the model says of this node (qtquant.horizon).
+        self.compiler_label = QLabel("")
+        self.compiler_label.setWordWrap(True)
+        self.compiler_label.setObjectName("compiler_log")
+        self.compiler_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.notes = QLabel("")
         self.notes.setWordWrap(True)
         self.notes.setStyleSheet("color: #8a4b00")
@@ -234,13 +239,13 @@ class Inspector(QScrollArea):
                        ("tensors_label", QLabel("<b>Tensors</b>")), ("tensors", self.tensors),
                        ("hist", self.hist), ("error", self.error_label),
                        ("concat_title", self.concat_title), ("concat", self.concat),
-                       ("notes", self.notes)):
+                       ("compiler", self.compiler_label), ("notes", self.notes)):
             lay.addWidget(w)
             self._sections[key] = w
         lay.addStretch(1)
         self.setWidget(body)
         self._show_node_sections(False)
-        for sig in (relay.calibrated, relay.optionsChanged, relay.groupsChanged):
+        for sig in (relay.calibrated, relay.optionsChanged, relay.groupsChanged, relay.compilerLogChanged):
             sig.connect(self.refresh)
         relay.perfChanged.connect(self.show_perf)
         relay.accuracyChanged.connect(lambda *_: self._show_error(self.tensor))
@@ -251,6 +256,7 @@ class Inspector(QScrollArea):
             self._sections[key].setVisible(on)
         if not on:
             self.error_label.setVisible(False)
+            self.compiler_label.setVisible(False)
         self.concat_title.setVisible(on and concat)
         self.concat.setVisible(on and concat)
 
@@ -345,6 +351,29 @@ class Inspector(QScrollArea):
             notes.append("Constant inputs (not drawn): " + ", ".join(f"{t} ({src})" for t, src in consts))
         self.notes.setText("\n".join(notes))
         self.notes.setVisible(bool(notes))
+        self._show_compiler(name, info)
+
+    def _show_compiler(self, name: str, info) -> None:
+        """The compile log's row of the node and, for a Concat, both requantize lists."""
+        from html import escape
+
+        from ..app.views.compiler import compiler_reconciliation, log_inspector_lines
+
+        s = self.relay.session
+        match = s.compiler_log if s is not None else None
+        row = match.nodes.get(name) if match is not None else None
+        if row is None:
+            self.compiler_label.setVisible(False)
+            return
+        rows = [("Log row", f"{row.op_type} on {row.on}" + (f", cosine {row.cosine:.6f}" if row.cosine is not None
+                                                           else "") + (f", input threshold {row.threshold:g}"
+                                                                        if row.threshold is not None else ""))]
+        if info is not None:
+            rec = compiler_reconciliation(s, [info])
+            rows += log_inspector_lines(rec.of(name) if rec is not None else None)
+        self.compiler_label.setText("<b>Compile log</b><br>" + "<br>".join(
+            f"<i>{escape(k)}</i>: {escape(v)}" for k, v in rows))
+        self.compiler_label.setVisible(True)
 
     @staticmethod
     def _attr_text(v) -> str:

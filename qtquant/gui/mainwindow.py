@@ -26,6 +26,7 @@ from .canvas import GraphScene
 from .graphview import GraphView
 from .canvasedit import CanvasEditing
 from .canvasview import CanvasPresenter
+from .compilerlogs import LOG_SUFFIXES, CompilerLogOpener
 from .controller import Controller
 from .docks import ConcatList, GroupsPanel, JobLog, ModelInfo, PerfSummary
 from .sensitivitydock import AccuracyJobs, SensitivityDock
@@ -93,6 +94,7 @@ class MainWindow(QMainWindow):
         self.edits = CanvasEditing(self.relay, self.editor, self.scene, self.view, self.canvas, self.groups_panel,
                                    self.window_actions, self)
         self.opener = ModelOpener(c, self.projects, self.settings, self.messages, self.window_actions.recent_menu, self)
+        self.compiler_logs = CompilerLogOpener(self.relay, self.messages, self)
         self.progress = JobProgress(self.jobs, self.statusBar(), self.job_log.log, self)
         self.zoom_label = QLabel("")
         self.statusBar().addPermanentWidget(self.zoom_label)
@@ -207,6 +209,7 @@ class MainWindow(QMainWindow):
                 "calibrate": lambda: self.opener.calibrate_dialog(), "share": lambda: self.edits.share_selection(),
                 "ungroup": lambda: self.edits.ungroup_selection(), "autoshare": self._auto_share,
                 "export": self.exports.dialog, "open_project": lambda: self.opener.open_project_dialog(),
+                "open_compiler_log": lambda: self.compiler_logs.open_dialog(),
                 "save_project": self.projects.save, "save_project_as": self.projects.save_as,
                 "find": self.search_bar.open, "fit": v.fit, "zoom_in": lambda: v.set_zoom(v.zoom * 1.25),
                 "zoom_out": lambda: v.set_zoom(v.zoom / 1.25), "resimulate": self.controller.refresh,
@@ -286,18 +289,27 @@ class MainWindow(QMainWindow):
     def open_project(self, path, ask: bool = True):
         return self.opener.open_project(path, ask)
 
+    def _accepts(self, path: str) -> bool:
+        """A model or project, or, with a model open, its compile log (.txt / .log)."""
+        p = path.lower()
+        return p.endswith((".onnx", ".qtquant")) or (p.endswith(LOG_SUFFIXES) and self.relay.session is not None)
+
     def dragEnterEvent(self, ev):
-        if any(u.toLocalFile().lower().endswith((".onnx", ".qtquant")) for u in ev.mimeData().urls()):
+        if any(self._accepts(u.toLocalFile()) for u in ev.mimeData().urls()):
             ev.acceptProposedAction()
 
     def dropEvent(self, ev):
         for u in ev.mimeData().urls():
             p = u.toLocalFile()
-            if p.lower().endswith((".qtquant", ".onnx")):
-                ev.acceptProposedAction()
+            if not self._accepts(p):
+                continue
+            ev.acceptProposedAction()
+            if p.lower().endswith(LOG_SUFFIXES):
+                QTimer.singleShot(0, lambda p=p: self.compiler_logs.open_path(p))
+            else:
                 QTimer.singleShot(0, lambda p=p: self.open_project(p) if p.lower().endswith(".qtquant")
                                   else self.request_open(p, ask=True))
-                return
+            return
 
     # -- results ------------------------------------------------------------------------------------
     def _on_model_loaded(self, session) -> None:

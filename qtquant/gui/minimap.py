@@ -236,7 +236,8 @@ class Legend(QWidget):
 
     def _ramped(self) -> bool:
         # The Error overlay has no ramp before the first accuracy check (no values to span).
-        return self.mode in (Overlay.LATENCY, Overlay.BITS) or (self.mode == Overlay.ERROR and bool(self.lo_text))
+        return self.mode in (Overlay.LATENCY, Overlay.BITS) or (self.mode in (Overlay.ERROR, Overlay.COSINE)
+                                                                and bool(self.lo_text))
 
     def _resize(self) -> None:
         h = 50 + (44 if self._ramped() else 20 if self.title else 0)

@@ -26,6 +26,7 @@ class SessionRelay(QObject):
     perfChanged = Signal(object)  # qtquant.app.Result
     fidelityChanged = Signal(object)  # qtquant.app.Result
     accuracyChanged = Signal(object)  # qtquant.app.Result of an AccuracyReport
+    compilerLogChanged = Signal(object)  # a compile log placed on the graph (LogMatch), or None
     stackChanged = Signal()
     # After every listener of an event ran: background jobs start here, so they do not take
     # the GIL from the views refreshing on the GUI thread (0.1 s more on a big graph).
@@ -65,6 +66,8 @@ class SessionRelay(QObject):
             self.fidelityChanged.emit(*info.args)
         elif kind == "accuracy":
             self.accuracyChanged.emit(*info.args)
+        elif kind == "compiler_log":
+            self.compilerLogChanged.emit(*info.args)
         self.settled.emit(kind)
 
     def _stack_changed(self) -> None:
@@ -95,7 +98,8 @@ class SessionRelay(QObject):
         """``slot()`` after whatever changes what a view derives from the session: another
         session, new statistics, an option, the groups.  Results (perf, fidelity) have their own
         signals, so a view updates only the part that shows them."""
-        for sig in (self.sessionReplaced, self.calibrated, self.optionsChanged, self.groupsChanged):
+        for sig in (self.sessionReplaced, self.calibrated, self.optionsChanged, self.groupsChanged,
+                    self.compilerLogChanged):
             sig.connect(slot)
 
     def concat(self, name: str):

@@ -102,11 +102,13 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
                     plan: str | None = None, timeout: float = 180.0, cut=(), collapse: bool = False,
                     expand=(), int16=(), keep_float=(), accuracy_top: int | None = None,
                     dock: str | None = None, error_local: bool = False, stats=None,
-                    wait_fidelity: bool | None = None, max_sqnr_drop: float | None = None) -> Path:
+                    wait_fidelity: bool | None = None, max_sqnr_drop: float | None = None, compiler_log=None,
+                    compiler_log_any_shape: bool = False, compiler_scales: bool = True) -> Path:
     """``int16`` / ``keep_float``: node or tensor names set to that precision (after ``plan``).
     ``accuracy_top``: run the accuracy check first (measuring that many candidates; the Error
     overlay runs it with 8 when not given); ``dock``: raise that dock's tab (e.g. "sensitivity").
-    ``stats``: a statistics file used instead of calibrating.
+    ``stats``: a statistics file used instead of calibrating.  ``compiler_log``: a compile log
+    (:class:`~qtquant.horizon.log.CompileLog`) placed beside the model once it is open.
     ``wait_fidelity`` None: wait for the fidelity check unless the graph has BIG_GRAPH_NODES
     nodes or more -- there, as in the window, the structure and the calibrated colours come first
     and the output SQNR fills in later (the PNG then says it is being measured)."""
@@ -130,6 +132,11 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
         win.show()
         win.open_model(model, input_shapes, options.calib if options is not None else None, cut, stats=stats)
         wait_settled(win, timeout, need_perf=False, need_fidelity=wait_fidelity)
+        if compiler_log is not None:
+            from ..app.compilerlog import place_compile_log
+
+            place_compile_log(win.session, compiler_log, any_shape=compiler_log_any_shape, scales=compiler_scales)
+            wait_settled(win, timeout, need_fidelity=wait_fidelity)
         if plan:
             try:
                 from ..plan import apply_plan_file

@@ -137,6 +137,7 @@ class Requantize:
     consumer: str | None = None
     """The next node row's name as printed: the node the requantized value is for (the log prints
     the ``HzRequantize`` rows right before their consumer); None when no row follows."""
+    consumer_line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -152,11 +153,14 @@ class OutputCosine:
 
 @dataclass(frozen=True)
 class StaticEstimate:
-    """The compiler's static performance estimate of the BPU subgraph."""
+    """The compiler's static performance estimate of the BPU part of the model.  A model the CPU
+    splits into several BPU subgraphs has one estimate line each: their latencies and DDR bytes
+    are added (what runs on the CPU between them is not in the log) and ``fps`` is 1e6 / latency."""
 
     fps: float
     latency_us: float
     ddr_bytes: int
+    subgraphs: int = 1
 
 
 @dataclass(frozen=True)
@@ -216,10 +220,12 @@ def decode_log(data: bytes, name: str) -> str:
         raise CompileLogError(f"{label}: the compile log is empty")
     if b"\x00" in data:
         raise CompileLogError(f"{label}: not a text file (binary data)")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise CompileLogError(f"{label}: not a UTF-8 text file (byte {e.start})") from None
+    # A stray byte (a path in another encoding) costs its line at most: only what is mostly not
+    # UTF-8 is refused.
+    text = data.decode("utf-8", errors="replace")
+    if text.count("\ufffd") > max(16, len(text) // 100):
+        raise CompileLogError(f"{label}: not a UTF-8 text file")
+    return text
 
 
 def parse_compile_log(data: bytes, name: str = "<log>") -> CompileLog:
@@ -242,7 +248,7 @@ def parse_compile_log(data: bytes, name: str = "<log>") -> CompileLog:
             waiting.append(Requantize(tensor[:-len(REQUANTIZE_SUFFIX)], node.cut, node.data_type, ln))
         else:
             nodes.append(node)
-            requantized += [replace(r, consumer=node.name) for r in waiting]
+            requantized += [replace(r, consumer=node.name, consumer_line=ln) for r in waiting]
             waiting = []
     requantized += waiting
     if not nodes:
@@ -343,18 +349,19 @@ def _estimate(lines: list[str], label: str) -> StaticEstimate:
     found = [m for line in lines if "FPS=" in line and (m := _ESTIMATE.search(line))]
     if not found:
         raise CompileLogError(f"{label}: no static estimate line ('FPS=..., latency = ... us, DDR = ... bytes')")
-    if len(found) > 1:
-        # One per BPU subgraph: qtquant models one subgraph (a CPU node in the middle splits it).
-        raise CompileLogError(f"{label}: {len(found)} static estimate lines (several BPU subgraphs); "
-                              "qtquant reads logs of one BPU subgraph")
-    m = found[0]
-    try:
-        fps, lat, ddr = float(m["fps"]), float(m["lat"]), int(m["ddr"])
-    except ValueError:
-        raise CompileLogError(f"{label}: the static estimate's numbers cannot be read") from None
-    if not (0 < fps < 1e9 and 0 < lat < 1e12 and 0 <= ddr < 1 << 48):
-        raise CompileLogError(f"{label}: the static estimate's numbers are out of range")
-    return StaticEstimate(fps, lat, ddr)
+    parts = []
+    for m in found:  # one line per BPU subgraph
+        try:
+            fps, lat, ddr = float(m["fps"]), float(m["lat"]), int(m["ddr"])
+        except ValueError:
+            raise CompileLogError(f"{label}: the static estimate's numbers cannot be read") from None
+        if not (0 < fps < 1e9 and 0 < lat < 1e12 and 0 <= ddr < 1 << 48):
+            raise CompileLogError(f"{label}: the static estimate's numbers are out of range")
+        parts.append((fps, lat, ddr))
+    if len(parts) == 1:
+        return StaticEstimate(*parts[0])
+    lat = sum(p[1] for p in parts)
+    return StaticEstimate(1e6 / lat, lat, sum(p[2] for p in parts), len(parts))
 
 
 def _deps(lines: list[str], label: str) -> ModelDeps:

@@ -27,8 +27,9 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping
 
-from qtquant.errors import CompileLogError
+from qtquant.errors import CompileLogError, LogShapeMismatch
 from qtquant.horizon.log import CUT_MARK, CompileLog, LogNode, qmax
+from qtquant.vocab import TensorKind
 
 __all__ = ["Miss", "MissKind", "TensorThreshold", "ThresholdConflict", "LogMatch", "match_compile_log",
            "PREPROCESS_PREFIX", "MIN_MATCHED_FRACTION", "FEW_MISSES"]
@@ -75,7 +76,11 @@ class TensorThreshold:
     bits: int
     """8 or 16: the DataType its producer's row prints."""
     node: str
-    """The graph node whose row printed it (a consumer reading the tensor as its first input)."""
+    """The graph node whose row printed it (a consumer reading the tensor as its first input), or
+    for an ``inferred`` one the Concat whose output threshold it takes."""
+    inferred: bool = False
+    """No row prints it: a Concat input the log does not requantize, so on the Concat output's
+    threshold (:func:`match_compile_log`'s ``infer``)."""
 
     @property
     def scale(self) -> float:
@@ -113,6 +118,14 @@ class LogMatch:
     conflicts: tuple[ThresholdConflict, ...]
     shape_differs: bool
     """The log's input shape is not the graph's (accepted with ``any_shape``)."""
+    reordered: tuple[str, ...] = ()
+    """Graph nodes the log prints out of the graph's order (the compiler moved them): their
+    thresholds are not used."""
+
+    @property
+    def inferred(self) -> tuple[str, ...]:
+        """Tensors whose threshold is inferred, not printed (:class:`TensorThreshold`)."""
+        return tuple(t for t, th in self.thresholds.items() if th.inferred)
 
     @property
     def int16_tensors(self) -> tuple[str, ...]:
@@ -147,9 +160,12 @@ def _shape_text(shape) -> str:
     return "x".join("?" if d is None else str(d) for d in shape)
 
 
-def match_compile_log(graph, log: CompileLog, *, any_shape: bool = False) -> LogMatch:
+def match_compile_log(graph, log: CompileLog, *, any_shape: bool = False, infer: bool = True) -> LogMatch:
     """``log`` placed on ``graph`` (a :class:`~qtquant.graphmodel.Graph`); :class:`CompileLogError`
-    when it is a log of another model."""
+    when it is a log of another model.  ``infer``: a Concat input no row gives a threshold for and
+    the log does not requantize enters the Concat on its output's scale, so it takes the output's
+    threshold (``inferred``); off, only printed thresholds count (what a reproduction of the
+    requantize list from the thresholds alone must use)."""
     label = log.path.rsplit("/", 1)[-1]
     deps = log.deps
     inputs = list(graph.inputs)
@@ -161,7 +177,7 @@ def match_compile_log(graph, log: CompileLog, *, any_shape: bool = False) -> Log
         mine = graph.tensors[name].shape
         if mine is None or tuple(mine) != tuple(shape):
             if not any_shape:
-                raise CompileLogError(
+                raise LogShapeMismatch(
                     f"{label}: input {name} is {_shape_text(shape)} in the log but "
                     f"{_shape_text(mine) if mine else 'unknown'} here; open the model at the log's shape "
                     f"(--input-shape {name}={_shape_text(shape)}) or accept thresholds from another shape "
@@ -182,29 +198,92 @@ def match_compile_log(graph, log: CompileLog, *, any_shape: bool = False) -> Log
             misses.append(Miss(row.name, "node", MissKind.AMBIGUOUS if cands else MissKind.MISSING, cands, row.line))
         else:
             nodes[found] = row
+    made = _compiler_made(graph, nodes, misses)
+    compiler_rows += [u.printed for u in misses if u in made]
+    misses = [u for u in misses if u not in made]
     placeable = len(log.nodes) - len(compiler_rows)
     if placeable - len(nodes) > FEW_MISSES and len(nodes) < MIN_MATCHED_FRACTION * placeable:
         raise CompileLogError(f"{label}: only {len(nodes)} of the log's {placeable} node names are in this "
                               "model; a log of another model?")
     requantized: list[str] = []
     row_node = {row.line: n for n, row in nodes.items()}
-    line_of = {row.name: row.line for row in log.nodes}  # (a printed name repeated: its last row)
     requantized_for: dict[str, tuple[str, ...]] = {}
     for r in log.requantized:
         found, cands = tensor_names.find(r.tensor, r.cut, r.tensor)
+        consumer = row_node.get(r.consumer_line) if r.consumer_line is not None else None
+        if found is None and cands and consumer is not None:
+            # A cut name several tensors end with: the one its consumer (the row printed after it)
+            # reads is the tensor meant -- the log's own structure, not a guess.
+            read = [t for t in cands if t in graph.nodes[consumer].inputs]
+            found = read[0] if len(read) == 1 else None
         if found is None:
             misses.append(Miss((CUT_MARK if r.cut else "") + r.tensor, "requantize",
                                MissKind.AMBIGUOUS if cands else MissKind.MISSING, cands, r.line))
             continue
         if found not in requantized:
             requantized.append(found)
-        consumer = row_node.get(line_of.get(r.consumer, -1)) if r.consumer else None
         if consumer is not None and found in graph.nodes[consumer].inputs:
             requantized_for[consumer] = requantized_for.get(consumer, ()) + (found,)
-    thresholds, conflicts = _thresholds(graph, nodes)
+    reordered = _reordered(graph, nodes)
+    thresholds, conflicts = _thresholds(graph, {n: r for n, r in nodes.items() if n not in reordered})
+    if infer:
+        _infer_concat_inputs(graph, nodes, thresholds, requantized_for, conflicts)
     return LogMatch(log, MappingProxyType(nodes), tuple(requantized), MappingProxyType(requantized_for),
                     MappingProxyType(thresholds), tuple(misses), tuple(compiler_rows), tuple(conflicts),
-                    shape_differs)
+                    shape_differs, tuple(sorted(reordered, key=lambda n: nodes[n].line)))
+
+
+def _infer_concat_inputs(graph, nodes, thresholds, requantized_for, conflicts) -> None:
+    for c in graph.concat_nodes():
+        out = thresholds.get(c.outputs[0]) if c.name in nodes else None
+        if out is None or out.inferred:
+            continue
+        listed = requantized_for.get(c.name, ())
+        for t in c.inputs:
+            if not t or t in listed or not graph.is_quantized(t) or graph.tensors[t].kind == TensorKind.WEIGHT:
+                continue
+            kept = thresholds.get(t)
+            if kept is None:
+                thresholds[t] = TensorThreshold(t, out.threshold, out.bits, c.name, inferred=True)
+            elif kept.inferred and abs(kept.threshold - out.threshold) > 1e-6 * max(kept.threshold, out.threshold):
+                conflicts.append(ThresholdConflict(t, kept, out.threshold, c.name))
+
+
+def _scope(name: str) -> str:
+    return name.rsplit("/", 1)[0] if "/" in name else ""
+
+
+def _compiler_made(graph, nodes: dict[str, LogNode], misses: list[Miss]) -> list[Miss]:
+    """Missing rows the compiler made itself from a node of the graph, not a sign of another model:
+
+    - ``<node>_<suffix>`` for a node of the graph (``/model.9/linear/Gemm_transpose_output_reshape``,
+      the CPU reshape after YOLOv8n-cls's Gemm);
+    - rows in the scope of a graph node that no row names: the compiler rewrote that node into
+      others (a Softmax into ``ReduceMax``, ``Sub``, ``Exp``, ``ReduceSum``, ``Div_reciprocal``,
+      ``Div_mul`` in YOLO11n's, YOLOv10n's and YOLO12n's attention)."""
+    unnamed_scopes = {_scope(n) for n in graph.nodes if n not in nodes and "/" in n}
+    made = []
+    for u in misses:
+        if u.kind is not MissKind.MISSING or u.printed.startswith(CUT_MARK):
+            continue
+        if _scope(u.printed) in unnamed_scopes or any(u.printed.startswith(n + "_") for n in graph.nodes):
+            made.append(u)
+    return made
+
+
+def _reordered(graph, nodes: dict[str, LogNode]) -> set[str]:
+    """Nodes whose rows the log prints before a row of a node they read from: the compiler moved
+    them (YOLO11n's attention scale ``Mul`` comes after the ``MatMul`` it feeds in the ONNX graph,
+    and prints the MatMul output's threshold).  Their rows' thresholds describe another tensor than
+    their first input in the graph: they are not used."""
+    out = set()
+    for name, row in nodes.items():
+        for t in graph.nodes[name].inputs:
+            p = graph.producer(t) if t else None
+            prow = nodes.get(p.name) if p is not None else None
+            if prow is not None and prow.line > row.line:
+                out.update((name, p.name))
+    return out
 
 
 def _first_input(graph, node) -> str | None:

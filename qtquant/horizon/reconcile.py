@@ -40,6 +40,9 @@ class InputVerdict:
     """qtquant predicts a rescale."""
     compiler_threshold: float | None
     qtquant_threshold: float | None
+    inferred: bool = False
+    """The compiler's threshold is inferred (no row prints it, the log does not requantize it): an
+    agreement here follows from the list, it does not test qtquant's rule."""
 
     @property
     def verdict(self) -> Verdict:
@@ -88,6 +91,11 @@ class Reconciliation:
         return sum(c.count(verdict) for c in self.concats)
 
     @property
+    def inferred_inputs(self) -> int:
+        """Inputs whose compiler threshold was inferred from the list (not a test of the rule)."""
+        return sum(1 for c in self.concats for v in c.inputs if v.inferred)
+
+    @property
     def compiler_total(self) -> int:
         return sum(len(c.compiler_list) for c in self.concats)
 
@@ -115,8 +123,10 @@ def reconcile_concats(match: LogMatch, concats) -> Reconciliation:
             if m.constant:
                 continue
             seen.add(m.tensor)
+            t = th.get(m.tensor)
             verdicts.append(InputVerdict(m.index, m.tensor, m.tensor in listed, bool(m.needs_rescale),
-                                         th[m.tensor].threshold if m.tensor in th else None, _absmax(m)))
+                                         t.threshold if t is not None else None, _absmax(m),
+                                         t is not None and t.inferred))
         o = c.output
         out.append(ConcatReconciliation(c.node, tuple(verdicts), o.tensor,
                                         th[o.tensor].threshold if o.tensor in th else None, _absmax(o)))
@@ -136,6 +146,8 @@ class EstimateComparison:
     sim_latency_us: float
     log_ddr_bytes: int
     sim_ddr_bytes: int | None
+    log_subgraphs: int = 1
+    """BPU subgraphs the log's figures add up (:class:`~qtquant.horizon.log.StaticEstimate`)."""
 
     @property
     def latency_error(self) -> float:
@@ -151,4 +163,4 @@ class EstimateComparison:
 
 def compare_estimate(match: LogMatch, sim_latency_us: float, sim_ddr_bytes: int | None) -> EstimateComparison:
     e = match.log.estimate
-    return EstimateComparison(e.latency_us, float(sim_latency_us), e.ddr_bytes, sim_ddr_bytes)
+    return EstimateComparison(e.latency_us, float(sim_latency_us), e.ddr_bytes, sim_ddr_bytes, e.subgraphs)

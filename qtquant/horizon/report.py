@@ -1,7 +1,7 @@
 """What a session's compile log says, as text (the CLI) and as JSON (``analyze --json``).
 
 ``session`` is an :class:`~qtquant.app.Session` (read, never changed): its ``compiler_log`` (a
-:class:`~qtquant.horizon.match.LogMatch`), ``compiler_scales`` and Concat analysis.
+:class:`~qtquant.horizon.match.LogMatch`), ``compiler_ranges`` and Concat analysis.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def scales_text(session) -> str:
     observed = session.graph.observed_tensors
     given = sum(1 for t in observed if t in m.thresholds)
     name = m.log.path.rsplit("/", 1)[-1]
-    if not session.compiler_scales:
+    if session.compiler_ranges is None:
         return f"compile log {name}: shown beside qtquant's own scales (its thresholds not used)"
     return (f"compile log {name}: the compiler's thresholds fix {given} of {len(observed)} observed tensors' "
             f"scales; the other {len(observed) - given} keep qtquant's calibration (the log prints no threshold "
@@ -67,7 +67,9 @@ def _reconciliation_lines(rec: Reconciliation) -> list[str]:
                                   " (the log prints no threshold for it: qtquant's calibration decides)"))
     lines = [f"requantize per Concat: compiler (the log) {rec.compiler_total}, qtquant {rec.predicted_total}; "
              f"agree {rec.total(Verdict.AGREE)}, missed {rec.total(Verdict.MISSED)}, "
-             f"extra {rec.total(Verdict.EXTRA)}"]
+             f"extra {rec.total(Verdict.EXTRA)}"
+             + (f" ({rec.inferred_inputs} input(s) take the Concat output's threshold: the log prints none for them "
+                "and does not requantize them)" if rec.inferred_inputs else "")]
     if rows:
         lines.append(text_table(rows, ("Concat", "compiler", "qtquant", "agree", "missed", "extra"), rule=True))
     if quiet:
@@ -87,8 +89,9 @@ def _estimate_lines(cmp: EstimateComparison | None) -> list[str]:
     ddr = "" if cmp.sim_ddr_bytes is None else (
         f"; DDR: log {cmp.log_ddr_bytes / 1e6:.2f} MB, simulator {cmp.sim_ddr_bytes / 1e6:.2f} MB "
         f"({fmt_num(100 * cmp.ddr_error, 1, signed=True)} %)")
-    return [f"static estimate: log {cmp.log_latency_us / 1000:.3f} ms, simulator {cmp.sim_latency_us / 1000:.3f} ms "
-            f"({fmt_num(100 * cmp.latency_error, 1, signed=True)} %){ddr}"]
+    parts = f" ({cmp.log_subgraphs} BPU subgraphs added)" if cmp.log_subgraphs > 1 else ""
+    return [f"static estimate: log{parts} {cmp.log_latency_us / 1000:.3f} ms, simulator "
+            f"{cmp.sim_latency_us / 1000:.3f} ms ({fmt_num(100 * cmp.latency_error, 1, signed=True)} %){ddr}"]
 
 
 def compiler_log_text(session, perf=None, cosines: int = COSINES_SHOWN) -> str:
@@ -99,6 +102,13 @@ def compiler_log_text(session, perf=None, cosines: int = COSINES_SHOWN) -> str:
     lines += [f"log row not placed: {u.describe()}" for u in m.unmatched]
     lines += [f"thresholds differ for {c.tensor}: {c.kept.threshold:g} ({c.kept.node}) kept, {c.other:g} "
               f"({c.other_node})" for c in m.conflicts]
+    made = [r for r in m.compiler_rows if not r.startswith("HZ_PREPROCESS_FOR_")]
+    if made:
+        lines.append(f"{len(made)} row(s) the compiler made from the graph's nodes (a Softmax rewritten, a reshape "
+                     f"added): {', '.join(made[:4])}" + (", ..." if len(made) > 4 else ""))
+    if m.reordered:
+        lines.append(f"{len(m.reordered)} node(s) printed out of the graph's order (the compiler moved them), their "
+                     f"thresholds not used: {', '.join(m.reordered[:4])}" + (", ..." if len(m.reordered) > 4 else ""))
     if m.shape_differs:
         lines.append("the log's input shape is not this model's: its thresholds are applied by name "
                      "(--compiler-log-any-shape)")
@@ -122,18 +132,21 @@ def compiler_log_dict(session, perf=None) -> dict | None:
     d = m.log.deps
     return {
         "path": m.log.path,
-        "scales_used": bool(session.compiler_scales),
+        "scales_used": session.compiler_ranges is not None,
         "march": d.march, "hb_mapper_version": d.hb_mapper_version, "hbdk_version": d.hbdk_version,
         "input_names": list(d.input_names), "input_shapes": [list(s) for s in d.input_shapes],
         "calibration_type": d.calibration_type, "optimization": list(d.optimization),
         "optimize_level": d.optimize_level, "shape_differs": m.shape_differs,
-        "thresholds": {t: {"threshold": th.threshold, "bits": th.bits, "scale": th.scale, "node": th.node}
+        "thresholds": {t: {"threshold": th.threshold, "bits": th.bits, "scale": th.scale, "node": th.node,
+                           "inferred": th.inferred}
                        for t, th in m.thresholds.items()},
         "unmatched": [{"printed": u.printed, "what": u.what, "kind": u.kind.value, "candidates": list(u.candidates),
                        "line": u.line} for u in m.unmatched],
         "conflicts": [{"tensor": c.tensor, "kept": c.kept.threshold, "kept_node": c.kept.node, "other": c.other,
                        "other_node": c.other_node} for c in m.conflicts],
         "requantized": list(m.requantized),
+        "compiler_rows": list(m.compiler_rows),
+        "reordered": list(m.reordered),
         "concats": [{"node": c.node, "compiler": list(c.compiler_list), "qtquant": list(c.predicted_list),
                      "agree": c.count(Verdict.AGREE), "missed": c.count(Verdict.MISSED),
                      "extra": c.count(Verdict.EXTRA),
@@ -141,17 +154,17 @@ def compiler_log_dict(session, perf=None) -> dict | None:
                      "qtquant_output_threshold": c.qtquant_output_threshold,
                      "inputs": [{"index": v.index, "tensor": v.tensor, "compiler": v.compiler,
                                  "qtquant": v.predicted, "verdict": v.verdict.value,
-                                 "compiler_threshold": v.compiler_threshold,
+                                 "compiler_threshold": v.compiler_threshold, "inferred": v.inferred,
                                  "qtquant_threshold": v.qtquant_threshold} for v in c.inputs]}
                     for c in rec.concats],
         "totals": {"compiler": rec.compiler_total, "qtquant": rec.predicted_total,
                    "agree": rec.total(Verdict.AGREE), "missed": rec.total(Verdict.MISSED),
-                   "extra": rec.total(Verdict.EXTRA)},
+                   "extra": rec.total(Verdict.EXTRA), "inferred_inputs": rec.inferred_inputs},
         "concats_not_in_log": list(rec.not_in_log),
         "requantized_elsewhere": list(rec.elsewhere),
         "cosine": [{"node": n, "type": r.op_type, "cosine": r.cosine} for n, r in m.cosine_ranking()],
         "estimate": {"log_fps": m.log.estimate.fps, "log_latency_us": m.log.estimate.latency_us,
-                     "log_ddr_bytes": m.log.estimate.ddr_bytes,
+                     "log_ddr_bytes": m.log.estimate.ddr_bytes, "log_subgraphs": m.log.estimate.subgraphs,
                      "sim_latency_us": None if cmp is None else cmp.sim_latency_us,
                      "sim_ddr_bytes": None if cmp is None else cmp.sim_ddr_bytes,
                      "latency_error": None if cmp is None else cmp.latency_error,

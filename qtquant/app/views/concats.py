@@ -11,6 +11,7 @@ from ...report import dtype_note, qdq_file_note
 from ...shapes import format_shape
 from ...vocab import ConcatScaleRule
 from ..session import concat_rule
+from .compiler import compiler_reconciliation, log_cell, log_tooltip
 from .fmt import fmt_bits, fmt_ratio, fmt_us
 from .palette import mismatch_hex
 from .perfdata import rescale_us_by_concat
@@ -18,10 +19,11 @@ from .perfdata import rescale_us_by_concat
 __all__ = ["CONCAT_HEADERS", "CONCAT_TIPS", "ConcatRow", "concat_rows", "concat_status", "ModelInfoView",
            "model_info"]
 
-CONCAT_HEADERS = ("Concat", "In", "Ratio", "Resc.", "Bits", "Gain")
+CONCAT_HEADERS = ("Concat", "In", "Ratio", "Resc.", "Bits", "Gain", "Log")
 CONCAT_TIPS = ("Concat node", "number of inputs", "largest scale / smallest scale over inputs and output",
                "rescale ops the compiler inserts", "worst bits an input loses if all inputs share one scale",
-               "latency saved if the inputs share one scale (rescale cost)")
+               "latency saved if the inputs share one scale (rescale cost)",
+               "inputs the compile log requantizes; = qtquant predicts the same, −N it misses N, +N it adds N")
 
 
 @dataclass(frozen=True)
@@ -36,13 +38,15 @@ class ConcatRow:
     worst_bits: float  # the worst an input loses if all inputs share one scale
     gain_us: float | None  # the rescale cost sharing would save (None: not simulated)
     info: object = field(repr=False, compare=False)  # the ConcatInfo, for the tooltip
+    log: object = field(default=None, repr=False, compare=False)  # ConcatReconciliation with a compile log
 
     @property
     def color(self) -> str:
         return mismatch_hex(self.ratio, self.rescales)
 
     def sort_key(self, column: int) -> float | str:
-        v = (self.name, self.inputs, self.ratio, self.rescales, self.worst_bits, self.gain_us)[column]
+        logged = None if self.log is None else float(len(self.log.compiler_list))
+        v = (self.name, self.inputs, self.ratio, self.rescales, self.worst_bits, self.gain_us, logged)[column]
         if v is None:
             return -1.0
         return v if not isinstance(v, float) or math.isfinite(v) else 1e30
@@ -50,7 +54,7 @@ class ConcatRow:
     @cached_property
     def cells(self) -> tuple[str, ...]:
         return (self.name, str(self.inputs), fmt_ratio(self.ratio), str(self.rescales), fmt_bits(self.worst_bits),
-                fmt_us(self.gain_us))
+                fmt_us(self.gain_us), log_cell(self.log))
 
     @cached_property
     def tooltip(self) -> str:
@@ -64,6 +68,7 @@ class ConcatRow:
                  for m in info.inputs if m.scale]
         if info.export_float:  # a ratio with no rescale: say why
             lines.append("the export leaves the output in float: the inputs keep their own scales, none is rescaled")
+        lines += log_tooltip(self.log)
         # The name first: a narrow list elides it to its last characters
         return "\n".join([self.name, *lines])
 
@@ -83,9 +88,11 @@ def concat_rows(session) -> list[ConcatRow]:
     """In the analysis' order (the table sorts); empty before calibration."""
     perf = session.perf.value if session is not None and session.perf is not None else None
     gains = rescale_us_by_concat(perf)
+    cs = _concats(session) or ()
+    rec = compiler_reconciliation(session, cs) if cs else None
     return [ConcatRow(c.node, len(c.inputs), c.ratio, c.rescales,
                       max((m.bits_lost_if_shared for m in c.inputs if not m.constant), default=0.0),
-                      gains.get(c.node), c) for c in _concats(session) or ()]
+                      gains.get(c.node), c, rec.of(c.node) if rec is not None else None) for c in cs]
 
 
 def _totals(cs) -> tuple[int, int, int]:
@@ -135,6 +142,14 @@ def model_info(session) -> ModelInfoView:
         calibration = f"{cal.config.observer}, {cal.batches} samples{check} ({cal.data_label(short=True)})"
         calibration_tip = (f"{cal.batches} calibration samples from {cal.data_label()}; the accuracy check runs on "
                            f"{cal.check_description}")
+    if session.compiler_log is not None:
+        m = session.compiler_log
+        name = m.log.path.rsplit("/", 1)[-1]
+        given = sum(1 for t in g.observed_tensors if t in m.thresholds)
+        calibration += f"; compile log: {given} scales" if session.compiler_ranges else "; compile log shown"
+        calibration_tip += (f"\n{name}: " + (f"the compiler's thresholds fix {given} of {len(g.observed_tensors)} "
+                                              "observed tensors' scales" if session.compiler_ranges else
+                                              "shown beside qtquant's own scales")).lstrip("\n")
     invalid = qdq_file_note(g)  # the file's opset, which opening may have raised, is the one it breaks
     cs = _concats(session)
     if cs is None:

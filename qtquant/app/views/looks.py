@@ -106,9 +106,10 @@ def _concat_base(c) -> NodeLook:
 
 
 def compute_looks(graph, mode: str, concats=None, perf=None, precision=None, *, accuracy=None,
-                  local: bool = False) -> Looks:
+                  local: bool = False, compiler=None) -> Looks:
     looks = Looks()
-    for _ in fill_looks(looks, graph, mode, concats, perf, precision=precision, accuracy=accuracy, local=local):
+    for _ in fill_looks(looks, graph, mode, concats, perf, precision=precision, accuracy=accuracy, local=local,
+                        compiler=compiler):
         pass
     return looks
 
@@ -117,12 +118,14 @@ _STEP = 1000  # nodes between two yields of fill_looks (~3 ms of work in the lat
 
 
 def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: int | None = None, *,
-               precision=None, accuracy=None, local: bool = False):
+               precision=None, accuracy=None, local: bool = False, compiler=None):
     """:func:`compute_looks` as a generator that fills ``looks`` and yields every ``step``
     nodes, so a 20,000-node graph can be re-coloured across several event-loop turns.
     ``precision`` (tensor -> int16 / float): those nodes get a precision badge in every mode.
     ``accuracy`` (an :class:`~qtquant.accuracy.AccuracyReport`) colours the Error overlay, by
-    cumulative SQNR or, with ``local``, by local SQNR."""
+    cumulative SQNR or, with ``local``, by local SQNR.  ``compiler`` (a compile log placed on the
+    graph, :class:`~qtquant.horizon.match.LogMatch`): its requantized inputs are marked in every
+    mode, and it colours the Compiler-cosine overlay."""
     step = step or _STEP
     info = {c.node: c for c in concats} if concats is not None else {}
     # Concats first (every mode shows mismatch colour or heat plus the rescale badge).
@@ -150,8 +153,17 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
         from .accuracy import error_looks
 
         yield from error_looks(looks, parts, accuracy, local, graph)
+    elif mode == Overlay.COSINE:
+        from .compiler import cosine_looks
+
+        yield from cosine_looks(looks, parts, compiler)
     else:
         looks.legend = Legend()
+    if compiler is not None and concats is not None:
+        from ...horizon.reconcile import reconcile_concats
+        from .compiler import mark_compiler
+
+        mark_compiler(looks, reconcile_concats(compiler, concats))
     if precision:
         _precision_badges(looks, graph, precision)
 

@@ -61,6 +61,8 @@ RAMPS = {
     # Error overlay: pale at high SQNR, dark red at the lowest (YlOrRd).
     "error": ["#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc4e2a", "#e31a1c", "#bd0026", "#800026"],
     "bits": ["#fff7f3", "#fde0dd", "#fcc5c0", "#fa9fb5", "#f768a1", "#dd3497", "#ae017e", "#7a0177", "#49006a"],
+    # Compiler cosine: pale at 1.0, deep orange-brown at the log's lowest (Oranges).
+    "cosine": ["#fff5eb", "#fee6ce", "#fdd0a2", "#fdae6b", "#fd8d3c", "#f16913", "#d94801", "#a63603", "#7f2704"],
 }
 
 
