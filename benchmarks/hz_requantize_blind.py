@@ -15,12 +15,9 @@ same scales instead of the march's.
         yolov5nu yolo11n yolov8n-cls yolov10n yolo12n        # a venv with ultralytics + onnx
     python benchmarks/hz_requantize_blind.py --models /tmp/hzmodels [--logs DIR] [--rule RULE]
 
-A requantize row whose cut name ends more than one tensor's is placed by the row printed after
-it (its consumer reads exactly one of them), so the log's set is the whole list.  The compiler
-prints each Softmax it decomposes as six rows (ReduceMax, Sub, Exp, ReduceSum, Div_reciprocal,
-Div_mul) that are no graph node: YOLO12n's eight make 48 of its 383 rows, under the matcher's
-floor for a log of this model (:data:`~qtquant.horizon.match.MIN_MATCHED_FRACTION`); that floor
-is lowered by what those rows account for, and the line says so.
+The blind log is placed with ``infer=False``: the matcher would otherwise give a Concat input
+that no row prints a threshold for, and that the log does not requantize, the output's threshold
+-- in a log with no requantize row left, the answer itself.  Only printed thresholds count.
 """
 
 from __future__ import annotations
@@ -40,7 +37,6 @@ from qtquant.app.session import Options  # noqa: E402
 from qtquant.concat import analyze_concats  # noqa: E402
 from qtquant.domains import build_domains  # noqa: E402
 from qtquant.horizon.log import REQUANTIZE_TYPE, read_compile_log  # noqa: E402
-from qtquant.horizon import match as log_match  # noqa: E402
 from qtquant.horizon.match import match_compile_log  # noqa: E402
 from qtquant.vocab import ConcatScaleRule  # noqa: E402
 
@@ -70,60 +66,14 @@ def strip_requantize_rows(src: Path, dst: Path) -> int:
     return removed
 
 
-def log_requantized(graph, match) -> set[str]:
-    """The full log's requantized tensors; a cut name that ends several tensors' is placed by its
-    consumer (the node row printed after it), which reads one of them."""
-    found = set(match.requantized)
-    for miss in match.unmatched:
-        if miss.what != "requantize" or not miss.candidates:
-            continue
-        row = next(r for r in match.log.requantized if r.line == miss.line)
-        consumer = next((n for n, lr in match.nodes.items() if lr.name == row.consumer), None)
-        reads = [t for t in miss.candidates if consumer and t in graph.nodes[consumer].inputs]
-        if len(reads) == 1:
-            found.add(reads[0])
-    return found
-
-
-SOFTMAX_ROWS = ("/ReduceMax", "/Sub", "/Exp", "/ReduceSum", "/Div_reciprocal", "/Div_mul")
-
-
-def softmax_rows(graph, log) -> int:
-    """The log's rows of Softmax decompositions: ``<prefix>/ReduceMax`` ... where ``<prefix>/Softmax``
-    is a graph node and the row's own name is not."""
-    n = 0
-    for row in log.nodes:
-        end = next((e for e in SOFTMAX_ROWS if row.name.endswith(e)), None)
-        if end and row.name not in graph.nodes and row.name[: -len(end)] + "/Softmax" in graph.nodes:
-            n += 1
-    return n
-
-
-def matched(graph, log, note: list[str]):
-    """``match_compile_log``, its floor lowered by the log's Softmax-decomposition rows (said in ``note``)."""
-    extra = softmax_rows(graph, log)
-    if not extra:
-        return match_compile_log(graph, log)
-    floor = log_match.MIN_MATCHED_FRACTION
-    placeable = sum(1 for r in log.nodes if not r.name.startswith(log_match.PREPROCESS_PREFIX))
-    log_match.MIN_MATCHED_FRACTION = floor * (placeable - extra) / placeable
-    try:
-        m = match_compile_log(graph, log)
-    finally:
-        log_match.MIN_MATCHED_FRACTION = floor
-    if log_match.MIN_MATCHED_FRACTION * placeable > len(m.nodes) and not note:
-        note.append(f"{extra} Softmax-decomposition rows are no graph node (matcher floor lowered for them)")
-    return m
-
-
 def predicted(session, rule: ConcatScaleRule | None) -> set[str]:
     """The Concat inputs qtquant rescales: the session's analysis, or ``rule``'s on its scales."""
     if rule is None:
         concats = session.concats()
     else:
         g, cal = session.graph, session.calibration
-        fixed = session.compiler_log.ranges() if session.compiler_scales else None
-        dm = build_domains(g, cal.ranges, fixed=fixed, scheme=session.options.scheme, concat_rule=rule)
+        dm = build_domains(g, cal.ranges, fixed=session.compiler_ranges, scheme=session.options.scheme,
+                           concat_rule=rule)
         concats = analyze_concats(g, dm)
     return {m.tensor for c in concats for m in c.inputs if m.needs_rescale}
 
@@ -166,16 +116,15 @@ def main(argv=None) -> int:
             strip_requantize_rows(log_path, blind)
             session = open_model(mpath, options=opts)
             session.run_calibration()
-            note: list[str] = []
-            blind_match = matched(session.graph, read_compile_log(blind), note)
+            blind_match = match_compile_log(session.graph, read_compile_log(blind), infer=False)
             assert not blind_match.requantized  # nothing of the answer is left in the blind log
             session.set_compiler_log(blind_match, scales=not args.own_scales)
-            full = matched(session.graph, read_compile_log(log_path), note)
-            want, got = log_requantized(session.graph, full), predicted(session, rule)
+            full = match_compile_log(session.graph, read_compile_log(log_path))
+            want, got = set(full.requantized), predicted(session, rule)
             agree, missed, extra = want & got, want - got, got - want
             tot_log, tot_pred, tot_agree = tot_log + len(want), tot_pred + len(got), tot_agree + len(agree)
             worst = max(worst, len(missed) + len(extra))
-            notes = "; ".join([*note, *(f"missed {t}" for t in sorted(missed)), *(f"extra {t}" for t in sorted(extra))])
+            notes = "; ".join([*(f"missed {t}" for t in sorted(missed)), *(f"extra {t}" for t in sorted(extra))])
             print(f"{name:12s} {len(want):6d} {len(got):9d} {len(agree):5d} {len(missed):6d} {len(extra):5d}  {notes}")
     precision = tot_agree / tot_pred if tot_pred else float("nan")
     recall = tot_agree / tot_log if tot_log else float("nan")
