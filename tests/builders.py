@@ -14,6 +14,14 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
+# A march whose Concat rule rescales conv branches made for one Concat (widest-input: the output
+# takes the widest branch's scale, the others are rescaled).  bayes-e, the default, writes such
+# branches at the Concat's own scale (producers-write, what the RDK X5 compile logs show), so the
+# models here would have nothing to rescale there: tests of sharing, rescales and their display on
+# these models name this march.
+RESCALING_MARCH = "bayes"
+
+
 def conv_node(b, x, cin, cout, k, name, gain=1.0, seed=0):
     rng = np.random.default_rng(seed)
     w = (rng.standard_normal((cout, cin, k, k)) * gain / np.sqrt(cin * k * k)).astype(np.float32)

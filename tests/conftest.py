@@ -6,7 +6,7 @@ works from any folder below it.  A module that needs another ``session`` defines
 
 import pytest
 
-from builders import detector_model, save
+from builders import RESCALING_MARCH, detector_model, save
 
 
 @pytest.fixture(scope="module")
@@ -17,9 +17,10 @@ def det_path(tmp_path_factory):
 
 @pytest.fixture
 def session(det_path):
-    """The detector opened and calibrated (synthetic data), fresh for each test."""
-    from qtquant.app import open_model
+    """The detector opened and calibrated (synthetic data), fresh for each test, on a march that
+    rescales its conv branches (:data:`builders.RESCALING_MARCH`: the cases it holds are rescales)."""
+    from qtquant.app import Options, open_model
 
-    s = open_model(det_path)
+    s = open_model(det_path, options=Options(march=RESCALING_MARCH))
     s.run_calibration()
     return s

@@ -186,9 +186,13 @@ class ConcatScaleRule(StrEnum):
     """How a target's compiler picks a Concat's output scale; stated per march in its profile."""
 
     OWN = "own"  # the output keeps its own calibrated scale; every input that differs is rescaled
-    # Horizon (hbdk): the output takes the scale of its widest input; only the others are
-    # requantized (the X5 compile log names them <tensor>_calibrated_Requantize).
+    # The output takes the scale of its widest input; only the others are requantized.
     WIDEST_INPUT = "widest-input"
+    # RDK X5 (hb_mapper/hbdk, learned from its compile logs, docs/perf-model.md): the output keeps
+    # its own scale; an input made by a computing layer for this Concat alone (other readers only
+    # ops that move values) is written at that scale by its layer; every other input whose scale
+    # differs is requantized (the log's <tensor>_calibrated_Requantize): qtquant.quant.concatwrite.
+    PRODUCERS_WRITE = "producers-write"
 
 
 DEFAULT_SCHEME = Scheme.SYMMETRIC_INT8

@@ -17,8 +17,9 @@
 - Constants that join a domain (or feed a Concat) are cloned and quantized with the
   domain's scale; the original initializer is never changed in place.  Other float
   constants (Add/Mul operands, anchors) stay float.
-- A Concat output whose scale the target's rule took from an input (Horizon: the widest) points
-  at that input's scale initializers.
+- A Concat output whose scale the target's rule took from an input (widest-input) points at that
+  input's scale initializers; an input the rule has written at its Concat's scale (producers-write,
+  RDK X5) points at the output's.
 - Model outputs keep their names: the producer writes ``<name>_prequant`` and the
   DequantizeLinear writes ``<name>``.
 - Activations named in ``float_tensors`` get no Q/DQ pair; a bias whose node reads a float
@@ -209,7 +210,8 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
 
     def domain_qp(did):
         # A Concat output that took an input's scale by the target's rule uses that input's
-        # initializers: the file shows the compiler's one threshold.
+        # initializers (an input written at its Concat's scale, the output's): the file shows the
+        # compiler's one threshold.
         did = dm.scale_from.get(did, did)
         d = dm.domains[did]
         if did not in domain_inits:

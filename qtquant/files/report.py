@@ -66,6 +66,7 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
             "output_float": c.output_float,
             "export_float": c.export_float,  # the export leaves the output in float: no rescale
             "reference_input": c.reference_input,
+            "written_inputs": list(c.written),  # written at the output's scale by their producers
             # The requantize nodes a compiler inserts, under its own names (X5 hb_mapper, perf_model).
             "rescale_nodes": [{"input": m.index, "tensor": m.tensor, "x5": x5, "perf_model": pm}
                               for m, (x5, pm) in zip((m for m in c.inputs if m.needs_rescale), c.rescale_nodes())],
@@ -181,6 +182,9 @@ def points_note(session) -> str | None:
 def _rule_text(rule) -> str:
     if rule == ConcatScaleRule.WIDEST_INPUT:
         return "the widest input's (rule widest-input); only the other inputs are rescaled"
+    if rule == ConcatScaleRule.PRODUCERS_WRITE:
+        return ("its own calibrated scale (rule producers-write); an input computed for the Concat alone is written "
+                "at it by its producer (=), every other input whose scale differs is rescaled")
     return "its own calibrated scale (rule own); every input whose scale differs is rescaled"
 
 
@@ -195,7 +199,8 @@ def concat_table_text(session, concats=None, perf=None) -> str:
     rows = []
     for c in sorted(concats, key=lambda c: -c.ratio):
         scales = ", ".join(_fmt_scale(m.scale) + ("*" if m.needs_rescale else "")
-                           + ("^" if m.index == c.reference_input and not c.output_float else "") for m in c.inputs)
+                           + ("^" if m.index == c.reference_input and not c.output_float else "")
+                           + ("=" if m.index in c.written else "") for m in c.inputs)
         worst = max((m.bits_lost_if_shared for m in c.inputs), default=0.0)
         wch = c.worst_channel_ratio
         rows.append((c.node, str(len(c.inputs)), f"{c.ratio:.2f}", str(c.rescales),
@@ -224,8 +229,11 @@ def concat_table_text(session, concats=None, perf=None) -> str:
     n_mis = sum(1 for c in concats if c.rescales)
     lines.append("")
     lines.append(f"{len(concats)} Concats, {n_mis} mismatched, {sum(c.rescales for c in concats)} rescales "
-                 f"(* = input needs a rescale" + ("; ^ = the input whose scale the output takes)"
-                                                  if any(c.rule_note for c in concats) else ")"))
+                 f"(* = input needs a rescale" + ("; ^ = the input whose scale the output takes"
+                                                  if any(c.reference_input is not None and not c.output_float
+                                                         for c in concats) else "")
+                 + ("; = = written at the output's scale by its producer" if any(c.written for c in concats) else "")
+                 + ")")
     in_float = [c for c in concats if c.output_float and c.rescales]
     if in_float:  # fix counted these as none: its export dequantizes their inputs into the float output
         k = sum(c.rescales for c in in_float)

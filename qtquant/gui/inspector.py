@@ -562,7 +562,8 @@ class Inspector(QScrollArea):
                 resc = "requantized offline" if m.constant else (
                     "the output takes this scale (the target's Concat rule)" if m.index == info.reference_input
                     and not info.output_float else "its own scale: the export keeps the output in float"
-                    if info.export_float else "same scale as the output")
+                    if info.export_float else "written at the output's scale by its producer (the target's Concat rule)"
+                    if m.index in info.written else "same scale as the output")
             bits = f"{m.bits_lost_if_shared:.2f}" if math.isfinite(m.bits_lost_if_shared) else "∞"
             idx = QTableWidgetItem("out" if m.index < 0 else str(m.index))
             if m.needs_rescale:

@@ -223,7 +223,7 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
                 node.name, ShareAction.ALREADY, 0.0, tuple(members),
                 notes=(*notes, "the file gives its members one scale already")))
             continue
-        if node.name in dm.concat_source and not (dids & touched) and not any(
+        if (node.name in dm.concat_source or node.name in dm.concat_written) and not (dids & touched) and not any(
                 scales_differ(dm.scale_of(t) or 0.0, dm.scale_of(out) or 0.0) for t in members if t != out):
             # The target's rule already gives the output its inputs' one scale: no rescale to save
             # (unless an earlier share moved one of its members: then it is judged as usual).

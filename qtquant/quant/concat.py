@@ -5,15 +5,17 @@ Two cases beyond "compare each input with the output":
   matches only when every channel's scale and zero point equal the reference's.  The worst
   channel ratio (max over channels of the larger scale over the smaller) is kept.
 - **Float output** (the file has no Q/DQ after the Concat, but its inputs are quantized):
-  a compiler that quantizes the Concat gives the output the scale of one input and
-  requantizes the others.  The Horizon compiler takes the widest input's threshold, so the
-  reference is the input with the largest scale (the first of equals); every input whose
-  scale differs from it counts as a rescale, and the Concat gets a note saying so.
+  the file gives no output scale to compare with, so the reference is the input with the
+  largest scale (the first of equals), the scale a compiler that takes an input's would give
+  (the X5 compiler calibrates the output itself, which such a file does not record); every
+  input whose scale differs from it counts as a rescale, and the Concat gets a note saying so.
 
-Under a target whose rule is :attr:`ConcatScaleRule.WIDEST_INPUT` (the Horizon marches) the
-domain map already gave the output its widest input's scale (:func:`~qtquant.quant.domains.concat_scale_source`);
-:attr:`ConcatInfo.reference_input` names that input, and :meth:`ConcatInfo.rescale_nodes` the
-requantize nodes the compiler inserts for the others, under its own names.
+Under a target whose rule is :attr:`ConcatScaleRule.WIDEST_INPUT` the domain map already gave
+the output its widest input's scale (:func:`~qtquant.quant.domains.concat_scale_source`);
+:attr:`ConcatInfo.reference_input` names that input.  Under :attr:`ConcatScaleRule.PRODUCERS_WRITE`
+(RDK X5) the output keeps its own scale and the domain map gave it to the inputs their producers
+write at it (:mod:`qtquant.quant.concatwrite`); :attr:`ConcatInfo.written` names them.
+:meth:`ConcatInfo.rescale_nodes` lists the requantize nodes the compiler inserts, under its own names.
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ class ConcatInfo:
     # The input whose scale the output takes: by the target's rule, or (output_float) would take.
     reference_input: int | None = None
     rule_note: str = ""  # how the target's rule chose the output scale (empty: its own scale)
+    # The inputs (indices) their producers write at the output's scale under the target's rule.
+    written: tuple[int, ...] = ()
 
     @property
     def mismatched(self) -> bool:
@@ -323,6 +327,7 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
         members, live, notes, scales = members_of(node)
         out_m = members.pop()
         rule_note = ""
+        written = ()
         # A file that already leaves the output in float keeps DESIGN §3's comparison below.
         export_float = out in float_tensors and bool(live) and out_m.scale is not None
         output_float = out_m.scale is None and bool(live)
@@ -331,8 +336,8 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
             notes.append("the export leaves its output in float: its inputs keep their own scales and it runs "
                          "in float, so none is rescaled")
         elif output_float:
-            # What a compiler that quantizes the Concat would do: the Horizon rule (on an asymmetric
-            # grid, an input whose grid holds the others' values).
+            # What a compiler that gives the output an input's scale would do (on an asymmetric grid,
+            # an input whose grid holds the others' values): the file records no output scale.
             spans = grid_spans(dm.scheme, [(dm.domains[m.domain].qparams, m.lo, m.hi) for m in live])
             k = concat_scale_source(ConcatScaleRule.WIDEST_INPUT, [m.scale for m in live], spans)
             reference = live[k or 0]
@@ -352,6 +357,13 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
             if reference is not None:
                 rule_note = (f"output takes the scale of input {reference.index} ({reference.tensor}, the widest, "
                              f"scale {reference.scale:.4g}) by the target's Concat rule ({dm.concat_rule})")
+            elif name in dm.concat_written:
+                mine = dm.concat_written[name]
+                written = tuple(m.index for m in live if m.tensor in mine)
+                rule_note = (f"input{'s' if len(written) > 1 else ''} {', '.join(map(str, written))} written at the "
+                             f"output's own scale by {'their producers' if len(written) > 1 else 'its producer'}, "
+                             f"computed for this Concat alone: no rescale by the target's Concat rule "
+                             f"({dm.concat_rule})")
             elif name in dm.concat_declined:
                 rule_note = (f"output keeps its own range: on the {dm.scheme.value} grid no input's range holds all "
                              f"the others' values, so the target's Concat rule ({dm.concat_rule}) would clip them")
@@ -390,5 +402,6 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
         info.export_float = export_float
         info.reference_input = reference.index if reference is not None else None
         info.rule_note = rule_note
+        info.written = written
         infos.append(info)
     return infos

@@ -4,7 +4,9 @@ Built with union-find from three sources: pass-through ops, the user's groups, a
 target rules.  A domain's range comes from its members under a :class:`Policy`.
 
 A Concat output that no group or file scale decides takes its scale by the target's
-:class:`ConcatScaleRule` (:func:`concat_scale_source` is that rule, the one place it is spelt).
+:class:`ConcatScaleRule` (:func:`concat_scale_source` is that rule, the one place it is spelt);
+under ``PRODUCERS_WRITE`` the output keeps its own and the inputs
+:func:`~qtquant.quant.concatwrite.written_inputs` names take it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import numpy as np
 from ..base.gcpause import gc_paused
 from ..model.scales import QParams, Scheme, qparams_for_range, range_width
 from ..base.vocab import DEFAULT_PERCENTILE, ConcatScaleRule, Policy, Precision, TensorKind
+from .concatwrite import written_inputs
+from .outputs import pass_through_walk
 
 __all__ = ["Policy", "Domain", "DomainMap", "build_domains", "concat_scale_source", "grid_spans", "ConcatScaleRule",
            "UnionFind"]
@@ -58,6 +62,8 @@ class DomainMap:
     # Concats whose output kept its own range because no input's grid holds the others' values
     # (an asymmetric scheme: see concat_scale_source).
     concat_declined: frozenset = frozenset()
+    # Concat node -> the inputs whose producers write them at its output's scale (PRODUCERS_WRITE).
+    concat_written: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def domain_of(self, tensor: str) -> Domain | None:
         i = self.of.get(tensor)
@@ -85,7 +91,7 @@ class DomainMap:
 
 def concat_scale_source(rule: ConcatScaleRule, scales, spans=None) -> int | None:
     """The position in ``scales`` (a Concat's quantized inputs, in order) of the input whose scale
-    the output takes under ``rule``; None when the output keeps its own scale.
+    the output takes under ``rule``; None when the output keeps its own scale (OWN, PRODUCERS_WRITE).
 
     WIDEST_INPUT: the input with the largest scale, i.e. the widest range (the first of equals),
     as the Horizon compiler picks it; the others are requantized to it.  On a symmetric grid the
@@ -95,7 +101,7 @@ def concat_scale_source(rule: ConcatScaleRule, scales, spans=None) -> int | None
     ``(grid_lo, grid_hi, lo, hi)``) limits the choice to an input whose grid holds all the others'
     values, within half a step; with none, None: the output keeps its own range, which does.
     """
-    if ConcatScaleRule(rule) is ConcatScaleRule.OWN:
+    if ConcatScaleRule(rule) is not ConcatScaleRule.WIDEST_INPUT:
         return None
     best = None
     for i, s in enumerate(scales):
@@ -118,6 +124,41 @@ def grid_spans(scheme: Scheme, members) -> list | None:
     return [(q.lo, q.hi, lo, hi) for q, lo, hi in members]
 
 
+def _apply_written_inputs(graph, domains, of, natural, fixed) -> tuple[dict, dict]:
+    """PRODUCERS_WRITE: give the inputs :func:`written_inputs` names their Concat output's scale.
+    An input whose domain the user grouped, a target rule tied or a file (a QDQ file, a compile
+    log) gave a scale keeps it: the rule is only the compiler's default.  A Concat whose output is
+    (or reaches through pass-through ops) a model output is left alone: the export may keep it in
+    float, its inputs at their own scales, and no compile log shows such a Concat.  Returns
+    (Concat -> the inputs written at its scale, domain -> the domain it took its qparams from)."""
+    written: dict[str, tuple[str, ...]] = {}
+    scale_from: dict[int, int] = {}
+    feeding = None
+    for node in graph.concat_nodes():
+        did = of.get(node.outputs[0])
+        if did is None or domains[did].qparams is None:
+            continue
+        if feeding is None:  # one walk up from the outputs, not one down from each Concat
+            feeding = set(pass_through_walk(graph, graph.outputs, upstream=True))
+        if node.outputs[0] in feeding:
+            continue
+        d, mine = domains[did], []
+        for t in written_inputs(graph, node):
+            sid = of.get(t)
+            if sid is None or sid == did:
+                continue
+            s = domains[sid]
+            if s.user_groups or len(s.members) != len(natural.get(t, (t,))) \
+                    or (fixed and any(m in fixed for m in s.members)):
+                continue
+            s.lo, s.hi, s.qparams = d.lo, d.hi, d.qparams
+            scale_from[sid] = scale_from.get(did, did)
+            mine.append(t)
+        if mine:
+            written[node.name] = tuple(mine)
+    return written, scale_from
+
+
 def _apply_concat_rule(graph, domains, of, natural, rule, scheme=Scheme.SYMMETRIC_INT8) -> tuple[dict, dict, frozenset]:
     """Give each Concat output its rule's input scale, in graph order (a Concat feeding a Concat
     passes its chosen scale on).  An output grouped by the user, tied by a target rule or read
@@ -127,7 +168,7 @@ def _apply_concat_rule(graph, domains, of, natural, rule, scheme=Scheme.SYMMETRI
     sources: dict[str, str] = {}
     scale_from: dict[int, int] = {}
     declined: set[str] = set()
-    if ConcatScaleRule(rule) is ConcatScaleRule.OWN:
+    if ConcatScaleRule(rule) is not ConcatScaleRule.WIDEST_INPUT:
         return sources, scale_from, frozenset()
     for node in graph.concat_nodes():
         out = node.outputs[0]
@@ -381,7 +422,7 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     iterable of tensor-name collections the user tied together.  ``fixed`` gives
     ranges read from a QDQ file; those keep their file scale unless a group joins them.
     ``hist_pool(members, pct)`` returns a pooled-percentile range (Policy.POOLED).
-    ``concat_rule`` is the target's Concat output-scale rule (its march profile).
+    ``concat_rule`` is the target's Concat scale rule (its march profile).
     """
     uf = _natural_sets(graph, fixed)
     natural: dict[str, frozenset] = {}
@@ -392,9 +433,7 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     src = ranges if not fixed else {**ranges, **fixed}
     if not fixed and not groups and not target_rules:
         domains, of, natural, member_range = _natural_domains(natural_groups, src, scheme)
-        sources, scale_from, declined = _apply_concat_rule(graph, domains, of, natural, concat_rule, scheme)
-        return DomainMap(domains, of, natural, scheme, member_range, ConcatScaleRule(concat_rule), sources,
-                         scale_from, declined)
+        return _ruled_map(graph, domains, of, natural, scheme, member_range, concat_rule, fixed)
     isfinite = math.isfinite
     member_range: dict[str, tuple[float, float]] = {}
     get = src.get
@@ -467,6 +506,14 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
         domains[did] = Domain(did, tuple(members), lo, hi, q, fixed=is_fixed, user_groups=gids)
         for m in members:
             of[m] = did
-    sources, scale_from, declined = _apply_concat_rule(graph, domains, of, natural, concat_rule, scheme)
-    return DomainMap(domains, of, natural, scheme, member_range, ConcatScaleRule(concat_rule), sources, scale_from,
-                     declined)
+    return _ruled_map(graph, domains, of, natural, scheme, member_range, concat_rule, fixed)
+
+
+def _ruled_map(graph, domains, of, natural, scheme, member_range, concat_rule, fixed) -> DomainMap:
+    """The domain map once the target's Concat rule has acted on the domains."""
+    rule = ConcatScaleRule(concat_rule)
+    if rule is ConcatScaleRule.PRODUCERS_WRITE:
+        written, scale_from = _apply_written_inputs(graph, domains, of, natural, fixed)
+        return DomainMap(domains, of, natural, scheme, member_range, rule, {}, scale_from, frozenset(), written)
+    sources, scale_from, declined = _apply_concat_rule(graph, domains, of, natural, rule, scheme)
+    return DomainMap(domains, of, natural, scheme, member_range, rule, sources, scale_from, declined)

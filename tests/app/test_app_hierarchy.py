@@ -1,6 +1,7 @@
 """The module hierarchy and the view of it, without Qt: blocks from names, metadata and local
 functions; folded constants; expanding and collapsing; aggregated block looks."""
 
+from builders import RESCALING_MARCH
 import pytest
 from onnx import helper
 
@@ -81,7 +82,7 @@ def test_local_functions_are_inlined_one_block_per_call():
 
 
 def test_inlined_model_still_runs(tmp_path):
-    s = Session(graph_from_model(function_model(calls=2)), Options(calib=CalibConfig(count=2)))
+    s = Session(graph_from_model(function_model(calls=2)), Options(march=RESCALING_MARCH, calib=CalibConfig(count=2)))
     s.run_calibration()
     assert s.ready and s.calibration.ranges
 
@@ -160,7 +161,8 @@ def test_reveal_expands_the_path_and_home_finds_what_shows_a_node():
 
 
 def _calibrated(blocks=3):
-    s = Session(graph_from_model(scoped_model(blocks=blocks, gains=(1.0, 9.0))), Options(calib=CalibConfig(count=2)))
+    s = Session(graph_from_model(scoped_model(blocks=blocks, gains=(1.0, 9.0))),
+                Options(march=RESCALING_MARCH, calib=CalibConfig(count=2)))
     s.run_calibration()
     return s
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from builders import edit_model
-from qtquant.app import open_model
+from builders import RESCALING_MARCH, edit_model
+from qtquant.app import Options, open_model
 from qtquant.app.shareplan import feeders, plan_share
 from qtquant.app.views.groups import group_rows
 from qtquant.app.demo import build_attention_demo
@@ -18,7 +18,7 @@ K_MEMBERS = tuple(f"{n}_out" for n in K) + ("attn/k_cat_out",)
 def demo(tmp_path_factory):
     p = tmp_path_factory.mktemp("demo") / "attention.onnx"
     onnx.save(build_attention_demo(), str(p))
-    s = open_model(p)
+    s = open_model(p, options=Options(march=RESCALING_MARCH))  # its window convs keep their own scales
     s.run_calibration()
     return s
 

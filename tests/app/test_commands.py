@@ -2,8 +2,8 @@
 
 import pytest
 
-from builders import branchy_concat_model, save
-from qtquant.app import CommandStack, open_model
+from builders import RESCALING_MARCH, branchy_concat_model, save
+from qtquant.app import CommandStack, Options, open_model
 from qtquant.app.commands import (AutoShareCommand, CompoundCommand, RemoveMemberCommand, SetMarchCommand,
                                   SetOptionsCommand, SetPolicyCommand, ShareCommand, UngroupCommand)
 from qtquant.quant.domains import Policy
@@ -12,7 +12,8 @@ from qtquant.base.errors import QtQuantError, ShareRefused
 
 @pytest.fixture
 def session(tmp_path):
-    s = open_model(save(branchy_concat_model(gains=(1.0, 1.3, 1.6)), tmp_path / "m.onnx"))
+    s = open_model(save(branchy_concat_model(gains=(1.0, 1.3, 1.6)), tmp_path / "m.onnx"),
+                   options=Options(march=RESCALING_MARCH))
     s.run_calibration()
     return s
 
@@ -82,7 +83,7 @@ def test_ungroup_remove_member_and_options(session):
     assert stack.texts()[1:] == ["Policy: max-input", "March: nash-e"]
     stack.undo()
     stack.undo()
-    assert session.options.policy is Policy.UNION and session.options.march == "bayes-e"
+    assert session.options.policy is Policy.UNION and session.options.march == RESCALING_MARCH
 
 
 def test_options_command_events_and_refusals(session, events):
@@ -100,7 +101,7 @@ def test_options_command_events_and_refusals(session, events):
     with pytest.raises(QtQuantError):
         SetOptionsCommand(policy="widest")
     stack.undo()
-    assert events[-1] == ("options", ({"march": "bayes-e", "policy": Policy.UNION},))
+    assert events[-1] == ("options", ({"march": RESCALING_MARCH, "policy": Policy.UNION},))
 
 
 def test_autoshare_command_is_one_undo_step_and_one_event(session, events):

@@ -2,16 +2,16 @@
 
 from dataclasses import replace
 
-from builders import detector_model, save
+from builders import RESCALING_MARCH, detector_model, save
 from qtquant.calib import calibrate
 from qtquant.quant.domains import Policy
 from qtquant.quant.groups import share
-from qtquant.app import open_model
+from qtquant.app import Options, open_model
 from qtquant.app.session import derive
 
 
 def test_derived_analyses_are_installed_and_equal_a_fresh_build(tmp_path):
-    s = open_model(save(detector_model(), tmp_path / "det.onnx"))
+    s = open_model(save(detector_model(), tmp_path / "det.onnx"), options=Options(march=RESCALING_MARCH))
     s.run_calibration()
     share(s, ["c0_out", "c1_out", "cat1_out"])
     res = calibrate(s.graph, s.options.calib)
@@ -19,7 +19,7 @@ def test_derived_analyses_are_installed_and_equal_a_fresh_build(tmp_path):
     s.set_calibration(res, d)
     assert s.domains is d.domains and s.baseline_domains is d.baseline
     assert s.concats() is d.concats and s.concats(baseline=True) is d.baseline_concats
-    fresh = open_model(s.graph.path)
+    fresh = open_model(s.graph.path, options=Options(march=RESCALING_MARCH))
     fresh.set_calibration(res)
     share(fresh, ["c0_out", "c1_out", "cat1_out"])
     assert ([(c.node, c.ratio, c.rescales) for c in fresh.concats()]

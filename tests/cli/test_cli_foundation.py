@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builders import branchy_concat_model, save
+from builders import RESCALING_MARCH, branchy_concat_model, save
 from qtquant.cli import main
 
 
@@ -21,7 +21,8 @@ def _run(capsys, *argv):
 
 def test_analyze_json_schema(tmp_path, capsys):
     p = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx")
-    rc, out, err = _run(capsys, "analyze", p, "--json", "--calib", "synthetic", "--calib-count", "4")
+    rc, out, err = _run(capsys, "analyze", p, "--json", "--calib", "synthetic", "--calib-count", "4",
+                        "--march", RESCALING_MARCH)
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["schema_version"] == 1
@@ -123,9 +124,9 @@ def test_demo_writes_models_and_data(tmp_path, capsys):
     assert _run(capsys, "demo", str(tmp_path / "d"), "--count", "2")[0] == 0  # again, fewer: no stale sample
     assert len(list((tmp_path / "d" / "multiscale_attention_calib").glob("*.npz"))) == 2
     assert _run(capsys, "demo", str(tmp_path / "d"), "--count", "3")[0] == 0
-    from qtquant.app import open_model
+    from qtquant.app import Options, open_model
 
-    s = open_model(att)
+    s = open_model(att, options=Options(march=RESCALING_MARCH))  # its branches feed only their Concat
     s.run_calibration()
     cats = {c.node: c for c in s.concats()}
     assert set(cats) == {"attn/k_cat", "attn/v_cat"}

@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from builders import detector_model, save
+from builders import RESCALING_MARCH, detector_model, save
 from ortkit import precise_options
 from qtquant.quant.autoshare import auto_share
 from qtquant.base.errors import BadInputError
@@ -22,7 +22,9 @@ from qtquant.model.runtime import make_session
 
 @pytest.fixture
 def shared(det_path):
-    s = open_model(det_path)
+    from qtquant.app import Options
+
+    s = open_model(det_path, options=Options(march=RESCALING_MARCH))  # a march on which its branches mismatch
     s.run_calibration()
     auto_share(s)
     return s

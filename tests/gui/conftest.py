@@ -46,8 +46,12 @@ def prompts(monkeypatch):
 def make_win(qtbot, tmp_path, prompts):
     """``make_win(settings_name=None, recovery_dir=None, size=(1400, 900), **MainWindow kwargs)``:
     a shown main window on its own settings file (one per window unless named), closed at the
-    end without a save prompt."""
+    end without a save prompt.  It opens models on :data:`builders.RESCALING_MARCH`: the test
+    models and the demos are conv branches into Concats, which bayes-e writes at the Concat's scale
+    (nothing there to rescale, share or colour)."""
     from PySide6.QtCore import QSettings
+
+    from builders import RESCALING_MARCH
 
     from qtquant.gui.mainwindow import MainWindow
 
@@ -59,6 +63,7 @@ def make_win(qtbot, tmp_path, prompts):
             st.setValue("recovery/dir", str(recovery_dir))
         w = MainWindow(st, **kw)
         qtbot.addWidget(w)
+        w.set_march(RESCALING_MARCH)
         w.resize(*size)
         w.show()
         made.append(w)

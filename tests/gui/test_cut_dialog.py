@@ -60,8 +60,8 @@ def test_bad_cut_name_is_refused_in_the_dialog(qtbot, make_win, tmp_path, monkey
 
 
 def test_inspector_names_the_compilers_rescale_nodes(qtbot, make_win, tmp_path):
-    """bayes-e (Horizon): cat's output takes conv2's scale; the other inputs' rows name their
-    requantize nodes as the X5 compiler and perf_model do."""
+    """bayes (widest-input, the window's march here): cat's output takes conv2's scale; the other
+    inputs' rows name their requantize nodes as the X5 compiler and perf_model do."""
     win = make_win()
     p = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx")
     from qtquant.calib import CalibConfig
@@ -79,6 +79,24 @@ def test_inspector_names_the_compilers_rescale_nodes(qtbot, make_win, tmp_path):
     assert "conv1_out_calibrated_Requantize / cat_rescale_1" in tips[1]
     assert "the output takes this scale" in tips[2]
     assert ins.concat.item(2, 5).text() == "no rescale"
+
+
+def test_inspector_says_which_inputs_bayes_e_writes_at_the_outputs_scale(qtbot, make_win, tmp_path):
+    """bayes-e (the X5 logs' rule): each conv branch, made for cat alone, is written at its scale."""
+    win = make_win()
+    win.set_march("bayes-e")
+    p = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx")
+    from qtquant.calib import CalibConfig
+
+    with qtbot.waitSignal(win.controller.calibrationFinished, timeout=20000):
+        win.open_model(p, calib=CalibConfig(count=4, observer="percentile"))
+    qtbot.waitUntil(lambda: win.scene.spec is not None and not win.controller.busy, timeout=20000)
+    assert win.session.options.march == "bayes-e"
+    win.inspector.show_node("cat")
+    ins = win.inspector
+    tips = [ins.concat.item(r, 1).toolTip() for r in range(3)]
+    assert all("written at the output's scale by its producer" in t for t in tips), tips
+    assert [ins.concat.item(r, 5).text() for r in range(3)] == ["no rescale"] * 3
 
 
 def test_inspector_shows_an_output_the_export_leaves_in_float_as_float(qtbot, make_win, tmp_path):

@@ -18,7 +18,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QColor  # noqa: E402
 
-from builders import edit_model  # noqa: E402
+from builders import RESCALING_MARCH, edit_model  # noqa: E402
 from qtquant.app import Options, open_model  # noqa: E402
 from qtquant.app.commands import ShareCommand  # noqa: E402
 from qtquant.app.views.palette import MISMATCH_BANDS  # noqa: E402
@@ -34,7 +34,8 @@ GREEN = MISMATCH_BANDS[0][2]
 
 @pytest.fixture
 def session(tmp_path):
-    s = open_model(edit_model(tmp_path / "edit.onnx"), options=Options(calib=CalibConfig(count=4)))
+    s = open_model(edit_model(tmp_path / "edit.onnx"),
+                   options=Options(march=RESCALING_MARCH, calib=CalibConfig(count=4)))
     s.run_calibration()
     return s
 

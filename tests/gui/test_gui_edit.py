@@ -19,7 +19,7 @@ from PySide6.QtCore import QEvent, QPoint, QPointF, QSettings, Qt  # noqa: E402
 from PySide6.QtGui import QColor, QMouseEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 
-from builders import edit_model  # noqa: E402
+from builders import RESCALING_MARCH, edit_model  # noqa: E402
 from guikit import open_settled, settle  # noqa: E402
 from qtquant.gui.mainwindow import MainWindow  # noqa: E402
 from qtquant.app.views.perfdata import simulator  # noqa: E402
@@ -277,7 +277,7 @@ def test_undo_redo_restore_colours_and_numbers(qtbot, win, model):
         ["Join cat1", "Policy: max-input", "March: nash-e"]
     assert win.undo_view.model().rowCount() == 4  # plus the "<unedited model>" row
     win.stack.undo()
-    assert win.session.options.march == "bayes-e" and win.option_widgets.march.currentText() == "bayes-e"
+    assert win.session.options.march == RESCALING_MARCH and win.option_widgets.march.currentText() == RESCALING_MARCH
     win.stack.undo()
     assert win.session.options.policy.value == "union" and win.option_widgets.policy.currentData() == "union"
     perf_settled(qtbot, win)

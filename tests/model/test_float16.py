@@ -13,9 +13,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from builders import branchy_concat_model, half_model, save
+from builders import RESCALING_MARCH, branchy_concat_model, half_model, save
 from ortkit import precise_options
-from qtquant.app import open_model
+from qtquant.app import Options, open_model
 from qtquant.app.views.concats import model_info
 from qtquant.cli import main
 from qtquant.export.qdq import build_qdq_model
@@ -48,7 +48,7 @@ def test_a_half_model_opens_widened(tmp_path):
 
 
 def test_the_export_of_a_half_model_is_int8_throughout(tmp_path):
-    s = open_model(save(half_model(), tmp_path / "half.onnx"))
+    s = open_model(save(half_model(), tmp_path / "half.onnx"), options=Options(march=RESCALING_MARCH))
     s.run_calibration()
     assert len(s.concats()) == 1 and s.concats()[0].rescales == 1  # the x0.5 branch has half the range
     build = build_qdq_model(s)

@@ -5,14 +5,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from builders import branchy_concat_model, save
+from builders import RESCALING_MARCH, branchy_concat_model, save
 from qtquant.calib.engine import CalibConfig, CalibrationResult, TensorStats
 from qtquant.quant.domains import build_domains
 from qtquant.base.errors import ModelError, QtQuantError, ShapeError, first_line
 from qtquant.model.graph import graph_from_model, load_graph
 from qtquant.model.ops import Role, handler_for
 from qtquant.model.runtime import run_with_outputs
-from qtquant.app import Session
+from qtquant.app import Options, Session
 
 
 def _minmax(graph, n=4, seed=0):
@@ -43,7 +43,7 @@ def test_concat_analysis_counts_rescales_and_bits():
     g = graph_from_model(branchy_concat_model(gains=(1.0, 3.0, 8.0)))
     ranges = {"x": (0.0, 1.0), "conv0_out": (-1.0, 1.0), "conv1_out": (-3.0, 2.0),
               "conv2_out": (-2.0, 8.0), "cat_out": (-3.0, 8.0), "y": (0.0, 8.0)}
-    s = Session(g)
+    s = Session(g, Options(march=RESCALING_MARCH))  # (bayes-e writes all three branches at the output's scale)
     s.set_calibration(CalibrationResult({k: TensorStats(*v) for k, v in ranges.items()}, ranges, CalibConfig()))
     (c,) = s.concats()
     assert c.node == "cat"
@@ -151,7 +151,7 @@ def test_old_opsets_are_raised_on_open_and_older_ones_refused(tmp_path, capsys):
     from qtquant.export.qdq import build_qdq_model
 
     path = save(branchy_concat_model(opset=9), tmp_path / "old.onnx")
-    s = open_model(path)
+    s = open_model(path, options=Options(march=RESCALING_MARCH))
     assert s.graph.opset == 13 and s.graph.source_opset == 9
     assert load_graph(save(branchy_concat_model(), tmp_path / "new.onnx")).source_opset is None
     s.run_calibration()

@@ -21,7 +21,10 @@ def model(tmp_path):
         return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
 
     nodes = [
-        helper.make_node("Conv", ["x", "wa"], ["a"], name="convA", kernel_shape=[3, 3], pads=[1] * 4),
+        # a is a MaxPool's output, at convA's scale: bayes-e requantizes it into the Concat (a view
+        # is no layer's to write at the Concat's scale), while b10, made for the Concat alone, is written at it
+        helper.make_node("Conv", ["x", "wa"], ["a0"], name="convA", kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("MaxPool", ["a0"], ["a"], name="poolA", kernel_shape=[3, 3], pads=[1] * 4),
         helper.make_node("Conv", ["x", "wb"], ["b"], name="convB", kernel_shape=[3, 3], pads=[1] * 4),
         helper.make_node("Mul", ["b", "ten"], ["b10"], name="scale10"),
         helper.make_node("Concat", ["a", "b10"], ["cat"], name="cat", axis=1),
@@ -86,7 +89,7 @@ def test_json_html_and_csv(model, tmp_path, capsys):
     after = doc["after"]
     assert doc["march"]["name"] == "bayes-e"
     names = [lc["name"] for lc in after["layers"]]
-    assert "cat_rescale_0" in names  # the x10 branch sets the output scale; input 0 is rescaled
+    assert "cat_rescale_0" in names  # input 0, the MaxPool's view of convA, is rescaled
     assert after["summary"]["rescales"] == 1
     # what the scales (so the rescale count) rest on
     assert doc["calibration"]["source"] == "synthetic" and doc["calibration"]["samples"] == 4

@@ -1,6 +1,6 @@
 """Auto-share: cheap Concats shared, the box/score head flagged with a reason, nested merges."""
 
-from builders import detector_model, save
+from builders import RESCALING_MARCH, detector_model, save
 from qtquant.quant.autoshare import auto_share, plan_auto_share
 from qtquant.quant.domains import Policy
 from qtquant.app import open_model
@@ -8,7 +8,7 @@ from qtquant.model.scales import bits_lost
 from qtquant.app import Options
 
 
-def _session(tmp_path, options=Options(), **kw):
+def _session(tmp_path, options=Options(march=RESCALING_MARCH), **kw):
     s = open_model(save(detector_model(**kw), tmp_path / "det.onnx"), options=options)
     s.run_calibration()
     return s
@@ -75,7 +75,7 @@ def test_threshold_controls_the_head(tmp_path):
 
 
 def test_default_threshold_comes_from_options(tmp_path):
-    s = _session(tmp_path, options=Options(max_bits_lost=20.0))
+    s = _session(tmp_path, options=Options(march=RESCALING_MARCH, max_bits_lost=20.0))
     assert "head" in auto_share(s).grouped
 
 
@@ -94,7 +94,7 @@ def test_other_policies_still_flag_the_head(tmp_path):
     # Under 'output' the head's shared range is the output's own (already the box range),
     # under 'max-input' the widest input: either way the score member still loses > 1 bit.
     for policy in (Policy.OUTPUT, Policy.MAX_INPUT):
-        s = _session(tmp_path, options=Options(policy=policy))
+        s = _session(tmp_path, options=Options(march=RESCALING_MARCH, policy=policy))
         rep = auto_share(s)
         assert "head" in dict(rep.skipped)
         assert "cat1" in rep.grouped
@@ -105,7 +105,8 @@ def test_clipping_policies_are_refused(tmp_path):
     # would be clipped, which 'bits lost' does not show.  Auto-share must refuse and say so.
     from qtquant.model.scales import Scheme
 
-    s = _session(tmp_path, options=Options(policy=Policy.MAX_INPUT, scheme=Scheme.ASYMMETRIC_UINT8))
+    s = _session(tmp_path,
+                 options=Options(march=RESCALING_MARCH, policy=Policy.MAX_INPUT, scheme=Scheme.ASYMMETRIC_UINT8))
     dm = s.domains
     s.calibration.ranges["c1_out"] = (-9.0, -1.0)  # all negative, narrower span than c0
     s.calibration.ranges["c0_out"] = (0.0, 12.0)

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from builders import conv_node
+from builders import RESCALING_MARCH, conv_node
 from qtquant.quant.autoshare import plan_auto_share
 from qtquant.quant.concat import concat_members
 from qtquant.model.graph import graph_from_model
-from qtquant.app import Session
+from qtquant.app import Options, Session
 
 
 def _concat_then(tail, *, gains=(1.0, 8.0), also=(), options=None):
@@ -29,7 +29,7 @@ def _concat_then(tail, *, gains=(1.0, 8.0), also=(), options=None):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    s = Session(graph_from_model(m), options) if options is not None else Session(graph_from_model(m))
+    s = Session(graph_from_model(m), options if options is not None else Options(march=RESCALING_MARCH))
     s.run_calibration()
     return s
 
@@ -181,7 +181,8 @@ def test_the_output_mode_is_one_fact_for_the_concat_table_the_simulator_and_the_
 
     counts = {}
     for mode in OutputMode:
-        s = _concat_then(_reshape_transpose_tail, gains=(0.01, 50.0), options=Options(output_mode=mode))
+        s = _concat_then(_reshape_transpose_tail, gains=(0.01, 50.0),
+                         options=Options(march=RESCALING_MARCH, output_mode=mode))
         (info,) = s.concats()
         counts[mode] = (info.rescales, simulate_session(s).rescale_count, bool(info.export_float))
         assert (measure_session(s).float_outputs != []) is (mode is OutputMode.AUTO)

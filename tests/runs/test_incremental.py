@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from builders import save, yolov8n
+from builders import RESCALING_MARCH, save, yolov8n
 from qtquant.app import Options, open_model
 from qtquant.app.commands import CommandStack, SetPolicyCommand, SetPrecisionCommand
 from qtquant.quant.autoshare import auto_share
@@ -34,7 +34,7 @@ def yolo_path(tmp_path_factory):
 
 @pytest.fixture
 def yolo(yolo_path):
-    s = open_model(yolo_path)
+    s = open_model(yolo_path, options=Options(march=RESCALING_MARCH))  # the shares below change scales there
     s.run_calibration()
     return s
 
@@ -194,7 +194,7 @@ def test_the_warm_check_after_edits_gives_the_figures_of_analyze_on_the_exported
     unshare(yolo, yolo.groups.group_of(head[0]).id)
     warm = measure_session(yolo, follow_edits=True)  # caches warm: a part of the program re-ran
     plan = save_plan(yolo, tmp_path / "plan.json")
-    assert main(["analyze", yolo_path, "--no-perf", "--plan", str(plan), "--json"]) == 0
+    assert main(["analyze", yolo_path, "--no-perf", "--plan", str(plan), "--json", "--march", RESCALING_MARCH]) == 0
     doc = json.loads(capsys.readouterr().out)
     cold = doc["summary"]["fidelity"]
     mine = json.loads(json.dumps(warm.to_dict()))
@@ -271,7 +271,7 @@ def test_a_check_no_edit_follows_runs_fresh_default_sessions_with_the_same_figur
 
     figs = {}
     for follow in (False, True):
-        s = open_model(yolo_path)
+        s = open_model(yolo_path, options=Options(march=RESCALING_MARCH))
         s.run_calibration()
         share(s, _head(s.graph))
         figs[follow] = measure_session(s, follow_edits=follow).to_dict()

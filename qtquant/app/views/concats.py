@@ -64,12 +64,20 @@ class ConcatRow:
                     if m.needs_rescale else "")
                  + ("  (the output takes this scale)" if m.index == info.reference_input and not info.output_float
                     else "")
+                 + ("  (written at the output's scale by its producer)" if m.index in info.written else "")
                  for m in info.inputs if m.scale]
         if info.export_float:  # a ratio with no rescale: say why
             lines.append("the export leaves the output in float: the inputs keep their own scales, none is rescaled")
         lines += log_tooltip(self.log)
         # The name first: a narrow list elides it to its last characters
         return "\n".join([self.name, *lines])
+
+
+# What the model-info panel says of the march's Concat rule (nothing for a plain own scale).
+_RULE_SHOWN = {
+    ConcatScaleRule.WIDEST_INPUT: ", Concat output: widest input's scale",
+    ConcatScaleRule.PRODUCERS_WRITE: ", Concat output: its own scale, written by inputs made for it alone",
+}
 
 
 def _concats(session):
@@ -164,7 +172,6 @@ def model_info(session) -> ModelInfoView:
         quantization=("QDQ file" + (f" (invalid at opset {g.qdq_info.opset})" if invalid else "") + ", "
                       if session.quantized_file else "float model, ")
         + f"{o.scheme.value}, policy {o.policy.value}"
-        + (", Concat output: widest input's scale" if concat_rule(o) == ConcatScaleRule.WIDEST_INPUT
-           else ""),
+        + _RULE_SHOWN.get(concat_rule(o), ""),
         quantization_tip=invalid, calibration=calibration, calibration_tip=calibration_tip,
         concats=concats)
