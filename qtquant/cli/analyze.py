@@ -35,7 +35,7 @@ def _perf(session, args):
     return simulate_session(session, march_file=getattr(args, "march_file", None))
 
 
-def _warm_perf(args):
+def warm_perf(args):
     """``opened`` for open_session: the perf simulation's per-node costs (they need no scales) on
     a thread of their own while calibration runs (see perf.simulator.warm_up)."""
     if args.no_perf:
@@ -53,7 +53,7 @@ def _fidelity(session, args, meanwhile=None):
     return measure_session(session, output_mode=output_mode_from_args(args), cross_check=True, meanwhile=meanwhile)
 
 
-def _perf_and_fidelity(session, args):
+def perf_and_fidelity(session, args):
     """The simulation runs while the fidelity check waits on onnxruntime (which releases the GIL
     while it creates a session: on a 20,000-node model seconds of it), so the two overlap; it
     starts once the check's QDQ models are built (Python, like the simulation: side by side they
@@ -67,13 +67,13 @@ def run(args) -> int:
     from ..perf.precision import report_text
     from ..files.report import analysis_dict, concat_table_text
 
-    session = open_session(args, keep_check_values=not args.no_fidelity, opened=_warm_perf(args))
+    session = open_session(args, keep_check_values=not args.no_fidelity, opened=warm_perf(args))
     sqnr = None
     if args.max_sqnr_drop is not None:
         from .fix import sqnr_share_from_args
 
         sqnr = sqnr_share_from_args(session, args)
-    perf, fid = _perf_and_fidelity(session, args)
+    perf, fid = perf_and_fidelity(session, args)
     if args.json:
         doc = analysis_dict(session, perf=perf, fidelity=fid)
         if session.compiler_log is not None:

@@ -30,7 +30,7 @@ def open_side(args, path, *, label: str, plan=None) -> Side:
 
 
 def _open_side(args, path, label: str, plan) -> Side:
-    from .analyze import _perf_and_fidelity, _warm_perf
+    from .analyze import perf_and_fidelity, warm_perf
 
     if not os.path.isfile(path):
         raise BadInputError(f"no such file: {path}")
@@ -54,7 +54,7 @@ def _open_side(args, path, label: str, plan) -> Side:
     else:
         from .common import open_session
 
-        session = open_session(ns, keep_check_values=not ns.no_fidelity, opened=_warm_perf(ns))
-    perf, fid = _perf_and_fidelity(session, ns)
+        session = open_session(ns, keep_check_values=not ns.no_fidelity, opened=warm_perf(ns))
+    perf, fid = perf_and_fidelity(session, ns)
     return Side(label=label, path=Path(path), session=session, perf=perf, fidelity=fid,
                 plan=Path(plan) if plan else None)

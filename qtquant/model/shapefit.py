@@ -37,11 +37,11 @@ def _with_shape(model, name: str, dims: tuple) -> bytes:
 
 
 def _fits(model, name: str, dims: tuple) -> bool:
-    from .modelcheck import _infer_here  # (modelcheck raises the error this explains)
+    from .inference import infer_here
     from .errors import QtQuantError
 
     try:
-        _infer_here(_with_shape(model, name, dims))
+        infer_here(_with_shape(model, name, dims))
     except QtQuantError:
         return False
     return True

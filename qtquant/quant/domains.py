@@ -258,7 +258,7 @@ class _Sets:
 UnionFind = _Sets
 
 
-def _natural_sets(graph, fixed: dict | None) -> _Sets:
+def natural_sets(graph, fixed: dict | None) -> _Sets:
     uf = _Sets()
     quantized = graph.quantized  # graph.is_quantized, without a call per tensor
     attach = uf.attach
@@ -424,7 +424,7 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     ``hist_pool(members, pct)`` returns a pooled-percentile range (Policy.POOLED).
     ``concat_rule`` is the target's Concat scale rule (its march profile).
     """
-    uf = _natural_sets(graph, fixed)
+    uf = natural_sets(graph, fixed)
     natural: dict[str, frozenset] = {}
     natural_groups = uf.groups(graph.quantized_tensors)
     natural_merges = uf.merges

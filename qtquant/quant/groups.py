@@ -188,9 +188,9 @@ class GroupSet:
         rest = [g for g in self.groups if g not in merged]
         if not rest:
             return []
-        from .domains import _natural_sets
+        from .domains import natural_sets
 
-        uf = _natural_sets(graph, None)
+        uf = natural_sets(graph, None)
         roots = {uf.find(t) for t in [*wanted, *(m for g in merged for m in g.members)]}
         found = []
         changed = True

@@ -35,7 +35,7 @@ def mark_compiler(looks, rec: Reconciliation) -> None:
     """In every overlay: the compiler's requantized Concat inputs as dashed edges (purple where
     qtquant predicts the rescale too, blue where it does not) and a "log N" badge on each Concat
     the compiler requantizes inputs of.  qtquant's own prediction keeps its solid edges."""
-    from .looks import PLAIN, Badge, EdgeLook, Legend, NodeLook
+    from .lookitems import PLAIN, Badge, EdgeLook, Legend, NodeLook
 
     lg = looks.legend
     if lg.mode == Overlay.MISMATCH:
@@ -58,7 +58,7 @@ def cosine_looks(looks, parts, match):
     """The Compiler-cosine overlay (a generator, as :func:`~.looks.fill_looks`): each node the log
     names coloured by how far its cosine similarity falls below 1 (the lowest in the log darkest),
     the lowest few badged with the figure."""
-    from .looks import FADED_LOOK, PLAIN, Badge, Legend, NodeLook
+    from .lookitems import FADED_LOOK, PLAIN, Badge, Legend, NodeLook
 
     if match is None:
         looks.legend = Legend(Overlay.COSINE, "Compiler cosine: no compile log (File › Open Compile Log)")

@@ -9,14 +9,14 @@ because a look never changes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 from ...quant.precision import RANK, chain_nodes
 from ...base.tables import fmt_num
 from ...base.vocab import Overlay, Precision
 from .accuracy import error_range, finite
 from .fmt import fmt_us
-from .palette import BAND_EDGE_COLORS, UNCALIBRATED, heat_hex, mismatch_band, mismatch_hex, text_on
+from .palette import BAND_EDGE_COLORS, UNCALIBRATED, heat_hex, mismatch_band, mismatch_hex
+from .lookitems import FADED_LOOK, PLAIN, Badge, EdgeLook, Legend, Looks, NodeLook
 from .perfdata import node_detail, node_us
 
 __all__ = ["Badge", "NodeLook", "EdgeLook", "Legend", "Looks", "compute_looks", "fill_looks", "node_bits",
@@ -33,50 +33,6 @@ RESCALE_EDGE = "#d32f2f"
 BITS_MAX = 8.0  # the bits ramp saturates here
 
 
-@dataclass(frozen=True, slots=True)
-class Badge:
-    text: str
-    bg: str
-    fg: str = ""  # "": readable on bg
-
-    def __post_init__(self):
-        if not self.fg:
-            object.__setattr__(self, "fg", text_on(self.bg))
-
-
-@dataclass(frozen=True, slots=True)
-class NodeLook:
-    fill: str | None = None  # None: the item's own category colour
-    badges: tuple[Badge, ...] = ()
-    faded: bool = False
-    border_width: float = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class EdgeLook:
-    color: str | None = None  # None: the default edge colour
-    width: float = 1.3
-    dashed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Legend:
-    mode: str = Overlay.NONE
-    title: str = ""
-    lo: str = ""
-    hi: str = ""
-
-
-@dataclass
-class Looks:
-    nodes: dict = field(default_factory=dict)  # name -> NodeLook
-    edges: dict = field(default_factory=dict)  # (tensor, dst) -> EdgeLook
-    edge_default: EdgeLook | None = None
-    legend: Legend = Legend()
-
-
-PLAIN = NodeLook()
-FADED_LOOK = NodeLook(faded=True)
 FED_LOOK = NodeLook(border_width=2.0)  # mismatch mode: a node feeding a rescale
 _UNCALIBRATED_CONCAT = NodeLook(fill=UNCALIBRATED, border_width=2.0)
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..errors import Cancelled
-from ..precision import RANK, PrecisionMap
-from ..tables import fmt_num, samples_text
-from ..vocab import Precision, RankedBy
+from ...base.errors import Cancelled
+from ...quant.precision import RANK, PrecisionMap
+from ...base.tables import fmt_num, samples_text
+from ...base.vocab import Precision, RankedBy
 from .check import Bench
-from .sensitivity import NO_GAIN_DB, _worst
+from .sensitivity import NO_GAIN_DB, ranked_worst
 
 __all__ = ["ReachStep", "ReachPlan", "plan_reach", "MAX_STEPS"]
 
@@ -102,14 +102,14 @@ def plan_reach(session, target: float, report, *, cancel=None, progress=None, ma
     """The precision map that reaches ``target`` (dB, or % equal where the report ranks by agreement)
     on the worst slice, from ``report``'s ranking (an :class:`~qtquant.accuracy.report.AccuracyReport`).
     Changes nothing in ``session``.  ``progress(done, total)`` after each measured candidate."""
-    from ..perf.precision import map_delta_us
-    from ..errors import QtQuantError
+    from ...perf.simulator import map_delta_us
+    from ...base.errors import QtQuantError
 
     bench = Bench(session, output_mode=session.options.output_mode, cancel=cancel)
     by = report.ranked_by
     dm = session.domains
     pm = bench.precision
-    now, _ = _worst(bench.measure(dm).outputs, by)
+    now, _ = ranked_worst(bench.measure(dm).outputs, by)
     plan = ReachPlan(target, now, by, bench.samples, bench.in_sample, pm, now, 0.0)
     least = NO_GAIN_DB if by is RankedBy.SQNR else 1e-9
     todo = [r for r in report.sensitivity if r.worth]
@@ -121,7 +121,7 @@ def plan_reach(session, target: float, report, *, cancel=None, progress=None, ma
         if _covers(pm, r.tensors, r.precision):
             continue
         trial = pm.with_(r.tensors, r.precision)
-        value, _ = _worst(bench.measure(dm, precision=trial).outputs, by)
+        value, _ = ranked_worst(bench.measure(dm, precision=trial).outputs, by)
         kept = math.isfinite(value) and (not math.isfinite(now) or value >= now + least)
         plan.steps.append(ReachStep(r.node, r.precision, tuple(r.tensors), value, kept))
         if kept:

@@ -137,7 +137,7 @@ def ranked_by(base) -> RankedBy:
     return RankedBy.SQNR
 
 
-def _worst(figures, by: RankedBy) -> tuple[float, str]:
+def ranked_worst(figures, by: RankedBy) -> tuple[float, str]:
     """(value, label) of the worst part of ``figures`` by ``by``."""
     from .check import worst_agreement, worst_of
 
@@ -234,7 +234,7 @@ def estimate(bench, units, dm=None, progress=None, by: RankedBy = RankedBy.SQNR
             if bench.cancel is not None and bench.cancel():
                 raise Cancelled("accuracy check cancelled")
             res.append(dict(zip(bench.outs, runner.run(i, gates, _gate(k) if k >= 0 else None))))
-        found[k] = _worst(output_figures(bench.ranges, dm, bench.slices, ref[:len(feeds)], res, bench.outs), by)
+        found[k] = ranked_worst(output_figures(bench.ranges, dm, bench.slices, ref[:len(feeds)], res, bench.outs), by)
         if progress is not None:
             progress(k + 2, len(units) + 1)
     return found[-1], {u.node: found[k] for k, u in enumerate(units)}
@@ -277,13 +277,13 @@ def rank(bench, units, base, *, top: int = DEFAULT_TOP, dm=None, progress=None,
             rows[u.node, p] = Sensitivity(u.node, p, _gain(value, start), True, u.tensors, value, label,
                                           latency_delta_us=price(u.tensors, p), ranked_by=by)
     order = sorted(units, key=lambda u: (-_key(rows[u.node, Precision.FLOAT].gain), u.node))[:max(0, top)]
-    base_value, _ = _worst(base.outputs, by)
+    base_value, _ = ranked_worst(base.outputs, by)
     todo = [(u, p) for u in order for p in CANDIDATES]
     for k, (u, p) in enumerate(todo):
         r = rows[u.node, p]
         variant = bench.measure(dm, keep_float=u.tensors) if p is Precision.FLOAT else \
             bench.measure(dm, int16=u.tensors)
-        value, r.worst_label = _worst(variant.outputs, by)
+        value, r.worst_label = ranked_worst(variant.outputs, by)
         r.estimate, r.worst, r.gain = False, value, _gain(value, base_value)
         if progress is not None:
             progress("measure", k + 1, len(todo))
