@@ -38,7 +38,7 @@ def _with_shape(model, name: str, dims: tuple) -> bytes:
 
 def _fits(model, name: str, dims: tuple) -> bool:
     from .inference import infer_here
-    from .errors import QtQuantError
+    from ..base.errors import QtQuantError
 
     try:
         infer_here(_with_shape(model, name, dims))

@@ -7,8 +7,8 @@ import onnx
 import pytest
 from onnx import helper
 
-from builders import branchy_concat_model, detector_model, save
-from qtquant.app import open_model
+from builders import RESCALING_MARCH, branchy_concat_model, detector_model, save
+from qtquant.app import Options, open_model
 from qtquant.compare import DifferentModelsError, Side, diff_sides, match_tensors
 from qtquant.compare.budget import Budget, BudgetError, check_budget
 from qtquant.compare.match import MatchedBy
@@ -74,7 +74,7 @@ def test_two_different_models_are_refused(tmp_path):
 
 
 def _side(tmp_path, label, groups=()):
-    s = open_model(save(detector_model(), tmp_path / f"{label}.onnx"))
+    s = open_model(save(detector_model(), tmp_path / f"{label}.onnx"), options=Options(march=RESCALING_MARCH))
     s.run_calibration()
     for members in groups:
         s.groups.share(s, list(members))

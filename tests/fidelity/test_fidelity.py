@@ -111,7 +111,7 @@ def test_a_map_measured_before_is_not_run_again_and_gives_the_same_figures(sessi
     assert len(calls) == n and all(c is not dm for c in calls)
     assert f3.to_dict() == f1.to_dict() != f2.to_dict()
     # and what a cold check of that state gives (no caches: another graph object)
-    cold = open_model(session.graph.path)
+    cold = open_model(session.graph.path, options=session.options)
     cold.run_calibration()
     share(cold, ["box", "score"])
     assert measure_session(cold).to_dict() == f3.to_dict()

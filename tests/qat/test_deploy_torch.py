@@ -18,8 +18,9 @@ from torch.ao.quantization import FixedQParamsFakeQuantize, QConfig  # noqa: E40
 from torch.ao.quantization import get_default_qat_qconfig_mapping  # noqa: E402
 from torch.ao.quantization.quantize_fx import prepare_qat_fx  # noqa: E402
 
+from builders import RESCALING_MARCH  # noqa: E402
 from torchkit import MultiScaleAttention  # noqa: E402
-from qtquant.app import open_model  # noqa: E402
+from qtquant.app import Options, open_model  # noqa: E402
 from qtquant.quant.autoshare import auto_share  # noqa: E402
 from qtquant.deploy import deploy  # noqa: E402
 from qtquant.files.plan import plan_dict  # noqa: E402
@@ -50,7 +51,7 @@ def _module(path):
 def test_x5_qat_module_maps_every_member_and_groups_share_one_scale(tmp_path):
     assert importlib.util.find_spec("horizon_plugin_pytorch") is None, "the plugin is not installed here"
     model, x, path = _float_export(tmp_path)
-    session = open_model(path)
+    session = open_model(path, options=Options(march=RESCALING_MARCH))
     session.run_calibration()
     auto_share(session, 8)
     assert len(session.groups) == 2
