@@ -2,7 +2,8 @@
 
 Each picture is made by the CLI in a fresh process, exactly as a user would make it:
 
-* the demo (multi-scale attention), whole window, k_cat selected;
+* the demo (multi-scale attention), whole window, k_cat selected; and again with both Concats
+  shared (a plan tying each Concat's inputs and output);
 * yolov8n_320 (when the shared model folder is present), calibrated on the shared photos,
   in each overlay mode: none (whole window), latency, mismatch and bits lost (canvas only);
   and the head's P3 box and class branches before and after sharing one observer.
@@ -63,8 +64,19 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="qtquant-shots-"))
     demo = write_demo(tmp, count=16)["attention"]
     demo_calib = demo.with_name(demo.stem + "_calib")
+    # wide enough that both Concats and their "+2 rescale" badges are in view beside the docks
+    demo_args = [str(demo), "--calib", str(demo_calib), "--select", "attn/k_cat", "--size", "1800x1000"]
     p = out / "demo_window.png"
-    shot([str(demo), "--calib", str(demo_calib), "--select", "attn/k_cat", "--size", "1500x950"], p)
+    shot(demo_args, p)
+    made.append(p)
+    # README step 2: each Concat's inputs and output tied to one observer (Ctrl+G on k_cat and v_cat)
+    plan = tmp / "demo_shared.plan.json"
+    plan.write_text(json.dumps({"format": "qtquant-plan", "version": 1, "groups": [
+        {"name": f"attn/{kv}_cat", "members": [f"attn/{kv}_proj/win3x3_out", f"attn/{kv}_proj/up7x7_out",
+                                                 f"attn/{kv}_proj/up9x9_out", f"attn/{kv}_cat_out"]}
+        for kv in ("k", "v")]}))
+    p = out / "demo_grouped.png"
+    shot(demo_args + ["--plan", str(plan)], p)
     made.append(p)
 
     yolo = Path(args.models) / "yolov8n_320.onnx"

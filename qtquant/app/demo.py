@@ -2,7 +2,8 @@
 
 * ``attention``: the multi-scale attention block from the motivating report.  k and v
   are each concatenated from 3x3, 7x7 and 9x9 window-conv branches whose output
-  ranges differ by roughly 1.2x to 6x, so both Concats need rescales.
+  ranges differ by up to 6x; the 7x7 and 9x9 windows run on a coarser map and are
+  upsampled into the Concat, so both Concats need two rescales on every march.
 * ``yolo_neck``: a small YOLO-style neck: C2f-like split/concat blocks, an
   upsample + concat FPN path, and a detection head that concatenates box coordinates
   in pixels with sigmoid class scores (the Concat that must *not* be shared).
@@ -17,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..base.fileio import atomic_file
+from ..base.fileio import atomic_write_bytes
 
 __all__ = ["build_attention_demo", "build_yolo_neck_demo", "demo_inputs", "write_demo", "demo_model_path",
            "DEMOS"]
@@ -71,18 +72,33 @@ class _Builder:
 
 
 def build_attention_demo(size: int = 64, dim: int = 32, seed: int = 7) -> onnx.ModelProto:
-    """Multi-scale attention: q from a 1x1 conv, k/v each from Concat(3x3, 7x7, 9x9 branches)."""
+    """Multi-scale attention: q from a 1x1 conv, k/v each from Concat(3x3, 7x7, 9x9 window branches).
+
+    The 3x3 window runs on the full-resolution feature map; the 7x7 and 9x9 windows run at
+    stride 2 and 4 (a wide window on a coarser map, as pyramid attention does) and are brought
+    back with a nearest Resize.  A Resize output is a view carrying its conv's scale, so every
+    march requantizes it into the Concat when the scales differ: the X5 too, whose compiler
+    writes only a directly computed input (the 3x3 conv here) at the Concat's scale.
+    """
     b = _Builder(seed)
     x = "images"
     f = b.node("Relu", [b.conv(x, 3, dim, 3, "stem/conv1", stride=2, gain=2.0)], "stem/relu1")
     f = b.node("Relu", [b.conv(f, dim, dim, 3, "stem/conv2", stride=2, gain=1.6)], "stem/relu2")
     hw = (size // 4) ** 2
     bd = dim // 2  # channels per branch
-    # Branch gains chosen so that the three window branches' ranges differ by ~1.2x to 6x.
-    gains = {"k": {3: 0.7, 7: 0.95, 9: 4.0}, "v": {3: 0.6, 7: 1.6, 9: 3.0}}
+    # Branch gains chosen so that the three window branches' ranges differ by up to ~6x, the
+    # full-resolution 3x3 branch the widest.
+    gains = {"k": {3: 4.0, 7: 1.3, 9: 0.65}, "v": {3: 3.0, 7: 1.8, 9: 0.78}}
+    stride = {3: 1, 7: 2, 9: 4}
     branches = {}
     for kv in ("k", "v"):
-        outs = [b.conv(f, dim, bd, k, f"attn/{kv}_proj/win{k}x{k}", gain=gains[kv][k]) for k in (3, 7, 9)]
+        outs = []
+        for k in (3, 7, 9):
+            o = b.conv(f, dim, bd, k, f"attn/{kv}_proj/win{k}x{k}", stride=stride[k], gain=gains[kv][k])
+            if stride[k] > 1:
+                up = b.const(f"attn/{kv}_proj/up{k}x{k}/scales", np.array([1, 1, stride[k], stride[k]], np.float32))
+                o = b.node("Resize", [o, "", up], f"attn/{kv}_proj/up{k}x{k}", mode="nearest")
+            outs.append(o)
         branches[kv] = b.node("Concat", outs, f"attn/{kv}_cat", axis=1)
     c = 3 * bd
     q = b.conv(f, dim, c, 1, "attn/q_proj", gain=1.0)
@@ -104,7 +120,8 @@ def build_attention_demo(size: int = 64, dim: int = 32, seed: int = 7) -> onnx.M
     b.nodes[-1].output[0] = "features"
     return b.model([helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 3, size, size])],
                    [helper.make_tensor_value_info("features", TensorProto.FLOAT, [1, dim, size // 4, size // 4])],
-                   "multiscale_attention", "qtquant demo: multi-scale attention block (k, v from 3/7/9 windows)")
+                   "multiscale_attention",
+                   "qtquant demo: multi-scale attention block (k, v from 3x3, 7x7/2 and 9x9/4 windows)")
 
 
 def _c2f(b: _Builder, x, cin, cout, name, n=1):
@@ -194,8 +211,7 @@ def demo_inputs(model: onnx.ModelProto, count: int = 16, seed: int = 0):
 
 
 def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
-    with atomic_file(path) as tmp:
-        onnx.save(model, str(tmp))
+    atomic_write_bytes(path, model.SerializeToString())
 
 
 def write_demo(out_dir, count: int = 16) -> dict[str, Path]:
@@ -219,13 +235,15 @@ def write_demo(out_dir, count: int = 16) -> dict[str, Path]:
 
 
 def demo_model_path(which: str = "attention") -> Path:
-    """The demo model in a per-user cache folder, written on first use."""
+    """The demo model in a per-user cache folder, written on first use and rewritten when the
+    cached file is not the model this code builds (an older demo under the same version)."""
     from .. import __version__
 
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "qtquant" / f"demo-{__version__}"
     build, fname = DEMOS[which]
     p = base / fname
-    if not p.exists():
+    data = build().SerializeToString()
+    if not p.exists() or p.read_bytes() != data:
         base.mkdir(parents=True, exist_ok=True)
-        _atomic_save(build(), p)
+        atomic_write_bytes(p, data)
     return p

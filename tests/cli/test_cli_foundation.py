@@ -11,6 +11,7 @@ import pytest
 
 from builders import RESCALING_MARCH, branchy_concat_model, save
 from qtquant.cli import main
+from qtquant.base.vocab import DEFAULT_MARCH
 
 
 def _run(capsys, *argv):
@@ -126,12 +127,13 @@ def test_demo_writes_models_and_data(tmp_path, capsys):
     assert _run(capsys, "demo", str(tmp_path / "d"), "--count", "3")[0] == 0
     from qtquant.app import Options, open_model
 
-    s = open_model(att, options=Options(march=RESCALING_MARCH))  # its branches feed only their Concat
-    s.run_calibration()
-    cats = {c.node: c for c in s.concats()}
-    assert set(cats) == {"attn/k_cat", "attn/v_cat"}
-    for c in cats.values():
-        assert c.rescales == 2 and 1.2 < c.ratio < 12
+    for march in (DEFAULT_MARCH, RESCALING_MARCH):  # producers-write and widest-input alike
+        s = open_model(att, options=Options(march=march))
+        s.run_calibration()
+        cats = {c.node: c for c in s.concats()}
+        assert set(cats) == {"attn/k_cat", "attn/v_cat"}
+        for c in cats.values():
+            assert c.rescales == 2 and 1.2 < c.ratio < 12, march
 
 
 CORE_IMPORT_CHECK = r"""

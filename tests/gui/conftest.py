@@ -47,8 +47,8 @@ def make_win(qtbot, tmp_path, prompts):
     """``make_win(settings_name=None, recovery_dir=None, size=(1400, 900), **MainWindow kwargs)``:
     a shown main window on its own settings file (one per window unless named), closed at the
     end without a save prompt.  It opens models on :data:`builders.RESCALING_MARCH`: the test
-    models and the demos are conv branches into Concats, which bayes-e writes at the Concat's scale
-    (nothing there to rescale, share or colour)."""
+    models are conv branches into Concats, which bayes-e writes at the Concat's scale (nothing
+    there to rescale, share or colour).  A test of the default march sets it with ``set_march``."""
     from PySide6.QtCore import QSettings
 
     from builders import RESCALING_MARCH

@@ -18,6 +18,7 @@ from PySide6.QtCore import QPoint, QSettings, Qt  # noqa: E402
 
 from builders import RESCALING_MARCH, BAND_CATS as CATS  # noqa: E402
 from builders import band_model  # noqa: E402
+from qtquant.base.vocab import DEFAULT_MARCH  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.gui.dialogs import ErrorDialog, ModelSettings, OpenDialog, calib_config  # noqa: E402
 from qtquant.gui.mainwindow import MainWindow  # noqa: E402
@@ -103,19 +104,21 @@ def QColorName(hex_):
     return QColor(hex_).name()
 
 
-def test_demo_concats_are_mismatched(qtbot, win, tmp_path):
+@pytest.mark.parametrize("march", [DEFAULT_MARCH, RESCALING_MARCH])
+def test_demo_concats_are_mismatched(qtbot, win, tmp_path, march):
     from qtquant.app.demo import build_attention_demo
 
     p = tmp_path / "demo.onnx"
     onnx.save(build_attention_demo(), str(p))
-    # On bayes-e its window convs, each made for its Concat alone, are written at the Concat's
-    # scale (the X5 rule): the colouring of mismatched windows is shown on a widest-input march.
-    win.set_march(RESCALING_MARCH)
+    # The 7x7 and 9x9 windows reach their Concat through a Resize (a view keeping its conv's
+    # scale): rescaled on bayes-e's producers-write rule as on bayes's widest-input rule.
+    win.set_march(march)
     open_and_settle(qtbot, win, p)
+    assert win.session.options.march == march
     cs = {c.node: c for c in win.relay.concats()}
     assert set(cs) == {"attn/k_cat", "attn/v_cat"}
     for name, c in cs.items():
-        assert c.rescales >= 1 and c.ratio > 1.2  # the demo exists to show mismatched windows
+        assert c.rescales == 2 and c.ratio > 1.2  # the demo exists to show mismatched windows
         item = win.scene.nodes[name]
         assert item.fill == mismatch_color(c.ratio, c.rescales)
         assert mismatch_band(c.ratio, c.rescales) >= 1
@@ -602,7 +605,8 @@ def test_qtquant_command_opens_model_and_demo(qtbot, tmp_path, monkeypatch, mode
         def exec(self):
             win = [w for w in real.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()][-1]
             qtbot.waitUntil(lambda: win.relay.concats() is not None and win.scene.spec is not None, timeout=30000)
-            seen.append((win.session.graph.path.name, sorted(c.node for c in win.relay.concats() if c.rescales)))
+            seen.append((win.session.graph.path.name, win.session.options.march,
+                         sorted(c.node for c in win.relay.concats() if c.rescales)))
             qtbot.waitUntil(lambda: not win.controller.busy, timeout=30000)
             win.close()
             return 0
@@ -614,10 +618,9 @@ def test_qtquant_command_opens_model_and_demo(qtbot, tmp_path, monkeypatch, mode
         assert main([]) == 0
     finally:
         sys.setswitchinterval(interval)
-    assert seen[0] == ("bands.onnx", ["cat_orange", "cat_red", "cat_yellow"])
-    # the demo opens on bayes-e, whose rule writes its window convs (each made for its Concat alone)
-    # at the Concat's scale: no rescale there (test_demo_concats_are_mismatched shows them on bayes)
-    assert seen[1] == ("multiscale_attention.onnx", [])
+    assert seen[0] == ("bands.onnx", DEFAULT_MARCH, ["cat_orange", "cat_red", "cat_yellow"])
+    # the demo opens on the default march, and both its Concats rescale their upsampled windows there
+    assert seen[1] == ("multiscale_attention.onnx", DEFAULT_MARCH, ["attn/k_cat", "attn/v_cat"])
     assert (tmp_path / "cache" / "qtquant").is_dir()
 
 
