@@ -28,6 +28,8 @@ def run(args) -> int:
     from ..errors import BadInputError, UsageError
     from ..fileio import atomic_write_text, check_output_path
     from ..perf import load_march, simulate_session
+    from ..perf.confidence import confidence
+    from ..perf.march import FigureKind
     from ..perf.precision import precision_table_text
     from ..perf.report import csv_text, explain_text, html_report, layer_table_text, summary_text
     from ..report import calibration_dict, calibration_text, cut_text
@@ -88,6 +90,8 @@ def run(args) -> int:
             "calibration": calibration_dict(session),
             "before": before.to_dict(),
             "after": after.to_dict(),
+            # How sure the two latencies are: the march fit's leave-one-out error on the nearest figures.
+            "confidence": {k.value: confidence(march, after.family, k).to_dict() for k in FigureKind},
         }
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -97,7 +101,7 @@ def run(args) -> int:
     print()
     print(f"{model} ({shapes}{cut_text(g)}) on {march.name}" + (f", {len(session.groups)} group(s)" if grouped else "")
           + f"; {calibration_text(session)} (the rescales follow from those scales)")
-    print(summary_text(after, before if grouped else None))
+    print(summary_text(after, before if grouped else None, march=march))
     if after.precision is not None:
         print()
         print(precision_table_text(after))

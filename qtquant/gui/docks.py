@@ -354,7 +354,7 @@ class PerfSummary(QWidget):
 
     marchChanged = Signal(str)
     nodeActivated = Signal(str)
-    PERF_FIELDS = ("latency", "fps", "ddr", "rescale_us")
+    PERF_FIELDS = ("latency", "board", "fps", "ddr", "rescale_us")
 
     def __init__(self, relay, parent=None):
         super().__init__(parent)
@@ -367,7 +367,8 @@ class PerfSummary(QWidget):
         self.march.currentTextChanged.connect(self.marchChanged)
         form.addRow("March:", self.march)
         self.values = {}
-        for key, label in (("latency", "Latency:"), ("fps", "FPS:"), ("ddr", "DDR / frame:"),
+        for key, label in (("latency", "Static (BPU):"), ("board", "Board, 1 thread:"), ("fps", "FPS (static):"),
+                           ("ddr", "DDR / frame:"),
                            ("rescales", "Rescales:"), ("rescale_us", "Rescale cost:"), ("sqnr", "Output SQNR:"),
                            ("sqnr_basis", "Measured on:")):
             # SQNR (one entry per model output) wrapped and its third line was clipped: one
@@ -375,7 +376,7 @@ class PerfSummary(QWidget):
             lab = ElidedLabel() if key == "sqnr" else QLabel("—")
             lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
             f = lab.font()
-            f.setBold(key in ("latency", "fps"))
+            f.setBold(key in ("latency", "board"))
             lab.setFont(f)
             form.addRow(label, lab)
             self.values[key] = lab
@@ -426,6 +427,11 @@ class PerfSummary(QWidget):
     def _show_totals(self, view) -> None:
         for key in self.PERF_FIELDS:
             self.values[key].setText(getattr(view, key).html())
+        # What each latency is, and how sure (the fit's leave-one-out error on the nearest figures).
+        self.values["latency"].setToolTip("The BPU static estimate: what the compiler prints (latency = … us). "
+                                          + view.latency_tip)
+        self.values["board"].setToolTip("The board estimate for one thread: the static estimate plus the "
+                                        "runtime's CPU work on the inputs and outputs. " + view.board_tip)
         self.chart.set_rows(view.chart)
         self.note.setText(view.note)
 
