@@ -12,7 +12,15 @@ HELP = "per-layer latency, FPS, DDR traffic and rescale cost on a BPU march (DES
 
 
 def add_arguments(p) -> None:
-    add_common(p)
+    p.add_argument("model", metavar="MODEL", nargs="?", default=None,
+                   help="ONNX model (float or QDQ-quantized); not with --fit")
+    add_common(p, model=False)
+    fit = p.add_argument_group("fit the march to your own compile logs")
+    fit.add_argument("--fit", action="append", default=[], metavar="MODEL=LOG",
+                     help="a model and its hb_mapper compile log (repeatable): fit the march's global parameters "
+                          "to the logs' static estimates, print in-sample and leave-one-out error")
+    fit.add_argument("--march-out", default=None, metavar="MY.json",
+                     help="with --fit: write the fitted profile here (then use it with --march-file)")
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the stable JSON form")
     out.add_argument("--report", metavar="OUT.html", default=None, help="write a self-contained HTML report")
@@ -39,6 +47,14 @@ def run(args) -> int:
         raise UsageError("--top must be at least 1")
     # Check the march and output paths before the (slow) calibration so a typo fails fast.
     march = load_march(args.march_file if args.march_file else args.march)
+    if args.fit:
+        from .perffit import run_fit
+
+        return run_fit(args, march)
+    if args.march_out:
+        raise UsageError("--march-out goes with --fit MODEL=LOG")
+    if not args.model:
+        raise UsageError("give MODEL (or --fit MODEL=LOG ... to fit the march to your compile logs)")
     named = []
     for out, what in ((args.report, "report"), (args.csv, "CSV file")):
         if out:

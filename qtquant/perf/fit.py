@@ -256,7 +256,7 @@ def _depends(figs, march, names, eps=1e-4) -> dict:
 _PARAM = {fp.name: fp for fp in FITTABLE}
 
 
-def _choose(figs, march, candidates) -> tuple[list, dict, dict]:
+def _choose(figs, march, candidates, min_figures) -> tuple[list, dict, dict]:
     """(names to fit, name -> names of the figures depending on it, name -> why not fitted)."""
     dep = _depends(figs, march, candidates)
     names = {f.name for f in figs}
@@ -266,7 +266,7 @@ def _choose(figs, march, candidates) -> tuple[list, dict, dict]:
         deciding |= {f.partner for f in dep[n] if f.partner in names}  # a precision price: with its int8 twin
         if not dep[n]:
             why[n] = "no figure depends on it"
-        elif len(deciding) < 2:
+        elif len(deciding) < min_figures:
             why[n] = f"only {next(iter(deciding))} depends on it"
         else:
             ok.append(n)
@@ -320,17 +320,20 @@ def _lm(figs, march, names, prior, iters=40, z_start=None) -> np.ndarray:
 
 
 def fit(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidates=None,
-        alignments=ALIGNMENTS) -> FitResult:
-    """Fit ``march``'s global parameters to ``figs`` (see the module docstring); no leave-one-out."""
+        alignments=ALIGNMENTS, min_figures: int | None = None) -> FitResult:
+    """Fit ``march``'s global parameters to ``figs`` (see the module docstring); no leave-one-out.
+    ``min_figures``: how many figures must depend on a parameter for it to be fitted (default 2, or 1
+    when there is only one figure: then the one parameter it moves the most)."""
     if not figs:
         raise BadInputError("nothing to fit: no figures")
+    min_figures = min(2, len(figs)) if min_figures is None else min_figures
     cand = [fp.name for fp in FITTABLE] if candidates is None else list(candidates)
     if not any(f.kind is FigureKind.BOARD for f in figs):
         cand = [n for n in cand if not n.startswith("board_")]
     best = None
     for align in alignments:
         base = dataclasses.replace(march, channel_align=align)
-        names, dep, why = _choose(figs, base, cand)
+        names, dep, why = _choose(figs, base, cand, min_figures)
         z = _lm(figs, base, names, prior) if names else np.zeros(0)
         r = _residuals(figs, base, names, z)
         if best is None or r @ r < best[0]:
@@ -347,9 +350,9 @@ def fit(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidat
 
 
 def fit_with_loo(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidates=None,
-                 alignments=ALIGNMENTS, progress=None) -> FitResult:
+                 alignments=ALIGNMENTS, min_figures: int | None = None, progress=None) -> FitResult:
     """:func:`fit`, then each figure predicted by a fit to the others (channel_align kept at the full fit's)."""
-    res = fit(figs, march, prior=prior, candidates=candidates, alignments=alignments)
+    res = fit(figs, march, prior=prior, candidates=candidates, alignments=alignments, min_figures=min_figures)
     if len(figs) < 2:
         return res
     base = dataclasses.replace(march, channel_align=res.march.channel_align)
@@ -357,7 +360,8 @@ def fit_with_loo(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1,
         if progress is not None:
             progress(k, len(figs), f.name)
         rest = [g for g in figs if g is not f]
-        sub = fit(rest, base, prior=prior, candidates=candidates, alignments=(base.channel_align,))
+        sub = fit(rest, base, prior=prior, candidates=candidates, alignments=(base.channel_align,),
+                  min_figures=min_figures)
         res.loo[f.name] = predict(f, sub.march)
     return res
 
