@@ -19,6 +19,7 @@ __all__ = [
     "PlanWarning",
     "ShareRefused",
     "MarchError",
+    "CompileLogError",
     "Cancelled",
     "from_name",
     "to_name",
@@ -80,6 +81,11 @@ class ShareRefused(QtQuantError):
 
 class MarchError(BadInputError):
     """Unknown march name or bad march profile file."""
+
+
+class CompileLogError(BadInputError):
+    """A compiler log (Horizon ``hb_mapper`` / ``hrt_model_exec``) that cannot be read, or that
+    belongs to another model."""
 
 
 class Cancelled(QtQuantError):

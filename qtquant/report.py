@@ -275,4 +275,8 @@ def calibration_text(session) -> str:
     if cal is None:
         return "not calibrated"
     data = "synthetic data (no --calib given)" if cal.config.synthetic and not cal.sources else cal.data_label()
-    return f"calibrated with {cal.config.observer} on {cal.batches} samples of {data}"
+    text = f"calibrated with {cal.config.observer} on {cal.batches} samples of {data}"
+    if getattr(session, "compiler_scales", False):
+        given = sum(1 for t in session.graph.observed_tensors if t in session.compiler_log.thresholds)
+        text += f", {given} tensors' scales the compile log's thresholds"
+    return text

@@ -20,6 +20,7 @@ class SessionEvents(SignalGroup):
     fidelity = Signal(object)  # the new fidelity Result
     precision = Signal(object)  # the new PrecisionMap (after the "options" event that carries it too)
     accuracy = Signal(object)  # the new accuracy-debugger Result (qtquant.accuracy.AccuracyReport)
+    compiler_log = Signal(object)  # a compile log placed on the graph (qtquant.horizon.match.LogMatch) or None
 
 
-KINDS = ("calibrated", "options", "groups", "perf", "fidelity", "precision", "accuracy")
+KINDS = ("calibrated", "options", "groups", "perf", "fidelity", "precision", "accuracy", "compiler_log")

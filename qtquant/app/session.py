@@ -76,6 +76,7 @@ class Derived:
     baseline: DomainMap
     concats: list
     baseline_concats: list
+    compiler: dict | None = None  # the compile log's ranges they were built with
 
 
 def concat_rule(options: Options):
@@ -85,27 +86,31 @@ def concat_rule(options: Options):
     return load_march(options.march).concat_output_scale
 
 
-def _domains_for(graph, calibration, options, qdq, groups) -> DomainMap:
+def _domains_for(graph, calibration, options, qdq, groups, compiler=None) -> DomainMap:
+    """``compiler``: tensor -> range from a compile log's thresholds (:meth:`Session.set_compiler_log`),
+    fixed as a QDQ file's scales are, and over them."""
     ranges = calibration.ranges if calibration is not None else {}
     hist_pool = getattr(calibration, "pooled_range", None) if calibration is not None else None
+    fixed = {**(qdq.ranges if qdq else {}), **(compiler or {})} or None
     return build_domains(graph, ranges, groups, policy=options.policy, scheme=options.scheme,
-                         fixed=qdq.ranges if qdq else None, hist_pool=hist_pool,
+                         fixed=fixed, hist_pool=hist_pool,
                          percentile=getattr(options.calib, "percentile", 99.99),
                          concat_rule=concat_rule(options))
 
 
-def derive(graph, calibration, options: Options, groups, qdq=None) -> Derived:
+def derive(graph, calibration, options: Options, groups, qdq=None, compiler=None) -> Derived:
     """Everything :meth:`Session.set_calibration` would otherwise compute on first use.
 
     Pure: pass the session's options and ``groups.as_lists()`` read where the session is
     edited; the session installs the result only if they still hold.
     """
     groups = tuple(tuple(g) for g in groups)
-    dm = _domains_for(graph, calibration, options, qdq, groups)
-    base = _domains_for(graph, calibration, options, qdq, ()) if groups else dm
+    dm = _domains_for(graph, calibration, options, qdq, groups, compiler)
+    base = _domains_for(graph, calibration, options, qdq, (), compiler) if groups else dm
     ft = export_float_of(graph, options, qdq, base)
     cs = analyze_concats(graph, dm, ft)
-    return Derived(calibration, options, groups, dm, base, cs, analyze_concats(graph, base, ft) if groups else cs)
+    return Derived(calibration, options, groups, dm, base, cs, analyze_concats(graph, base, ft) if groups else cs,
+                   compiler)
 
 
 class Session(StateFacts):
@@ -122,6 +127,11 @@ class Session(StateFacts):
         self.fidelity: Result | None = None
         self.accuracy: Result | None = None  # per-tensor error and sensitivity (qtquant.accuracy)
         self.histograms: dict[str, tuple] = {}  # tensor -> (counts, edges) over the check samples
+        # A compile log placed on the graph (qtquant.horizon.match.LogMatch), and whether its
+        # thresholds are the scales (the compiler's calibration) or only shown beside qtquant's.
+        self.compiler_log = None
+        self.compiler_scales = False
+        self._compiler_ranges: tuple | None = None  # (the LogMatch, its ranges), made once
         # What of the module hierarchy the canvas shows (app.scene.ViewState); None: the size rule.
         # Not an edit: saved in projects, never on the undo stack.
         self.view_state = None
@@ -164,12 +174,36 @@ class Session(StateFacts):
         self.histograms = {}
         self._invalidate(domains=True)
         if derived is not None and derived.calibration is res and derived.options == self.options \
-                and derived.groups == tuple(tuple(g) for g in self.groups.as_lists()):
+                and derived.groups == tuple(tuple(g) for g in self.groups.as_lists()) \
+                and derived.compiler == self.compiler_ranges:
             self._dm, self._baseline_dm = derived.domains, derived.baseline
             ft = self.export_float(derived.domains)
             self._concat_cache = {False: (derived.domains, derived.concats, ft),
                                   True: (derived.baseline, derived.baseline_concats, ft)}
         self._emit("calibrated")
+
+    @property
+    def compiler_ranges(self) -> dict | None:
+        """Tensor -> range from the compile log's thresholds when they are the scales, else None."""
+        if self.compiler_log is None or not self.compiler_scales:
+            return None
+        if self._compiler_ranges is None or self._compiler_ranges[0] is not self.compiler_log:
+            self._compiler_ranges = (self.compiler_log, self.compiler_log.ranges())
+        return self._compiler_ranges[1]
+
+    def set_compiler_log(self, match, scales: bool = True) -> None:
+        """Show a compile log (a :class:`~qtquant.horizon.match.LogMatch`, None to drop it) beside
+        the model; with ``scales`` its thresholds fix the scales of the tensors it gives, as a QDQ
+        file's do (the compiler's calibration); the rest keep qtquant's.  Not an undoable edit: a
+        file opened beside the model, as calibration data is."""
+        if scales and match is not None and self.options.scheme is not Scheme.SYMMETRIC_INT8:
+            from ..errors import UsageError
+
+            raise UsageError("a compile log's thresholds are symmetric int8 scales: use the sym scheme with them")
+        self.compiler_log = match
+        self.compiler_scales = bool(scales and match is not None)
+        self._invalidate(domains=True)
+        self._emit("compiler_log", match)
 
     def set_options(self, **changes) -> None:
         """Change option fields (commands call this; see ``SetOptionsCommand``).  Fields that
@@ -280,7 +314,7 @@ class Session(StateFacts):
 
     # -- derived --------------------------------------------------------------------------
     def _build(self, groups) -> DomainMap:
-        return _domains_for(self.graph, self.calibration, self.options, self.qdq, groups)
+        return _domains_for(self.graph, self.calibration, self.options, self.qdq, groups, self.compiler_ranges)
 
     def domains_with(self, groups) -> DomainMap:
         """The domains if ``groups`` (lists of tensors) were the user's groups: a preview, nothing cached."""

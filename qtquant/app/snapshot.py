@@ -57,6 +57,7 @@ class Snapshot(StateFacts):
     baseline_domains: DomainMap  # without any user group
     # baseline? -> analysis; seeded with what the session had built, else computed by the worker.
     _concats: dict = field(default_factory=dict, repr=False)
+    compiler: dict | None = None  # the compile log's ranges, when they are the scales
 
     @classmethod
     def of(cls, session) -> "Snapshot":
@@ -67,7 +68,7 @@ class Snapshot(StateFacts):
                 seed[baseline] = hit
         return cls(session.graph, session.options, session.calibration, session.qdq,
                    GroupSet(list(session.groups.groups), session.groups.next_id), session.revision,
-                   session.domains, session.baseline_domains, seed)
+                   session.domains, session.baseline_domains, seed, session.compiler_ranges)
 
     @property
     def ready(self) -> bool:
@@ -77,7 +78,7 @@ class Snapshot(StateFacts):
         """As :meth:`Session.domains_with`: the domains if ``groups`` were the user's groups."""
         from .session import _domains_for
 
-        return _domains_for(self.graph, self.calibration, self.options, self.qdq, groups)
+        return _domains_for(self.graph, self.calibration, self.options, self.qdq, groups, self.compiler)
 
     def concats(self, baseline: bool = False):
         key = bool(baseline)

@@ -6,6 +6,7 @@ import json
 import sys
 
 from .common import add_common, open_session
+from .compilerlog import print_log_text
 from .output_options import add_output_options, output_mode_from_args
 
 NAME = "analyze"
@@ -13,7 +14,10 @@ HELP = "Concat table: ratio, rescales, bits lost, latency; summary"
 
 
 def add_arguments(p) -> None:
+    from .compilerlog import add_compiler_log_args
+
     add_common(p)
+    add_compiler_log_args(p)
     p.add_argument("--json", action="store_true", help="print the stable JSON form")
     p.add_argument("--no-perf", action="store_true", help="skip the perf simulation")
     p.add_argument("--no-fidelity", action="store_true", help="skip the SQNR check")
@@ -76,6 +80,10 @@ def run(args) -> int:
     perf, fid = _perf_and_fidelity(session, args)
     if args.json:
         doc = analysis_dict(session, perf=perf, fidelity=fid)
+        if session.compiler_log is not None:
+            from ..horizon.report import compiler_log_dict
+
+            doc["compiler_log"] = compiler_log_dict(session, perf)
         if sqnr is not None:
             doc["sqnr_share"] = sqnr.to_dict()
         json.dump(doc, sys.stdout, indent=2)
@@ -94,4 +102,5 @@ def run(args) -> int:
             print("accuracy: not measured: a QDQ file has no float original; --calib DATA checks the export against "
                   "its float view (its weights dequantized, its scales standing), and fix measures the written file "
                   "against this one")
+        print_log_text(session, perf)
     return 0

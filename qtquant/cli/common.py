@@ -144,7 +144,7 @@ def options_from_args(args):
 
 def read_paths(args) -> list:
     """The files a command reads (model, --plan, --stats): no output may be written over them."""
-    return [args.model, getattr(args, "plan", None), getattr(args, "stats", None)]
+    return [args.model, getattr(args, "plan", None), getattr(args, "stats", None), getattr(args, "compiler_log", None)]
 
 
 def open_session(args, *, calibrate: bool = True, progress=None, keep_check_values: bool = False, opened=None):
@@ -153,10 +153,20 @@ def open_session(args, *, calibrate: bool = True, progress=None, keep_check_valu
     ``opened(session)``: called once the model is open, before calibrating (work that needs no
     scales can start there, beside onnxruntime creating calibration's session)."""
     from ..app import open_model
+    from ..errors import ShapeError
+    from .compilerlog import log_input_shapes, place_log, read_log_from_args
 
     opts = options_from_args(args)
-    session = open_model(args.model, args.input_shape, opts, cut=getattr(args, "cut", None) or (),
-                         stats=getattr(args, "stats", None))
+    log = read_log_from_args(args)
+    kw = dict(cut=getattr(args, "cut", None) or (), stats=getattr(args, "stats", None))
+    try:  # a model left dynamic opens at the log's input shape
+        session = open_model(args.model, log_input_shapes(args, log) or args.input_shape, opts, **kw)
+    except ShapeError:
+        if log_input_shapes(args, log) is None:
+            raise
+        session = open_model(args.model, args.input_shape, opts, **kw)  # (the match then names the mismatch)
+    if log is not None:
+        place_log(session, log, args)
     apply_precision_args(session, args, check_only=True)  # a typo fails before the slow calibration
     if opened is not None:
         opened(session)

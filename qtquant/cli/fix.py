@@ -7,6 +7,7 @@ import math
 import sys
 
 from .common import add_common, open_session, read_paths
+from .compilerlog import print_log_text
 from ..tables import fmt_num
 from .output_options import add_output_options, output_mode_from_args
 
@@ -15,7 +16,10 @@ HELP = "share scales (auto-share, a --plan, or both) and export QDQ ONNX"
 
 
 def add_arguments(p) -> None:
+    from .compilerlog import add_compiler_log_args
+
     add_common(p)
+    add_compiler_log_args(p)
     o = p.add_argument_group("fix")
     o.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the QDQ model")
     o.add_argument("--auto-share", action="store_true",
@@ -221,6 +225,10 @@ def run(args) -> int:
                "notes": result.build.notes,
                "export": result.build.to_dict(),
                "warnings": result.build.warnings()}
+        if session.compiler_log is not None:
+            from ..horizon.report import compiler_log_dict
+
+            doc["compiler_log"] = compiler_log_dict(session, perf[1] if perf is not None else None)
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
@@ -250,4 +258,5 @@ def run(args) -> int:
         print(w)
     for line in against.text() if against is not None else ():
         print(line)
+    print_log_text(session, perf[1] if perf is not None else None)
     return 0

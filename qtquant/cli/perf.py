@@ -6,15 +6,19 @@ import json
 import sys
 
 from .common import add_common, open_session, read_paths
+from .compilerlog import print_log_text
 
 NAME = "perf"
 HELP = "per-layer latency, FPS, DDR traffic and rescale cost on a BPU march (DESIGN §4)"
 
 
 def add_arguments(p) -> None:
+    from .compilerlog import add_compiler_log_args
+
     p.add_argument("model", metavar="MODEL", nargs="?", default=None,
                    help="ONNX model (float or QDQ-quantized); not with --fit")
     add_common(p, model=False)
+    add_compiler_log_args(p)
     fit = p.add_argument_group("fit the march to your own compile logs")
     fit.add_argument("--fit", action="append", default=[], metavar="MODEL=LOG",
                      help="a model and its hb_mapper compile log (repeatable): fit the march's global parameters "
@@ -109,6 +113,10 @@ def run(args) -> int:
             # How sure the two latencies are: the march fit's leave-one-out error on the nearest figures.
             "confidence": {k.value: confidence(march, after.family, k).to_dict() for k in FigureKind},
         }
+        if session.compiler_log is not None:
+            from ..horizon.report import compiler_log_dict
+
+            doc["compiler_log"] = compiler_log_dict(session, after)
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
@@ -121,6 +129,7 @@ def run(args) -> int:
     if after.precision is not None:
         print()
         print(precision_table_text(after))
+    print_log_text(session, after)
     if args.report:
         print(f"report written to {args.report}")
     if args.csv:

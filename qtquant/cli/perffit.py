@@ -47,6 +47,8 @@ def run_fit(args, march) -> int:
         raise UsageError("--fit needs --march-out MY.json (where the fitted profile is written)")
     if args.model:
         raise UsageError("give either MODEL or --fit MODEL=LOG, not both")
+    if args.compiler_log:
+        raise UsageError("--fit names each model's compile log (MODEL=LOG): --compiler-log does not go with it")
     pairs = [parse_pair(t) for t in args.fit]
     check_output_path(args.march_out, inputs=[p for pair in pairs for p in pair] + [args.march_file],
                       what="march profile")
@@ -54,7 +56,7 @@ def run_fit(args, march) -> int:
     figs = []
     for (model, log), us in zip(pairs, latencies):
         a = copy.copy(args)
-        a.model = model
+        a.model, a.compiler_log = model, log  # opened at the log's shape, on the compiler's own scales
         s = open_session(a)
         figs.append(Figure(Path(model).stem, FigureKind.STATIC, us, s.graph, tuple(s.concats()), source=log))
     names = [f.name for f in figs]

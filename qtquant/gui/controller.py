@@ -288,12 +288,13 @@ class Controller(QObject):
             return None
         cfg = config if config is not None else s.options.calib
         graph, options, groups, qdq = s.graph, replace(s.options, calib=cfg), s.groups.as_lists(), s.qdq
+        compiler = s.compiler_ranges
         isolate = len(graph.nodes) >= self.child_process_nodes
 
         def work(progress, cancelled):
             res = calibrate(graph, cfg, progress=progress, cancel=cancelled, isolate=isolate)
             # The analyses too, here: on the GUI thread they would freeze a 20,000-node window ~1 s.
-            return res, derive(graph, res, options, groups, qdq)
+            return res, derive(graph, res, options, groups, qdq, compiler)
 
         self.calibrating = True
         self.calibrationStarted.emit()
