@@ -87,7 +87,11 @@ def run_fit(args, march) -> int:
             print(f"  {n} = {res.values[n]:.5g} (was {res.start.get(n, 0):.5g})")
     else:
         print("nothing fitted: no parameter is determined by these logs")
+    idle = [n for n, why in res.not_fitted.items() if why == "no figure depends on it"]
     for n, why in res.not_fitted.items():
-        print(f"  {n}: kept ({why})")
+        if n not in idle:
+            print(f"  {n}: kept ({why})")
+    if idle:
+        print(f"  kept, no log depends on them: {', '.join(idle)}")
     print(f"profile written to {args.march_out} (use it with --march-file {args.march_out})")
     return 0

@@ -24,15 +24,14 @@ _ACTS = (TensorKind.INPUT, TensorKind.ACTIVATION)
 
 
 def family_of(graph) -> str:
-    """What kind of network a graph is: attention or convolution (a Softmax, or a MatMul of two
-    activations, is attention), and classifier (no output is a spatial map) or dense (detection,
-    segmentation: some output is a map)."""
+    """What kind of network a graph is: attention or convolution (a MatMul of two activations is
+    attention; a lone Softmax is not: a detector's DFL has one), and classifier (no output is a spatial
+    map) or dense (detection, segmentation: some output is a map)."""
     def act(t):
         v = graph.tensors.get(t) if t else None
         return v is not None and v.kind in _ACTS
 
-    attention = any(n.op_type == "Softmax" or (n.op_type == "MatMul" and len(n.inputs) >= 2
-                                               and act(n.inputs[0]) and act(n.inputs[1]))
+    attention = any(n.op_type == "MatMul" and len(n.inputs) >= 2 and act(n.inputs[0]) and act(n.inputs[1])
                     for n in graph.nodes.values())
 
     def is_map(t):

@@ -330,6 +330,8 @@ def fit(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidat
     cand = [fp.name for fp in FITTABLE] if candidates is None else list(candidates)
     if not any(f.kind is FigureKind.BOARD for f in figs):
         cand = [n for n in cand if not n.startswith("board_")]
+    if not any(f.precision for f in figs):
+        cand = [n for n in cand if not n.startswith("precision.")]
     best = None
     for align in alignments:
         base = dataclasses.replace(march, channel_align=align)

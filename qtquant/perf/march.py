@@ -112,7 +112,7 @@ class FitError(FileModel):
     """One figure of a fit, as the fit predicted it: in sample, and left out (leave-one-out)."""
 
     figure: str
-    kind: FigureKind
+    kind: Annotated[FigureKind, BeforeValidator(FigureKind)]
     family: str  # perf/fit.py family_of: what kind of network it is, for "the nearest family"
     public_us: float
     fitted_us: float

@@ -1,0 +1,166 @@
+"""The fitter (qtquant/perf/fit.py), the board estimate (perf/board.py), how sure an estimate is
+(perf/confidence.py) and ``qtquant perf --fit MODEL=LOG ... --march-out``."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from builders import detector_model, mobilenet_v2, resnet18, save, yolov8n
+from hblogs import LogSpec, render_compile_log
+from qtquant.cli import main
+from qtquant.graph import graph_from_model
+from qtquant.perf import load_march, simulate
+from qtquant.perf.confidence import NO_FIGURE, confidence, family_of
+from qtquant.perf.fit import Figure, _with, fit, fit_with_loo, predict
+from qtquant.perf.march import FigureKind, FitError, profile_from_dict
+
+
+def _graph(model):
+    return graph_from_model(model, ort_fallback=False)
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    return {"resnet18": _graph(resnet18(size=64)), "mobilenet_v2": _graph(mobilenet_v2(size=64)),
+            "yolov8n": _graph(yolov8n(size=128))}
+
+
+def test_the_reduced_layers_give_the_simulators_own_total(graphs):
+    """The fit evaluates a figure from its layers' work and bytes, not a new simulation: at any
+    parameters it must give what the simulator gives."""
+    m = load_march("bayes-e")
+    rng = np.random.default_rng(0)
+    for name, g in graphs.items():
+        for kind in FigureKind:
+            f = Figure(name, kind, 1000.0, g)
+            for _ in range(3):
+                vals = {"utilization": rng.uniform(0.1, 0.9), "ddr_gbps": rng.uniform(2, 20),
+                        "op_overhead_us": rng.uniform(0.1, 3), "depthwise_efficiency": rng.uniform(0.3, 3),
+                        "pool_efficiency": rng.uniform(0.1, 3), "lut_efficiency": rng.uniform(0.05, 3),
+                        "board_call_us": rng.uniform(10, 900), "board_ns_per_element": rng.uniform(0.1, 5)}
+                res = simulate(g, _with(m, vals))
+                want = res.board_us if kind is FigureKind.BOARD else res.total_us
+                assert predict(f, m, vals) == pytest.approx(want, rel=1e-9)
+
+
+def test_board_estimate_adds_the_call_and_each_output_element(graphs):
+    g = graphs["yolov8n"]
+    m = _with(load_march("bayes-e"), {"board_call_us": 200.0, "board_ns_per_element": 2.5})
+    res = simulate(g, m)
+    outs = sum(math.prod(g.tensors[t].shape) for t in g.outputs)
+    assert res.board_us == pytest.approx(res.total_us + 200.0 + 2.5 * outs / 1000)
+    # The 3-channel image input is NV12, converted by the BPU: not the CPU's work.
+    image = [io for io in res.board_io if io.tensor in g.inputs]
+    assert image and not image[0].on_cpu
+    s = res.summary()
+    assert s["board_latency_ms"] == pytest.approx(res.board_ms) and s["latency_ms"] == pytest.approx(res.total_ms)
+
+
+def test_a_fit_recovers_the_parameters_that_made_the_figures(graphs):
+    """Figures simulated at known parameters: the fit finds parameters that give them back, in and
+    out of sample, and fits nothing no figure depends on."""
+    base = load_march("bayes-e")
+    truth = _with(base, {"utilization": 0.3, "ddr_gbps": 5.0, "op_overhead_us": 1.5})
+    figs = [Figure(n, FigureKind.STATIC, simulate(g, truth).total_us, g) for n, g in graphs.items()]
+    res = fit_with_loo(figs, base, alignments=(base.channel_align,), prior=1e-3)
+    assert set(res.fitted) <= {"utilization", "ddr_gbps", "op_overhead_us", "depthwise_efficiency",
+                               "pool_efficiency", "lut_efficiency", "resize_efficiency", "eltwise_efficiency"}
+    assert len(res.fitted) <= len(figs)  # never more parameters than figures
+    for f in figs:
+        assert res.in_sample[f.name] == pytest.approx(f.public_us, rel=0.03)
+    assert "matmul_efficiency" in res.not_fitted  # no attention in these graphs
+    assert res.loo.keys() == {f.name for f in figs}
+
+
+def test_one_figure_fits_one_parameter(graphs):
+    g = graphs["resnet18"]
+    base = load_march("bayes-e")
+    res = fit([Figure("r", FigureKind.STATIC, 2 * simulate(g, base).total_us, g)], base, alignments=(16,))
+    assert len(res.fitted) == 1
+    assert res.in_sample["r"] == pytest.approx(2 * simulate(g, base).total_us, rel=0.05)
+
+
+def test_confidence_is_the_nearest_familys_leave_one_out_error(graphs):
+    g = graphs["yolov8n"]
+    fam = family_of(g)
+    assert fam == "conv dense" and family_of(graphs["resnet18"]) == "conv classifier"
+    m = load_march("bayes-e")
+    assert confidence(m, fam, FigureKind.STATIC).text == NO_FIGURE or m.fit_errors
+    errs = (FitError(figure="a", kind="static", family=fam, public_us=100, fitted_us=101, loo_us=110),
+            FitError(figure="b", kind="static", family=fam, public_us=100, fitted_us=99, loo_us=96),
+            FitError(figure="c", kind="board", family="conv classifier", public_us=100, fitted_us=99, loo_us=80))
+    import dataclasses
+
+    m2 = dataclasses.replace(m, fit_errors=errs)
+    c = confidence(m2, fam, FigureKind.STATIC)
+    assert c.median_loo == pytest.approx(0.07) and c.figures == 2 and "±7%" in c.text
+    assert confidence(m2, fam, FigureKind.BOARD).text == NO_FIGURE
+
+
+# -- qtquant perf --fit ------------------------------------------------------------------------------
+
+def _logs(tmp_path, lat_scale=1.7):
+    """Three small models and their compile logs, whose static estimates are the simulator's at a
+    lower utilization (so a fit has something to find)."""
+    base = load_march("bayes-e")
+    slow = _with(base, {"utilization": base.utilization / lat_scale})
+    pairs = []
+    for name, model in (("det", detector_model(shape=(1, 3, 64, 64))), ("res", detector_model(shape=(1, 3, 96, 96))),
+                        ("mob", detector_model(shape=(1, 3, 160, 160)))):
+        mp = save(model, tmp_path / f"{name}.onnx")
+        us = round(simulate(_graph(model), slow).total_us, 1)
+        lp = tmp_path / f"{name}.log"
+        lp.write_text(render_compile_log(model, LogSpec(estimate=(round(1e6 / us, 2), us, 1000000))))
+        pairs.append(f"{mp}={lp}")
+    return pairs
+
+
+def test_perf_fit_writes_a_profile_that_names_its_logs(tmp_path, capsys):
+    pairs = _logs(tmp_path)
+    out = tmp_path / "my.json"
+    args = ["perf", "--calib-count", "2", "--march-out", str(out)]
+    for p in pairs:
+        args += ["--fit", p]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "leave-one-out" in text and "in-sample" in text and "det.log" in text
+    doc = json.loads(out.read_text())
+    fitted = doc["fit"]["params"]
+    assert fitted and "utilization" in fitted
+    assert "res.log" in doc["params"]["utilization"]["fitted"]
+    assert {e["figure"] for e in doc["fit"]["errors"]} == {"det", "res", "mob"}
+    m = profile_from_dict(doc)
+    assert m.utilization < load_march("bayes-e").utilization  # the logs are slower than the profile
+    # The fitted profile is a march everywhere a march is used, with its ±N% beside the totals.
+    assert main(["perf", pairs[1].split("=")[0], "--calib-count", "2", "--march-file", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "static estimate (BPU): ±" in text
+
+
+@pytest.mark.parametrize("fit_arg, code, words", [
+    ("nologhere", 2, "MODEL=LOG"),
+    ("{model}={missing}", 3, "missing.log"),
+    ("{model}={other_march}", 3, "compiled for march bernoulli2"),
+])
+def test_perf_fit_bad_input_is_one_line(tmp_path, capsys, fit_arg, code, words):
+    model = save(detector_model(shape=(1, 3, 32, 32)), tmp_path / "m.onnx")
+    other = tmp_path / "other.log"
+    other.write_text(render_compile_log(detector_model(shape=(1, 3, 32, 32)), LogSpec(march="bernoulli2")))
+    arg = fit_arg.format(model=model, missing=tmp_path / "missing.log", other_march=other)
+    rc = main(["perf", "--fit", arg, "--march-out", str(tmp_path / "o.json"), "--calib-count", "2"])
+    err = capsys.readouterr().err
+    assert rc == code
+    assert words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_perf_fit_needs_march_out_and_no_model(tmp_path, capsys):
+    model = save(detector_model(shape=(1, 3, 32, 32)), tmp_path / "m.onnx")
+    assert main(["perf", "--fit", f"{model}=x.log"]) == 2
+    assert "--march-out" in capsys.readouterr().err
+    assert main(["perf", str(model), "--march-out", str(tmp_path / "o.json")]) == 2
+    assert "--fit" in capsys.readouterr().err
