@@ -95,15 +95,16 @@ def _prior_doc() -> dict:
     return doc
 
 
-def _load(models: Path, venv_python: str, march) -> list[Figure]:
-    missing = sorted({m for _, m, *_ in FIGURES if not (models / f"{m}.onnx").is_file()})
+def _load(models: Path, venv_python: str, march, only=frozenset()) -> list[Figure]:
+    chosen = [f for f in FIGURES if not only or f[1] in only]
+    missing = sorted({m for _, m, *_ in chosen if not (models / f"{m}.onnx").is_file()})
     if missing:
         cmd = [venv_python, str(ROOT / "benchmarks" / "perf_fit_models.py"), str(models), *missing]
         print("  building:", " ".join(cmd))
         subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
     opts = Options(march=march.path or march.name, calib=CalibConfig(source="synthetic", count=2, seed=0))
     sessions, figs = {}, []
-    for name, model, kind, us, source, prec in FIGURES:
+    for name, model, kind, us, source, prec in chosen:
         f = models / f"{model}.onnx"
         if not f.is_file():
             print(f"  {name}: {f} missing and could not be built: left out")
@@ -157,12 +158,13 @@ def main(argv=None) -> int:
                     help="python of a venv with timm, ultralytics and onnx (to build missing models)")
     ap.add_argument("--prior", type=float, default=0.1, help="weight of the pull towards the unfitted estimates")
     ap.add_argument("--write", action="store_true", help="store the fit in resources/marches/bayes-e.json")
+    ap.add_argument("--only", default="", help="comma-separated model names: fit to their figures only (a try-out)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     doc = _prior_doc()
     prior = profile_from_dict(doc, where="bayes-e (before the fit)", path=str(_profile_path()))
     print("loading and calibrating (synthetic, 2 samples) ...")
-    figs = _load(args.models, args.venv_python, prior)
+    figs = _load(args.models, args.venv_python, prior, set(filter(None, args.only.split(","))))
     print(f"{len(figs)} figures; fitting with leave-one-out ...")
     res = fit_with_loo(figs, prior, prior=args.prior,
                        progress=lambda k, n, name: print(f"  leave-one-out {k + 1}/{n}: {name}", flush=True))

@@ -17,6 +17,8 @@ from qtquant.perf import load_march, simulate
 from qtquant.perf.confidence import NO_FIGURE, confidence, family_of
 from qtquant.perf.fit import Figure, _with, fit, fit_with_loo, predict
 from qtquant.perf.march import FigureKind, FitError, profile_from_dict
+from qtquant.precision import PrecisionMap
+from qtquant.vocab import Precision
 
 
 def _graph(model):
@@ -45,6 +47,17 @@ def test_the_reduced_layers_give_the_simulators_own_total(graphs):
                 res = simulate(g, _with(m, vals))
                 want = res.board_us if kind is FigureKind.BOARD else res.total_us
                 assert predict(f, m, vals) == pytest.approx(want, rel=1e-9)
+
+
+def test_a_precision_figure_reprices_only_its_nodes_as_the_simulator_does(graphs):
+    g = graphs["mobilenet_v2"]
+    q = [t for t in g.tensors if g.is_quantized(t) and g.producer(t) is not None]
+    pm = PrecisionMap({q[5]: Precision.INT16, q[9]: Precision.FLOAT, q[-3]: Precision.INT16})
+    m = load_march("bayes-e")
+    f = Figure("p", FigureKind.BOARD, 1000.0, g, precision=pm)
+    for vals in ({}, {"utilization": 0.2, "ddr_gbps": 3.0, "precision.cpu_elementwise_flops": 60.0,
+                      "precision.int16_vector_factor": 7.0, "op_overhead_us": 2.0}):
+        assert predict(f, m, vals) == pytest.approx(f.simulate(_with(m, vals)).board_us, rel=1e-9)
 
 
 def test_board_estimate_adds_the_call_and_each_output_element(graphs):

@@ -75,7 +75,7 @@ FITTABLE = (
     FitParam("precision.int16_vector_factor", 1.0, 1e5),
     FitParam("precision.cpu_elementwise_flops", 0.1, 1e5),
 )
-_START = {"board_call_us": 100.0, "board_ns_per_element": 1.0, "precision.int16_vector_factor": 1.0}
+_START = {"board_call_us": 100.0, "board_ns_per_element": 1.0, "precision.int16_vector_factor": 4.0}
 """Where a parameter the profile lacks starts (and what the prior pulls towards)."""
 
 # Which parameters divide each layer class's work: a MAC-array layer runs at the utilization (times a
@@ -114,11 +114,11 @@ class Figure:
             raise BadInputError(f"figure {self.name}: latency must be a positive number, got {self.public_us!r}")
         self.family = self.family or family_of(self.graph)
 
-    def simulate(self, march):
-        """The full simulation (with the precision map, when there is one): a PerfResult."""
+    def simulate(self, march, *, int8: bool = False):
+        """The full simulation (with the precision map, when there is one and not ``int8``): a PerfResult."""
         sim = Simulator(self.graph, march)
         res = sim.full(self.concats)
-        if self.precision:
+        if self.precision and not int8:
             from .precision import apply_precision
 
             res = apply_precision(res, self.graph, march, self.precision, ctx=sim.base_state()[0])
@@ -128,9 +128,21 @@ class Figure:
         return res.board_us if self.kind is FigureKind.BOARD else res.total_us
 
     def layers(self, march) -> "_Layers":
+        """The all-int8 graph reduced to its layers (at the march's channel_align), and for a precision
+        figure the int8 layers of the nodes its precision map re-prices."""
         got = self._layers.get(march.channel_align)
         if got is None:
-            got = self._layers[march.channel_align] = _Layers.of(self.simulate(march), march)
+            sim = Simulator(self.graph, march)
+            res = sim.full(self.concats)
+            repriced = ()
+            if self.precision:
+                from .precision import apply_precision
+
+                ctx = sim.base_state()[0]
+                names = [n.node for n in apply_precision(res, self.graph, march, self.precision, ctx=ctx)
+                         .precision.nodes]
+                repriced = (tuple(res.layer(n) for n in names), ctx)
+            got = self._layers[march.channel_align] = _Layers.of(res, march, repriced)
         return got
 
 
@@ -145,9 +157,12 @@ class _Layers:
     n_overhead: int  # layers that pay the per-op overhead
     cpu_elems: int  # elements the runtime converts on the CPU (board figures)
     sram_gbps: float
+    march: str = ""
+    # A precision figure: (the int8 LayerCosts of the nodes its map re-prices, the simulator's CostContext).
+    repriced: tuple = ()
 
     @classmethod
-    def of(cls, res, march) -> "_Layers":
+    def of(cls, res, march, repriced=()) -> "_Layers":
         work, classes, ddr, onchip, n_over = [], [], [], [], 0
         for lc in res.layers:
             if lc.total_us <= 0:
@@ -161,7 +176,26 @@ class _Layers:
             onchip.append(lc.bytes - lc.ddr_bytes)
         elems = sum(io.elems for io in res.board_io if io.on_cpu)
         return cls(np.array(work, float), tuple(classes), np.array(ddr, float), np.array(onchip, float),
-                   n_over, elems, march.sram_gbps)
+                   n_over, elems, march.sram_gbps, march.name, repriced)
+
+    def precision_delta_us(self, fig, march, p: dict) -> float:
+        """What the figure's precision map adds at parameters ``p``: perf/precision.py re-pricing the
+        int8 layers of its nodes, each first re-costed at ``p`` (no simulation of the rest)."""
+        from .precision import apply_precision
+        from .simulator import PerfResult
+
+        lcs, ctx = self.repriced
+        base = {}
+        for lc in lcs:
+            c = lc.op_class or "eltwise"
+            compute = lc.compute_us * math.prod(getattr(march, k, 1.0) for k in _rate_params(c)) \
+                / math.prod(p[k] for k in _rate_params(c))
+            memory = lc.ddr_bytes / (p["ddr_gbps"] * 1e3) + (lc.bytes - lc.ddr_bytes) / (self.sram_gbps * 1e3)
+            over = p["op_overhead_us"] if lc.overhead_us > 0 else 0.0
+            base[lc.name] = dataclasses.replace(lc, compute_us=compute, memory_us=memory, overhead_us=over,
+                                                total_us=max(compute, memory) + over)
+        part = PerfResult(self.march, 0.0, 0, 0.0, 0, 0, 0, 0, _order=tuple(base), _base=base, _concats={})
+        return apply_precision(part, fig.graph, _with(march, p), fig.precision, ctx=ctx).total_us
 
     def total_us(self, p: dict) -> float:
         rate = np.array([math.prod(p[k] for k in _rate_params(c)) for c in self.cls]) if self.cls else np.zeros(0)
@@ -173,13 +207,24 @@ class _Layers:
 # -- parameters <-> a march -----------------------------------------------------------------------
 
 def _value(march: MarchProfile, fp: FitParam) -> float:
+    """The parameter as the simulator uses it on ``march`` (absent: the product's default)."""
+    if fp.in_precision:
+        from .precision import precision_params
+
+        return float(getattr(precision_params(march), fp.key))
+    return float(getattr(march, fp.key))
+
+
+def _start(march: MarchProfile, fp: FitParam) -> float:
+    """Where the fit starts a parameter (and what the prior pulls towards): the march's value, or for
+    one the profile does not state, :data:`_START`."""
     if fp.in_precision:
         from .precision import DEFAULTS
 
         section = march.precision_section if march.precision_section is not None else DEFAULTS
         entry = section.get(fp.key) if isinstance(section, dict) else None
         v = entry.get("value") if isinstance(entry, dict) else None
-        return float(v) if v is not None else _START.get(fp.name, 1.0)
+        return float(v) if v else _START.get(fp.name, 1.0)
     v = getattr(march, fp.key)
     return float(v) if v else _START.get(fp.name, 1.0)
 
@@ -206,11 +251,11 @@ def _all_values(march: MarchProfile) -> dict:
 def predict(fig: Figure, march: MarchProfile, values: dict | None = None) -> float:
     """The figure's prediction on ``march`` with ``values`` (name -> number) in place of its own."""
     values = values or {}
-    if fig.precision:
-        return fig.predicted_us(fig.simulate(_with(march, values)))
     p = {**_all_values(march), **values}
     lay = fig.layers(march)
     static = lay.total_us(p)
+    if fig.precision:
+        static += lay.precision_delta_us(fig, march, p)
     if fig.kind is FigureKind.BOARD:
         return static + p["board_call_us"] + p["board_ns_per_element"] * lay.cpu_elems / 1000.0
     return static
@@ -242,7 +287,7 @@ def _residuals(figs, march, names, z) -> np.ndarray:
 
 def _depends(figs, march, names, eps=1e-4) -> dict:
     """name -> the figures whose prediction moves when the parameter moves by 5%."""
-    z0 = np.array([math.log(_value(march, _PARAM[n])) for n in names])
+    z0 = np.array([math.log(_start(march, _PARAM[n])) for n in names])
     r0 = _residuals(figs, march, names, z0)
     out = {}
     for j, n in enumerate(names):
@@ -272,7 +317,7 @@ def _choose(figs, march, candidates, min_figures) -> tuple[list, dict, dict]:
             ok.append(n)
     # Never more parameters than figures: keep those the most of the figures' latency depends on.
     if len(ok) > len(figs):
-        z0 = np.array([math.log(_value(march, _PARAM[n])) for n in ok])
+        z0 = np.array([math.log(_start(march, _PARAM[n])) for n in ok])
         r0 = _residuals(figs, march, ok, z0)
         sens = []
         for j, n in enumerate(ok):
@@ -288,7 +333,7 @@ def _choose(figs, march, candidates, min_figures) -> tuple[list, dict, dict]:
 
 
 def _lm(figs, march, names, prior, iters=40, z_start=None) -> np.ndarray:
-    z0 = np.array([math.log(_value(march, _PARAM[n])) for n in names])
+    z0 = np.array([math.log(_start(march, _PARAM[n])) for n in names])
     lo = np.array([math.log(_PARAM[n].lo) for n in names])
     hi = np.array([math.log(_PARAM[n].hi) for n in names])
     z = np.clip(z0 if z_start is None else z_start, lo, hi)
@@ -346,7 +391,7 @@ def fit(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidat
     if len(alignments) > 1:
         names = [*names, "channel_align"]
         values["channel_align"] = base.channel_align
-    return FitResult(fitted, tuple(names), values, {n: _value(march, _PARAM[n]) for n in cand} |
+    return FitResult(fitted, tuple(names), values, {n: _start(march, _PARAM[n]) for n in cand} |
                      {"channel_align": march.channel_align}, dep, list(figs),
                      {f.name: predict(f, fitted) for f in figs}, not_fitted=why)
 
