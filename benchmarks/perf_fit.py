@@ -87,10 +87,12 @@ def _prior_doc() -> dict:
     replaced (kept under "prior"), its "fit" dropped."""
     doc = json.loads(_profile_path().read_text(encoding="utf-8"))
     for section in (doc["params"], doc.get("precision") or {}):
-        for p in section.values():
+        for k, p in list(section.items()):
             if isinstance(p, dict) and "prior" in p:
                 p["value"] = p.pop("prior")
                 p.pop("fitted", None)
+            elif isinstance(p, dict) and "fitted" in p:  # absent before the fit: absent again
+                del section[k]
     doc.pop("fit", None)
     return doc
 
