@@ -98,6 +98,8 @@ class FusionSpec(FileModel):
     residual_add: bool = False
     lut: _OPS = []
     concat_in_place: bool = False
+    vector_regions: bool = False
+    softmax_passes: Annotated[int, Field(ge=1, le=16)] = 1
 
 
 class FigureKind(str, Enum):
