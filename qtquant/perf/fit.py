@@ -5,7 +5,8 @@ A :class:`Figure` is one public (or the user's own) latency of one graph: a comp
 one-thread latency (:attr:`FigureKind.BOARD`, compared with the board estimate, perf/board.py), optionally
 with a precision map (the priced precision choices: a node in int16 or kept in float).
 
-:func:`fit` is Levenberg-Marquardt on ``r_i = ln(predicted_i / public_i)``, every parameter in log space,
+:func:`fit` is Levenberg-Marquardt on ``r_i = ln(predicted_i / public_i)`` (Huber beyond ±0.1: a figure the model
+cannot reach counts linearly), every parameter in log space,
 with a weak pull (``prior`` per e-fold) towards the profile it starts from, so that a parameter the figures
 barely constrain stays near its estimate.  Rules:
 
@@ -332,6 +333,18 @@ def _choose(figs, march, candidates, min_figures) -> tuple[list, dict, dict]:
     return ok, {n: [f.name for f in dep[n]] for n in candidates}, why
 
 
+HUBER = 0.1
+"""Residuals (log ratios) beyond this count linearly, not squared (Huber): one figure the model cannot
+reach (YOLO12n, its static estimate three times the next model's) must not drag every parameter."""
+
+
+def _robust(r: np.ndarray) -> np.ndarray:
+    """Each residual as sign(r)·sqrt(2·huber(r)): least squares on these is the Huber fit."""
+    a = np.abs(r)
+    rho = np.where(a <= HUBER, 0.5 * r * r, HUBER * (a - 0.5 * HUBER))
+    return np.sign(r) * np.sqrt(2 * rho)
+
+
 def _lm(figs, march, names, prior, iters=40, z_start=None) -> np.ndarray:
     z0 = np.array([math.log(_start(march, _PARAM[n])) for n in names])
     lo = np.array([math.log(_PARAM[n].lo) for n in names])
@@ -340,7 +353,7 @@ def _lm(figs, march, names, prior, iters=40, z_start=None) -> np.ndarray:
     lam = 1e-2
 
     def cost(zz):
-        return np.concatenate([_residuals(figs, march, names, zz), prior * (zz - z0)])
+        return np.concatenate([_robust(_residuals(figs, march, names, zz)), prior * (zz - z0)])
 
     r = cost(z)
     for _ in range(iters):
@@ -382,7 +395,7 @@ def fit(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidat
         base = dataclasses.replace(march, channel_align=align)
         names, dep, why = _choose(figs, base, cand, min_figures)
         z = _lm(figs, base, names, prior) if names else np.zeros(0)
-        r = _residuals(figs, base, names, z)
+        r = _robust(_residuals(figs, base, names, z))
         if best is None or r @ r < best[0]:
             best = (float(r @ r), base, names, dep, why, z)
     _, base, names, dep, why, z = best
