@@ -58,7 +58,7 @@ class Confidence:
 
     @property
     def short(self) -> str:
-        return "fit: none like it" if self.median_loo is None else f"±{self.median_loo * 100:.0f}%"
+        return "no fit figure like it" if self.median_loo is None else f"±{self.median_loo * 100:.0f}%"
 
     def to_dict(self) -> dict:
         return {"kind": self.kind.value, "family": self.family, "median_loo_error": self.median_loo,
