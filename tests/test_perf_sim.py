@@ -150,7 +150,7 @@ def _one_conv(cin, cout, hw=28, k=3):
 def test_channel_alignment_lowers_utilization():
     m = load_march("bayes-e")
     assert m.channel_align == 16
-    aligned, odd = _one_conv(128, 128, k=5), _one_conv(128, 129, k=5)
+    aligned, odd = _one_conv(128, 128, hw=56, k=5), _one_conv(128, 129, hw=56, k=5)
     per_mac_aligned = aligned.compute_us / aligned.macs
     per_mac_odd = odd.compute_us / odd.macs
     assert per_mac_aligned == pytest.approx(1e6 / (m.macs_per_s * m.utilization))

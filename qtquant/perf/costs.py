@@ -260,6 +260,7 @@ class CostContext:
 
         def free(n):
             return (n.name not in self.fused and n.name not in self.chain_nodes and n.name not in claimed
+                    and n.op_type not in _REDUCE  # a Softmax is lowered on its own (softmax_passes)
                     and handler_for(n.op_type).cost_class is CostClass.MEMORY
                     and vector_class(n.op_type) in ("eltwise", "lut", "reduce"))
 
