@@ -219,3 +219,17 @@ def test_an_exported_gelu_is_one_pass_and_a_softmax_five_on_bayes_e():
     plain = dataclasses.replace(m, fusion=dataclasses.replace(m.fusion, vector_regions=False, softmax_passes=1))
     res1 = simulate(g, plain)
     assert res1.layer("erf").total_us > 0 and res1.layer("softmax").bytes == 2 * 8 * 32 * 32
+
+
+def test_perf_json_and_report_carry_both_latencies_and_how_sure(tmp_path, capsys):
+    model = save(detector_model(shape=(1, 3, 32, 32)), tmp_path / "m.onnx")
+    assert main(["perf", str(model), "--calib-count", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    s = doc["after"]["summary"]
+    assert s["board_latency_ms"] > s["latency_ms"] > 0 and s["board_cpu_us"] > 0
+    assert set(doc["confidence"]) == {"static", "board"}
+    assert doc["confidence"]["static"]["family"] == "conv dense"
+    report = tmp_path / "r.html"
+    assert main(["perf", str(model), "--calib-count", "2", "--report", str(report)]) == 0
+    html = report.read_text()
+    assert "board estimate (1 thread)" in html and "static estimate (BPU)" in html and 'class="meta confidence"' in html
