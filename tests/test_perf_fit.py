@@ -210,6 +210,7 @@ def test_an_exported_gelu_is_one_pass_and_a_softmax_five_on_bayes_e():
     res = simulate(g, m)
     gelu = res.layer("gelu")
     assert set(gelu.fused) == {"div", "erf", "add", "mul"} and gelu.elems == 5 * 8 * 32 * 32
+    assert gelu.op_class == "region" and gelu.efficiency == m.region_efficiency
     assert gelu.bytes == 2 * 8 * 32 * 32  # reads the conv's output once, writes its result once
     assert all(res.layer(n).fused_into == "gelu" and res.layer(n).total_us == 0 for n in ("div", "erf", "mul"))
     sm = res.layer("softmax")

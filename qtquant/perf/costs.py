@@ -67,7 +67,7 @@ def alignment_efficiency(channels: int, align: int) -> float:
 
 
 # Vector-unit op classes, each with its own efficiency in the march profile.
-VECTOR_CLASSES = ("eltwise", "lut", "resize", "pool", "reduce", "copy")
+VECTOR_CLASSES = ("eltwise", "lut", "resize", "pool", "reduce", "copy", "region")
 _POOL = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool"})
 _PLAIN_ELTWISE = frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "Abs", "Neg", "Floor", "Ceil", "Round", "Sign"})
 _REDUCE = frozenset({"Softmax", "LogSoftmax"})
@@ -429,7 +429,7 @@ def memory_cost(node, ctx, op_class: str | None = None) -> LayerCost:
     src = ctx.lut_in.get(node.name)
     region = ctx.region_in.get(node.name)
     if region is not None:  # one pass over its one input: its pieces' elements through the vector unit
-        cls = "eltwise"
+        cls = "region"
         moves = [_act_move(ctx, region)] + [_act_move(ctx, o) for o in node.outputs if o and ctx.is_activation(o)]
         elems = ctx.region_elems[node.name]
         note = "element-wise region: " + ctx.chain_ops[node.name]

@@ -71,6 +71,7 @@ FITTABLE = (
     FitParam("pool_efficiency", 0.01, 16.0),
     FitParam("reduce_efficiency", 0.002, 16.0),
     FitParam("copy_efficiency", 0.002, 16.0),
+    FitParam("region_efficiency", 0.002, 16.0),
     FitParam("board_call_us", 1.0, 5000.0),
     FitParam("board_ns_per_element", 0.01, 100.0),
     FitParam("precision.int16_vector_factor", 1.0, 1e5),

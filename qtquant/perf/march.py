@@ -164,6 +164,7 @@ class Params(FileModel):
     pool_efficiency: Param[Positive] | None = None
     reduce_efficiency: Param[Positive] | None = None
     copy_efficiency: Param[Positive] | None = None
+    region_efficiency: Param[Positive] | None = None  # an element-wise region (fusion.vector_regions)
     # The board estimate (perf/board.py): what the runtime adds on the CPU to one inference of one
     # thread (hrt_model_exec perf): a fixed cost per call, and each float32 output element
     # dequantised (each float input element quantised).  Never part of the BPU static estimate.
@@ -249,6 +250,7 @@ class MarchProfile:
     pool_efficiency: float = 1.0
     reduce_efficiency: float = 1.0
     copy_efficiency: float = 1.0
+    region_efficiency: float = 1.0
     board_call_us: float = 0.0
     board_ns_per_element: float = 0.0
     fitted_params: tuple = ()  # names the profile's "fit" lists
