@@ -9,6 +9,7 @@ fitted to, and its fit errors are what ``qtquant perf --march-file MY.json`` pri
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from ..errors import BadInputError, UsageError
@@ -80,6 +81,11 @@ def run_fit(args, march) -> int:
              pct(res.loo[f.name], f.public_us) if f.name in res.loo else "-") for f in figs]
     print(text_table(rows, ("model", "log", "log µs", "fitted µs", "in-sample", "leave-one-out µs", "LOO"),
                      "llrrrrr", rule=True, max_width=40))
+    ins = [abs(res.in_sample[f.name] / f.public_us - 1) * 100 for f in figs]
+    loo = [abs(res.loo[f.name] / f.public_us - 1) * 100 for f in figs if f.name in res.loo]
+    print(f"median |error|: in-sample {statistics.median(ins):.1f}%"
+          + (f", leave-one-out {statistics.median(loo):.1f}% over {len(loo)} logs" if loo else
+             " (one log: no leave-one-out)"))
     print()
     if res.fitted:
         print(f"fitted ({len(res.fitted)} parameter(s) from {len(figs)} log(s)):")
