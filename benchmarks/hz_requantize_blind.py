@@ -3,7 +3,7 @@
 For each reference compile log (``../shared/horizon-logs``, hb_mapper 1.24.3 / hbdk 3.49.15,
 bayes-e): a copy of the log with every ``HzRequantize`` row removed is opened with its model
 (the Ultralytics graph at the log's input size, random weights, cut where the log's graph
-ends: ``benchmarks/perf_fit_models.py``), its thresholds as the scales of the tensors they give
+ends: ``benchmarks/hz_log_models.py``), its thresholds as the scales of the tensors they give
 (``Session.set_compiler_log``, as a QDQ file's scales are applied; the tensors the log gives no
 threshold keep a synthetic calibration's range), and qtquant's predicted requantize set -- the
 Concat inputs that need a rescale under the march's Concat rule -- is compared with the full
@@ -11,7 +11,7 @@ log's.  Per model: requantized in the log, predicted, agree, missed, extra; then
 recall over all eight.  ``--rule`` prices another :class:`~qtquant.base.vocab.ConcatScaleRule` on the
 same scales instead of the march's.
 
-    /tmp/ulvenv/bin/python benchmarks/perf_fit_models.py /tmp/hzmodels yolov8n yolov9t yolov8n-seg \\
+    /tmp/ulvenv/bin/python benchmarks/hz_log_models.py /tmp/hzmodels yolov8n yolov9t yolov8n-seg \\
         yolov5nu yolo11n yolov8n-cls yolov10n yolo12n        # a venv with ultralytics + onnx
     python benchmarks/hz_requantize_blind.py --models /tmp/hzmodels [--logs DIR] [--rule RULE]
 
@@ -40,7 +40,7 @@ from qtquant.horizon.log import REQUANTIZE_TYPE, read_compile_log  # noqa: E402
 from qtquant.horizon.match import match_compile_log  # noqa: E402
 from qtquant.base.vocab import ConcatScaleRule  # noqa: E402
 
-# log name -> the model file perf_fit_models.py builds
+# log name -> the model file hz_log_models.py builds
 MODELS = {
     "yolov8n": "yolov8n_640_cut.onnx",
     "yolov9t": "yolov9t_640_cut.onnx",
@@ -80,7 +80,7 @@ def predicted(session, rule: ConcatScaleRule | None) -> set[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", type=Path, default=Path("/tmp/hzmodels"), help="perf_fit_models.py's OUT_DIR")
+    ap.add_argument("--models", type=Path, default=Path("/tmp/hzmodels"), help="hz_log_models.py's OUT_DIR")
     ap.add_argument("--logs", type=Path, default=SHARED / "horizon-logs")
     ap.add_argument("--rule", choices=[r.value for r in ConcatScaleRule], default=None,
                     help="price this Concat rule instead of the march's (bayes-e)")

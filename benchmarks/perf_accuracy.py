@@ -29,19 +29,23 @@ from qtquant.app import Options, Session  # noqa: E402
 from bench_common import SHARED  # noqa: E402
 
 
-# DESIGN §4: RDK X5, 224x224, single-thread latency including CPU pre/post.
+# RDK X5 board latency at 224x224, one thread (hrt_model_exec perf: the BPU plus the runtime's CPU work on
+# the inputs and outputs, not application pre/post-processing): compared with the board estimate.
 PUBLIC_X5_MS = {"resnet18": 2.95, "mobilenet_v2": 1.42, "mobilenet_v1": 1.27, "googlenet": 2.19}
 # The X5 compiler's static estimate for YOLOv8n at 640x640.
 YOLO_X5 = {"ms": 3.96, "ddr_mb": 12.7, "requantize": 22}
 
 
-def _row(label, session, public_ms, note):
+def _row(label, session, public_ms, note, board=False):
+    """``board``: the public figure is a board latency (compared with the board estimate), else the
+    compiler's static estimate (compared with the static estimate)."""
     t = time.perf_counter()
     res = simulate_session(session)
     sim_s = time.perf_counter() - t
-    err = (res.total_ms - public_ms) / public_ms * 100 if public_ms else None
+    sim_ms = res.board_ms if board else res.total_ms
+    err = (sim_ms - public_ms) / public_ms * 100 if public_ms else None
     compute_share = sum(lc.total_us for lc in res.layers if lc.bound == "compute") / res.total_us * 100
-    return {"model": label, "gmacs": model_macs(session.graph) / 1e9, "sim_ms": res.total_ms,
+    return {"model": label, "gmacs": model_macs(session.graph) / 1e9, "sim_ms": sim_ms,
             "public_ms": public_ms, "err": err, "ddr_mb": res.ddr_bytes / 1e6, "rescales": res.rescale_count,
             "rescale_us": res.rescale_us, "compute_share": compute_share, "note": note, "sim_s": sim_s, "res": res}
 
@@ -59,7 +63,7 @@ def main(argv=None) -> int:
         g = graph_from_model(zoo_model(name, size=224, seed=0), ort_fallback=False)
         s = Session(g, opts)
         s.run_calibration()
-        rows.append(_row(name, s, public, "incl. CPU pre/post in the public figure"))
+        rows.append(_row(name, s, public, "board latency, 1 thread: against the board estimate", board=True))
     if args.yolo.is_file():
         calib = args.calib if Path(args.calib).is_dir() else "synthetic"
         s = open_model(args.yolo, {"images": (1, 3, 640, 640)},

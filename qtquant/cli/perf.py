@@ -16,8 +16,16 @@ HELP = "per-layer latency, FPS, DDR traffic and rescale cost on a BPU march (DES
 def add_arguments(p) -> None:
     from .compilerlog import add_compiler_log_args
 
-    add_common(p)
+    p.add_argument("model", metavar="MODEL", nargs="?", default=None,
+                   help="ONNX model (float or QDQ-quantized); not with --fit")
+    add_common(p, model=False)
     add_compiler_log_args(p)
+    fit = p.add_argument_group("fit the march to your own compile logs")
+    fit.add_argument("--fit", action="append", default=[], metavar="MODEL=LOG",
+                     help="a model and its hb_mapper compile log (repeatable): fit the march's global parameters "
+                          "to the logs' static estimates, print in-sample and leave-one-out error")
+    fit.add_argument("--march-out", default=None, metavar="MY.json",
+                     help="with --fit: write the fitted profile here (then use it with --march-file)")
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the stable JSON form")
     out.add_argument("--report", metavar="OUT.html", default=None, help="write a self-contained HTML report")
@@ -33,6 +41,8 @@ def run(args) -> int:
     from ..base.errors import BadInputError, UsageError
     from ..base.fileio import atomic_write_text, check_output_path
     from ..perf import load_march, simulate_session
+    from ..perf.confidence import confidence
+    from ..perf.march import FigureKind
     from ..perf.precision import precision_table_text
     from ..perf.price import edit_price
     from ..perf.report import csv_text, explain_text, html_report, layer_table_text, summary_text
@@ -43,6 +53,14 @@ def run(args) -> int:
         raise UsageError("--top must be at least 1")
     # Check the march and output paths before the (slow) calibration so a typo fails fast.
     march = load_march(args.march_file if args.march_file else args.march)
+    if args.fit:
+        from .perffit import run_fit
+
+        return run_fit(args, march)
+    if args.march_out:
+        raise UsageError("--march-out goes with --fit MODEL=LOG")
+    if not args.model:
+        raise UsageError("give MODEL (or --fit MODEL=LOG ... to fit the march to your compile logs)")
     named = []
     for out, what in ((args.report, "report"), (args.csv, "CSV file")):
         if out:
@@ -100,6 +118,8 @@ def run(args) -> int:
             "before": before.to_dict(),
             "after": after.to_dict(),
             "price": edit_price(before, after).to_dict(),
+            # How sure the two latencies are: the march fit's leave-one-out error on the nearest figures.
+            "confidence": {k.value: confidence(march, after.family, k).to_dict() for k in FigureKind},
         }
         if session.compiler_log is not None:
             from ..horizon.report import compiler_log_dict
@@ -113,7 +133,7 @@ def run(args) -> int:
     print()
     print(f"{model} ({shapes}{cut_text(g)}) on {march.name}" + (f", {len(session.groups)} group(s)" if grouped else "")
           + f"; {calibration_text(session)} (the rescales follow from those scales)")
-    print(summary_text(after, before if edited else None))
+    print(summary_text(after, before if edited else None, march=march))
     if after.precision is not None:
         print()
         print(precision_table_text(after))

@@ -371,7 +371,7 @@ class PerfSummary(QWidget):
 
     marchChanged = Signal(str)
     nodeActivated = Signal(str)
-    PERF_FIELDS = ("latency", "fps", "ddr", "rescale_us")
+    PERF_FIELDS = ("latency", "board", "fps", "ddr", "rescale_us")
     PRICE_TIP = ("The latency each kind of edit adds (red) or saves (green) against the model as opened: "
                  "sharing (groups) at int8, then precision (int16 on the BPU, float on the CPU) on top")
 
@@ -386,15 +386,15 @@ class PerfSummary(QWidget):
         self.march.currentTextChanged.connect(self.marchChanged)
         form.addRow("March:", self.march)
         self.values = {}
-        for key, label in (("latency", "Latency:"), ("fps", "FPS:"), ("ddr", "DDR / frame:"),
-                           ("rescales", "Rescales:"), ("rescale_us", "Rescale cost:"), ("price", "Edits cost:"),
-                           ("sqnr", "Output SQNR:"), ("sqnr_basis", "Measured on:")):
+        for key, label in (("latency", "Static (BPU):"), ("board", "Board, 1 thread:"), ("fps", "FPS (static):"),
+                           ("ddr", "DDR / frame:"), ("rescales", "Rescales:"), ("rescale_us", "Rescale cost:"),
+                           ("price", "Edits cost:"), ("sqnr", "Output SQNR:"), ("sqnr_basis", "Measured on:")):
             # SQNR (one entry per model output) is one elided line with the whole report in its tooltip:
             # wrapped, its third line would be clipped; and a later result cannot grow the dock.
             lab = ElidedLabel() if key == "sqnr" else QLabel("—")
             lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
             f = lab.font()
-            f.setBold(key in ("latency", "fps"))
+            f.setBold(key in ("latency", "board"))
             lab.setFont(f)
             form.addRow(label, lab)
             self.values[key] = lab
@@ -447,6 +447,11 @@ class PerfSummary(QWidget):
             self.values[key].setText(getattr(view, key).html())
         self.values["price"].setText(view.price)
         self.values["price"].setToolTip(self.PRICE_TIP)
+        # What each latency is, and how sure (the fit's leave-one-out error on the nearest figures).
+        self.values["latency"].setToolTip("The BPU static estimate: what the compiler prints (latency = … us). "
+                                          + view.latency_tip)
+        self.values["board"].setToolTip("The board estimate for one thread: the static estimate plus the "
+                                        "runtime's CPU work on the inputs and outputs. " + view.board_tip)
         self.chart.set_rows(view.chart)
         self.note.setText(view.note)
 

@@ -161,7 +161,12 @@ class FusionRule:
     - ``lut``: element-wise functions evaluated by one table-lookup pass of their own, however
       many ONNX ops spell them (``SiLU``, ``HardSwish`` merge their pieces into one pass);
     - ``concat_in_place``: a channel Concat is addressing, also when some inputs are
-      requantized (the requantize writes into the Concat's buffer).
+      requantized (the requantize writes into the Concat's buffer);
+    - ``vector_regions``: a region of element-wise ops fed by one activation (and constants) with one
+      result, such as an exported GELU or LayerNorm, is one vector-unit pass (the perf simulator's
+      pricing only: no effect on the quantization points);
+    - ``softmax_passes``: full passes over its input a Softmax takes as the compiler lowers it
+      (1: one vector pass).
     """
 
     producers: frozenset = _PRODUCERS
@@ -170,6 +175,8 @@ class FusionRule:
     residual_add: bool = False
     lut: frozenset = frozenset()
     concat_in_place: bool = False
+    vector_regions: bool = False
+    softmax_passes: int = 1
 
     # A lookup-table pass reads int8: the producer's output is requantized for it and has a
     # threshold of its own.  The X5 compile log of YOLOv8n lists `/model.0/conv/Conv`
@@ -209,7 +216,8 @@ _DEFAULT_RULE: FusionRule | None = None
 
 def fusion_rule_from(d: dict) -> FusionRule:
     """A FusionRule from a profile's already validated ``fusion`` value (lists of op names)."""
-    kw = {k: (frozenset(v) if isinstance(v, (list, tuple, set, frozenset)) else bool(v))
+    kw = {k: (frozenset(v) if isinstance(v, (list, tuple, set, frozenset)) else
+              v if isinstance(v, int) and not isinstance(v, bool) else bool(v))
           for k, v in d.items() if k in FusionRule.__dataclass_fields__}
     return FusionRule(**kw)
 

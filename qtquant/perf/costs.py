@@ -67,7 +67,7 @@ def alignment_efficiency(channels: int, align: int) -> float:
 
 
 # Vector-unit op classes, each with its own efficiency in the march profile.
-VECTOR_CLASSES = ("eltwise", "lut", "resize", "pool", "reduce", "copy")
+VECTOR_CLASSES = ("eltwise", "lut", "resize", "pool", "reduce", "copy", "region")
 _POOL = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool"})
 _PLAIN_ELTWISE = frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "Abs", "Neg", "Floor", "Ceil", "Round", "Sign"})
 _REDUCE = frozenset({"Softmax", "LogSoftmax"})
@@ -106,8 +106,12 @@ class CostContext:
         self.chain_nodes: dict[str, tuple] = {}  # host -> the node names merged into it
         self.chain_inputs: dict[str, list] = {}  # host -> extra inputs of its chain (residuals)
         self.lut_in: dict[str, str] = {}  # LUT host -> the one tensor its pieces read
+        self.region_in: dict[str, str] = {}  # vector-region host -> the one activation its pieces read
+        self.region_elems: dict[str, int] = {}  # vector-region host -> elements its pieces stream, summed
         self._find_fusions()
         self._find_luts()
+        if self.rule.vector_regions:
+            self._find_vector_regions()
 
     # -- tensors ----------------------------------------------------------------------------
     def is_activation(self, tensor: str) -> bool:
@@ -246,6 +250,56 @@ class CostContext:
                 self.fused[s.name] = host.name
                 self.internal.update(o for o in s.outputs if o)
 
+    def _find_vector_regions(self) -> None:
+        """Merge each region of element-wise ops that reads one activation (besides constants) and
+        leaves one result into one vector-unit layer hosted by the node writing that result: an
+        exported GELU (Div, Erf, Add, Mul, Mul) or LayerNorm (ReduceMean, Sub, Pow, ReduceMean, Add,
+        Sqrt, Div, Mul, Add) reads its input once and writes its result once; its pieces' elements
+        still stream through the vector unit one after another (``fusion.vector_regions``)."""
+        g = self.graph
+
+        def free(n):
+            return (n.name not in self.fused and n.name not in self.chain_nodes and n.name not in claimed
+                    and n.op_type not in _REDUCE  # a Softmax is lowered on its own (softmax_passes)
+                    and handler_for(n.op_type).cost_class is CostClass.MEMORY
+                    and vector_class(n.op_type) in ("eltwise", "lut", "reduce"))
+
+        claimed: set[str] = set()
+        for x in list(g.tensors):
+            if x in self.internal or not self.is_activation(x):
+                continue
+            region, made, todo = [], {x}, list(self._consumers(x))
+            while todo:
+                c = todo.pop(0)
+                if c in region or not free(c):
+                    continue
+                if all(i in made for i in c.inputs if i and self.is_activation(i)):
+                    region.append(c)
+                    for o in c.outputs:
+                        if o:
+                            made.add(o)
+                            todo.extend(self._consumers(o))
+            if len(region) < 2:
+                continue
+            inside = {n.name for n in region}
+            exits = [t for t in made - {x} if t in self._io or any(c.name not in inside for c in self._consumers(t))]
+            if len(exits) != 1:
+                continue
+            host = g.producer(exits[0])
+            if host is None or host.name not in inside:
+                continue
+            others = [n for n in region if n is not host]
+            self.region_in[host.name] = x
+            self.region_elems[host.name] = sum(
+                max([numel(shape_of(g, t)) for t in (*n.inputs, *n.outputs) if t and self.is_activation(t)],
+                    default=0) for n in region)
+            self.chain_nodes[host.name] = tuple(n.name for n in others)
+            self.chain_ops[host.name] = "+".join(n.op_type for n in region)
+            for n in others:
+                self.fused[n.name] = host.name
+                self.internal.update(o for o in n.outputs if o)
+            claimed |= inside
+
     def _rest_static(self, node) -> bool:
         """True when every input but the first is a constant (Clip bounds, PRelu slope)."""
         return all(not i or not self.is_activation(i) for i in node.inputs[1:])
@@ -373,7 +427,13 @@ def memory_cost(node, ctx, op_class: str | None = None) -> LayerCost:
     writes its result: the pieces' intermediate tensors never leave the vector unit."""
     g, m = ctx.graph, ctx.march
     src = ctx.lut_in.get(node.name)
-    if src is not None:
+    region = ctx.region_in.get(node.name)
+    if region is not None:  # one pass over its one input: its pieces' elements through the vector unit
+        cls = "region"
+        moves = [_act_move(ctx, region)] + [_act_move(ctx, o) for o in node.outputs if o and ctx.is_activation(o)]
+        elems = ctx.region_elems[node.name]
+        note = "element-wise region: " + ctx.chain_ops[node.name]
+    elif src is not None:
         cls = "lut"
         moves = [_act_move(ctx, src)] + [_act_move(ctx, o) for o in node.outputs if o and ctx.is_activation(o)]
         elems = numel(shape_of(g, src))
@@ -384,6 +444,15 @@ def memory_cost(node, ctx, op_class: str | None = None) -> LayerCost:
         elems = max([numel(shape_of(g, t)) for t in (*node.inputs, *node.outputs) if t and ctx.is_activation(t)],
                     default=0)
         note = ""
+        passes = ctx.rule.softmax_passes
+        if node.op_type == "Softmax" and passes > 1:
+            # As the X5 compiler lowers it (ReduceMax, Sub, Exp, ReduceSum, Mul by the reciprocal): each
+            # pass streams the whole input; the two reductions read it, the other three also write it.
+            moves = [(b * passes, d) for b, d in _input_moves(node, ctx, skip_internal=True)] + \
+                [(b * (passes - 2), d) for b, d in (_act_move(ctx, o) for o in node.outputs
+                                                     if o and o not in ctx.internal and ctx.is_activation(o))]
+            elems *= passes
+            note = f"Softmax as {passes} passes (max, subtract, exp, sum, scale)"
     eff = m.vector_efficiency(cls)
     compute_us = elems / (m.vector_elems_per_s * eff) * 1e6
     return _finish(node.name, node.op_type, moves, compute_us, m.op_overhead_us, ctx, note=note, op_class=cls,
@@ -437,7 +506,8 @@ def node_cost(node, ctx) -> LayerCost:
     """Cost of one graph node: fused and constant-folded nodes first, then the registry's function."""
     host = ctx.fused.get(node.name)
     if host is not None:  # its traffic is charged to the host (see CostContext._find_fusions)
-        how = "merged into the lookup-table layer" if host in ctx.lut_in else "fused into"
+        how = ("merged into the lookup-table layer" if host in ctx.lut_in else
+               "merged into the element-wise region" if host in ctx.region_in else "fused into")
         return zero_cost(node, f"{how} {host}", fused_into=host)
     if not any(o and ctx.is_activation(o) for o in node.outputs):
         return zero_cost(node, "constant-folded or shape math (not run on the BPU)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Generic, TypeVar
 
@@ -23,7 +24,8 @@ from ..base.fileio.schema import FileModel, first_problem, one_line, problem, re
 from ..base.resources import resource_path
 from ..base.vocab import ConcatScaleRule
 
-__all__ = ["MarchProfile", "load_march", "march_names", "profile_from_dict", "PARAMS", "unknown_march",
+__all__ = ["MarchProfile", "FigureKind", "FitError", "FitInfo", "load_march", "march_names", "profile_from_dict",
+           "PARAMS", "unknown_march",
            "looks_like_path"]
 
 
@@ -96,14 +98,41 @@ class FusionSpec(FileModel):
     residual_add: bool = False
     lut: _OPS = []
     concat_in_place: bool = False
+    vector_regions: bool = False
+    softmax_passes: Annotated[int, Field(ge=1, le=16)] = 1
+
+
+class FigureKind(str, Enum):
+    """What a public latency figure measures: the compiler's static estimate of the BPU part, or the
+    board's one-thread latency (that estimate plus the runtime's CPU work, perf/board.py)."""
+
+    STATIC = "static"
+    BOARD = "board"
+
+
+class FitError(FileModel):
+    """One figure of a fit, as the fit predicted it: in sample, and left out (leave-one-out)."""
+
+    figure: str
+    kind: Annotated[FigureKind, BeforeValidator(FigureKind)]
+    family: str  # perf/fit.py family_of: what kind of network it is, for "the nearest family"
+    public_us: float
+    fitted_us: float
+    loo_us: float | None = None
+
+    @property
+    def loo_error(self) -> float | None:
+        return None if self.loo_us is None else (self.loo_us - self.public_us) / self.public_us
 
 
 class FitInfo(FileModel):
-    """Which numbers of the profile were fitted (by ``script`` to ``figures``): each must say so."""
+    """Which numbers of the profile were fitted (by ``script`` to ``figures``): each must say so.
+    ``errors``: each figure's in-sample and leave-one-out prediction (the report's ±N%)."""
 
     script: str
     figures: list[str] = []
     params: list[str]
+    errors: list[FitError] = []
 
 
 class Params(FileModel):
@@ -135,8 +164,13 @@ class Params(FileModel):
     pool_efficiency: Param[Positive] | None = None
     reduce_efficiency: Param[Positive] | None = None
     copy_efficiency: Param[Positive] | None = None
-    # CPU pre/post-processing and the runtime call of an end-to-end board figure: never part of
-    # the BPU latency; only to compare a simulated latency with a board measurement.
+    region_efficiency: Param[Positive] | None = None  # an element-wise region (fusion.vector_regions)
+    # The board estimate (perf/board.py): what the runtime adds on the CPU to one inference of one
+    # thread (hrt_model_exec perf): a fixed cost per call, and each float32 output element
+    # dequantised (each float input element quantised).  Never part of the BPU static estimate.
+    board_call_us: Param[NonNegative] | None = None
+    board_ns_per_element: Param[NonNegative] | None = None
+    # Older profiles: one CPU term per board figure (read as board_call_us).
     board_cpu_overhead_us: Param[NonNegative] | None = None
     # How the compiler picks a Concat's output scale (qtquant.concatrule); absent: its own scale.
     concat_output_scale: Param[Annotated[ConcatScaleRule, BeforeValidator(_rule)]] | None = None
@@ -169,6 +203,13 @@ class ProfileFile(FileModel):
     @model_validator(mode="after")
     def _fitted(self):
         for k in (self.fit.params if self.fit else ()):
+            if k.startswith("precision."):  # a number of the precision section
+                entry = self.precision.get(k.split(".", 1)[1]) if isinstance(self.precision, dict) else None
+                if not isinstance(entry, dict) or not str(entry.get("fitted", "")).strip().lower() \
+                        .startswith("fitted to"):
+                    raise ValueError(f'"{k}" is listed as fitted (fit.params) but does not say what it was '
+                                     f'fitted to (give it "fitted": "fitted to ...")')
+                continue
             p = getattr(self.params, k, None) if k in PARAMS else None
             if k not in PARAMS:
                 raise ValueError(f'"fit" lists unknown parameter "{k}"')
@@ -209,8 +250,11 @@ class MarchProfile:
     pool_efficiency: float = 1.0
     reduce_efficiency: float = 1.0
     copy_efficiency: float = 1.0
-    board_cpu_overhead_us: float = 0.0
+    region_efficiency: float = 1.0
+    board_call_us: float = 0.0
+    board_ns_per_element: float = 0.0
     fitted_params: tuple = ()  # names the profile's "fit" lists
+    fit_errors: tuple = field(default=(), compare=False)  # FitError per figure of the profile's fit
     concat_output_scale: ConcatScaleRule = ConcatScaleRule.OWN
     path: str = ""
     provenance: dict = field(default_factory=dict, compare=False)  # param -> ("source"|"estimate"|"fitted", text)
@@ -253,8 +297,8 @@ class MarchProfile:
     def to_dict(self) -> dict:
         d = {"name": self.name, "description": self.description}
         for k in PARAMS:
-            if k == "fused_activations":
-                continue  # the older spelling of "fusion"
+            if k in ("fused_activations", "board_cpu_overhead_us"):
+                continue  # older spellings ("fusion", "board_call_us")
             v = getattr(self, k)
             if isinstance(v, FusionRule):
                 v = {f: (sorted(x) if isinstance(x, frozenset) else x) for f, x in vars(v).items()}
@@ -343,7 +387,12 @@ def profile_from_dict(doc, *, where: str = "march profile", path: str = "") -> M
         params["fusion"] = params.pop("fused_activations")
     else:
         params.pop("fused_activations", None)
+    old = params.pop("board_cpu_overhead_us", None)
+    values.pop("board_cpu_overhead_us", None)
+    if old is not None and "board_call_us" not in params:  # an older profile's one CPU term
+        params["board_call_us"], values["board_call_us"] = old, old.value
     return MarchProfile(name=f.name, description=f.description, path=path,
                         fitted_params=tuple(f.fit.params) if f.fit else (),
+                        fit_errors=tuple(f.fit.errors) if f.fit else (),
                         provenance={k: p.provenance for k, p in params.items()},
                         precision_section=f.precision, **values)

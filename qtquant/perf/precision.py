@@ -53,6 +53,8 @@ class PrecisionParams(FileModel):
     cpu_efficiency: Param[Fraction]  # share of the peak a real conv/elementwise kernel reaches
     cpu_elementwise_flops: Param[Positive]  # FLOP per output element of a non-MAC op
     handoff_us: Param[NonNegative]  # one BPU<->CPU boundary: sync, cache maintenance, (de)quantize
+    # Vector-unit time (no MACs) of a BPU node reading or writing int16, x int8's (absent: 1).
+    int16_vector_factor: Param[Positive] | None = None
 
 
 # RDK X5 (bayes-e): used for a profile without a "precision" section, and written into bayes-e.json.
@@ -85,6 +87,7 @@ PARAMS = tuple(PrecisionParams.model_fields)
 @dataclass(frozen=True)
 class _Rates:
     int16_compute_factor: float
+    int16_vector_factor: float
     cpu_flops_per_s: float
     cpu_elementwise_flops: float
     handoff_us: float
@@ -106,14 +109,15 @@ def precision_params(march) -> _Rates:
             name = Path(getattr(march, "path", "") or "").name or getattr(march, "name", "")
             raise MarchError(one_line(e, f"march profile {name} precision", "precision section")) from None
         fallback = section is None
-        v = {k: getattr(p, k).value for k in PARAMS}
+        v = {k: getattr(p, k).value for k in PARAMS if getattr(p, k) is not None}
         _CACHE[key] = _Rates(
-            int16_compute_factor=v["int16_compute_factor"],
+            int16_compute_factor=v["int16_compute_factor"], int16_vector_factor=v.get("int16_vector_factor", 1.0),
             cpu_flops_per_s=v["cpu_ghz"] * 1e9 * v["cpu_fp32_flops_per_cycle"] * min(v["cpu_threads"],
                                                                                    v["cpu_cores"])
             * v["cpu_efficiency"],
             cpu_elementwise_flops=v["cpu_elementwise_flops"], handoff_us=v["handoff_us"],
-            provenance={k: getattr(p, k).provenance for k in PARAMS}, fallback=fallback)
+            provenance={k: getattr(p, k).provenance for k in PARAMS if getattr(p, k) is not None},
+            fallback=fallback)
     return _CACHE[key]
 
 
@@ -196,12 +200,17 @@ def _int16_price(node, lc, graph, prec, chain_io, rates):
     scale = (lc.bytes + extra) / lc.bytes if lc.bytes else 1.0
     memory_us = lc.memory_us * scale
     ddr = int(lc.ddr_bytes * scale)
-    compute_us = lc.compute_us * (rates.int16_compute_factor if wide_in and lc.macs else 1.0)
+    if lc.macs:
+        compute_us = lc.compute_us * (rates.int16_compute_factor if wide_in else 1.0)
+    else:  # a vector-unit pass (a Softmax's max, exp, sum, reciprocal) on int16 data
+        compute_us = lc.compute_us * rates.int16_vector_factor
     total = max(compute_us, memory_us) + lc.overhead_us
     bits = []
     if wide_in:
         bits.append(f"reads {len(wide_in)} int16 tensor(s)" +
                     (f": MACs x{rates.int16_compute_factor:g}" if lc.macs else ""))
+    if not lc.macs and rates.int16_vector_factor != 1.0:
+        bits.append(f"vector time x{rates.int16_vector_factor:g}")
     if wide_out:
         bits.append(f"writes {len(wide_out)} int16 tensor(s)")
     note = "int16: " + ", ".join(bits) + f", +{extra} bytes"

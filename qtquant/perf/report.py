@@ -9,8 +9,12 @@ import io
 from ..base.tables import clip_left, text_table
 
 
-__all__ = ["report_template", "layer_table_text", "summary_text", "comparison_rows", "csv_text", "html_report",
-           "explain_text", "short_fused", "CSV_COLUMNS"]
+__all__ = ["report_template", "layer_table_text", "summary_text", "comparison_rows", "confidence_lines",
+           "STATIC_LABEL", "BOARD_LABEL", "csv_text", "html_report", "explain_text", "short_fused", "CSV_COLUMNS"]
+
+# The two latencies, named the same everywhere (text, HTML, the app's Performance dock).
+STATIC_LABEL = "static estimate (BPU)"  # what the compiler prints: latency = … us
+BOARD_LABEL = "board estimate (1 thread)"  # + the runtime's CPU work on the inputs and outputs (perf/board.py)
 
 CSV_COLUMNS = ["name", "op_type", "macs", "bytes", "ddr_bytes", "compute_us", "memory_us", "overhead_us",
                "total_us", "bound", "is_rescale", "concat", "note", "op_class", "fused_ops", "fused_into"]
@@ -46,8 +50,9 @@ def comparison_rows(after, before=None) -> list[tuple[str, str, str, str]]:
         return (label, fmt(b), fmt(a), change)
 
     return [
-        row("latency", lambda r: r.total_ms, lambda v: f"{v:.3f} ms"),
-        row("FPS", lambda r: r.fps, lambda v: f"{v:.1f}"),
+        row(STATIC_LABEL, lambda r: r.total_ms, lambda v: f"{v:.3f} ms"),
+        row(BOARD_LABEL, lambda r: r.board_ms, lambda v: f"{v:.3f} ms"),
+        row("FPS (static)", lambda r: r.fps, lambda v: f"{v:.1f}"),
         row("DDR per frame", lambda r: r.ddr_bytes, _fmt_bytes),
         row("rescales", lambda r: r.rescale_count, lambda v: f"{v}"),
         row("rescale cost", lambda r: r.rescale_us, lambda v: f"{v:.1f} µs"),
@@ -58,18 +63,36 @@ def comparison_rows(after, before=None) -> list[tuple[str, str, str, str]]:
     ]
 
 
+def confidence_lines(result, march) -> list[str]:
+    """How sure each of the two latencies is: the march fit's leave-one-out error on the nearest
+    figures (perf/confidence.py), and what the board estimate adds on the CPU."""
+    from .confidence import confidence
+    from .march import FigureKind
+
+    cpu = sum(io.elems for io in result.board_io if io.on_cpu)
+    return [f"{STATIC_LABEL}: {confidence(march, result.family, FigureKind.STATIC).text}",
+            f"{BOARD_LABEL}: {confidence(march, result.family, FigureKind.BOARD).text}; it adds "
+            f"{result.board_cpu_us:.0f} µs on the CPU (the runtime's call and {cpu:,} elements converted: "
+            f"float32 outputs dequantised, non-image inputs quantised)"]
+
+
 BEFORE, AFTER = "as opened", "edited"  # the two columns: no group and all int8, then the session's edits
 
 
-def summary_text(after, before=None) -> str:
-    """The totals; with ``before`` (the model as opened) both columns, the change and the price of the edits."""
+def summary_text(after, before=None, march=None) -> str:
+    """The totals; with ``before`` (the model as opened) both columns, the change and the price of the edits;
+    with ``march``, how sure the two latencies are (:func:`confidence_lines`)."""
     from .price import edit_price
 
     rows = comparison_rows(after, before)
     if before is None:
-        return text_table([(r[0], r[2]) for r in rows], align="ll")
-    return "\n".join([text_table(rows, ("", BEFORE, AFTER, "change")),
-                       f"price of the edits: {edit_price(before, after).text()} of latency"])
+        out = text_table([(r[0], r[2]) for r in rows], align="ll")
+    else:
+        out = "\n".join([text_table(rows, ("", BEFORE, AFTER, "change")),
+                         f"price of the edits: {edit_price(before, after).text()} of latency"])
+    if march is not None:
+        out += "\n" + "\n".join(confidence_lines(after, march))
+    return out
 
 
 def layer_table_text(result, top: int | None = None, include_free: bool = False) -> str:
@@ -161,7 +184,8 @@ def _march_view(march) -> dict | None:
 
 def html_report(after, before=None, *, title: str = "", meta: dict | None = None, march=None) -> str:
     """The whole report as one HTML page: summary, top-layer chart, layer table, rescale list."""
-    closing = (f"Totals: {after.total_ms:.3f} ms per frame ({after.fps:.1f} FPS) on {after.march}, "
+    closing = (f"Totals on {after.march}: {STATIC_LABEL} {after.total_ms:.3f} ms per frame ({after.fps:.1f} FPS), "
+               f"{BOARD_LABEL} {after.board_ms:.3f} ms; "
                f"{after.ddr_bytes / 1e6:.2f} MB DDR per frame, {after.rescale_count} rescales costing "
                f"{after.rescale_us:.1f} µs.")
     price = None
@@ -181,6 +205,7 @@ def html_report(after, before=None, *, title: str = "", meta: dict | None = None
         rescale_count=after.rescale_count, rescales=_rescale_rows(after),
         removed=[lc.name for lc in before.rescales if lc.name not in now] if before is not None else [],
         march=_march_view(march), closing=closing,
+        confidence=confidence_lines(after, march) if march is not None else [],
         data={"summary": after.summary(), "before": before.summary() if before is not None else None,
               "price": price.to_dict() if price is not None else None})
 

@@ -13,6 +13,8 @@ import weakref
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from .board import board_cpu_us, board_io
+from .confidence import family_of
 from .costs import CostContext, LayerCost, copy_cost, node_cost, rescale_cost, zero_cost
 from .march import MarchProfile, load_march
 from .macs import shape_of
@@ -72,8 +74,21 @@ class PerfResult:
     _base: dict = field(default_factory=dict, repr=False)  # node -> LayerCost (non-Concat nodes)
     _concats: dict = field(default_factory=dict, repr=False)  # Concat node -> _ConcatCost
     precision: object = None  # perf.precision.PrecisionCost when some tensor is not int8
+    board_cpu_us: float = 0.0  # what the runtime adds on the CPU per inference (perf/board.py)
+    board_io: tuple = ()  # board.BoardIo per model input and output
+    family: str = ""  # confidence.family_of: which of the march fit's figures are nearest
 
     # -- totals ---------------------------------------------------------------------------------
+    # total_us is the static estimate: the BPU part, what the compiler prints. board_us adds what the
+    # runtime does on the CPU for one inference of one thread (perf/board.py).
+    @property
+    def board_us(self) -> float:
+        return self.total_us + self.board_cpu_us
+
+    @property
+    def board_ms(self) -> float:
+        return self.board_us / 1000.0
+
     @property
     def total_ms(self) -> float:
         return self.total_us / 1000.0
@@ -123,7 +138,9 @@ class PerfResult:
     def summary(self) -> dict:
         return {
             "march": self.march,
-            "latency_ms": self.total_ms,
+            "latency_ms": self.total_ms,  # the BPU static estimate
+            "board_latency_ms": self.board_ms,  # + the runtime's CPU work, one thread
+            "board_cpu_us": self.board_cpu_us,
             "fps": self.fps,
             "ddr_bytes": self.ddr_bytes,
             "macs": self.macs,
@@ -145,6 +162,7 @@ class PerfResult:
         }
         if self.precision is not None:
             d["precision"] = self.precision.to_dict()
+        d["board_io"] = [io.to_dict() for io in self.board_io]
         return d
 
 
@@ -168,6 +186,9 @@ class Simulator:
         self._memo: dict = {}
         self._concat_nodes = [n.name for n in graph.nodes.values() if n.op_type == "Concat"]
         self._order = tuple(graph.nodes)
+        self._board_io = board_io(graph)
+        self._board_cpu_us = board_cpu_us(self._board_io, self.march)
+        self._family = family_of(graph)
 
     # -- public ---------------------------------------------------------------------------------
     def full(self, concats) -> PerfResult:
@@ -262,7 +283,8 @@ class Simulator:
         return PerfResult(self.march.name, tally.total_us, int(tally.ddr), rescale_us, n_rescales, int(tally.macs),
                           tally.n_compute, tally.n_memory, model=model, overhead_bound=tally.n_overhead,
                           _order=self._order, _base=base,
-                          _concats=concat_all)
+                          _concats=concat_all, board_cpu_us=self._board_cpu_us, board_io=self._board_io,
+                          family=self._family)
 
 
 def simulate(graph, march, concats=()) -> PerfResult:

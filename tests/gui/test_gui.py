@@ -308,7 +308,7 @@ def test_perf_dock_and_march_resimulates(qtbot, win, model):
     open_and_settle(qtbot, win, model)
     qtbot.waitUntil(lambda: win.relay.perf() is not None, timeout=20000)
     ps = win.perf_summary
-    assert ps.values["latency"].text().endswith("ms")
+    assert " ms" in ps.values["latency"].text()
     assert ps.values["rescales"].text() == "3 in 3 Concats"
     assert ps.chart.rows
     rev = win.session.revision

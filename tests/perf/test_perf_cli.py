@@ -141,7 +141,8 @@ def test_text_table_lists_costed_layers(model, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "convA" in out and "cat_rescale_0" in out and "on bernoulli2" in out
-    assert "latency" in out and "FPS" in out and "DDR per frame" in out
+    assert "static estimate (BPU)" in out and "board estimate (1 thread)" in out and "FPS" in out \
+        and "DDR per frame" in out
 
 
 def test_bad_march_name_is_a_usage_error(model, capsys):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from html import escape
 
 from .fmt import fmt_bytes, fmt_us
-from .perfdata import edit_price_of, num, top_layers
+from .perfdata import confidences, edit_price_of, num, top_layers
 from ...base.tables import clip_left, fmt_num, samples_text
 from ...base.vocab import Blank
 
@@ -52,7 +52,10 @@ class Figure:
 
 @dataclass(frozen=True)
 class PerfSummaryView:
-    latency: Figure = Figure()
+    latency: Figure = Figure()  # the BPU static estimate (what the compiler prints)
+    board: Figure = Figure()  # + the runtime's CPU work for one inference, one thread (perf/board.py)
+    latency_tip: str = ""  # how sure: the march fit's leave-one-out error on the nearest figures
+    board_tip: str = ""
     fps: Figure = Figure()
     ddr: Figure = Figure()
     rescales: Figure = Figure()
@@ -78,6 +81,11 @@ def _metric(perf, base, attr, fmt, lower_better, dfmt) -> Figure:
     if was is not None and abs(now - was) > 1e-9 * max(1.0, abs(was)):
         return Figure(fmt(now), _change(dfmt(now - was), now - was, lower_better))
     return Figure(fmt(now))
+
+
+def _ms(sure: str):
+    """A latency in ms, with how sure it is ("±7%") after it."""
+    return lambda x: f"{x:.3f} ms" + (f" <span style=\"color:{MUTED}\">{escape(sure)}</span>" if sure else "")
 
 
 def _signed(fmt):
@@ -120,8 +128,12 @@ def perf_summary(session) -> PerfSummaryView:
     if perf is None:
         return PerfSummaryView(**fields)
     stale = session.is_stale(res)
+    s_short, s_tip, b_short, b_tip = confidences(perf, session.options.march)
     return PerfSummaryView(
-        latency=_metric(perf, base, "total_ms", lambda x: f"{x:.3f} ms", True, lambda d: f"{d:+.3f} ms"),
+        latency=_metric(perf, base, "total_ms", _ms(s_short), True, lambda d: f"{d:+.3f} ms"),
+        board=_metric(perf, base, "board_ms", _ms(b_short), True, lambda d: f"{d:+.3f} ms"),
+        latency_tip=s_tip, board_tip=b_tip + (f"; the runtime's CPU work adds {perf.board_cpu_us:.0f} µs"
+                                              if b_tip and num(getattr(perf, "board_cpu_us", None)) else ""),
         fps=_metric(perf, base, "fps", lambda x: f"{x:.1f}", False, lambda d: f"{d:+.1f}"),
         ddr=_metric(perf, base, "ddr_bytes", fmt_bytes, True, _signed(fmt_bytes)),
         rescale_us=_metric(perf, base, "rescale_us", fmt_us, True, _signed(fmt_us)),

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from functools import partial
 
-__all__ = ["CHART_ROWS", "simulator", "edit_price_of", "fidelity_measure", "node_us", "rescale_us_by_concat",
-           "rescale_us_for_input", "top_layers", "num", "node_detail", "BOUND_ABBR"]
+__all__ = ["CHART_ROWS", "simulator", "edit_price_of", "confidences", "fidelity_measure", "node_us",
+           "rescale_us_by_concat", "rescale_us_for_input", "top_layers", "num", "node_detail", "BOUND_ABBR"]
 
 BOUND_ABBR = {"compute": "cmp", "memory": "mem", "overhead": "ovh"}  # the latency badge's bound tag
 
@@ -21,6 +21,21 @@ def simulator():
     from ...perf import simulate_session
 
     return simulate_session
+
+
+def confidences(perf, march) -> tuple[str, str, str, str]:
+    """(static short, static full, board short, board full): how sure the two latencies are, from the
+    march fit's leave-one-out errors (``qtquant.perf.confidence``); empty without it."""
+    try:
+        from ...perf import load_march
+        from ...perf.confidence import confidence
+        from ...perf.march import FigureKind
+        m = load_march(march)
+    except Exception:  # noqa: BLE001 - no simulator, or a march that fails to load: the totals say so
+        return "", "", "", ""
+    family = getattr(perf, "family", "")
+    s, b = confidence(m, family, FigureKind.STATIC), confidence(m, family, FigureKind.BOARD)
+    return s.short, s.text, b.short, b.text
 
 
 def edit_price_of(before, after):

@@ -2,8 +2,8 @@
 µs, each measured on top of the ones kept, until the worst output slice reaches the target.
 
 The plan starts from the session as exported now (measured again: the ranking may be older than the
-last edit) and walks the ranking (:func:`~qtquant.accuracy.sensitivity.rank_key`): a candidate that
-raises the worst slice by :data:`~qtquant.accuracy.sensitivity.NO_GAIN_DB` or more (any point of
+last edit) and walks the ranking (:func:`~qtquant.fidelity.accuracy.sensitivity.rank_key`): a candidate that
+raises the worst slice by :data:`~qtquant.fidelity.accuracy.sensitivity.NO_GAIN_DB` or more (any point of
 agreement on integer outputs) is kept, one that does not is left out, and the walk stops when the
 target is reached, after :data:`MAX_STEPS` measured candidates, or when the candidates run out.
 Gains do not add (the worst slice moves from one output to another), so each step is a real export
@@ -100,7 +100,7 @@ def _covers(pm: PrecisionMap, tensors, precision: Precision) -> bool:
 def plan_reach(session, target: float, report, *, cancel=None, progress=None, march_file=None,
                max_steps: int = MAX_STEPS) -> ReachPlan:
     """The precision map that reaches ``target`` (dB, or % equal where the report ranks by agreement)
-    on the worst slice, from ``report``'s ranking (an :class:`~qtquant.accuracy.report.AccuracyReport`).
+    on the worst slice, from ``report``'s ranking (an :class:`~qtquant.fidelity.accuracy.report.AccuracyReport`).
     Changes nothing in ``session``.  ``progress(done, total)`` after each measured candidate."""
     from ...perf.simulator import map_delta_us
     from ...base.errors import QtQuantError
