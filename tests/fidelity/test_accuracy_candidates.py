@@ -32,7 +32,9 @@ def test_int16_and_float_are_ranked_side_by_side(ranked):
     i16, fl = rows[("add_spike", Precision.INT16)], rows[("add_spike", Precision.FLOAT)]
     assert not i16.estimate and not fl.estimate  # the top unit is measured both ways
     assert i16.gain > 10 and fl.gain > 10
-    assert 0 < i16.latency_delta_us < fl.latency_delta_us  # int16 stays on the BPU: cheaper than the CPU
+    # int16 stays on the BPU: cheaper than the CPU (on this tiny Add the BPU layer's fixed overhead hides its
+    # extra bytes, so it may cost nothing measurable)
+    assert 0 <= i16.latency_delta_us < fl.latency_delta_us
     assert i16.gain_per_us > fl.gain_per_us
     assert rep.sensitivity[0] is i16  # the cheapest fix per µs first
     worth = [r for r in rep.sensitivity if r.worth]
