@@ -153,10 +153,11 @@ class ModelDiff:
         counts and each output's worst slice."""
         rows = []
         if self.a.perf is not None and self.b.perf is not None:
-            from ..perf.report import comparison_rows
+            from ..perf.report import BOARD_LABEL, STATIC_LABEL, comparison_rows
 
             rows += [r for r in comparison_rows(self.b.perf, self.a.perf)
-                     if r[0] in ("latency", "FPS", "rescales", "rescale cost", "DDR per frame")]
+                     if r[0] in (STATIC_LABEL, BOARD_LABEL, "FPS (static)", "rescales", "rescale cost",
+                                 "DDR per frame")]
         else:
             rows.append(("rescales", str(self.a.rescales), str(self.b.rescales),
                          f"{self.b.rescales - self.a.rescales:+d}"))

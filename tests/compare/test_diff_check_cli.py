@@ -80,6 +80,7 @@ def test_diff_of_two_tools_files_matches_analyze_of_each(pair, tmp_path, capsys)
     text = capsys.readouterr().out
     assert "SQNR per output slice (dB):" in text and "Concats (4 matched):" in text
     assert "tensors: " in text and " matched (" in text
+    assert "static estimate (BPU)" in text and "board estimate (1 thread)" in text  # the simulated latency, each side
 
 
 def test_diff_of_a_model_with_two_plans(pair, capsys):
