@@ -170,3 +170,18 @@ def test_node_looks_per_mode(session):
     # a Concat's figure is its worst member's, and its badge says so (issue 20)
     assert bits.nodes[bad.node].badges[0].text.startswith("worst −") and bits.legend.hi == "≥ 8 bits"
     assert compute_looks(g, Overlay.NONE).nodes[bad.node].fill == palette.UNCALIBRATED  # no analysis yet
+
+
+def test_the_concat_list_shows_the_part_of_a_name_that_tells_concats_apart():
+    from qtquant.app.views.concats import concat_label
+
+    # a YOLO's Concats all end in "/Concat": elided from the left, every row read "…/Concat"
+    assert concat_label("/model.11/Concat") == "/model.11/…"
+    assert concat_label("/model.22/Concat_3") == "/model.22/…_3"
+    assert concat_label("attn/k_cat") == "attn/k_cat" and concat_label("/Concat") == "/Concat"
+    from qtquant.app.views.fmt import distinct_parts
+
+    # the inspector's tensors of /model.11/Concat come from three modules: no shared folder, still told apart
+    assert distinct_parts(["/model.10/Resize_output_0", "/model.6/cv2/act/Mul_output_0",
+                           "/model.11/Concat_output_0"]) == ["…Resize…", "…Mul…", "…Concat…"]
+    assert distinct_parts(["conv_a_out", "conv_b_out"]) == ["conv_a_out", "conv_b_out"]  # flat names stay whole

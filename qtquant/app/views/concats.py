@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -24,6 +25,17 @@ CONCAT_TIPS = ("Concat node", "number of inputs", "largest scale / smallest scal
                "rescale ops the compiler inserts", "worst bits an input loses if all inputs share one scale",
                "latency saved if the inputs share one scale (rescale cost)",
                "inputs the compile log requantizes; = qtquant predicts the same, −N it misses N, +N it adds N")
+
+
+_CONCAT_TAIL = re.compile(r"/Concat(_\d+)?$")
+
+
+def concat_label(name: str) -> str:
+    """A Concat's name as the narrow list shows it: a trailing "/Concat" says nothing in a list of
+    Concats, and eliding the whole name showed "…/Concat" on every row of a YOLO, so it becomes "…"
+    ("/model.22/Concat_3" -> "/model.22/…_3"); the whole name is in the tooltip."""
+    m = _CONCAT_TAIL.search(name)
+    return name[:m.start()] + "/…" + (m.group(1) or "") if m and m.start() > 0 else name
 
 
 @dataclass(frozen=True)
@@ -53,8 +65,8 @@ class ConcatRow:
 
     @cached_property
     def cells(self) -> tuple[str, ...]:
-        return (self.name, str(self.inputs), fmt_ratio(self.ratio), str(self.rescales), fmt_bits(self.worst_bits),
-                fmt_us(self.gain_us), log_cell(self.log))
+        return (concat_label(self.name), str(self.inputs), fmt_ratio(self.ratio), str(self.rescales),
+                fmt_bits(self.worst_bits), fmt_us(self.gain_us), log_cell(self.log))
 
     @cached_property
     def tooltip(self) -> str:

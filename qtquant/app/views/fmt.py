@@ -70,7 +70,7 @@ def distinct_parts(names) -> list[str]:
         return names
     pre = os.path.commonprefix(names)
     pre = pre[:pre.rfind("/") + 1]
-    if len(pre) < 2:  # short or flat names ("conv_a_out") read best whole
+    if len(pre) < 2 and not all("/" in n.strip("/") for n in names):  # flat names ("conv_a_out") read best whole
         return names
     suf = os.path.commonprefix([n[::-1] for n in names])[::-1]
     cut = suf.find("_")
