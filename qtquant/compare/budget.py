@@ -6,6 +6,7 @@ Every key is optional::
     max_rescales = 10             # requantize nodes the compiler inserts before Concats
     max_mismatched_concats = 5    # Concats with at least one rescaled input
     max_latency_ms = 1.0          # the perf model's static estimate on --march
+    max_board_latency_ms = 2.0    # its board estimate (one thread: static + the runtime's CPU work)
     min_sqnr_db = 20.0            # the worst output slice against the float reference
     baseline = "last_release.onnx"   # a plan (.json), a project (.qtquant) or a QDQ file
     no_worse_than_baseline = true    # then none of the four figures may be worse than the baseline's
@@ -46,6 +47,7 @@ _KEYS = {
     "max_rescales": ((int,), "a whole number"),
     "max_mismatched_concats": ((int,), "a whole number"),
     "max_latency_ms": ((int, float), "a number"),
+    "max_board_latency_ms": ((int, float), "a number"),
     "min_sqnr_db": ((int, float), "a number"),
     "baseline": ((str,), "a path in quotes"),
     "no_worse_than_baseline": ((bool,), "true or false"),
@@ -58,6 +60,7 @@ class Budget:
     max_rescales: int | None = None
     max_mismatched_concats: int | None = None
     max_latency_ms: float | None = None
+    max_board_latency_ms: float | None = None
     min_sqnr_db: float | None = None
     baseline: Path | None = None  # resolved against the budget file's folder
     no_worse_than_baseline: bool = False
@@ -226,6 +229,11 @@ def check_budget(side, budget: Budget, baseline=None) -> CheckResult:
     if budget.max_latency_ms is not None:
         v = side.latency_ms
         add(LimitResult("max_latency_ms", v, budget.max_latency_ms, v is not None and v <= budget.max_latency_ms,
+                        "ms", "" if v is not None else _not_measured(side, "latency")))
+    if budget.max_board_latency_ms is not None:
+        v = side.board_latency_ms
+        add(LimitResult("max_board_latency_ms", v, budget.max_board_latency_ms,
+                        v is not None and v <= budget.max_board_latency_ms,
                         "ms", "" if v is not None else _not_measured(side, "latency")))
     if budget.min_sqnr_db is not None:
         w = side.worst_slice

@@ -64,6 +64,12 @@ class Side:
         return self.perf.total_ms if self.perf is not None and self.perf.total_us > 0 else None
 
     @property
+    def board_latency_ms(self) -> float | None:
+        """The board estimate (one thread: the static estimate plus the runtime's CPU work)."""
+        ms = getattr(self.perf, "board_ms", None) if self.perf is not None else None
+        return ms if ms is not None and self.perf.total_us > 0 else None
+
+    @property
     def rescale_us(self) -> float | None:
         return self.perf.rescale_us if self.perf is not None else None
 

@@ -126,17 +126,19 @@ def test_check_passes_and_fails_with_junit_json_and_report(pair, tmp_path, capsy
     html = report.read_text()
     assert "The canvas picture is unavailable: the desktop app is not installed" in html
     assert "Against the baseline" in html and "Passed" in html  # a baseline shown, not gated
-    bad = _budget(tmp_path, f'max_mismatched_concats = 0\nbaseline = "{qt}"\nno_worse_than_baseline = true\n',
-                  "bad.toml")
+    bad = _budget(tmp_path, f'max_mismatched_concats = 0\nmax_board_latency_ms = 0.0001\nbaseline = "{qt}"\n'
+                            'no_worse_than_baseline = true\n', "bad.toml")
     junit = tmp_path / "bad.xml"
     assert main(["check", ort, "--calib", data, "--budget", bad, "--junit", str(junit), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     broken = [r["limit"] for r in doc["limits"] if not r["ok"]]
     assert not doc["passed"] and "max_mismatched_concats" in broken
+    board = next(r for r in doc["limits"] if r["limit"] == "max_board_latency_ms")  # the board estimate, measured
+    assert not board["ok"] and board["value"] > 0.0001 and board["unit"] == "ms"
     assert doc["analysis"]["summary"]["mismatched_concats"] == doc["figures"]["mismatched_concats"]
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("failures") == str(len(broken)) == str(len(suite.findall("testcase/failure")))
-    assert suite.get("tests") == "5"
+    assert suite.get("tests") == "6"
 
 
 @pytest.mark.parametrize("text, message", [
