@@ -11,13 +11,15 @@ and prints, per case: each single method's worst output slice (the search measur
 exported model exactly as the fidelity check does: onnxruntime default options, the check
 samples, in-sample or held out as said), what the search chose, the fidelity check's rows of the
 chosen export (for yolov8n: box rows and class rows), and the wall time of each run against
-MinMax's in the same run.  Peers' figures are quoted from issue 54 (the same 7 photos, exact
-integer arithmetic), labelled as quoted.  NNCF is not measured (this machine has no venv with it,
-and the script says so).
+MinMax's in the same run.  Peers' figures on the photos are quoted from the project's issue tracker
+(the same 7 photos, exact integer arithmetic), labelled as quoted.  With ``--nncf-python PY`` (a venv
+with ``pip install nncf onnx onnxruntime``) NNCF's PTQ of PP-OCRv4 det is measured on the same
+rendered text images, preprocessed as qtquant preprocesses them, in-sample as the search is, with
+Q/DQ evaluated in float; without it the script says NNCF was not measured.
 
 usage (from the repo root):
   python benchmarks/calib_search.py [--models DIR] [--calib PHOTOS] [--text-count 8] [--ppocr-size 640]
-      [--budget 120] [--no-per-node] [--only yolo|ppocr-text|ppocr-photos]
+      [--budget 120] [--no-per-node] [--only yolo|ppocr-text|ppocr-photos] [--nncf-python PY]
 """
 
 from __future__ import annotations
@@ -112,6 +114,39 @@ def run_case(case: str, model: Path, shape: str, calib: Path, extra: list[str], 
               + ", ".join(f"{k} {v:.1f} dB" for k, v in peers.items()))
 
 
+def nncf_version(py: str) -> str:
+    r = subprocess.run([py, "-c", "import nncf; print(nncf.__version__)"], capture_output=True, text=True)
+    return r.stdout.strip() or "(version unknown)"
+
+
+def nncf_sqnr(py: str, model: Path, folder: Path, size: int) -> tuple[float | None, str]:
+    """NNCF's PTQ of ``model`` (defaults: MinMax-type ranges, its own quantization points) on the images of
+    ``folder``, preprocessed as qtquant preprocesses them, measured on those same images (in-sample, as the
+    search is) against the float model with Q/DQ evaluated in float: (SQNR dB of the whole output, why not)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from bench_common import list_images, load_image, sqnr_db
+    from peer_files import NNCF_SCRIPT
+
+    mean, std = ([float(v) for v in t.split(",")] for t in (MEAN, STD))
+    x = np.concatenate([load_image(f, size, size, mean, std) for f in list_images(folder)])
+    with tempfile.TemporaryDirectory() as d:
+        calib, dst = Path(d) / "calib.npy", Path(d) / "nncf.onnx"
+        np.save(calib, x)
+        r = subprocess.run([py, "-c", NNCF_SCRIPT, str(model), str(dst), str(calib), "x"], capture_output=True,
+                           text=True, timeout=1800)
+        if r.returncode or not dst.exists():
+            return None, "NNCF failed: " + " | ".join((r.stderr or r.stdout).strip().splitlines()[-2:])
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # Q/DQ in float: exact
+        ref = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+        got = ort.InferenceSession(str(dst), so, providers=["CPUExecutionProvider"])
+        a = np.concatenate([ref.run(None, {"x": x[i:i + 1]})[0] for i in range(len(x))])
+        b = np.concatenate([got.run(None, {"x": x[i:i + 1]})[0] for i in range(len(x))])
+    return sqnr_db(a, b), f"{len(x)} images, in-sample"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", type=Path, default=SHARED / "models")
@@ -121,13 +156,19 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=120.0, help="search-per-node's --search-budget (s)")
     ap.add_argument("--no-per-node", action="store_true")
     ap.add_argument("--only", choices=("yolo", "ppocr-text", "ppocr-photos"), action="append")
+    ap.add_argument("--nncf-python", default=None, metavar="PY",
+                    help="python of a venv with nncf (pip install nncf onnx onnxruntime): NNCF is then measured on "
+                         "PP-OCR's images beside the search")
     args = ap.parse_args(argv)
     print(f"machine: {machine()}")
     import importlib.util
 
-    have = importlib.util.find_spec("nncf") is not None
-    print("NNCF: not measured (" + ("nncf is importable here, but this script does not run it" if have else
-                                    "no nncf installed here") + "); the issue's figures are quoted")
+    if args.nncf_python:
+        print(f"NNCF: measured with {args.nncf_python} on PP-OCR's images (the issue's other figures are quoted)")
+    else:
+        have = importlib.util.find_spec("nncf") is not None
+        print("NNCF: not measured (" + ("nncf is importable here; give --nncf-python to run it" if have else
+                                        "no --nncf-python given") + "); the issue's figures are quoted")
     want = set(args.only or ("yolo", "ppocr-text", "ppocr-photos"))
     per_node = not args.no_per_node
     if "yolo" in want:
@@ -143,6 +184,10 @@ def main(argv=None) -> int:
             font = render_text_images(Path(d), args.text_count, size, size, 0)
             print(f"\n{args.text_count} text images rendered at {size}x{size} (seed 0, {font})")
             run_case("ppocr-text", ppocr, f"x=1x3x{size}x{size}", Path(d), norm, args.budget, per_node)
+            if args.nncf_python:
+                db, how = nncf_sqnr(args.nncf_python, ppocr, Path(d), size)
+                print(f"  NNCF {nncf_version(args.nncf_python)} on the same text images: "
+                      + (f"{db:.2f} dB ({how}; Q/DQ evaluated in float)" if db is not None else how))
     if "ppocr-photos" in want:
         run_case("ppocr-photos", ppocr, f"x=1x3x{size}x{size}", args.calib, norm, args.budget, per_node)
     return 0
