@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from builders import save
+from builders import outlier_case_saturating as _saturating, outlier_case_sparse as _sparse, save
 from qtquant.app import Options, open_model
 from qtquant.app.calibsearch import needs_search, search_calibration
 from qtquant.calib import CalibConfig
@@ -22,38 +22,6 @@ def _open(path, observer="search", **kw):
     s = open_model(path, options=Options(calib=CalibConfig(observer=observer, **kw)))
     s.run_calibration()
     return s
-
-
-def _model_and_data(tmp_path, op: str, spikes: int, spike: float, noise: float, n=8) -> tuple[str, str]:
-    """x -> Mul 2 -> a -> ``op`` -> y, and .npy data: N(0, ``noise``) with ``spikes`` values of +-``spike``
-    per sample (of 4096)."""
-    shape = [1, 1, 64, 64]
-    nodes = [helper.make_node("Mul", ["x", "two"], ["a"], name="mul"), helper.make_node(op, ["a"], ["y"], name="op")]
-    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
-                          [numpy_helper.from_array(np.array(2.0, np.float32), "two")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    rng = np.random.default_rng(0)
-    data = (rng.standard_normal((n, *shape)) * noise).astype(np.float32)
-    for i in range(n):
-        flat = data[i].reshape(-1)
-        flat[rng.choice(flat.size, spikes, replace=False)] = rng.choice([-spike, spike], spikes)
-    npy = tmp_path / f"{op}.npy"
-    np.save(npy, data)
-    return save(m, tmp_path / f"{op}.onnx"), str(npy)
-
-
-def _saturating(tmp_path):
-    # One value in 4096 is +-200: MinMax's step (some 3) leaves Sigmoid's input a handful of levels
-    # where it varies; a method that clips that one value (which Sigmoid saturates anyway) keeps them.
-    return _model_and_data(tmp_path, "Sigmoid", 1, 200.0, 1.0)
-
-
-def _sparse(tmp_path):
-    # Two values in 4096 are +-50 among small noise and Identity passes them on: they are nearly all
-    # of the output's signal, so a method that clips them loses it.
-    return _model_and_data(tmp_path, "Identity", 2, 50.0, 0.05)
 
 
 def test_a_clipping_method_wins_where_an_outlier_crushes_the_scale(tmp_path):

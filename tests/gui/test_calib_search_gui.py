@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from test_calib_search import _saturating  # noqa: E402
+from builders import outlier_case_saturating as _saturating  # noqa: E402
 
 from qtquant.app.views.concats import model_info  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
