@@ -31,6 +31,9 @@ def add_arguments(p) -> None:
     o.add_argument("--plan-out", default=None, metavar="PLAN.json", help="also write the sharing plan")
     o.add_argument("--overrides-out", default=None, metavar="OVERRIDES.json",
                    help="also write onnxruntime TensorQuantOverrides with the same scales")
+    o.add_argument("--report", default=None, metavar="OUT.html",
+                   help="also write the perf report of the exported model (as qtquant perf --report writes it)")
+    o.add_argument("--csv", default=None, metavar="OUT.csv", help="also write its layer table as CSV")
     from .deploy import add_target_option
 
     add_target_option(o, "--deploy", required=False)
@@ -140,22 +143,30 @@ def sqnr_share_from_args(session, args):
                       march_file=getattr(args, "march_file", None))
 
 
+def export_request(args):
+    """The export ``fix`` asks for, from its arguments."""
+    from pathlib import Path
+
+    from ..app.exporting import ExportRequest
+
+    return ExportRequest(model=Path(args.output), plan=Path(args.plan_out) if args.plan_out else None,
+                         overrides=Path(args.overrides_out) if args.overrides_out else None,
+                         html=Path(args.report) if args.report else None, csv=Path(args.csv) if args.csv else None,
+                         output_mode=output_mode_from_args(args), deploy=args.deploy or None,
+                         deploy_dir=Path(args.deploy_dir) if args.deploy_dir else None,
+                         # (the table shows the fidelity; the perf report's header names the exported model's)
+                         accuracy=bool(args.report) and not args.no_fidelity, compare_input=not args.no_fidelity,
+                         march_file=getattr(args, "march_file", None))
+
+
 def run(args) -> int:
-    from ..export.overrides import write_overrides
-    from ..export.qdq import export_qdq
-    from ..base.fileio import check_output_path
+    from ..app.exporting import export
     from ..perf.precision import report_text
-    from ..files.plan import save_plan
 
     # Refuse bad output paths before the slow part.
     # (the plan and statistics read are inputs too: --plan-out over --plan replaced the plan read)
-    inputs = read_paths(args)
-    check_output_path(args.output, inputs=inputs, what="output model")
-    named = [(args.output, "output model")]
-    for extra, what in ((args.plan_out, "plan file"), (args.overrides_out, "overrides file")):
-        if extra:
-            check_output_path(extra, inputs=inputs, what=what, outputs=named)
-            named.append((extra, what))
+    request = export_request(args)
+    request.check(read_paths(args))
     session = open_session(args)
     log = [] if args.json else None
 
@@ -183,12 +194,6 @@ def run(args) -> int:
     if not args.plan and not args.auto_share and sqnr is None:
         say("no --auto-share or --plan given: exporting without shared groups")
 
-    from ..quant.outputs import float_output_tensors
-
-    float_tensors, kept_float = float_output_tensors(session.graph, session.baseline_domains, mode,
-                                                     session.options.max_bits_lost)
-    for k in kept_float:
-        say(f"note: {k.text()}")
     fid = None
     if not args.no_fidelity and session.calibration is not None and session.calibration.holdout:
         from ..fidelity.measure import measure_session
@@ -196,23 +201,11 @@ def run(args) -> int:
         fid = measure_session(session, output_mode=mode, cross_check=True)
     perf = _perf(session, args)
     rows = before_after_rows(session, fid, perf)
-    result = export_qdq(session, args.output, float_tensors=float_tensors)
-    against = None
-    if session.quantized_file and not args.no_fidelity:
-        from ..fidelity.filecompare import compare_with_input
-
-        against = compare_with_input(session, result.path)
-    written = [result.text()]
-    if args.plan_out:
-        written.append(f"wrote plan {save_plan(session, args.plan_out)}")
-    if args.overrides_out:
-        written.append(f"wrote onnxruntime TensorQuantOverrides {write_overrides(session, args.overrides_out)}")
-    deployed = None
-    if args.deploy:
-        from ..deploy import deploy
-
-        deployed = deploy(session, args.deploy, args.deploy_dir or result.path.parent)
-        written += deployed.lines()
+    exported = export(session, request)
+    for k in exported.kept_float:
+        say(f"note: {k.text()}")
+    result, against, deployed = exported.model, exported.against, exported.deployed
+    float_tensors, kept_float, written = exported.float_tensors, exported.kept_float, exported.written_lines
     if args.json:
         from ..files.report import SCHEMA_VERSION
 

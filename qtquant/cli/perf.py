@@ -39,13 +39,13 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from ..base.errors import BadInputError, UsageError
-    from ..base.fileio import atomic_write_text, check_output_path
+    from ..base.fileio import check_output_path
     from ..perf import load_march, simulate_session
     from ..perf.confidence import confidence
     from ..perf.march import FigureKind
     from ..perf.precision import precision_table_text
     from ..perf.price import edit_price
-    from ..perf.report import csv_text, explain_text, html_report, layer_table_text, summary_text
+    from ..perf.report import explain_text, layer_table_text, summary_text
     from ..files.report import calibration_dict, calibration_text, cut_text
     from ..model.shapes import format_shape
 
@@ -76,22 +76,10 @@ def run(args) -> int:
     model = g.path.name if g.path else "model"
     inputs = [g.path, args.plan, args.march_file]
 
-    if args.report:
-        meta = {"model": model, "input": shapes + cut_text(g), "march": march.name, "nodes": len(g.nodes),
-                "groups": len(session.groups),
-                "scales": "read from the QDQ file" if session.quantized_file else
-                f"calibrated ({session.calibration.data_label()})" if session.calibration else "not calibrated"}
-        if session.compiler_log is not None:
-            from ..horizon.report import scales_text
+    if args.report or args.csv:
+        from ..app.exporting import write_perf_report
 
-            meta["compile log"] = scales_text(session)
-        if after.precision is not None:
-            meta["precision"] = precision_table_text(after).splitlines()[0]
-        atomic_write_text(args.report, html_report(after, before if edited else None,
-                                                   title=f"qtquant perf — {model} on {march.name}", meta=meta,
-                                                   march=march), inputs=inputs, what="report")
-    if args.csv:
-        atomic_write_text(args.csv, csv_text(after), inputs=inputs, what="CSV file")
+        write_perf_report(session, args.report, args.csv, march=march, after=after, before=before, inputs=inputs)
 
     if args.explain is not None:
         name = args.explain.strip()

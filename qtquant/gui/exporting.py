@@ -1,13 +1,12 @@
 """Export from the app: the fixed QDQ model, the plan, onnxruntime overrides, the perf
 report (HTML + CSV) and a PNG of the canvas.
 
-The files come from the same core functions as ``qtquant fix`` and ``qtquant perf``
-(:func:`~qtquant.export.qdq.export_qdq`, :func:`~qtquant.files.plan.save_plan`,
-:func:`~qtquant.export.overrides.write_overrides`, :mod:`qtquant.perf.report`), so the
-GUI and the CLI write the same bytes for the same session.  :func:`export_files` runs in
-a worker on a :class:`~qtquant.app.Snapshot` of the session: an edit made while it writes
-does not leak in.  :class:`ExportController` asks where to write (the dialog), starts that
-job and reports its outcome.
+The files are written by the use case ``qtquant fix`` and ``qtquant perf`` call too
+(:func:`qtquant.app.exporting.export` and its perf report writer), so the GUI and the CLI
+write the same bytes for the same session; this module adds only the canvas picture and
+the Qt parts.  :func:`export_files` runs in a worker on a :class:`~qtquant.app.Snapshot`
+of the session: an edit made while it writes does not leak in.  :class:`ExportController`
+asks where to write (the dialog), starts that job and reports its outcome.
 Every file is written atomically; the first error stops the export with a one-line
 message (the window shows it in a dialog).  What the model export had to give up (a weight
 scale raised so a bias fits int32, a value clipped) comes right after its summary line as
@@ -99,12 +98,22 @@ class ExportReport:
         return "\n".join(out)
 
 
-def export_files(session, opts: ExportOptions, image: QImage | None = None, cancelled=None) -> ExportReport:
+def export_request(opts: ExportOptions):
+    """The use case's request for the dialog's choices (the canvas picture is the window's own)."""
+    from ..app.exporting import ExportRequest
+
+    paths = opts.paths()
+    return ExportRequest(model=paths.get("model"), plan=paths.get("plan"), overrides=paths.get("overrides"),
+                         html=paths.get("html"), csv=paths.get("csv"), output_mode=opts.output_mode,
+                         deploy=opts.deploy,
+                         deploy_dir=Path(opts.folder) / f"deploy-{opts.deploy}" if opts.deploy else None)
+
+
+def export_files(session, opts: ExportOptions, image: QImage | None = None, cancelled=None,
+                 progress=None) -> ExportReport:
     """Write the chosen files (worker thread).  ``session``: a Snapshot, or a session no one edits meanwhile."""
-    from ..export.overrides import write_overrides
-    from ..export.qdq import export_qdq
-    from ..base.fileio import atomic_dir, check_output_path, commit
-    from ..files.plan import save_plan
+    from ..app.exporting import export
+    from ..base.fileio import atomic_dir, commit
 
     folder = Path(opts.folder)
     if folder.exists() and not folder.is_dir():
@@ -115,62 +124,16 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
         raise BadInputError(f"cannot create the export folder {folder}: {e.strerror or e}") from None
     if not opts.stem or "/" in opts.stem or "\\" in opts.stem:
         raise BadInputError(f"{opts.stem!r} is not a file name: give a base name without folders")
-    g = session.graph
     paths = opts.paths()
     if not paths and not opts.deploy:
         raise BadInputError("nothing to export: tick at least one file")
-    for key, p in paths.items():  # refuse clobbering the input before writing anything
-        check_output_path(p, inputs=[g.path], what=f"{key} file")
-    rep = ExportReport()
+    if "png" in paths:  # refuse clobbering the input before writing anything
+        from ..base.fileio import check_output_path
 
-    def step():
-        if cancelled is not None and cancelled():
-            from ..base.errors import Cancelled
-
-            raise Cancelled("export cancelled")
-
-    if "model" in paths:
-        if not session.ready:
-            raise BadInputError("the model has no scales yet: wait for calibration before exporting it")
-        from ..quant.outputs import float_output_tensors
-
-        keep, kept = float_output_tensors(g, session.baseline_domains, opts.output_mode,
-                                          session.options.max_bits_lost)
-        res = export_qdq(session, paths["model"], float_tensors=keep)
-        rep.written += [res.path] + ([res.data_path] if res.data_path else [])
-        rep.lines.append(res.text())
-        rep.warnings = res.build.warnings()
-        rep.lines += [f"warning: {w}" for w in rep.warnings]  # right under the line they are about
-        rep.lines += [f"note: {k.text()}" for k in kept]
-        rep.lines += [f"note: {n}" for n in res.build.notes]
-        step()
-        rep.accuracy = _accuracy_line(session, opts)
-        if rep.accuracy:
-            rep.lines.append(rep.accuracy)
-            step()
-        if session.quantized_file:  # no float original: the written file against the file opened
-            from ..fidelity.filecompare import compare_with_input
-
-            rep.lines += compare_with_input(session, res.path).text()
-            step()
-    if "plan" in paths:
-        rep.written.append(save_plan(session, paths["plan"]))
-        rep.lines.append(f"wrote plan {paths['plan']}")
-    if "overrides" in paths:
-        rep.written.append(write_overrides(session, paths["overrides"]))
-        rep.lines.append(f"wrote onnxruntime TensorQuantOverrides {paths['overrides']}")
-    step()
-    if opts.deploy:
-        from ..deploy import deploy
-
-        if not session.ready:
-            raise BadInputError("the model has no scales yet: wait for calibration before deploying")
-        d = deploy(session, opts.deploy, folder / f"deploy-{opts.deploy}")
-        rep.written += d.files
-        rep.lines += d.lines()
-        step()
-    if "html" in paths:
-        _perf_report(session, paths["html"], paths["csv"], rep)
+        check_output_path(paths["png"], inputs=[session.graph.path], what="png file")
+    res = export(session, export_request(opts), cancelled=cancelled, progress=progress)
+    rep = ExportReport(written=list(res.written), lines=list(res.lines), warnings=res.warnings,
+                       accuracy=res.accuracy)
     if "png" in paths and image is not None:
         p = paths["png"]
         with atomic_dir(p.parent) as tmp:
@@ -181,47 +144,6 @@ def export_files(session, opts: ExportOptions, image: QImage | None = None, canc
         rep.written.append(p)
         rep.lines.append(f"wrote canvas picture {p} ({image.width()}×{image.height()})")
     return rep
-
-
-def _accuracy_line(session, opts: ExportOptions) -> str:
-    """The written model's accuracy on the check samples, per output and slice ("" without them):
-    the fidelity check of the export just written (the same model, built again in memory)."""
-    cal = session.calibration
-    if cal is None or not getattr(cal, "holdout", None):
-        return ""
-    from ..fidelity.measure import measure_session
-
-    return measure_session(session, output_mode=opts.output_mode).exported_text()
-
-
-def _perf_report(session, html_path: Path, csv_path: Path, rep: ExportReport) -> None:
-    """What ``qtquant perf --report --csv`` writes, from the same functions."""
-    from ..base.fileio import atomic_write_text
-    from ..perf import load_march, simulate_session
-    from ..perf.report import csv_text, html_report
-    from ..model.shapes import format_shape
-
-    if not session.ready:
-        raise BadInputError("the perf report needs scales: wait for calibration before exporting it")
-    march = load_march(session.options.march)
-    after = simulate_session(session)
-    before = simulate_session(session, baseline=True)
-    edited = len(session.groups) > 0 or bool(session.options.precision)  # before: the model as opened
-    g = session.graph
-    model = g.path.name if g.path else "model"
-    meta = {"model": model, "input": ", ".join(f"{k}={format_shape(v)}" for k, v in g.input_shapes.items()),
-            "march": march.name, "nodes": len(g.nodes), "groups": len(session.groups),
-            "scales": "read from the QDQ file" if session.quantized_file else
-            f"calibrated ({session.calibration.data_label()})" if session.calibration else "not calibrated"}
-    if rep.accuracy:
-        meta["accuracy"] = rep.accuracy.removeprefix("accuracy of the exported model ")
-    inputs = [g.path]
-    atomic_write_text(html_path, html_report(after, before if edited else None,
-                                             title=f"qtquant perf — {model} on {march.name}", meta=meta,
-                                             march=march), inputs=inputs, what="report")
-    atomic_write_text(csv_path, csv_text(after), inputs=inputs, what="CSV file")
-    rep.written += [html_path, csv_path]
-    rep.lines.append(f"wrote perf report {html_path} and layer table {csv_path}")
 
 
 def render_canvas(scene, view=None, max_side: int = MAX_PNG_SIDE) -> QImage:
