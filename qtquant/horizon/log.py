@@ -200,17 +200,22 @@ class CompileLog:
         return self.deps.march
 
 
-def read_compile_log(path: str | Path) -> CompileLog:
-    """Read the ``hb_mapper makertbin`` log at ``path``; :class:`CompileLogError` if it cannot."""
+def read_log_bytes(path: str | Path, what: str) -> bytes:
+    """The bytes of the log at ``path`` (``what``: "compile log", "model_info log"), refusing one over
+    :data:`MAX_LOG_BYTES`; :class:`CompileLogError` if it cannot be read."""
     p = Path(path)
     try:
         size = p.stat().st_size
         if size > MAX_LOG_BYTES:
-            raise CompileLogError(f"{p.name}: {size} bytes is too large for a compile log")
-        data = p.read_bytes()
+            raise CompileLogError(f"{p.name}: {size} bytes is too large for a {what}")
+        return p.read_bytes()
     except OSError as e:
-        raise CompileLogError(f"cannot read compile log {p}: {e.strerror or e}") from None
-    return parse_compile_log(data, str(p))
+        raise CompileLogError(f"cannot read {what} {p}: {e.strerror or e}") from None
+
+
+def read_compile_log(path: str | Path) -> CompileLog:
+    """Read the ``hb_mapper makertbin`` log at ``path``; :class:`CompileLogError` if it cannot."""
+    return parse_compile_log(read_log_bytes(path, "compile log"), str(path))
 
 
 def decode_log(data: bytes, name: str) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qtquant.base.errors import CompileLogError
-from qtquant.horizon.log import MAX_LOG_BYTES, decode_log
+from qtquant.horizon.log import decode_log, read_log_bytes
 
 __all__ = ["BoardTensor", "ModelInfo", "read_model_info", "parse_model_info"]
 
@@ -68,14 +68,7 @@ class ModelInfo:
 
 
 def read_model_info(path: str | Path) -> ModelInfo:
-    p = Path(path)
-    try:
-        if p.stat().st_size > MAX_LOG_BYTES:
-            raise CompileLogError(f"{p.name}: too large for an hrt_model_exec model_info log")
-        data = p.read_bytes()
-    except OSError as e:
-        raise CompileLogError(f"cannot read model_info log {p}: {e.strerror or e}") from None
-    return parse_model_info(data, str(p))
+    return parse_model_info(read_log_bytes(path, "hrt_model_exec model_info log"), str(path))
 
 
 def parse_model_info(data: bytes, name: str = "<log>") -> ModelInfo:
