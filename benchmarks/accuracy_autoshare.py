@@ -2,7 +2,7 @@
 
 Both are exported with random weights (no download) by a Python that has torch and torchvision
 (``--torch-python``; keep them out of qtquant's venv), then qtquant runs on the files as a user
-does: ``qtquant fix MODEL --auto-share`` (bits, ``--max-bits-lost``) and ``qtquant fix MODEL
+does: ``qtquant fix MODEL --auto-share`` (bits, ``--auto-share-max-bits-lost``) and ``qtquant fix MODEL
 --max-sqnr-drop DB`` (measured).  Printed per model and method: rescales left, the worst output
 slice's SQNR of the exported model (onnxruntime default options, with the check sample count and
 whether held out), the simulated latency, and the wall time of the run.
@@ -22,8 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's qtquant
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import default_qtquant, rel  # noqa: E402
+from qtquant.base.vocab import DEFAULT_AUTO_SHARE_MAX_BITS_LOST  # noqa: E402
 
 MODELS = {"densenet121": 224, "inception_v3": 299}
 
@@ -82,7 +84,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
     p.add_argument("--calib", default="synthetic", help="calibration images (or synthetic)")
     p.add_argument("--calib-count", type=int, default=16)
-    p.add_argument("--max-bits-lost", type=float, default=1.0)
+    p.add_argument("--auto-share-max-bits-lost", type=float, default=DEFAULT_AUTO_SHARE_MAX_BITS_LOST)
     p.add_argument("--max-sqnr-drop", type=float, default=0.2)
     p.add_argument("--qtquant", default=None, help="how to run qtquant (default: the one beside this Python)")
     a = p.parse_args(argv)
@@ -98,11 +100,12 @@ def main(argv=None) -> int:
         model = work / f"{name}.onnx"
         export(a.torch_python, name, size, model)
         base = run_fix(qtquant, model, size, [], work / f"{name}_base.onnx", common)
-        bits = run_fix(qtquant, model, size, ["--auto-share", "--max-bits-lost", str(a.max_bits_lost)],
+        bits = run_fix(qtquant, model, size, ["--auto-share", "--auto-share-max-bits-lost",
+                                                str(a.auto_share_max_bits_lost)],
                        work / f"{name}_bits.onnx", common)
         meas = run_fix(qtquant, model, size, ["--max-sqnr-drop", str(a.max_sqnr_drop)],
                        work / f"{name}_sqnr.onnx", common)
-        for label, r in (("no sharing", base), (f"bits ≤ {a.max_bits_lost:g}", bits),
+        for label, r in (("no sharing", base), (f"bits ≤ {a.auto_share_max_bits_lost:g}", bits),
                          (f"measured ≤ {a.max_sqnr_drop:g} dB", meas)):
             rows.append((name, label, r["rescales"], f"{r['worst_db']:.2f}" if r["worst_db"] is not None else "n/a",
                          f"{r['latency_ms']:.3f}" if r["latency_ms"] is not None else "n/a",

@@ -213,7 +213,8 @@ def ort_breakdown(model: Path, folder: Path, samples: int, top: int = 12) -> Non
 
     s = open_model(model, options=Options(calib=CalibConfig(count=samples)))  # analyze's calibration
     s.run_calibration()
-    ft, _ = float_output_tensors(s.graph, s.baseline_domains, output_mode_of(None, None), s.options.max_bits_lost)
+    ft, _ = float_output_tensors(s.graph, s.baseline_domains, output_mode_of(None, None),
+                                 s.options.float_output_max_bits_lost)
     qdq = build_qdq_model(s, s.domains, float_tensors=ft).model
     qpath = folder / "qdq.onnx"
     onnx.save(qdq, str(qpath))

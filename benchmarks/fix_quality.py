@@ -31,6 +31,7 @@ sys.path.insert(0, str(HERE))
 from make_qdq import make_qdq  # noqa: E402
 
 from qtquant.quant.autoshare import auto_share  # noqa: E402
+from qtquant.base.vocab import DEFAULT_AUTO_SHARE_MAX_BITS_LOST  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.export.overrides import load_overrides, write_overrides  # noqa: E402
 from qtquant.export.qdq import export_qdq  # noqa: E402
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--holdout", type=int, default=2)
     ap.add_argument("--mean", default=None)
     ap.add_argument("--std", default=None)
-    ap.add_argument("--max-bits-lost", type=float, default=1.0)
+    ap.add_argument("--auto-share-max-bits-lost", type=float, default=DEFAULT_AUTO_SHARE_MAX_BITS_LOST)
     args = ap.parse_args(argv)
     shapes = args.input_shape if args.input_shape is not None else ["images=1x3x320x320"]
     kw = {k: v for k, v in dict(mean=args.mean, std=args.std).items()
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
         rows.append(("qtquant", plain, time.perf_counter() - t0))
 
         t0 = time.perf_counter()
-        rep = auto_share(s, args.max_bits_lost)
+        rep = auto_share(s, args.auto_share_max_bits_lost)
         fixed = tmp / "qtquant_auto.onnx"
         export_qdq(s, fixed)
         rows.append(("qtquant+auto", fixed, time.perf_counter() - t0))

@@ -46,7 +46,8 @@ def check(path: Path, shape, calib: str, parts: list[int]) -> bool:
     cfg = CalibConfig(source=calib or "synthetic", count=4)
     s = open_model(path, shape, options=Options(calib=cfg))
     s.run_calibration()
-    ft, _ = float_output_tensors(s.graph, s.baseline_domains, output_mode_of(None, None), s.options.max_bits_lost)
+    ft, _ = float_output_tensors(s.graph, s.baseline_domains, output_mode_of(None, None),
+                                 s.options.float_output_max_bits_lost)
     model = build_qdq_model(s, s.domains, float_tensors=ft).model
     feeds = s.calibration.holdout
     names = [o.name for o in model.graph.output]

@@ -65,7 +65,8 @@ class _Trials:
         base = self._domains_for(s.graph, trial, s.options, s.qdq, ()) if self.groups else dm
         # What the default export leaves in float depends on the ranges (an output Concat that
         # cannot share a scale): each trial is the export its ranges would give.
-        ft, _ = float_output_tensors(s.graph, base, s.options.output_mode, s.options.max_bits_lost)
+        ft, _ = float_output_tensors(s.graph, base, s.options.output_mode,
+                                     s.options.float_output_max_bits_lost)
         # The export reads each domain's range (int8 and int16 scales alike), which Concat input's
         # scale an output takes, and what stays float; a tensor's own range only through these.
         key = (tuple((d.id, d.lo, d.hi) for d in dm.domains.values()), tuple(sorted(dm.concat_source.items())),

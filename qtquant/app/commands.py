@@ -16,7 +16,7 @@ from psygnal import Signal
 from ..quant.domains import Policy
 from ..base.errors import BadInputError
 from ..model.scales import Scheme
-from .options import Options
+from .options import BITS_OPTIONS, Options, bits_option
 
 __all__ = ["Command", "ShareCommand", "UngroupCommand", "RemoveMemberCommand", "AutoShareCommand",
            "SqnrShareCommand", "SetOptionsCommand", "SetPolicyCommand", "SetMarchCommand", "SetPrecisionCommand",
@@ -118,12 +118,16 @@ class RemoveMemberCommand(_GroupsCommand):
 
 @dataclass
 class AutoShareCommand(_GroupsCommand):
-    max_bits_lost: float = 1.0
+    """Auto-share at ``max_bits_lost`` (None: the session's ``auto_share_max_bits_lost``)."""
+
+    max_bits_lost: float | None = None
     report: object = field(default=None, init=False, repr=False)
 
     @property
     def text(self) -> str:
-        return f"Auto-share (≤ {self.max_bits_lost:g} bits)"
+        if self.report is not None:
+            return f"Auto-share (≤ {self.report.max_bits_lost:g} bits)"
+        return "Auto-share" if self.max_bits_lost is None else f"Auto-share (≤ {self.max_bits_lost:g} bits)"
 
     def apply(self, session) -> None:
         from ..quant.autoshare import auto_share
@@ -148,12 +152,13 @@ class SqnrShareCommand(_GroupsCommand):
         session.groups.restore(self.planned)
 
 
-_LABELS = {"scheme": "Scheme", "policy": "Policy", "march": "March", "max_bits_lost": "Auto-share threshold",
+_LABELS = {"scheme": "Scheme", "policy": "Policy", "march": "March",
+           **{k: what.capitalize() for k, what in BITS_OPTIONS.items()},
            "calib": "Calibration", "precision": "Precision", "output_mode": "Model outputs"}
 
 
 def _shown(key: str, value) -> str:
-    if key == "max_bits_lost":
+    if key in BITS_OPTIONS:
         return f"{value:g} bits"
     if key == "calib":
         return f"{value.observer} on {value.count} samples ({value.source})"
@@ -174,6 +179,7 @@ class SetOptionsCommand(Command):
                 changes["policy"] = Policy(getattr(changes["policy"], "value", changes["policy"]))
             if "scheme" in changes:
                 changes["scheme"] = Scheme.parse(changes["scheme"])
+            changes.update({k: bits_option(k, v) for k, v in changes.items() if k in BITS_OPTIONS})
         except ValueError as e:
             raise BadInputError(f"unknown value {e}") from None
         self.changes = changes

@@ -99,7 +99,7 @@ def export(session, request: ExportRequest, *, cancelled: Callable[[], bool] | N
             raise BadInputError("the model has no scales yet: wait for calibration before exporting it")
         step("writing the QDQ model")
         rep.float_tensors, rep.kept_float = float_output_tensors(g, session.baseline_domains, request.output_mode,
-                                                                 session.options.max_bits_lost)
+                                                                 session.options.float_output_max_bits_lost)
         res = rep.model = export_qdq(session, request.model, float_tensors=rep.float_tensors)
         rep.written += [res.path] + ([res.data_path] if res.data_path else [])
         rep.warnings = res.build.warnings()

@@ -4,15 +4,18 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
+from ..base.errors import BadInputError
+from ..base.vocab import DEFAULT_AUTO_SHARE_MAX_BITS_LOST, DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST
 from ..calib import CalibConfig
 from ..model.scales import Scheme
 from ..quant.domains import DomainMap, Policy, build_domains
 from ..quant.outputs import OutputMode
 from ..quant.precision import PrecisionMap
 
-__all__ = ["Options", "concat_rule", "domains_for"]
+__all__ = ["Options", "BITS_OPTIONS", "bits_option", "concat_rule", "domains_for"]
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,12 @@ class Options:
     scheme: Scheme = Scheme.SYMMETRIC_INT8
     policy: Policy = Policy.UNION
     march: str = "bayes-e"
-    max_bits_lost: float = 1.0
+    # Auto-share shares a Concat when no member would lose more than this many bits (qtquant.quant.autoshare).
+    auto_share_max_bits_lost: float = DEFAULT_AUTO_SHARE_MAX_BITS_LOST
+    # Under the AUTO output mode, a model-output Concat whose members would lose more than this many
+    # bits on one scale stays float (qtquant.quant.outputs): the Concat table, the simulator, the
+    # fidelity check and the export all read it.
+    float_output_max_bits_lost: float = DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST
     calib: CalibConfig = field(default_factory=CalibConfig)
     # tensor -> int16 / float (int8, the default, is never stored): qtquant.quant.precision
     precision: PrecisionMap = field(default_factory=PrecisionMap)
@@ -34,13 +42,29 @@ class Options:
         if not isinstance(self.precision, PrecisionMap):
             object.__setattr__(self, "precision", PrecisionMap(self.precision))
         object.__setattr__(self, "policy", Policy(self.policy))
-        object.__setattr__(self, "max_bits_lost", float(self.max_bits_lost))
+        for name in BITS_OPTIONS:
+            object.__setattr__(self, name, bits_option(name, getattr(self, name)))
         object.__setattr__(self, "output_mode", OutputMode(self.output_mode))
 
     @classmethod
     def field_names(cls) -> frozenset[str]:
         return frozenset(f.name for f in fields(cls))
 
+
+# The options counted in bits lost, and what each one is (for messages and labels).
+BITS_OPTIONS = {"auto_share_max_bits_lost": "auto-share threshold",
+                "float_output_max_bits_lost": "float-output threshold"}
+
+
+def bits_option(name: str, value) -> float:
+    """The bits-lost option ``name`` as a float; anything but a finite number ≥ 0 is bad input (one line)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if isinstance(value, bool) or not (math.isfinite(v) and v >= 0):
+        raise BadInputError(f"{name} (the {BITS_OPTIONS[name]}) must be a number of bits, 0 or more, got {value!r}")
+    return v
 
 
 def concat_rule(options: Options):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..base.errors import QtQuantError
+from ..base.errors import BadInputError, PlanError, QtQuantError
 from ..base.vocab import Policy, Scheme
 from ..calib.cache import load_cached
 from ..files.project import load_project
@@ -46,8 +46,13 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False, model=Non
     model file to use instead of the one the project names (the user located a moved model).
     """
     proj = load_project(path)
-    opts = Options(scheme=Scheme(proj.scheme), policy=Policy(proj.policy), march=proj.march,
-                   max_bits_lost=proj.max_bits_lost, calib=proj.calib_config())
+    calib = proj.calib_config()
+    try:
+        opts = Options(scheme=Scheme(proj.scheme), policy=Policy(proj.policy), march=proj.march,
+                       auto_share_max_bits_lost=proj.auto_share_max_bits_lost,
+                       float_output_max_bits_lost=proj.float_output_max_bits_lost, calib=calib)
+    except BadInputError as e:  # a value Options refuses: the file is named, as for its schema's errors
+        raise PlanError(f"{Path(path).name}: {e}") from None
     session = open_model(Path(model) if model else proj.model_path(),
                          {k: tuple(v) for k, v in proj.input_shapes.items()}, opts, cut=proj.cut)
     report = OpenReport(model_changed=bool(proj.model_sha256) and proj.model_sha256 != session.graph.sha256)

@@ -24,7 +24,7 @@ from .snapshot import StateFacts
 __all__ = ["Session", "Result", "Derived", "derive"]
 
 # Options the domain maps are built from (the march: its Concat output-scale rule); the others
-# (max_bits_lost) leave them valid.
+# (the bits-lost thresholds, the output mode, precision) leave them valid.
 _DOMAIN_FIELDS = frozenset({"scheme", "policy", "calib", "march"})
 
 

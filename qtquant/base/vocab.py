@@ -16,7 +16,8 @@ __all__ = ["StrEnum", "Scheme", "SCHEME_NAMES", "scheme_name", "Policy", "Observ
            "COLOR_ORDERS", "PIXEL_RANGES", "LAYOUTS", "Overlay", "OVERLAYS", "TensorKind", "JobStatus",
            "ShareAction", "Blank", "Precision", "PRECISIONS", "CostClass", "ConcatScaleRule",
            "DEFAULT_SCHEME", "DEFAULT_POLICY", "DEFAULT_OBSERVER", "DEFAULT_SEARCH_BUDGET_S", "DEFAULT_MARCH",
-           "DEFAULT_CALIB_COUNT", "DEFAULT_PERCENTILE", "DEFAULT_MAX_BITS_LOST", "SYNTHETIC"]
+           "DEFAULT_CALIB_COUNT", "DEFAULT_PERCENTILE", "DEFAULT_AUTO_SHARE_MAX_BITS_LOST",
+           "DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST", "SYNTHETIC"]
 
 
 class StrEnum(str, Enum):
@@ -205,4 +206,10 @@ DEFAULT_CALIB_COUNT = 16  # --calib-count, CalibConfig.count and the GUI's "Samp
 SYNTHETIC = "synthetic"
 DEFAULT_PERCENTILE = 99.99
 DEFAULT_SEARCH_BUDGET_S = 60.0  # --observer search-per-node's time budget (--search-budget)
-DEFAULT_MAX_BITS_LOST = 1.0  # the auto-share threshold
+# Two rules in bits lost (qtquant.model.scales.bits_lost: how much of a member's int8 precision one
+# shared scale costs it), each with its own option:
+# auto-share shares a Concat when no member would lose more than this (--auto-share-max-bits-lost)
+DEFAULT_AUTO_SHARE_MAX_BITS_LOST = 1.0
+# a model-output Concat whose members would lose more than this on one scale stays float when
+# model outputs export by the default rule (--float-output-max-bits-lost; qtquant.quant.outputs)
+DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST = 1.0

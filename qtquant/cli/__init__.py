@@ -23,7 +23,8 @@ opening the app:
   qtquant MODEL.onnx [OPTIONS]  the app on MODEL; OPTIONS are the common options of the
                                 subcommands (--input-shape, --calib, --calib-count, --holdout,
                                 --observer, --percentile, --scheme, --march, --policy, --plan,
-                                --max-bits-lost, --cut, the image preprocessing ones; see
+                                --auto-share-max-bits-lost, --float-output-max-bits-lost,
+                                --cut, the image preprocessing ones; see
                                 'qtquant analyze --help').  When every dynamic input dimension is
                                 given or recorded in the model, the open dialog is skipped;
                                 otherwise it opens filled in with them.  (--stats, --ray,

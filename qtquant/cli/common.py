@@ -9,9 +9,10 @@ from ..calib import CalibConfig
 from ..calib.holdout import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, INT_TEXT, CalibConfigError
 from ..base.errors import UsageError
 from ..perf import MARCHES
-from ..base.vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_OBSERVER,
-                     DEFAULT_PERCENTILE, DEFAULT_POLICY, DEFAULT_SCHEME, DEFAULT_SEARCH_BUDGET_S, LAYOUTS, OBSERVERS,
-                     PIXEL_RANGES, RESIZE_MODES, SCHEME_NAMES, SYNTHETIC, Policy, Scheme)
+from ..base.vocab import (COLOR_ORDERS, DEFAULT_AUTO_SHARE_MAX_BITS_LOST, DEFAULT_CALIB_COUNT,
+                          DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST, DEFAULT_MARCH, DEFAULT_OBSERVER, DEFAULT_PERCENTILE,
+                          DEFAULT_POLICY, DEFAULT_SCHEME, DEFAULT_SEARCH_BUDGET_S, LAYOUTS, OBSERVERS, PIXEL_RANGES,
+                          RESIZE_MODES, SCHEME_NAMES, SYNTHETIC, Policy, Scheme)
 
 __all__ = ["add_common", "options_from_args", "open_session", "read_paths", "apply_precision_args", "OBSERVERS",
            "MARCHES"]
@@ -70,6 +71,8 @@ def add_common(p: argparse.ArgumentParser, *, model: bool = True, sharing: bool 
         group = p.add_argument_group(title)
         for flag, kw in options:
             group.add_argument(flag, **kw)
+    if sharing:
+        p.add_argument("--max-bits-lost", action=_WhichThreshold, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def _march_arg(text: str) -> str:
@@ -90,14 +93,30 @@ _SHARING_GROUPS = (
         ("--plan", dict(default=None, metavar="PLAN.json", help="apply a sharing plan")),
         ("--policy", dict(choices=[p.value for p in Policy], default=DEFAULT_POLICY.value,
                           help=f"how a shared domain's range is chosen (default {DEFAULT_POLICY.value})")),
-        ("--max-bits-lost", dict(type=float, default=DEFAULT_MAX_BITS_LOST, metavar="BITS",
-                                 help=f"auto-share threshold (default {DEFAULT_MAX_BITS_LOST})"))]),
+        ("--auto-share-max-bits-lost", dict(
+            type=float, default=DEFAULT_AUTO_SHARE_MAX_BITS_LOST, metavar="BITS",
+            help="auto-share shares a Concat when no member loses more than BITS bits of precision "
+                 f"(default {DEFAULT_AUTO_SHARE_MAX_BITS_LOST:g})")),
+        ("--float-output-max-bits-lost", dict(
+            type=float, default=DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST, metavar="BITS",
+            help="a model-output Concat whose members would lose more than BITS bits on one int8 scale stays "
+                 "float, its inputs keeping their own scales (unless --float-outputs or --quantize-outputs; "
+                 f"default {DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST:g})"))]),
     ("mixed precision (every other tensor is int8)", [
         ("--int16", dict(action="append", default=[], metavar="NAME",
                          help="quantize this node's output (or this tensor) to int16 (repeatable)")),
         ("--keep-float", dict(action="append", default=[], metavar="NAME",
                               help="keep this node (or the node producing this tensor) in float, on the CPU "
                                    "(repeatable)"))]))
+
+
+class _WhichThreshold(argparse.Action):
+    """``--max-bits-lost``: a usage error that names the two thresholds, so a command line that
+    gives it says which one it means rather than having one of them changed unasked."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string}: say which threshold: --auto-share-max-bits-lost BITS (auto-share) or "
+                     "--float-output-max-bits-lost BITS (which model-output Concats stay float)")
 
 
 def _holdout_arg(text: str):
@@ -141,7 +160,9 @@ def options_from_args(args):
     # A --march-file is the march everywhere, its Concat output-scale rule included.
     march = getattr(args, "march_file", None) or args.march
     return Options(scheme=Scheme.parse(args.scheme),
-                   policy=Policy(args.policy), march=march, max_bits_lost=args.max_bits_lost,
+                   policy=Policy(args.policy), march=march,
+                   auto_share_max_bits_lost=args.auto_share_max_bits_lost,
+                   float_output_max_bits_lost=args.float_output_max_bits_lost,
                    calib=calib_config_from_args(args), output_mode=output_mode_from_args(args))
 
 

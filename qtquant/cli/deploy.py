@@ -36,7 +36,7 @@ def add_arguments(p) -> None:
     o.add_argument("--readback-any-shape", action="store_true",
                    help="accept a --readback log compiled at another input shape")
     o.add_argument("--auto-share", action="store_true",
-                   help="share every Concat whose sharing costs at most --max-bits-lost bits first")
+                   help="share every Concat whose sharing costs at most --auto-share-max-bits-lost bits first")
     o.add_argument("--strict", action="store_true",
                    help="refuse (exit 3) when the target cannot state a decision, instead of listing it as a note")
     o.add_argument("--json", action="store_true", help="print what was written as JSON")
@@ -65,7 +65,7 @@ def run(args) -> int:
     if args.auto_share:
         from ..quant.autoshare import auto_share
 
-        lines += auto_share(session, args.max_bits_lost).text().splitlines()
+        lines += auto_share(session).text().splitlines()  # at --auto-share-max-bits-lost
     if args.readback:
         from ..deploy.readback import read_back
 

@@ -23,7 +23,7 @@ def add_arguments(p) -> None:
     o = p.add_argument_group("fix")
     o.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the QDQ model")
     o.add_argument("--auto-share", action="store_true",
-                   help="share every Concat whose sharing costs at most --max-bits-lost bits")
+                   help="share every Concat whose sharing costs at most --auto-share-max-bits-lost bits")
     o.add_argument("--max-sqnr-drop", type=float, default=None, metavar="DB",
                    help="auto-share by measured accuracy instead of bits: share Concats in order of latency "
                         "gained per dB lost on the worst output slice until it has dropped by DB; prints the "
@@ -189,7 +189,7 @@ def run(args) -> int:
     if args.auto_share:
         from ..quant.autoshare import auto_share
 
-        report = auto_share(session, args.max_bits_lost)
+        report = auto_share(session)  # at --auto-share-max-bits-lost, an option of the session
         say(report.text())
     if not args.plan and not args.auto_share and sqnr is None:
         say("no --auto-share or --plan given: exporting without shared groups")

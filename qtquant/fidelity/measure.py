@@ -203,8 +203,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     revision = session.revision
     after_dm = session.domains
     before_dm = session.baseline_domains
-    limit = getattr(getattr(session, "options", None), "max_bits_lost", 1.0)
-    float_tensors, why = float_output_tensors(graph, before_dm, mode, limit)
+    float_tensors, why = float_output_tensors(graph, before_dm, mode, session.options.float_output_max_bits_lost)
 
     # Float run: outputs, plus the group members we have not fetched yet.
     members = [(g.id, t) for g in session.groups for t in g.members

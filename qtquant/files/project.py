@@ -20,13 +20,16 @@ from ..calib.holdout import CalibConfigError
 from ..base.errors import PlanError
 from ..base.fileio import atomic_write_text
 from ..base.fileio.schema import FileModel, check_format, check_version, one_line, read_json
-from ..base.vocab import DEFAULT_MARCH, DEFAULT_MAX_BITS_LOST, DEFAULT_POLICY, DEFAULT_SCHEME, Policy, Precision, Scheme
+from ..base.vocab import (DEFAULT_AUTO_SHARE_MAX_BITS_LOST, DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST, DEFAULT_MARCH,
+                          DEFAULT_POLICY, DEFAULT_SCHEME, Policy, Precision, Scheme)
 
 __all__ = ["PROJECT_FORMAT", "PROJECT_VERSION", "Project", "ProjectGroup", "project_from_session", "save_project",
            "load_project", "model_matches"]
 
 PROJECT_FORMAT = "qtquant-project"
-PROJECT_VERSION = 3  # 3: per-tensor precision and the --cut; 2: calibration holdout is auto/N/fraction (1: 2 samples)
+# 4: the auto-share and float-output thresholds apart (3 had one max_bits_lost for both); 3: per-tensor
+# precision and the --cut; 2: calibration holdout is auto/N/fraction (1: 2 samples)
+PROJECT_VERSION = 4
 
 
 class ProjectGroup(FileModel):
@@ -54,7 +57,8 @@ class Project(FileModel):
     scheme: str = DEFAULT_SCHEME.value
     policy: str = DEFAULT_POLICY.value
     march: str = DEFAULT_MARCH
-    max_bits_lost: float = DEFAULT_MAX_BITS_LOST
+    auto_share_max_bits_lost: float = DEFAULT_AUTO_SHARE_MAX_BITS_LOST
+    float_output_max_bits_lost: float = DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST
     groups: tuple[ProjectGroup, ...] = Field((), strict=False)
     cut: tuple[str, ...] = Field((), strict=False)  # --cut: the tensors the model is cut at; () = whole file
     # tensor -> int16 / float (every other tensor is int8)
@@ -78,6 +82,17 @@ class Project(FileModel):
             # Version 1 wrote its fixed default; a user never chose it.  Read it as today's default
             # (auto), or an old project keeps checking on 2 samples held back from a small set.
             data = {**data, "calib": {k: v for k, v in calib.items() if k != "holdout"}}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_threshold_before_version_4(cls, data):
+        ver = data.get("version") if isinstance(data, dict) else None
+        if isinstance(ver, int) and ver < 4 and data.get("max_bits_lost") is not None:
+            # Up to version 3 one max_bits_lost was both the auto-share threshold and the
+            # float-output one: it sets both, so an old project opens as it was saved.
+            data = {**data, "auto_share_max_bits_lost": data["max_bits_lost"],
+                    "float_output_max_bits_lost": data["max_bits_lost"]}
         return data
 
     def model_path(self) -> Path:
@@ -127,7 +142,7 @@ def project_from_session(session, path, stats_cache=None) -> Project:
         model_sha256=g.sha256,
         input_shapes={k: [int(d) for d in v] for k, v in g.input_shapes.items()},
         calib=calib, scheme=o.scheme.value, policy=o.policy.value, march=o.march,
-        max_bits_lost=float(o.max_bits_lost),
+        auto_share_max_bits_lost=o.auto_share_max_bits_lost, float_output_max_bits_lost=o.float_output_max_bits_lost,
         groups=[{"name": gr.name, "members": list(gr.members)} for gr in session.groups],
         cut=list(g.cut),
         precision=o.precision.to_dict(),

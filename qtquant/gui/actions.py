@@ -17,7 +17,7 @@ from ..quant.domains import Policy
 from ..perf import MARCHES
 from ..base.vocab import Overlay
 
-__all__ = ["WindowActions", "OptionWidgets", "redo_keys", "key_conflicts"]
+__all__ = ["WindowActions", "OptionWidgets", "bits_box", "redo_keys", "key_conflicts"]
 
 # name -> (text, shortcut, tip); the slot comes from the window.
 SPECS: dict[str, tuple[str, object, str]] = {
@@ -31,7 +31,8 @@ SPECS: dict[str, tuple[str, object, str]] = {
                                  "inputs and output)"),
     "ungroup": ("Ungroup", "Ctrl+Shift+G", "Dissolve the group selected in the Groups dock, or the groups of the "
                                            "selected nodes"),
-    "autoshare": ("Auto-share", None, "Share every Concat whose sharing costs at most the bits-lost threshold"),
+    "autoshare": ("Auto-share", None, "Share every Concat whose sharing costs at most the auto-share threshold "
+                                      "(bits lost)"),
     "export": ("Export…", "Ctrl+E", "Write the fixed QDQ model, plan, overrides, perf report and a PNG of the canvas"),
     "open_project": ("Open Project…", "Ctrl+Shift+O", "Open a .qtquant project"),
     "open_compiler_log": ("Open Compile Log…", None, "Open the Horizon hb_mapper makertbin log of this model: its "
@@ -101,14 +102,9 @@ class OptionWidgets(QObject):
         self.policy.setToolTip("How a shared range is chosen: union of the members (default), the Concat "
                                "output's, the widest input's, or a pooled-histogram percentile")
         self.policy.currentIndexChanged.connect(lambda i: self.policyChosen.emit(self.policy.itemData(i)))
-        self.bits = QDoubleSpinBox()
-        self.bits.setRange(0.0, 16.0)
-        self.bits.setSingleStep(0.25)
-        self.bits.setDecimals(2)
-        self.bits.setPrefix("≤ ")
-        self.bits.setSuffix(" bits")
-        self.bits.setKeyboardTracking(False)  # typed "2.5" is one change (one undo step), not "2" then "2.5"
-        self.bits.setToolTip("Auto-share threshold: the most bits any member may lose by sharing")
+        self.bits = bits_box("≤ ")
+        self.bits.setToolTip("Auto-share threshold: Auto-share shares a Concat when no member loses more than "
+                             "this many bits of precision")
         self.bits.valueChanged.connect(self.thresholdChosen)
 
     def commit(self) -> None:
@@ -117,7 +113,7 @@ class OptionWidgets(QObject):
 
     def show_options(self, options) -> None:
         self.show_march(options.march)
-        _quietly(self.bits, lambda: self.bits.setValue(options.max_bits_lost))
+        _quietly(self.bits, lambda: self.bits.setValue(options.auto_share_max_bits_lost))
         _quietly(self.policy, lambda: self.policy.setCurrentIndex(max(0, self.policy.findData(options.policy.value))))
 
     def show_march(self, march: str) -> None:
@@ -130,6 +126,18 @@ class OptionWidgets(QObject):
 
     def show_overlay(self, mode: str) -> None:
         _quietly(self.overlay, lambda: self.overlay.setCurrentIndex(max(0, self.overlay.findData(str(mode)))))
+
+
+def bits_box(prefix: str = "") -> QDoubleSpinBox:
+    """A spin box for a threshold in bits lost (the options' ``*_max_bits_lost``)."""
+    box = QDoubleSpinBox()
+    box.setRange(0.0, 16.0)
+    box.setSingleStep(0.25)
+    box.setDecimals(2)
+    box.setPrefix(prefix)
+    box.setSuffix(" bits")
+    box.setKeyboardTracking(False)  # typed "2.5" is one change (one undo step), not "2" then "2.5"
+    return box
 
 
 def _quietly(widget, fn) -> None:

@@ -97,8 +97,7 @@ class CanvasEditing(QObject):
         return self.editor.ungroup(self.ungroup_ids())
 
     def auto_share(self):
-        s = self.relay.session
-        return self.editor.auto_share(s.options.max_bits_lost if s is not None else 1.0)
+        return self.editor.auto_share()  # at the session's auto-share threshold
 
     # -- state -----------------------------------------------------------------------------------
     def update_actions(self, *_) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QTextDocument
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
                                QPlainTextEdit, QSizePolicy, QTableView, QVBoxLayout, QWidget)
@@ -20,6 +20,7 @@ from ..app.views.concats import CONCAT_HEADERS, CONCAT_TIPS, concat_rows, concat
 from ..app.views.perf import perf_summary
 from ..app.views.perfdata import CHART_ROWS, rescale_us_by_concat
 from ..perf import MARCHES
+from .actions import bits_box
 from .groupsdock import GroupsPanel
 from .style import fmt_us, paint_ended, qcolor
 
@@ -231,9 +232,13 @@ class ConcatTableModel(QAbstractTableModel):
 
 
 class ConcatList(QWidget):
-    """Sortable table of Concats; clicking a row emits ``nodeActivated`` (select + centre)."""
+    """Sortable table of Concats; clicking a row emits ``nodeActivated`` (select + centre).  Above
+    it, the float-output threshold (the rule that decides which model-output Concats the table,
+    the latency and the export leave in float): choosing one emits ``floatOutputThresholdChosen``
+    (the window turns it into a command); :meth:`show_options` mirrors the session without emitting."""
 
     nodeActivated = Signal(str)
+    floatOutputThresholdChosen = Signal(float)
 
     def __init__(self, relay, parent=None):
         super().__init__(parent)
@@ -263,8 +268,24 @@ class ConcatList(QWidget):
         self.status.setStyleSheet("color: #555; padding: 2px 4px")
         self.status.setWordWrap(True)
         fixed_width(self.status)
+        self.float_output = bits_box()
+        tip = ("Float-output threshold: a Concat whose output is a model output stays float (its inputs keep "
+               "their own scales) when one int8 scale would cost a member more than this many bits. The table, "
+               "the latency, the fidelity check and the export follow it; the export dialog can instead put "
+               "every model output in float or in int8.")
+        self.float_output.setToolTip(tip)
+        self.float_output.valueChanged.connect(self.floatOutputThresholdChosen)
+        label = QLabel("Output Concat stays float above")
+        label.setToolTip(tip)
+        label.setBuddy(self.float_output)
+        rule = QHBoxLayout()
+        rule.setContentsMargins(4, 2, 4, 2)
+        rule.addWidget(label)
+        rule.addWidget(self.float_output)
+        rule.addStretch(1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
+        lay.addLayout(rule)
         lay.addWidget(self.table)
         lay.addWidget(self.status)
         relay.on_state_change(self.refresh)
@@ -276,6 +297,10 @@ class ConcatList(QWidget):
         # The Log column only with a compile log beside the model: the list keeps its width otherwise.
         s = self.relay.session
         self.table.setColumnHidden(ConcatTableModel.HEADERS.index("Log"), s is None or s.compiler_log is None)
+
+    def show_options(self, options) -> None:
+        with QSignalBlocker(self.float_output):
+            self.float_output.setValue(options.float_output_max_bits_lost)
 
     def row_of(self, name: str) -> int:
         return next((r for r, row in enumerate(self.model.rows) if row.name == name), -1)

@@ -182,21 +182,21 @@ class Editor(QObject):
                       + ("" if left is not None else "; the group had one member left and was dissolved"))
         return ok
 
-    def auto_share(self, max_bits_lost: float):
-        """Run auto-share; returns its report (also emitted), or None when refused.  A run that
-        grouped nothing is not an undo step."""
+    def auto_share(self, max_bits_lost: float | None = None):
+        """Run auto-share at ``max_bits_lost`` (None: the session's auto-share threshold); returns
+        its report (also emitted), or None when refused.  A run that grouped nothing is not an undo step."""
         s = self.session
         if s is None or not s.ready:
             self._say("Auto-share needs calibrated scales: wait for calibration to finish")
             return None
-        cmd = AutoShareCommand(max_bits_lost=float(max_bits_lost))
+        cmd = AutoShareCommand(max_bits_lost=max_bits_lost)
         try:
             self.relay.stack.push(cmd)
         except QtQuantError as e:
             self._say(f"Auto-share refused: {e}")
             return None
         rep = cmd.report
-        self._say(f"Auto-share (≤ {max_bits_lost:g} bits): {plural(len(rep.grouped), 'Concat')} shared into "
+        self._say(f"Auto-share (≤ {rep.max_bits_lost:g} bits): {plural(len(rep.grouped), 'Concat')} shared into "
                   f"{plural(len(rep.groups), 'group')}, {len(rep.skipped)} left alone, {len(rep.already)} already "
                   "matched")
         self.autoShared.emit(rep)
@@ -204,7 +204,7 @@ class Editor(QObject):
 
     # -- options ----------------------------------------------------------------------------
     def set_option(self, key: str, value) -> bool:
-        """Any option (policy, march, auto-share threshold) as an undoable edit."""
+        """Any option (policy, march, a threshold) as an undoable edit."""
         s = self.session
         if s is None or getattr(s.options, key) == value:
             return False
@@ -218,7 +218,11 @@ class Editor(QObject):
         return self.set_option("march", march)
 
     def set_threshold(self, bits: float) -> bool:
-        return self.set_option("max_bits_lost", float(bits))
+        """The auto-share threshold."""
+        return self.set_option("auto_share_max_bits_lost", float(bits))
+
+    def set_float_output_threshold(self, bits: float) -> bool:
+        return self.set_option("float_output_max_bits_lost", float(bits))
 
     # -- queries for the UI -------------------------------------------------------------------
     def groups_of_nodes(self, names) -> list[int]:

@@ -248,6 +248,7 @@ class MainWindow(QMainWindow):
         o.marchChosen.connect(self.set_march)
         o.policyChosen.connect(self.editor.set_policy)
         o.thresholdChosen.connect(self.editor.set_threshold)
+        self.concat_list.floatOutputThresholdChosen.connect(self.editor.set_float_output_threshold)
         self.search_bar.jump.connect(self.jump_to)
         self.view.activated.connect(self.canvas.toggle)
         self.inspector.tensors.itemDoubleClicked.connect(lambda it: self._inspector_link(it.row()))
@@ -392,6 +393,7 @@ class MainWindow(QMainWindow):
         # bernoulli2, where the model would open on bayes-e).
         options = self.controller.options
         self.window_actions.options.show_options(options)
+        self.concat_list.show_options(options)
         self.perf_summary.set_march(options.march)
 
     def update_title(self, *_) -> None:

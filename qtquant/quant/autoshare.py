@@ -195,7 +195,7 @@ def _output_note(kept) -> str:
 
 def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoShareReport, list[list[str]]]:
     """Decide without changing the session: (report, groups of tensors to share)."""
-    limit = session.options.max_bits_lost if max_bits_lost is None else float(max_bits_lost)
+    limit = session.options.auto_share_max_bits_lost if max_bits_lost is None else float(max_bits_lost)
     pl = _Planner(session)
     graph, dm = pl.graph, pl.dm
     report = AutoShareReport(limit)

@@ -295,4 +295,4 @@ def export_float_of(graph, options, qdq, dm, mode: OutputMode | None = None) -> 
     if qdq is not None:
         return frozenset()
     mode = options.output_mode if mode is None else mode
-    return export_float_tensors(graph, dm, options.max_bits_lost, options.precision, mode)
+    return export_float_tensors(graph, dm, options.float_output_max_bits_lost, options.precision, mode)

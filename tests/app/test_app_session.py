@@ -74,7 +74,7 @@ def test_fidelity_result_and_staleness(session):
     session.events.fidelity.connect(got.append)
     rev = session.revision
     assert session.set_fidelity("fid", rev) and got == [Result("fid", rev)]
-    session.set_options(max_bits_lost=2.0)  # fidelity's float-output rule reads the threshold
+    session.set_options(float_output_max_bits_lost=2.0)  # fidelity's float-output rule reads the threshold
     assert session.is_stale(session.fidelity)
     assert not session.set_fidelity("old", rev) and session.fidelity.value == "fid"
 
@@ -87,8 +87,9 @@ def test_calibration_clears_histograms_and_bumps_the_revision(session):
 
 
 def test_options_take_any_spelling():
-    o = Options(scheme="uint8-asym", policy="max-input", max_bits_lost=2)
-    assert o.scheme is Scheme.ASYMMETRIC_UINT8 and o.policy is Policy.MAX_INPUT and o.max_bits_lost == 2.0
+    o = Options(scheme="uint8-asym", policy="max-input", auto_share_max_bits_lost=2, float_output_max_bits_lost="3")
+    assert o.scheme is Scheme.ASYMMETRIC_UINT8 and o.policy is Policy.MAX_INPUT
+    assert o.auto_share_max_bits_lost == 2.0 and o.float_output_max_bits_lost == 3.0
     assert Options(scheme="sym").scheme is Scheme.SYMMETRIC_INT8
     with pytest.raises(ValueError):
         Options(policy="widest")

@@ -89,10 +89,15 @@ def test_ungroup_remove_member_and_options(session):
 def test_options_command_events_and_refusals(session, events):
     stack = CommandStack(session)
     dm = session.domains
-    stack.push(SetOptionsCommand(max_bits_lost=2.5))
-    assert session.options.max_bits_lost == 2.5 and events == [("options", ({"max_bits_lost": 2.5},))]
+    stack.push(SetOptionsCommand(auto_share_max_bits_lost=2.5))
+    assert session.options.auto_share_max_bits_lost == 2.5
+    assert events == [("options", ({"auto_share_max_bits_lost": 2.5},))]
     assert session.domains is dm  # the threshold is not an input of the domain maps
     assert stack.undo_text == "Auto-share threshold: 2.5 bits"
+    stack.push(SetOptionsCommand(float_output_max_bits_lost=3))
+    assert session.options.float_output_max_bits_lost == 3.0 and stack.undo_text == "Float-output threshold: 3 bits"
+    with pytest.raises(QtQuantError, match="float_output_max_bits_lost"):
+        SetOptionsCommand(float_output_max_bits_lost=-1)
     stack.push(SetOptionsCommand(march="nash-e", policy="output"))
     assert events[-1] == ("options", ({"march": "nash-e", "policy": Policy.OUTPUT},))
     assert session.domains is not dm and stack.undo_text == "Options: march, policy"
@@ -106,7 +111,7 @@ def test_options_command_events_and_refusals(session, events):
 
 def test_autoshare_command_is_one_undo_step_and_one_event(session, events):
     stack = CommandStack(session)
-    cmd = AutoShareCommand(max_bits_lost=1.0)
+    cmd = AutoShareCommand()  # at the session's auto-share threshold (1 bit by default)
     assert stack.push(cmd)
     assert cmd.report.grouped == ["cat"] and events == [("groups", ())]  # auto_share notifies too: one event
     assert _rescales(session) == 0

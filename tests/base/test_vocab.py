@@ -5,6 +5,7 @@ import json
 import pytest
 
 from qtquant.base import vocab
+from qtquant.app import Options
 from qtquant.calib import CalibConfig, CalibConfigError
 from qtquant.cli import build_parser
 from qtquant.quant.domains import Policy
@@ -46,7 +47,10 @@ def test_cli_choices_derive_from_the_vocabulary():
     assert tuple(by_dest["scheme"].choices) == vocab.SCHEME_NAMES
     assert by_dest["calib_count"].default == vocab.DEFAULT_CALIB_COUNT == CalibConfig().count
     assert by_dest["march"].default == vocab.DEFAULT_MARCH
-    assert by_dest["max_bits_lost"].default == vocab.DEFAULT_MAX_BITS_LOST
+    assert by_dest["auto_share_max_bits_lost"].default == vocab.DEFAULT_AUTO_SHARE_MAX_BITS_LOST \
+        == Options().auto_share_max_bits_lost
+    assert by_dest["float_output_max_bits_lost"].default == vocab.DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST \
+        == Options().float_output_max_bits_lost
 
 
 def test_marches_come_from_the_profiles_folder_smallest_first():

@@ -41,6 +41,12 @@ def _rc(capsys, *argv):
     (["analyze", "{m}", "--march", "mine.json"], 3, "not found"),  # a profile path: a missing file
     (["calibrate", "--merge", "a.npz", "b.npz", "--stats-out", "s.npz"], 3, "a.npz"),
     (["analyze", "{m}", "--input-shape", "x=1x3"], 3, "x"),
+    # a threshold Options refuses: bad input, one line naming the option
+    (["analyze", "{m}", "--auto-share-max-bits-lost", "-1"], 3, "auto_share_max_bits_lost (the auto-share threshold)"),
+    (["fix", "{m}", "-o", "o.onnx", "--float-output-max-bits-lost", "nan"], 3, "float_output_max_bits_lost"),
+    # one flag for two thresholds: the command line says which it means
+    (["fix", "{m}", "-o", "o.onnx", "--auto-share", "--max-bits-lost", "3"], 2,
+     "--max-bits-lost: say which threshold: --auto-share-max-bits-lost BITS"),
 ])
 def test_exit_codes_and_the_reason(model, tmp_path, monkeypatch, capsys, argv, code, says):
     """2: a command line that cannot run as given; 3: bad input (a missing file, a shape that does not fit)."""
@@ -56,5 +62,6 @@ def test_calibrate_help_lists_only_what_it_uses(capsys):
         main(["calibrate", "--help"])
     out = capsys.readouterr().out
     assert "--calib-count" in out and "--input-shape" in out and "--cut" in out
-    for flag in ("--march", "--plan", "--policy", "--max-bits-lost", "--int16", "--keep-float"):
+    for flag in ("--march", "--plan", "--policy", "--auto-share-max-bits-lost", "--float-output-max-bits-lost",
+                 "--int16", "--keep-float"):
         assert flag not in out

@@ -32,7 +32,7 @@ def model_path(tmp_path_factory):
 
 
 def _argv(model_path, target, out, *extra):
-    return ["deploy", model_path, "--target", target, "-o", str(out), "--auto-share", "--max-bits-lost", "3",
+    return ["deploy", model_path, "--target", target, "-o", str(out), "--auto-share", "--auto-share-max-bits-lost", "3",
             "--int16", INT16, "--keep-float", FLOAT, "--calib-count", "4", *extra]
 
 

@@ -27,7 +27,7 @@ def model(tmp_path):
 
 def _readback(capsys, path, log, *extra):
     capsys.readouterr()
-    code = main(["deploy", path, "--auto-share", "--max-bits-lost", "8", "--calib-count", "4", "--readback",
+    code = main(["deploy", path, "--auto-share", "--auto-share-max-bits-lost", "8", "--calib-count", "4", "--readback",
                  str(log), "--json", *extra])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -53,7 +53,7 @@ def test_groups_took_effect_when_the_log_requantizes_nothing_at_them(model, tmp_
     assert doc["choices"] == [{"tensor": "conv2_out", "precision": "int16", "effect": "took effect",
                                "why": "conv2 outputs int16 in the log"}]
     capsys.readouterr()
-    assert main(["deploy", path, "--auto-share", "--max-bits-lost", "8", "--calib-count", "4",
+    assert main(["deploy", path, "--auto-share", "--auto-share-max-bits-lost", "8", "--calib-count", "4",
                  "--readback", str(log)]) == 0
     lines = capsys.readouterr().out.splitlines()
     i = next(k for k, ln in enumerate(lines) if ln.startswith("read back "))

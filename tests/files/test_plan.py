@@ -152,3 +152,13 @@ def test_a_tensor_that_ships_in_float_cannot_join_and_a_tensor_listed_twice_is_s
     res = apply_plan(session, twice)
     assert len(session.groups) == 1
     assert any("group 1 and group 0 both list 'c1_out': they are merged into one" in w for w in res.warnings)
+
+
+def test_a_plan_carries_no_threshold(session, tmp_path):
+    """A plan is groups and precision: the session's thresholds are not in it, and a
+    ``max_bits_lost`` key in a plan (no version of the format has one) changes no option."""
+    session.set_options(auto_share_max_bits_lost=2.5, float_output_max_bits_lost=4.0)
+    assert not any(k.endswith("max_bits_lost") for k in plan_dict(session))
+    before = session.options
+    apply_plan_file(session, _write(tmp_path, dict(GOOD, max_bits_lost=8.0)))
+    assert session.groups.as_lists() == [("c0_out", "c1_out")] and session.options == before

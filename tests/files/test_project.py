@@ -116,3 +116,42 @@ def test_version_1_fixed_holdout_reads_as_auto(session, tmp_path):
     doc["version"] = 2
     pp.write_text(json.dumps(doc))
     assert open_project(pp)[0].options.calib.holdout == 2  # chosen in a version-2 file: kept
+
+
+def test_the_two_thresholds_round_trip_under_their_own_names(session, tmp_path):
+    session.set_options(auto_share_max_bits_lost=2.5, float_output_max_bits_lost=4.0)
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    doc = json.loads(pp.read_text())
+    assert (doc["auto_share_max_bits_lost"], doc["float_output_max_bits_lost"]) == (2.5, 4.0)
+    assert "max_bits_lost" not in doc
+    s2, _ = open_project(pp)
+    assert (s2.options.auto_share_max_bits_lost, s2.options.float_output_max_bits_lost) == (2.5, 4.0)
+
+
+def test_version_3_one_threshold_sets_both(session, tmp_path):
+    """Up to version 3 one max_bits_lost was both rules: an old project opens as it was saved."""
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    doc = json.loads(pp.read_text())
+    del doc["auto_share_max_bits_lost"], doc["float_output_max_bits_lost"]
+    pp.write_text(json.dumps({**doc, "version": 3, "max_bits_lost": 2.5}))
+    o = open_project(pp)[0].options
+    assert (o.auto_share_max_bits_lost, o.float_output_max_bits_lost) == (2.5, 2.5)
+    pp.write_text(json.dumps({**doc, "version": 3}))  # none given: the defaults
+    o = open_project(pp)[0].options
+    assert (o.auto_share_max_bits_lost, o.float_output_max_bits_lost) == (1.0, 1.0)
+    # a version-4 file's max_bits_lost is not a key of the format: ignored, as any unknown key
+    pp.write_text(json.dumps({**doc, "version": 4, "max_bits_lost": 2.5}))
+    o = open_project(pp)[0].options
+    assert (o.auto_share_max_bits_lost, o.float_output_max_bits_lost) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("key,value", [("auto_share_max_bits_lost", -1), ("float_output_max_bits_lost", -0.5),
+                                       ("max_bits_lost", -2)])
+def test_a_bad_threshold_in_a_project_is_one_line_naming_the_file(session, tmp_path, key, value):
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    doc = json.loads(pp.read_text())
+    if key == "max_bits_lost":
+        doc["version"] = 3
+    pp.write_text(json.dumps({**doc, key: value}))
+    with pytest.raises(PlanError, match=r"^proj\.qtquant: \w+_max_bits_lost \(the [a-z-]+ threshold\) must be"):
+        open_project(pp)

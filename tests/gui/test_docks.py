@@ -18,15 +18,18 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QColor  # noqa: E402
 
-from builders import RESCALING_MARCH, edit_model  # noqa: E402
-from qtquant.app import Options, open_model  # noqa: E402
+from builders import RESCALING_MARCH, detector_model, edit_model  # noqa: E402
+from qtquant.app import Options, Session, open_model  # noqa: E402
 from qtquant.app.commands import ShareCommand  # noqa: E402
 from qtquant.app.views.palette import MISMATCH_BANDS  # noqa: E402
 from qtquant.app.views.perf import OPENED_NOTE  # noqa: E402
 from qtquant.app.views.perfdata import fidelity_measure, simulator  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.quant.concat import concat_members  # noqa: E402
+from qtquant.gui.actions import OptionWidgets  # noqa: E402
 from qtquant.gui.docks import ConcatList, GroupsPanel, PerfSummary  # noqa: E402
+from qtquant.gui.editing import Editor  # noqa: E402
+from qtquant.model.graph import graph_from_model  # noqa: E402
 from qtquant.gui.relay import SessionRelay  # noqa: E402
 
 GREEN = MISMATCH_BANDS[0][2]
@@ -119,6 +122,39 @@ def test_concat_list_gain_column_updates_alone_when_a_simulation_arrives(qtbot, 
     assert counts["ConcatList.refresh"] == 0  # a result is not an edit: the rows stay, the gains fill in
     assert [r.name for r in m.rows] == [r.name for r in before]
     assert cells(m, w.row_of("cat1"))[5].endswith("s")  # "… µs"
+
+
+def test_concat_list_float_output_threshold_is_its_own_control(qtbot, counts):
+    """Above the table, the float-output threshold: the head Concat of a detector (scores next to
+    pixel boxes, ~8.8 bits apart) feeds the model outputs and stays float (no rescale) until it is
+    raised past that; the toolbar's auto-share threshold does not move the table at all."""
+    s = Session(graph_from_model(detector_model()), Options(march=RESCALING_MARCH))
+    s.run_calibration()
+    relay, w = dock(qtbot, ConcatList, s)
+    editor = Editor(relay)
+    toolbar = OptionWidgets()  # the window wires both controls to the editor this way
+    toolbar.thresholdChosen.connect(editor.set_threshold)
+    w.floatOutputThresholdChosen.connect(editor.set_float_output_threshold)
+    relay.optionsChanged.connect(lambda *_: w.show_options(relay.session.options))
+    w.show_options(s.options)
+    m = w.model
+
+    def head():
+        return cells(m, w.row_of("head"))
+
+    assert w.float_output.value() == 1.0 and head()[3] == "0"
+    before = [cells(m, r) for r in range(m.rowCount())]
+    toolbar.bits.setValue(12.0)  # the auto-share threshold: an option, and no change to the table
+    assert s.options.auto_share_max_bits_lost == 12.0 and relay.stack.undo_text == "Auto-share threshold: 12 bits"
+    assert [cells(m, r) for r in range(m.rowCount())] == before
+    counts.clear()
+    w.float_output.setValue(12.0)
+    assert counts["ConcatList.refresh"] == 1
+    assert s.options.float_output_max_bits_lost == 12.0 and head()[3] == "1"
+    assert relay.stack.undo_text == "Float-output threshold: 12 bits"
+    relay.stack.undo()
+    assert w.float_output.value() == 1.0 and head()[3] == "0"
+    assert s.options.auto_share_max_bits_lost == 12.0  # the other threshold keeps its own value
 
 
 # -- the perf summary ---------------------------------------------------------------------------------

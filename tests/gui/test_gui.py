@@ -329,7 +329,7 @@ def test_empty_window_shows_the_options_a_model_opens_with_and_the_whole_hint(qt
     fits a 1200 px window's canvas (it was cut off at both ends behind a scroll bar)."""
     from qtquant.app import Options
 
-    w = MainWindow(settings, Options(march="nash-e", max_bits_lost=1.5))
+    w = MainWindow(settings, Options(march="nash-e", auto_share_max_bits_lost=1.5, float_output_max_bits_lost=2.25))
     qtbot.addWidget(w)
     w.resize(1200, 800)
     w.show()
@@ -337,7 +337,7 @@ def test_empty_window_shows_the_options_a_model_opens_with_and_the_whole_hint(qt
     try:
         assert w.option_widgets.march.currentText() == "nash-e"
         assert w.perf_summary.march.currentText() == "nash-e"
-        assert w.option_widgets.bits.value() == 1.5
+        assert w.option_widgets.bits.value() == 1.5 and w.concat_list.float_output.value() == 2.25
         hint = w.scene.items()[0]
         assert "Open a model" in hint.text()
         shown = w.view.mapToScene(w.view.viewport().rect()).boundingRect()

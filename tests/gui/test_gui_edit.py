@@ -425,6 +425,7 @@ def test_project_round_trips_with_cached_statistics(qtbot, make_win, prompts, mo
     drag_node(w1, "br_c", "cat1")
     w1.option_widgets.policy.setCurrentIndex(w1.option_widgets.policy.findData("max-input"))
     w1.option_widgets.bits.setValue(2.5)
+    w1.concat_list.float_output.setValue(3.0)
     assert w1.isWindowModified()
     proj = tmp_path / "work.qtquant"
     assert w1.projects.save_to(proj)
@@ -444,7 +445,8 @@ def test_project_round_trips_with_cached_statistics(qtbot, make_win, prompts, mo
     s2 = w2.session
     assert [g.members for g in s2.groups] == groups
     assert s2.options.policy.value == "max-input" and w2.option_widgets.policy.currentData() == "max-input"
-    assert s2.options.max_bits_lost == 2.5 and w2.option_widgets.bits.value() == 2.5
+    assert s2.options.auto_share_max_bits_lost == 2.5 and w2.option_widgets.bits.value() == 2.5
+    assert s2.options.float_output_max_bits_lost == 3.0 and w2.concat_list.float_output.value() == 3.0
     assert w2.projects.last_report.stats_from_cache
     assert not any(j.kind == "calibrate" for j in w2.jobs.history)
     assert s2.calibration.ranges == w1.session.calibration.ranges

@@ -172,7 +172,7 @@ def test_cli_says_a_plan_was_made_on_another_cut(model_file, tmp_path, capsys):
     plan = tmp_path / "p.json"
     # (on a march that rescales its conv branches, so auto-share has a Concat to share)
     assert main(["fix", model_file, "--cut", "conv0_out,cat_out", "--calib-count", "4", "--auto-share",
-                 "--max-bits-lost", "8", "-o", str(tmp_path / "q.onnx"), "--plan-out", str(plan),
+                 "--auto-share-max-bits-lost", "8", "-o", str(tmp_path / "q.onnx"), "--plan-out", str(plan),
                  "--march", RESCALING_MARCH]) == 0
     assert json.loads(plan.read_text())["cut"] == ["conv0_out", "cat_out"]
     capsys.readouterr()

@@ -179,8 +179,8 @@ def test_qat_convert_identical_scales_and_onnx_round_trip(tmp_path, capsys):
     assert a["summary"]["concats"] == 2 and a["summary"]["rescales"] == 6
     # the plan qtquant writes for that file, read back by the plan quantizer
     plan_path = tmp_path / "plan.json"
-    assert cli_main(["fix", str(before), "--auto-share", "--max-bits-lost", "3", "--plan-out", str(plan_path),
-                     "-o", str(tmp_path / "fixed.onnx"), "--no-fidelity"]) == 0
+    assert cli_main(["fix", str(before), "--auto-share", "--auto-share-max-bits-lost", "3",
+                     "--plan-out", str(plan_path), "-o", str(tmp_path / "fixed.onnx"), "--no-fidelity"]) == 0
     gm, _ = exported()
     q = PlanQuantizer(OwnObserverQuantizer(), plan_path)
     prepared = prepare_qat_pt2e(gm, q)

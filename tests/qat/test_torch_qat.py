@@ -113,8 +113,8 @@ def test_walkthrough_fx_qat_end_to_end(tmp_path, capsys):
     assert a["summary"]["mismatched_concats"] == 2 and a["summary"]["rescales"] == 6
     # 5. qtquant fix --auto-share --plan-out plan.json
     plan_path = tmp_path / "plan.json"
-    assert cli_main(["fix", str(before), "--auto-share", "--max-bits-lost", "3", "--plan-out", str(plan_path),
-                     "-o", str(tmp_path / "fixed.onnx"), "--no-fidelity"]) == 0
+    assert cli_main(["fix", str(before), "--auto-share", "--auto-share-max-bits-lost", "3",
+                     "--plan-out", str(plan_path), "-o", str(tmp_path / "fixed.onnx"), "--no-fidelity"]) == 0
     plan = json.loads(plan_path.read_text())
     assert [len(g["members"]) for g in plan["groups"]] == [4, 4]  # 3 branches + the Concat output
     assert check_shared(model, plan)  # not shared yet: scales differ

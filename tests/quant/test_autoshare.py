@@ -75,7 +75,7 @@ def test_threshold_controls_the_head(tmp_path):
 
 
 def test_default_threshold_comes_from_options(tmp_path):
-    s = _session(tmp_path, options=Options(march=RESCALING_MARCH, max_bits_lost=20.0))
+    s = _session(tmp_path, options=Options(march=RESCALING_MARCH, auto_share_max_bits_lost=20.0))
     assert "head" in auto_share(s).grouped
 
 

@@ -160,7 +160,7 @@ def test_a_float_kept_output_concat_is_what_ships_in_analysis_perf_and_export(tm
     assert res.rescale_count == 0 and res.rescale_cost_by_concat() == {"cat": 0.0}
     assert "left in float by the export" in res.layer("cat").note and res.layer("cat").total_us > 0
 
-    keep, _ = float_output_tensors(s.graph, s.baseline_domains, OutputMode.AUTO, s.options.max_bits_lost)
+    keep, _ = float_output_tensors(s.graph, s.baseline_domains, OutputMode.AUTO, s.options.float_output_max_bits_lost)
     out = export_qdq(s, tmp_path / "fixed.onnx", float_tensors=keep).path
     m = onnx.load(str(out))
     prod = {o: n for n in m.graph.node for o in n.output}

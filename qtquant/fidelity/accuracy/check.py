@@ -90,7 +90,7 @@ class Bench:
         self.ranges = getattr(cal, "ranges", None) or {}
         self.outs = checked_outputs_of(self.graph)
         self.slices = output_slices(self.graph)
-        limit = session.options.max_bits_lost
+        limit = session.options.float_output_max_bits_lost
         # What the default export leaves in float (an output Concat that cannot share a scale):
         # every variant keeps it, so variants differ only by what they are asked to change.
         self.export_float, _ = float_output_tensors(self.graph, session.baseline_domains, output_mode, limit)
