@@ -14,26 +14,39 @@ a synthetic 5,000-node graph) this prints:
 
 Targets: yolov8n_320 painted < 2 s after load; 5,000 nodes < 5 s, smooth panning.
 
+``--before REV`` times the app's first window instead, as ``qtquant`` with no model starts it, in
+this checkout and in REV (checked out in a temporary ``git worktree``), alternately with the same
+interpreter, each run a fresh process: from the process start to the GUI's modules imported, to
+the empty window's first paint and to the demo's canvas painted.  It prints the medians of each
+side and their ratio.  ``--first-window`` times this checkout alone the same way.
+
 Run:  QT_QPA_PLATFORM=offscreen python3 benchmarks/gui_load.py [--models DIR]
+      python3 benchmarks/gui_load.py --before REV [--runs N]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+# A first-window run times another checkout's qtquant: its folder goes first on the path, before
+# anything imports qtquant (``--root``; nothing below imports it at module level).
+_root = sys.argv[sys.argv.index("--root") + 1] if "--root" in sys.argv[:-1] else str(ROOT)
+sys.path.insert(0, _root)
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from bench_common import SHARED, pump_events  # noqa: E402
+from bench_common import SHARED, machine, pump_events  # noqa: E402
 
 
 def synthetic_model(path: Path, target_nodes: int = 5000) -> Path:
@@ -223,12 +236,130 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
     return res
 
 
+# -- the first window, in a fresh process per run ---------------------------------------------------
+
+FIRST_WINDOW_MARKS = (("imports", "GUI modules imported"), ("window", "empty window painted"),
+                      ("demo", "demo canvas painted"))
+
+
+def first_window_child(t0: float) -> int:
+    """One start of the app as ``qtquant`` with no model starts it (its own settings file, no
+    recovery prompt): prints, as JSON, the seconds from ``t0`` (the parent's clock just before it
+    started this process) to each of :data:`FIRST_WINDOW_MARKS`."""
+    import qtquant
+    from qtquant.gui.app import make_app
+    from qtquant.gui.mainwindow import MainWindow
+
+    marks = {"imports": time.time() - t0}
+    from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
+
+    app = make_app(["qtquant"])
+    win = None
+    loaded = []
+
+    class Paints(QObject):
+        def eventFilter(self, obj, ev):
+            if ev.type() == QEvent.Paint and win is not None:
+                if "window" not in marks and getattr(obj, "window", None) and obj.window() is win:
+                    marks["window"] = time.time() - t0
+                if loaded and "demo" not in marks and obj is win.view.viewport() and win.scene.spec is not None:
+                    marks["demo"] = time.time() - t0
+            return False
+
+    paints = Paints()
+    app.installEventFilter(paints)
+    settings = QSettings(str(Path(tempfile.mkdtemp(prefix="qtquant-bench-")) / "s.ini"), QSettings.IniFormat)
+    win = MainWindow(settings, offer_recovery=False)
+    win.controller.modelLoaded.connect(lambda s: loaded.append(True))
+    win.show()
+    QTimer.singleShot(0, win.opener.open_demo)
+    deadline = time.time() + 120
+    while "demo" not in marks and time.time() < deadline:
+        app.processEvents()
+        time.sleep(0.001)
+    print(json.dumps({"qtquant": str(Path(qtquant.__file__).parent), **marks}), flush=True)
+    win.controller.shutdown()
+    os._exit(0 if "demo" in marks else 1)  # a fast exit: the teardown is not what is timed
+
+
+def _time_first_window(root: Path, python: str) -> dict:
+    env = {**os.environ, "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen")}
+    t0 = time.time()
+    out = subprocess.run([python, str(Path(__file__).resolve()), "--first-window-child", str(t0), "--root", str(root)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    line = next((ln for ln in reversed(out.stdout.splitlines()) if ln.startswith("{")), None)
+    if out.returncode != 0 or line is None:
+        raise SystemExit(f"first window of {root}: exit {out.returncode}\n{out.stderr[-2000:]}")
+    got = json.loads(line)
+    if Path(got["qtquant"]).resolve() != (root / "qtquant").resolve():
+        raise SystemExit(f"the run for {root} imported {got['qtquant']}")
+    return got
+
+
+def _describe(root: Path) -> str:
+    def git(*a):
+        return subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + (" + uncommitted changes" if git("status", "--porcelain",
+                                                                                   "--untracked-files=no") else "")
+
+
+def first_windows(before: str | None, runs: int) -> int:
+    """Time the first window of this checkout (and of ``before``, alternately), ``runs`` times each
+    after one discarded warm-up run each; print the medians and the ratio."""
+    python = sys.executable
+    sides = [("this checkout", ROOT)]
+    tmp = None
+    if before is not None:
+        tmp = Path(tempfile.mkdtemp(prefix="qtquant-before-")) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(tmp), before], check=True)
+        sides.insert(0, (f"before ({before})", tmp))
+    try:
+        times: dict[str, list[dict]] = {label: [] for label, _ in sides}
+        for label, root in sides:  # warm-up: the file cache, .pyc files of a fresh worktree
+            _time_first_window(root, python)
+        for i in range(runs):
+            for label, root in (sides if i % 2 == 0 else sides[::-1]):  # ABBA: a drift hits both sides alike
+                times[label].append(_time_first_window(root, python))
+        print(f"first window: {runs} run(s) each, alternating, one process per run; {python}, "
+              f"QT_QPA_PLATFORM={os.environ.get('QT_QPA_PLATFORM')}; {machine()}")
+        for label, root in sides:
+            print(f"  {label}: {root} at {_describe(root)}")
+        head = f"{'seconds from process start to':<32}" + "".join(f"{label:>26}" for label, _ in sides)
+        print(head + (f"{'ratio':>9}" if len(sides) == 2 else ""))
+        for key, text in FIRST_WINDOW_MARKS:
+            meds = []
+            row = f"{text:<32}"
+            for label, _ in sides:
+                xs = [r[key] for r in times[label]]
+                meds.append(statistics.median(xs))
+                row += f"{f'{meds[-1]:.3f} ({min(xs):.3f}-{max(xs):.3f})':>26}"
+            if len(meds) == 2:
+                row += f"{meds[1] / meds[0]:>8.2f}x"
+            print(row)
+        print("(median, then min-max in brackets; ratio = this checkout / before: under 1 is faster)")
+    finally:
+        if tmp is not None:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp)], check=False)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=str(SHARED / "models"),
                     help="folder with yolov8n_320.onnx (skipped if missing)")
     ap.add_argument("--nodes", type=int, default=5000, help="size of the synthetic graph")
+    ap.add_argument("--before", default=None, metavar="REV",
+                    help="time the first window of this checkout and of REV (a git revision), alternately")
+    ap.add_argument("--first-window", action="store_true", help="time the first window of this checkout alone")
+    ap.add_argument("--runs", type=int, default=9, help="first-window runs per checkout (default 9)")
+    ap.add_argument("--first-window-child", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--root", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.first_window_child is not None:
+        return first_window_child(args.first_window_child)
+    if args.before is not None or args.first_window:
+        return first_windows(args.before, args.runs)
     from qtquant.app.demo import build_attention_demo
     from qtquant.gui.app import make_app
 
