@@ -157,6 +157,29 @@ def test_concat_list_float_output_threshold_is_its_own_control(qtbot, counts):
     assert s.options.auto_share_max_bits_lost == 12.0  # the other threshold keeps its own value
 
 
+def test_toolbar_threshold_typed_then_auto_share_shares_at_it(qtbot):
+    """The toolbar's auto-share threshold typed but not entered counts when Auto-share runs (the
+    window commits it first): one option step, then the auto-share at that threshold; the
+    float-output threshold stays where it was."""
+    s = Session(graph_from_model(detector_model()), Options(march=RESCALING_MARCH))
+    s.run_calibration()
+    relay = SessionRelay(s)
+    editor = Editor(relay)
+    toolbar = OptionWidgets()
+    toolbar.show_options(s.options)
+    toolbar.thresholdChosen.connect(editor.set_threshold)
+    qtbot.addWidget(toolbar.bits)
+    toolbar.bits.show()
+    toolbar.bits.lineEdit().selectAll()
+    qtbot.keyClicks(toolbar.bits.lineEdit(), "12")
+    assert s.options.auto_share_max_bits_lost == 1.0  # typed, not entered
+    toolbar.commit()
+    rep = editor.auto_share()
+    assert rep.max_bits_lost == 12.0 and "head" in rep.grouped
+    assert relay.stack.texts() == ["Auto-share threshold: 12 bits", "Auto-share (≤ 12 bits)"]
+    assert s.options.float_output_max_bits_lost == 1.0
+
+
 # -- the perf summary ---------------------------------------------------------------------------------
 
 
