@@ -139,15 +139,16 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             place_compile_log(win.session, compiler_log, any_shape=compiler_log_any_shape, scales=compiler_scales)
             wait_settled(win, timeout, need_fidelity=wait_fidelity)
         if plan:
-            from ..files.plan import apply_plan_file
+            from ..app.plans import apply_plan
 
-            apply_plan_file(win.session, plan)
-            win.session.groups_changed()
+            apply_plan(win.stack, plan)
         if int16 or keep_float:
+            from ..app.commands import SetOptionsCommand
             from ..quant.precision import assignments_from_names
 
             s = win.session
-            s.set_options(precision=assignments_from_names(s.graph, int16, keep_float, base=s.options.precision))
+            win.stack.push(SetOptionsCommand(
+                precision=assignments_from_names(s.graph, int16, keep_float, base=s.options.precision)))
         wait_settled(win, timeout, need_fidelity=wait_fidelity)
         if accuracy_top is not None or overlay == Overlay.ERROR:
             from ..fidelity.accuracy import analyze_accuracy
