@@ -2,8 +2,8 @@
 
 Every edit of a session, from the CLI or the window -- share, ungroup, remove a member, auto-share
 (by bits or by accuracy), a plan applied, a project's groups re-mapped onto a changed model, the
-percentile, any option -- is a :class:`Command`.  Group edits undo by restoring the snapshot taken before ``do`` and redo by
-replaying the exact result, so commands stay small and exact.  The GUI presents the stack
+percentile, any option -- is a :class:`Command`.  Group edits undo by restoring the snapshot taken
+before ``do`` and redo by replaying the exact result, so commands stay small and exact.  The GUI presents the stack
 (actions, history view, window-modified mark); it keeps no second one.
 """
 

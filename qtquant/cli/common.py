@@ -211,11 +211,9 @@ def open_stack(args, *, calibrate: bool = True, progress=None, keep_check_values
 def auto_share_from_args(stack, args):
     """``--auto-share``: the auto-share (threshold ``--max-bits-lost``) as one command on ``stack``, as
     the window's Auto-share does; returns its report."""
-    from ..app.commands import AutoShareCommand
+    from ..app.sharing import auto_share
 
-    cmd = AutoShareCommand(max_bits_lost=args.max_bits_lost)
-    stack.push(cmd)
-    return cmd.report
+    return auto_share(stack, args.max_bits_lost)
 
 
 def search_from_args(session, args) -> None:

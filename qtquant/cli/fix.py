@@ -133,18 +133,15 @@ def table_text(rows) -> str:
 def sqnr_share_from_args(stack, args):
     """``--max-sqnr-drop``: the measured auto-share, its groups installed as one command on ``stack``
     (fix and analyze), as the window's "share what accuracy allows" does."""
-    from ..app.commands import SqnrShareCommand
+    from ..app.sharing import share_by_accuracy
     from ..base.errors import UsageError
-    from ..fidelity.accuracy.share import plan_sqnr_share
 
     if getattr(args, "auto_share", False):
         raise UsageError("--max-sqnr-drop and --auto-share are two auto-shares: choose one")
     if not (args.max_sqnr_drop >= 0):
         raise UsageError(f"--max-sqnr-drop must be 0 dB or more, got {args.max_sqnr_drop}")
-    rep, groups = plan_sqnr_share(stack.session, args.max_sqnr_drop, output_mode=output_mode_from_args(args),
-                                  march_file=getattr(args, "march_file", None))
-    stack.push(SqnrShareCommand(max_sqnr_drop=args.max_sqnr_drop, planned=groups.snapshot(), report=rep))
-    return rep
+    return share_by_accuracy(stack, args.max_sqnr_drop, output_mode=output_mode_from_args(args),
+                             march_file=getattr(args, "march_file", None))
 
 
 def export_request(args):

@@ -157,11 +157,9 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             s.set_accuracy(analyze_accuracy(s, top=8 if accuracy_top is None else accuracy_top), s.revision)
             app.processEvents()
         if max_sqnr_drop is not None:  # what the dock's Auto-share by accuracy does, in this thread
-            from ..fidelity.accuracy.share import plan_sqnr_share
-            from ..app.commands import SqnrShareCommand
+            from ..app.sharing import share_by_accuracy
 
-            rep, groups = plan_sqnr_share(win.session, max_sqnr_drop)
-            win.stack.push(SqnrShareCommand(max_sqnr_drop=max_sqnr_drop, planned=groups.snapshot(), report=rep))
+            rep = share_by_accuracy(win.stack, max_sqnr_drop)
             win.sensitivity.plot.set_report(rep)
             win.sensitivity.set_busy(rep.text().splitlines()[0])
             wait_settled(win, timeout)
