@@ -13,8 +13,8 @@ from ..base.vocab import (COLOR_ORDERS, DEFAULT_CALIB_COUNT, DEFAULT_MARCH, DEFA
                      DEFAULT_PERCENTILE, DEFAULT_POLICY, DEFAULT_SCHEME, DEFAULT_SEARCH_BUDGET_S, LAYOUTS, OBSERVERS,
                      PIXEL_RANGES, RESIZE_MODES, SCHEME_NAMES, SYNTHETIC, Policy, Scheme)
 
-__all__ = ["add_common", "options_from_args", "open_session", "read_paths", "apply_precision_args", "OBSERVERS",
-           "MARCHES"]
+__all__ = ["add_common", "options_from_args", "open_session", "open_stack", "read_paths", "precision_from_args",
+           "auto_share_from_args", "OBSERVERS", "MARCHES"]
 
 
 def add_common(p: argparse.ArgumentParser, *, model: bool = True, sharing: bool = True) -> None:
@@ -186,7 +186,7 @@ def open_stack(args, *, calibrate: bool = True, progress=None, keep_check_values
         if session.compiler_log is not None:  # rows not placed: on stderr, so --json stays clean
             for u in session.compiler_log.unmatched:
                 print(f"qtquant: warning: compile log: {u.describe()}", file=sys.stderr)
-        apply_precision_args(None, session, args, check_only=True)  # a typo fails before the slow calibration
+        precision_from_args(session, args)  # a typo fails before the slow calibration
         if opened is not None:
             opened(session)
 
@@ -203,7 +203,11 @@ def open_stack(args, *, calibrate: bool = True, progress=None, keep_check_values
         # Made for another file, cut, policy or scheme: applied, and said (on stderr, so --json stays clean).
         for w in apply_plan(stack, args.plan).warnings:
             print(f"qtquant: warning: {w}", file=sys.stderr)
-    apply_precision_args(stack, session, args)
+    precision = precision_from_args(session, args)
+    if precision is not None:  # on top of the plan's, one command
+        from ..app.commands import SetOptionsCommand
+
+        stack.push(SetOptionsCommand(precision=precision))
     search_from_args(session, args)  # measures the export as it will be written: after the plan and precision
     return stack
 
@@ -232,15 +236,12 @@ def search_from_args(session, args) -> None:
     search_calibration(session, **kw)
 
 
-def apply_precision_args(stack, session, args, *, check_only: bool = False) -> None:
-    """``--int16`` / ``--keep-float`` (node or tensor names) on top of the plan's precision, as one
-    command on ``stack``; an unknown name is a BadInputError (one line, exit 3)."""
-    from ..app.commands import SetOptionsCommand
+def precision_from_args(session, args):
+    """The precision map ``--int16`` / ``--keep-float`` (node or tensor names) make on top of the
+    session's (the plan's), or None without them; an unknown name is a BadInputError (one line, exit 3)."""
     from ..quant.precision import assignments_from_names
 
     i16, fl = getattr(args, "int16", None) or [], getattr(args, "keep_float", None) or []
     if not (i16 or fl):
-        return
-    pm = assignments_from_names(session.graph, i16, fl, base=session.options.precision)
-    if not check_only:
-        stack.push(SetOptionsCommand(precision=pm))
+        return None
+    return assignments_from_names(session.graph, i16, fl, base=session.options.precision)
