@@ -1,8 +1,9 @@
 """Edits as command objects (glue style) on one :class:`CommandStack`, the only undo history.
 
-Every edit of a session -- share, ungroup, remove a member, auto-share, any option -- is a
-:class:`Command`.  Group edits undo by restoring the snapshot taken before ``do`` and redo by
-replaying the exact result, so commands stay small and exact.  The GUI presents the stack
+Every edit of a session, from the CLI or the window -- share, ungroup, remove a member, auto-share
+(by bits or by accuracy), a plan applied, a project's groups re-mapped onto a changed model, the
+percentile, any option -- is a :class:`Command`.  Group edits undo by restoring the snapshot taken
+before ``do`` and redo by replaying the exact result, so commands stay small and exact.  The GUI presents the stack
 (actions, history view, window-modified mark); it keeps no second one.
 """
 
@@ -19,8 +20,9 @@ from ..model.scales import Scheme
 from .options import BITS_OPTIONS, Options, bits_option
 
 __all__ = ["Command", "ShareCommand", "UngroupCommand", "RemoveMemberCommand", "AutoShareCommand",
-           "SqnrShareCommand", "SetOptionsCommand", "SetPolicyCommand", "SetMarchCommand", "SetPrecisionCommand",
-           "ReachCommand", "CompoundCommand", "CommandStack", "StackStep"]
+           "SqnrShareCommand", "GroupsAndPrecisionCommand", "ApplyPlanCommand", "SetOptionsCommand", "SetPolicyCommand",
+           "SetMarchCommand", "SetPrecisionCommand", "SetPercentileCommand", "ReachCommand", "CompoundCommand",
+           "CommandStack", "StackStep"]
 
 
 class Command:
@@ -150,6 +152,72 @@ class SqnrShareCommand(_GroupsCommand):
 
     def apply(self, session) -> None:
         session.groups.restore(self.planned)
+        if self.report is not None:  # the groups it made, as the session numbers them
+            self.report.groups = [g for g in session.groups.groups if g.name.startswith("sqnr-share: ")]
+
+
+@dataclass
+class GroupsAndPrecisionCommand(Command):
+    """Base for edits that set the groups and the precision map together (a plan, a project's
+    groups re-mapped): undo restores both as ``do`` found them, redo replays the exact result."""
+
+    _before: tuple | None = field(default=None, init=False, repr=False)
+    _after: tuple | None = field(default=None, init=False, repr=False)
+
+    @staticmethod
+    def _state(session) -> tuple:
+        return session.groups.snapshot(), session.options.precision
+
+    @staticmethod
+    def _restore(session, state) -> None:
+        groups, precision = state
+        if session.groups.snapshot() != groups:
+            session.groups.restore(groups)
+            session.groups_changed()
+        session.set_options(precision=precision)
+
+    def do(self, session) -> None:
+        with session.batch():
+            if self._after is not None:
+                self._restore(session, self._after)
+                return
+            self._before = self._state(session)
+            try:
+                self.apply(session)
+            except Exception:
+                self._restore(session, self._before)  # a refused edit changes nothing
+                raise
+            self._after = self._state(session)
+
+    def undo(self, session) -> None:
+        with session.batch():
+            self._restore(session, self._before)
+
+    @property
+    def changed(self) -> bool:
+        return self._after is not None and self._after != self._before
+
+    def apply(self, session) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class ApplyPlanCommand(GroupsAndPrecisionCommand):
+    """A sharing plan's groups and precision (:func:`qtquant.files.plan.apply_plan`: all or nothing);
+    ``applied`` holds what it did (the groups made, its warnings) after ``do``."""
+
+    plan: object = None  # qtquant.files.plan.Plan
+    replace: bool = True  # the plan's groups replace the session's (False: added to them)
+    applied: object = field(default=None, init=False, repr=False)
+
+    @property
+    def text(self) -> str:
+        return f"Apply plan {self.plan.source or 'plan'}"
+
+    def apply(self, session) -> None:
+        from ..files.plan import apply_plan
+
+        self.applied = apply_plan(session, self.plan, replace=self.replace)
 
 
 _LABELS = {"scheme": "Scheme", "policy": "Policy", "march": "March",
@@ -276,6 +344,52 @@ class SetPrecisionCommand(Command):
         return self._old is not None and self._old != self._new
 
 
+class SetPercentileCommand(Command):
+    """The percentile observer's percentile (the export dialog's, like ``--percentile``): the same
+    statistics re-derived (no model run); undo puts the previous calibration back."""
+
+    def __init__(self, percentile: float):
+        self.percentile = float(percentile)
+        self._old = None  # (calibration options, calibration result) before
+        self._new = None
+
+    @property
+    def text(self) -> str:
+        return f"Percentile: {self.percentile:g}"
+
+    def do(self, session) -> None:
+        from dataclasses import replace
+
+        from ..base.vocab import Observer
+
+        cal = session.calibration
+        if cal is None or str(cal.config.observer) != Observer.PERCENTILE.value:
+            raise BadInputError("the percentile applies to a calibration with the percentile observer")
+        self._old = (session.options.calib, cal)
+        if self._new is None:
+            if abs(float(cal.config.percentile) - self.percentile) <= 1e-9:
+                self._new = self._old
+            else:
+                self._new = (replace(session.options.calib, percentile=self.percentile),
+                             cal.recompute(percentile=self.percentile))
+        self._install(session, self._new)
+
+    def undo(self, session) -> None:
+        self._install(session, self._old)
+
+    @staticmethod
+    def _install(session, state) -> None:
+        calib, result = state
+        with session.batch():
+            session.set_options(calib=calib)
+            if session.calibration is not result:
+                session.set_calibration(result)
+
+    @property
+    def changed(self) -> bool:
+        return self._new is not None and self._new is not self._old
+
+
 class ReachCommand(SetOptionsCommand):
     """Install the precision map a "reach X dB for the least latency" plan chose
     (:func:`qtquant.fidelity.accuracy.reach.plan_reach`, run in the background) as one undoable step."""
@@ -353,13 +467,22 @@ class CommandStack:
             cmd.do(self.session)
         if not cmd.changed:
             return False
+        self._push_done(cmd)
+        return True
+
+    def record(self, cmd: Command) -> None:
+        """Record ``cmd``, already done on the session before this stack had it (a project's groups
+        re-mapped while it opened): it undoes like any edit."""
+        if cmd.changed:
+            self._push_done(cmd)
+
+    def _push_done(self, cmd: Command) -> None:
         if self._clean > self._index:
             self._clean = -1
         del self._commands[self._index:]
         self._commands.append(cmd)
         self._index += 1
         self._emit(StackStep.DO)
-        return True
 
     def undo(self) -> Command | None:
         if not self.can_undo:

@@ -185,7 +185,7 @@ def perf_report_meta(session, march, after, accuracy: str = "") -> dict:
             "nodes": len(g.nodes), "groups": len(session.groups),
             "scales": "read from the QDQ file" if session.quantized_file else
             f"calibrated ({session.calibration.data_label()})" if session.calibration else "not calibrated"}
-    if getattr(session, "compiler_log", None) is not None:  # (a Snapshot carries no compile log)
+    if session.compiler_log is not None:
         from ..horizon.report import scales_text
 
         meta["compile log"] = scales_text(session)

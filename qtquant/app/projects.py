@@ -1,7 +1,10 @@
-"""Opening a ``.qtquant`` project (:mod:`qtquant.files.project`, the file format) as a session.
+"""The open-a-project use case: a ``.qtquant`` project (:mod:`qtquant.files.project`, the file
+format) as a session.  ``qtquant diff`` and the window's Open Project both call :func:`open_project`.
 
-Opening a project whose model changed reports it; the caller decides whether to re-map the groups
-by tensor name.
+The project's groups and precision are the state it opens in.  On a model that changed since the
+project was saved they are re-mapped by tensor name as an edit, a :class:`RemapGroupsCommand`
+(:attr:`OpenReport.remap`), done while the project opens: the caller records it on its command stack
+(Undo takes the model back to no group), or undoes it when the user declines the re-map.
 """
 
 from __future__ import annotations
@@ -13,11 +16,30 @@ from ..base.errors import BadInputError, PlanError, QtQuantError
 from ..base.vocab import Policy, Scheme
 from ..calib.cache import load_cached
 from ..files.project import load_project
+from .commands import GroupsAndPrecisionCommand
 from .loader import open_model
 from .scene import ViewState
 from .options import Options
 
-__all__ = ["OpenReport", "open_project"]
+__all__ = ["OpenReport", "RemapGroupsCommand", "open_project", "remap_groups"]
+
+
+@dataclass
+class RemapGroupsCommand(GroupsAndPrecisionCommand):
+    """A project's groups and precision put onto a model that changed since it was saved, by tensor
+    name (:func:`remap_groups`): what no longer exists is dropped and counted in
+    ``report`` (an :class:`OpenReport`)."""
+
+    groups: tuple = ()  # (members, name) of each group the project saved
+    precision: dict = field(default_factory=dict)  # tensor -> precision the project saved
+    report: object = field(default=None, repr=False)
+
+    @property
+    def text(self) -> str:
+        return f"Re-map {len(self.groups)} project group(s) onto the changed model"
+
+    def apply(self, session) -> None:
+        remap_groups(session, self.groups, self.precision, self.report)
 
 
 @dataclass
@@ -26,6 +48,7 @@ class OpenReport:
     missing: list[str] = field(default_factory=list)  # group members not in the (changed) model
     dropped_groups: int = 0
     stats_from_cache: bool = False
+    remap: RemapGroupsCommand | None = None  # the re-map onto a changed model, done (record it on a stack)
 
     def message(self) -> str:
         if not self.model_changed:
@@ -74,24 +97,40 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False, model=Non
     if report.model_changed and not remap:
         report.dropped_groups = len(proj.groups)
         return _searched(session), report
-    for gr in proj.groups:
-        members = [m for m in gr.members if m in session.graph.tensors]
-        report.missing += [m for m in gr.members if m not in session.graph.tensors]
-        if len(members) < 2:
+    groups = tuple((tuple(gr.members), gr.name) for gr in proj.groups)
+    if report.model_changed:
+        report.remap = RemapGroupsCommand(groups=groups, precision=dict(proj.precision), report=report)
+        report.remap.do(session)
+    else:
+        with session.batch():
+            remap_groups(session, groups, proj.precision, report)
+    return _searched(session), report
+
+
+def remap_groups(session, groups, precision, report: OpenReport | None = None) -> None:
+    """Share each of ``groups`` ((members, name) pairs) and set ``precision`` (tensor -> precision) by
+    tensor name: members the model lacks are dropped (a group left with fewer than two is dropped, as is
+    one the sharing rules refuse), and so are the precisions of tensors gone or no longer quantized;
+    ``report`` counts them."""
+    report = report if report is not None else OpenReport()
+    made = False
+    for members, name in groups:
+        present = [m for m in members if m in session.graph.tensors]
+        report.missing += [m for m in members if m not in session.graph.tensors]
+        if len(present) < 2:
             report.dropped_groups += 1
             continue
         try:
-            session.groups.share(session, members, name=gr.name)
+            session.groups.share(session, present, name=name)
+            made = True
         except QtQuantError:
             report.dropped_groups += 1
-    if len(session.groups):
+    if made:
         session.groups_changed()
-    # Tensors of a changed model that are gone (or no longer quantized) lose their precision.
-    kept = {t: p for t, p in proj.precision.items() if session.graph.is_quantized(t)}
-    report.missing += [t for t in proj.precision if t not in kept and t not in report.missing]
+    kept = {t: p for t, p in precision.items() if session.graph.is_quantized(t)}
+    report.missing += [t for t in precision if t not in kept and t not in report.missing]
     if kept:
         session.set_options(precision=kept)
-    return _searched(session), report
 
 
 def _searched(session):

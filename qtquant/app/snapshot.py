@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..quant.domains import DomainMap
     from ..model.graphmodel import Graph
     from ..model.qdq import QdqInfo
+    from ..horizon.match import LogMatch
 
 __all__ = ["Snapshot", "StateFacts"]
 
@@ -58,6 +59,7 @@ class Snapshot(StateFacts):
     # baseline? -> analysis; seeded with what the session had built, else computed by the worker.
     _concats: dict = field(default_factory=dict, repr=False)
     compiler: dict | None = None  # the compile log's ranges, when they are the scales
+    compiler_log: LogMatch | None = None  # the compile log placed on the graph (the perf report's header names it)
 
     @classmethod
     def of(cls, session) -> "Snapshot":
@@ -68,11 +70,16 @@ class Snapshot(StateFacts):
                 seed[baseline] = hit
         return cls(session.graph, session.options, session.calibration, session.qdq,
                    GroupSet(list(session.groups.groups), session.groups.next_id), session.revision,
-                   session.domains, session.baseline_domains, seed, session.compiler_ranges)
+                   session.domains, session.baseline_domains, seed, session.compiler_ranges, session.compiler_log)
 
     @property
     def ready(self) -> bool:
         return self.calibration is not None or self.qdq is not None
+
+    @property
+    def compiler_ranges(self) -> dict | None:
+        """As :attr:`Session.compiler_ranges`: the compile log's ranges when they are the scales."""
+        return self.compiler
 
     def domains_with(self, groups) -> "DomainMap":
         """As :meth:`Session.domains_with`: the domains if ``groups`` were the user's groups."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import add_common, open_session
+from .common import add_common, open_stack
 from .compilerlog import print_log_text
 from .output_options import add_output_options, output_mode_from_args
 
@@ -36,7 +36,7 @@ def _perf(session, args):
 
 
 def warm_perf(args):
-    """``opened`` for open_session: the perf simulation's per-node costs (they need no scales) on
+    """``opened`` for open_stack: the perf simulation's per-node costs (they need no scales) on
     a thread of their own while calibration runs (see perf.simulator.warm_up)."""
     if args.no_perf:
         return None
@@ -67,12 +67,13 @@ def run(args) -> int:
     from ..perf.precision import report_text
     from ..files.report import analysis_dict, concat_table_text
 
-    session = open_session(args, keep_check_values=not args.no_fidelity, opened=warm_perf(args))
+    stack = open_stack(args, keep_check_values=not args.no_fidelity, opened=warm_perf(args))
+    session = stack.session
     sqnr = None
     if args.max_sqnr_drop is not None:
         from .fix import sqnr_share_from_args
 
-        sqnr = sqnr_share_from_args(session, args)
+        sqnr = sqnr_share_from_args(stack, args)
     perf, fid = perf_and_fidelity(session, args)
     if args.json:
         doc = analysis_dict(session, perf=perf, fidelity=fid)

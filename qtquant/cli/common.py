@@ -14,8 +14,8 @@ from ..base.vocab import (COLOR_ORDERS, DEFAULT_AUTO_SHARE_MAX_BITS_LOST, DEFAUL
                           DEFAULT_POLICY, DEFAULT_SCHEME, DEFAULT_SEARCH_BUDGET_S, LAYOUTS, OBSERVERS, PIXEL_RANGES,
                           RESIZE_MODES, SCHEME_NAMES, SYNTHETIC, Policy, Scheme)
 
-__all__ = ["add_common", "options_from_args", "open_session", "read_paths", "apply_precision_args", "OBSERVERS",
-           "MARCHES"]
+__all__ = ["add_common", "options_from_args", "open_session", "open_stack", "read_paths", "precision_from_args",
+           "auto_share_from_args", "OBSERVERS", "MARCHES"]
 
 
 def add_common(p: argparse.ArgumentParser, *, model: bool = True, sharing: bool = True) -> None:
@@ -172,41 +172,73 @@ def read_paths(args) -> list:
 
 
 def open_session(args, *, calibrate: bool = True, progress=None, keep_check_values: bool = False, opened=None):
-    """Load the model named in ``args``, detect QDQ, calibrate when needed, apply --plan.
+    """:func:`open_stack`'s session (a command that does not edit it afterwards)."""
+    return open_stack(args, calibrate=calibrate, progress=progress, keep_check_values=keep_check_values,
+                      opened=opened).session
+
+
+def open_stack(args, *, calibrate: bool = True, progress=None, keep_check_values: bool = False, opened=None):
+    """Open the model named in ``args`` (:func:`qtquant.app.opening.open_session`), calibrate when
+    needed, apply --plan and --int16/--keep-float: returns the session's command stack, on which
+    every edit is made (``stack.session`` is the session).
     ``keep_check_values``: a fidelity check follows (see :func:`qtquant.calib.calibrate`).
     ``opened(session)``: called once the model is open, before calibrating (work that needs no
     scales can start there, beside onnxruntime creating calibration's session)."""
-    from ..app import open_model
-    from .compilerlog import log_input_shapes, place_log, read_log_from_args
+    from ..app.commands import CommandStack
+    from ..app.opening import OpenRequest, open_session as open_model_session
+    from .compilerlog import log_input_shapes, read_log_from_args
 
     opts = options_from_args(args)
     log = read_log_from_args(args)
-    # (a model left dynamic opens at the log's input shape)
-    session = open_model(args.model, log_input_shapes(args, log) or args.input_shape, opts,
-                         cut=getattr(args, "cut", None) or (), stats=getattr(args, "stats", None))
-    if log is not None:
-        place_log(session, log, args)
-    apply_precision_args(session, args, check_only=True)  # a typo fails before the slow calibration
-    if opened is not None:
-        opened(session)
-    if getattr(args, "stats", None):  # (a QDQ file with statistics: refused by open_model)
+    explicit = frozenset()
+    if getattr(args, "stats", None):
         from ..calib.statsfile import RANGE_FIELDS, explicit_data_fields
 
         given = {k for k in RANGE_FIELDS if getattr(args, k, None) is not None}  # named, even as the default
-        session.load_statistics(args.stats, explicit=explicit_data_fields(opts.calib) - set(RANGE_FIELDS) | given)
-    elif calibrate and (not session.quantized_file or str(getattr(args, "calib", SYNTHETIC)) != SYNTHETIC):
+        explicit = frozenset(explicit_data_fields(opts.calib) - set(RANGE_FIELDS) | given)
+    # (a model left dynamic opens at the log's input shape)
+    request = OpenRequest(args.model, log_input_shapes(args, log) or args.input_shape, opts,
+                          cut=getattr(args, "cut", None) or (), stats=getattr(args, "stats", None),
+                          stats_explicit=explicit, compile_log=log,
+                          log_any_shape=bool(getattr(args, "compiler_log_any_shape", False)),
+                          log_scales=not getattr(args, "own_scales", False))
+
+    def on_open(session):
+        if session.compiler_log is not None:  # rows not placed: on stderr, so --json stays clean
+            for u in session.compiler_log.unmatched:
+                print(f"qtquant: warning: compile log: {u.describe()}", file=sys.stderr)
+        precision_from_args(session, args)  # a typo fails before the slow calibration
+        if opened is not None:
+            opened(session)
+
+    session = open_model_session(request, opened=on_open)
+    stack = CommandStack(session)
+    if not getattr(args, "stats", None) and calibrate and (
+            not session.quantized_file or str(getattr(args, "calib", SYNTHETIC)) != SYNTHETIC):
         # A QDQ file keeps its own scales; data named with --calib gives the check its samples (its
         # float view the reference) and ranges to what the file left unquantized, as the app's Calibrate does.
         session.run_calibration(progress=progress, keep_check_values=keep_check_values)
     if getattr(args, "plan", None):
-        from ..files.plan import apply_plan_file  # provided by the sharing/plan module
+        from ..app.plans import apply_plan
 
         # Made for another file, cut, policy or scheme: applied, and said (on stderr, so --json stays clean).
-        for w in apply_plan_file(session, args.plan).warnings:
+        for w in apply_plan(stack, args.plan).warnings:
             print(f"qtquant: warning: {w}", file=sys.stderr)
-    apply_precision_args(session, args)
+    precision = precision_from_args(session, args)
+    if precision is not None:  # on top of the plan's, one command
+        from ..app.commands import SetOptionsCommand
+
+        stack.push(SetOptionsCommand(precision=precision))
     search_from_args(session, args)  # measures the export as it will be written: after the plan and precision
-    return session
+    return stack
+
+
+def auto_share_from_args(stack, args):
+    """``--auto-share``: the auto-share (at the session's ``--auto-share-max-bits-lost``) as one command on
+    ``stack``, as the window's Auto-share does; returns its report."""
+    from ..app.sharing import auto_share
+
+    return auto_share(stack)
 
 
 def search_from_args(session, args) -> None:
@@ -225,14 +257,12 @@ def search_from_args(session, args) -> None:
     search_calibration(session, **kw)
 
 
-def apply_precision_args(session, args, *, check_only: bool = False) -> None:
-    """``--int16`` / ``--keep-float`` (node or tensor names) on top of the plan's precision;
-    an unknown name is a BadInputError (one line, exit 3)."""
+def precision_from_args(session, args):
+    """The precision map ``--int16`` / ``--keep-float`` (node or tensor names) make on top of the
+    session's (the plan's), or None without them; an unknown name is a BadInputError (one line, exit 3)."""
     from ..quant.precision import assignments_from_names
 
     i16, fl = getattr(args, "int16", None) or [], getattr(args, "keep_float", None) or []
     if not (i16 or fl):
-        return
-    pm = assignments_from_names(session.graph, i16, fl, base=session.options.precision)
-    if not check_only:
-        session.set_options(precision=pm)
+        return None
+    return assignments_from_names(session.graph, i16, fl, base=session.options.precision)

@@ -3,9 +3,7 @@ read beside the model (docs/compiler-log.md)."""
 
 from __future__ import annotations
 
-import sys
-
-__all__ = ["add_compiler_log_args", "read_log_from_args", "log_input_shapes", "place_log", "print_log_text"]
+__all__ = ["add_compiler_log_args", "read_log_from_args", "log_input_shapes", "print_log_text"]
 
 
 def add_compiler_log_args(p) -> None:
@@ -46,16 +44,6 @@ def log_input_shapes(args, log) -> list[str] | None:
     dynamic = {n for n, dims in model_inputs(args.model) if not all(isinstance(d, int) for d in dims)}
     return [f"{n}={'x'.join(map(str, s))}" for n, s in zip(log.deps.input_names, log.deps.input_shapes)
             if n in dynamic] or None
-
-
-def place_log(session, log, args) -> None:
-    """Match ``log`` to the session's graph and install it (its thresholds as the scales unless
-    ``--own-scales``); rows not placed are warned about on stderr (``--json`` stays clean)."""
-    from ..app.compilerlog import place_compile_log
-
-    match = place_compile_log(session, log, any_shape=args.compiler_log_any_shape, scales=not args.own_scales)
-    for u in match.unmatched:
-        print(f"qtquant: warning: compile log: {u.describe()}", file=sys.stderr)
 
 
 def print_log_text(session, perf=None) -> None:

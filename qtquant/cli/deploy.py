@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import add_common, open_session
+from .common import add_common, auto_share_from_args, open_stack
 from .output_options import add_output_options
 
 NAME = "deploy"
@@ -60,12 +60,11 @@ def run(args) -> int:
         raise UsageError("--readback-any-shape goes with --readback")
     else:
         output_dir(args.output)  # a bad folder fails before the slow part
-    session = open_session(args)
+    stack = open_stack(args)
+    session = stack.session
     lines = []
     if args.auto_share:
-        from ..quant.autoshare import auto_share
-
-        lines += auto_share(session).text().splitlines()  # at --auto-share-max-bits-lost
+        lines += auto_share_from_args(stack, args).text().splitlines()
     if args.readback:
         from ..deploy.readback import read_back
 

@@ -6,7 +6,7 @@ import json
 import math
 import sys
 
-from .common import add_common, open_session, read_paths
+from .common import add_common, auto_share_from_args, open_stack, read_paths
 from .compilerlog import print_log_text
 from ..base.tables import fmt_num
 from .output_options import add_output_options, output_mode_from_args
@@ -130,17 +130,18 @@ def table_text(rows) -> str:
     return text_table(rows, ("", "before", "after", "change"), rule=True)
 
 
-def sqnr_share_from_args(session, args):
-    """``--max-sqnr-drop``: the measured auto-share, applied to the session (fix and analyze)."""
-    from ..fidelity.accuracy.share import sqnr_share
+def sqnr_share_from_args(stack, args):
+    """``--max-sqnr-drop``: the measured auto-share, its groups installed as one command on ``stack``
+    (fix and analyze), as the window's "share what accuracy allows" does."""
+    from ..app.sharing import share_by_accuracy
     from ..base.errors import UsageError
 
     if getattr(args, "auto_share", False):
         raise UsageError("--max-sqnr-drop and --auto-share are two auto-shares: choose one")
     if not (args.max_sqnr_drop >= 0):
         raise UsageError(f"--max-sqnr-drop must be 0 dB or more, got {args.max_sqnr_drop}")
-    return sqnr_share(session, args.max_sqnr_drop, output_mode=output_mode_from_args(args),
-                      march_file=getattr(args, "march_file", None))
+    return share_by_accuracy(stack, args.max_sqnr_drop, output_mode=output_mode_from_args(args),
+                             march_file=getattr(args, "march_file", None))
 
 
 def export_request(args):
@@ -167,7 +168,8 @@ def run(args) -> int:
     # (the plan and statistics read are inputs too: --plan-out over --plan replaced the plan read)
     request = export_request(args)
     request.check(read_paths(args))
-    session = open_session(args)
+    stack = open_stack(args)
+    session = stack.session
     log = [] if args.json else None
 
     def say(text):
@@ -184,12 +186,10 @@ def run(args) -> int:
     mode = output_mode_from_args(args)
     report = sqnr = None
     if args.max_sqnr_drop is not None:
-        sqnr = sqnr_share_from_args(session, args)
+        sqnr = sqnr_share_from_args(stack, args)
         say(sqnr.text())
     if args.auto_share:
-        from ..quant.autoshare import auto_share
-
-        report = auto_share(session)  # at --auto-share-max-bits-lost, an option of the session
+        report = auto_share_from_args(stack, args)
         say(report.text())
     if not args.plan and not args.auto_share and sqnr is None:
         say("no --auto-share or --plan given: exporting without shared groups")

@@ -48,9 +48,13 @@ def _open_side(args, path, label: str, plan) -> Side:
         if not session.quantized_file and session.calibration is None:
             session.run_calibration(keep_check_values=not ns.no_fidelity)
         if plan is not None:
-            from ..files.plan import apply_plan_file
+            from ..app.commands import CommandStack
+            from ..app.plans import apply_plan
 
-            apply_plan_file(session, plan)
+            stack = CommandStack(session)
+            if report.remap is not None:  # the project's groups re-mapped onto its changed model
+                stack.record(report.remap)
+            apply_plan(stack, plan)
     else:
         from .common import open_session
 

@@ -34,7 +34,7 @@ from ..model.scales import bits_lost
 from ..base.vocab import Precision
 
 __all__ = ["FORMAT", "VERSION", "Plan", "PlanGroup", "PlanMember", "AppliedPlan", "plan_dict", "save_plan",
-           "load_plan", "parse_plan", "apply_plan", "apply_plan_file"]
+           "load_plan", "parse_plan", "apply_plan"]
 
 FORMAT = "qtquant-plan"
 VERSION = 2  # 2: per-tensor precision (int16 / float) and the --cut it was made on; 1 had only groups
@@ -202,7 +202,8 @@ def apply_plan(session, plan: Plan, *, replace: bool = True) -> AppliedPlan:
     """Make the session's groups those of ``plan`` (or add them, ``replace=False``).
 
     All-or-nothing: tensors missing from the model, or a group that breaks a sharing
-    constraint, raise :class:`PlanError` and leave the session unchanged.
+    constraint, raise :class:`PlanError` and leave the session unchanged.  The front ends apply a
+    plan as an edit, one command on the stack: :func:`qtquant.app.plans.apply_plan`.
     """
     graph = session.graph
     src = plan.source or "plan"
@@ -265,7 +266,3 @@ def _cut_text(plan_cut, cut) -> str:
             return "the whole model"
         return "the model cut at " + ", ".join(repr(t) for t in c[:6]) + (" ..." if len(c) > 6 else "")
     return f"it was made on {say(tuple(plan_cut))}, this is {say(tuple(cut))}"
-
-
-def apply_plan_file(session, path, *, replace: bool = True) -> AppliedPlan:
-    return apply_plan(session, load_plan(path), replace=replace)

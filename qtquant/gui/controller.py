@@ -44,18 +44,6 @@ SETTLE_POLL_MS = 20  # after a calibration: how often to ask whether the views a
 _MODEL_JOBS = ("layout", "calibrate", "perf", "fidelity", "histogram")
 
 
-def tensor_histogram(graph, feeds, tensor: str, bins: int = 128):
-    """(counts, edges) of ``tensor`` over ``feeds`` with onnxruntime, or None without finite values."""
-    import numpy as np
-
-    from ..model.runtime import make_session, with_outputs
-
-    sess = make_session(with_outputs(graph.model, [tensor]), graph.base_dir)
-    vals = np.concatenate([np.asarray(sess.run([tensor], f)[0], np.float64).ravel() for f in feeds])
-    vals = vals[np.isfinite(vals)]
-    return np.histogram(vals, bins=bins) if vals.size else None
-
-
 class Controller(QObject):
     """Loads models and runs layout, calibration, simulation and fidelity in the background."""
 
@@ -153,13 +141,20 @@ class Controller(QObject):
         ``cut``: tensor names the graph is cut at (the open dialog's "Cut at").  ``stats``: a
         statistics file (``qtquant calibrate --stats-out``) used instead of calibrating; one for
         another model or other input shapes fails the load with its one-line message."""
-        from ..app import open_model
+        from ..app.opening import OpenRequest, open_session
 
         gen = self._new_generation()
         # The next model keeps the user's options (march, policy...), not their calibration.
         opts = replace(self.options, calib=calib if calib is not None else self._initial.calib)
         shapes = parse_input_shapes(input_shapes.items() if isinstance(input_shapes, dict) else input_shapes)
         p = Path(path)
+        explicit = frozenset()
+        if stats:
+            from ..calib.statsfile import RANGE_FIELDS, explicit_data_fields
+
+            # An observer chosen in the dialog replaces the file's (its data settings are the file's)
+            explicit = frozenset(explicit_data_fields(opts.calib) & set(RANGE_FIELDS))
+        request = OpenRequest(p, shapes, opts, cut=cut, stats=stats, stats_explicit=explicit)
         self.loadStarted.emit(str(p))
 
         def work(progress, cancelled):
@@ -167,12 +162,7 @@ class Controller(QObject):
                 early = early_structure(p, self.structure_first_nodes)
                 if early is not None:
                     self.structureReady.emit(early, gen)
-            s = open_model(p, shapes, opts, cut=cut, stats=stats)
-            if stats:  # (a QDQ file with statistics: refused by open_model)
-                from ..calib.statsfile import RANGE_FIELDS, explicit_data_fields
-
-                # An observer chosen in the dialog replaces the file's (its data settings are the file's)
-                s.load_statistics(stats, explicit=explicit_data_fields(opts.calib) & set(RANGE_FIELDS))
+            s = open_session(request)
             # Serialized here, while nothing is drawn yet: later the calibration and fidelity
             # children need the bytes, and encoding holds the GIL, freezing a big graph's window.
             s.graph.prepare_model_bytes()
@@ -221,6 +211,8 @@ class Controller(QObject):
             if on_opened is not None and on_opened(session, report) is False:
                 return
             self._loaded(session, session.graph.path or p, gen)
+            if report.remap is not None:  # the groups re-mapped onto a changed model: an edit, undoable
+                self.relay.stack.record(report.remap)
 
         return self.jobs.submit("load", f"open project {p.name}", work, done,
                                 on_error=lambda e: self.loadFailed.emit(str(e)),
@@ -428,15 +420,12 @@ class Controller(QObject):
 
     def histogram(self, tensor: str, on_ready) -> Job | None:
         """Histogram of ``tensor`` over the held-out samples, for stats that carry none."""
+        from ..app.histograms import compute_histogram, histogram_feeds
+
         s = self.session
         if s is None or s.calibration is None:
             return None
-        feeds = list(getattr(s.calibration, "holdout", None) or [])
-        if not feeds:
-            from ..model.runtime import zeros_feed
-
-            feeds = [zeros_feed(s.graph)]
-        graph = s.graph
+        feeds, graph = histogram_feeds(s), s.graph
 
         def done(res):
             if res is not None:
@@ -444,7 +433,7 @@ class Controller(QObject):
             on_ready(tensor)
 
         return self.jobs.submit("histogram", f"histogram {tensor}",
-                                lambda progress, cancelled: tensor_histogram(graph, feeds, tensor), done,
+                                lambda progress, cancelled: compute_histogram(graph, feeds, tensor), done,
                                 stale_key=self._key)
 
     def set_march(self, march: str) -> None:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from ..app.commands import (AutoShareCommand, CompoundCommand, RemoveMemberCommand, SetOptionsCommand,
-                            ShareCommand, UngroupCommand)
+from ..app.commands import CompoundCommand, RemoveMemberCommand, SetOptionsCommand, ShareCommand, UngroupCommand
 from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX
+from ..app.sharing import auto_share
 from ..app.shareplan import plan_share
 from ..quant.concat import concat_members
 from ..quant.domains import Policy
@@ -189,13 +189,11 @@ class Editor(QObject):
         if s is None or not s.ready:
             self._say("Auto-share needs calibrated scales: wait for calibration to finish")
             return None
-        cmd = AutoShareCommand(max_bits_lost=max_bits_lost)
         try:
-            self.relay.stack.push(cmd)
+            rep = auto_share(self.relay.stack, max_bits_lost)
         except QtQuantError as e:
             self._say(f"Auto-share refused: {e}")
             return None
-        rep = cmd.report
         self._say(f"Auto-share (≤ {rep.max_bits_lost:g} bits): {plural(len(rep.grouped), 'Concat')} shared into "
                   f"{plural(len(rep.groups), 'group')}, {len(rep.skipped)} left alone, {len(rep.already)} already "
                   "matched")

@@ -16,7 +16,7 @@ scale raised so a bias fits int32, a value clipped) comes right after its summar
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QPoint, QRectF, QSettings, Qt, Signal
@@ -332,20 +332,15 @@ class ExportController(QObject):
         return hasattr(cal, "recompute") and str(getattr(cal.config, "observer", "")) == Observer.PERCENTILE.value
 
     def apply_choices(self, opts: ExportOptions) -> None:
-        """The dialog's scheme and percentile onto the session (the same statistics re-derived,
-        as ``qtquant fix --scheme --percentile`` computes them)."""
+        """The dialog's scheme and percentile onto the session, each a command on the stack (the
+        same statistics re-derived, as ``qtquant fix --scheme --percentile`` computes them)."""
+        from ..app.commands import SetOptionsCommand, SetPercentileCommand
+
         s = self.relay.session
         if opts.scheme and Scheme.parse(opts.scheme) != s.options.scheme:
-            from ..app.commands import SetOptionsCommand
-
             self.relay.stack.push(SetOptionsCommand(scheme=opts.scheme))
-        cal = s.calibration
-        if opts.percentile is not None and self._percentile_used(s) \
-                and abs(float(cal.config.percentile) - opts.percentile) > 1e-9:
-            new = cal.recompute(percentile=opts.percentile)
-            with s.batch():
-                s.set_options(calib=replace(s.options.calib, percentile=opts.percentile))
-                s.set_calibration(new)
+        if opts.percentile is not None and self._percentile_used(s):
+            self.relay.stack.push(SetPercentileCommand(opts.percentile))
 
     def export(self, opts: ExportOptions):
         """Write the files of ``opts`` in the background; returns the job."""

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QScrollAr
 
 from ..quant.concat import rescale_node_names
 from ..model.shapes import format_shape
+from ..app.histograms import clip_range, export_qparams, stored_histogram
 from ..app.views.fmt import distinct_parts, in_scope, scope_of
 from ..app.views.perfdata import rescale_us_by_concat, rescale_us_for_input
 from ..app.scene import INPUT_PREFIX, OUTPUT_PREFIX, constant_inputs, shape_text
@@ -421,20 +422,12 @@ class Inspector(QScrollArea):
             return shape, "—", "—", ""
         dm = s.domains
         own = dm.member_range.get(t)
-        q = self._export_qparams(t)
+        q = export_qparams(s, t)
         if q is None:  # the export leaves it in float: no scale to show, and none to clip at
             return shape, _fmt_range(own), "float", ""
         # int16 said in three letters: " int16" after a full scale widened the column past the dock
         scale = f"{q.scale:.3g} i16" if q.bits == 16 else fmt_scale(q.scale)
         return shape, _fmt_range(own), scale, str(q.zero_point)
-
-    def _export_qparams(self, t: str):
-        """The quantization the export gives ``t``: int8, int16 (its precision), or None when
-        it ships in float (its precision, or an output Concat the export keeps in float)."""
-        s = self.relay.session
-        if t in s.export_float():
-            return None
-        return s.domains.qparams_at(t, s.precision.of(t))
 
     def _fill_tensors(self, rows) -> None:
         self._tensor_rows = [t for _, t in rows]
@@ -490,32 +483,12 @@ class Inspector(QScrollArea):
         if not s.ready:
             self.hist.clear("The histogram appears when calibration finishes.")
             return
-        stats = self._stats_for(t)
-        q = self._export_qparams(t)
-        clip = (q.lo, q.hi) if q is not None else None
-        if stats is not None and getattr(stats, "hist", None) is not None and getattr(stats, "edges", None) is not None:
-            self.hist.set_data(t, stats.hist, stats.edges, clip)
+        h = stored_histogram(s, t)
+        if h is not None:
+            self.hist.set_data(t, h.counts, h.edges, h.clip)
             return
-        cached = s.histograms.get(t)
-        if cached is not None:
-            self.hist.set_data(t, cached[0], cached[1], clip)
-            return
-        self.hist.set_data(t, None, None, clip, "computing histogram from held-out samples…")
+        self.hist.set_data(t, None, None, clip_range(s, t), "computing histogram from held-out samples…")
         self.histogramWanted.emit(t)
-
-    def _stats_for(self, t: str):
-        s = self.relay.session
-        cal = s.calibration
-        if cal is None:
-            return None
-        st = cal.stats.get(t)
-        if st is not None:
-            return st
-        # A pass-through output shares its source's observer: use any member with stats.
-        for m in s.domains.natural_of.get(t, ()):
-            if m in cal.stats:
-                return cal.stats[m]
-        return None
 
     # -- concat table ------------------------------------------------------------------------
     def show_perf(self) -> None:

@@ -143,17 +143,15 @@ class ModelOpener(QObject):
 
     def _apply_pending_plan(self, ok: bool) -> None:
         plan, self.pending_plan = self.pending_plan, None
-        s = self.controller.session
-        if not plan or not ok or s is None:
+        if not plan or not ok or self.controller.session is None:
             return
-        from ..files.plan import apply_plan_file
+        from ..app.plans import apply_plan
 
-        try:
-            applied = apply_plan_file(s, plan)
+        try:  # one command on the stack: Undo takes it back, the views refresh once
+            applied = apply_plan(self.controller.relay.stack, plan)
         except QtQuantError as e:
             self.messages.error("Cannot apply the plan", str(e))
             return
-        s.groups_changed()
         self.messages.status(f"Applied {Path(plan).name}: {len(applied.groups)} groups", 8000)
 
     def open_project(self, path, ask: bool = True):

@@ -216,8 +216,9 @@ class ProjectController(QObject):
             keep = self.messages.ask("The model changed", text, QMessageBox.Yes | QMessageBox.No,
                                      QMessageBox.Yes) == QMessageBox.Yes
             if not keep:
-                session.groups.clear()
-                session.groups_changed()
+                if report.remap is not None:  # the model opens as if the project had no group
+                    report.remap.undo(session)
+                    report.remap = None
                 report.dropped_all = True
             self.messages.log(f"project: {report.message()}; groups "
                               + ("re-mapped by tensor name" if keep else "dropped"))

@@ -416,8 +416,8 @@ class AccuracyJobs(QObject):
         s, snap = self._snapshot("Auto-share by accuracy")
         if snap is None:
             return None
+        from ..app.sharing import install_accuracy_share
         from ..fidelity.accuracy.share import plan_sqnr_share
-        from ..app.commands import SqnrShareCommand
 
         self.dock.set_busy(f"Auto-share by accuracy (≤ {budget:g} dB): measuring each candidate Concat…")
 
@@ -432,8 +432,7 @@ class AccuracyJobs(QObject):
             from ..base.errors import QtQuantError
 
             try:
-                self.relay.stack.push(SqnrShareCommand(max_sqnr_drop=float(budget), planned=groups.snapshot(),
-                                                       report=rep))
+                install_accuracy_share(self.relay.stack, budget, rep, groups)
             except QtQuantError as e:
                 self.dock.set_busy(f"Auto-share by accuracy refused: {e}")
                 return

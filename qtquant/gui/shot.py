@@ -139,15 +139,16 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             place_compile_log(win.session, compiler_log, any_shape=compiler_log_any_shape, scales=compiler_scales)
             wait_settled(win, timeout, need_fidelity=wait_fidelity)
         if plan:
-            from ..files.plan import apply_plan_file
+            from ..app.plans import apply_plan
 
-            apply_plan_file(win.session, plan)
-            win.session.groups_changed()
+            apply_plan(win.stack, plan)
         if int16 or keep_float:
+            from ..app.commands import SetOptionsCommand
             from ..quant.precision import assignments_from_names
 
             s = win.session
-            s.set_options(precision=assignments_from_names(s.graph, int16, keep_float, base=s.options.precision))
+            win.stack.push(SetOptionsCommand(
+                precision=assignments_from_names(s.graph, int16, keep_float, base=s.options.precision)))
         wait_settled(win, timeout, need_fidelity=wait_fidelity)
         if accuracy_top is not None or overlay == Overlay.ERROR:
             from ..fidelity.accuracy import analyze_accuracy
@@ -156,11 +157,9 @@ def take_screenshot(model, out, *, input_shapes=None, options=None, overlay: str
             s.set_accuracy(analyze_accuracy(s, top=8 if accuracy_top is None else accuracy_top), s.revision)
             app.processEvents()
         if max_sqnr_drop is not None:  # what the dock's Auto-share by accuracy does, in this thread
-            from ..fidelity.accuracy.share import plan_sqnr_share
-            from ..app.commands import SqnrShareCommand
+            from ..app.sharing import share_by_accuracy
 
-            rep, groups = plan_sqnr_share(win.session, max_sqnr_drop)
-            win.stack.push(SqnrShareCommand(max_sqnr_drop=max_sqnr_drop, planned=groups.snapshot(), report=rep))
+            rep = share_by_accuracy(win.stack, max_sqnr_drop)
             win.sensitivity.plot.set_report(rep)
             win.sensitivity.set_busy(rep.text().splitlines()[0])
             wait_settled(win, timeout)

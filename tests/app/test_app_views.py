@@ -93,7 +93,7 @@ def _figure(label, db, no_signal="", blank=None):
 
 def test_fidelity_line_escapes_names_and_colours_changes():
     out = lambda h: SimpleNamespace(headline=h, slices=[1])  # noqa: E731
-    fid = SimpleNamespace(outputs=["a", "b"], samples=1, in_sample=True, findings=["x"], host_default="",
+    fid = SimpleNamespace(outputs=["a", "b"], samples=1, in_sample=True, findings=["x"], host_default="", sparse={},
                           after={"a": out(_figure("<a>", 30.0)), "b": out(_figure("b", math.inf))},
                           before={"a": out(_figure("<a>", 32.0)), "b": out(_figure("b", math.inf))})
     html = fidelity_html(fid)

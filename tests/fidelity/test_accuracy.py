@@ -9,7 +9,7 @@ import pytest
 from builders import save, spiky_chain_model as _chain_model
 from qtquant.fidelity.accuracy import analyze_accuracy
 from qtquant.fidelity.accuracy.check import Bench
-from qtquant.fidelity.accuracy.share import plan_sqnr_share, sqnr_share
+from qtquant.fidelity.accuracy.share import plan_sqnr_share
 from qtquant.fidelity.accuracy.tensors import tensor_errors
 from qtquant.app import open_model
 from qtquant.cli import main
@@ -126,7 +126,10 @@ def test_sqnr_share_respects_the_budget(session):
     assert rep.final.removed == sum(c.rescales for c in session.concats()) - rep.final.rescales
     assert session.groups.as_lists() == []  # planning changes nothing
     # a huge budget shares every candidate that saves latency; the curve ends where sharing ends
-    big = sqnr_share(session, 1000.0)
+    from qtquant.app import CommandStack
+    from qtquant.app.sharing import share_by_accuracy
+
+    big = share_by_accuracy(CommandStack(session), 1000.0)
     dm = session.domains
     assert big.accepted and big.groups
     assert all(len({dm.of[m] for m in c.members}) == 1 for c in big.candidates if c.gain_us > 0)

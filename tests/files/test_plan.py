@@ -10,7 +10,7 @@ from qtquant.cli import main
 from qtquant.base.errors import PlanError, ShareRefused
 from qtquant.quant.groups import share
 from qtquant.app import open_model
-from qtquant.files.plan import VERSION, apply_plan, apply_plan_file, load_plan, parse_plan, plan_dict, save_plan
+from qtquant.files.plan import VERSION, apply_plan, load_plan, parse_plan, plan_dict, save_plan
 
 
 def test_schema(session):
@@ -43,7 +43,7 @@ def test_round_trip(session, det_path, tmp_path):
     p = save_plan(session, tmp_path / "plan.json")
     other = open_model(det_path)
     other.run_calibration()
-    res = apply_plan_file(other, p)
+    res = apply_plan(other, load_plan(p))
     assert not res.warnings
     assert sorted(map(sorted, other.groups.as_lists())) == sorted(map(sorted, session.groups.as_lists()))
     assert plan_dict(other)["groups"] == plan_dict(session)["groups"]
@@ -101,7 +101,7 @@ def test_missing_tensors_are_listed(session, tmp_path):
     doc = {**GOOD, "groups": [{"id": 0, "members": [{"tensor": "c0_out"}, {"tensor": "gone_1"},
                                                    {"tensor": "gone_2"}]}]}
     with pytest.raises(PlanError) as e:
-        apply_plan_file(session, _write(tmp_path, doc))
+        apply_plan(session, load_plan(_write(tmp_path, doc)))
     msg = str(e.value)
     assert "2 tensor(s) missing from the model: 'gone_1', 'gone_2'" in msg
     assert len(session.groups) == 0

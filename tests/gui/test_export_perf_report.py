@@ -65,3 +65,31 @@ def test_gui_export_report_equals_fix_report(qtbot, tmp_path, capsys):
     assert rep.accuracy and rep.accuracy.removeprefix("accuracy of the exported model ") in \
         cli_html.read_text(encoding="utf-8")
     assert (tmp_path / "gui" / "branchy.perf.html").read_bytes() == cli_html.read_bytes()
+
+
+def test_gui_report_names_the_compile_log_as_the_cli_one(qtbot, tmp_path, capsys):
+    """A compile log placed on the model: the header of the window's report says whose scales it runs
+    on, as ``qtquant perf --compiler-log --report`` does (the export reads a snapshot: it carries the log)."""
+    from hblogs import render_compile_log
+    from qtquant.app.compilerlog import open_compile_log
+
+    path = save(branchy_concat_model(chain=True), tmp_path / "branchy.onnx")
+    (tmp_path / "hb.log").write_text(render_compile_log(branchy_concat_model(chain=True)))
+    cli_html = tmp_path / "cli.perf.html"
+    rc = main(["perf", path, "--calib-count", "2", "--int16", "conv1", "--compiler-log", str(tmp_path / "hb.log"),
+               "--report", str(cli_html)])
+    capsys.readouterr()
+    assert rc == 0
+
+    s = open_model(path, options=Options(calib=CalibConfig(count=2)))
+    open_compile_log(s, tmp_path / "hb.log")
+    s.set_options(precision=assignments_from_names(s.graph, ["conv1"], [], base=s.options.precision))
+    s.run_calibration()
+    dlg = ExportDialog(tmp_path / "gui", "branchy")
+    qtbot.addWidget(dlg)
+    for key in ("model", "plan", "overrides", "png"):
+        dlg.checks[key].setChecked(False)
+    export_files(s.snapshot(), dlg.values())
+    html = (tmp_path / "gui" / "branchy.perf.html").read_text(encoding="utf-8")
+    assert "compile log: compile log hb.log: the compiler&#39;s thresholds fix 5 of 6 observed tensors" in html
+    assert html == cli_html.read_text(encoding="utf-8")

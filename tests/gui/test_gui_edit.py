@@ -461,6 +461,11 @@ def test_project_round_trips_with_cached_statistics(qtbot, make_win, prompts, mo
     assert prompts["asked"][-1][0] == "The model changed"
     assert [g.members for g in w2.session.groups] == groups
     assert w2.projects.modified  # re-mapped: the project file no longer matches the model
+    assert w2.stack.texts() == [f"Re-map {len(groups)} project group(s) onto the changed model"]
+    w2.stack.undo()  # the re-map is an edit like any other
+    assert len(w2.session.groups) == 0
+    w2.stack.redo()
+    assert [g.members for g in w2.session.groups] == groups
     prompts["answers"] = [QMessageBox.Discard, QMessageBox.No]  # discard the re-map, drop the groups
     with qtbot.waitSignal(w2.controller.modelLoaded, timeout=20000):
         w2.open_project(proj)

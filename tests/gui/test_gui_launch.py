@@ -93,3 +93,26 @@ def test_incomplete_options_fill_the_dialog(qtbot, make_win, tmp_path, monkeypat
     win = make_win()
     assert not win.opener.launch(model, [], CalibConfig(source=str(tmp_path), observer="percentile"))
     assert shown["source"] == str(tmp_path) and shown["observer"] == "percentile"
+
+
+def test_a_plan_given_at_launch_is_one_edit_on_the_stack(qtbot, make_win, tmp_path):
+    """``qtquant MODEL --plan``: applied once the first calibration is in, as one command (the views
+    refresh once for its groups; Undo takes it back)."""
+    from builders import branchy_concat_model, save
+    from qtquant.app import Options, open_model
+    from qtquant.files.plan import save_plan
+
+    model = save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx")
+    s = open_model(model, options=Options(calib=CalibConfig(count=2)))
+    s.run_calibration()
+    s.groups.share(s, ["conv0_out", "conv1_out"])
+    plan = save_plan(s, tmp_path / "p.plan.json")
+    win = make_win()
+    seen = []
+    win.relay.groupsChanged.connect(lambda: seen.append("groups"))
+    assert win.opener.launch(model, [], CalibConfig(count=3), plan=plan)
+    settle(qtbot, win)
+    assert win.session.groups.as_lists() == [("conv0_out", "conv1_out")]
+    assert seen == ["groups"] and win.stack.texts() == ["Apply plan p.plan.json"]
+    win.stack.undo()
+    assert len(win.session.groups) == 0 and seen == ["groups"] * 2

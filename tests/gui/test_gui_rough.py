@@ -360,6 +360,9 @@ def test_export_dialog_sets_the_scheme_and_the_percentile_like_the_cli(qtbot, wi
     acts = [init[n.input[2]].data_type for n in m.graph.node
             if n.op_type == "QuantizeLinear" and len(n.input) > 2 and n.input[0] not in init]
     assert acts and set(acts) == {onnx.TensorProto.UINT8}  # activations uint8: the asym scheme
+    assert win.stack.texts() == ["Scheme: uint8-asym", "Percentile: 99.5"]  # each an edit on the stack
+    win.stack.undo()
+    assert s.calibration.config.percentile == 99.99 and s.options.calib.percentile == 99.99
     win.stack.undo()
     assert win.session.options.scheme is Scheme.SYMMETRIC_INT8
 

@@ -90,7 +90,7 @@ def test_settings_that_fail_the_load_are_not_remembered(qtbot, make_win, model_p
 
         raise ShapeError("the input shapes do not fit the model: (as a load would say)")
 
-    monkeypatch.setattr("qtquant.app.open_model", fail)
+    monkeypatch.setattr("qtquant.app.opening.open_model", fail)
     with qtbot.waitSignal(win.controller.loadFailed, timeout=20000):
         assert win.request_open(model_path, ask=True)
     assert win.opener.model_settings.load(model_path) == {"shapes": {"x": "1x3x16x16"}, "calib": {"count": 5}}

@@ -98,7 +98,7 @@ def node_sqnr(report) -> dict[str, float] | None:
     if report is None:
         return None
     out: dict[str, float] = {}
-    for t in getattr(report, "tensors", ()) or ():
+    for t in report.tensors:
         v = t.sqnr_db
         if t.node and v is not None and math.isfinite(v) and v < out.get(t.node, math.inf):
             out[t.node] = v

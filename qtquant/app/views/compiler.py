@@ -21,7 +21,7 @@ COSINE_BADGES = 12
 
 def compiler_reconciliation(session, concats=None) -> Reconciliation | None:
     """The log's requantize lists beside ``concats`` (default: the session's analysis), or None."""
-    match = getattr(session, "compiler_log", None) if session is not None else None
+    match = session.compiler_log if session is not None else None
     if match is None:
         return None
     if concats is None:

@@ -8,13 +8,19 @@ The labels of the Performance dock show rich text; :meth:`Figure.html` and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
+from typing import TYPE_CHECKING
 
 from .fmt import fmt_bytes, fmt_us
 from .perfdata import confidences, edit_price_of, num, top_layers
 from ...base.tables import clip_left, fmt_num, samples_text
 from ...base.vocab import Blank
+
+if TYPE_CHECKING:
+    from ...fidelity.report import Fidelity
+    from ...perf import PerfResult
 
 __all__ = ["Change", "Figure", "PerfSummaryView", "perf_summary", "fidelity_html", "fidelity_tip",
            "fidelity_basis", "price_html", "OPENED_NOTE"]
@@ -73,9 +79,11 @@ class PerfSummaryView:
     stale: bool = False  # the perf figures are of an older revision: a new run is on its way
 
 
-def _metric(perf, base, attr, fmt, lower_better, dfmt) -> Figure:
-    now = num(getattr(perf, attr, None))
-    was = num(getattr(base, attr, None)) if base is not None else None
+def _metric(perf: PerfResult, base: PerfResult | None, value: Callable[[PerfResult], float], fmt, lower_better,
+            dfmt) -> Figure:
+    """``value`` of ``perf``, with its change against ``base`` (the model as opened) when it moved."""
+    now = num(value(perf))
+    was = num(value(base)) if base is not None else None
     if now is None:
         return Figure()
     if was is not None and abs(now - was) > 1e-9 * max(1.0, abs(was)):
@@ -113,10 +121,10 @@ def perf_summary(session) -> PerfSummaryView:
     base = base_res.value if base_res is not None else None
     fields = {"rescales": _rescales(session)}
     fid = session.fidelity.value if session.fidelity is not None else None
-    edited = len(session.groups) > 0 or bool(getattr(session.options, "precision", None))
-    if fid is not None and getattr(fid, "after", None):
+    edited = len(session.groups) > 0 or bool(session.options.precision)
+    if fid is not None and fid.after:
         fields.update(sqnr_html=fidelity_html(fid, edited), sqnr_tip=fidelity_tip(fid), sqnr_basis=fidelity_basis(fid))
-    elif getattr(session, "quantized_file", False) and session.calibration is None:
+    elif session.quantized_file and session.calibration is None:
         # A QDQ file brings its scales and no float original: nothing to measure against until
         # calibration data gives check samples (its float view is then the reference; the file's scales stand).
         fields.update(sqnr_html="<i>not measured</i> (QDQ file)",  # (the why in the tip: the row is narrow)
@@ -130,13 +138,13 @@ def perf_summary(session) -> PerfSummaryView:
     stale = session.is_stale(res)
     s_short, s_tip, b_short, b_tip = confidences(perf, session.options.march)
     return PerfSummaryView(
-        latency=_metric(perf, base, "total_ms", _ms(s_short), True, lambda d: f"{d:+.3f} ms"),
-        board=_metric(perf, base, "board_ms", _ms(b_short), True, lambda d: f"{d:+.3f} ms"),
+        latency=_metric(perf, base, lambda p: p.total_ms, _ms(s_short), True, lambda d: f"{d:+.3f} ms"),
+        board=_metric(perf, base, lambda p: p.board_ms, _ms(b_short), True, lambda d: f"{d:+.3f} ms"),
         latency_tip=s_tip, board_tip=b_tip + (f"; the runtime's CPU work adds {perf.board_cpu_us:.0f} µs"
-                                              if b_tip and num(getattr(perf, "board_cpu_us", None)) else ""),
-        fps=_metric(perf, base, "fps", lambda x: f"{x:.1f}", False, lambda d: f"{d:+.1f}"),
-        ddr=_metric(perf, base, "ddr_bytes", fmt_bytes, True, _signed(fmt_bytes)),
-        rescale_us=_metric(perf, base, "rescale_us", fmt_us, True, _signed(fmt_us)),
+                                              if b_tip and num(perf.board_cpu_us) else ""),
+        fps=_metric(perf, base, lambda p: p.fps, lambda x: f"{x:.1f}", False, lambda d: f"{d:+.1f}"),
+        ddr=_metric(perf, base, lambda p: float(p.ddr_bytes), fmt_bytes, True, _signed(fmt_bytes)),
+        rescale_us=_metric(perf, base, lambda p: p.rescale_us, fmt_us, True, _signed(fmt_us)),
         chart=tuple(top_layers(perf)), stale=stale, price=price_html(perf, base) if edited else "—",
         note="updating…" if stale else OPENED_NOTE if edited else "", **fields)
 
@@ -144,7 +152,7 @@ def perf_summary(session) -> PerfSummaryView:
 OPENED_NOTE = "(…): change against the model as opened (no group, every tensor int8)"
 
 
-def price_html(perf, base) -> str:
+def price_html(perf: PerfResult, base: PerfResult | None) -> str:
     """Each kind of edit's latency price against the model as opened, coloured: green saves time."""
     price = edit_price_of(base, perf)
     if price is None:
@@ -162,7 +170,7 @@ def price_html(perf, base) -> str:
 LABEL_CHARS = 20  # an output's name in the dock's row, at most
 
 
-def fidelity_html(fid, edited: bool = False) -> str:
+def fidelity_html(fid: Fidelity, edited: bool = False) -> str:
     """Each output's headline (its worst slice, named), the change, and the sample count.  ``edited``:
     the session differs from the model as opened, so a change under 0.005 dB still shows, muted
     ("(±0.00 dB)"): the figure was measured again and did not move."""
@@ -190,7 +198,7 @@ def fidelity_html(fid, edited: bool = False) -> str:
                 t += f' <span style="color:{MUTED}">(±0.00 dB)</span>'
         parts.append(t)
     text = "; ".join(parts)
-    if any(fid.after[o].headline.blank is Blank.NO_SIGNAL for o in fid.outputs) or getattr(fid, "sparse", None):
+    if any(fid.after[o].headline.blank is Blank.NO_SIGNAL for o in fid.outputs) or fid.sparse:
         # "no signal", or an output that fires on almost nothing (the tooltip's report says which)
         text += f' <span style="color:{WARN}">(use representative data)</span>'
     if fid.findings:
@@ -200,7 +208,7 @@ def fidelity_html(fid, edited: bool = False) -> str:
     return text
 
 
-def fidelity_basis(fid) -> str:
+def fidelity_basis(fid: Fidelity) -> str:
     """What the SQNR figures rest on: '7 in-sample samples, worst slice'."""
     text = samples_text(fid.samples, fid.in_sample, short=True)
     if any(fid.after[o].slices for o in fid.outputs):
@@ -208,6 +216,6 @@ def fidelity_basis(fid) -> str:
     return text
 
 
-def fidelity_tip(fid) -> str:
+def fidelity_tip(fid: Fidelity) -> str:
     """The whole fidelity report as rich text for a tooltip."""
     return fid.text().replace("&", "&amp;").replace("<", "&lt;").replace("\n", "<br>")

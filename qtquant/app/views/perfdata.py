@@ -1,14 +1,20 @@
-"""Optional back ends (perf simulator, fidelity) and tolerant readers of their results.
+"""The perf simulator's results (:class:`~qtquant.perf.PerfResult`, its :class:`~qtquant.perf.LayerCost`
+layers) read for the views: per-node latency and tags, the slowest layers, rescale costs, the edit price
+and how sure the totals are.
 
-The GUI must run before and without these modules: when ``qtquant.perf`` or
-``qtquant.fidelity.measure`` cannot be imported the docks show "—".  The readers accept the
-documented result attributes and degrade to empty values if one is missing.
+``qtquant.perf`` and ``qtquant.fidelity.measure`` are imported on first use (:func:`simulator`,
+:func:`fidelity_measure`): the window imports them when it chooses to, not every importer of the views.
 """
 
 from __future__ import annotations
 
 import math
 from functools import partial
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...perf import PerfResult
+    from ...perf.price import EditPrice
 
 __all__ = ["CHART_ROWS", "simulator", "edit_price_of", "confidences", "fidelity_measure", "node_us",
            "rescale_us_by_concat", "rescale_us_for_input", "top_layers", "num", "node_detail", "BOUND_ABBR"]
@@ -23,33 +29,30 @@ def simulator():
     return simulate_session
 
 
-def confidences(perf, march) -> tuple[str, str, str, str]:
+def confidences(perf: PerfResult, march: str) -> tuple[str, str, str, str]:
     """(static short, static full, board short, board full): how sure the two latencies are, from the
-    march fit's leave-one-out errors (``qtquant.perf.confidence``); empty without it."""
+    march fit's leave-one-out errors (``qtquant.perf.confidence``).  A march that does not load gives
+    empty texts: the simulation of it fails too, and its message is where the perf job reports it."""
+    from ...base.errors import MarchError
+    from ...perf import load_march
+    from ...perf.confidence import confidence
+    from ...perf.march import FigureKind
+
     try:
-        from ...perf import load_march
-        from ...perf.confidence import confidence
-        from ...perf.march import FigureKind
         m = load_march(march)
-    except Exception:  # noqa: BLE001 - no simulator, or a march that fails to load: the totals say so
+    except MarchError:
         return "", "", "", ""
-    family = getattr(perf, "family", "")
-    s, b = confidence(m, family, FigureKind.STATIC), confidence(m, family, FigureKind.BOARD)
+    s, b = confidence(m, perf.family, FigureKind.STATIC), confidence(m, perf.family, FigureKind.BOARD)
     return s.short, s.text, b.short, b.text
 
 
-def edit_price_of(before, after):
-    """``qtquant.perf.price.edit_price(before, after)``, or None (no simulator, no baseline)."""
+def edit_price_of(before: PerfResult | None, after: PerfResult | None) -> EditPrice | None:
+    """``qtquant.perf.price.edit_price(before, after)``; None without both results."""
     if before is None or after is None:
         return None
-    try:
-        from ...perf.price import edit_price
-    except ImportError:
-        return None
-    try:
-        return edit_price(before, after)
-    except (AttributeError, TypeError):
-        return None
+    from ...perf.price import edit_price
+
+    return edit_price(before, after)
 
 
 def fidelity_measure(worker=None):
@@ -61,51 +64,20 @@ def fidelity_measure(worker=None):
     return worker.measure if worker is not None else partial(measure_session, follow_edits=True)
 
 
-def num(x) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
+def num(x: float | None) -> float | None:
+    """``x`` if it is a finite number, else None (a figure shown as "—")."""
+    return x if x is not None and math.isfinite(x) else None
 
 
-def _us_of(v) -> float | None:
-    """A layer entry's latency in µs, whatever shape the entry has."""
-    if isinstance(v, (int, float)):
-        return num(v)
-    for attr in ("us", "latency_us", "total_us", "time_us"):
-        if hasattr(v, attr):
-            return num(getattr(v, attr))
-    if hasattr(v, "ms"):
-        x = num(v.ms)
-        return x * 1000 if x is not None else None
-    if isinstance(v, dict):
-        for k in ("us", "latency_us", "total_us"):
-            if k in v:
-                return num(v[k])
-    return None
-
-
-def node_us(perf) -> dict[str, float]:
-    """Latency per graph node in µs (rescale ops folded into their Concat by the simulator)."""
-    if perf is None:
-        return {}
-    try:
-        raw = perf.by_node()
-    except Exception:
-        return {}
-    out = {}
-    for k, v in dict(raw).items():
-        us = _us_of(v)
-        if us is not None:
-            out[k] = us
-    return out
+def node_us(perf: PerfResult | None) -> dict[str, float]:
+    """Latency per graph node in µs (a Concat carries its rescales' cost)."""
+    return perf.by_node() if perf is not None else {}
 
 
 _detail_memo: list = [None, {}]  # (perf, tags) of the latest perf: the perf job computes it once
 
 
-def node_detail(perf) -> dict[str, str]:
+def node_detail(perf: PerfResult | None) -> dict[str, str]:
     """Per graph node: what bounds its layer and what was fused into it, as the latency
     badge's tag ("mem", "cmp BN+Relu", "mem SiLU (LUT)"); nodes merged into another layer
     say where ("in /model.0/conv/Conv").  Remembered for the latest ``perf``, as top_layers."""
@@ -118,45 +90,30 @@ def node_detail(perf) -> dict[str, str]:
     return out
 
 
-def _node_detail(perf) -> dict[str, str]:
+def _node_detail(perf: PerfResult) -> dict[str, str]:
     from ...perf.report import short_fused
 
     out = {}
-    for layer in getattr(perf, "layers", None) or ():
-        name = getattr(layer, "name", None)
-        if name is None or getattr(layer, "is_rescale", False):
+    for layer in perf.layers:
+        if layer.is_rescale:
             continue
-        into = getattr(layer, "fused_into", None)
-        if into:
-            out[name] = f"in {into}"
+        if layer.fused_into:
+            out[layer.name] = f"in {layer.fused_into}"
             continue
-        tag = BOUND_ABBR.get(getattr(layer, "bound", ""), "")
-        try:
-            fused = short_fused(layer)
-        except AttributeError:
-            fused = ""
-        out[name] = (tag + (" " + fused if fused else "")).strip()
+        fused = short_fused(layer)
+        out[layer.name] = (BOUND_ABBR.get(layer.bound, "") + (" " + fused if fused else "")).strip()
     return out
 
 
-def rescale_us_by_concat(perf) -> dict[str, float]:
-    if perf is None:
-        return {}
-    try:
-        return {k: float(v) for k, v in perf.rescale_cost_by_concat().items()}
-    except Exception:
-        return {}
+def rescale_us_by_concat(perf: PerfResult | None) -> dict[str, float]:
+    """µs each Concat's scale mismatch costs (:meth:`PerfResult.rescale_cost_by_concat`); {} without perf."""
+    return perf.rescale_cost_by_concat() if perf is not None else {}
 
 
-def rescale_us_for_input(perf, concat: str, index: int) -> float | None:
-    """Cost of the virtual rescale op ``<concat>_rescale_<index>`` if the simulator lists it."""
-    if perf is None:
-        return None
-    want = f"{concat}_rescale_{index}"
-    for layer in getattr(perf, "layers", None) or ():
-        if getattr(layer, "name", None) == want:
-            return _us_of(layer)
-    return None
+def rescale_us_for_input(perf: PerfResult | None, concat: str, index: int) -> float | None:
+    """Cost of the virtual rescale op ``<concat>_rescale_<index>``; None when the simulator made none."""
+    layer = perf.layer(f"{concat}_rescale_{index}") if perf is not None else None
+    return layer.total_us if layer is not None else None
 
 
 _top_memo: dict = {}  # n -> (perf, rows): the docks ask again on every refresh
@@ -165,27 +122,16 @@ _top_memo: dict = {}  # n -> (perf, rows): the docks ask again on every refresh
 CHART_ROWS = 12  # layers in the perf dock's chart
 
 
-def top_layers(perf, n: int = CHART_ROWS) -> list[tuple[str, str, float]]:
+def top_layers(perf: PerfResult | None, n: int = CHART_ROWS) -> list[tuple[str, str, float]]:
     """(name, op type, µs) of the n slowest layers, rescales included.
 
     Remembered for the latest ``perf``: 20,000 layers take ~0.1 s, which the perf job spends
     (it calls this once) rather than the GUI thread."""
+    if perf is None:
+        return []
     hit = _top_memo.get(n)
     if hit is not None and hit[0] is perf:
         return list(hit[1])
-    rows = _top_layers(perf, n)
+    rows = sorted(((lc.name, lc.op_type, lc.total_us) for lc in perf.layers), key=lambda r: -r[2])[:n]
     _top_memo[n] = (perf, rows)
     return list(rows)
-
-
-def _top_layers(perf, n: int) -> list[tuple[str, str, float]]:
-    rows = []
-    for layer in getattr(perf, "layers", None) or ():
-        us = _us_of(layer)
-        if us is None:
-            continue
-        rows.append((str(getattr(layer, "name", "?")), str(getattr(layer, "op_type", getattr(layer, "op", ""))), us))
-    if not rows:
-        rows = [(k, "", v) for k, v in node_us(perf).items()]
-    rows.sort(key=lambda r: -r[2])
-    return rows[:n]

@@ -26,7 +26,7 @@ from ...quant.outputs import OutputMode, export_float_of
 from .check import Bench
 from ...base.tables import samples_text
 
-__all__ = ["ShareStep", "ShareCandidate", "SqnrShareReport", "plan_sqnr_share", "sqnr_share", "FREE_DB"]
+__all__ = ["ShareStep", "ShareCandidate", "SqnrShareReport", "plan_sqnr_share", "FREE_DB"]
 
 FREE_DB = 0.01  # a candidate that loses nothing measurable is ranked as losing this much
 
@@ -73,7 +73,7 @@ class SqnrShareReport:
     candidates: list[ShareCandidate] = field(default_factory=list)
     steps: list[ShareStep] = field(default_factory=list)  # the start, each accepted step, then a refused one
     accepted: list[ShareCandidate] = field(default_factory=list)
-    groups: list = field(default_factory=list)  # applied groups.Group objects (sqnr_share)
+    groups: list = field(default_factory=list)  # the groups made, once installed (app.sharing, one command)
     runs: int = 0
 
     @property
@@ -202,13 +202,3 @@ def plan_sqnr_share(session, max_sqnr_drop: float, *, output_mode: OutputMode = 
         rep.accepted.append(c)
     rep.runs = bench.runs
     return rep, current
-
-
-def sqnr_share(session, max_sqnr_drop: float, **kw) -> SqnrShareReport:
-    """:func:`plan_sqnr_share` and install its groups in the session (one groups event)."""
-    rep, groups = plan_sqnr_share(session, max_sqnr_drop, **kw)
-    session.groups.restore(groups.snapshot())
-    final = {g.id: g for g in session.groups.groups}
-    rep.groups = [g for g in final.values() if g.name.startswith("sqnr-share: ")]
-    session.groups_changed()
-    return rep

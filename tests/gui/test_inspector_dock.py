@@ -1,0 +1,70 @@
+"""The inspector dock on its own (a Session built headless, the dock wrapped with ``qtbot.addWidget``):
+its histogram comes from the app's histogram use case, its clipping range follows edits made on the
+stack, and a tensor the statistics carry no histogram of is asked for once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from builders import RESCALING_MARCH, branchy_concat_model, save  # noqa: E402
+from qtquant.app import Options, open_model  # noqa: E402
+from qtquant.app.commands import SetPrecisionCommand, ShareCommand  # noqa: E402
+from qtquant.app.histograms import clip_range, tensor_histogram  # noqa: E402
+from qtquant.calib import CalibConfig  # noqa: E402
+from qtquant.gui.inspector import Inspector  # noqa: E402
+from qtquant.gui.relay import SessionRelay  # noqa: E402
+
+
+@pytest.fixture
+def session(tmp_path):
+    s = open_model(save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), tmp_path / "m.onnx"),
+                   options=Options(march=RESCALING_MARCH, calib=CalibConfig(count=3)))
+    s.run_calibration()
+    return s
+
+
+@pytest.fixture
+def inspector(qtbot, session):
+    relay = SessionRelay(session)
+    w = Inspector(relay)
+    qtbot.addWidget(w)
+    w.resize(360, 720)
+    w.show()
+    return relay, w
+
+
+def test_histogram_and_clip_follow_the_stack(inspector, session, tmp_path):
+    relay, w = inspector
+    w.show_node("conv1")
+    assert w.hist.tensor == "conv1_out" and w.hist.has_data and w.hist.counts.sum() > 0
+    assert w.hist.clip == clip_range(session, "conv1_out")
+    w.grab().save(str(tmp_path / "inspector.png"))
+    clip = w.hist.clip
+    relay.stack.push(ShareCommand(("conv0_out", "conv1_out", "conv2_out", "cat_out")))
+    assert w.hist.tensor == "conv1_out" and w.hist.clip[1] > clip[1]  # the group's wider range
+    relay.stack.push(SetPrecisionCommand(["conv1_out"], "float"))
+    assert w.hist.has_data and w.hist.clip is None  # shipped in float: nothing clips it
+    relay.stack.undo()
+    relay.stack.undo()
+    assert w.hist.clip == clip
+
+
+def test_a_tensor_without_a_stored_histogram_is_asked_for_once(qtbot, inspector, session):
+    relay, w = inspector
+    del session.calibration.stats["conv2_out"]  # statistics that keep no histogram of it
+    wanted = []
+
+    def compute(t):  # what the window's controller does, in a job
+        wanted.append(t)
+        tensor_histogram(session, t)
+        w.show_tensor(t)
+
+    w.histogramWanted.connect(compute)
+    w.show_node("conv2")
+    assert wanted == ["conv2_out"] and w.hist.has_data
+    assert np.array_equal(w.hist.counts, session.histograms["conv2_out"][0])
+    w.show_node("conv2")  # remembered: not computed again
+    assert wanted == ["conv2_out"] and w.hist.has_data
