@@ -126,7 +126,7 @@ def test_cli_auto_share_is_a_command_and_undoes(model):
     from qtquant.cli.common import auto_share_from_args, open_stack
 
     args = build_parser().parse_args(["fix", str(model), "--calib-count", "3", "-o", "x.onnx", "--auto-share",
-                                      "--max-bits-lost", "8", "--march", RESCALING_MARCH])
+                                      "--auto-share-max-bits-lost", "8", "--march", RESCALING_MARCH])
     stack = open_stack(args)
     report = auto_share_from_args(stack, args)
     assert report.grouped and len(stack.session.groups) == 1

@@ -160,5 +160,5 @@ def test_a_plan_carries_no_threshold(session, tmp_path):
     session.set_options(auto_share_max_bits_lost=2.5, float_output_max_bits_lost=4.0)
     assert not any(k.endswith("max_bits_lost") for k in plan_dict(session))
     before = session.options
-    apply_plan_file(session, _write(tmp_path, dict(GOOD, max_bits_lost=8.0)))
+    apply_plan(session, load_plan(_write(tmp_path, dict(GOOD, max_bits_lost=8.0))))
     assert session.groups.as_lists() == [("c0_out", "c1_out")] and session.options == before
