@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import io
 
@@ -178,8 +179,19 @@ def _march_view(march) -> dict | None:
     items = []
     for k, (kind, text) in march.provenance.items():
         v = getattr(march, k)
-        items.append((k, sorted(v) if isinstance(v, frozenset) else v, kind, text))
+        items.append((k, _stable(v), kind, text))
     return {"name": march.name, "params": items}
+
+
+def _stable(v):
+    """A profile value as the report prints it, sets sorted: a frozenset's repr follows the string hash,
+    which changes from one process to the next, so the same profile would print differently."""
+    if isinstance(v, (set, frozenset)):
+        return sorted(v)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        inner = ", ".join(f"{f.name}={_stable(getattr(v, f.name))!r}" for f in dataclasses.fields(v))
+        return f"{type(v).__name__}({inner})"
+    return v
 
 
 def html_report(after, before=None, *, title: str = "", meta: dict | None = None, march=None) -> str:

@@ -53,3 +53,22 @@ def test_template_ships_with_the_package():
     from importlib.resources import files
 
     assert files("qtquant").joinpath("templates", "perf_report.html.j2").is_file()
+
+
+def test_the_march_section_prints_the_same_in_every_process(tmp_path):
+    """A profile's sets (the fusion rule's op lists) print sorted: their repr follows the string hash, which
+    PYTHONHASHSEED changes, so the same model's report would differ from run to run."""
+    import os
+    import subprocess
+    import sys
+
+    m = save(branchy_concat_model(gains=(1.0, 10.0)), tmp_path / "m.onnx")
+    pages = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"r{seed}.html"
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        subprocess.run([sys.executable, "-m", "qtquant", "perf", str(m), "--report", str(out)], env=env,
+                       check=True, capture_output=True)
+        pages.append(out.read_text())
+    assert "FusionRule(" in pages[0] and "write_back=[" in pages[0]
+    assert pages[0] == pages[1]
