@@ -182,7 +182,7 @@ def test_opens_on_the_worst_concat_after_calibration(qtbot, make_win, big_model)
 def test_big_model_shows_its_structure_before_it_has_loaded(qtbot, make_win, big_model, monkeypatch):
     import threading
 
-    import qtquant.app as app_layer
+    import qtquant.app.opening as app_layer
     from qtquant.app.scene.protograph import ProtoGraph
 
     # The load is held until something is drawn: on a quiet machine this small model would

@@ -95,7 +95,7 @@ def test_collapsing_a_block_laid_out_with_its_neighbours_never_overlaps(qtbot, m
 
 
 def test_blocks_open_on_the_structure_drawn_before_the_model_has_loaded(qtbot, make_win, big_model, monkeypatch):
-    import qtquant.app as app_layer
+    import qtquant.app.opening as app_layer
     from qtquant.app.scene.protograph import ProtoGraph
     from qtquant.app.scene.view import SceneModel
 
