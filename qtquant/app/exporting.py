@@ -10,12 +10,17 @@ same bytes whichever front end wrote it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..base.errors import BadInputError
 from ..quant.outputs import OutputMode
+
+if TYPE_CHECKING:
+    from ..calib.state import SessionState
 
 __all__ = ["ExportRequest", "ExportResult", "export", "write_perf_report", "perf_report_meta"]
 
@@ -161,18 +166,18 @@ def export(session, request: ExportRequest, *, cancelled: Callable[[], bool] | N
     return rep
 
 
-def _accuracy_line(session, mode: OutputMode) -> str:
+def _accuracy_line(session: SessionState, mode: OutputMode) -> str:
     """The written model's accuracy on the check samples, per output and slice ("" without them):
     the fidelity check of the export just written (the same model, built again in memory)."""
     cal = session.calibration
-    if cal is None or not getattr(cal, "holdout", None):
+    if cal is None or not cal.holdout:
         return ""
     from ..fidelity.measure import measure_session
 
     return measure_session(session, output_mode=mode).exported_text()
 
 
-def perf_report_meta(session, march, after, accuracy: str = "") -> dict:
+def perf_report_meta(session: SessionState, march, after, accuracy: str = "") -> dict:
     """The perf report's header: model, input shapes and cut, march, scales, compile log,
     precision line and (after an export) the exported model's accuracy."""
     from ..files.report import cut_text
@@ -185,7 +190,7 @@ def perf_report_meta(session, march, after, accuracy: str = "") -> dict:
             "nodes": len(g.nodes), "groups": len(session.groups),
             "scales": "read from the QDQ file" if session.quantized_file else
             f"calibrated ({session.calibration.data_label()})" if session.calibration else "not calibrated"}
-    if getattr(session, "compiler_log", None) is not None:  # (a Snapshot carries no compile log)
+    if session.compiler_log is not None:
         from ..horizon.report import scales_text
 
         meta["compile log"] = scales_text(session)

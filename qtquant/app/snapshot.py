@@ -18,6 +18,7 @@ from .options import Options, domains_for
 
 if TYPE_CHECKING:
     from ..calib import CalibrationResult
+    from ..horizon.match import LogMatch
     from ..quant.domains import DomainMap
     from ..model.graphmodel import Graph
     from ..model.qdq import QdqInfo
@@ -27,13 +28,29 @@ __all__ = ["Snapshot", "StateFacts"]
 
 class StateFacts:
     """What the live :class:`~.session.Session` and its :class:`Snapshot` both answer from their
-    ``options``, ``qdq`` and ``calibration``: one definition, so the two cannot drift apart."""
+    ``options``, ``qdq``, ``calibration`` and domains: one definition, so the two cannot drift apart."""
 
     __slots__ = ()
+    graph: Graph
+    options: Options
+    calibration: CalibrationResult | None
+    qdq: QdqInfo | None
+
+    if TYPE_CHECKING:
+        @property
+        def domains(self) -> DomainMap: ...  # built on demand by the session, fixed in a snapshot
 
     @property
     def quantized_file(self) -> bool:
         return self.qdq is not None
+
+    @property
+    def ready(self) -> bool:
+        return self.calibration is not None or self.qdq is not None
+
+    def export_float(self, dm: DomainMap | None = None) -> frozenset[str]:
+        """What the default export leaves in float: see :func:`~qtquant.quant.outputs.export_float_of`."""
+        return export_float_of(self.graph, self.options, self.qdq, self.domains if dm is None else dm)
 
     @property
     def precision(self):
@@ -58,6 +75,7 @@ class Snapshot(StateFacts):
     # baseline? -> analysis; seeded with what the session had built, else computed by the worker.
     _concats: dict = field(default_factory=dict, repr=False)
     compiler: dict | None = None  # the compile log's ranges, when they are the scales
+    compiler_log: LogMatch | None = None  # the compile log placed on the graph (shown, or its scales)
 
     @classmethod
     def of(cls, session) -> "Snapshot":
@@ -68,11 +86,13 @@ class Snapshot(StateFacts):
                 seed[baseline] = hit
         return cls(session.graph, session.options, session.calibration, session.qdq,
                    GroupSet(list(session.groups.groups), session.groups.next_id), session.revision,
-                   session.domains, session.baseline_domains, seed, session.compiler_ranges)
+                   session.domains, session.baseline_domains, seed, session.compiler_ranges,
+                   session.compiler_log)
 
     @property
-    def ready(self) -> bool:
-        return self.calibration is not None or self.qdq is not None
+    def compiler_ranges(self) -> dict | None:
+        """As :attr:`Session.compiler_ranges`: the compile log's ranges when they are the scales."""
+        return self.compiler
 
     def domains_with(self, groups) -> "DomainMap":
         """As :meth:`Session.domains_with`: the domains if ``groups`` were the user's groups."""

@@ -36,7 +36,7 @@ def open_comparison(path, session, perf=None, fidelity=None, *, progress=None) -
 
         other, _ = open_project(p, remap=True)
     else:
-        other = open_model(p, dict(session.graph.input_shapes), session.options, cut=getattr(session.graph, "cut", ()))
+        other = open_model(p, dict(session.graph.input_shapes), session.options, cut=session.graph.cut)
     # A float B is calibrated; a QDQ B only when the open model was (its data then gives B's check
     # samples and ranges to what B left unquantized, as for A), so both sides rest on the same footing.
     a_calibrated = session.calibration is not None and session.options.calib.source != SYNTHETIC

@@ -66,8 +66,7 @@ class Side:
     @property
     def board_latency_ms(self) -> float | None:
         """The board estimate (one thread: the static estimate plus the runtime's CPU work)."""
-        ms = getattr(self.perf, "board_ms", None) if self.perf is not None else None
-        return ms if ms is not None and self.perf.total_us > 0 else None
+        return self.perf.board_ms if self.perf is not None and self.perf.total_us > 0 else None
 
     @property
     def rescale_us(self) -> float | None:

@@ -27,7 +27,7 @@ __all__ = ["build_load_model", "check_load_model"]
 
 
 def _ranks(graph) -> dict[str, int]:
-    return {n: len(t.shape) for n, t in graph.tensors.items() if getattr(t, "shape", None) is not None}
+    return {n: len(t.shape) for n, t in graph.tensors.items() if t.shape is not None}
 
 
 def build_load_model(graph, facts: DeployFacts) -> tuple[onnx.ModelProto, int]:

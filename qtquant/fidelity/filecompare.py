@@ -165,7 +165,7 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
     try:
         before = _session(graph.path)
     except ModelError as e:  # (onnxruntime's quantizer can write a file its runtime refuses: axis before opset 13)
-        info = getattr(graph, "qdq_info", None)
+        info = graph.qdq_info
         if info is not None and info.breaches:  # the known cause, said in words
             why = breaches_reason(info.opset, info.breaches)
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -21,6 +22,9 @@ from .nodetable import NodeTable, value_type_keys
 from .ops import PASS_OPS, fused_into_producer, passes_through
 from .opsets import default_opset as _default_opset
 from .shapes import format_shape
+
+if TYPE_CHECKING:
+    from .qdq import QdqInfo
 
 __all__ = ["Graph", "KEEP_MODEL_BYTES", "strict_int_attr"]
 
@@ -35,6 +39,9 @@ class Graph:
     source_opset: int | None = None
     # "float16" where the file computed in float16 and was widened to float32 on open (qtquant.model.widen)
     source_dtype: str | None = None
+    # What the QDQ file this graph is the float view of said (its per-channel scales): set by
+    # qtquant.model.qdq.attach_qdq; None for a float model.
+    qdq_info: QdqInfo | None = None
 
     def __init__(self, model: onnx.ModelProto, path: Path | None, input_shapes: dict, sha256: str,
                  cut: tuple[str, ...] = (), table: NodeTable | None = None,

@@ -104,12 +104,12 @@ def attach_qdq(graph, info: QdqInfo) -> None:
 
 def has_channel_scales(graph) -> bool:
     """Whether the graph carries per-channel scales read from its file (:func:`channel_scales_of`)."""
-    info = getattr(graph, "qdq_info", None)
+    info = graph.qdq_info
     return info is not None and bool(info.channels)
 
 
 def channel_scales_of(graph, tensor: str) -> ChannelScales | None:
-    info = getattr(graph, "qdq_info", None)
+    info = graph.qdq_info
     return info.channels.get(tensor) if info is not None else None
 
 

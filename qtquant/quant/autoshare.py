@@ -15,6 +15,8 @@ share the tool never makes nor measures.  Trading accuracy for rescales is what
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 
 
@@ -24,7 +26,10 @@ from ..base.errors import ShareRefused
 from .outputs import OutputMode, float_output_tensors, output_reached
 from ..model.qdq import channel_scales_of
 from ..model.scales import Scheme, bits_lost, qparams_for_range, range_width, scales_differ
-from ..base.vocab import DEFAULT_PERCENTILE, ShareAction
+from ..base.vocab import ShareAction
+
+if TYPE_CHECKING:
+    from .state import QuantState
 
 __all__ = ["AutoShareDecision", "AutoShareReport", "auto_share", "plan_auto_share", "MAX_CLIP"]
 
@@ -119,15 +124,15 @@ class _Trial:
 class _Planner:
     """Union-find over the session's current domains, so trial merges are cheap."""
 
-    def __init__(self, session):
+    def __init__(self, session: QuantState):
         self.session = session
         self.graph = session.graph
         self.dm = session.domains
         self.scheme = self.dm.scheme
         self.policy = session.options.policy
         cal = session.calibration
-        self.hist_pool = getattr(cal, "pooled_range", None) if cal is not None else None
-        self.pct = getattr(session.options.calib, "percentile", DEFAULT_PERCENTILE)
+        self.hist_pool = cal.pooled_range if cal is not None else None
+        self.pct = session.options.calib.percentile
         self.order = {n: i for i, n in enumerate(self.graph.tensors)}
         self.uf = UnionFind()
         self.tensors: dict[int, list[str]] = {}
@@ -193,7 +198,7 @@ def _output_note(kept) -> str:
     return note
 
 
-def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoShareReport, list[list[str]]]:
+def plan_auto_share(session: QuantState, max_bits_lost: float | None = None) -> tuple[AutoShareReport, list[list[str]]]:
     """Decide without changing the session: (report, groups of tensors to share)."""
     limit = session.options.max_bits_lost if max_bits_lost is None else float(max_bits_lost)
     pl = _Planner(session)

@@ -14,10 +14,12 @@ refresh; the GUI's undo/redo uses :meth:`GroupSet.snapshot` / :func:`restore`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import onnx
 
 from ..base.errors import ShareRefused
+from ..model.graphmodel import Graph
 from ..model.ops import handler_for
 from ..base.vocab import TensorKind
 
@@ -47,8 +49,21 @@ def _dtype(t) -> str:
         return t.dtype_name
 
 
-def _graph_of(obj):
-    return getattr(obj, "graph", obj)
+class Shares(Protocol):
+    """What sharing reads of a session (a :class:`~qtquant.quant.state.QuantState` meets it; that
+    contract holds a :class:`GroupSet`, so it cannot be named here)."""
+
+    @property
+    def graph(self) -> Graph: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    def export_float(self) -> frozenset[str]: ...
+
+
+def _graph_of(obj: Graph | Shares) -> Graph:
+    return obj if isinstance(obj, Graph) else obj.graph
 
 
 def _per_channel_use(graph, tensor: str) -> str | None:

@@ -149,7 +149,7 @@ def model_info(session) -> ModelInfoView:
         # Both counts, as the accuracy check defines them: "5 samples" for a folder of 7 photos
         # said nothing about the 2 held back for the check.  Short, for the dock's width: the
         # source by its name, in full in the tooltip.
-        held = max(getattr(cal, "held_back", 0), cal.check_samples)
+        held = max(cal.held_back, cal.check_samples)
         check = (", in-sample check" if cal.in_sample and cal.check_samples else
                  f" + {held} held out" + (f" (check on {cal.check_samples})" if held > cal.check_samples else "")
                  if cal.check_samples else ", no check")

@@ -16,6 +16,8 @@ sensitivity ranking uses where a model has no float output.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
@@ -25,6 +27,9 @@ from ...quant.outputs import OutputMode, float_output_tensors, output_slices
 from ...model.runtime import with_outputs
 from ...base.tables import samples_text
 from ...base.vocab import Blank
+
+if TYPE_CHECKING:
+    from ...calib.state import SessionState
 
 __all__ = ["Bench", "Variant", "worst_of", "worst_agreement"]
 
@@ -77,7 +82,7 @@ def worst_agreement(outputs: dict[str, OutputFidelity]) -> tuple[str, float] | N
 class Bench:
     """Check samples, the float reference, and the export's own float outputs, for one session."""
 
-    def __init__(self, session, *, output_mode: OutputMode = OutputMode.AUTO, cancel=None):
+    def __init__(self, session: SessionState, *, output_mode: OutputMode = OutputMode.AUTO, cancel=None):
         cal = session.calibration
         self.feeds = list(cal.holdout) if cal is not None else []
         if not self.feeds:
@@ -86,8 +91,8 @@ class Bench:
         self.graph = session.graph
         self.cancel = cancel
         self.samples = len(self.feeds)
-        self.in_sample = bool(getattr(cal, "in_sample", False))
-        self.ranges = getattr(cal, "ranges", None) or {}
+        self.in_sample = cal.in_sample
+        self.ranges = cal.ranges
         self.outs = checked_outputs_of(self.graph)
         self.slices = output_slices(self.graph)
         limit = session.options.max_bits_lost
@@ -111,9 +116,7 @@ class Bench:
     @property
     def precision(self):
         """The session's precision map (tensor -> int16 / float; int8 elsewhere)."""
-        from ...quant.precision import PrecisionMap
-
-        return PrecisionMap(getattr(self.session.options, "precision", None) or {})
+        return self.session.options.precision
 
     def build(self, dm=None, keep_float=(), int16=(), precision=None):
         """The QDQ model the export writes for ``dm``, with ``keep_float`` tensors set to float (as
