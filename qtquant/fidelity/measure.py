@@ -188,9 +188,9 @@ def measure_session(session: SessionState, *, cancel=None, quantize_outputs: boo
         output_mode = session.options.output_mode
     mode = output_mode_of(quantize_outputs, output_mode)
     cal = session.calibration
-    feeds = list(cal.holdout) if cal is not None else []
-    if not feeds:
+    if cal is None or not cal.holdout:
         raise BadInputError("the fidelity check needs check samples (held-back or in-sample); calibrate first")
+    feeds = list(cal.holdout)
     graph = session.graph
     # Per graph, not per session object: the app hands a new Snapshot to every check, and the
     # float run and prefetched activations hold for the graph and calibration alike.

@@ -84,9 +84,9 @@ class Bench:
 
     def __init__(self, session: SessionState, *, output_mode: OutputMode = OutputMode.AUTO, cancel=None):
         cal = session.calibration
-        self.feeds = list(cal.holdout) if cal is not None else []
-        if not self.feeds:
+        if cal is None or not cal.holdout:
             raise BadInputError("the accuracy check needs check samples (held-back or in-sample); calibrate first")
+        self.feeds = list(cal.holdout)
         self.session = session
         self.graph = session.graph
         self.cancel = cancel
