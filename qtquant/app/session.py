@@ -24,6 +24,7 @@ from .snapshot import StateFacts
 
 if TYPE_CHECKING:
     from ..calib.state import SessionState
+    from ..quant.state import EditableState
     from ..horizon.match import LogMatch
     from .scene import ViewState
     from .snapshot import Snapshot
@@ -305,6 +306,8 @@ class Session(StateFacts):
 
 
 if TYPE_CHECKING:
-    def _meets_the_contract(session: Session, snapshot: Snapshot) -> tuple[SessionState, SessionState]:
-        """mypy checks that the live session and a snapshot are both a :class:`SessionState`."""
-        return session, snapshot
+    def _meets_the_contract(session: Session, snapshot: Snapshot
+                            ) -> tuple[SessionState, SessionState, EditableState]:
+        """mypy checks that the live session and a snapshot are both a :class:`SessionState`, and the
+        session an :class:`EditableState`."""
+        return session, snapshot, session

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .outputs import OutputMode
     from .precision import PrecisionMap
 
-__all__ = ["CalibSettings", "QuantOptions", "Ranges", "QuantState"]
+__all__ = ["CalibSettings", "QuantOptions", "Ranges", "QuantState", "EditableState"]
 
 
 class CalibSettings(Protocol):
@@ -107,3 +107,9 @@ class QuantState(Protocol):
     def concats(self, baseline: bool = False) -> list[ConcatInfo]: ...
 
     def export_float(self, dm: DomainMap | None = None) -> frozenset[str]: ...
+
+
+class EditableState(QuantState, Protocol):
+    """The live session, whose groups an edit changes (a snapshot's never change)."""
+
+    def groups_changed(self) -> None: ...  # after an edit of :attr:`groups`: listeners refresh
