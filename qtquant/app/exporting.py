@@ -21,6 +21,7 @@ from ..quant.outputs import OutputMode
 
 if TYPE_CHECKING:
     from ..calib.state import SessionState
+    from ..quant.outputs import FloatOutput
 
 __all__ = ["ExportRequest", "ExportResult", "export", "write_perf_report", "perf_report_meta"]
 
@@ -51,7 +52,7 @@ class ExportRequest:
         """Refuse an output that would overwrite an input or another output, before anything is written."""
         from ..base.fileio import check_output_path
 
-        named = []
+        named: list[tuple[Path, str]] = []
         for p, what in self.outputs():
             check_output_path(p, inputs=list(inputs), what=what, outputs=named)
             named.append((p, what))
@@ -64,8 +65,8 @@ class ExportResult:
     written_lines: list[str] = field(default_factory=list)  # one "wrote ..." line per file or file set
     notes: list[str] = field(default_factory=list)  # the model export's notes
     warnings: list[str] = field(default_factory=list)  # what the model export had to give up
-    kept_float: list = field(default_factory=list)  # output Concats left in float (KeptFloat)
-    float_tensors: set = field(default_factory=set)
+    kept_float: list[FloatOutput] = field(default_factory=list)  # output Concats left in float
+    float_tensors: frozenset[str] = frozenset()
     accuracy: str = ""  # the exported model's accuracy on the check samples ("" without them)
     model: object = None  # the model export's result (export_qdq)
     against: object = None  # the written model against the QDQ file opened

@@ -6,6 +6,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..app.session import Session
+    from ..fidelity.report import Fidelity
+    from ..perf.simulator import PerfResult
 
 __all__ = ["Side", "SliceFigure", "slice_figures"]
 
@@ -37,9 +43,9 @@ def slice_figures(fidelity) -> list[SliceFigure]:
 class Side:
     label: str  # "A", "B", "model", "baseline"
     path: Path
-    session: object  # qtquant.app.Session
-    perf: object = None  # qtquant.perf.PerfResult, None: not simulated
-    fidelity: object = None  # qtquant.fidelity.report.Fidelity, None: no check ran
+    session: Session
+    perf: PerfResult | None = None  # None: not simulated
+    fidelity: Fidelity | None = None  # None: no check ran
     plan: Path | None = None
     concats: list = field(default_factory=list)
 

@@ -52,7 +52,7 @@ def build_load_model(graph, facts: DeployFacts) -> tuple[onnx.ModelProto, int]:
     inputs = {i.name for i in g.input}
     made = {o: k for k, n in enumerate(g.node) for o in n.output if o}
     after: dict[int, list] = {}
-    head = []
+    head: list[onnx.NodeProto] = []
     for t in scale_of:
         if t not in made and t not in inputs:
             continue  # (a constant: no activation pair)

@@ -50,8 +50,8 @@ class FileComparison:
         return self.data == SYNTHETIC
 
     def text(self) -> list[str]:
-        if self.skipped:
-            return [f"against the input file: not measured ({self.skipped})"]
+        if self.skipped or self.input_counts is None or self.written_counts is None:
+            return [f"against the input file: not measured ({self.skipped or 'no counts'})"]
         basis = (f"{self.samples} {'synthetic ' if self.synthetic else ''}sample{'s' if self.samples != 1 else ''}"
                  + ("" if self.synthetic else f" of {self.data}"))
         lines = [f"against the input file (the QDQ file as it was, run in onnxruntime), on {basis}; it quantized "

@@ -142,7 +142,7 @@ def project_from_session(session: ProjectSession, path, stats_cache=None) -> Pro
         max_bits_lost=float(o.max_bits_lost),
         groups=[{"name": gr.name, "members": list(gr.members)} for gr in session.groups],
         cut=list(g.cut),
-        precision=o.precision.to_dict(),
+        precision=dict(o.precision),
         stats_cache=_rel(Path(stats_cache), path.parent) if stats_cache else None,
         view=session.view_state.to_dict() if session.view_state is not None else {},
     )

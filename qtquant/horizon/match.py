@@ -23,13 +23,12 @@ order stands).  A tensor's bits come from its producer's DataType (int16 rows).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping
 
 from qtquant.base.errors import CompileLogError, LogShapeMismatch
+from qtquant.base.vocab import StrEnum, TensorKind  # (enum.StrEnum is Python 3.11's; 3.10 is supported)
 from qtquant.horizon.log import CUT_MARK, CompileLog, LogNode, qmax
-from qtquant.base.vocab import TensorKind
 
 __all__ = ["Miss", "MissKind", "TensorThreshold", "ThresholdConflict", "LogMatch", "match_compile_log",
            "PREPROCESS_PREFIX", "MIN_MATCHED_FRACTION", "FEW_MISSES"]

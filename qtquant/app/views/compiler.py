@@ -26,9 +26,9 @@ COSINE_BADGES = 12
 
 def compiler_reconciliation(session: SessionState | None, concats=None) -> Reconciliation | None:
     """The log's requantize lists beside ``concats`` (default: the session's analysis), or None."""
-    match = session.compiler_log if session is not None else None
-    if match is None:
+    if session is None or session.compiler_log is None:
         return None
+    match = session.compiler_log
     if concats is None:
         if not session.ready:
             return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
@@ -19,6 +19,8 @@ from .paths import StrPath, existing_file
 
 __all__ = ["FileModel", "NotThisFile", "MAX_FILE_BYTES", "read_json", "loc_text", "problem", "first_problem",
            "one_line", "check_format", "check_version"]
+
+T = TypeVar("T")
 
 MAX_FILE_BYTES = 64 << 20  # plans, projects, profiles and cache metadata are small; refuse to slurp a huge one
 
@@ -48,7 +50,7 @@ class FileModel(BaseModel):
         return data
 
 
-def check_format(value: object, expected: str, what: str) -> str:
+def check_format(value: object, expected: T, what: str) -> T:
     """A ``format`` field's validator: anything but ``expected`` refuses the whole file."""
     if value != expected:
         raise NotThisFile(f"is not a {what} (format is {value!r}, expected {expected!r})")

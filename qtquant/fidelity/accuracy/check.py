@@ -16,7 +16,7 @@ sensitivity ranking uses where a model has no float output.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import math
 from dataclasses import dataclass
@@ -43,6 +43,11 @@ class Variant:
     worst_db: float  # NaN when no slice carries signal
     # (output, % of its elements equal to the float model's) of the least-agreeing integer output
     worst_agreement: tuple[str, float] | None = None
+
+    @property
+    def agreement_label(self) -> str:
+        """The least-agreeing integer output ("" where there is none)."""
+        return self.worst_agreement[0] if self.worst_agreement is not None else ""
 
     def rows(self) -> list[dict]:
         """``[{"output", "slice", "sqnr_db", "said"}]``: every measured part (the whole output, then its
@@ -100,14 +105,14 @@ class Bench:
         # every variant keeps it, so variants differ only by what they are asked to change.
         self.export_float, _ = float_output_tensors(self.graph, session.baseline_domains, output_mode, limit)
         self.runtime = runtime_text()
-        self._float_out = None
+        self._float_out: list[dict[str, Any]] | None = None
         self.runs = 0  # QDQ variants measured (for the reports' "how estimated")
 
     @property
     def sample_text(self) -> str:
         return samples_text(self.samples, self.in_sample)
 
-    def float_out(self) -> list[dict]:
+    def float_out(self) -> list[dict[str, Any]]:
         if self._float_out is None:
             self._float_out = run_feeds(with_outputs(self.graph.model, self.outs), self.graph.base_dir, self.outs,
                                         self.feeds, self.cancel, "basic")

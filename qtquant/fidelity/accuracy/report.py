@@ -52,7 +52,7 @@ class AccuracyReport:
         if self.ranked_by is RankedBy.AGREEMENT:
             if not measured or any(math.isfinite(x.gain) and x.gain != 0 for x in measured):
                 return ""
-            label = self.base.worst_agreement[0]
+            label = self.base.agreement_label
             return (f"no node in int16 or float alone changes how often {label} equals the float model's "
                     f"({len(measured)} measured): the loss is not one node's")
         if not measured or not self.base.worst_label \
@@ -82,7 +82,7 @@ class AccuracyReport:
         if self.base.worst_label:
             return f"worst slice: {self.base.worst_label} {_f(self.base.worst_db)} dB"
         agreed = [f.whole for f in self.base.outputs.values() if f.whole.blank is Blank.AGREEMENT]
-        if agreed:
+        if agreed and self.base.worst_agreement is not None:
             label, share = self.base.worst_agreement
             return ("worst slice: none: " + ", ".join(f"{f.label} {f.word}" for f in agreed) + " (integer outputs "
                     f"have no SQNR; the sensitivity below ranks nodes by how many of {label}'s elements equal the "
@@ -137,7 +137,7 @@ class AccuracyReport:
         shown = self.sensitivity[:max(tensors, sum(1 for s in self.sensitivity if not s.estimate))]
         by = self.ranked_by
         what = "worst-slice gain" if by is RankedBy.SQNR else \
-            f"gain in {self.base.worst_agreement[0]}'s elements equal to the float model's"
+            f"gain in {self.base.agreement_label}'s elements equal to the float model's"
         nodes = len({s.node for s in self.sensitivity})
         lines.append(f"sensitivity: {what} with one node in int16 or kept in float, by gain per µs of latency "
                      f"({nodes} nodes, {len(self.sensitivity)} candidates, "
