@@ -66,7 +66,7 @@ def compare_looks(graph, d: ModelDiff) -> Looks:
         if t is None or not t.changed:
             looks.nodes[name] = NodeLook(faded=True)
             continue
-        badges = ()
+        badges: tuple[Badge, ...] = ()
         if t.ratio is not None and t.scale_changed:
             badges = (Badge(f"×{t.ratio:.2f}", "#4a148c"),)
         if t.domain_changed:
@@ -82,10 +82,10 @@ def compare_looks(graph, d: ModelDiff) -> Looks:
         looks.nodes[c.a.node] = NodeLook(fill=fill, badges=(Badge(text, fill if change else "#546e7a"),),
                                          border_width=2.0)
         in_b = {a_of.get(t, t) for t in c.b.rescaled}
-        for t in in_b - set(c.a.rescaled):
-            looks.edges[(t, c.a.node)] = EdgeLook(ADDED, 3.2)
-        for t in set(c.a.rescaled) - in_b:
-            looks.edges[(t, c.a.node)] = EdgeLook(REMOVED, 3.2, dashed=True)
+        for x in in_b - set(c.a.rescaled):
+            looks.edges[(x, c.a.node)] = EdgeLook(ADDED, 3.2)
+        for x in set(c.a.rescaled) - in_b:
+            looks.edges[(x, c.a.node)] = EdgeLook(REMOVED, 3.2, dashed=True)
     looks.edge_default = EdgeLook("#d5dbe1", 1.0)
     looks.legend = Legend("compare", "Compare: red/green Concat = B adds/removes rescales")
     return looks
