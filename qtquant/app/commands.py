@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from psygnal import Signal
 
@@ -18,6 +19,9 @@ from ..quant.domains import Policy
 from ..base.errors import BadInputError
 from ..model.scales import Scheme
 from .options import BITS_OPTIONS, Options, bits_option
+
+if TYPE_CHECKING:
+    from ..files.plan import AppliedPlan
 
 __all__ = ["Command", "ShareCommand", "UngroupCommand", "RemoveMemberCommand", "AutoShareCommand",
            "SqnrShareCommand", "GroupsAndPrecisionCommand", "ApplyPlanCommand", "SetOptionsCommand", "SetPolicyCommand",
@@ -208,7 +212,7 @@ class ApplyPlanCommand(GroupsAndPrecisionCommand):
 
     plan: object = None  # qtquant.files.plan.Plan
     replace: bool = True  # the plan's groups replace the session's (False: added to them)
-    applied: object = field(default=None, init=False, repr=False)
+    applied: AppliedPlan | None = field(default=None, init=False, repr=False)
 
     @property
     def text(self) -> str:

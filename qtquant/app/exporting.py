@@ -10,12 +10,18 @@ same bytes whichever front end wrote it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..base.errors import BadInputError
 from ..quant.outputs import OutputMode
+
+if TYPE_CHECKING:
+    from ..calib.state import SessionState
+    from ..quant.outputs import FloatOutput
 
 __all__ = ["ExportRequest", "ExportResult", "export", "write_perf_report", "perf_report_meta"]
 
@@ -46,7 +52,7 @@ class ExportRequest:
         """Refuse an output that would overwrite an input or another output, before anything is written."""
         from ..base.fileio import check_output_path
 
-        named = []
+        named: list[tuple[Path, str]] = []
         for p, what in self.outputs():
             check_output_path(p, inputs=list(inputs), what=what, outputs=named)
             named.append((p, what))
@@ -59,8 +65,8 @@ class ExportResult:
     written_lines: list[str] = field(default_factory=list)  # one "wrote ..." line per file or file set
     notes: list[str] = field(default_factory=list)  # the model export's notes
     warnings: list[str] = field(default_factory=list)  # what the model export had to give up
-    kept_float: list = field(default_factory=list)  # output Concats left in float (KeptFloat)
-    float_tensors: set = field(default_factory=set)
+    kept_float: list[FloatOutput] = field(default_factory=list)  # output Concats left in float
+    float_tensors: frozenset[str] = frozenset()
     accuracy: str = ""  # the exported model's accuracy on the check samples ("" without them)
     model: object = None  # the model export's result (export_qdq)
     against: object = None  # the written model against the QDQ file opened
@@ -161,18 +167,18 @@ def export(session, request: ExportRequest, *, cancelled: Callable[[], bool] | N
     return rep
 
 
-def _accuracy_line(session, mode: OutputMode) -> str:
+def _accuracy_line(session: SessionState, mode: OutputMode) -> str:
     """The written model's accuracy on the check samples, per output and slice ("" without them):
     the fidelity check of the export just written (the same model, built again in memory)."""
     cal = session.calibration
-    if cal is None or not getattr(cal, "holdout", None):
+    if cal is None or not cal.holdout:
         return ""
     from ..fidelity.measure import measure_session
 
     return measure_session(session, output_mode=mode).exported_text()
 
 
-def perf_report_meta(session, march, after, accuracy: str = "") -> dict:
+def perf_report_meta(session: SessionState, march, after, accuracy: str = "") -> dict:
     """The perf report's header: model, input shapes and cut, march, scales, compile log,
     precision line and (after an export) the exported model's accuracy."""
     from ..files.report import cut_text

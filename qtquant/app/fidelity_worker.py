@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from ..base import childproc
@@ -37,7 +37,9 @@ class _Holdout:
 
     holdout: list
     in_sample: bool = False
-    ranges: dict | None = None  # the calibrated ranges: the no-signal rule reads them
+    ranges: dict = field(default_factory=dict)  # the calibrated ranges: the no-signal rule reads them
+    config: None = None  # (the data settings: only the parent's synthetic-data hint reads them)
+    check_values: list = field(default_factory=list)  # none kept: the child runs the float model itself
 
 
 @dataclass(eq=False)  # identity: measure_session's caches are keyed by it
@@ -46,6 +48,7 @@ class _Loaded:
 
     graph: object
     calibration: _Holdout
+    qdq: object = None  # the QdqInfo of a quantized file (the figures' reference is its float view)
     options: object = None
     groups: object = None
     revision: int = -1
@@ -95,14 +98,14 @@ class _Server:
             from .gcpolicy import long_lived, model_closing
             from ..model.graph import graph_from_model
 
-            _, model_bytes, path, sha256, holdout, in_sample, ranges = request
+            _, model_bytes, path, sha256, holdout, in_sample, ranges, qdq = request
             # The model replaced (and its caches: runs, programs, kept tensors) goes now, cycles
             # and all: a load is rare and slow anyway, and the thresholds would wait 100 requests.
             model_closing()
             self.loaded = None
             gc.collect()
             graph = graph_from_model(onnx.ModelProto.FromString(model_bytes), path=path, sha256=sha256)
-            self.loaded = _Loaded(graph, _Holdout(holdout, in_sample, ranges))
+            self.loaded = _Loaded(graph, _Holdout(holdout, in_sample, ranges), qdq)
             long_lived()
             return None
         from ..quant.domains import DomainMap
@@ -182,7 +185,7 @@ class FidelityWorker:
             if self._loaded is None or self._loaded[0] is not graph or self._loaded[1] is not cal:
                 self._loaded = None
                 self._child.call(("load", graph.model_bytes(), graph.path, graph.sha256, list(cal.holdout),
-                                  bool(getattr(cal, "in_sample", False)), dict(getattr(cal, "ranges", None) or {})),
+                                  cal.in_sample, dict(cal.ranges), snapshot.qdq),
                                  cancel=cancel)
                 self._loaded, self._sent = (graph, cal), (None, None)
             sent_after, sent_before = self._sent

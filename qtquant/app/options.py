@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from ..base.errors import BadInputError
 from ..base.vocab import DEFAULT_AUTO_SHARE_MAX_BITS_LOST, DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST
@@ -14,6 +16,11 @@ from ..model.scales import Scheme
 from ..quant.domains import DomainMap, Policy, build_domains
 from ..quant.outputs import OutputMode
 from ..quant.precision import PrecisionMap
+
+if TYPE_CHECKING:
+    from ..calib import CalibrationResult
+    from ..model.graphmodel import Graph
+    from ..model.qdq import QdqInfo
 
 __all__ = ["Options", "BITS_OPTIONS", "bits_option", "concat_rule", "domains_for"]
 
@@ -74,14 +81,15 @@ def concat_rule(options: Options):
     return load_march(options.march).concat_output_scale
 
 
-def domains_for(graph, calibration, options, qdq, groups, compiler=None) -> DomainMap:
+def domains_for(graph: Graph, calibration: CalibrationResult | None, options: Options, qdq: QdqInfo | None,
+                groups: Iterable[Sequence[str]], compiler: dict[str, tuple[float, float]] | None = None) -> DomainMap:
     """The scale domains of a session state (the live session's and a snapshot's, one rule).
     ``compiler``: tensor -> range from a compile log's thresholds (:meth:`Session.set_compiler_log`),
     fixed as a QDQ file's scales are, and over them."""
     ranges = calibration.ranges if calibration is not None else {}
-    hist_pool = getattr(calibration, "pooled_range", None) if calibration is not None else None
+    hist_pool = calibration.pooled_range if calibration is not None else None
     fixed = {**(qdq.ranges if qdq else {}), **(compiler or {})} or None
     return build_domains(graph, ranges, groups, policy=options.policy, scheme=options.scheme,
                          fixed=fixed, hist_pool=hist_pool,
-                         percentile=getattr(options.calib, "percentile", 99.99),
+                         percentile=options.calib.percentile,
                          concat_rule=concat_rule(options))

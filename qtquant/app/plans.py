@@ -20,4 +20,5 @@ def apply_plan(stack: CommandStack, plan: Plan | Path | str, *, replace: bool = 
         plan = load_plan(plan)
     cmd = ApplyPlanCommand(plan=plan, replace=replace)
     stack.push(cmd)
+    assert cmd.applied is not None  # (set by do(), or it raised)
     return cmd.applied

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ..calib import CalibrationResult, calibrate
 from ..quant.concat import analyze_concats
@@ -20,6 +21,13 @@ from ..base.vocab import Precision, Scheme
 from .events import SessionEvents
 from .options import Options, domains_for
 from .snapshot import StateFacts
+
+if TYPE_CHECKING:
+    from ..calib.state import SessionState
+    from ..quant.state import EditableState
+    from ..horizon.match import LogMatch
+    from .scene import ViewState
+    from .snapshot import Snapshot
 
 __all__ = ["Session", "Result", "Derived", "derive"]
 
@@ -82,12 +90,12 @@ class Session(StateFacts):
         self.histograms: dict[str, tuple] = {}  # tensor -> (counts, edges) over the check samples
         # A compile log placed on the graph (qtquant.horizon.match.LogMatch), and whether its
         # thresholds are the scales (the compiler's calibration) or only shown beside qtquant's.
-        self.compiler_log = None
+        self.compiler_log: LogMatch | None = None
         self.compiler_scales = False
         self._compiler_ranges: tuple | None = None  # (the LogMatch, its ranges), made once
         # What of the module hierarchy the canvas shows (app.scene.ViewState); None: the size rule.
         # Not an edit: saved in projects, never on the undo stack.
-        self.view_state = None
+        self.view_state: ViewState | None = None
         self._dm: DomainMap | None = None
         self._baseline_dm: DomainMap | None = None
         self._concat_cache: dict[bool, tuple] = {}  # baseline? -> (DomainMap, analysis)
@@ -97,10 +105,6 @@ class Session(StateFacts):
             self.options = replace(self.options, scheme=qdq.scheme)
 
     # -- state ----------------------------------------------------------------------------
-
-    @property
-    def ready(self) -> bool:
-        return self.calibration is not None or self.qdq is not None
 
     def run_calibration(self, progress=None, cancel=None, keep_check_values: bool = False) -> CalibrationResult:
         # keep_check_values: the fidelity check will follow (qtquant analyze), see calibrate()
@@ -173,10 +177,9 @@ class Session(StateFacts):
         if "scheme" in changed and self.calibration is not None:
             # Same statistics, ranges re-derived for the new scheme (no model run).
             tag = self.options.scheme.short
-            if getattr(self.calibration.config, "scheme", tag) != tag and hasattr(self.calibration, "recompute"):
+            if self.calibration.config.scheme != tag:
                 self.calibration = self.calibration.recompute(scheme=tag)
-            if hasattr(self.options.calib, "scheme"):
-                self.options = replace(self.options, calib=replace(self.options.calib, scheme=tag))
+            self.options = replace(self.options, calib=replace(self.options.calib, scheme=tag))
         self._invalidate(domains=bool(_DOMAIN_FIELDS & changed.keys()))
         self._emit("options", changed)
 
@@ -285,10 +288,6 @@ class Session(StateFacts):
             self._baseline_dm = self._build(())
         return self._baseline_dm
 
-    def export_float(self, dm=None) -> frozenset[str]:
-        """What the default export leaves in float: see :func:`export_float_of`."""
-        return export_float_of(self.graph, self.options, self.qdq, self.domains if dm is None else dm)
-
     def concats(self, baseline: bool = False):
         dm = self.baseline_domains if baseline else self.domains
         ft = self.export_float(dm)
@@ -304,3 +303,11 @@ class Session(StateFacts):
         if dm is None or hit is None or hit[0] is not dm:
             return None
         return hit[1] if hit[2] == self.export_float(dm) else None
+
+
+if TYPE_CHECKING:
+    def _meets_the_contract(session: Session, snapshot: Snapshot
+                            ) -> tuple[SessionState, SessionState, EditableState]:
+        """mypy checks that the live session and a snapshot are both a :class:`SessionState`, and the
+        session an :class:`EditableState`."""
+        return session, snapshot, session

@@ -18,23 +18,39 @@ from .options import Options, domains_for
 
 if TYPE_CHECKING:
     from ..calib import CalibrationResult
+    from ..horizon.match import LogMatch
     from ..quant.domains import DomainMap
     from ..model.graphmodel import Graph
     from ..model.qdq import QdqInfo
-    from ..horizon.match import LogMatch
 
 __all__ = ["Snapshot", "StateFacts"]
 
 
 class StateFacts:
     """What the live :class:`~.session.Session` and its :class:`Snapshot` both answer from their
-    ``options``, ``qdq`` and ``calibration``: one definition, so the two cannot drift apart."""
+    ``options``, ``qdq``, ``calibration`` and domains: one definition, so the two cannot drift apart."""
 
     __slots__ = ()
+    graph: Graph
+    options: Options
+    calibration: CalibrationResult | None
+    qdq: QdqInfo | None
+
+    if TYPE_CHECKING:
+        @property
+        def domains(self) -> DomainMap: ...  # built on demand by the session, fixed in a snapshot
 
     @property
     def quantized_file(self) -> bool:
         return self.qdq is not None
+
+    @property
+    def ready(self) -> bool:
+        return self.calibration is not None or self.qdq is not None
+
+    def export_float(self, dm: DomainMap | None = None) -> frozenset[str]:
+        """What the default export leaves in float: see :func:`~qtquant.quant.outputs.export_float_of`."""
+        return export_float_of(self.graph, self.options, self.qdq, self.domains if dm is None else dm)
 
     @property
     def precision(self):
@@ -71,10 +87,6 @@ class Snapshot(StateFacts):
         return cls(session.graph, session.options, session.calibration, session.qdq,
                    GroupSet(list(session.groups.groups), session.groups.next_id), session.revision,
                    session.domains, session.baseline_domains, seed, session.compiler_ranges, session.compiler_log)
-
-    @property
-    def ready(self) -> bool:
-        return self.calibration is not None or self.qdq is not None
 
     @property
     def compiler_ranges(self) -> dict | None:

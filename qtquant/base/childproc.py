@@ -37,9 +37,13 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from itertools import islice
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Event
+from typing import Any, NoReturn, TypeAlias, cast
 
 from . import errors
 from .errors import Cancelled, QtQuantError
@@ -54,13 +58,19 @@ NICENESS = 0  # children started from now on run at least this nice (the desktop
 
 _ctx = mp.get_context("spawn")
 
+# A message is any picklable value (what a handler takes and returns is its own business).
+Handler: TypeAlias = Callable[[Any, "Link"], Any]
+"""``handler(request, link) -> reply``, run in the child."""
+Cancel: TypeAlias = "Callable[[], bool] | None"
+Frame: TypeAlias = "tuple[Any, ...]"
+
 
 # -- messages in parts ---------------------------------------------------------------------------
 class _Hole(int):
     """Where a container that travelled in parts goes back into its message."""
 
 
-def _cut(value, holes: list, seen: dict, part: int, depth: int = 0):
+def _cut(value: Any, holes: list[Any], seen: dict[int, int], part: int, depth: int = 0) -> Any:
     """``value`` with its big containers replaced by holes (appended to ``holes``, each once)."""
     t = type(value)
     if (t is dict or t is list) and len(value) > part or t is bytes and len(value) >= _RAW_MIN:
@@ -78,7 +88,7 @@ def _cut(value, holes: list, seen: dict, part: int, depth: int = 0):
     return value
 
 
-def _fill(value, holes: dict, depth: int = 0):
+def _fill(value: Any, holes: dict[int, Any], depth: int = 0) -> Any:
     """The inverse of :func:`_cut` (the same walk)."""
     t = type(value)
     if t is _Hole:
@@ -93,9 +103,9 @@ def _fill(value, holes: dict, depth: int = 0):
     return value
 
 
-def _frames(value, part: int):
+def _frames(value: Any, part: int) -> Iterator[tuple[Frame, bytes | None]]:
     """``value`` as the frames that carry it: parts first, then ``("end", skeleton)``."""
-    holes: list = []
+    holes: list[Any] = []
     skeleton = _cut(value, holes, {}, part)
     for i, h in enumerate(holes):
         if type(h) is bytes:
@@ -110,7 +120,7 @@ def _frames(value, part: int):
     yield ("end", skeleton), None
 
 
-def _send(conn, value, part: int) -> None:
+def _send(conn: Connection, value: Any, part: int) -> None:
     for frame, raw in _frames(value, part):
         conn.send(frame)
         if raw is not None:
@@ -120,17 +130,17 @@ def _send(conn, value, part: int) -> None:
 class _Receiver:
     """Reassembles one message at a time from its frames."""
 
-    def __init__(self):
-        self.holes: dict = {}
+    def __init__(self) -> None:
+        self.holes: dict[int, Any] = {}
 
-    def feed(self, frame: tuple, read_raw):
+    def feed(self, frame: Frame, read_raw: Callable[[], bytes]) -> tuple[str, Any] | None:
         """Take one frame (``read_raw()`` reads the bytes a raw one announces): ``None`` while a
         message is incomplete, then ``(kind, value)`` (kind ``"end"`` for a message, ``"progress"``
         or ``"stop"``)."""
         kind = frame[0]
         if kind == "part":
             _, i, chunk = frame
-            have = self.holes.setdefault(i, chunk)
+            have: Any = self.holes.setdefault(i, chunk)
             if have is not chunk:
                 (have.update if type(chunk) is dict else have.extend)(chunk)
             return None
@@ -147,26 +157,26 @@ class _Receiver:
 class Link:
     """What a handler in the child can tell its parent while it works."""
 
-    def __init__(self, conn, flag):
+    def __init__(self, conn: Connection, flag: Event | None):
         self._conn, self._flag = conn, flag
 
     def cancelled(self) -> bool:
         """True once the parent's ``cancel()`` did (cooperative children only)."""
         return self._flag is not None and self._flag.is_set()
 
-    def progress(self, value) -> None:
+    def progress(self, value: object) -> None:
         """Hand ``value`` to the parent's ``progress`` callback."""
         self._conn.send(("progress", value))
 
 
-def _reply_to(handler, request, link) -> tuple:
+def _reply_to(handler: Handler, request: Any, link: Link) -> Frame:
     try:
         return ("ok", handler(request, link))
     except BaseException as e:  # noqa: BLE001 - report, never leave the parent waiting
         return ("error", *errors.to_name(e))
 
 
-def _answer(conn, reply: tuple, part: int) -> bool:
+def _answer(conn: Connection, reply: Frame, part: int) -> bool:
     """Send ``reply``; False when the parent is gone."""
     try:
         _send(conn, reply, part)
@@ -179,14 +189,14 @@ def _answer(conn, reply: tuple, part: int) -> bool:
     return True
 
 
-def _serve(conn, flag, handler, part: int, once: bool, nice: int = 0) -> None:
+def _serve(conn: Connection, flag: Event | None, handler: Handler, part: int, once: bool, nice: int = 0) -> None:
     if nice > 0:
         try:  # this thread, and so the threads onnxruntime starts later
             os.setpriority(os.PRIO_PROCESS, 0, max(os.getpriority(os.PRIO_PROCESS, 0), nice))
         except (AttributeError, OSError):  # not allowed, or not Linux: the normal priority
             pass
     link, rx = Link(conn, flag), _Receiver()
-    idle = getattr(handler, "idle", None)
+    idle: Callable[[], object] | None = getattr(handler, "idle", None)  # the handler's optional hook
     while True:
         try:
             got = None
@@ -210,13 +220,14 @@ class Child:
     leaves after its first reply.
     """
 
-    def __init__(self, handler, *, name: str, what: str, failed: str = "{message}",
+    def __init__(self, handler: Handler, *, name: str, what: str, failed: str = "{message}",
                  error: type[QtQuantError] = QtQuantError, part: int = PART,
                  hard_cancel: str | None = None, once: bool = False):
         self.handler, self.name, self.what, self.failed, self.error = handler, name, what, failed, error
         self.part, self.hard_cancel, self.once = part, hard_cancel, once
-        self.process = None
-        self._conn = self._flag = None
+        self.process: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._flag: Event | None = None
 
     @property
     def alive(self) -> bool:
@@ -242,17 +253,17 @@ class Child:
         self.process, self._conn = proc, parent
         return True
 
-    def call(self, request, *, cancel=None, progress=None, timeout: float | None = None):
+    def call(self, request: Any, *, cancel: Cancel = None, progress: Callable[[Any], object] | None = None,
+             timeout: float | None = None) -> Any:
         """Send ``request`` (starting the process if needed) and return the reply.
 
         ``progress(value)`` gets what the handler passes to ``link.progress``.  A child that dies,
         is cancelled hard or runs out of time is stopped; the next call starts a new one.
         """
         self.ensure_running()
-        tell = None if progress is None else (lambda _i, v: progress(v))
-        return _value(self, _gather([self], [request], cancel, tell, timeout)[0])
+        return _value(self, _gather([self], [request], cancel, _by_index(progress), timeout)[0])
 
-    def submit(self, request) -> Reply:
+    def submit(self, request: Any) -> Reply:
         """Send ``request`` (starting the process if needed) and return at once: the
         :class:`Reply`'s ``result()`` is what :meth:`call` would have returned."""
         self.ensure_running()
@@ -261,7 +272,7 @@ class Child:
     def close(self, grace: float = 2.0) -> None:
         """Stop the process: asked to leave (given ``grace`` seconds), then killed."""
         proc, conn = self.process, self._conn
-        if proc is None:
+        if proc is None or conn is None:
             return
         self.process = self._conn = None
         if grace > 0 and not self.once and proc.is_alive():
@@ -276,28 +287,36 @@ class Child:
             proc.join(2)
         conn.close()
 
-    def _died(self):
+    def _died(self) -> NoReturn:
         proc = self.process
-        proc.join(2)
-        code = proc.exitcode
+        code = None
+        if proc is not None:
+            proc.join(2)
+            code = proc.exitcode
         self.close(grace=0)
         raise self.error(f"{self.what} stopped unexpectedly (exit code {code})") from None
 
 
-def _value(child: Child, reply: tuple):
+def _by_index(progress: Callable[[Any], object] | None) -> Callable[[int, Any], object] | None:
+    """A one-child ``progress(value)`` as the ``progress(index, value)`` :func:`_gather` calls."""
+    return None if progress is None else (lambda _i, v: progress(v))
+
+
+def _value(child: Child, reply: Frame) -> Any:
     if reply[0] == "ok":
         return reply[1]
     raise errors.from_name(reply[1], reply[2], child.failed)
 
 
-def _gather(children: list[Child], requests: list, cancel, progress, timeout) -> dict[int, tuple]:
+def _gather(children: list[Child], requests: list[Any], cancel: Cancel,
+            progress: Callable[[int, Any], object] | None, timeout: float | None) -> dict[int, Frame]:
     """Send each child its request and read the replies, until all came or one is an error.
     Any exception leaves the children stopped (their side of the protocol is unknown then)."""
     return _collect(children, _post(children, requests), cancel, progress, timeout)
 
 
 @contextmanager
-def _stopped_on_failure(children: list[Child]):
+def _stopped_on_failure(children: list[Child]) -> Iterator[None]:
     """Any exception leaves ``children`` stopped: their side of the protocol is unknown then."""
     try:
         yield
@@ -307,13 +326,18 @@ def _stopped_on_failure(children: list[Child]):
         raise
 
 
-def _post(children: list[Child], requests: list) -> dict:
+Pending: TypeAlias = "dict[Connection, tuple[int, _Receiver]]"
+
+
+def _post(children: list[Child], requests: list[Any]) -> Pending:
     """Send each child its request: what :func:`_collect` reads the replies with."""
     with _stopped_on_failure(children):
-        pending = {}
+        pending: Pending = {}
         for i, (c, req) in enumerate(zip(children, requests)):
             if c._flag is not None:
                 c._flag.clear()
+            if c._conn is None:  # (started by the caller: not reached)
+                c._died()
             try:
                 _send(c._conn, req, c.part)
             except (OSError, ValueError):
@@ -322,20 +346,23 @@ def _post(children: list[Child], requests: list) -> dict:
         return pending
 
 
-def _collect(children: list[Child], pending: dict, cancel, progress, timeout) -> dict[int, tuple]:
+def _collect(children: list[Child], pending: Pending, cancel: Cancel,
+             progress: Callable[[int, Any], object] | None, timeout: float | None) -> dict[int, Frame]:
     """The replies to the requests :func:`_post` sent (see :func:`_gather`)."""
     with _stopped_on_failure(children):
         deadline = None if timeout is None else time.monotonic() + timeout
-        replies: dict[int, tuple] = {}
+        replies: dict[int, Frame] = {}
         while pending:
             if cancel is not None and cancel():
                 for c in children:
                     if c.hard_cancel:
                         raise Cancelled(c.hard_cancel)
-                    c._flag.set()
+                    if c._flag is not None:
+                        c._flag.set()
             if deadline is not None and time.monotonic() > deadline:
                 raise children[0].error(f"{children[0].what} took over {timeout:g} s")
-            for conn in wait(list(pending), POLL_S):
+            for ready in wait(list(pending), POLL_S):
+                conn = cast(Connection, ready)  # wait() returns the pipes it was given
                 i, rx = pending[conn]
                 try:
                     got = rx.feed(conn.recv(), conn.recv_bytes)
@@ -359,14 +386,15 @@ class Reply:
     meanwhile, beside the child.  Read it (:meth:`result`) or drop it (:meth:`discard`) before
     the child's next request, or the two replies would be mixed up."""
 
-    def __init__(self, child: Child, pending: dict):
-        self._child, self._pending = child, pending
+    def __init__(self, child: Child, pending: Pending):
+        self._child = child
+        self._pending: Pending | None = pending
 
     @property
     def open(self) -> bool:
         return self._pending is not None
 
-    def result(self, *, cancel=None, timeout: float | None = None):
+    def result(self, *, cancel: Cancel = None, timeout: float | None = None) -> Any:
         pending, self._pending = self._pending, None
         if pending is None:
             raise RuntimeError("this reply was read or dropped already")
@@ -382,8 +410,8 @@ class Reply:
             pass
 
 
-def run_all(children: list[Child], requests: list, *, cancel=None, progress=None,
-            timeout: float | None = None) -> list:
+def run_all(children: list[Child], requests: list[Any], *, cancel: Cancel = None,
+            progress: Callable[[int, Any], object] | None = None, timeout: float | None = None) -> list[Any]:
     """Each child's reply to its request (in order), the children started together here and
     stopped before this returns.  ``progress(index, value)``; the first error ends them all."""
     ok = False
@@ -401,8 +429,8 @@ def run_all(children: list[Child], requests: list, *, cancel=None, progress=None
             c.close(grace=5 if ok else 0)
 
 
-def run(handler, request, *, cancel=None, progress=None, timeout: float | None = None, **child):
+def run(handler: Handler, request: Any, *, cancel: Cancel = None, progress: Callable[[Any], object] | None = None,
+        timeout: float | None = None, **child: Any) -> Any:
     """``handler(request, link)`` run in a new child process (the keywords of :class:`Child`)."""
-    tell = None if progress is None else (lambda _i, v: progress(v))
-    return run_all([Child(handler, once=True, **child)], [request], cancel=cancel, progress=tell,
+    return run_all([Child(handler, once=True, **child)], [request], cancel=cancel, progress=_by_index(progress),
                    timeout=timeout)[0]

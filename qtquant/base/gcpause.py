@@ -20,15 +20,20 @@ from __future__ import annotations
 
 import functools
 import gc
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 __all__ = ["gc_paused"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def gc_paused(fn):
+
+def gc_paused(fn: Callable[P, R]) -> Callable[P, R]:
     """Decorator: run ``fn`` with automatic collection off (restored after, also on error)."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         was = gc.isenabled()
         gc.disable()
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 __all__ = ["text_table", "clip_left", "fmt_num", "samples_text", "plural"]
 
 
@@ -10,7 +12,7 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
-def fmt_num(x, nd: int = 2, *, signed: bool = False, missing: str = "n/a") -> str:
+def fmt_num(x: float | str | None, nd: int = 2, *, signed: bool = False, missing: str = "n/a") -> str:
     """A figure in a table cell: ``missing`` for None or nan, "inf" / "-inf", text as it is, and
     never "-0.00" (a figure that rounds to zero prints 0.00)."""
     if isinstance(x, str):
@@ -39,8 +41,8 @@ def clip_left(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
-def text_table(rows, headers=None, align: str | None = None, *, rule: bool = False,
-               max_width: int | None = None, sep: str = "  ") -> str:
+def text_table(rows: Iterable[Sequence[object]], headers: Sequence[object] | None = None, align: str | None = None,
+               *, rule: bool = False, max_width: int | None = None, sep: str = "  ") -> str:
     """Rows of cells as aligned text.
 
     ``align`` has one letter per column, ``l`` or ``r``; the default puts the first column
@@ -58,7 +60,7 @@ def text_table(rows, headers=None, align: str | None = None, *, rule: bool = Fal
     align = align or ("l" + "r" * (ncols - 1))
     widths = [max((len(r[i]) for r in table if i < len(r)), default=0) for i in range(ncols)]
 
-    def line(r):
+    def line(r: list[str]) -> str:
         cells = [c.rjust(widths[i]) if align[i] == "r" else c.ljust(widths[i]) for i, c in enumerate(r)]
         return sep.join(cells).rstrip()
 

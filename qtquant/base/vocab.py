@@ -24,7 +24,7 @@ class StrEnum(str, Enum):
     """``enum.StrEnum`` (Python 3.11), which the supported 3.10 lacks."""
 
     __str__ = str.__str__
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]  # str's, as StrEnum has: the value, not the member
 
 
 class Scheme(Enum):
@@ -37,7 +37,7 @@ class Scheme(Enum):
         return "sym" if self is Scheme.SYMMETRIC_INT8 else "asym"
 
     @classmethod
-    def parse(cls, text) -> "Scheme":
+    def parse(cls, text: object) -> "Scheme":
         """Any spelling in use (``int8-sym``, ``symmetric_int8``, ``sym``, a Scheme), any case."""
         if isinstance(text, cls):
             return text
@@ -51,7 +51,7 @@ class Scheme(Enum):
 SCHEME_NAMES = tuple(s.short for s in Scheme)
 
 
-def scheme_name(value) -> str:
+def scheme_name(value: object) -> str:
     """The short name (``sym`` / ``asym``) of any spelling of a scheme; ValueError otherwise."""
     return Scheme.parse(value).short
 

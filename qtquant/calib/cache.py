@@ -59,7 +59,7 @@ def _key_payload(graph, config: CalibConfig) -> dict:
         # The split follows from these too: another rule would calibrate on other samples.
         "split": [AUTO_HOLDOUT_MIN, AUTO_HOLDOUT_FRACTION, CHECK_CAP],
         # A cut graph observes fewer tensors than its file: its statistics are its own.
-        **({"cut": list(graph.cut)} if getattr(graph, "cut", ()) else {}),
+        **({"cut": list(graph.cut)} if graph.cut else {}),
     }
 
 

@@ -38,8 +38,8 @@ class Method:
     def ranges(self, stats: TensorStats, scheme: str) -> tuple[float, float] | None:
         return observe(stats, self.observer, scheme, self.percentile)
 
-    def to_dict(self) -> dict:
-        d = {"observer": str(self.observer)}
+    def to_dict(self) -> dict[str, str | float]:
+        d: dict[str, str | float] = {"observer": str(self.observer)}
         if self.observer == Observer.PERCENTILE:
             d["percentile"] = self.percentile
         return d

@@ -79,7 +79,7 @@ def abs_percentile(stats: TensorStats, percentile: float) -> float:
 
 
 def signed_quantile(stats: TensorStats, q: float) -> float:
-    return _quantile(stats.hist, -stats.threshold, stats.bin_width, q)
+    return _quantile(stats.dense_counts(), -stats.threshold, stats.bin_width, q)
 
 
 def _prefix(h: np.ndarray, centers: np.ndarray):

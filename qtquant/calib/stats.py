@@ -196,10 +196,13 @@ class TensorStats:
     @property
     def hist(self) -> np.ndarray | None:
         """The dense int64 counts over :attr:`edges` (made on each call: keep it if you reuse it)."""
-        if self.counts is None:
-            return None
+        return None if self.counts is None else self.dense_counts()
+
+    def dense_counts(self) -> np.ndarray:
+        """:attr:`hist`, all zeros where nothing was counted."""
         out = np.zeros(2 * self.bins, dtype=np.int64)
-        out[self.lo:self.lo + len(self.counts)] = self.counts
+        if self.counts is not None:
+            out[self.lo:self.lo + len(self.counts)] = self.counts
         return out
 
     @property
@@ -216,14 +219,14 @@ class TensorStats:
 
     def abs_hist(self) -> tuple[np.ndarray, float]:
         """Histogram of ``|x|``: (``bins`` counts over ``[0, T)``, bin width)."""
-        h = self.hist if self.counts is not None else np.zeros(2 * self.bins, dtype=np.int64)
+        h = self.dense_counts()
         return h[self.bins:] + h[self.bins - 1::-1], self.bin_width
 
     def coarse(self, bins: int = 64) -> tuple[np.ndarray, np.ndarray]:
         """At most ``bins`` counts and their edges over the occupied range, for a histogram plot."""
         if self.counts is None or not self.total:
             return np.zeros(0, np.int64), np.zeros(1)
-        hist, nb = self.hist, 2 * self.bins
+        hist, nb = self.dense_counts(), 2 * self.bins
         nz = np.flatnonzero(hist)
         a, b = int(nz[0]), int(nz[-1]) + 1
         group = -(-(b - a) // max(1, bins))
@@ -291,7 +294,7 @@ class TensorStats:
         self.stride = stride
         if counts is None:  # zeros only: bin `bins` at every T
             counts = np.array([n_sub], dtype=np.int64)
-        elif self.exp is not None and e > self.exp:
+        elif self.counts is not None and self.exp is not None and e > self.exp:
             self.counts, self.lo = _rebin(self.counts, self.lo, bins, e - self.exp, bins)
         if e is not None and (self.exp is None or e > self.exp):
             self.exp = e

@@ -108,7 +108,7 @@ def write_stats(path, graph, result: CalibrationResult) -> Path:
                   holdout=cfg.holdout, batches=result.batches)
     header = StatsHeader(format=STATS_FORMAT, version=STATS_VERSION, model_sha256=graph.sha256,
                          model_name=graph.path.name if graph.path else "", input_shapes=_shapes(graph),
-                         cut=tuple(getattr(graph, "cut", ())),
+                         cut=graph.cut,
                          config=_config_dict(cfg), stride=cfg.stride, bins=cfg.bins, shards=[shard],
                          batches=result.batches, seconds=float(result.seconds), notes=list(result.notes),
                          tensors=tensors, holdout=holdout, in_sample=bool(result.in_sample))
@@ -265,7 +265,7 @@ def load_stats(path, graph, config: CalibConfig | None = None, *, explicit=()) -
     if missing:
         cut = tuple(header.cut)
         again = (f"it was calibrated on the model cut at {', '.join(cut)}: give --cut {','.join(cut)}"
-                 if cut and cut != tuple(getattr(graph, "cut", ())) else "calibrate again")
+                 if cut and cut != graph.cut else "calibrate again")
         raise StatsFileError(f"{name} has no statistics for tensor {missing[0]!r} ({len(missing)} missing); {again}")
     if not holdout_fits(graph, holdout):
         raise StatsFileError(f"{name}: its check samples do not fit the model's inputs")

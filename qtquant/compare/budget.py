@@ -20,6 +20,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree as ET
 
 from ..base.errors import BadInputError
@@ -28,6 +29,9 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
+
+if TYPE_CHECKING:
+    from .sides import Side
 
 __all__ = ["Budget", "BudgetError", "LimitResult", "CheckResult", "check_budget", "SQNR_TOLERANCE_DB",
            "LATENCY_TOLERANCE_MS"]
@@ -91,7 +95,7 @@ class Budget:
                 raise BudgetError(f"budget {path}: {k} must be {what}, not {_toml_repr(v)}")
             if isinstance(v, float) and not math.isfinite(v):
                 raise BudgetError(f"budget {path}: {k} must be a finite number, not {v}")
-            if k.startswith("max_") and v < 0:
+            if k.startswith("max_") and isinstance(v, (int, float)) and v < 0:
                 raise BudgetError(f"budget {path}: {k} must not be negative, not {v}")
         if data.get("no_worse_than_baseline") and "baseline" not in data:
             raise BudgetError(f"budget {path}: no_worse_than_baseline needs baseline = \"PATH\"")
@@ -102,8 +106,9 @@ class Budget:
                 baseline = path.parent / baseline
             if not baseline.is_file():
                 raise BudgetError(f"budget {path}: baseline {data['baseline']!r}: no such file ({baseline})")
-        return cls(path=path, baseline=baseline, **{k: (float(v) if _KEYS[k][0] == (int, float) else v)
-                                                    for k, v in data.items() if k != "baseline"})
+        limits: dict[str, Any] = {k: (float(v) if _KEYS[k][0] == (int, float) else v)
+                                  for k, v in data.items() if k != "baseline"}
+        return cls(path=path, baseline=baseline, **limits)
 
 
 
@@ -156,10 +161,10 @@ def _fmt(v: float, unit: str) -> str:
 
 @dataclass
 class CheckResult:
-    side: object  # the measured model (compare.sides.Side)
+    side: Side  # the measured model
     budget: Budget
     results: list[LimitResult] = field(default_factory=list)
-    baseline: object = None  # the measured baseline (Side), when the budget names one
+    baseline: Side | None = None  # the measured baseline, when the budget names one
 
     @property
     def passed(self) -> bool:
@@ -199,8 +204,8 @@ class CheckResult:
                 fail.text = r.line()
             else:
                 ET.SubElement(case, "system-out").text = r.line()
-        root = ET.Element("testsuites", name="qtquant check", tests=suite.get("tests"),
-                          failures=suite.get("failures"), errors="0")
+        root = ET.Element("testsuites", name="qtquant check", tests=str(len(self.results)),
+                          failures=str(len(self.broken)), errors="0")
         root.append(suite)
         ET.indent(root)
         return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

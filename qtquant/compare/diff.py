@@ -166,7 +166,8 @@ class ModelDiff:
         wa, wb = self.a.worst_slice, self.b.worst_slice
         if wa is not None or wb is not None:
             rows.append(("worst slice SQNR", _db(wa), _db(wb),
-                         f"{wb.sqnr_db - wa.sqnr_db:+.2f} dB" if wa is not None and wb is not None else ""))
+                         f"{wb.sqnr_db - wa.sqnr_db:+.2f} dB" if wa is not None and wb is not None
+                         and wa.sqnr_db is not None and wb.sqnr_db is not None else ""))
         return rows
 
     def to_dict(self) -> dict:

@@ -36,7 +36,7 @@ def open_comparison(path, session, perf=None, fidelity=None, *, progress=None) -
 
         other, _ = open_project(p, remap=True)
     else:
-        other = open_model(p, dict(session.graph.input_shapes), session.options, cut=getattr(session.graph, "cut", ()))
+        other = open_model(p, dict(session.graph.input_shapes), session.options, cut=session.graph.cut)
     # A float B is calibrated; a QDQ B only when the open model was (its data then gives B's check
     # samples and ranges to what B left unquantized, as for A), so both sides rest on the same footing.
     a_calibrated = session.calibration is not None and session.options.calib.source != SYNTHETIC
@@ -66,7 +66,7 @@ def compare_looks(graph, d: ModelDiff) -> Looks:
         if t is None or not t.changed:
             looks.nodes[name] = NodeLook(faded=True)
             continue
-        badges = ()
+        badges: tuple[Badge, ...] = ()
         if t.ratio is not None and t.scale_changed:
             badges = (Badge(f"×{t.ratio:.2f}", "#4a148c"),)
         if t.domain_changed:
@@ -82,10 +82,10 @@ def compare_looks(graph, d: ModelDiff) -> Looks:
         looks.nodes[c.a.node] = NodeLook(fill=fill, badges=(Badge(text, fill if change else "#546e7a"),),
                                          border_width=2.0)
         in_b = {a_of.get(t, t) for t in c.b.rescaled}
-        for t in in_b - set(c.a.rescaled):
-            looks.edges[(t, c.a.node)] = EdgeLook(ADDED, 3.2)
-        for t in set(c.a.rescaled) - in_b:
-            looks.edges[(t, c.a.node)] = EdgeLook(REMOVED, 3.2, dashed=True)
+        for x in in_b - set(c.a.rescaled):
+            looks.edges[(x, c.a.node)] = EdgeLook(ADDED, 3.2)
+        for x in set(c.a.rescaled) - in_b:
+            looks.edges[(x, c.a.node)] = EdgeLook(REMOVED, 3.2, dashed=True)
     looks.edge_default = EdgeLook("#d5dbe1", 1.0)
     looks.legend = Legend("compare", "Compare: red/green Concat = B adds/removes rescales")
     return looks

@@ -120,7 +120,7 @@ def match_tensors(graph_a, graph_b, tensors_a, tensors_b) -> TensorMatch:
         once = unique(sig_a, copies_a) & unique(sig_b, copies_b)
         b_by_sig = {sig_b[t]: t for t in left_b if sig_b.get(t) in once and t not in copies_b}
         for t in left_a:
-            u = b_by_sig.pop(sig_a.get(t), None)
+            u = b_by_sig.pop(sig_a[t], None) if t in sig_a else None
             if u is not None:
                 pairs.append(TensorPair(t, u, MatchedBy.STRUCTURE))
     got_a, got_b = {p.a for p in pairs}, {p.b for p in pairs}

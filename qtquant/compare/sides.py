@@ -6,6 +6,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..app.session import Session
+    from ..fidelity.report import Fidelity
+    from ..perf.simulator import PerfResult
 
 __all__ = ["Side", "SliceFigure", "slice_figures"]
 
@@ -37,9 +43,9 @@ def slice_figures(fidelity) -> list[SliceFigure]:
 class Side:
     label: str  # "A", "B", "model", "baseline"
     path: Path
-    session: object  # qtquant.app.Session
-    perf: object = None  # qtquant.perf.PerfResult, None: not simulated
-    fidelity: object = None  # qtquant.fidelity.report.Fidelity, None: no check ran
+    session: Session
+    perf: PerfResult | None = None  # None: not simulated
+    fidelity: Fidelity | None = None  # None: no check ran
     plan: Path | None = None
     concats: list = field(default_factory=list)
 
@@ -66,8 +72,7 @@ class Side:
     @property
     def board_latency_ms(self) -> float | None:
         """The board estimate (one thread: the static estimate plus the runtime's CPU work)."""
-        ms = getattr(self.perf, "board_ms", None) if self.perf is not None else None
-        return ms if ms is not None and self.perf.total_us > 0 else None
+        return self.perf.board_ms if self.perf is not None and self.perf.total_us > 0 else None
 
     @property
     def rescale_us(self) -> float | None:

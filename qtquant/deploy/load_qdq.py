@@ -27,7 +27,7 @@ __all__ = ["build_load_model", "check_load_model"]
 
 
 def _ranks(graph) -> dict[str, int]:
-    return {n: len(t.shape) for n, t in graph.tensors.items() if getattr(t, "shape", None) is not None}
+    return {n: len(t.shape) for n, t in graph.tensors.items() if t.shape is not None}
 
 
 def build_load_model(graph, facts: DeployFacts) -> tuple[onnx.ModelProto, int]:
@@ -52,7 +52,7 @@ def build_load_model(graph, facts: DeployFacts) -> tuple[onnx.ModelProto, int]:
     inputs = {i.name for i in g.input}
     made = {o: k for k, n in enumerate(g.node) for o in n.output if o}
     after: dict[int, list] = {}
-    head = []
+    head: list[onnx.NodeProto] = []
     for t in scale_of:
         if t not in made and t not in inputs:
             continue  # (a constant: no activation pair)

@@ -44,10 +44,11 @@ _AXES_INPUT = {"Squeeze": 1, "Unsqueeze": 1, "ReduceSum": 1, "ReduceMean": 1, "R
                "ReduceProd": 1, "ReduceL1": 1, "ReduceL2": 1, "ReduceLogSum": 1, "ReduceLogSumExp": 1,
                "ReduceSumSquare": 1}
 # attribute -> its default: dropped when it has it (added after opset 11)
-_LATER_ATTRS = {"Shape": {"start": 0}, "Reshape": {"allowzero": 0}, "Cast": {"saturate": 1},
-                "Resize": {"antialias": 0, "keep_aspect_ratio_policy": "stretch", "cubic_coeff_a": None,
-                           "exclude_outside": None, "extrapolation_value": None},
-                "Split": {}, "BatchNormalization": {"training_mode": 0}, "AveragePool": {}, "Pad": {}}
+_LATER_ATTRS: dict[str, dict[str, object]] = {
+    "Shape": {"start": 0}, "Reshape": {"allowzero": 0}, "Cast": {"saturate": 1},
+    "Resize": {"antialias": 0, "keep_aspect_ratio_policy": "stretch", "cubic_coeff_a": None,
+               "exclude_outside": None, "extrapolation_value": None},
+    "Split": {}, "BatchNormalization": {"training_mode": 0}, "AveragePool": {}, "Pad": {}}
 
 
 class LowerError(ModelError):

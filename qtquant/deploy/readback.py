@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from ..horizon.log import read_compile_log
 from ..horizon.match import match_compile_log
-from ..base.vocab import Precision
+from ..base.vocab import Precision, StrEnum  # (enum.StrEnum is Python 3.11's; 3.10 is supported)
 from .facts import DeployFacts
 
 __all__ = ["Effect", "GroupReadback", "ChoiceReadback", "Readback", "read_back"]

@@ -41,7 +41,7 @@ def quant_config(facts: DeployFacts) -> dict:
     for c in sorted(facts.choices, key=lambda c: RANK[c.precision]):
         q = _QTYPE[c.precision]
         for n in c.nodes:  # the producer and its fused chain compute in that type
-            if RANK[c.precision] >= RANK.get(rank.get(n), -1):
+            if n not in rank or RANK[c.precision] >= RANK[rank[n]]:
                 nodes.setdefault(n, {})["qtype"] = q
                 rank[n] = c.precision
         if c.precision is Precision.INT16:

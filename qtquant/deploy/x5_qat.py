@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pprint
 import re
+from typing import Any
 
 from ..base.fileio import atomic_write_text
 from .facts import DeployFacts, Deployed, Member, Note
@@ -65,7 +66,7 @@ def _member(m: Member, **extra) -> dict:
 
 
 def _data(facts: DeployFacts) -> dict:
-    groups = [{"id": g.id, "name": g.name, "scale": g.scale, "concats": list(g.concats),
+    groups: list[dict[str, Any]] = [{"id": g.id, "name": g.name, "scale": g.scale, "concats": list(g.concats),
                "members": [_member(m) for m in g.members]} for g in facts.groups]
     prec = [_member(c.member, precision=c.precision.value, scale16=c.scale16) for c in facts.choices]
     unmapped = [{"tensor": m["tensor"], "group": g["id"], "reason": m["why"]}

@@ -66,7 +66,8 @@ def rewiring(graph, model: onnx.ModelProto) -> str:
     """What in ``model`` (``graph.model`` converted) the export could not follow, in words
     ("" if nothing): a tensor of the graph made by another node or output slot, or an activation
     read by a node that did not read it (or no longer read by one that did)."""
-    made, read = {}, {}
+    made: dict[str, tuple[str, int]] = {}
+    read: dict[str, set[str]] = {}
     for n in model.graph.node:
         for k, o in enumerate(n.output):
             if o:

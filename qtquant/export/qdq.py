@@ -39,6 +39,8 @@ bias fit, ``records.py`` what a build reports, ``rewrite.py`` the graph editing 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import secrets
 import weakref
@@ -58,6 +60,10 @@ from .opset import convert_opset
 from .records import BiasAdjustment, ClipRecord, ExportResult, QdqBuild, clip_record
 from .rewrite import BaseFacts, Rewrite, ValueMemo, names_in
 from .weights import INT32_MAX, INT32_MIN, quantize_weights
+
+if TYPE_CHECKING:
+    from ..quant.domains import DomainMap
+    from ..quant.state import QuantState
 
 __all__ = ["QdqBuild", "ExportResult", "BiasAdjustment", "ClipRecord", "build_qdq_model", "export_qdq",
            "PER_CHANNEL_OPSET", "INT16_OPSET", "INT32_MIN", "INT32_MAX"]
@@ -119,7 +125,7 @@ def _quantize_values(v: np.ndarray, qp) -> np.ndarray:
     return np.clip(q, qp.qmin, qp.qmax).astype(qp.dtype)
 
 
-def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
+def build_qdq_model(session: QuantState, dm: DomainMap | None = None, *, quantize_outputs: bool = True,
                     float_tensors: frozenset[str] = frozenset(), precision=None, record: bool = False) -> QdqBuild:
     """The QDQ model for ``dm`` (default: the session's current domains), in memory.
 
@@ -137,7 +143,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     graph = session.graph
     dm = session.domains if dm is None else dm
     if precision is None:
-        precision = getattr(getattr(session, "options", None), "precision", None) or {}
+        precision = session.options.precision
     precision = PrecisionMap(precision)
     unknown = sorted(t for t in float_tensors if t not in graph.tensors)
     if unknown:
@@ -187,7 +193,7 @@ def build_qdq_model(session, dm=None, *, quantize_outputs: bool = True,
     shell, base_inits, names, facts, memo = _shell(graph, base)
     model = onnx.ModelProto()
     model.CopyFrom(shell)
-    build = QdqBuild(model, opset, notes=list(base_notes), cut=tuple(getattr(graph, "cut", ())))
+    build = QdqBuild(model, opset, notes=list(base_notes), cut=graph.cut)
     rw = Rewrite(model, base_inits, names, facts, record, memo)
     missing = [n for n in graph.nodes if n not in rw.nodes]
     if missing:

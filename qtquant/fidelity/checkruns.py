@@ -9,6 +9,8 @@ undo or redo back to a measured state runs nothing).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 import threading
 import time
@@ -25,6 +27,9 @@ from ..model.modelcheck import FLOAT_TYPES, INTEGER_TYPES
 from ..model.runtime import make_session
 from ..runs.shipped import (REFERENCE_OFF_TEXT, layout_passes_off, reference_level, segments_of, session_text,
                       shipped_session, split_parts)
+
+if TYPE_CHECKING:
+    from ..quant.state import QuantState
 
 __all__ = ["runtime_text", "KEEP_STATES", "trace", "HOST_DEFAULT"]
 
@@ -111,11 +116,11 @@ def _reference_run(model, graph, names, feeds, cancel):
 KEEP_STATES = 6  # domain maps whose runs are kept besides the baseline's
 
 
-def _run_key(session, float_tensors, level, precision=None):
+def _run_key(session: QuantState, float_tensors, level, precision=None):
     # The precision is part of the program that ships: the same domains at other precisions are another run.
     # ``precision`` None: the session's.
     if precision is None:
-        precision = getattr(getattr(session, "options", None), "precision", None)
+        precision = session.options.precision
     return (float_tensors, level, precision)
 
 

@@ -50,8 +50,8 @@ class FileComparison:
         return self.data == SYNTHETIC
 
     def text(self) -> list[str]:
-        if self.skipped:
-            return [f"against the input file: not measured ({self.skipped})"]
+        if self.skipped or self.input_counts is None or self.written_counts is None:
+            return [f"against the input file: not measured ({self.skipped or 'no counts'})"]
         basis = (f"{self.samples} {'synthetic ' if self.synthetic else ''}sample{'s' if self.samples != 1 else ''}"
                  + ("" if self.synthetic else f" of {self.data}"))
         lines = [f"against the input file (the QDQ file as it was, run in onnxruntime), on {basis}; it quantized "
@@ -165,7 +165,7 @@ def compare_with_input(session, written: Path, config=None) -> FileComparison:
     try:
         before = _session(graph.path)
     except ModelError as e:  # (onnxruntime's quantizer can write a file its runtime refuses: axis before opset 13)
-        info = getattr(graph, "qdq_info", None)
+        info = graph.qdq_info
         if info is not None and info.breaches:  # the known cause, said in words
             why = breaches_reason(info.opset, info.breaches)
         else:

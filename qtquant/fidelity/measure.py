@@ -40,6 +40,8 @@ re-run only from where they changed (the same outputs as a fresh default session
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import functools
 import math
 import threading
@@ -58,6 +60,9 @@ from ..quant.precision import PrecisionMap
 from ..model.scales import bits_lost, qparams_for_range
 from ..model.runtime import with_outputs
 from ..runs.shipped import REFERENCE_SKIPPED_TEXT
+
+if TYPE_CHECKING:
+    from ..calib.state import SessionState
 
 __all__ = ["Fidelity", "OutputFidelity", "MemberFidelity", "measure_session", "sqnr_db", "cosine",
            "fake_quant", "KERNEL_TOLERANCE_DB", "output_mode_of", "samples_blamed"]
@@ -152,13 +157,13 @@ def samples_blamed(fn):
         from ..calib.sources import data_blamed
 
         cal = session.calibration
-        with data_blamed(session.graph, getattr(cal, "config", None)):
+        with data_blamed(session.graph, cal.config if cal is not None else None):
             return fn(session, *args, **kwargs)
     return wrapper
 
 
 @samples_blamed
-def measure_session(session, *, cancel=None, quantize_outputs: bool | None = None,
+def measure_session(session: SessionState, *, cancel=None, quantize_outputs: bool | None = None,
                     output_mode: OutputMode | None = None, cross_check: bool = False, meanwhile=None,
                     follow_edits: bool = False) -> Fidelity:
     """Per-output (and per-slice) SQNR/cosine before and after the session's groups.
@@ -183,9 +188,9 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
         output_mode = session.options.output_mode
     mode = output_mode_of(quantize_outputs, output_mode)
     cal = session.calibration
-    feeds = list(cal.holdout) if cal is not None else []
-    if not feeds:
+    if cal is None or not cal.holdout:
         raise BadInputError("the fidelity check needs check samples (held-back or in-sample); calibrate first")
+    feeds = list(cal.holdout)
     graph = session.graph
     # Per graph, not per session object: the app hands a new Snapshot to every check, and the
     # float run and prefetched activations hold for the graph and calibration alike.
@@ -215,7 +220,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     # at hand they are measured on a thread of their own while this one builds and runs the model
     # (numpy's loops and onnxruntime's runs both release the GIL).
     side = _side_pool().submit(_member_figures, cache, members, after_dm, before_dm) if members and not need else None
-    kept = getattr(cal, "check_values", None)
+    kept = cal.check_values
     if kept and len(kept) == len(feeds) and all(n in kept[0] for n in outs + need):
         kept = kept[0]  # what calibration kept covers this check (see below)
     else:
@@ -240,7 +245,7 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
     # "Before" is the model as opened: no user group and every tensor int8, so a precision edit
     # shows its own change.  With no groups and no precision edit the session's export is that
     # one: the same run (on a 20,000-node model one QDQ session is some 15 s to create).
-    same = (after_dm is before_dm or after_dm == before_dm) and not getattr(session.options, "precision", None)
+    same = (after_dm is before_dm or after_dm == before_dm) and not session.options.precision
     wanted = [(before_dm, "default", OPENED)] + ([] if same else [(after_dm, "default", None)])
     if cross_check:
         wanted.append((after_dm, "basic", None))
@@ -257,14 +262,14 @@ def measure_session(session, *, cancel=None, quantize_outputs: bool | None = Non
             cache.tensors[t] = [r[t] for r in res]
     before = got[0]
     after = before if same else got[1]
-    ranges = getattr(cal, "ranges", None) or {}
+    ranges = cal.ranges
     t_fig = time.perf_counter()
     fid = Fidelity(outs, _run_figures(cache, ranges, after_dm, after, outs),
                    _run_figures(cache, ranges, before_dm, before, outs),
-                   samples=len(feeds), in_sample=bool(getattr(cal, "in_sample", False)), revision=revision,
+                   samples=len(feeds), in_sample=cal.in_sample, revision=revision,
                    runtime=cache.runtime.get(id(before), runtime_text()), float_outputs=[w.text() for w in why],
                    sparse=_sparse_outputs(cache, outs),
-                   reference=QDQ_VIEW if getattr(session, "qdq", None) is not None else FLOAT_MODEL)
+                   reference=QDQ_VIEW if session.qdq is not None else FLOAT_MODEL)
     if not host.default_exact:
         fid.host_default = _host_default_line(host, fid.after, _figures(ranges, after_dm, cache.slices, cache.float_out,
                                                                          got[-1], outs), outs)

@@ -39,7 +39,7 @@ class OutputFidelity:
         """The worst measured slice (the whole output when it has no slices)."""
         measured = [s for s in self.slices if s.measured]
         if measured:
-            return min(measured, key=lambda s: s.sqnr_db)
+            return min(measured, key=lambda s: s.sqnr_db if s.sqnr_db is not None else math.inf)  # (measured: set)
         return self.whole
 
     def to_dict(self) -> dict:
@@ -191,9 +191,10 @@ def _cell(f: Figure) -> str:
 def _change(b: Figure, a: Figure) -> str:
     if b.no_signal or a.no_signal:
         return ""
-    return _f(a.sqnr_db - b.sqnr_db if math.isfinite(a.sqnr_db) and math.isfinite(b.sqnr_db) else math.nan,
-              signed=True)
+    after, before = a.sqnr_db, b.sqnr_db
+    return _f(after - before if after is not None and before is not None and math.isfinite(after)
+              and math.isfinite(before) else math.nan, signed=True)
 
 
-def _f(x: float, signed: bool = False) -> str:
+def _f(x: float | None, signed: bool = False) -> str:
     return fmt_num(x, signed=signed)

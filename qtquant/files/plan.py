@@ -208,7 +208,7 @@ def apply_plan(session, plan: Plan, *, replace: bool = True) -> AppliedPlan:
     graph = session.graph
     src = plan.source or "plan"
     missing = list(dict.fromkeys(m.tensor for g in plan.groups for m in g.members if m.tensor not in graph.tensors))
-    cut = tuple(getattr(graph, "cut", ()))
+    cut = graph.cut
     if missing:
         shown = ", ".join(repr(t) for t in missing[:5])
         more = f" (+{len(missing) - 5} more)" if len(missing) > 5 else ""

@@ -11,12 +11,13 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Protocol
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..calib import CalibConfig
 from ..calib.holdout import CalibConfigError
+from ..calib.state import SessionState
 from ..base.errors import PlanError
 from ..base.fileio import atomic_write_text
 from ..base.fileio.schema import FileModel, check_format, check_version, one_line, read_json
@@ -129,7 +130,18 @@ def model_matches(proj: Project, path) -> bool:
     return not proj.model_sha256 or file_sha256(Path(path)) == proj.model_sha256
 
 
-def project_from_session(session, path, stats_cache=None) -> Project:
+class ViewFacts(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class ProjectSession(SessionState, Protocol):
+    """A session as a project saves it: its state and what of the module hierarchy the canvas shows."""
+
+    @property
+    def view_state(self) -> ViewFacts | None: ...
+
+
+def project_from_session(session: ProjectSession, path, stats_cache=None) -> Project:
     path = Path(path)
     g = session.graph
     o = session.options
@@ -145,13 +157,13 @@ def project_from_session(session, path, stats_cache=None) -> Project:
         auto_share_max_bits_lost=o.auto_share_max_bits_lost, float_output_max_bits_lost=o.float_output_max_bits_lost,
         groups=[{"name": gr.name, "members": list(gr.members)} for gr in session.groups],
         cut=list(g.cut),
-        precision=o.precision.to_dict(),
+        precision=dict(o.precision),
         stats_cache=_rel(Path(stats_cache), path.parent) if stats_cache else None,
-        view=session.view_state.to_dict() if getattr(session, "view_state", None) is not None else {},
+        view=session.view_state.to_dict() if session.view_state is not None else {},
     )
 
 
-def save_project(session, path, stats_cache=None) -> Path:
+def save_project(session: ProjectSession, path, stats_cache=None) -> Path:
     proj = project_from_session(session, path, stats_cache)
     return atomic_write_text(path, json.dumps(proj.to_dict(), indent=2) + "\n")
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 from ..model.qdqcheck import breaches_note
 from ..model.shapes import format_shape
 from ..base.tables import text_table
 from ..base.vocab import ConcatScaleRule
+
+if TYPE_CHECKING:
+    from ..calib.state import SessionState
+    from ..model.graphmodel import Graph
 
 __all__ = ["SCHEMA_VERSION", "analysis_dict", "concat_table_text", "member_dict", "cut_text", "calibration_dict",
            "calibration_text"]
@@ -95,7 +101,7 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
         "model": str(g.path) if g.path else None,
         "model_sha256": g.sha256,
         "input_shapes": {k: list(v) for k, v in g.input_shapes.items()},
-        "cut": list(getattr(g, "cut", ())),  # --cut: the graph ends at these tensors ([] = the whole file)
+        "cut": list(g.cut),  # --cut: the graph ends at these tensors ([] = the whole file)
         "opset": g.opset,
         "source_opset": g.source_opset,  # the file's, where it was older and raised on open (else null)
         "source_dtype": g.source_dtype,  # "float16" where the file computed in it and was widened on open
@@ -108,7 +114,7 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
         "groups": [list(gr) for gr in session.groups.as_lists()],
         # tensor -> int16 / float (every other tensor is int8), and what that costs on the target
         "precision": {"tensors": session.options.precision.to_dict(),
-                      "cost": perf.precision.to_dict() if getattr(perf, "precision", None) is not None else None},
+                      "cost": perf.precision.to_dict() if perf is not None and perf.precision is not None else None},
         "concats": items,
         "summary": summary,
     }
@@ -117,9 +123,9 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
     return doc
 
 
-def cut_text(graph) -> str:
+def cut_text(graph: Graph) -> str:
     """``, cut at N tensors`` for a graph opened with --cut (empty for the whole file)."""
-    cut = getattr(graph, "cut", ())
+    cut = graph.cut
     return f", cut at {len(cut)} tensor{'s' if len(cut) != 1 else ''} (--cut)" if cut else ""
 
 
@@ -129,9 +135,9 @@ def opset_note(graph) -> str:
             "converter): the analysis, the fidelity check and the export use the converted model")
 
 
-def qdq_file_note(graph) -> str:
+def qdq_file_note(graph: Graph) -> str:
     """What is wrong with the QDQ file ``graph`` was read from, as ONNX ("" where nothing is)."""
-    info = getattr(graph, "qdq_info", None)
+    info = graph.qdq_info
     return breaches_note(info.opset, info.breaches) if info is not None else ""
 
 
@@ -261,12 +267,12 @@ def concat_table_text(session, concats=None, perf=None) -> str:
         lines.append(f"note: {invalid}")
     if g.source_dtype is not None:
         lines.append(f"note: {dtype_note(g)}")
-    for note in getattr(session.calibration, "notes", None) or ():
+    for note in session.calibration.notes if session.calibration is not None else ():
         lines.append(f"note: {note}")
     return "\n".join(lines)
 
 
-def calibration_dict(session) -> dict | None:
+def calibration_dict(session: SessionState) -> dict | None:
     """What the scales rest on, for the JSON of analyze and perf (null: not calibrated)."""
     cal = session.calibration
     if cal is None:
@@ -278,13 +284,13 @@ def calibration_dict(session) -> dict | None:
         "observer": cal.config.observer,
         "samples": cal.batches,
         "check_samples": len(cal.holdout),
-        "check_in_sample": bool(getattr(cal, "in_sample", False)),
+        "check_in_sample": cal.in_sample,
         # --observer search / search-per-node: each method's figure and the choice (else null)
-        "search": cal.search.to_dict() if getattr(cal, "search", None) is not None else None,
+        "search": cal.search.to_dict() if cal.search is not None else None,
     }
 
 
-def calibration_text(session) -> str:
+def calibration_text(session: SessionState) -> str:
     """What the scales (and so the rescale count) rest on: 'calibrated with minmax on 7 samples of
     DATA', the QDQ file's own scales, or nothing yet."""
     if session.quantized_file:
@@ -294,7 +300,7 @@ def calibration_text(session) -> str:
         return "not calibrated"
     data = "synthetic data (no --calib given)" if cal.config.synthetic and not cal.sources else cal.data_label()
     text = f"calibrated with {cal.method_text} on {cal.batches} samples of {data}"
-    if getattr(session, "compiler_ranges", None) is not None:
+    if session.compiler_ranges is not None and session.compiler_log is not None:
         given = sum(1 for t in session.graph.observed_tensors if t in session.compiler_log.thresholds)
         text += f", {given} tensors' scales the compile log's thresholds"
     return text

@@ -23,13 +23,12 @@ order stands).  A tensor's bits come from its producer's DataType (int16 rows).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, cast
 
 from qtquant.base.errors import CompileLogError, LogShapeMismatch
+from qtquant.base.vocab import StrEnum, TensorKind  # (enum.StrEnum is Python 3.11's; 3.10 is supported)
 from qtquant.horizon.log import CUT_MARK, CompileLog, LogNode, qmax
-from qtquant.base.vocab import TensorKind
 
 __all__ = ["Miss", "MissKind", "TensorThreshold", "ThresholdConflict", "LogMatch", "match_compile_log",
            "PREPROCESS_PREFIX", "MIN_MATCHED_FRACTION", "FEW_MISSES"]
@@ -84,7 +83,7 @@ class TensorThreshold:
 
     @property
     def scale(self) -> float:
-        return self.threshold / (qmax("int16") if self.bits == 16 else qmax("int8"))
+        return self.threshold / cast(int, qmax("int16") if self.bits == 16 else qmax("int8"))  # (both have one)
 
     @property
     def range(self) -> tuple[float, float]:
@@ -276,12 +275,12 @@ def _reordered(graph, nodes: dict[str, LogNode]) -> set[str]:
     them (YOLO11n's attention scale ``Mul`` comes after the ``MatMul`` it feeds in the ONNX graph,
     and prints the MatMul output's threshold).  Their rows' thresholds describe another tensor than
     their first input in the graph: they are not used."""
-    out = set()
+    out: set[str] = set()
     for name, row in nodes.items():
         for t in graph.nodes[name].inputs:
             p = graph.producer(t) if t else None
             prow = nodes.get(p.name) if p is not None else None
-            if prow is not None and prow.line > row.line:
+            if p is not None and prow is not None and prow.line > row.line:
                 out.update((name, p.name))
     return out
 

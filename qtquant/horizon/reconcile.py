@@ -16,8 +16,8 @@ gives none) and qtquant's (the absolute maximum of the range its scale covers).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
+from qtquant.base.vocab import StrEnum  # enum.StrEnum is Python 3.11's; 3.10 is supported
 from qtquant.horizon.match import LogMatch
 
 __all__ = ["Verdict", "InputVerdict", "ConcatReconciliation", "Reconciliation", "reconcile_concats",

@@ -88,7 +88,7 @@ def _estimate_lines(cmp: EstimateComparison | None) -> list[str]:
         return []
     ddr = "" if cmp.sim_ddr_bytes is None else (
         f"; DDR: log {cmp.log_ddr_bytes / 1e6:.2f} MB, simulator {cmp.sim_ddr_bytes / 1e6:.2f} MB "
-        f"({fmt_num(100 * cmp.ddr_error, 1, signed=True)} %)")
+        f"({fmt_num(None if cmp.ddr_error is None else 100 * cmp.ddr_error, 1, signed=True)} %)")
     parts = f" ({cmp.log_subgraphs} BPU subgraphs added)" if cmp.log_subgraphs > 1 else ""
     return [f"static estimate: log{parts} {cmp.log_latency_us / 1000:.3f} ms, simulator "
             f"{cmp.sim_latency_us / 1000:.3f} ms ({fmt_num(100 * cmp.latency_error, 1, signed=True)} %){ddr}"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Collection, Iterable
 
 import onnx
 
@@ -12,7 +13,7 @@ from .nodetable import nested_nodes
 __all__ = ["parse_cut", "cut_model", "check_cut"]
 
 
-def parse_cut(cut) -> tuple[str, ...]:
+def parse_cut(cut: str | Iterable[str] | None) -> tuple[str, ...]:
     """``--cut`` text (``a,b``), or a list of names, as a tuple of tensor names (order kept, no repeats)."""
     if not cut:
         return ()
@@ -20,24 +21,24 @@ def parse_cut(cut) -> tuple[str, ...]:
     return tuple(dict.fromkeys(p.strip() for p in parts if p.strip()))
 
 
-def _subgraph_names(node) -> set[str]:
+def _subgraph_names(node: onnx.NodeProto) -> set[str]:
     """Names a node's subgraphs (If/Loop/Scan bodies) read: outer-scope values it needs too."""
     return {i for n in nested_nodes([node]) for i in n.input if i}
 
 
-def check_cut(model: onnx.ModelProto, cut, producer: dict | None = None) -> None:
+def check_cut(model: onnx.ModelProto, cut: str | Iterable[str] | None, producer: Collection[str] | None = None) -> None:
     """A one-line :class:`ModelError` unless every name in ``cut`` is a tensor ``model`` computes
     or reads (not a weight), naming a close match if any: what :func:`cut_model` would refuse,
     asked without cutting (the open dialog checks its field so before anything is remembered)."""
-    cut = parse_cut(cut)
-    if not cut:
+    names = parse_cut(cut)
+    if not names:
         return
     g = model.graph
     if producer is None:
         producer = {o for n in g.node for o in n.output if o}
     known = set(producer) | {i.name for i in g.input}
     weights = {t.name for t in g.initializer}
-    for t in cut:
+    for t in names:
         if t in known and t not in weights:
             continue
         if t in weights:
@@ -47,20 +48,20 @@ def check_cut(model: onnx.ModelProto, cut, producer: dict | None = None) -> None
                          + (f" (did you mean {close[0]!r}?)" if close else ""))
 
 
-def cut_model(model: onnx.ModelProto, cut) -> None:
+def cut_model(model: onnx.ModelProto, cut: str | Iterable[str] | None) -> None:
     """Cut ``model`` in place to the subgraph that ends at the tensors ``cut``, as
     ``onnx.utils.extract_model`` does: the outputs become ``cut``, the inputs stay, nodes
     (and initializers) nothing in ``cut`` needs are dropped.  A name that is not a tensor the
     graph computes or reads is a one-line :class:`ModelError`, naming a close match if any."""
-    cut = parse_cut(cut)
-    if not cut:
+    names = parse_cut(cut)
+    if not names:
         return
     g = model.graph
     producer = {o: n for n in g.node for o in n.output if o}
-    check_cut(model, cut, producer)
-    needed = set(cut)
+    check_cut(model, names, producer)
+    needed = set(names)
     kept: set[int] = set()
-    stack = list(cut)
+    stack = list(names)
     while stack:
         n = producer.get(stack.pop())
         if n is None or id(n) in kept:
@@ -72,7 +73,7 @@ def cut_model(model: onnx.ModelProto, cut) -> None:
                 stack.append(i)
     vi = {v.name: v for v in [*g.value_info, *g.input, *g.output]}
     outs = []
-    for t in cut:
+    for t in names:
         o = onnx.ValueInfoProto()
         if t in vi:
             o.CopyFrom(vi[t])
@@ -83,7 +84,7 @@ def cut_model(model: onnx.ModelProto, cut) -> None:
     # Initializers listed as inputs (old-style models) stay: the inputs are unchanged.
     inputs = {i.name for i in g.input}
     inits = [t for t in g.initializer if t.name in needed or t.name in inputs]
-    infos = [v for v in g.value_info if v.name in needed and v.name not in set(cut)]
+    infos = [v for v in g.value_info if v.name in needed and v.name not in set(names)]
     del g.node[:], g.initializer[:], g.value_info[:], g.output[:]
     g.node.extend(nodes)
     g.initializer.extend(inits)

@@ -18,11 +18,11 @@ __all__ = ["inline_local_functions", "SCOPE_KEY"]
 SCOPE_KEY = "qtquant.scope"
 
 
-def _attr_for(ref: onnx.AttributeProto, call: onnx.NodeProto, fn: onnx.FunctionProto):
+def _attr_for(ref: onnx.AttributeProto, call: onnx.NodeProto, fn: onnx.FunctionProto) -> onnx.AttributeProto | None:
     """The value a ``ref_attr_name`` attribute takes at this call (None: not given, no default)."""
     for a in call.attribute:
         if a.name == ref.ref_attr_name:
-            out = copy.deepcopy(a)
+            out: onnx.AttributeProto = copy.deepcopy(a)
             out.name = ref.name
             return out
     for a in fn.attribute_proto:
@@ -48,7 +48,7 @@ def inline_local_functions(model: onnx.ModelProto) -> onnx.ModelProto:
             call.name = f"{fn.name}_{counter[0]}"
         path = scope + [call.name.strip("/").replace("/", "_")]
         prefix = "/" + "/".join(path)
-        names = {}
+        names: dict[str, str] = {}
         for formal, actual in zip(fn.input, call.input):
             names[formal] = actual
         for formal, actual in zip(fn.output, call.output):

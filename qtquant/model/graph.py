@@ -7,16 +7,18 @@ multi-gigabyte model costs no more to open than its structure.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 
 from .cut import cut_model, parse_cut
 from ..base.errors import ModelError, ShapeError
-from ..base.fileio.paths import existing_file
+from ..base.fileio.paths import StrPath, existing_file
 from ..base.gcpause import gc_paused
 from .graphbuild import read_structure
 from .graphitems import Node, Tensor
@@ -27,9 +29,12 @@ from .nodetable import NOT_TENSOR, NodeTable, graph_value_types, value_type_byte
 from .opsets import MAX_OPSET, MIN_OPSET, OLDEST_OPSET, RAISED_OPSET, raise_old_opset
 from .opsets import default_opset as _default_opset
 from .qdq import check_quantized_form, is_qdq_model
-from .shapes import format_shape, parse_input_shapes
+from .shapes import InputShapes, format_shape, parse_input_shapes
 from ..base.vocab import TensorKind
 from .widen import as_identities, has_float16, same_type_casts, widen_float16
+
+if TYPE_CHECKING:
+    from .shape_child import Early
 
 __all__ = ["Node", "Tensor", "Graph", "load_graph", "read_model_file", "reading_model",
            "graph_from_model", "MIN_OPSET", "MAX_OPSET", "parse_cut", "cut_model"]
@@ -60,7 +65,7 @@ def _ort_fill_shapes(graph: "Graph") -> None:
                 graph._quantized.pop(n, None)
 
 
-def _check_channels(graph: "Graph", attr_names=None) -> None:
+def _check_channels(graph: "Graph", attr_names: Collection[str] | None = None) -> None:
     """Shape inference does not compare Conv input channels with the weights; do it here.
     ``attr_names``: the name of every attribute of the graph's nodes, when read already
     (:meth:`NodeTable.read_attribute_names`): with no "group" among them every Conv's group is
@@ -70,12 +75,13 @@ def _check_channels(graph: "Graph", attr_names=None) -> None:
         if len(node.inputs) < 2:
             continue
         x, w = graph.tensors.get(node.inputs[0]), graph.tensors.get(node.inputs[1])
-        if not x or not w or not x.shape or not w.shape or len(x.shape) < 2 or x.shape[1] is None:
+        if not x or not w or not x.shape or not w.shape or len(x.shape) < 2 or x.shape[1] is None \
+                or len(w.shape) > 1 and w.shape[1] is None:
             continue
         if len(w.shape) != len(x.shape):
             raise ShapeError(f"Conv {node.name!r} has a weight of rank {len(w.shape)} for an input of "
                              f"rank {len(x.shape)}")
-        want = w.shape[1] * (strict_int_attr(node, "group", 1) if grouped else 1)
+        want = (w.shape[1] or 0) * (strict_int_attr(node, "group", 1) if grouped else 1)
         if want and x.shape[1] != want:
             src = next((n for n in graph.inputs), "?")
             raise ShapeError(f"the input shapes do not fit the model: Conv {node.name!r} expects {want} input "
@@ -95,13 +101,13 @@ def _sorted(model: onnx.ModelProto, table: NodeTable) -> NodeTable:
     return table.reordered(order)
 
 
-def read_model_file(path) -> tuple[onnx.ModelProto, Path]:
+def read_model_file(path: StrPath) -> tuple[onnx.ModelProto, Path]:
     """The model in ``path``, without its external data, or a one-line :class:`ModelError`."""
     model, p, _ = _read_model(path)
     return model, p
 
 
-def _read_model(path) -> tuple[onnx.ModelProto, Path, bytes | None]:
+def _read_model(path: StrPath) -> tuple[onnx.ModelProto, Path, bytes | None]:
     """:func:`read_model_file`, and the file's bytes when it is a serialized protobuf (most are:
     onnx.load picks the format by the file's suffix), for :class:`NodeTable` to read once more."""
     p = existing_file(path, ModelError, noun="model", folder_noun="ONNX model")
@@ -120,7 +126,7 @@ def _read_model(path) -> tuple[onnx.ModelProto, Path, bytes | None]:
 
 
 @contextmanager
-def reading_model(path):
+def reading_model(path: StrPath) -> Iterator[tuple[onnx.ModelProto, Path, NodeTable, Early | None, FileDigest]]:
     """:func:`read_model_file` and the model's :class:`NodeTable`, read from the file's bytes where
     it can be (one more parse instead of node by node), with the file's shape inference started in
     the app's child before the table is read (:func:`qtquant.model.shape_child.submit_file`) and its
@@ -141,7 +147,7 @@ def reading_model(path):
 
 
 @gc_paused
-def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
+def load_graph(path: StrPath, input_shapes: InputShapes = None, *, ort_fallback: bool = True) -> Graph:
     """Load a float ONNX file, resolve dynamic dims from ``input_shapes`` and infer shapes.
 
     A QDQ-quantized file is refused: its graph is only right once its Q/DQ pairs are read into
@@ -157,7 +163,8 @@ def load_graph(path, input_shapes=None, *, ort_fallback: bool = True) -> Graph:
 
 
 @gc_paused
-def _raise_with_fit_hint(model, given: dict, shapes: dict) -> None:
+def _raise_with_fit_hint(model: onnx.ModelProto, given: Mapping[str, Iterable[int]],
+                         shapes: Mapping[str, Iterable[int]]) -> None:
     """An error of input shapes the user gave: raise it again naming the dimensions and what fits."""
     import sys
 
@@ -172,9 +179,9 @@ def _raise_with_fit_hint(model, given: dict, shapes: dict) -> None:
         raise ShapeError(f"the input shapes do not fit the model: {hint} (shape inference: {raw})") from None
 
 
-def graph_from_model(model: onnx.ModelProto, input_shapes=None, *, path: Path | None = None,
-                     sha256: str | FileDigest = "", ort_fallback: bool = True, cut=(), text_checked: bool = False,
-                     table: NodeTable | None = None, early=None) -> Graph:
+def graph_from_model(model: onnx.ModelProto, input_shapes: InputShapes = None, *, path: Path | None = None,
+                     sha256: str | FileDigest = "", ort_fallback: bool = True, cut: str | Iterable[str] | None = (),
+                     text_checked: bool = False, table: NodeTable | None = None, early: Early | None = None) -> Graph:
     """``cut``: tensor names the graph is cut at (:func:`cut_model`); ``sha256`` stays the file's
     (a :class:`~qtquant.model.modelcheck.FileDigest` still hashing it: waited for once the graph is typed).
     ``text_checked``: the caller ran :func:`check_text` on ``model`` already (a 20,000-node model: ~0.4 s).

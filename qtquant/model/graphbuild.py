@@ -10,10 +10,12 @@ quantized ones.
 
 from __future__ import annotations
 
+import onnx
+
 from ..base.errors import ModelError
 from .graphitems import Node, NodeProtos, Tensor
 from .modelcheck import FLOAT_TYPES
-from .nodetable import NOT_TENSOR, UNTYPED, NodeTable, dims_of, node_names
+from .nodetable import NOT_TENSOR, UNTYPED, NodeTable, TypedValue, dims_of, node_names
 from .ops import Role, handler_for
 from ..base.vocab import TensorKind
 
@@ -25,7 +27,7 @@ class NotInOrder(ModelError):
     order is sorted (:func:`~qtquant.model.modelcheck.topo_order`, which names what is wrong) and the
     graph built again."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("the graph's nodes are not in topological order, or a value is made twice")
 
 
@@ -48,7 +50,7 @@ class Structure:
         self.static: set[str] = set()  # the initializers and inputs that are weights or shape values
 
 
-def read_structure(model, table: NodeTable, check_order: bool = False) -> Structure:
+def read_structure(model: onnx.ModelProto, table: NodeTable, check_order: bool = False) -> Structure:
     """The nodes, values and edges of ``model`` (its nodes read into ``table``, in order).  A node
     that reads a value no node before it makes is a :class:`NotInOrder`; with ``check_order`` (no
     node leaves an optional output out), so is a value made twice, or made that is also an
@@ -111,8 +113,8 @@ def read_structure(model, table: NodeTable, check_order: bool = False) -> Struct
     return st
 
 
-def type_structure(st: Structure, model, type_keys: dict[str, bytes],
-                   decoded_types: dict[bytes, tuple]) -> tuple[dict[str, None], list[str]]:
+def type_structure(st: Structure, model: onnx.ModelProto, type_keys: dict[str, bytes],
+                   decoded_types: dict[bytes, TypedValue]) -> tuple[dict[str, None], list[str]]:
     """Give ``st``'s values their element types, shapes and kinds from shape inference
     (``type_keys``, ``decoded_types``: :func:`~qtquant.model.nodetable.value_type_keys` of ``model``, the
     inferred model, whose nodes are ``st``'s in the same order).  Returns (the quantized values,

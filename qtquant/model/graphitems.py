@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 import onnx
 
 from .modelcheck import FLOAT_TYPES
 from .nodetable import NOT_TENSOR, attr_value, int_attribute
-from .ops import handler_for
+from .ops import OpHandler, handler_for
 from ..base.vocab import TensorKind
 
 __all__ = ["Node", "Tensor", "NodeProtos"]
@@ -21,7 +24,7 @@ class NodeProtos:
 
     __slots__ = ("nodes",)
 
-    def __init__(self, nodes=None):
+    def __init__(self, nodes: Sequence[onnx.NodeProto] | None = None):
         self.nodes = nodes
 
 
@@ -30,7 +33,9 @@ class Node:
 
     __slots__ = ("name", "op_type", "inputs", "outputs", "domain", "index", "_attrs", "_attr_protos", "_src")
 
-    def __init__(self, name, op_type, inputs, outputs, attrs=None, domain="", index=0, attr_protos=(), src=None):
+    def __init__(self, name: str, op_type: str, inputs: list[str], outputs: list[str],
+                 attrs: dict[str, Any] | None = None, domain: str = "", index: int = 0,
+                 attr_protos: Sequence[onnx.AttributeProto] = (), src: NodeProtos | None = None):
         self.name = name
         self.op_type = op_type
         self.inputs = inputs
@@ -44,24 +49,25 @@ class Node:
         self._src = src
 
     @property
-    def attrs(self) -> dict:
+    def attrs(self) -> dict[str, Any]:
         if self._attrs is None:
-            protos = self._attr_protos if self._src is None else self._src.nodes[self.index].attribute
+            protos = self._attr_protos if self._src is None or self._src.nodes is None \
+                else self._src.nodes[self.index].attribute
             # [:]: a plain list to iterate (see modelcheck._all_tensors)
             self._attrs = {a.name: attr_value(a) for a in protos[:]} if protos else {}
         return self._attrs
 
-    def int_attr(self, name: str, default: int):
+    def int_attr(self, name: str, default: int) -> Any:
         """``self.attrs.get(name, default)`` for an attribute that is a plain INT, read without
         decoding the node's other attributes (a Concat's axis, a Conv's group: thousands a graph)."""
-        if self._attrs is None and self._src is not None:
+        if self._attrs is None and self._src is not None and self._src.nodes is not None:
             v = int_attribute(self._src.nodes[self.index].attribute, name, default)
             if v is not None:
                 return v
         return self.attrs.get(name, default)
 
     @property
-    def handler(self):
+    def handler(self) -> OpHandler:
         return handler_for(self.op_type)
 
     def __repr__(self) -> str:
@@ -73,7 +79,9 @@ class Tensor:
 
     __slots__ = ("name", "shape", "elem_type", "kind", "producer", "consumers")
 
-    def __init__(self, name, shape=None, elem_type=0, kind=TensorKind.ACTIVATION, producer=None, consumers=None):
+    def __init__(self, name: str, shape: tuple[int | None, ...] | None = None, elem_type: int = 0,
+                 kind: TensorKind = TensorKind.ACTIVATION, producer: str | None = None,
+                 consumers: list[str] | None = None):
         self.name = name
         self.shape = shape
         self.elem_type = elem_type  # onnx.TensorProto enum, 0 when unknown, NOT_TENSOR for a sequence or map
@@ -98,4 +106,4 @@ class Tensor:
     def size(self) -> int:
         if not self.shape or any(d is None for d in self.shape):
             return 0 if self.shape is None else 0
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(np.prod([d for d in self.shape if d is not None], dtype=np.int64))  # (none is None here)

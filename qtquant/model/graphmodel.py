@@ -7,10 +7,13 @@ build) is :mod:`qtquant.model.graph`; this module is what the rest of qtquant re
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, KeysView, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 from onnx import numpy_helper
 
@@ -21,6 +24,9 @@ from .nodetable import NodeTable, value_type_keys
 from .ops import PASS_OPS, fused_into_producer, passes_through
 from .opsets import default_opset as _default_opset
 from .shapes import format_shape
+
+if TYPE_CHECKING:
+    from .qdq import QdqInfo
 
 __all__ = ["Graph", "KEEP_MODEL_BYTES", "strict_int_attr"]
 
@@ -35,9 +41,12 @@ class Graph:
     source_opset: int | None = None
     # "float16" where the file computed in float16 and was widened to float32 on open (qtquant.model.widen)
     source_dtype: str | None = None
+    # What the QDQ file this graph is the float view of said (its per-channel scales): set by
+    # qtquant.model.qdq.attach_qdq; None for a float model.
+    qdq_info: QdqInfo | None = None
 
-    def __init__(self, model: onnx.ModelProto, path: Path | None, input_shapes: dict, sha256: str,
-                 cut: tuple[str, ...] = (), table: NodeTable | None = None,
+    def __init__(self, model: onnx.ModelProto, path: Path | None, input_shapes: Mapping[str, Sequence[int]],
+                 sha256: str, cut: Iterable[str] = (), table: NodeTable | None = None,
                  value_types: dict[str, bytes] | None = None, check_order: bool = False,
                  structure: Structure | None = None):
         """``table``: ``model.graph.node`` read already (:class:`NodeTable`, in the same order);
@@ -54,7 +63,8 @@ class Graph:
 
     # -- construction -------------------------------------------------------------------
     @classmethod
-    def untyped(cls, model: onnx.ModelProto, path: Path | None, input_shapes: dict, cut: tuple[str, ...],
+    def untyped(cls, model: onnx.ModelProto, path: Path | None, input_shapes: Mapping[str, Sequence[int]],
+                cut: Iterable[str],
                 structure: Structure) -> Graph:
         """The graph of ``structure`` (read from ``model``) before shape inference: the views of
         its nodes and edges work, nothing is typed or quantized until :meth:`typed`.  What needs
@@ -63,7 +73,8 @@ class Graph:
         graph._start(model, path, input_shapes, cut, structure)
         return graph
 
-    def _start(self, model, path, input_shapes, cut, st: Structure) -> None:
+    def _start(self, model: onnx.ModelProto, path: Path | None, input_shapes: Mapping[str, Sequence[int]],
+               cut: Iterable[str], st: Structure) -> None:
         self._model = model  # until typed(): the model the structure was read from
         self._pending: bytes | None = None  # the kept model, serialized, until first asked (typed())
         self._protos = st.protos  # the node protos the nodes read their attributes from
@@ -78,12 +89,12 @@ class Graph:
         self.inputs: list[str] = st.inputs
         self.outputs: list[str] = [o.name for o in model.graph.output]
         self._init_protos = {t.name: t for t in model.graph.initializer}
-        self._init_cache: dict[str, np.ndarray] = {}
+        self._init_cache: dict[str, npt.NDArray[Any]] = {}
         self._concat_nodes: list[Node] | None = None
         self._by_op: dict[str, list[Node]] = st.by_op  # op type -> its nodes, in graph order
         self._unshaped: list[str] = []  # activations shape inference left (partly) unknown
         self._model_bytes: bytes | None = None
-        self._structure = st
+        self._structure: Structure | None = st
         self._quantized: dict[str, None] = {}
         # What the nodes, edges and constants alone say, worked out before the types are known: the
         # tensors inside fused layers, the pass-through nodes, each Concat's axis.
@@ -103,9 +114,11 @@ class Graph:
         Analysis needs only the types (a 10,000-node graph: 2 ms of parsing, and the freeing, saved
         or put off)."""
         st, self._structure = self._structure, None
+        if st is None:
+            raise RuntimeError("the graph is typed already")
         self._renamed = st.names != st.table.names  # type_structure names the file's unnamed nodes
         all_types = pending is not None
-        if all_types and self._renamed:  # the names go into the kept model's node protos: parse it now
+        if pending is not None and self._renamed:  # the names go into the kept model's node protos: parse it now
             model, pending = onnx.load_model_from_string(pending), None
         self._keep(model, pending)
         self.sha256 = sha256
@@ -134,9 +147,9 @@ class Graph:
         self._model, self._pending = model, pending
 
     @property
-    def node_protos(self):
+    def node_protos(self) -> Sequence[onnx.NodeProto]:
         """The node protos, in the order of :attr:`Node.index` (without parsing a model still pending)."""
-        return self._protos.nodes
+        return self._protos.nodes if self._protos.nodes is not None else ()
 
     # -- views ----------------------------------------------------------------------------
     @property
@@ -150,14 +163,14 @@ class Graph:
     def consumers(self, tensor: str) -> list[Node]:
         return [self.nodes[c] for c in self.consumer_names(tensor)]
 
-    def consumer_names(self, tensor: str) -> list[str] | tuple:
+    def consumer_names(self, tensor: str) -> Sequence[str]:
         """The names of the nodes reading ``tensor`` (no Node list made: asked per Conv and gate
         of a big graph)."""
         t = self.tensors.get(tensor)
         return t.consumers if t is not None else ()
 
     @property
-    def quantized(self):
+    def quantized(self) -> KeysView[str]:
         """The quantized tensors (:meth:`is_quantized`) as a read-only set view, in graph order: a
         membership test without a call, for loops that ask it of every tensor."""
         return self._quantized.keys()
@@ -170,7 +183,7 @@ class Graph:
     def quantized_tensors(self) -> list[str]:
         return list(self._quantized)
 
-    def nodes_of(self, op_types) -> list[Node]:
+    def nodes_of(self, op_types: str | Iterable[str]) -> list[Node]:
         """The nodes whose op type is in ``op_types`` (one op type or a collection), in graph order:
         analyses that read a few op types (Concat, Conv, the pass-through ops) skip the others unseen."""
         if isinstance(op_types, str):
@@ -229,7 +242,7 @@ class Graph:
         The app makes them in the load job, before a window is there to freeze."""
         if self._model_bytes is not None:
             return self._model_bytes
-        data = self.model.SerializeToString()
+        data: bytes = self.model.SerializeToString()
         if len(data) <= KEEP_MODEL_BYTES:  # weights inline beyond that: a copy is not worth keeping
             self._model_bytes = data
         return data
@@ -247,7 +260,7 @@ class Graph:
         if self._model_bytes is None and self.model.ByteSize() <= KEEP_MODEL_BYTES:
             self.model_bytes()
 
-    def initializer(self, name: str) -> np.ndarray:
+    def initializer(self, name: str) -> npt.NDArray[Any]:
         if name not in self._init_cache:
             proto = self._init_protos[name]
             try:
@@ -257,16 +270,15 @@ class Graph:
             self._init_cache[name] = arr
         return self._init_cache[name]
 
-    def constant_value(self, name: str) -> np.ndarray | None:
+    def constant_value(self, name: str) -> npt.NDArray[Any] | None:
         if name in self._init_protos:
             return self.initializer(name)
         p = self.producer(name)
-        if p is not None and p.op_type == "Constant" and isinstance(p.attrs.get("value"), np.ndarray):
-            return p.attrs["value"]
-        return None
+        value = p.attrs.get("value") if p is not None and p.op_type == "Constant" else None
+        return value if isinstance(value, np.ndarray) else None
 
     @cached_property
-    def nx(self):
+    def nx(self) -> Any:  # a networkx.DiGraph (networkx has no type information)
         """Node-level DiGraph (networkx) with the tensor name on each edge."""
         import networkx as nx
 
@@ -290,7 +302,7 @@ def _index(node: Node) -> int:
     return node.index
 
 
-def strict_int_attr(node, name: str, default: int) -> int:
+def strict_int_attr(node: Node, name: str, default: int) -> int:
     """An attribute that must be an integer (a Concat's axis, a Conv's group); one line where a
     file gives it another kind of value (the byte fuzzer's Concat with a malformed axis: TypeError)."""
     v = node.int_attr(name, default)

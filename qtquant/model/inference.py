@@ -13,8 +13,8 @@ __all__ = ["infer_here"]
 try:  # what onnx.shape_inference.infer_shapes calls, which keeps the inferred bytes to itself
     from onnx.onnx_cpp2py_export.shape_inference import infer_shapes as _infer_bytes
 except ImportError:  # pragma: no cover - another onnx layout: the public call, serialized again
-    def _infer_bytes(data, check_type, strict_mode, data_prop):
-        return onnx.shape_inference.infer_shapes(data, check_type, strict_mode, data_prop).SerializeToString()
+    def _infer_bytes(b: bytes, check_type: bool, strict_mode: bool, data_prop: bool) -> bytes:
+        return bytes(onnx.shape_inference.infer_shapes(b, check_type, strict_mode, data_prop).SerializeToString())
 
 
 def infer_here(model: onnx.ModelProto | bytes, data_prop: bool = True) -> bytes:

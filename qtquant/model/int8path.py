@@ -23,6 +23,7 @@ import platform
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["Int8Path", "host_int8_path", "EXACT_INT8_ENTRY"]
 
@@ -49,10 +50,11 @@ class Int8Path:
 
 
 def _isa() -> str:
+    f: dict[str, bool]
     try:
-        from numpy._core._multiarray_umath import __cpu_features__ as f
+        from numpy._core._multiarray_umath import __cpu_features__ as f  # type: ignore[import-not-found,no-redef]  # numpy's private module: no stub
     except ImportError:  # numpy < 2
-        from numpy.core._multiarray_umath import __cpu_features__ as f
+        from numpy.core._multiarray_umath import __cpu_features__ as f  # type: ignore[no-redef]
     machine = platform.machine().lower()
     if f.get("ASIMD") or machine in ("arm64", "aarch64"):
         return "ARM64 dot product" if f.get("ASIMDDP") else "ARM64 NEON"
@@ -63,7 +65,7 @@ def _isa() -> str:
     return machine or "unknown CPU"
 
 
-def _saturating_probe():
+def _saturating_probe() -> tuple[bytes, dict[str, npt.NDArray[np.float32]]]:
     """A QDQ Conv whose u8×s8 pairs overflow 16 bits in a saturating kernel, and its input.
 
     Every activation is 1.0 (int8 127; 255 once onnxruntime shifts activations to u8) and every
@@ -87,7 +89,7 @@ def _saturating_probe():
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
-    return model.SerializeToString(), {"x": np.ones((1, c, 4, 4), np.float32)}
+    return bytes(model.SerializeToString()), {"x": np.ones((1, c, 4, 4), np.float32)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -97,14 +99,16 @@ def host_int8_path() -> Int8Path:
 
     data, feed = _saturating_probe()
 
-    def run(entry: bool, optimise: bool):
+    def run(entry: bool, optimise: bool) -> npt.NDArray[np.float32]:
         so = ort.SessionOptions()
         so.log_severity_level = 4
         if entry:
             so.add_session_config_entry(*EXACT_INT8_ENTRY)
         if not optimise:  # Q/DQ evaluated in float: the exact integer result
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        out: npt.NDArray[np.float32] = sess.run(None, feed)[0]
+        return out
 
     exact = run(False, False)
     return Int8Path(_isa(), bool(np.array_equal(run(False, True), exact)), bool(np.array_equal(run(True, True), exact)))

@@ -10,8 +10,10 @@ import functools
 import hashlib
 import os
 import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, compress
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -21,6 +23,9 @@ from .nodetable import NodeTable
 from .ops import SUBGRAPH_OPS
 from .inference import infer_here
 from .shapes import format_shape
+
+if TYPE_CHECKING:
+    from .shape_child import Early
 
 __all__ = ["FLOAT_TYPES", "toposort", "topo_order", "check_external_data", "check_text", "apply_input_shapes",
            "check_input_shapes",
@@ -38,14 +43,14 @@ MAX_SHAPE_HINT = 4096  # longest plausible shape tensor (its length is a rank)
 MAX_INPUT_BYTES = 4 << 30  # one sample of one input; calibration holds a few of them at once
 
 
-def toposort(g) -> list:
+def toposort(g: onnx.GraphProto) -> list[onnx.NodeProto]:
     """Kahn's algorithm over the node protos; detects cycles and dangling inputs."""
     nodes = list(g.node)
     order = topo_order(g, NodeTable(g))
     return nodes if order is None else [nodes[i] for i in order]
 
 
-def topo_order(g, table: NodeTable) -> list[int] | None:
+def topo_order(g: onnx.GraphProto, table: NodeTable) -> list[int] | None:
     """The positions of ``g``'s nodes (read into ``table``) in topological order, or None when
     the file's order is one already (most files); cycles and dangling inputs are a ModelError."""
     available = {t.name for t in g.initializer} | {i.name for i in g.input}
@@ -61,7 +66,7 @@ def topo_order(g, table: NodeTable) -> list[int] | None:
     else:
         return None
 
-    def label(idx):
+    def label(idx: int) -> str:
         return table.names[idx] or table.ops[idx]
 
     producer_of: dict[str, int] = {}
@@ -75,13 +80,13 @@ def topo_order(g, table: NodeTable) -> list[int] | None:
     indeg = [0] * n_nodes
     users: dict[int, list[int]] = {}
     for idx in range(n_nodes):
-        deps = set()
-        for i in ins[idx]:
-            if not i or i in available:
+        deps: set[int] = set()
+        for name in ins[idx]:
+            if not name or name in available:
                 continue
-            if i not in producer_of:
-                raise ModelError(f"node {label(idx)!r} reads {i!r}, which nothing produces")
-            deps.add(producer_of[i])
+            if name not in producer_of:
+                raise ModelError(f"node {label(idx)!r} reads {name!r}, which nothing produces")
+            deps.add(producer_of[name])
         indeg[idx] = len(deps)
         for d in deps:
             users.setdefault(d, []).append(idx)
@@ -101,7 +106,7 @@ def topo_order(g, table: NodeTable) -> list[int] | None:
     return out
 
 
-def _all_tensors(graph, attributes=None):
+def _all_tensors(graph: onnx.GraphProto, attributes: Iterable[Any] | None = None) -> Iterator[onnx.TensorProto]:
     """Every TensorProto of a graph: initializers, Constant-like attributes, subgraphs.
     ``attributes``: the graph's nodes' attribute containers, read already (NodeTable).
 
@@ -130,7 +135,7 @@ def _all_tensors(graph, attributes=None):
                     yield from _all_tensors(sub)
 
 
-def check_external_data(model, base_dir: Path, table: NodeTable | None = None) -> None:
+def check_external_data(model: onnx.ModelProto, base_dir: Path, table: NodeTable | None = None) -> None:
     """Refuse external data outside the model folder (or missing) before anything reads it.
     ``table``: the model's nodes read already (:class:`NodeTable`)."""
     base = base_dir.resolve()
@@ -150,7 +155,7 @@ def check_external_data(model, base_dir: Path, table: NodeTable | None = None) -
             raise ModelError(f"external data file {loc!r} for weight {t.name!r} is missing next to the model")
 
 
-def check_text(model, table: NodeTable | None = None) -> None:
+def check_text(model: onnx.ModelProto, table: NodeTable | None = None) -> None:
     """protobuf hands back strings that are not valid UTF-8 as bytes; refuse them once here.
     ``table``: the model's nodes read already (:class:`NodeTable`), so they are not read twice.
     ``str.join`` refuses anything but str: one C-level pass over each list finds a bytes name."""
@@ -174,7 +179,7 @@ def check_text(model, table: NodeTable | None = None) -> None:
         raise ModelError("the model has a name that is not valid UTF-8 text (corrupt file?)") from None
 
 
-def check_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
+def check_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
     """What :func:`apply_input_shapes` would resolve, or its one-line error, with ``model`` left
     as it is (the open dialog checks its fields so before anything is remembered or loaded)."""
     g = model.graph
@@ -184,7 +189,7 @@ def check_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
     return apply_input_shapes(probe, shapes)
 
 
-def apply_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
+def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
     g = model.graph
     inits = {t.name for t in g.initializer}
     real_inputs = [i for i in g.input if i.name not in inits]
@@ -192,7 +197,7 @@ def apply_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
     unknown = [n for n in shapes if n not in names]
     if unknown:
         raise ShapeError(f"unknown input name {unknown[0]!r}; the model's inputs are: {', '.join(names)}")
-    resolved: dict[str, tuple] = {}
+    resolved: dict[str, tuple[int, ...]] = {}
     for i in real_inputs:
         if not i.type.HasField("tensor_type"):
             raise ModelError(f"input {i.name!r} is not a tensor; only tensor inputs are supported")
@@ -229,7 +234,7 @@ def apply_input_shapes(model, shapes: dict[str, tuple]) -> dict[str, tuple]:
     return resolved
 
 
-def _drop_huge_shape_hints(model) -> bool:
+def _drop_huge_shape_hints(model: onnx.ModelProto) -> bool:
     """Forget declared shapes that could be shape tensors longer than MAX_SHAPE_HINT, and those
     with a negative dimension.
 
@@ -243,7 +248,7 @@ def _drop_huge_shape_hints(model) -> bool:
     existing shape differ in dimension 0: (1) vs (-1)").  They are only hints: inference
     recomputes them.
     """
-    def bad(v) -> bool:
+    def bad(v: onnx.ValueInfoProto) -> bool:
         if not v.type.HasField("tensor_type"):
             return False
         tt = v.type.tensor_type
@@ -264,7 +269,7 @@ def _drop_huge_shape_hints(model) -> bool:
     return changed  # True: the model is no longer its file's
 
 
-def check_input_sizes(model, shapes: dict[str, tuple]) -> None:
+def check_input_sizes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
     """Refuse inputs no sample could fill, before calibration tries to allocate one."""
     types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
     for name, shape in shapes.items():
@@ -286,19 +291,19 @@ _SKELETON_MIN_BYTES = 1 << 20  # a weight this big is left out of the skeleton
 # 5 ms against 4).  A child process (shape_child) gets it from the first big weight: the bytes
 # cross a pipe twice.
 _SKELETON_MIN_TOTAL = 64 << 20
-_ITEM_BYTES = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2,
+_ITEM_BYTES: dict[int, int] = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2,
                onnx.TensorProto.DOUBLE: 8}
 
 
-def _data_bytes(t) -> int:
+def _data_bytes(t: onnx.TensorProto) -> int:
     """The size of a float tensor's data by its dims (no serializing, unlike ByteSize)."""
     n = _ITEM_BYTES.get(t.data_type, 4)
     for d in t.dims[:]:  # [:]: see _all_tensors
-        n *= d
+        n *= int(d)
     return n
 
 
-def _skeleton(model, min_total: int = _SKELETON_MIN_TOTAL) -> onnx.ModelProto | None:
+def _skeleton(model: onnx.ModelProto, min_total: int = _SKELETON_MIN_TOTAL) -> onnx.ModelProto | None:
     """The model without the data of its big float weights, or None when they hold fewer than
     ``min_total`` bytes (none big: 0).
 
@@ -312,7 +317,7 @@ def _skeleton(model, min_total: int = _SKELETON_MIN_TOTAL) -> onnx.ModelProto | 
     names = {t.name for t in big}
     sk = onnx.ModelProto()
     for f in ("ir_version", "producer_name", "domain", "model_version"):
-        setattr(sk, f, getattr(model, f))
+        setattr(sk, f, getattr(model, f))  # the header fields, by name
     sk.opset_import.extend(model.opset_import)
     sk.functions.extend(model.functions)
     g = sk.graph
@@ -329,7 +334,7 @@ def _skeleton(model, min_total: int = _SKELETON_MIN_TOTAL) -> onnx.ModelProto | 
     return sk
 
 
-def infer_shapes(model, table: NodeTable, opset: int, early=None,
+def infer_shapes(model: onnx.ModelProto, table: NodeTable, opset: int, early: Early | None = None,
                  as_file: bool = False) -> tuple[onnx.ModelProto | None, bytes, bool]:
     """(the inferred model, the serialized model its types were read from, whether those bytes are
     the inferred model's own serialization).  The inferred model is ``model`` with the types shape
@@ -366,7 +371,7 @@ def infer_shapes(model, table: NodeTable, opset: int, early=None,
     return model, data, False
 
 
-def _infer_proto(model, data_prop: bool = True) -> bytes:
+def _infer_proto(model: onnx.ModelProto, data_prop: bool = True) -> bytes:
     """``model`` inferred, serialized."""
     from . import shape_child
 
@@ -395,12 +400,14 @@ def _propagation_role(op: str, version: int) -> int:
         return _INERT  # no schema at this opset: inference does not run on it
     if s.has_data_propagation_function:
         return _CARRIES if op in _VALUE_PROPAGATING else _SOURCE
-    if not s.has_type_and_shape_inference_function and (s.has_function or s.has_context_dependent_function):
+    # (onnx's stub of OpSchema lacks these two properties, which the class has)
+    if not s.has_type_and_shape_inference_function and (s.has_function  # type: ignore[attr-defined]
+                                                        or s.has_context_dependent_function):  # type: ignore[attr-defined]
         return _SOURCE
     return _INERT
 
 
-def needs_data_propagation(model, table: NodeTable, opset: int) -> bool:
+def needs_data_propagation(model: onnx.ModelProto, table: NodeTable, opset: int) -> bool:
     """Whether onnx's data propagation (``data_prop=True``) can change what shape inference gives
     ``model`` (its nodes read into ``table``; ``opset``: its default-domain opset).  Propagation
     computes the values of shape tensors, starting from the ops that read input shapes (Shape,
@@ -429,7 +436,7 @@ def needs_data_propagation(model, table: NodeTable, opset: int) -> bool:
     return not valued.isdisjoint(reads)
 
 
-def inline_small_external(model, base_dir: Path, limit: int = 1 << 16) -> None:
+def inline_small_external(model: onnx.ModelProto, base_dir: Path, limit: int = 1 << 16) -> None:
     """Shape inference needs the values of small integer tensors (Reshape shapes, axes);
     pull those in from external data.  Weights stay on disk."""
     from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
@@ -476,14 +483,14 @@ class FileDigest:
     def __init__(self, path: Path, data: bytes | None = None):
         self._value: str | None = None
         self._error: BaseException | None = None
-        self._thread = None
+        self._thread: threading.Thread | None = None
         if data is not None and len(data) <= INLINE_DIGEST_BYTES:
             self._value = hashlib.sha256(data).hexdigest()
             return
         self._thread = threading.Thread(target=self._run, args=(path, data), name="qtquant-sha256", daemon=True)
         self._thread.start()
 
-    def _run(self, path, data) -> None:
+    def _run(self, path: Path, data: bytes | None) -> None:
         try:
             self._value = hashlib.sha256(data).hexdigest() if data is not None else file_sha256(path)
         except BaseException as e:  # handed to the caller by result()
@@ -494,4 +501,5 @@ class FileDigest:
             self._thread.join()
         if self._error is not None:
             raise self._error
+        assert self._value is not None  # (hashed, or the error raised)
         return self._value

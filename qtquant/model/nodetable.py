@@ -10,14 +10,21 @@ those steps share it (a 10,000-node graph: tens of milliseconds fewer per open).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter, itemgetter, methodcaller
+from typing import Any, TypeAlias
 
 import onnx
 from onnx import numpy_helper
 
 __all__ = ["NodeTable", "node_names", "value_type_bytes", "graph_value_types", "value_type_keys", "value_types",
            "dims_of", "UNTYPED", "NOT_TENSOR", "attr_value", "int_attribute", "SUBGRAPH_ATTRS", "node_parts",
-           "subgraphs", "all_graphs", "nested_nodes"]
+           "subgraphs", "all_graphs", "nested_nodes", "Shape", "TypedValue"]
+
+Shape: TypeAlias = "tuple[int | None, ...]"
+"""A value's dims as shape inference gives them (None: an unknown dim)."""
+TypedValue: TypeAlias = "tuple[int, Shape | None, bool]"
+"""(element type, shape, whether the shape is unknown in part or whole): see :func:`_typed`."""
 
 
 _INPUT, _OUTPUT, _FULL = attrgetter("input"), attrgetter("output"), itemgetter(slice(None))
@@ -33,22 +40,30 @@ class NodeTable:
 
     __slots__ = ("names", "ops", "domains", "inputs", "outputs", "attributes", "_attr_names")
 
-    def __init__(self, graph_proto=None, model_bytes: bytes | None = None):
-        self._attr_names = None
+    names: list[str]
+    ops: list[str]
+    domains: list[str]
+    inputs: list[list[str]]
+    outputs: list[list[str]]
+    attributes: list[Any] | None  # each node's attribute container (a protobuf repeated field)
+
+    def __init__(self, graph_proto: onnx.GraphProto | None = None, model_bytes: bytes | None = None):
+        self._attr_names: list[str] | None = None
         if graph_proto is None:
             self.names, self.ops, self.domains, self.inputs, self.outputs, self.attributes = [], [], [], [], [], []
             return
         nodes = list(graph_proto.node)
         merged = _merged_nodes(model_bytes, len(nodes)) if model_bytes is not None else None
+        holds_values = True
         if merged is None:
             self.names = [n.name for n in nodes]
             self.ops = [n.op_type for n in nodes]
             self.domains = [n.domain for n in nodes]
         else:
-            self.names, self.ops, self.domains, self._attr_names, holds_values = merged
-            self.names = self.names if self.names is not None else [n.name for n in nodes]
-            self.ops = self.ops if self.ops is not None else [n.op_type for n in nodes]
-            self.domains = self.domains if self.domains is not None else [n.domain for n in nodes]
+            names, ops, domains, self._attr_names, holds_values = merged
+            self.names = names if names is not None else [n.name for n in nodes]
+            self.ops = ops if ops is not None else [n.op_type for n in nodes]
+            self.domains = domains if domains is not None else [n.domain for n in nodes]
         # A full slice is the cheapest way to a list under upb (a third of ``list(n.input)``), and
         # C-level maps take it with no bytecode step per node (10,000 nodes: 7.3 ms -> 6.7).
         self.inputs = list(map(_FULL, map(_INPUT, nodes)))
@@ -67,7 +82,8 @@ class NodeTable:
         """The name of every attribute of every node (in no particular order)."""
         if self._attr_names is not None:
             return self._attr_names
-        return [a.name for attrs in self.attributes if attrs for a in attrs[:]]  # [:]: see modelcheck._all_tensors
+        return [a.name for attrs in self.attributes or () if attrs
+                for a in attrs[:]]  # [:]: see modelcheck._all_tensors
 
     def read_attribute_names(self) -> list[str] | None:
         """:meth:`attribute_names` when the bytes parse read them already, else None (no walk)."""
@@ -86,7 +102,7 @@ class NodeTable:
         return t
 
 
-def node_names(names, ops) -> list[str]:
+def node_names(names: Sequence[str], ops: Sequence[str]) -> list[str]:
     """The names the graph uses for nodes in topological order: the file's name, or
     ``<op>_<position>`` (with ``_`` appended until unique) when it is empty or taken already.
     The one rule, shared by the loaded graph and the early structure drawn from the file."""
@@ -118,7 +134,7 @@ _LITE: dict[str, type] = {}  # message name -> class, made on first use
 _MAX_BYTES_PER_VALUE = 4096  # about where the one parse stops paying (see value_type_bytes)
 
 
-def _lite_class(name: str):
+def _lite_class(name: str) -> Any:
     """``VtModel`` and ``CountModel`` (value types, above) or ``NodesModel`` (:func:`_merged_nodes`), from a schema
     that declares only what is read."""
     if not _LITE:
@@ -127,7 +143,7 @@ def _lite_class(name: str):
         F = descriptor_pb2.FieldDescriptorProto
         fd = descriptor_pb2.FileDescriptorProto(name="qtquant_lite.proto", package="qtquant_lite", syntax="proto2")
 
-        def message(name, fields, parent=None):
+        def message(name: str, fields: list[tuple[str, int, int, int, str]], parent: Any = None) -> Any:
             m = (parent.nested_type if parent is not None else fd.message_type).add(name=name)
             for fname, number, kind, label, type_name in fields:
                 f = m.field.add(name=fname, number=number, type=kind, label=label)
@@ -176,7 +192,8 @@ def _lite_class(name: str):
 _MAX_BYTES_PER_NODE = 4096  # a model of mostly weights: copying them costs more (see value_type_bytes)
 
 
-def _merged_nodes(model_bytes: bytes, n_nodes: int):
+def _merged_nodes(model_bytes: bytes, n_nodes: int) -> tuple[list[str] | None, list[str] | None,
+                                                             list[str] | None, list[str], bool] | None:
     """(names, op types, domains, attribute names, whether any attribute holds a tensor or a graph)
     of the ``n_nodes`` nodes of the serialized model ``model_bytes``, each list None when it
     cannot stand for reading node by node; None when nothing can be read so."""
@@ -214,7 +231,7 @@ def value_type_bytes(model_bytes: bytes, n_values: int) -> dict[str, bytes] | No
         return None
 
 
-def _lined_up(values, n: int):
+def _lined_up(values: Any, n: int) -> Iterator[tuple[str, bytes]] | None:
     """The (name, serialized type) pairs of ``values`` (an ``AllValues`` of ``n`` entries merged),
     or None where the names and types cannot be lined up: fewer of either than entries (one
     without a name or a type), or a name that is not valid UTF-8 (the parser hands it back as
@@ -256,7 +273,7 @@ _INT, _INTS = onnx.AttributeProto.INT, onnx.AttributeProto.INTS
 SUBGRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)  # the kinds that hold a subgraph
 
 
-def subgraphs(node: onnx.NodeProto):
+def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
     """The graphs ``node``'s attributes hold (If branches, Loop and Scan bodies), one level down."""
     for a in node.attribute:
         if a.type == onnx.AttributeProto.GRAPH:
@@ -265,7 +282,7 @@ def subgraphs(node: onnx.NodeProto):
             yield from a.graphs
 
 
-def all_graphs(graph: onnx.GraphProto):
+def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """``graph`` and every graph nested in it, at any depth, outer first."""
     yield graph
     for n in graph.node:
@@ -273,7 +290,7 @@ def all_graphs(graph: onnx.GraphProto):
             yield from all_graphs(sub)
 
 
-def nested_nodes(nodes):
+def nested_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
     """The nodes inside the subgraphs of ``nodes``, at any depth (not ``nodes`` themselves):
     they read outer values by name, which cutting, rewriting or stripping ``nodes`` must keep."""
     for n in nodes:
@@ -282,7 +299,7 @@ def nested_nodes(nodes):
                 yield from g.node
 
 
-def node_parts(n: onnx.NodeProto) -> tuple:
+def node_parts(n: onnx.NodeProto) -> tuple[str, str, list[bytes] | tuple[()], bool]:
     """(domain, op type, each attribute serialized (``()`` for none), whether one holds a subgraph)
     of node proto ``n``: what identifies a node of a program apart from its wiring."""
     attrs = n.attribute
@@ -292,7 +309,7 @@ def node_parts(n: onnx.NodeProto) -> tuple:
     return (n.domain, n.op_type, (), False)
 
 
-def attr_value(a: onnx.AttributeProto):
+def attr_value(a: onnx.AttributeProto) -> Any:
     """The value :attr:`~qtquant.model.graph.Node.attrs` gives attribute ``a``."""
     kind = a.type
     if (kind == _INT or kind == _INTS) and not a.ref_attr_name:
@@ -313,7 +330,7 @@ def attr_value(a: onnx.AttributeProto):
     return v
 
 
-def int_attribute(protos, name: str, default: int) -> int | None:
+def int_attribute(protos: Sequence[onnx.AttributeProto], name: str, default: int) -> int | None:
     """What ``{a.name: attr_value(a) for a in protos}.get(name, default)`` gives when that is
     ``default`` or a plain INT; None for any other kind of value (the caller decodes it then).
     Decoding every attribute into a dict costs ~11,000 instructions a Concat for its axis."""
@@ -323,25 +340,25 @@ def int_attribute(protos, name: str, default: int) -> int | None:
             found = a  # the dict keeps the last of repeated names
     if found is None:
         return default
-    return found.i if found.type == _INT and not found.ref_attr_name else None
+    return int(found.i) if found.type == _INT and not found.ref_attr_name else None
 
 
 # -- value types decoded: (element type, shape, shape unknown in part or whole) ------------------
-def _dim(d):
-    v = d.dim_value
+def _dim(d: onnx.TensorShapeProto.Dimension) -> int | None:
+    v = int(d.dim_value)
     if v:
         return v
     return 0 if d.HasField("dim_value") else None  # a literal zero-sized dim vs an unknown one
 
 
-def dims_of(type_proto) -> tuple | None:
+def dims_of(type_proto: onnx.TypeProto) -> Shape | None:
     tt = type_proto.tensor_type
     if not tt.HasField("shape"):
         return None
     return tuple(map(_dim, tt.shape.dim))
 
 
-def _typed(elem_type: int, shape: tuple | None) -> tuple[int, tuple | None, bool]:
+def _typed(elem_type: int, shape: Shape | None) -> TypedValue:
     """(element type, shape, whether the shape is unknown or has unknown dims): the last is
     worked out once per distinct type, not once per value."""
     return elem_type, shape, shape is None or None in shape
@@ -352,18 +369,18 @@ UNTYPED = _typed(0, None)  # a value shape inference gave no type: element type 
 # output).  No TensorProto type is negative; it is not a float type, so the value is never
 # quantized, observed or fed as a tensor.
 NOT_TENSOR = -1
-_NOT_TENSOR_TYPED = (NOT_TENSOR, None, False)
+_NOT_TENSOR_TYPED: TypedValue = (NOT_TENSOR, None, False)
 
 
-def _type_of(tp) -> tuple[int, tuple | None, bool]:
+def _type_of(tp: onnx.TypeProto) -> TypedValue:
     """:func:`_typed` of a TypeProto."""
     kind = tp.WhichOneof("value")
     if kind is not None and kind != "tensor_type":
         return _NOT_TENSOR_TYPED
-    return _typed(tp.tensor_type.elem_type, dims_of(tp))
+    return _typed(int(tp.tensor_type.elem_type), dims_of(tp))
 
 
-def value_types(g, given: dict[str, bytes] | None = None) -> dict[str, tuple[int, tuple | None, bool]]:
+def value_types(g: onnx.GraphProto, given: dict[str, bytes] | None = None) -> dict[str, TypedValue]:
     """Each typed value of graph ``g`` (value_info, then outputs, then inputs: later ones win)
     as (element type, shape, shape unknown in part or whole: :func:`_typed`); see
     :func:`value_type_keys`, which the graph reads them through."""
@@ -371,8 +388,8 @@ def value_types(g, given: dict[str, bytes] | None = None) -> dict[str, tuple[int
     return dict(zip(keys, map(decoded.__getitem__, keys.values())))
 
 
-def value_type_keys(g, given: dict[str, bytes] | None = None,
-                    ends: bool = True) -> tuple[dict[str, bytes], dict[bytes, tuple]]:
+def value_type_keys(g: onnx.GraphProto, given: dict[str, bytes] | None = None,
+                    ends: bool = True) -> tuple[dict[str, bytes], dict[bytes, TypedValue]]:
     """(value name -> its serialized type, serialized type -> :func:`_typed`) for the typed values
     of graph ``g``.  A graph's values share few distinct types, so each is decoded once, keyed by
     its serialized bytes: walking every dim of every value from Python is most of the cost of
@@ -390,12 +407,12 @@ def value_type_keys(g, given: dict[str, bytes] | None = None,
         decoded = {key: _type_of(tp) for key, tp in dict(zip(keys, types)).items()}
         return dict(zip(map(_NAME, values), keys)), decoded
     if ends:
-        ends = [*g.output, *g.input]  # a few: read one by one
-        given.update(zip(map(_NAME, ends), map(_SERIALIZE, map(_TYPE, ends))))
+        outer = [*g.output, *g.input]  # a few: read one by one
+        given.update(zip(map(_NAME, outer), map(_SERIALIZE, map(_TYPE, outer))))
     return given, {key: _decoded_type(key) for key in set(given.values())}
 
 
-def _decoded_type(type_bytes: bytes) -> tuple[int, tuple | None, bool]:
+def _decoded_type(type_bytes: bytes) -> TypedValue:
     return _type_of(onnx.TypeProto.FromString(type_bytes))
 
 

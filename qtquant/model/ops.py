@@ -8,16 +8,47 @@ fixed at import: nothing registers or patches handlers at run time.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import Callable
+from typing import Any, Protocol
+
+import numpy.typing as npt
 
 from ..base.vocab import CostClass
 
 __all__ = ["Role", "OpHandler", "handler_for", "REGISTRY", "passes_through", "PASS_OPS", "FusionRule", "COMPOSITES",
            "default_fusion_rule", "fusion_rule_from", "fused_into_producer", "constant_operand", "SUBGRAPH_OPS",
-           "identity_next"]
+           "identity_next", "OpNode", "OpGraph"]
+
+
+class OpNode(Protocol):
+    """What the rules here read of a node (:class:`~qtquant.model.graphitems.Node`, which imports this module)."""
+
+    name: str
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+
+    @property
+    def attrs(self) -> dict[str, Any]: ...
+
+
+class OpGraph(Protocol):
+    """What the rules here read of a graph (:class:`~qtquant.model.graphmodel.Graph`, which imports this module)."""
+
+    @property
+    def outputs(self) -> list[str]: ...
+
+    @property
+    def nodes(self) -> Mapping[str, OpNode]: ...
+
+    def consumer_names(self, tensor: str) -> Sequence[str]: ...
+
+    def nodes_of(self, op_types: str | Iterable[str]) -> Sequence[OpNode]: ...
+
+    def constant_value(self, name: str) -> npt.NDArray[Any] | None: ...
 
 SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})  # the standard ops with graph attributes
 
@@ -37,16 +68,16 @@ class OpHandler:
     # Inputs that carry weights quantized per output channel: {input index: channel axis}.
     weight_inputs: dict[int, int] = field(default_factory=dict)
     # Optional predicate refining PASS for attribute-dependent ops (Resize nearest, Pad 0).
-    pass_if: Callable | None = None
+    pass_if: Callable[[OpNode, OpGraph], bool] | None = None
     # Every float op left in a quantized graph runs somewhere; by default it streams its bytes.
     cost_class: CostClass = CostClass.MEMORY
 
 
-def _resize_nearest(node, graph) -> bool:
-    return node.attrs.get("mode", "nearest") == "nearest"
+def _resize_nearest(node: OpNode, graph: OpGraph) -> bool:
+    return bool(node.attrs.get("mode", "nearest") == "nearest")
 
 
-def _pad_zero(node, graph) -> bool:
+def _pad_zero(node: OpNode, graph: OpGraph) -> bool:
     if node.attrs.get("mode", "constant") != "constant":
         return False
     if len(node.inputs) > 2 and node.inputs[2]:
@@ -55,7 +86,7 @@ def _pad_zero(node, graph) -> bool:
     return float(node.attrs.get("value", 0.0)) == 0.0
 
 
-def _h(role: Role, category: str, **kw) -> OpHandler:
+def _h(role: Role, category: str, **kw: Any) -> OpHandler:
     return OpHandler(role=role, category=category, **kw)
 
 
@@ -124,7 +155,7 @@ _PASS_HANDLERS = {op: h for op, h in _REGISTRY.items() if h.role is Role.PASS}
 PASS_OPS = frozenset(_PASS_HANDLERS)
 
 
-def passes_through(node, graph) -> bool:
+def passes_through(node: OpNode, graph: OpGraph) -> bool:
     h = _PASS_HANDLERS.get(node.op_type)
     if h is None:
         return False
@@ -169,11 +200,11 @@ class FusionRule:
       (1: one vector pass).
     """
 
-    producers: frozenset = _PRODUCERS
-    folded: frozenset = _FOLDED_AFFINE
-    write_back: frozenset = frozenset()
+    producers: frozenset[str] = _PRODUCERS
+    folded: frozenset[str] = _FOLDED_AFFINE
+    write_back: frozenset[str] = frozenset()
     residual_add: bool = False
-    lut: frozenset = frozenset()
+    lut: frozenset[str] = frozenset()
     concat_in_place: bool = False
     vector_regions: bool = False
     softmax_passes: int = 1
@@ -185,13 +216,13 @@ class FusionRule:
     # write-back applies to the accumulator leaves the layer with one.
 
     @property
-    def activations(self) -> frozenset:
+    def activations(self) -> frozenset[str]:
         """Single ops after a producer that leave one quantization point (the export's rule):
         the write-back activations."""
         return frozenset(self.write_back - COMPOSITES)
 
     @property
-    def gates(self) -> frozenset:
+    def gates(self) -> frozenset[str]:
         """g of the x·g(x) pairs that leave one quantization point (applied in the write-back)."""
         return frozenset(g for c, g in _GATE_OF.items() if c in self.write_back)
 
@@ -214,15 +245,15 @@ def default_fusion_rule() -> FusionRule:
 _DEFAULT_RULE: FusionRule | None = None
 
 
-def fusion_rule_from(d: dict) -> FusionRule:
+def fusion_rule_from(d: Mapping[str, Any]) -> FusionRule:
     """A FusionRule from a profile's already validated ``fusion`` value (lists of op names)."""
-    kw = {k: (frozenset(v) if isinstance(v, (list, tuple, set, frozenset)) else
+    kw: dict[str, Any] = {k: (frozenset(v) if isinstance(v, (list, tuple, set, frozenset)) else
               v if isinstance(v, int) and not isinstance(v, bool) else bool(v))
           for k, v in d.items() if k in FusionRule.__dataclass_fields__}
     return FusionRule(**kw)
 
 
-def constant_operand(node, t, graph) -> bool:
+def constant_operand(node: OpNode, t: str, graph: OpGraph) -> bool:
     """``node`` combines ``t`` with constants only (a per-channel scale or shift)."""
     others = [i for i in node.inputs if i and i != t]
     if node.op_type == "BatchNormalization":
@@ -232,7 +263,7 @@ def constant_operand(node, t, graph) -> bool:
     return len(others) == 1 and graph.constant_value(others[0]) is not None
 
 
-def fused_into_producer(graph, rule: FusionRule | None = None) -> set[str]:
+def fused_into_producer(graph: OpGraph, rule: FusionRule | None = None) -> set[str]:
     """Activation tensors that exist only inside a fused layer: a producer's output read by
     nothing but what the march's compiler folds into it (a constant affine op, then an
     activation, or the gate of x·g(x)), and each folded step but the last.  ``rule``: the
@@ -247,7 +278,7 @@ def fused_into_producer(graph, rule: FusionRule | None = None) -> set[str]:
         if not node.outputs:
             continue
         t, affine_ok = node.outputs[0], True
-        aliases = []  # t under the names Identity nodes gave it on the way (see identity_next)
+        aliases: list[str] = []  # t under the names Identity nodes gave it on the way (see identity_next)
         while t and t not in outputs:
             cons = consumer_names(t)
             nxt = identity_next(graph, cons)
@@ -286,7 +317,7 @@ def fused_into_producer(graph, rule: FusionRule | None = None) -> set[str]:
     return fused
 
 
-def identity_next(graph, consumers) -> str:
+def identity_next(graph: OpGraph, consumers: Sequence[str]) -> str:
     """The output of the one node in ``consumers`` (names) when it is an Identity, else "".
     Compilers drop Identity nodes before fusing, so a fused chain runs on through one: paddle2onnx
     puts one after each Conv's bias Add (PP-OCRv6's detector from rapidocr 3.10: Conv, Add, Identity,
@@ -298,7 +329,7 @@ def identity_next(graph, consumers) -> str:
     return out if out and out not in c.inputs else ""  # (a file that makes a value again stops here)
 
 
-def _gated(graph, gate, outputs) -> str | None:
+def _gated(graph: OpGraph, gate: OpNode, outputs: Collection[str]) -> str | None:
     """The output g of ``gate`` when nothing but a Mul of it and the gate's own input reads it
     (x·g(x)) and it is no graph output; else None."""
     if not gate.inputs or not gate.outputs:

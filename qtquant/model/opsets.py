@@ -23,10 +23,10 @@ OLDEST_OPSET = 6
 RAISED_OPSET = 13
 
 
-def default_opset(model) -> int:
+def default_opset(model: onnx.ModelProto) -> int:
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
-            return o.version
+            return int(o.version)
     return 0
 
 
@@ -68,7 +68,7 @@ def _channel_slopes(model: onnx.ModelProto) -> onnx.ModelProto:
     ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in chain(typed.input, typed.value_info)
              if v.type.tensor_type.HasField("shape")}
     inits = {t.name: t for t in g.initializer}
-    wanted: dict[str, set] = {}
+    wanted: dict[str, set[int]] = {}
     for n in prelus:
         x, slope = n.input
         t = inits.get(slope)
@@ -91,7 +91,7 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy the checker takes for what the converter needs (node schemas at the opset, one maker
     per value): a declared type without a shape, which files often give their outputs and the
     checker calls malformed, gets an empty one."""
-    copy = onnx.ModelProto.FromString(model.SerializeToString())
+    copy: onnx.ModelProto = onnx.ModelProto.FromString(model.SerializeToString())
     g = copy.graph
     for v in chain(g.input, g.output, g.value_info):
         if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape"):

@@ -18,9 +18,13 @@ envelope range of all channels, and the Concat analysis compares every channel.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 from onnx import numpy_helper
 
@@ -29,6 +33,10 @@ from .nodetable import nested_nodes
 from .opsets import default_opset
 from .qdqcheck import QDQ_OPS, breaches_of
 from .scales import Scheme
+
+if TYPE_CHECKING:
+    from .nodetable import NodeTable
+    from .qdqcheck import Breach
 
 __all__ = ["ChannelScales", "QdqInfo", "is_qdq_model", "check_quantized_form", "strip_qdq", "attach_qdq",
            "channel_scales_of", "has_channel_scales", "QDQ_OPS"]
@@ -65,16 +73,23 @@ class QdqInfo:
     float_weights: int = 0  # of those, float constant → Q → DQ (kept float in the view)
     opset: int = 0  # the file's default-domain opset
     # What its Q/DQ nodes use that its opset lacks (qdqcheck): the file is not valid ONNX then
-    breaches: tuple = ()
+    breaches: tuple[Breach, ...] = ()
 
 
-def is_qdq_model(model: onnx.ModelProto, table=None) -> bool:
+class QdqView(Protocol):
+    """A graph that is the float view of a QDQ file (:class:`~qtquant.model.graphmodel.Graph`, which
+    names :class:`QdqInfo` itself)."""
+
+    qdq_info: QdqInfo | None
+
+
+def is_qdq_model(model: onnx.ModelProto, table: NodeTable | None = None) -> bool:
     """``table``: the model's nodes read already (:class:`~qtquant.model.nodetable.NodeTable`)."""
     ops = table.ops if table is not None else (n.op_type for n in model.graph.node)
     return not QDQ_OPS.isdisjoint(ops)
 
 
-def check_quantized_form(model: onnx.ModelProto, table=None, name: str = "the model") -> None:
+def check_quantized_form(model: onnx.ModelProto, table: NodeTable | None = None, name: str = "the model") -> None:
     """Refuse, in one line, a model quantized in a form qtquant does not read (it analyzed a
     dynamically quantized YOLOv8n as if it were float, its 'float model' reference quantized too)."""
     ops = table.ops if table is not None else [n.op_type for n in model.graph.node]
@@ -93,7 +108,7 @@ def check_quantized_form(model: onnx.ModelProto, table=None, name: str = "the mo
                      "model it was made from")
 
 
-def attach_qdq(graph, info: QdqInfo) -> None:
+def attach_qdq(graph: QdqView, info: QdqInfo) -> None:
     """Let graph-level analyses (the Concat table) read what the file said about the float view.
 
     The Concat analysis is handed the graph and the domain map only; the per-channel scales
@@ -102,18 +117,19 @@ def attach_qdq(graph, info: QdqInfo) -> None:
     graph.qdq_info = info
 
 
-def has_channel_scales(graph) -> bool:
+def has_channel_scales(graph: QdqView) -> bool:
     """Whether the graph carries per-channel scales read from its file (:func:`channel_scales_of`)."""
-    info = getattr(graph, "qdq_info", None)
+    info = graph.qdq_info
     return info is not None and bool(info.channels)
 
 
-def channel_scales_of(graph, tensor: str) -> ChannelScales | None:
-    info = getattr(graph, "qdq_info", None)
+def channel_scales_of(graph: QdqView, tensor: str) -> ChannelScales | None:
+    info = graph.qdq_info
     return info.channels.get(tensor) if info is not None else None
 
 
-def _const(name, inits, consts, base_dir):
+def _const(name: str, inits: Mapping[str, onnx.TensorProto], consts: Mapping[str, npt.NDArray[Any]],
+           base_dir: str | Path | None) -> npt.NDArray[Any] | None:
     if name in inits:
         return numpy_helper.to_array(inits[name], base_dir=str(base_dir) if base_dir else "")
     if name in consts:
@@ -121,23 +137,23 @@ def _const(name, inits, consts, base_dir):
     return None
 
 
-def _attr(node, name, default):
+def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
     return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
-def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, QdqInfo]:
+def strip_qdq(model: onnx.ModelProto, base_dir: str | Path | None = None) -> tuple[onnx.ModelProto, QdqInfo]:
     m = onnx.ModelProto()
     m.CopyFrom(model)
     g = m.graph
     inits = {t.name: t for t in g.initializer}
-    consts = {}
+    consts: dict[str, npt.NDArray[Any]] = {}
     for n in g.node:
         if n.op_type == "Constant":
             for a in n.attribute:
                 if a.name == "value":
                     consts[n.output[0]] = numpy_helper.to_array(a.t)
     producer = {o: n for n in g.node for o in n.output}
-    consumers: dict[str, list] = {}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
     for n in g.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
@@ -176,9 +192,10 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
     rename: dict[str, str] = {}
     drop = set()
     qparams: dict[str, tuple[float, int, object]] = {}  # float tensor -> (scale, zp, qdtype)
-    chans: dict[str, tuple[int, np.ndarray, np.ndarray, object]] = {}
+    chans: dict[str, tuple[int, npt.NDArray[np.float64], npt.NDArray[np.int64], object]] = {}
     new_inits = []
-    weight_dq: dict[tuple, str] = {}  # (integer weight, scale, zero point, axis) -> its float view's name
+    # (integer weight, (scale, zero point), axis) -> its float view's name
+    weight_dq: dict[tuple[str, tuple[str, ...], int], str] = {}
     seen_q: set[int] = set()
     n_weights = n_float_weights = n_pairs = 0
     for n in g.node:
@@ -205,14 +222,16 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
                 drop.add(id(n))
                 continue
             weight_dq[same] = n.output[0]
-            w = _const(src, inits, consts, base_dir).astype(np.float32)
-            s = scale.astype(np.float32)
-            z = (zp if zp is not None else np.zeros_like(s)).astype(np.float32)
-            if s.ndim == 1 and s.size > 1:
+            wv = _const(src, inits, consts, base_dir)
+            assert wv is not None  # (src is one of them)
+            w = wv.astype(np.float32)
+            ws = scale.astype(np.float32)
+            wz = (zp if zp is not None else np.zeros_like(ws)).astype(np.float32)
+            if ws.ndim == 1 and ws.size > 1:
                 shp = [1] * w.ndim
                 shp[axis % w.ndim] = -1
-                s, z = s.reshape(shp), z.reshape(shp)
-            new_inits.append(numpy_helper.from_array(((w - z) * s).astype(np.float32), n.output[0]))
+                ws, wz = ws.reshape(shp), wz.reshape(shp)
+            new_inits.append(numpy_helper.from_array(((w - wz) * ws).astype(np.float32), n.output[0]))
             drop.add(id(n))
             n_weights += 1
             continue
@@ -290,7 +309,7 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
     del g.value_info[:]
     g.value_info.extend(keep_vi)
 
-    def zero_points(x):
+    def zero_points(x: str) -> npt.NDArray[np.int64] | tuple[int]:
         return chans[x][2] if x in chans else (qparams[x][1],)
 
     sym = all(dt == np.int8 and not np.any(zero_points(x)) for x, (_, _, dt) in qparams.items()) \
@@ -299,8 +318,8 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
     opset = default_opset(model)
     info = QdqInfo(scheme, pairs=n_pairs, weights=n_weights, float_weights=n_float_weights, opset=opset,
                    breaches=breaches_of(model, opset))
-    for x, (s, zpv, dt) in qparams.items():
-        info.scales[x] = (s, zpv)
+    for x, (sv, zpv, dt) in qparams.items():
+        info.scales[x] = (sv, zpv)
         qmin = -128 if dt == np.int8 else 0
         if x in chans:
             axis, cs, cz, _ = chans[x]
@@ -313,7 +332,7 @@ def strip_qdq(model: onnx.ModelProto, base_dir=None) -> tuple[onnx.ModelProto, Q
             else:
                 info.ranges[x] = (float(((qmin - cz) * cs).min()), float(((qmin + 255 - cz) * cs).max()))
         elif sym:
-            info.ranges[x] = (-127.0 * s, 127.0 * s)
+            info.ranges[x] = (-127.0 * sv, 127.0 * sv)
         else:
-            info.ranges[x] = ((qmin - zpv) * s, (qmin + 255 - zpv) * s)
+            info.ranges[x] = ((qmin - zpv) * sv, (qmin + 255 - zpv) * sv)
     return m, info

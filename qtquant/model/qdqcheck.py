@@ -11,6 +11,7 @@ float32.  Opening such a file says so, and so does a comparison with it that onn
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
@@ -64,7 +65,7 @@ def breaches_of(model: onnx.ModelProto, opset: int) -> tuple[Breach, ...]:
     return tuple(found)
 
 
-def breaches_note(opset: int, breaches) -> str:
+def breaches_note(opset: int, breaches: Sequence[Breach]) -> str:
     """The sentence for a file whose Q/DQ nodes its opset does not allow ("" for a valid one)."""
     if not breaches:
         return ""
@@ -73,7 +74,7 @@ def breaches_note(opset: int, breaches) -> str:
             "what it writes is valid")
 
 
-def breaches_reason(opset: int, breaches) -> str:
+def breaches_reason(opset: int, breaches: Sequence[Breach]) -> str:
     """Why onnxruntime cannot run such a file, short: "it is opset 11 with per-channel scales (opset 13 on)"."""
     return (f"it is opset {opset} with " + " and ".join(f"{b.feature} in Q/DQ (opset {b.since} on)" for b in breaches)
             + ": not valid ONNX")

@@ -5,18 +5,30 @@ All inference in qtquant goes through here: calibration, shape fallback and fide
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 
 from ..base.errors import ModelError, first_line
 from .int8path import EXACT_INT8_ENTRY, host_int8_path
 
-__all__ = ["make_session", "ort_session", "run_with_outputs", "zeros_feed", "with_outputs", "input_specs",
-           "has_external_data"]
+if TYPE_CHECKING:
+    from .graphmodel import Graph
 
-def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
+__all__ = ["make_session", "ort_session", "run_with_outputs", "zeros_feed", "with_outputs", "input_specs",
+           "has_external_data", "OrtSession"]
+
+# onnxruntime ships no type information: its sessions and options are Any to the checker.
+OrtSession: TypeAlias = Any
+"""An ``onnxruntime.InferenceSession``."""
+OrtOptions: TypeAlias = Any
+"""An ``onnxruntime.SessionOptions``."""
+
+def with_outputs(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
     """A copy of ``model`` whose graph also outputs ``names`` (in that order, after the originals)."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -33,7 +45,7 @@ def with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
     return m
 
 
-def quiet_options(exact_int8: bool = True):
+def quiet_options(exact_int8: bool = True) -> OrtOptions:
     """onnxruntime session options that log nothing short of a fatal error: whatever it refuses
     or fails at reaches the user as qtquant's own one-line message (its exception, read by
     :func:`ort_session` or the caller), and its own log lines on stderr would only repeat it
@@ -53,7 +65,7 @@ def quiet_options(exact_int8: bool = True):
     return so
 
 
-def ort_session(model: "onnx.ModelProto | str | Path", so, **kwargs):
+def ort_session(model: "onnx.ModelProto | str | Path", so: OrtOptions, **kwargs: Any) -> OrtSession:
     """``onnxruntime.InferenceSession`` on the CPU provider for an in-memory model, or a file as a user
     opens it (a path); whatever onnxruntime refuses becomes the one-line :class:`ModelError` every
     caller reports."""
@@ -66,13 +78,13 @@ def ort_session(model: "onnx.ModelProto | str | Path", so, **kwargs):
         raise ModelError(f"onnxruntime cannot run this model: {first_line(e)}") from None
 
 
-def has_external_data(model) -> bool:
+def has_external_data(model: onnx.ModelProto) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
 def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, threads: int = 0,
-                 spinning: bool = True, arena: bool = True, level: str = "basic", disabled=(),
-                 exact_int8: bool = True):
+                 spinning: bool = True, arena: bool = True, level: str = "basic", disabled: Iterable[str] = (),
+                 exact_int8: bool = True) -> OrtSession:
     """An InferenceSession for an in-memory model whose external data lives in ``base_dir``.
 
     ``spinning=False`` stops idle pool threads from busy-waiting: better when other threads of
@@ -117,8 +129,8 @@ def make_session(model: onnx.ModelProto, base_dir: Path | None = None, *, thread
     return ort_session(model, so, disabled_optimizers=list(disabled) or None)
 
 
-def input_specs(graph) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    out = {}
+def input_specs(graph: Graph) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+    out: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = {}
     for name in graph.inputs:
         t = graph.tensors[name]
         dt = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type) if t.elem_type else np.dtype(np.float32)
@@ -126,12 +138,13 @@ def input_specs(graph) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     return out
 
 
-def zeros_feed(graph) -> dict[str, np.ndarray]:
+def zeros_feed(graph: Graph) -> dict[str, npt.NDArray[Any]]:
     return {n: np.zeros(s, dtype=d) for n, (s, d) in input_specs(graph).items()}
 
 
-def run_with_outputs(graph, names, feed) -> dict[str, np.ndarray]:
-    names = list(names)
-    sess = make_session(with_outputs(graph.model, names), graph.base_dir)
-    res = sess.run(names, feed)
-    return dict(zip(names, res))
+def run_with_outputs(graph: Graph, names: Iterable[str],
+                     feed: Mapping[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    wanted = list(names)
+    sess = make_session(with_outputs(graph.model, wanted), graph.base_dir)
+    res = sess.run(wanted, feed)
+    return dict(zip(wanted, res))

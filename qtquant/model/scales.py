@@ -45,7 +45,7 @@ class QParams:
     scheme: Scheme
     bits: int = 8
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (self.scale > 0 and math.isfinite(self.scale)):
             raise ValueError(f"scale must be positive and finite, got {self.scale}")
         qrange(self.scheme, self.bits)  # refuses a width with no integer type

@@ -70,7 +70,8 @@ def infer_in_child(model: onnx.ModelProto) -> bytes:
     data = model.SerializeToString()
     with _lock:
         try:
-            return _child.call(data, timeout=_TIMEOUT_S)
+            inferred: bytes = _child.call(data, timeout=_TIMEOUT_S)
+            return inferred
         except OSError as e:
             raise ModelError(f"cannot start shape inference: {e}") from None
 
@@ -86,7 +87,7 @@ class Early:
     the two must come, and the caller's ``finally`` makes sure (another inference would wait)."""
 
     def __init__(self, reply: childproc.Reply):
-        self._reply = reply
+        self._reply: childproc.Reply | None = reply
 
     @property
     def open(self) -> bool:
@@ -94,8 +95,11 @@ class Early:
 
     def result(self) -> bytes:
         reply, self._reply = self._reply, None
+        if reply is None:
+            raise RuntimeError("this inference was read or dropped already")
         try:
-            return reply.result(timeout=_TIMEOUT_S)
+            inferred: bytes = reply.result(timeout=_TIMEOUT_S)
+            return inferred
         except OSError as e:
             raise ModelError(f"cannot run shape inference: {e}") from None
         finally:
@@ -131,7 +135,7 @@ def submit_file(model: onnx.ModelProto, data: bytes) -> Early | None:
         return None
 
 
-def _infer(data: bytes, link) -> bytes:
+def _infer(data: bytes, link: childproc.Link) -> bytes:
     try:
         return infer_here(data)
     except QtQuantError:

@@ -10,6 +10,8 @@ shapes again with the spatial sides rounded down and up to it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import onnx
 
 from .shapes import format_shape
@@ -19,7 +21,7 @@ __all__ = ["fit_hint", "MULTIPLES"]
 MULTIPLES = (2, 4, 8, 16, 32, 64, 128)
 
 
-def _with_shape(model, name: str, dims: tuple) -> bytes:
+def _with_shape(model: onnx.ModelProto, name: str, dims: tuple[int, ...]) -> bytes:
     """``model``'s bytes with input ``name`` at ``dims`` and no inferred or declared inner shapes."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -33,10 +35,10 @@ def _with_shape(model, name: str, dims: tuple) -> bytes:
             for d, v in zip(shape.dim, dims):
                 d.Clear()
                 d.dim_value = int(v)
-    return m.SerializeToString()
+    return bytes(m.SerializeToString())
 
 
-def _fits(model, name: str, dims: tuple) -> bool:
+def _fits(model: onnx.ModelProto, name: str, dims: tuple[int, ...]) -> bool:
     from .inference import infer_here
     from ..base.errors import QtQuantError
 
@@ -47,11 +49,11 @@ def _fits(model, name: str, dims: tuple) -> bool:
     return True
 
 
-def fit_hint(model, shapes: dict[str, tuple]) -> str:
+def fit_hint(model: onnx.ModelProto, shapes: Mapping[str, Iterable[int]]) -> str:
     """A sentence for the error of input ``shapes`` that do not fit ``model``: the spatial dimensions
     given (index 2 and up) and the nearest shapes that fit, or "" when no rounding helps."""
-    for name, dims in shapes.items():
-        dims = tuple(int(v) for v in dims)
+    for name, given in shapes.items():
+        dims = tuple(int(v) for v in given)
         sides = [k for k in range(2, len(dims)) if dims[k] > 1]
         if not sides:
             continue

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from typing import TypeAlias
 
 from ..base.errors import ShapeError
 
@@ -27,7 +29,13 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
 _NEXT_SPEC = re.compile(r",(?=[^,=]+=)")
 
 
-def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
+ShapeSpec: TypeAlias = "str | tuple[str, Iterable[int]]"
+"""``NAME=1x3x640x640`` (several, comma-separated), or a ``(name, shape)`` pair."""
+InputShapes: TypeAlias = "dict[str, Iterable[int]] | Iterable[ShapeSpec] | None"
+"""Input shapes as callers give them: name -> shape, or specs."""
+
+
+def parse_input_shapes(specs: Iterable[ShapeSpec] | None) -> dict[str, tuple[int, ...]]:
     """``specs``: ``NAME=1x3x640x640`` strings (each may hold several, comma-separated) or
     ``(name, shape)`` pairs."""
     out: dict[str, tuple[int, ...]] = {}
@@ -44,7 +52,7 @@ def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def format_shape(shape) -> str:
+def format_shape(shape: Iterable[int | None] | None) -> str:
     if shape is None:
         return "?"
     return "x".join("?" if d is None else str(d) for d in shape)

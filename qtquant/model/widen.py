@@ -21,7 +21,9 @@ which pass their input's scale on and which fused chains run through (:func:`~qt
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Iterator
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -31,13 +33,17 @@ from ..base.errors import ModelError, first_line
 from .nodetable import all_graphs
 from .ops import SUBGRAPH_OPS
 
+if TYPE_CHECKING:
+    from .graphitems import Node
+    from .graphmodel import Graph
+
 __all__ = ["has_float16", "widen_float16", "same_type_casts", "as_identities"]
 
 _F16, _F32 = TensorProto.FLOAT16, TensorProto.FLOAT
 _TYPE_ATTRS = frozenset({"to", "dtype"})  # Cast's target; RandomNormal's, EyeLike's ... output type
 
 
-def _values(graph: onnx.GraphProto):
+def _values(graph: onnx.GraphProto) -> Iterator[onnx.ValueInfoProto]:
     return chain(graph.input, graph.output, graph.value_info)
 
 
@@ -46,7 +52,7 @@ _TYPED_OPS = frozenset({"Cast", "Constant", "ConstantOfShape", "EyeLike", "Rando
                         "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"})
 
 
-def has_float16(model: onnx.ModelProto, ops) -> bool:
+def has_float16(model: onnx.ModelProto, ops: Collection[str]) -> bool:
     """Whether anything in ``model`` is float16: a weight, a graph input or output, a Constant, a Cast
     target.  ``ops``: the op types of its main graph (:class:`~qtquant.model.nodetable.NodeTable` ``.ops``):
     only nodes of the types that can say float16 are read, so a big float32 graph is not walked
@@ -107,9 +113,9 @@ def _widen_node(node: onnx.NodeProto, base_dir: str) -> None:
                     a.tensors[k].CopyFrom(_widened(t, base_dir))
 
 
-def same_type_casts(graph) -> list:
+def same_type_casts(graph: Graph) -> list[Node]:
     """The Cast and CastLike nodes of a typed graph that cast a float to the type it has already."""
-    out = []
+    out: list[Node] = []
     tensors = graph.tensors
     for node in graph.nodes_of(("Cast", "CastLike")):
         src = tensors.get(node.inputs[0]) if node.inputs and node.inputs[0] else None
@@ -125,7 +131,7 @@ def same_type_casts(graph) -> list:
     return out
 
 
-def as_identities(model: onnx.ModelProto, indices) -> None:
+def as_identities(model: onnx.ModelProto, indices: Iterable[int]) -> None:
     """The nodes of ``model`` at ``indices`` (positions in ``model.graph.node``) made Identity nodes
     of their first input, keeping their names and outputs."""
     nodes = model.graph.node

@@ -15,8 +15,9 @@ share the tool never makes nor measures.  Trading accuracy for rescales is what
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-
+from typing import TYPE_CHECKING
 
 from .concat import concat_members
 from .domains import Policy, UnionFind, policy_range
@@ -24,7 +25,14 @@ from ..base.errors import ShareRefused
 from .outputs import OutputMode, float_output_tensors, output_reached
 from ..model.qdq import channel_scales_of
 from ..model.scales import Scheme, bits_lost, qparams_for_range, range_width, scales_differ
-from ..base.vocab import DEFAULT_PERCENTILE, ShareAction
+from ..base.vocab import ShareAction
+
+if TYPE_CHECKING:
+    from ..model.graphmodel import Graph
+    from .domains import DomainMap
+    from .groups import Group
+    from .outputs import FloatOutput
+    from .state import EditableState, QuantState
 
 __all__ = ["AutoShareDecision", "AutoShareReport", "auto_share", "plan_auto_share", "MAX_CLIP"]
 
@@ -49,7 +57,7 @@ class AutoShareDecision:
 class AutoShareReport:
     max_bits_lost: float
     decisions: list[AutoShareDecision] = field(default_factory=list)
-    groups: list = field(default_factory=list)  # the resulting groups.Group objects
+    groups: list[Group] = field(default_factory=list)  # the groups made
 
     @property
     def grouped(self) -> list[str]:
@@ -83,15 +91,16 @@ class AutoShareReport:
         return "\n".join(lines)
 
 
-def _one_grid(graph, dm, members) -> bool:
+def _one_grid(graph: Graph, dm: DomainMap, members: Sequence[str]) -> bool:
     """Every member quantized with the same scale and zero point, per tensor."""
-    qs = [dm.qparams_of(t) for t in members]
-    if any(q is None for q in qs) or any(channel_scales_of(graph, t) is not None for t in members):
+    found = [dm.qparams_of(t) for t in members]
+    qs = [q for q in found if q is not None]
+    if len(qs) < len(found) or any(channel_scales_of(graph, t) is not None for t in members):
         return False
     return all(not scales_differ(q.scale, qs[0].scale) and q.zero_point == qs[0].zero_point for q in qs)
 
 
-def _label(graph, t, rng, scheme) -> str:
+def _label(graph: Graph, t: str, rng: tuple[float, float], scheme: Scheme) -> str:
     p = graph.producer(t)
     op = p.op_type if p is not None else ("input" if t in graph.inputs else "constant")
     what = "absmax" if scheme is Scheme.SYMMETRIC_INT8 else "span"
@@ -108,7 +117,7 @@ def _bits(x: float, limit: float) -> str:
 
 @dataclass
 class _Trial:
-    range: tuple | None
+    range: tuple[float, float] | None
     worst: float = 0.0
     wide: str | None = None
     narrow: str | None = None
@@ -119,31 +128,31 @@ class _Trial:
 class _Planner:
     """Union-find over the session's current domains, so trial merges are cheap."""
 
-    def __init__(self, session):
+    def __init__(self, session: QuantState):
         self.session = session
         self.graph = session.graph
         self.dm = session.domains
         self.scheme = self.dm.scheme
         self.policy = session.options.policy
         cal = session.calibration
-        self.hist_pool = getattr(cal, "pooled_range", None) if cal is not None else None
-        self.pct = getattr(session.options.calib, "percentile", DEFAULT_PERCENTILE)
+        self.hist_pool = cal.pooled_range if cal is not None else None
+        self.pct = session.options.calib.percentile
         self.order = {n: i for i, n in enumerate(self.graph.tensors)}
-        self.uf = UnionFind()
+        self.uf: UnionFind[int] = UnionFind()
         self.tensors: dict[int, list[str]] = {}
         for did, d in self.dm.domains.items():
             self.uf[did]
             self.tensors[did] = list(d.members)
 
-    def merged(self, dids) -> list[str]:
+    def merged(self, dids: Iterable[int]) -> list[str]:
         roots = {self.uf[d] for d in dids}
-        out = []
+        out: list[str] = []
         for d, ts in self.tensors.items():
             if self.uf[d] in roots:
                 out.extend(ts)
         return out
 
-    def evaluate(self, tensors) -> "_Trial":
+    def evaluate(self, tensors: Sequence[str]) -> "_Trial":
         """Range, worst bits lost, widest/narrowest member and worst clipping of one candidate domain."""
         mr = self.dm.member_range
         rng = policy_range(self.policy, tensors, self.dm.natural_of, mr, self.graph, self.hist_pool,
@@ -175,13 +184,13 @@ class _Planner:
         obs = [x for x in nat if self.graph.observed(x)] or list(nat)
         return min(obs, key=lambda x: (self.order.get(x, 0), x))
 
-    def union(self, dids) -> None:
-        dids = list(dids)
-        for d in dids[1:]:
-            self.uf.union(dids[0], d)
+    def union(self, dids: Iterable[int]) -> None:
+        ids = list(dids)
+        for d in ids[1:]:
+            self.uf.union(ids[0], d)
 
 
-def _output_note(kept) -> str:
+def _output_note(kept: FloatOutput | None) -> str:
     """A Concat that feeds a model output: its own scale is the output's resolution, shared or not.
     ``kept``: the export's FloatOutput for it (:func:`qtquant.quant.outputs.float_output_tensors`, the one
     place that decides), or None when the export quantizes it."""
@@ -193,7 +202,7 @@ def _output_note(kept) -> str:
     return note
 
 
-def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoShareReport, list[list[str]]]:
+def plan_auto_share(session: QuantState, max_bits_lost: float | None = None) -> tuple[AutoShareReport, list[list[str]]]:
     """Decide without changing the session: (report, groups of tensors to share)."""
     limit = session.options.auto_share_max_bits_lost if max_bits_lost is None else float(max_bits_lost)
     pl = _Planner(session)
@@ -239,14 +248,14 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
                 node.name, ShareAction.SKIPPED, 0.0, tuple(members), reason="no calibrated range for its members",
                 notes=tuple(notes)))
             continue
-        if worst > limit:
+        if worst > limit and wide is not None and narrow is not None:  # (both set with worst)
             mr = dm.member_range
             why = (f"{_label(graph, wide, mr[wide], pl.scheme)} next to "
                    f"{_label(graph, narrow, mr[narrow], pl.scheme)}: {_bits(worst, limit)}")
             report.decisions.append(AutoShareDecision(
                 node.name, ShareAction.SKIPPED, worst, tuple(members), wide, narrow, why, tuple(notes)))
             continue
-        if tr.clip > MAX_CLIP and pl.policy is not Policy.POOLED:  # pooled clips tails on purpose
+        if tr.clip > MAX_CLIP and tr.clipped is not None and pl.policy is not Policy.POOLED:  # pooled clips on purpose
             lo, hi = dm.member_range[tr.clipped]
             why = (f"under {pl.policy.value} the shared range [{rng[0]:.3g}, {rng[1]:.3g}] would clip "
                    f"{_label(graph, tr.clipped, (lo, hi), pl.scheme)} ([{lo:.3g}, {hi:.3g}]) by "
@@ -260,14 +269,14 @@ def plan_auto_share(session, max_bits_lost: float | None = None) -> tuple[AutoSh
         report.decisions.append(AutoShareDecision(node.name, ShareAction.GROUPED, worst, tuple(members), wide, narrow,
                                                   notes=tuple(notes)))
     # One group per merged domain: nested Concats end up in a single group.
-    by_root: dict = {}
+    by_root: dict[int, list[str]] = {}
     for name, members in accepted.items():
         by_root.setdefault(pl.uf[dm.of[members[0]]], []).extend(members)
     groups = [list(dict.fromkeys(ms)) for ms in by_root.values()]
     return report, groups
 
 
-def auto_share(session, max_bits_lost: float | None = None) -> AutoShareReport:
+def auto_share(session: EditableState, max_bits_lost: float | None = None) -> AutoShareReport:
     """Share every Concat whose sharing costs at most ``max_bits_lost`` bits (default: the session's)."""
     report, groups = plan_auto_share(session, max_bits_lost)
     before = session.groups.snapshot()

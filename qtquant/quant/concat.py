@@ -20,7 +20,9 @@ write at it (:mod:`qtquant.quant.concatwrite`); :attr:`ConcatInfo.written` names
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 from .domains import concat_scale_source, grid_spans
 from ..base.gcpause import gc_paused
@@ -28,6 +30,12 @@ from .outputs import pass_through_walk
 from ..model.qdq import channel_scales_of, has_channel_scales
 from ..model.scales import bits_lost, scales_differ
 from ..base.vocab import ConcatScaleRule, TensorKind
+
+if TYPE_CHECKING:
+    from ..model.graphitems import Node
+    from ..model.graphmodel import Graph
+    from ..model.qdq import ChannelScales
+    from .domains import Domain, DomainMap
 
 __all__ = ["ConcatMember", "ConcatInfo", "analyze_concats", "concat_members", "rescale_node_names"]
 
@@ -38,7 +46,7 @@ def rescale_node_names(concat: str, tensor: str, index: int) -> tuple[str, str]:
     return f"{tensor}_calibrated_Requantize", f"{concat}_rescale_{index}"
 
 
-def concat_members(graph, node, notes: list | None = None) -> list[str]:
+def concat_members(graph: Graph, node: Node | str, notes: list[str] | None = None) -> list[str]:
     """The tensors a Concat's group holds: its quantized, non-constant inputs and its output.
 
     ``node`` is a Node or a node name.  Constant inputs stay out: they are requantized offline to
@@ -47,7 +55,7 @@ def concat_members(graph, node, notes: list | None = None) -> list[str]:
     """
     if isinstance(node, str):
         node = graph.nodes[node]
-    members = []
+    members: list[str] = []
     for i, t in enumerate(node.inputs):
         if not t or t not in graph.tensors or graph.tensors[t].kind == TensorKind.WEIGHT:
             continue
@@ -130,7 +138,11 @@ class ConcatInfo:
         return [rescale_node_names(self.node, m.tensor, m.index) for m in self.inputs if m.needs_rescale]
 
 
-def _members_maker(graph, dm, channels: bool):
+Members: TypeAlias = "tuple[list[ConcatMember], list[ConcatMember], list[str], list[float]]"
+"""(members, live, notes, scales) of one Concat: see :func:`_members_maker`."""
+
+
+def _members_maker(graph: Graph, dm: DomainMap, channels: bool) -> Callable[[Node], Members]:
     """``members_of(node)``: ``(members, live, notes, scales)`` of one Concat, with the graph's and
     the domain map's tables bound once (a big graph makes 10,000s of members).
 
@@ -144,13 +156,17 @@ def _members_maker(graph, dm, channels: bool):
     new = object.__new__
     no_range = _NO_RANGE
 
-    def members_of(node):
+    def members_of(node: Node) -> Members:
         name, ins = node.name, node.inputs
         last = len(ins)
         # One loop makes every member (no call each) and the merged range of the inputs and the
         # output (what sharing one scale would give them) as it reads their own ranges.
-        members, live, notes, scales = [], [], [], []
-        lo = hi = None
+        members: list[ConcatMember] = []
+        live: list[ConcatMember] = []
+        notes: list[str] = []
+        scales: list[float] = []
+        lo: float | None = None
+        hi: float | None = None
         index = -1
         for tensor in (*ins, node.outputs[0]):  # the index counted, not enumerated: no tuple a member
             index += 1
@@ -172,11 +188,9 @@ def _members_maker(graph, dm, channels: bool):
                 # Sharing nothing beyond its own range loses nothing: bits_lost(r, r) is 0 for any r.
                 now = bits_lost(own, (dlo, dhi), scheme) \
                     if (dlo != mlo or dhi != mhi) and mlo == mlo and dlo == dlo else 0.0
-                if q is not None:
-                    scale, zp = q.scale, q.zero_point
-                else:
-                    scale = zp = None
-                domain = d.id
+                scale: float | None = q.scale if q is not None else None
+                zp: int | None = q.zero_point if q is not None else None
+                domain: int | None = d.id
             else:
                 scale = zp = domain = None
                 q, now = None, 0.0
@@ -217,7 +231,7 @@ def _members_maker(graph, dm, channels: bool):
                 scales.extend([s for s in m.channel_scales if s > 0])
             elif scale and scale > 0:
                 scales.append(scale)
-        if lo is None:
+        if lo is None or hi is None:  # (set together)
             for m in members:
                 m.bits_lost_if_shared = 0.0
         else:
@@ -235,7 +249,7 @@ def _members_maker(graph, dm, channels: bool):
 _NO_RANGE = (float("nan"), float("nan"))
 
 
-def _file_channels(graph, dm, tensor, d):
+def _file_channels(graph: Graph, dm: DomainMap, tensor: str, d: Domain | None) -> ChannelScales | None:
     """The file's per-channel scales for this tensor, while its domain is still the file's own.
 
     A user group gives its members one shared per-tensor scale, so the file's channels no
@@ -261,19 +275,26 @@ def _ratio(a: float, b: float) -> float:
 def _compare(m: ConcatMember, ref_scale: float, ref_zp: int | None) -> bool:
     """True when ``m`` needs a rescale to ``ref_scale``; sets the worst channel ratio."""
     if m.channel_scales is None:
-        return scales_differ(m.scale, ref_scale) or (ref_zp is not None and m.zero_point != ref_zp)
+        return scales_differ(_scale(m), ref_scale) or (ref_zp is not None and m.zero_point != ref_zp)
     m.worst_channel_ratio = max(_ratio(s, ref_scale) for s in m.channel_scales)
     return any(scales_differ(s, ref_scale) for s in m.channel_scales) \
-        or (ref_zp is not None and any(z != ref_zp for z in m.channel_zero_points))
+        or (ref_zp is not None and any(z != ref_zp for z in m.channel_zero_points or ()))
+
+
+def _scale(m: ConcatMember) -> float:
+    """The scale of a member a rescale can concern (quantized: it has one)."""
+    return cast(float, m.scale)
 
 
 def _compare_channels(m: ConcatMember, out: ConcatMember, offset: int | None, width: int | None) -> bool:
     """An output quantized per channel: compare with the output channels this input fills
     (on the Concat axis), or channel by channel when both span the same channels."""
-    outs, outz = out.channel_scales, out.channel_zero_points
+    # (the output is quantized per channel: both are set)
+    outs: tuple[float, ...] = out.channel_scales or ()
+    outz: tuple[int | None, ...] = out.channel_zero_points or ()
     if offset is not None and width is not None and offset + width <= len(outs):
         outs, outz = outs[offset:offset + width], outz[offset:offset + width]
-    mine = m.channel_scales or (m.scale,) * len(outs)
+    mine = m.channel_scales or (_scale(m),) * len(outs)
     minez = m.channel_zero_points or (m.zero_point,) * len(outs)
     if len(mine) != len(outs):
         # Channel counts that cannot be lined up: matching needs one scale on both sides.
@@ -286,16 +307,16 @@ def _compare_channels(m: ConcatMember, out: ConcatMember, offset: int | None, wi
     return any(scales_differ(a, b) for a, b in pairs) or any(a != b for a, b in zip(minez, outz))
 
 
-def _same_axis(graph, tensor, a, b) -> bool:
+def _same_axis(graph: Graph, tensor: str, a: int | None, b: int) -> bool:
     shape = graph.tensors[tensor].shape
     if a is None:
         return False
     if a == b:
         return True
-    return bool(shape) and a % len(shape) == b % len(shape)
+    return shape is not None and len(shape) > 0 and a % len(shape) == b % len(shape)
 
 
-def _channel_width(graph, tensor, axis) -> int | None:
+def _channel_width(graph: Graph, tensor: str, axis: int) -> int | None:
     shape = graph.tensors[tensor].shape
     if not shape:
         return None
@@ -307,12 +328,12 @@ def _channel_width(graph, tensor, axis) -> int | None:
 
 
 @gc_paused
-def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
+def analyze_concats(graph: Graph, dm: DomainMap, float_tensors: Collection[str] = frozenset()) -> list[ConcatInfo]:
     """One :class:`ConcatInfo` per Concat whose output is a quantized activation.
 
     ``float_tensors``: what the export leaves in float (:func:`qtquant.quant.outputs.export_float_tensors`);
     a Concat whose output is one needs no rescale."""
-    infos = []
+    infos: list[ConcatInfo] = []
     new = object.__new__
     channels = has_channel_scales(graph)
     concat_source = dm.concat_source  # empty under ConcatScaleRule.OWN
@@ -327,22 +348,22 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
         members, live, notes, scales = members_of(node)
         out_m = members.pop()
         rule_note = ""
-        written = ()
+        written: tuple[int, ...] = ()
         # A file that already leaves the output in float keeps DESIGN §3's comparison below.
         export_float = out in float_tensors and bool(live) and out_m.scale is not None
         output_float = out_m.scale is None and bool(live)
-        reference = None
+        reference: ConcatMember | None = None
         if export_float:
             notes.append("the export leaves its output in float: its inputs keep their own scales and it runs "
                          "in float, so none is rescaled")
         elif output_float:
             # What a compiler that gives the output an input's scale would do (on an asymmetric grid,
             # an input whose grid holds the others' values): the file records no output scale.
-            spans = grid_spans(dm.scheme, [(dm.domains[m.domain].qparams, m.lo, m.hi) for m in live])
+            spans = grid_spans(dm.scheme, [(dm.domains[cast(int, m.domain)].qparams, m.lo, m.hi) for m in live])
             k = concat_scale_source(ConcatScaleRule.WIDEST_INPUT, [m.scale for m in live], spans)
             reference = live[k or 0]
             for m in live:
-                m.needs_rescale = _compare(m, reference.scale, reference.zero_point)
+                m.needs_rescale = _compare(m, _scale(reference), reference.zero_point)
             n = sum(m.needs_rescale for m in live)
             if n:
                 notes.append(f"output is not quantized in the file; its inputs are compared with input "
@@ -372,16 +393,16 @@ def analyze_concats(graph, dm, float_tensors=frozenset()) -> list[ConcatInfo]:
                 for m in live:
                     # _compare, spelt out for the per-tensor members (all but a QDQ file's per-channel ones)
                     m.needs_rescale = _compare(m, ref_scale, ref_zp) if m.channel_scales is not None else \
-                        scales_differ(m.scale, ref_scale) or (ref_zp is not None and m.zero_point != ref_zp)
+                        scales_differ(_scale(m), ref_scale) or (ref_zp is not None and m.zero_point != ref_zp)
             else:
                 by_index = {m.index: m for m in live}
                 split = _same_axis(graph, out, out_m.channel_axis, axis)
-                offset = 0
+                offset: int | None = 0
                 for i, t in enumerate(node.inputs):
                     width = _channel_width(graph, t, axis) if t in graph.tensors else None
-                    m = by_index.get(i)
-                    if m is not None:
-                        m.needs_rescale = _compare_channels(m, out_m, offset if split else None, width)
+                    filled = by_index.get(i)
+                    if filled is not None:
+                        filled.needs_rescale = _compare_channels(filled, out_m, offset if split else None, width)
                     offset = offset + width if offset is not None and width is not None else None
         rescales = 0  # the inputs that need a rescale (only live ones can)
         for m in live:

@@ -18,13 +18,19 @@ inputs the output's scale (:func:`qtquant.quant.domains.build_domains`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..model.ops import passes_through
 from ..base.vocab import TensorKind
+
+if TYPE_CHECKING:
+    from ..model.graphitems import Node
+    from ..model.graphmodel import Graph
 
 __all__ = ["written_inputs"]
 
 
-def written_inputs(graph, node) -> list[str]:
+def written_inputs(graph: Graph, node: Node) -> list[str]:
     """The inputs of Concat ``node`` (each once, in input order) that their producers can write at
     the Concat's output scale: quantized activations made by a computing node whose other
     readers only move values."""

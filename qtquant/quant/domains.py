@@ -12,7 +12,9 @@ under ``PRODUCERS_WRITE`` the output keeps its own and the inputs
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -21,6 +23,17 @@ from ..model.scales import QParams, Scheme, qparams_for_range, range_width
 from ..base.vocab import DEFAULT_PERCENTILE, ConcatScaleRule, Policy, Precision, TensorKind
 from .concatwrite import written_inputs
 from .outputs import pass_through_walk
+
+if TYPE_CHECKING:
+    from ..model.graphmodel import Graph
+
+Range: TypeAlias = "tuple[float, float]"
+NaturalOf: TypeAlias = "dict[str, frozenset[str]]"
+"""Tensor -> its natural set (the tensors pass-through ops tie to it)."""
+HistPool: TypeAlias = "Callable[[list[str], float], tuple[float, float] | None]"
+"""``hist_pool(members, percentile)``: a pooled-percentile range (Policy.POOLED), or None."""
+Span: TypeAlias = "tuple[float, float, float, float]"
+"""(grid lo, grid hi, lo, hi) of a Concat input: see :func:`concat_scale_source`."""
 
 __all__ = ["Policy", "Domain", "DomainMap", "build_domains", "concat_scale_source", "grid_spans", "ConcatScaleRule",
            "UnionFind"]
@@ -50,7 +63,7 @@ class DomainMap:
     domains: dict[int, Domain]
     of: dict[str, int]  # tensor -> domain id
     # pass-through-only domain members; a tensor alone in its set may have no entry: .get(t, (t,))
-    natural_of: dict[str, frozenset] = field(default_factory=dict)
+    natural_of: NaturalOf = field(default_factory=dict)
     scheme: Scheme = Scheme.SYMMETRIC_INT8
     # Each tensor's own range before sharing: what bits lost are measured against.
     member_range: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -61,7 +74,7 @@ class DomainMap:
     scale_from: dict[int, int] = field(default_factory=dict)
     # Concats whose output kept its own range because no input's grid holds the others' values
     # (an asymmetric scheme: see concat_scale_source).
-    concat_declined: frozenset = frozenset()
+    concat_declined: frozenset[str] = frozenset()
     # Concat node -> the inputs whose producers write them at its output's scale (PRODUCERS_WRITE).
     concat_written: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -89,7 +102,8 @@ class DomainMap:
         return self.qparams_of(tensor)
 
 
-def concat_scale_source(rule: ConcatScaleRule, scales, spans=None) -> int | None:
+def concat_scale_source(rule: ConcatScaleRule, scales: Sequence[float | None],
+                        spans: Sequence[Span] | None = None) -> int | None:
     """The position in ``scales`` (a Concat's quantized inputs, in order) of the input whose scale
     the output takes under ``rule``; None when the output keeps its own scale (OWN, PRODUCERS_WRITE).
 
@@ -103,28 +117,34 @@ def concat_scale_source(rule: ConcatScaleRule, scales, spans=None) -> int | None
     """
     if ConcatScaleRule(rule) is not ConcatScaleRule.WIDEST_INPUT:
         return None
-    best = None
+    best: int | None = None
+    top = 0.0
     for i, s in enumerate(scales):
-        if s is not None and s > 0 and (best is None or s > scales[best]) \
+        if s is not None and s > 0 and (best is None or s > top) \
                 and (spans is None or _holds_all(spans, i, s / 2)):
-            best = i
+            best, top = i, s
     return best
 
 
-def _holds_all(spans, i: int, tol: float) -> bool:
+def _holds_all(spans: Sequence[Span], i: int, tol: float) -> bool:
     glo, ghi = spans[i][0] - tol, spans[i][1] + tol
     return all(glo <= lo and hi <= ghi for _, _, lo, hi in spans if lo == lo)
 
 
-def grid_spans(scheme: Scheme, members) -> list | None:
+def grid_spans(scheme: Scheme, members: Iterable[tuple[QParams | None, float, float]]) -> list[Span] | None:
     """``spans`` for :func:`concat_scale_source` from ``(qparams, lo, hi)`` per input; None on the
     symmetric grid, where the largest scale holds every input's values anyway."""
     if scheme is Scheme.SYMMETRIC_INT8:
         return None
-    return [(q.lo, q.hi, lo, hi) for q, lo, hi in members]
+    spans = []
+    for q, lo, hi in members:
+        assert q is not None  # (quantized inputs: each has its parameters)
+        spans.append((q.lo, q.hi, lo, hi))
+    return spans
 
 
-def _apply_written_inputs(graph, domains, of, natural, fixed) -> tuple[dict, dict]:
+def _apply_written_inputs(graph: Graph, domains: dict[int, Domain], of: dict[str, int], natural: NaturalOf,
+                          fixed: Mapping[str, Range] | None) -> tuple[dict[str, tuple[str, ...]], dict[int, int]]:
     """PRODUCERS_WRITE: give the inputs :func:`written_inputs` names their Concat output's scale.
     An input whose domain the user grouped, a target rule tied or a file (a QDQ file, a compile
     log) gave a scale keeps it: the rule is only the compiler's default.  A Concat whose output is
@@ -142,7 +162,7 @@ def _apply_written_inputs(graph, domains, of, natural, fixed) -> tuple[dict, dic
             feeding = set(pass_through_walk(graph, graph.outputs, upstream=True))
         if node.outputs[0] in feeding:
             continue
-        d, mine = domains[did], []
+        d, mine = domains[did], list[str]()
         for t in written_inputs(graph, node):
             sid = of.get(t)
             if sid is None or sid == did:
@@ -159,7 +179,9 @@ def _apply_written_inputs(graph, domains, of, natural, fixed) -> tuple[dict, dic
     return written, scale_from
 
 
-def _apply_concat_rule(graph, domains, of, natural, rule, scheme=Scheme.SYMMETRIC_INT8) -> tuple[dict, dict, frozenset]:
+def _apply_concat_rule(graph: Graph, domains: dict[int, Domain], of: dict[str, int], natural: NaturalOf,
+                       rule: ConcatScaleRule, scheme: Scheme = Scheme.SYMMETRIC_INT8
+                       ) -> tuple[dict[str, str], dict[int, int], frozenset[str]]:
     """Give each Concat output its rule's input scale, in graph order (a Concat feeding a Concat
     passes its chosen scale on).  An output grouped by the user, tied by a target rule or read
     from a QDQ file keeps that scale: the rule is only the compiler's default.  Returns (Concat ->
@@ -194,17 +216,21 @@ def _apply_concat_rule(graph, domains, of, natural, rule, scheme=Scheme.SYMMETRI
     return sources, scale_from, frozenset(declined)
 
 
-class _Sets:
-    """Union-find over tensor names.  A name never united is a set of its own and costs nothing:
-    most tensors of a graph are (one observer, no pass-through chain)."""
+K = TypeVar("K", bound=Hashable)
+
+
+class _Sets(Generic[K]):
+    """Union-find over tensor names (or domain ids: auto-share's trial merges).  A name never united
+    is a set of its own and costs nothing: most tensors of a graph are (one observer, no
+    pass-through chain)."""
 
     __slots__ = ("parent", "merges")
 
-    def __init__(self):
-        self.parent: dict[str, str] = {}
+    def __init__(self) -> None:
+        self.parent: dict[K, K] = {}
         self.merges = 0  # unions that joined two sets
 
-    def find(self, x: str) -> str:
+    def find(self, x: K) -> K:
         parent = self.parent
         root = x
         while (p := parent.get(root, root)) != root:
@@ -213,13 +239,13 @@ class _Sets:
             parent[x], x = root, parent[x]
         return root
 
-    def union(self, a: str, b: str) -> None:
+    def union(self, a: K, b: K) -> None:
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
             self.parent[rb] = ra
             self.merges += 1
 
-    def attach(self, a: str, b: str) -> None:
+    def attach(self, a: K, b: K) -> None:
         """``union(a, b)``, without a find for ``b`` while it is a root (no parent): the natural sets
         meet most pass-through outputs first as the ``b`` of a union."""
         parent = self.parent
@@ -233,12 +259,12 @@ class _Sets:
 
     __getitem__ = find  # networkx.utils.UnionFind's spelling, which auto-share used
 
-    def groups(self, names) -> list[list[str]]:
+    def groups(self, names: Iterable[K]) -> list[list[K]]:
         """The sets of ``names``, each in the order of ``names``, ordered by their first member."""
         if not self.parent:
             return [[t] for t in names]
         find, parent = self.find, self.parent
-        by_root: dict[str, list[str]] = {}
+        by_root: dict[K, list[K]] = {}
         for t in names:
             if t in parent:
                 r = parent[t]
@@ -258,8 +284,8 @@ class _Sets:
 UnionFind = _Sets
 
 
-def natural_sets(graph, fixed: dict | None) -> _Sets:
-    uf = _Sets()
+def natural_sets(graph: Graph, fixed: Mapping[str, Range] | None) -> _Sets[str]:
+    uf: _Sets[str] = _Sets()
     quantized = graph.quantized  # graph.is_quantized, without a call per tensor
     attach = uf.attach
     for node in graph.passing_nodes:
@@ -278,13 +304,14 @@ def natural_sets(graph, fixed: dict | None) -> _Sets:
     return uf
 
 
-def policy_range(policy: Policy, members, natural_sets, ranges, graph, hist_pool, percentile,
-                  scheme: Scheme = Scheme.SYMMETRIC_INT8):
+def policy_range(policy: Policy, members: Iterable[str], natural_sets: Mapping[str, Iterable[str]],
+                 ranges: Mapping[str, Range], graph: Graph, hist_pool: HistPool | None, percentile: float,
+                 scheme: Scheme = Scheme.SYMMETRIC_INT8) -> Range | None:
     have = [m for m in members if m in ranges]
     if not have:
         return None
 
-    def from_concat(m) -> bool:  # m's natural set holds a Concat output (directly or via Reshape etc.)
+    def from_concat(m: str) -> bool:  # m's natural set holds a Concat output (directly or via Reshape etc.)
         return any((p := graph.producer(t)) is not None and p.op_type == "Concat"
                    for t in natural_sets.get(m, (m,)))
 
@@ -306,7 +333,7 @@ def policy_range(policy: Policy, members, natural_sets, ranges, graph, hist_pool
     return min(ranges[m][0] for m in have), max(ranges[m][1] for m in have)
 
 
-def _constant_range(graph, name):
+def _constant_range(graph: Graph, name: str) -> Range | None:
     """Range of a float constant that a user group pulls into a domain (it is cloned on export)."""
     t = graph.tensors.get(name)
     if t is None or t.kind != TensorKind.WEIGHT or not t.is_float:
@@ -317,14 +344,15 @@ def _constant_range(graph, name):
         return None
     if v is None or not v.size:
         return None
-    v = np.asarray(v, dtype=np.float64)
-    return float(v.min()), float(v.max())
+    w = np.asarray(v, dtype=np.float64)
+    return float(w.min()), float(w.max())
 
 
 _new = object.__new__
 
 
-def _domain(did, members, lo, hi, q, fixed, user_groups) -> "Domain":
+def _domain(did: int, members: tuple[str, ...], lo: float, hi: float, q: QParams | None, fixed: bool,
+            user_groups: tuple[int, ...]) -> "Domain":
     """``Domain(did, members, lo, hi, q, fixed, user_groups)``, its slots filled past the dataclass
     __init__, whose call costs more than what it sets (10,000s of domains)."""
     d = _new(Domain)
@@ -338,24 +366,26 @@ def _domain(did, members, lo, hi, q, fixed, user_groups) -> "Domain":
     return d
 
 
-def _set_range(members, fs, natural, get, member_range) -> tuple[float, float] | None:
+def _set_range(members: Sequence[str], fs: frozenset[str], natural: NaturalOf,
+               get: Callable[[str], Range | None], member_range: dict[str, Range]) -> tuple[float, float] | None:
     """The finite ranges of a natural set's ``members`` (``get``: tensor -> range) joined, written
     to each member in ``member_range``, and ``fs`` (the set) to each in ``natural``; None when no
     member has a finite range.  min() and max() spelt out, in member order (no generator per set)."""
     isfinite = math.isfinite
-    lo = hi = None
+    lo: float | None = None
+    hi: float | None = None
     for t in members:
         natural[t] = fs
         r = get(t)
         if r is not None:
             a, b = r
             if isfinite(a) and isfinite(b):
-                if lo is None:
+                if lo is None or hi is None:
                     lo, hi = a, b
                 else:
                     lo = a if a < lo else lo
                     hi = b if b > hi else hi
-    if lo is None:
+    if lo is None or hi is None:  # (set together)
         return None
     r = (lo, hi)
     for t in members:
@@ -363,39 +393,43 @@ def _set_range(members, fs, natural, get, member_range) -> tuple[float, float] |
     return r
 
 
-def _natural_domains(natural_groups, src, scheme):
+def _natural_domains(natural_groups: list[list[str]], src: Mapping[str, Range], scheme: Scheme
+                     ) -> tuple[dict[int, Domain], dict[str, int], NaturalOf, dict[str, Range]]:
     """(domains, of, natural_of, member_range) of :func:`build_domains` when nothing but the
     pass-through ops joins tensors (no group, target rule or file range): each natural set is a
     domain, so the sets' ranges and the domains are made in one pass over the sets, not two
     (the dicts get their entries in the same order as there).  A tensor alone in its set gets no
     entry in natural_of (read it with ``.get(t, (t,))``): most tensors are, and a set each costs."""
-    natural: dict[str, frozenset] = {}
+    natural: NaturalOf = {}
     member_range: dict[str, tuple[float, float]] = {}
     domains: dict[int, Domain] = {}
     of: dict[str, int] = {}
     isfinite = math.isfinite
     get = src.get
+    q: QParams | None
+    lo: float
+    hi: float
     nan = float("nan")
     new = _new
-    for did, members in enumerate(natural_groups):
-        if len(members) == 1:  # the common case: one observer, no pass-through chain
-            t = members[0]
+    for did, group in enumerate(natural_groups):
+        if len(group) == 1:  # the common case: one observer, no pass-through chain
+            t = group[0]
             r = get(t)
             if r is not None and isfinite(lo := r[0]) and isfinite(hi := r[1]):
                 member_range[t] = r
                 q = qparams_for_range(lo, hi, scheme)
             else:
                 q, lo, hi = None, nan, nan
-            members = (t,)
+            members: tuple[str, ...] = (t,)
             of[t] = did
         else:
-            r = _set_range(members, frozenset(members), natural, get, member_range)
+            r = _set_range(group, frozenset(group), natural, get, member_range)
             if r is not None:
                 lo, hi = r
                 q = qparams_for_range(lo, hi, scheme)
             else:
                 q, lo, hi = None, nan, nan
-            members = tuple(members)
+            members = tuple(group)
             for t in members:
                 of[t] = did
         # _domain(did, members, lo, hi, q, False, ()) spelt out: one call fewer per domain
@@ -411,10 +445,11 @@ def _natural_domains(natural_groups, src, scheme):
 
 
 @gc_paused
-def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
+def build_domains(graph: Graph, ranges: Mapping[str, tuple[float, float]], groups: Iterable[Sequence[str]] = (), *,
                   policy: Policy = Policy.UNION, scheme: Scheme = Scheme.SYMMETRIC_INT8,
-                  fixed: dict[str, tuple[float, float]] | None = None,
-                  target_rules=(), hist_pool=None, percentile: float = DEFAULT_PERCENTILE,
+                  fixed: Mapping[str, tuple[float, float]] | None = None,
+                  target_rules: Iterable[Sequence[str]] = (), hist_pool: HistPool | None = None,
+                  percentile: float = DEFAULT_PERCENTILE,
                   concat_rule: ConcatScaleRule = ConcatScaleRule.OWN) -> DomainMap:
     """Build the scale domains.
 
@@ -425,15 +460,15 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     ``concat_rule`` is the target's Concat scale rule (its march profile).
     """
     uf = natural_sets(graph, fixed)
-    natural: dict[str, frozenset] = {}
+    natural: NaturalOf = {}
     natural_groups = uf.groups(graph.quantized_tensors)
     natural_merges = uf.merges
     # A member's own range is the union over its natural set (pass-through chain); a file's
     # ranges win over calibrated ones.  Worked out in the same pass that makes the sets.
     src = ranges if not fixed else {**ranges, **fixed}
     if not fixed and not groups and not target_rules:
-        domains, of, natural, member_range = _natural_domains(natural_groups, src, scheme)
-        return _ruled_map(graph, domains, of, natural, scheme, member_range, concat_rule, fixed)
+        nd, nof, nnat, nmr = _natural_domains(natural_groups, src, scheme)
+        return _ruled_map(graph, nd, nof, nnat, scheme, nmr, concat_rule, fixed)
     isfinite = math.isfinite
     member_range: dict[str, tuple[float, float]] = {}
     get = src.get
@@ -448,8 +483,8 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
             continue
         _set_range(members, fs, natural, get, member_range)
     const_ranges: dict[str, tuple[float, float]] = {}
-    for members in groups:  # constants can join a domain (DESIGN §3), as sets of their own
-        for m in members:
+    for given in groups:  # constants can join a domain (DESIGN §3), as sets of their own
+        for m in given:
             if m not in natural and (r := _constant_range(graph, m)) is not None:
                 natural[m] = frozenset((m,))
                 const_ranges[m] = r
@@ -458,15 +493,15 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
                 if isfinite(r[0]) and isfinite(r[1]):
                     member_range[m] = r
     group_of: dict[str, list[int]] = {}
-    for gi, members in enumerate(groups):
-        members = [m for m in members if m in natural]
-        for m in members:
+    for gi, given in enumerate(groups):
+        joined = [m for m in given if m in natural]
+        for m in joined:
             group_of.setdefault(m, []).append(gi)
-        for a, b in zip(members, members[1:]):
+        for a, b in zip(joined, joined[1:]):
             uf.union(a, b)
-    for members in target_rules:
-        members = [m for m in members if m in natural]
-        for a, b in zip(members, members[1:]):
+    for given in target_rules:
+        joined = [m for m in given if m in natural]
+        for a, b in zip(joined, joined[1:]):
             uf.union(a, b)
 
     domains: dict[int, Domain] = {}
@@ -480,6 +515,7 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     nan = float("nan")
     any_fixed = bool(fixed)
     own_range = member_range.get
+    q: QParams | None
     for did, members in enumerate(sets_in_order):
         first = members[0]
         if len(members) == 1:  # one member: it is its own natural set, with that set's own range
@@ -494,13 +530,13 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
             of[first] = did
             continue
         nat0 = natural[first]
-        is_fixed = any_fixed and all(m in fixed or natural[m] == nat0 for m in members) \
+        is_fixed = any_fixed and fixed is not None and all(m in fixed or natural[m] == nat0 for m in members) \
             and len({natural[m] for m in members}) == 1
         if len(members) == len(nat0) and not fixed:
             r = member_range.get(first)
         else:
             r = policy_range(policy, members, natural, member_range, graph, hist_pool, percentile, scheme)
-        q = qparams_for_range(*r, scheme) if r is not None else None
+        q = qparams_for_range(r[0], r[1], scheme) if r is not None else None
         gids = tuple(sorted({g for m in members for g in group_of.get(m, ())})) if group_of else ()
         lo, hi = r if r is not None else (nan, nan)
         domains[did] = Domain(did, tuple(members), lo, hi, q, fixed=is_fixed, user_groups=gids)
@@ -509,7 +545,9 @@ def build_domains(graph, ranges: dict[str, tuple[float, float]], groups=(), *,
     return _ruled_map(graph, domains, of, natural, scheme, member_range, concat_rule, fixed)
 
 
-def _ruled_map(graph, domains, of, natural, scheme, member_range, concat_rule, fixed) -> DomainMap:
+def _ruled_map(graph: Graph, domains: dict[int, Domain], of: dict[str, int], natural: NaturalOf, scheme: Scheme,
+               member_range: dict[str, Range], concat_rule: ConcatScaleRule,
+               fixed: Mapping[str, Range] | None) -> DomainMap:
     """The domain map once the target's Concat rule has acted on the domains."""
     rule = ConcatScaleRule(concat_rule)
     if rule is ConcatScaleRule.PRODUCERS_WRITE:

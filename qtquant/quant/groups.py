@@ -13,15 +13,19 @@ refresh; the GUI's undo/redo uses :meth:`GroupSet.snapshot` / :func:`restore`.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeAlias
 
 import onnx
 
 from ..base.errors import ShareRefused
+from ..model.graphitems import Tensor
+from ..model.graphmodel import Graph
 from ..model.ops import handler_for
 from ..base.vocab import TensorKind
 
-__all__ = ["Group", "GroupSet", "share", "unshare", "remove_member", "restore", "clear"]
+__all__ = ["Group", "GroupSet", "GroupsSnapshot", "share", "unshare", "remove_member", "restore", "clear"]
 
 
 @dataclass(frozen=True)
@@ -40,18 +44,31 @@ class Group:
         return len(self.members)
 
 
-def _dtype(t) -> str:
+def _dtype(t: Tensor) -> str:
     try:
         return str(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
     except Exception:
         return t.dtype_name
 
 
-def _graph_of(obj):
-    return getattr(obj, "graph", obj)
+class Shares(Protocol):
+    """What sharing reads of a session (a :class:`~qtquant.quant.state.QuantState` meets it; that
+    contract holds a :class:`GroupSet`, so it cannot be named here)."""
+
+    @property
+    def graph(self) -> Graph: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    def export_float(self) -> frozenset[str]: ...
 
 
-def _per_channel_use(graph, tensor: str) -> str | None:
+def _graph_of(obj: Graph | Shares) -> Graph:
+    return obj if isinstance(obj, Graph) else obj.graph
+
+
+def _per_channel_use(graph: Graph, tensor: str) -> str | None:
     """The consumer that reads ``tensor`` as a per-channel weight, if any."""
     for c in graph.consumers(tensor):
         for idx in handler_for(c.op_type).weight_inputs:
@@ -60,7 +77,7 @@ def _per_channel_use(graph, tensor: str) -> str | None:
     return None
 
 
-def check_member(graph, tensor: str) -> None:
+def check_member(graph: Graph, tensor: str) -> None:
     """Raise :class:`ShareRefused` when ``tensor`` cannot join a scale domain."""
     t = graph.tensors.get(tensor) if isinstance(tensor, str) else None
     if t is None:
@@ -82,13 +99,13 @@ def check_member(graph, tensor: str) -> None:
         raise ShareRefused(f"tensor {tensor!r} is not quantized ({why})")
 
 
-def ships_float(session) -> frozenset[str]:
+def ships_float(session: Shares) -> frozenset[str]:
     """What the export of a calibrated session leaves in float; nothing before calibration (the
     output rule needs the ranges)."""
     return session.export_float() if session.ready else frozenset()
 
 
-def check_ships_quantized(session, tensors, floats=None) -> None:
+def check_ships_quantized(session: Shares, tensors: Iterable[str], floats: Collection[str] | None = None) -> None:
     """Raise :class:`ShareRefused` for a tensor the export leaves in float (an output Concat's
     members that cannot share one int8 scale, or precision float): joining a group it ships
     without the group's scale, and its range only widens the others' (a plan putting yolov8n's
@@ -102,13 +119,17 @@ def check_ships_quantized(session, tensors, floats=None) -> None:
                                "cannot share a scale; --quantize-outputs (or its precision) quantizes it")
 
 
-def _notes(graph, members) -> tuple[str, ...]:
+def _notes(graph: Graph, members: Iterable[str]) -> tuple[str, ...]:
     notes = []
     for m in members:
         users = graph.tensors[m].consumers
         if len(users) > 1:
             notes.append(f"{m!r} also feeds {len(users) - 1} other op(s); they see the shared scale too")
     return tuple(notes)
+
+
+GroupsSnapshot: TypeAlias = "tuple[tuple[Group, ...], int]"
+"""What :meth:`GroupSet.snapshot` takes: the groups and the next id."""
 
 
 @dataclass
@@ -129,21 +150,21 @@ class GroupSet:
     def __len__(self) -> int:
         return len(self.groups)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Group]:
         return iter(list(self.groups))
 
     # -- undo/redo -----------------------------------------------------------------------
-    def snapshot(self) -> tuple:
+    def snapshot(self) -> GroupsSnapshot:
         """Cheap immutable state: restore it with :meth:`restore`."""
         return (tuple(self.groups), self.next_id)
 
-    def restore(self, snapshot: tuple) -> None:
+    def restore(self, snapshot: GroupsSnapshot) -> None:
         groups, next_id = snapshot
         self.groups = list(groups)
         self.next_id = max(next_id, max((g.id + 1 for g in self.groups), default=0))
 
     # -- edits ---------------------------------------------------------------------------
-    def share(self, session_or_graph, tensors, name: str = "") -> Group:
+    def share(self, session_or_graph: Graph | Shares, tensors: str | Iterable[str], name: str = "") -> Group:
         """Tie ``tensors`` to one observer.  Tensors already grouped pull their groups in.
 
         Raises :class:`ShareRefused` (and changes nothing) when a constraint is violated.
@@ -154,7 +175,7 @@ class GroupSet:
         wanted = list(dict.fromkeys(tensors))
         for t in wanted:
             check_member(graph, t)
-        if graph is not session_or_graph:  # a session: what it exports in float is known
+        if not isinstance(session_or_graph, Graph):  # a session: what it exports in float is known
             check_ships_quantized(session_or_graph, wanted)
         merged_groups = [g for g in self.groups if any(t in g.members for t in wanted)]
         merged_groups += self._linked(graph, wanted, merged_groups)
@@ -163,10 +184,10 @@ class GroupSet:
             raise ShareRefused("sharing needs at least two tensors")
         first = graph.tensors[members[0]]
         for m in members[1:]:
-            t = graph.tensors[m]
-            if t.elem_type and first.elem_type and t.elem_type != first.elem_type:
+            other = graph.tensors[m]
+            if other.elem_type and first.elem_type and other.elem_type != first.elem_type:
                 raise ShareRefused(f"tensors have different dtypes: {first.name!r} is {_dtype(first)} "
-                                   f"but {m!r} is {_dtype(t)}")
+                                   f"but {m!r} is {_dtype(other)}")
         if merged_groups:
             gid = min(g.id for g in merged_groups)
             name = name or next((g.name for g in merged_groups if g.id == gid), "")
@@ -181,7 +202,7 @@ class GroupSet:
         self.groups = rest
         return group
 
-    def _linked(self, graph, wanted, merged) -> list[Group]:
+    def _linked(self, graph: Graph, wanted: Sequence[str], merged: Sequence[Group]) -> list[Group]:
         """The other groups tied to ``wanted`` and ``merged``'s members by pass-through ops (a Reshape
         from one group's Concat into the joined Concat): they end up with one scale, so they are one
         group (a drop that links three head Concats merges the three)."""
@@ -231,29 +252,38 @@ class GroupSet:
 
 # -- session-level functions (networkx style); each notifies listeners -----------------------
 
-def share(session, tensors, name: str = "") -> Group:
+class Edited(Shares, Protocol):
+    """A session whose groups are edited (the live :class:`~qtquant.app.session.Session`)."""
+
+    @property
+    def groups(self) -> GroupSet: ...
+
+    def groups_changed(self) -> None: ...
+
+
+def share(session: Edited, tensors: str | Iterable[str], name: str = "") -> Group:
     g = session.groups.share(session, tensors, name)
     session.groups_changed()
     return g
 
 
-def unshare(session, group_id: int) -> Group:
+def unshare(session: Edited, group_id: int) -> Group:
     g = session.groups.unshare(group_id)
     session.groups_changed()
     return g
 
 
-def remove_member(session, group_id: int, tensor: str) -> Group | None:
+def remove_member(session: Edited, group_id: int, tensor: str) -> Group | None:
     g = session.groups.remove_member(group_id, tensor)
     session.groups_changed()
     return g
 
 
-def restore(session, snapshot: tuple) -> None:
+def restore(session: Edited, snapshot: GroupsSnapshot) -> None:
     session.groups.restore(snapshot)
     session.groups_changed()
 
 
-def clear(session) -> None:
+def clear(session: Edited) -> None:
     session.groups.clear()
     session.groups_changed()

@@ -13,14 +13,22 @@ followed by a Reshape or a Transpose still splits correctly.  Nothing here knows
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from ..model.ops import passes_through
-from ..model.scales import bits_lost
+from ..model.scales import Scheme, bits_lost
 from ..base.vocab import Precision
+
+if TYPE_CHECKING:
+    from ..model.graphitems import Node
+    from ..model.graphmodel import Graph
+    from ..model.qdq import QdqInfo
 
 __all__ = ["OutputMode", "OutputSlice", "output_slices", "output_reached", "output_concat", "pass_through_walk",
            "float_output_tensors", "FloatOutput", "export_float_tensors",
@@ -30,6 +38,33 @@ __all__ = ["OutputMode", "OutputSlice", "output_slices", "output_reached", "outp
 # comes from exactly one input element.
 _RELABEL = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Split", "Slice"}
 _MAX_LABELS = 64 << 20  # elements: past this an output is reported whole, not per slice
+
+
+class MemberRanges(Protocol):
+    """What the output rule reads of a domain map (a :class:`~qtquant.quant.domains.DomainMap`,
+    whose module imports this one)."""
+
+    @property
+    def of(self) -> Mapping[str, int]: ...
+
+    @property
+    def member_range(self) -> Mapping[str, tuple[float, float]]: ...
+
+    @property
+    def scheme(self) -> Scheme: ...
+
+
+class OutputOptions(Protocol):
+    """What the output rule reads of a session's options (:class:`~qtquant.quant.state.QuantOptions`)."""
+
+    @property
+    def float_output_max_bits_lost(self) -> float: ...
+
+    @property
+    def precision(self) -> Mapping[str, Precision]: ...
+
+    @property
+    def output_mode(self) -> OutputMode: ...
 
 
 class OutputMode(Enum):
@@ -46,21 +81,22 @@ class OutputSlice:
     source: str  # the Concat input this part of the output comes from
     index: int  # the Concat input index
     label: str  # "output0[4:22]"
-    box: tuple | None  # numpy index (tuple of slices) when the part is a box of the output
-    flat: np.ndarray | None = None  # flat element indices otherwise
+    box: tuple[slice, ...] | None  # numpy index (tuple of slices) when the part is a box of the output
+    flat: npt.NDArray[np.intp] | None = None  # flat element indices otherwise
 
-    def take(self, arr: np.ndarray) -> np.ndarray:
+    def take(self, arr: npt.ArrayLike) -> npt.NDArray[Any]:
         a = np.asarray(arr)
         return a[self.box] if self.box is not None else a.reshape(-1)[self.flat]
 
 
-def _relabels(node, graph) -> bool:
+def _relabels(node: Node, graph: Graph) -> bool:
     return node.op_type in _RELABEL and passes_through(node, graph)
 
 
-def output_concat(graph, output: str):
+def output_concat(graph: Graph, output: str) -> tuple[Node | None, list[tuple[Node, int]]]:
     """(Concat node, [(node, output index) from the Concat to the output]) or (None, [])."""
-    chain, t = [], output
+    chain: list[tuple[Node, int]] = []
+    t = output
     seen = set()
     while t not in seen:
         seen.add(t)
@@ -76,12 +112,12 @@ def output_concat(graph, output: str):
     return None, []
 
 
-def pass_through_walk(graph, starts, *, upstream: bool = False) -> list[str]:
+def pass_through_walk(graph: Graph, starts: Iterable[str], *, upstream: bool = False) -> list[str]:
     """``starts`` and every tensor they reach through pass-through ops, in the order a depth-first
     walk meets them.  Downstream: a consumer that passes its first input (``t``) through leads to
     its outputs; upstream: a pass-through producer leads back to its first input (the tensor whose
     scale it keeps).  The one walk behind output_reached, the float closure and Share's feeders."""
-    stack, seen = list(starts)[::-1], {}
+    stack, seen = list(starts)[::-1], dict[str, None]()
     while stack:
         t = stack.pop()
         if t in seen:
@@ -98,20 +134,20 @@ def pass_through_walk(graph, starts, *, upstream: bool = False) -> list[str]:
     return list(seen)
 
 
-def output_reached(graph, tensor: str) -> str | None:
+def output_reached(graph: Graph, tensor: str) -> str | None:
     """The model output ``tensor`` is, or reaches through pass-through ops only; else None."""
     outputs = set(graph.outputs)
     return next((t for t in pass_through_walk(graph, [tensor]) if t in outputs), None)
 
 
-def _shape(graph, t):
+def _shape(graph: Graph, t: str) -> tuple[int, ...] | None:
     s = graph.tensors[t].shape if t in graph.tensors else None
     if not s or any(not isinstance(d, int) or d <= 0 for d in s):
         return None
-    return tuple(int(d) for d in s)
+    return tuple(int(d) for d in s if d is not None)  # (none is None here)
 
 
-def _ints(graph, node, idx, attr):
+def _ints(graph: Graph, node: Node, idx: int, attr: str) -> list[int] | None:
     if len(node.inputs) > idx and node.inputs[idx]:
         v = graph.constant_value(node.inputs[idx])
         return None if v is None else [int(x) for x in np.asarray(v).ravel()]
@@ -119,7 +155,10 @@ def _ints(graph, node, idx, attr):
     return None if a is None else [int(x) for x in a]
 
 
-def _replay(labels: np.ndarray, node, k: int, graph) -> np.ndarray | None:
+Labels: TypeAlias = "npt.NDArray[np.int32]"
+
+
+def _replay(labels: Labels, node: Node, k: int, graph: Graph) -> Labels | None:
     out = _shape(graph, node.outputs[k])
     if node.op_type == "Split":
         axis = int(node.attrs.get("axis", 0)) % labels.ndim
@@ -129,7 +168,8 @@ def _replay(labels: np.ndarray, node, k: int, graph) -> np.ndarray | None:
             sizes = [labels.shape[axis] // n] * n
         if sum(sizes) != labels.shape[axis]:
             return None
-        return np.split(labels, np.cumsum(sizes)[:-1], axis=axis)[k]
+        part: Labels = np.split(labels, np.cumsum(sizes)[:-1], axis=axis)[k]
+        return part
     if node.op_type == "Slice":
         starts, ends = _ints(graph, node, 1, "starts"), _ints(graph, node, 2, "ends")
         if starts is None or ends is None:
@@ -150,7 +190,7 @@ def _replay(labels: np.ndarray, node, k: int, graph) -> np.ndarray | None:
     return labels.reshape(out)
 
 
-def _label(output: str, idx: np.ndarray, shape: tuple) -> tuple[str, tuple | None]:
+def _label(output: str, idx: npt.NDArray[np.intp], shape: tuple[int, ...]) -> tuple[str, tuple[slice, ...] | None]:
     """The slice's name and numpy index when the elements form a box, else (name, None)."""
     lo, hi = idx.min(axis=1), idx.max(axis=1) + 1
     if int(np.prod(hi - lo)) != idx.shape[1]:
@@ -164,7 +204,7 @@ def _label(output: str, idx: np.ndarray, shape: tuple) -> tuple[str, tuple | Non
     return f"{output}[{', '.join(parts)}]", box
 
 
-def output_slices(graph) -> dict[str, list[OutputSlice]]:
+def output_slices(graph: Graph) -> dict[str, list[OutputSlice]]:
     """Per model output that is a Concat (directly or through relabelling ops): its slices."""
     res: dict[str, list[OutputSlice]] = {}
     for o in graph.outputs:
@@ -176,19 +216,21 @@ def output_slices(graph) -> dict[str, list[OutputSlice]]:
         if cshape is None or len(ins) < 2 or math.prod(cshape) > _MAX_LABELS:
             continue
         axis = int(cat.attrs.get("axis", 0)) % len(cshape)
-        sizes = [(_shape(graph, t) or (None,) * len(cshape))[axis] for _, t in ins]
-        if any(s is None for s in sizes) or sum(sizes) != cshape[axis]:
+        shapes = [_shape(graph, t) for _, t in ins]
+        sizes = [s[axis] for s in shapes if s is not None]
+        if len(sizes) < len(shapes) or sum(sizes) != cshape[axis]:
             continue
-        labels = np.repeat(np.arange(len(ins), dtype=np.int32), sizes)
         view = [1] * len(cshape)
         view[axis] = -1
-        labels = np.broadcast_to(labels.reshape(view), cshape).copy()
+        replayed: Labels | None = np.broadcast_to(
+            np.repeat(np.arange(len(ins), dtype=np.int32), sizes).reshape(view), cshape).copy()
         for node, k in chain:
-            labels = _replay(labels, node, k, graph)
-            if labels is None:
+            if replayed is None:
                 break
-        if labels is None:
+            replayed = _replay(replayed, node, k, graph)
+        if replayed is None:
             continue
+        labels = replayed
         if len(np.unique(labels)) < 2:
             continue  # the output is one Concat input's part: it is its own single slice
         slices = []
@@ -222,7 +264,7 @@ class FloatOutput:
                 f"inputs keep their own scales (--quantize-outputs forces int8)")
 
 
-def _float_closure(graph, tensor: str) -> set[str] | None:
+def _float_closure(graph: Graph, tensor: str) -> set[str] | None:
     """``tensor`` and what it passes through to, when every path ends at a model output
     (else None: a quantized op still reads it, and leaving it float would move that op off int8)."""
     outputs = set(graph.outputs)
@@ -236,7 +278,7 @@ def _float_closure(graph, tensor: str) -> set[str] | None:
     return set(res)
 
 
-def float_output_tensors(graph, dm, mode: OutputMode, max_bits_lost: float
+def float_output_tensors(graph: Graph, dm: MemberRanges, mode: OutputMode, max_bits_lost: float
                          ) -> tuple[frozenset[str], list[FloatOutput]]:
     """The activations the export leaves in float under ``mode``, with the reasons.
 
@@ -273,7 +315,8 @@ def float_output_tensors(graph, dm, mode: OutputMode, max_bits_lost: float
     return frozenset(keep), why
 
 
-def export_float_tensors(graph, dm, max_bits_lost: float, precision=None,
+def export_float_tensors(graph: Graph, dm: MemberRanges, max_bits_lost: float,
+                         precision: Mapping[str, Precision] | None = None,
                          mode: OutputMode = OutputMode.AUTO) -> frozenset[str]:
     """Every activation the export leaves in float: the model-output tensors
     :func:`float_output_tensors` keeps under ``mode`` and the tensors ``precision`` sets to float.
@@ -287,7 +330,8 @@ def export_float_tensors(graph, dm, max_bits_lost: float, precision=None,
     return frozenset(keep)
 
 
-def export_float_of(graph, options, qdq, dm, mode: OutputMode | None = None) -> frozenset[str]:
+def export_float_of(graph: Graph, options: OutputOptions, qdq: QdqInfo | None, dm: MemberRanges,
+                    mode: OutputMode | None = None) -> frozenset[str]:
     """:func:`export_float_tensors` for a session's (or snapshot's) graph, options and QDQ file
     over any of its domain maps ``dm`` (groups do not change a tensor's own range), under ``mode``
     or else the options' own output mode.  A QDQ file's scales are analysed as the file has

@@ -20,9 +20,15 @@ simulator all read these.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
 from ..base.errors import BadInputError
 from ..base.vocab import Precision
+
+if TYPE_CHECKING:
+    from ..model.graphitems import Node
+    from ..model.graphmodel import Graph
 
 __all__ = ["PrecisionMap", "resolve_name", "resolve_names", "assignments_from_names",
            "node_precision", "chain_nodes", "float_nodes", "RANK", "summary_text"]
@@ -32,7 +38,13 @@ RANK = {Precision.INT8: 0, Precision.INT16: 1, Precision.FLOAT: 2}
 _CHAIN_HOPS = 4  # how far a node name follows a fused chain (Conv -> Sigmoid -> Mul) to its quantized output
 
 
-class PrecisionMap(Mapping):
+def _precision(value: object) -> Precision:
+    """A precision from any spelling (a Precision, its value, another enum of the same values);
+    ValueError for anything else."""
+    return Precision(getattr(value, "value", value))  # an enum's value, else the text itself
+
+
+class PrecisionMap(Mapping[str, Precision]):
     """An immutable, hashable ``tensor -> Precision`` map without int8 entries (int8 is the default).
 
     Built from a dict, pairs, or another map; values may be spelled as text (``"int16"``).
@@ -41,14 +53,14 @@ class PrecisionMap(Mapping):
 
     __slots__ = ("_items", "_d")
 
-    def __init__(self, items=()):
+    def __init__(self, items: Mapping[str, object] | Iterable[tuple[str, object]] | None = ()):
         pairs = items.items() if isinstance(items, Mapping) else (items or ())
-        d = {}
-        for t, p in pairs:
+        d: dict[str, Precision] = {}
+        for t, given in pairs:
             try:
-                p = Precision(getattr(p, "value", p))
+                p = _precision(given)
             except ValueError:
-                raise BadInputError(f"precision of {t!r} must be one of int8, int16, float, got {p!r}") from None
+                raise BadInputError(f"precision of {t!r} must be one of int8, int16, float, got {given!r}") from None
             if p is not Precision.INT8:
                 d[str(t)] = p
             else:
@@ -56,34 +68,34 @@ class PrecisionMap(Mapping):
         self._d = dict(sorted(d.items()))
         self._items = tuple(self._d.items())
 
-    def __getitem__(self, k):
+    def __getitem__(self, k: str) -> Precision:
         return self._d[k]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._d)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._d)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self._items)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"PrecisionMap({self._d!r})"
 
     def of(self, tensor: str) -> Precision:
         return self._d.get(tensor, Precision.INT8)
 
-    def with_(self, tensors: Iterable[str], precision) -> "PrecisionMap":
+    def with_(self, tensors: Iterable[str], precision: Precision | str) -> "PrecisionMap":
         """A copy with ``tensors`` set to ``precision`` (int8 removes them)."""
         d = dict(self._d)
-        p = Precision(getattr(precision, "value", precision))
+        p = _precision(precision)
         for t in tensors:
             d[t] = p
         return PrecisionMap(d)
 
-    def tensors(self, precision) -> list[str]:
-        p = Precision(getattr(precision, "value", precision))
+    def tensors(self, precision: Precision | str) -> list[str]:
+        p = _precision(precision)
         return [t for t, q in self._d.items() if q is p]
 
     def to_dict(self) -> dict[str, str]:
@@ -92,7 +104,7 @@ class PrecisionMap(Mapping):
 
 # -- names --------------------------------------------------------------------------------------
 
-def _chain_output(graph, tensor: str) -> str | None:
+def _chain_output(graph: Graph, tensor: str) -> str | None:
     """The quantized tensor a fused chain starting at ``tensor`` ends in (Conv -> Sigmoid -> Mul:
     the Conv output has no Q/DQ of its own, the Mul's has)."""
     t = tensor
@@ -113,7 +125,7 @@ def _chain_output(graph, tensor: str) -> str | None:
     return t if graph.is_quantized(t) else None
 
 
-def resolve_name(graph, name: str) -> list[str]:
+def resolve_name(graph: Graph, name: str) -> list[str]:
     """The quantized tensor(s) ``name`` stands for: itself when it is a quantized tensor, else the
     node of that name's quantized outputs (through a fused chain).  BadInputError otherwise."""
     if name in graph.tensors:
@@ -130,15 +142,15 @@ def resolve_name(graph, name: str) -> list[str]:
     return outs
 
 
-def resolve_names(graph, names: Iterable[str]) -> list[str]:
+def resolve_names(graph: Graph, names: Iterable[str]) -> list[str]:
     out: list[str] = []
     for n in names:
         out += resolve_name(graph, n)
     return list(dict.fromkeys(out))
 
 
-def assignments_from_names(graph, int16: Iterable[str] = (), keep_float: Iterable[str] = (),
-                           base: Mapping | None = None) -> PrecisionMap:
+def assignments_from_names(graph: Graph, int16: Iterable[str] = (), keep_float: Iterable[str] = (),
+                           base: Mapping[str, object] | None = None) -> PrecisionMap:
     """``base`` (default: empty) with the ``--int16`` and ``--keep-float`` names applied; a name in
     both is refused."""
     i16, fl = resolve_names(graph, int16), resolve_names(graph, keep_float)
@@ -150,7 +162,7 @@ def assignments_from_names(graph, int16: Iterable[str] = (), keep_float: Iterabl
 
 # -- nodes ---------------------------------------------------------------------------------------
 
-def node_precision(graph, precision: Mapping, node) -> Precision:
+def node_precision(graph: Graph, precision: Mapping[str, Precision], node: Node) -> Precision:
     """A node's precision: the highest of its outputs' (float > int16 > int8), following a fused
     chain the way :func:`resolve_name` does."""
     if not precision:
@@ -166,7 +178,7 @@ def node_precision(graph, precision: Mapping, node) -> Precision:
     return best
 
 
-def chain_nodes(graph, tensor: str) -> list[str]:
+def chain_nodes(graph: Graph, tensor: str) -> list[str]:
     """The node producing ``tensor`` and the fused chain behind it (a Conv -> Sigmoid -> Mul whose
     inner tensors have no Q/DQ): the nodes whose precision ``tensor``'s is."""
     p = graph.producer(tensor)
@@ -184,7 +196,7 @@ def chain_nodes(graph, tensor: str) -> list[str]:
     return out
 
 
-def float_nodes(graph, precision: Mapping) -> set[str]:
+def float_nodes(graph: Graph, precision: Mapping[str, Precision]) -> set[str]:
     """Nodes that run on the CPU: the producers of float tensors with their fused chains."""
     out: set[str] = set()
     for t, p in precision.items():
@@ -193,7 +205,7 @@ def float_nodes(graph, precision: Mapping) -> set[str]:
     return out
 
 
-def summary_text(graph, precision: Mapping) -> str:
+def summary_text(graph: Graph, precision: Mapping[str, object]) -> str:
     """One line per non-default assignment ("int16: a, b"), for the CLI reports; "" when all int8."""
     if not precision:
         return ""

@@ -129,7 +129,7 @@ def test_the_child_collects_between_requests_with_the_model_frozen(session):
     cal = session.calibration
     try:
         server(("load", session.graph.model_bytes(), session.graph.path, session.graph.sha256,
-                list(cal.holdout), False, dict(cal.ranges or {})), None)
+                list(cal.holdout), False, dict(cal.ranges or {}), None), None)
         assert not gc.isenabled() and gc.get_freeze_count() > 0
         gc.collect()
         assert not any(o is server.loaded.graph for o in gc.get_objects(2))  # frozen: out of the walks

@@ -169,3 +169,16 @@ def test_truncated_logs_through_the_cli_process(files):
         assert r.returncode in (0, 3) and "Traceback" not in r.stderr
         if r.returncode == 3:
             assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_log_without_ddr_traffic_prints_no_ddr_error(tmp_path, capsys):
+    # A log whose estimate moves no DDR bytes: the DDR error has no denominator ("n/a"), not a crash.
+    model = branchy_concat_model(chain=True)
+    onnx.save(model, tmp_path / "m.onnx")
+    spec = LogSpec(thresholds=THRESHOLDS, requantize=("conv1_out",), estimate=(2018.43, 495.4, 0))
+    (tmp_path / "hb.log").write_text(render_compile_log(model, spec))
+    code, out, err = run(capsys, "analyze", tmp_path / "m.onnx", "--compiler-log", tmp_path / "hb.log",
+                         "--no-fidelity", "--calib-count", "4")
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("static estimate: log 0.495 ms"))
+    assert "DDR: log 0.00 MB" in line and "(n/a %)" in line

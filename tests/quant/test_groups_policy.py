@@ -23,10 +23,9 @@ MEMBERS = ["conv0_out", "conv1_out", "conv2_out", "cat_out"]
 
 
 def _fake_calibration(ranges, pooled=None):
-    cal = SimpleNamespace(ranges=dict(ranges), stats={}, holdout=[], config=CalibConfig(), batches=1)
-    if pooled is not None:
-        cal.pooled_range = pooled
-    return cal
+    # pooled_range: no histograms here (None: the union's range), or the test's own pooling
+    return SimpleNamespace(ranges=dict(ranges), stats={}, holdout=[], config=CalibConfig(), batches=1,
+                           pooled_range=pooled or (lambda members, percentile: None))
 
 
 def _session(tmp_path, policy, scheme=Scheme.SYMMETRIC_INT8, pooled=None, model=None, ranges=RANGES):

@@ -189,7 +189,7 @@ def _parse_scope(key: str, value: str) -> list[str]:
 
 def node_scopes(graph, names) -> dict[str, tuple[str, ...]]:
     """Per node its scope path (outermost first); () for none."""
-    protos = getattr(graph, "node_protos", None) or graph.model.graph.node  # in the order of node.index
+    protos = graph.node_protos  # in the order of node.index
     out: dict[str, tuple[str, ...]] = {}
     for name in names:
         n = graph.nodes[name]

@@ -8,6 +8,8 @@ the block's edge for the same tensor.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 from ...base.vocab import Overlay
@@ -18,6 +20,9 @@ from .palette import mismatch_band, mismatch_hex
 from .perfdata import node_us
 from .concats import concat_rows
 from ...base.tables import fmt_num
+
+if TYPE_CHECKING:
+    from ...fidelity.accuracy import AccuracyReport
 
 __all__ = ["BlockSummary", "block_summaries", "fill_block_looks", "worst_concat", "node_sqnr", "SQNR_BADGE"]
 
@@ -93,7 +98,7 @@ def fill_block_looks(looks, model, mode: str, concats=None, perf=None, sqnr: dic
             looks.edges.setdefault((t, u), look)
 
 
-def node_sqnr(report) -> dict[str, float] | None:
+def node_sqnr(report: AccuracyReport | None) -> dict[str, float] | None:
     """Per node the worst cumulative SQNR (dB) of its tensors in an accuracy report, or None."""
     if report is None:
         return None

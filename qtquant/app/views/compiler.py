@@ -4,9 +4,14 @@ inspector show (docs/compiler-log.md)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...horizon.reconcile import ConcatReconciliation, Reconciliation, Verdict, reconcile_concats
 from ...base.vocab import Overlay
 from .palette import heat_hex
+
+if TYPE_CHECKING:
+    from ...calib.state import SessionState
 
 __all__ = ["COMPILER_EDGE", "COMPILER_AGREE_EDGE", "COMPILER_BADGE", "compiler_reconciliation", "mark_compiler",
            "cosine_looks", "log_cell", "log_tooltip", "log_inspector_lines", "COSINE_BADGES"]
@@ -19,11 +24,11 @@ COSINE_BADGES = 12
 """The lowest cosines get a badge with the figure; the rest only their colour."""
 
 
-def compiler_reconciliation(session, concats=None) -> Reconciliation | None:
+def compiler_reconciliation(session: SessionState | None, concats=None) -> Reconciliation | None:
     """The log's requantize lists beside ``concats`` (default: the session's analysis), or None."""
-    match = session.compiler_log if session is not None else None
-    if match is None:
+    if session is None or session.compiler_log is None:
         return None
+    match = session.compiler_log
     if concats is None:
         if not session.ready:
             return None

@@ -6,6 +6,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from ...quant.concat import rescale_node_names
 from ...files.report import dtype_note, qdq_file_note
@@ -16,6 +17,10 @@ from .compiler import compiler_reconciliation, log_cell, log_tooltip
 from .fmt import fmt_bits, fmt_ratio, fmt_us
 from .palette import mismatch_hex
 from .perfdata import rescale_us_by_concat
+
+if TYPE_CHECKING:
+    from ...horizon.reconcile import ConcatReconciliation
+    from ...quant.concat import ConcatInfo
 
 __all__ = ["CONCAT_HEADERS", "CONCAT_TIPS", "ConcatRow", "concat_rows", "concat_status", "ModelInfoView",
            "model_info"]
@@ -49,8 +54,8 @@ class ConcatRow:
     rescales: int
     worst_bits: float  # the worst an input loses if all inputs share one scale
     gain_us: float | None  # the rescale cost sharing would save (None: not simulated)
-    info: object = field(repr=False, compare=False)  # the ConcatInfo, for the tooltip
-    log: object = field(default=None, repr=False, compare=False)  # ConcatReconciliation with a compile log
+    info: ConcatInfo = field(repr=False, compare=False)  # for the tooltip
+    log: ConcatReconciliation | None = field(default=None, repr=False, compare=False)  # with a compile log
 
     @property
     def color(self) -> str:

@@ -10,16 +10,19 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..errors import BadInputError
+from .paths import StrPath
 
 __all__ = ["atomic_dir", "atomic_file", "atomic_write_bytes", "atomic_write_text", "check_output_path", "commit"]
 
 SCRATCH_PREFIX = ".qtquant-"
 
 
-def check_output_path(out, *, inputs=(), what: str = "output", outputs=()) -> Path:
+def check_output_path(out: StrPath, *, inputs: Iterable[StrPath | None] = (), what: str = "output",
+                      outputs: Iterable[tuple[StrPath | None, str]] = ()) -> Path:
     """Resolve ``out`` and refuse paths that would clobber an input or cannot be written.
     ``outputs``: ``(path, what)`` of the command's other outputs, which it must not share (a CSV
     written over the HTML report a moment before)."""
@@ -48,7 +51,7 @@ def _parent(p: Path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_dir(final_dir: Path):
+def atomic_dir(final_dir: StrPath) -> Iterator[Path]:
     """A scratch folder in ``final_dir`` (same file system, so os.replace is atomic); removed after."""
     final_dir = Path(final_dir)
     try:
@@ -63,7 +66,7 @@ def atomic_dir(final_dir: Path):
 
 def _fsync_dir(folder: Path) -> None:
     try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))  # (no such flag on Windows)
     except OSError:  # Windows cannot open a folder; its renames are journaled by NTFS
         return
     try:
@@ -74,7 +77,7 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def commit(tmp_file: Path, final: Path) -> None:
+def commit(tmp_file: StrPath, final: StrPath) -> None:
     """fsync ``tmp_file``, rename it over ``final``, fsync ``final``'s folder."""
     with open(tmp_file, "rb") as f:
         os.fsync(f.fileno())
@@ -83,7 +86,7 @@ def commit(tmp_file: Path, final: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(path):
+def atomic_file(path: StrPath) -> Iterator[Path]:
     """Yield a scratch path; whatever is written there replaces ``path`` when the block ends cleanly.
 
     For writers that want a path of their own (``np.savez``, ``onnx.save``, an image's ``save``).
@@ -99,7 +102,8 @@ def atomic_file(path):
             raise BadInputError(f"cannot write {p}: {e.strerror or e}") from None
 
 
-def atomic_write_bytes(path, data: bytes, *, inputs=None, what: str = "output") -> Path:
+def atomic_write_bytes(path: StrPath, data: bytes, *, inputs: Iterable[StrPath | None] | None = None,
+                       what: str = "output") -> Path:
     """Write ``data`` atomically; with ``inputs``, first refuse a path that is one of them."""
     p = Path(path) if inputs is None else check_output_path(path, inputs=inputs, what=what)
     with atomic_file(p) as t:
@@ -107,5 +111,6 @@ def atomic_write_bytes(path, data: bytes, *, inputs=None, what: str = "output") 
     return p
 
 
-def atomic_write_text(path, text: str, *, inputs=None, what: str = "output") -> Path:
+def atomic_write_text(path: StrPath, text: str, *, inputs: Iterable[StrPath | None] | None = None,
+                      what: str = "output") -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"), inputs=inputs, what=what)

@@ -3,12 +3,17 @@ folder a dialog first offers for what comes of a model."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import TypeAlias
 
-__all__ = ["existing_file", "default_output_folder"]
+__all__ = ["existing_file", "default_output_folder", "StrPath"]
+
+StrPath: TypeAlias = "str | os.PathLike[str]"
+"""A path as callers give it: text or a Path."""
 
 
-def existing_file(path, error: type[Exception], *, noun: str, folder_noun: str | None = None) -> Path:
+def existing_file(path: StrPath, error: type[Exception], *, noun: str, folder_noun: str | None = None) -> Path:
     """``path`` as a Path, or ``error`` with one line: "<noun> file not found: ..." or
     "... is a folder, not a <folder_noun> file"."""
     p = Path(path)
@@ -19,7 +24,7 @@ def existing_file(path, error: type[Exception], *, noun: str, folder_noun: str |
     return p
 
 
-def default_output_folder(model_path) -> Path:
+def default_output_folder(model_path: StrPath | None) -> Path:
     """Where a dialog first offers to write what comes of ``model_path`` (an export, a project): the
     model's folder, unless it is hidden (the demo model lives in a cache folder such as
     ``~/.cache/qtquant``), then the home folder."""

@@ -9,16 +9,18 @@ the project's one-line error, never in pydantic's multi-line ``ValidationError``
 from __future__ import annotations
 
 import json
-
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
-from .paths import existing_file
+from .paths import StrPath, existing_file
 
 __all__ = ["FileModel", "NotThisFile", "MAX_FILE_BYTES", "read_json", "loc_text", "problem", "first_problem",
            "one_line", "check_format", "check_version"]
+
+T = TypeVar("T")
 
 MAX_FILE_BYTES = 64 << 20  # plans, projects, profiles and cache metadata are small; refuse to slurp a huge one
 
@@ -39,7 +41,7 @@ class FileModel(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _from_file(cls, data, info: ValidationInfo):
+    def _from_file(cls, data: Any, info: ValidationInfo) -> Any:
         if not isinstance(data, dict):
             return data
         ctx = info.context or {}
@@ -48,14 +50,14 @@ class FileModel(BaseModel):
         return data
 
 
-def check_format(value, expected: str, what: str) -> str:
+def check_format(value: object, expected: T, what: str) -> T:
     """A ``format`` field's validator: anything but ``expected`` refuses the whole file."""
     if value != expected:
         raise NotThisFile(f"is not a {what} (format is {value!r}, expected {expected!r})")
-    return value
+    return expected
 
 
-def check_version(value, newest: int, noun: str) -> int:
+def check_version(value: int | None, newest: int, noun: str) -> int:
     """A ``version`` field's validator: required, and not newer than this qtquant reads."""
     if value is None:
         raise PydanticCustomError("missing", "Field required")
@@ -77,7 +79,7 @@ _WANT = {"int_type": "int", "int_parsing": "int", "int_from_float": "int", "floa
          "dict_type": "object", "model_type": "object", "bool_type": "bool", "model_attributes_type": "object"}
 
 
-def loc_text(loc) -> str:
+def loc_text(loc: Sequence[int | str]) -> str:
     """``("groups", 0, "members")`` -> ``groups[0].members``."""
     out = ""
     for part in loc:
@@ -85,7 +87,7 @@ def loc_text(loc) -> str:
     return out
 
 
-def problem(err: dict) -> str:
+def problem(err: ErrorDetails) -> str:
     """One pydantic error as a predicate about its value: ``must be int, not str``."""
     t, v, ctx = err["type"], err.get("input"), err.get("ctx") or {}
     if t == "missing":
@@ -109,10 +111,11 @@ def problem(err: dict) -> str:
         return "is not a known key"
     if t == "string_too_short":
         return "must not be empty"
-    return err["msg"][:1].lower() + err["msg"][1:]  # pydantic's own words for the rare rest
+    msg = err["msg"]
+    return msg[:1].lower() + msg[1:]  # pydantic's own words for the rare rest
 
 
-def first_problem(exc: ValidationError) -> tuple[tuple, dict]:
+def first_problem(exc: ValidationError) -> tuple[tuple[int | str, ...], ErrorDetails]:
     """The first error (in field order, so the format and version are judged before the body)."""
     err = exc.errors(include_url=False)[0]
     return tuple(err["loc"]), err
@@ -130,7 +133,7 @@ def one_line(exc: ValidationError, src: str, what: str) -> str:
     return f"{src}: {where} {problem(err)}" if where else f"{src}: {problem(err)}"
 
 
-def read_json(path, *, noun: str, error: type[Exception], max_bytes: int = MAX_FILE_BYTES):
+def read_json(path: StrPath, *, noun: str, error: type[Exception], max_bytes: int = MAX_FILE_BYTES) -> Any:
     """The decoded JSON document at ``path``; any problem reading it raises ``error`` with one line.
 
     ``noun`` names the kind of file in the messages ("plan", "project", "march profile").

@@ -16,6 +16,8 @@ sensitivity ranking uses where a model has no float output.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import math
 from dataclasses import dataclass
 
@@ -25,6 +27,9 @@ from ...quant.outputs import OutputMode, float_output_tensors, output_slices
 from ...model.runtime import with_outputs
 from ...base.tables import samples_text
 from ...base.vocab import Blank
+
+if TYPE_CHECKING:
+    from ...calib.state import SessionState
 
 __all__ = ["Bench", "Variant", "worst_of", "worst_agreement"]
 
@@ -38,6 +43,11 @@ class Variant:
     worst_db: float  # NaN when no slice carries signal
     # (output, % of its elements equal to the float model's) of the least-agreeing integer output
     worst_agreement: tuple[str, float] | None = None
+
+    @property
+    def agreement_label(self) -> str:
+        """The least-agreeing integer output ("" where there is none)."""
+        return self.worst_agreement[0] if self.worst_agreement is not None else ""
 
     def rows(self) -> list[dict]:
         """``[{"output", "slice", "sqnr_db", "said"}]``: every measured part (the whole output, then its
@@ -77,17 +87,17 @@ def worst_agreement(outputs: dict[str, OutputFidelity]) -> tuple[str, float] | N
 class Bench:
     """Check samples, the float reference, and the export's own float outputs, for one session."""
 
-    def __init__(self, session, *, output_mode: OutputMode = OutputMode.AUTO, cancel=None):
+    def __init__(self, session: SessionState, *, output_mode: OutputMode = OutputMode.AUTO, cancel=None):
         cal = session.calibration
-        self.feeds = list(cal.holdout) if cal is not None else []
-        if not self.feeds:
+        if cal is None or not cal.holdout:
             raise BadInputError("the accuracy check needs check samples (held-back or in-sample); calibrate first")
+        self.feeds = list(cal.holdout)
         self.session = session
         self.graph = session.graph
         self.cancel = cancel
         self.samples = len(self.feeds)
-        self.in_sample = bool(getattr(cal, "in_sample", False))
-        self.ranges = getattr(cal, "ranges", None) or {}
+        self.in_sample = cal.in_sample
+        self.ranges = cal.ranges
         self.outs = checked_outputs_of(self.graph)
         self.slices = output_slices(self.graph)
         limit = session.options.float_output_max_bits_lost
@@ -95,14 +105,14 @@ class Bench:
         # every variant keeps it, so variants differ only by what they are asked to change.
         self.export_float, _ = float_output_tensors(self.graph, session.baseline_domains, output_mode, limit)
         self.runtime = runtime_text()
-        self._float_out = None
+        self._float_out: list[dict[str, Any]] | None = None
         self.runs = 0  # QDQ variants measured (for the reports' "how estimated")
 
     @property
     def sample_text(self) -> str:
         return samples_text(self.samples, self.in_sample)
 
-    def float_out(self) -> list[dict]:
+    def float_out(self) -> list[dict[str, Any]]:
         if self._float_out is None:
             self._float_out = run_feeds(with_outputs(self.graph.model, self.outs), self.graph.base_dir, self.outs,
                                         self.feeds, self.cancel, "basic")
@@ -111,9 +121,7 @@ class Bench:
     @property
     def precision(self):
         """The session's precision map (tensor -> int16 / float; int8 elsewhere)."""
-        from ...quant.precision import PrecisionMap
-
-        return PrecisionMap(getattr(self.session.options, "precision", None) or {})
+        return self.session.options.precision
 
     def build(self, dm=None, keep_float=(), int16=(), precision=None):
         """The QDQ model the export writes for ``dm``, with ``keep_float`` tensors set to float (as

@@ -3,6 +3,8 @@ accuracy`` prints it (text or the stable JSON) and the GUI shows it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass, field
 
@@ -14,6 +16,9 @@ from ...base.vocab import Blank, RankedBy
 from .check import Bench, Variant
 from .sensitivity import DEFAULT_TOP, ESTIMATE_TEXT, NO_GAIN_DB, Sensitivity, rank, ranked_by, units_of
 from .tensors import TensorError, tensor_errors
+
+if TYPE_CHECKING:
+    from ...calib.state import SessionState
 
 __all__ = ["AccuracyReport", "analyze_accuracy", "LATENCY_TEXT", "NO_GAIN_DB", "LOW_SQNR_DB", "per_us_text",
            "latency_text"]
@@ -33,6 +38,7 @@ class AccuracyReport:
     sensitivity: list[Sensitivity]
     revision: int = 0
     notes: list[str] = field(default_factory=list)
+    _index: dict[str, TensorError] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def sample_text(self) -> str:
@@ -46,7 +52,7 @@ class AccuracyReport:
         if self.ranked_by is RankedBy.AGREEMENT:
             if not measured or any(math.isfinite(x.gain) and x.gain != 0 for x in measured):
                 return ""
-            label = self.base.worst_agreement[0]
+            label = self.base.agreement_label
             return (f"no node in int16 or float alone changes how often {label} equals the float model's "
                     f"({len(measured)} measured): the loss is not one node's")
         if not measured or not self.base.worst_label \
@@ -76,7 +82,7 @@ class AccuracyReport:
         if self.base.worst_label:
             return f"worst slice: {self.base.worst_label} {_f(self.base.worst_db)} dB"
         agreed = [f.whole for f in self.base.outputs.values() if f.whole.blank is Blank.AGREEMENT]
-        if agreed:
+        if agreed and self.base.worst_agreement is not None:
             label, share = self.base.worst_agreement
             return ("worst slice: none: " + ", ".join(f"{f.label} {f.word}" for f in agreed) + " (integer outputs "
                     f"have no SQNR; the sensitivity below ranks nodes by how many of {label}'s elements equal the "
@@ -87,7 +93,7 @@ class AccuracyReport:
         return self._by_tensor().get(name)
 
     def _by_tensor(self) -> dict:
-        if getattr(self, "_index", None) is None:
+        if self._index is None:
             self._index = {t.tensor: t for t in self.tensors}
         return self._index
 
@@ -131,7 +137,7 @@ class AccuracyReport:
         shown = self.sensitivity[:max(tensors, sum(1 for s in self.sensitivity if not s.estimate))]
         by = self.ranked_by
         what = "worst-slice gain" if by is RankedBy.SQNR else \
-            f"gain in {self.base.worst_agreement[0]}'s elements equal to the float model's"
+            f"gain in {self.base.agreement_label}'s elements equal to the float model's"
         nodes = len({s.node for s in self.sensitivity})
         lines.append(f"sensitivity: {what} with one node in int16 or kept in float, by gain per µs of latency "
                      f"({nodes} nodes, {len(self.sensitivity)} candidates, "
@@ -171,7 +177,7 @@ def per_us_text(s: Sensitivity) -> str:
 
 
 @samples_blamed
-def analyze_accuracy(session, *, top: int = DEFAULT_TOP, output_mode: OutputMode = OutputMode.AUTO,
+def analyze_accuracy(session: SessionState, *, top: int = DEFAULT_TOP, output_mode: OutputMode = OutputMode.AUTO,
                      cancel=None, progress=None, march_file=None) -> AccuracyReport:
     """Per-output and per-tensor error and the sensitivity ranking of the session's export.
 
@@ -192,6 +198,6 @@ def analyze_accuracy(session, *, top: int = DEFAULT_TOP, output_mode: OutputMode
         notes.append(f"{len(bench.export_float)} tensor(s) the default export keeps in float "
                      "(an output Concat that cannot share one scale) stay float in every variant")
     rep = AccuracyReport(bench.samples, bench.in_sample, bench.runtime, base, errors, sens,
-                         revision=getattr(session, "revision", 0), notes=notes)
+                         revision=session.revision, notes=notes)
     rep.notes += [t for t in (rep.no_single_fix, rep.collapse_text) if t]
     return rep
