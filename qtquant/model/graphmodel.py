@@ -277,19 +277,6 @@ class Graph:
         value = p.attrs.get("value") if p is not None and p.op_type == "Constant" else None
         return value if isinstance(value, np.ndarray) else None
 
-    @cached_property
-    def nx(self) -> Any:  # a networkx.DiGraph (networkx has no type information)
-        """Node-level DiGraph (networkx) with the tensor name on each edge."""
-        import networkx as nx
-
-        dg = nx.DiGraph()
-        dg.add_nodes_from(self.nodes)
-        for t in self.tensors.values():
-            if t.producer:
-                for c in t.consumers:
-                    dg.add_edge(t.producer, c, tensor=t.name)
-        return dg
-
     def describe_tensor(self, name: str) -> str:
         t = self.tensors[name]
         return f"{name} [{t.dtype_name} {format_shape(t.shape)}]"
