@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING
 
 import json
 import secrets
-import weakref
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +50,7 @@ import onnx
 
 from ..base.errors import BadInputError, ModelError, first_line
 from ..base.fileio.atomic import atomic_dir, check_output_path, commit
+from ..model.derived import Slot
 from ..model.ops import handler_for
 from ..quant.precision import PrecisionMap, float_nodes
 from ..model.scales import qparams_for_range
@@ -72,9 +72,9 @@ PER_CHANNEL_OPSET = 13  # DequantizeLinear gained the 'axis' attribute in opset 
 INT16_OPSET = 21  # QuantizeLinear/DequantizeLinear accept int16/uint16 from opset 21
 EXTERNAL_THRESHOLD = 1_800_000_000  # bytes: stay clear of protobuf's 2 GiB limit
 
-# Per graph: the opset-converted base model, reused across builds (fidelity builds one model per
-# domain map).
-_base_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Per graph: the opset-converted base model by target opset, reused across builds (fidelity builds
+# one model per domain map), and beside it ("shell", id(base)) -> the base's shell (_shell).
+BASES: Slot[dict[object, tuple]] = Slot("export bases", dict)
 
 
 def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
@@ -82,7 +82,7 @@ def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
     and to opset 21 when an int16 Q/DQ needs it."""
     target = INT16_OPSET if int16_needed and graph.opset < INT16_OPSET else \
         PER_CHANNEL_OPSET if per_channel_needed and graph.opset < PER_CHANNEL_OPSET else None
-    cache = _base_cache.setdefault(graph, {})
+    cache = graph.derived.get(BASES)
     if target not in cache:
         notes = []
         model, opset, per_channel = graph.model, graph.opset, graph.opset >= PER_CHANNEL_OPSET
@@ -106,8 +106,8 @@ def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
 def _shell(graph, base):
     """(``base`` without initializers and value_info, its initializers, the names they use, its
     nodes' :class:`~.rewrite.BaseFacts`, and the :class:`~.rewrite.ValueMemo` of its recording builds):
-    once per base of ``graph`` (kept beside it in :data:`_base_cache`)."""
-    cache = _base_cache.setdefault(graph, {})
+    once per base of ``graph`` (kept beside it in :data:`BASES`)."""
+    cache = graph.derived.get(BASES)
     got = cache.get(("shell", id(base)))
     if got is None or got[0] is not base:
         shell = onnx.ModelProto()

@@ -20,11 +20,11 @@ exporter's ``qtq_`` names.
 from __future__ import annotations
 
 import functools
-import weakref
 
 import numpy as np
 import onnx
 
+from ..model.derived import Slot
 from .records import Made, QdqBuild
 from .rewrite import RAW_TYPES, raw_value_key
 from .weights import int32_bias, memoized, quantize_weight, scaled_uses
@@ -33,9 +33,6 @@ __all__ = ["Basis", "patched", "patchable", "remember", "forget", "basis_of", "q
            "zero_point_name"]
 
 _OURS = ("qtq_d", "qtq_zero_point")  # the prefixes of the names a patch makes anew
-# graph -> {build key -> Basis}: one per key, so that a build of another key (an int16 edit, float
-# outputs) leaves the int8 one for the edits after its undo.
-_bases: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 KEYS = 4  # bases kept per graph, the least recently used dropped
 
 
@@ -117,6 +114,10 @@ class Basis:
                 self.ok = self.ok and tuple(ins[1:3]) == names_of[t]
 
 
+# Per graph: build key -> Basis, one per key, so that a build of another key (an int16 edit, float
+# outputs) leaves the int8 one for the edits after its undo.
+BASES: Slot[dict[tuple, Basis]] = Slot("rescale bases", dict)
+
 
 def patchable(build: QdqBuild) -> bool:
     """Whether a patch of ``build`` could give a full build's bytes, by what the build did: recorded
@@ -132,7 +133,7 @@ def remember(graph, basis: Basis, used_names) -> None:
             or any(n.startswith(_OURS) for n in used_names if n not in basis.act_names):
         forget(graph, basis.key)
         return
-    kept = _bases.setdefault(graph, {})
+    kept = graph.derived.get(BASES)
     kept.pop(basis.key, None)
     kept[basis.key] = basis
     while len(kept) > KEYS:
@@ -141,13 +142,11 @@ def remember(graph, basis: Basis, used_names) -> None:
 
 def forget(graph, key) -> None:
     """No basis for builds of ``key`` (their next recording build is a full one)."""
-    kept = _bases.get(graph)
-    if kept is not None:
-        kept.pop(key, None)
+    graph.derived.get(BASES).pop(key, None)
 
 
 def basis_of(graph, key) -> Basis | None:
-    return _bases.get(graph, {}).get(key)
+    return graph.derived.get(BASES).get(key)
 
 
 def patched(graph, key, dm, meta_of) -> QdqBuild | None:
