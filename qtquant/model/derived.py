@@ -3,14 +3,15 @@
 
 The exporter keeps the opset-converted base model, its quantized weights and the last full
 build to patch; the fidelity check keeps its float run, kept activations and incremental
-runner.  Each is a pure function of the graph (and of what its own key says), and each is what
-makes an edit in the app fast: the next build or check reuses it instead of starting over.
+runner.  Each is worked out from the graph and what its own keys say (the fidelity runs also
+check the calibration they were made with), and each is what makes an edit in the app fast: the
+next build or check reuses it instead of starting over.
 
 Why the store sits on the graph: the graph is the one object every holder of this state shares.
 The session owns it from load to close; the app hands a new snapshot to every check and
-export, and those snapshots (and the CLI's sessions, and the fidelity child's own graph) all
-read the same graph.  The state lives and dies with it, with no registry to clean up, and a
-model opened again, or cut, is a new graph with an empty store.  The functions that fill it
+export, and those snapshots all read the session's graph (the fidelity child loads a graph of
+its own, with a store of its own).  The state lives and dies with it, with no registry to clean
+up, and a model opened again, or cut, is a new graph with an empty store.  The functions that fill it
 take the graph already (``quantize_weight(graph, ...)``), so no front end passes a cache along.
 
 One :class:`Slot` per kind of state, declared by the module that owns that state with its
