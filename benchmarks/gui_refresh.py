@@ -222,7 +222,7 @@ def new_states(session):
                     edits.append(ran[-1] if len(ran) > before else None)
             out[how] = times
             if how == "incremental":
-                runner = fidelity_runs.run_caches[twin.graph].runner
+                runner = twin.graph.derived.get(fidelity_runs.RUNS).runner
         finally:
             incremental.MAX_NODES, incremental.IncrementalRunner.run = real, real_run
     out["feeds"] = feeds_not_models(runner, edits)

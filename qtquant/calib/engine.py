@@ -17,7 +17,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -123,7 +123,7 @@ class CalibConfig:
         does not know.  JSON lists become tuples.  A bad value raises :class:`CalibConfigError`.
         """
         known = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in known}
+        kw: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in known}
         try:
             return cls(**kw)
         except CalibConfigError:
@@ -386,18 +386,22 @@ def calibrate(graph, config: CalibConfig = CalibConfig(), progress=None, cancel=
                              cancel=cancel, bins=config.bins)
     else:
         # An in-sample check runs on calibration samples: keep their values for its float reference.
-        kept = dict.fromkeys(split.check) if split.in_sample and keep_check_values else None
-        feeds = dict.fromkeys(split.check) if check is None else None
+        kept: dict[SampleRef, Any] | None = dict.fromkeys(split.check) if split.in_sample and keep_check_values \
+            else None
+        # (the run fills in each check sample's feed as it loads it)
+        feeds: dict[SampleRef, Any] | None = dict.fromkeys(split.check) if check is None else None
         stats = run_chunk(graph.model, graph.base_dir, names, source, calib_refs, progress=progress, cancel=cancel,
                           stride=config.stride, bins=config.bins, kept=kept,
                           keep_order=keep_order(graph, names) if kept else None, check_feeds=feeds)
         order = source.load_order(split.check)  # the order of the check feeds
-        if check is None:
+        if feeds is not None:
             check = [feeds[r] for r in order]
+        assert check is not None  # (the check's feeds: loaded up front, or kept above)
         if kept and all(kept.get(r) is not None for r in order) and all(
                 n in kept[r] and np.array_equal(kept[r][n], v) for r, feed in zip(order, check)
                 for n, v in feed.items()):
             check_values = [kept[r] for r in order]  # (the same inputs as the check's feeds: checked)
+    assert check is not None  # (None only for an in-sample run in this process, which fills it)
     return CalibrationResult(stats, compute_ranges(stats, config), config, check, len(calib_refs),
                              time.perf_counter() - t0, source.notes + split.notes, split.in_sample, check_values,
                              held_back=len(split.held))

@@ -134,26 +134,27 @@ class _Reducer:
         self.kept, self.keep_order, self.keep_bytes = kept, keep_order, 0
         self.keep_names: list[str] | None = None  # chosen on the first check sample, the same for all
 
-    def _keep(self, ref: SampleRef, work: list) -> None:
-        """Keep the inputs and, by :func:`~qtquant.calib.keep.within_budget`, what fits of the rest."""
+    def _keep(self, kept: dict, ref: SampleRef, work: list) -> None:
+        """Keep the inputs and, by :func:`~qtquant.calib.keep.within_budget`, what fits of the rest
+        in ``kept`` (:attr:`kept`, the check samples' values)."""
         values = dict(work)
         if self.keep_names is None:
-            n = len(self.kept)  # the check samples
+            n = len(kept)  # the check samples
             size = {t: v.nbytes * n for t, v in work if isinstance(v, np.ndarray)}
             inputs = sum(size[i] for i in self.inputs)  # kept first: they tell the samples apart
             order = [t for t in (self.keep_order or self.plan.tensors) if t in size and t not in self.inputs]
             self.keep_names = [*self.inputs, *within_budget(order, size.__getitem__, keep.VALUES_BUDGET - inputs)]
         # The values themselves, not copies: nothing writes into them.
-        self.kept[ref] = {t: values[t] for t in self.keep_names if t in values}
-        self.keep_bytes += sum(v.nbytes for v in self.kept[ref].values())
+        kept[ref] = {t: values[t] for t in self.keep_names if t in values}
+        self.keep_bytes += sum(v.nbytes for v in kept[ref].values())
         if self.keep_bytes > keep.VALUES_BUDGET:  # a sample bigger than the first (data-dependent shapes)
-            self.kept.clear()
+            kept.clear()
 
     def __call__(self, ref: SampleRef, outs: list, feed: dict) -> None:
         stats = self.stats
         work = [*zip(self.plan.tensors, outs), *((n, feed[n]) for n in self.inputs)]
         if self.kept and ref in self.kept:
-            self._keep(ref, work)
+            self._keep(self.kept, ref, work)
         if self.check_feeds is not None and ref in self.check_feeds:
             # Copies: a feed can be a view of a whole loaded .npz array or of a memory-mapped .npy.
             self.check_feeds[ref] = {k: np.array(v, copy=True) for k, v in feed.items()}
@@ -165,7 +166,7 @@ class _Reducer:
             v = item[1]
             if isinstance(v, np.ndarray) and v.dtype == np.float32 and 0 < v.size < ROWS_MAX_SIZE:
                 by_size.setdefault(v.size, []).append(item)
-        batched = set()
+        batched: set[str] = set()
         for items in by_size.values():
             if len(items) < ROWS_MIN:
                 continue

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import Field, ValidationError, field_validator
@@ -94,7 +95,10 @@ def _shapes(graph) -> dict[str, list[int]]:
 def _write(path: Path, header: StatsHeader, arrays: dict) -> Path:
     blob = json.dumps(header.model_dump(mode="json"), separators=(",", ":")).encode("utf-8")
     with atomic_file(path) as tmp, open(tmp, "wb") as f:  # a file object: np.savez would append ".npz"
-        np.savez(f, **{_HEADER: np.frombuffer(blob, np.uint8)}, **arrays)
+        # (Any: numpy's stubs type the mapping against savez's own allow_pickle keyword, which no
+        # member name here -- the header, hist_<i>, holdout_<j>_<k> -- can meet)
+        members: dict[str, Any] = {_HEADER: np.frombuffer(blob, np.uint8), **arrays}
+        np.savez(f, **members)
     return path
 
 
@@ -291,7 +295,9 @@ def merge_stats(paths, out) -> StatsHeader:
     out = check_output_path(out, inputs=paths, what="merged statistics file")
     first = None
     stats: dict = {}
-    shards, headers, seconds, batches = [], [], 0.0, 0
+    shards: list[Shard] = []
+    headers: list[tuple[Path, StatsHeader]] = []
+    seconds, batches = 0.0, 0
     for p in paths:
         header, z = _open(p)
         with z:
@@ -332,6 +338,7 @@ def merge_stats(paths, out) -> StatsHeader:
              + "; ".join(f"{sh.batches} samples of {sh.source}"
                          + (f" (seed {sh.seed})" if sh.source == SYNTHETIC else "") for sh in shards) + ")",
              check_note]  # last: `qtquant calibrate --merge` prints it
+    assert first is not None  # (two files or more were read)
     result = CalibrationResult(stats, {}, _file_config(first, first_name), holdout, batches, seconds, notes,
                                in_sample)
     arrays, tensors, hold = pack_result(result)

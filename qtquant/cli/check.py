@@ -71,7 +71,7 @@ def run(args) -> int:
 
     budget = Budget.load(args.budget)
     inputs = [*read_paths(args), args.budget, budget.baseline]
-    named = []
+    named: list[tuple[str, str]] = []
     for out, what in ((args.report, "report"), (args.junit, "JUnit file")):
         if out:
             check_output_path(out, inputs=inputs, what=what, outputs=named)

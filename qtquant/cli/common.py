@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from ..calib import CalibConfig
 from ..calib.holdout import AUTO_HOLDOUT_FRACTION, AUTO_HOLDOUT_MIN, INT_TEXT, CalibConfigError
@@ -85,7 +86,7 @@ def _march_arg(text: str) -> str:
 
 
 # The sharing, target and precision options: (group title, [(flag, add_argument keywords)]).
-_SHARING_GROUPS = (
+_SHARING_GROUPS: tuple[tuple[str, list[tuple[str, dict[str, Any]]]], ...] = (
     ("sharing and target", [
         ("--march", dict(type=_march_arg, default=DEFAULT_MARCH,
                          help="BPU march: " + ", ".join(MARCHES) + " (or a profile file: --march-file)")),
@@ -190,7 +191,7 @@ def open_stack(args, *, calibrate: bool = True, progress=None, keep_check_values
 
     opts = options_from_args(args)
     log = read_log_from_args(args)
-    explicit = frozenset()
+    explicit: frozenset[str] = frozenset()
     if getattr(args, "stats", None):
         from ..calib.statsfile import RANGE_FIELDS, explicit_data_fields
 

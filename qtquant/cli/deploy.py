@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from .common import add_common, auto_share_from_args, open_stack
 from .output_options import add_output_options
 
 NAME = "deploy"
+if TYPE_CHECKING:
+    from ..deploy.facts import Deployed
+    from ..deploy.readback import Readback
+
 HELP = "write the groups and precision choices for a toolchain: x5-qat, x5-ptq, s100, tensorrt, ort"
 
 
@@ -65,6 +70,7 @@ def run(args) -> int:
     lines = []
     if args.auto_share:
         lines += auto_share_from_args(stack, args).text().splitlines()
+    res: Readback | Deployed
     if args.readback:
         from ..deploy.readback import read_back
 

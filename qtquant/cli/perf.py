@@ -61,7 +61,7 @@ def run(args) -> int:
         raise UsageError("--march-out goes with --fit MODEL=LOG")
     if not args.model:
         raise UsageError("give MODEL (or --fit MODEL=LOG ... to fit the march to your compile logs)")
-    named = []
+    named: list[tuple[str, str]] = []
     for out, what in ((args.report, "report"), (args.csv, "CSV file")):
         if out:
             check_output_path(out, inputs=read_paths(args), what=what, outputs=named)

@@ -140,24 +140,24 @@ def read_back(session, log_path, *, any_shape: bool = False) -> Readback:
                                         tuple(new), tuple(ths), tuple(absent)))
     all_predicted = set().union(*predicted.values()) if predicted else set()
     res.new_elsewhere = tuple(t for t in match.requantized if t not in at_groups and t not in all_predicted)
-    for c in facts.choices:
-        if c.precision is Precision.INT16:
-            row = match.nodes.get(c.member.producer) if c.member.producer else None
+    for choice in facts.choices:
+        if choice.precision is Precision.INT16:
+            row = match.nodes.get(choice.member.producer) if choice.member.producer else None
             if row is None:
-                res.choices.append(ChoiceReadback(c.tensor, c.precision, Effect.NOT_IN_LOG,
+                res.choices.append(ChoiceReadback(choice.tensor, choice.precision, Effect.NOT_IN_LOG,
                                                   "its producer has no row in the log"))
             else:  # (the row's DataType is its output's)
                 ok = row.data_type == "int16"
-                res.choices.append(ChoiceReadback(c.tensor, c.precision, Effect.TOOK_EFFECT if ok else
+                res.choices.append(ChoiceReadback(choice.tensor, choice.precision, Effect.TOOK_EFFECT if ok else
                                                   Effect.NOT_TAKEN, f"{row.name} outputs {row.data_type} in the log"))
         else:
-            rows = [match.nodes[n] for n in c.nodes if n in match.nodes]
+            rows = [match.nodes[n] for n in choice.nodes if n in match.nodes]
             if not rows:
-                res.choices.append(ChoiceReadback(c.tensor, c.precision, Effect.NOT_IN_LOG,
+                res.choices.append(ChoiceReadback(choice.tensor, choice.precision, Effect.NOT_IN_LOG,
                                                   "its nodes have no row in the log"))
                 continue
             cpu = [r for r in rows if r.on == "CPU"]
             eff = Effect.TOOK_EFFECT if len(cpu) == len(rows) else Effect.PARTLY if cpu else Effect.NOT_TAKEN
-            res.choices.append(ChoiceReadback(c.tensor, c.precision, eff,
+            res.choices.append(ChoiceReadback(choice.tensor, choice.precision, eff,
                                               f"{len(cpu)} of {len(rows)} node(s) on the CPU"))
     return res

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING
 
 import json
 import secrets
-import weakref
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +50,7 @@ import onnx
 
 from ..base.errors import BadInputError, ModelError, first_line
 from ..base.fileio.atomic import atomic_dir, check_output_path, commit
+from ..model.derived import Slot
 from ..model.ops import handler_for
 from ..quant.precision import PrecisionMap, float_nodes
 from ..model.scales import qparams_for_range
@@ -72,9 +72,9 @@ PER_CHANNEL_OPSET = 13  # DequantizeLinear gained the 'axis' attribute in opset 
 INT16_OPSET = 21  # QuantizeLinear/DequantizeLinear accept int16/uint16 from opset 21
 EXTERNAL_THRESHOLD = 1_800_000_000  # bytes: stay clear of protobuf's 2 GiB limit
 
-# Per graph: the opset-converted base model, reused across builds (fidelity builds one model per
-# domain map).
-_base_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Per graph: the opset-converted base model by target opset, reused across builds (fidelity builds
+# one model per domain map), and beside it ("shell", id(base)) -> the base's shell (_shell).
+BASES: Slot[dict[object, tuple]] = Slot("export bases", dict)
 
 
 def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
@@ -82,7 +82,7 @@ def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
     and to opset 21 when an int16 Q/DQ needs it."""
     target = INT16_OPSET if int16_needed and graph.opset < INT16_OPSET else \
         PER_CHANNEL_OPSET if per_channel_needed and graph.opset < PER_CHANNEL_OPSET else None
-    cache = _base_cache.setdefault(graph, {})
+    cache = graph.derived.get(BASES)
     if target not in cache:
         notes = []
         model, opset, per_channel = graph.model, graph.opset, graph.opset >= PER_CHANNEL_OPSET
@@ -106,8 +106,8 @@ def _base(graph, per_channel_needed: bool, int16_needed: bool = False):
 def _shell(graph, base):
     """(``base`` without initializers and value_info, its initializers, the names they use, its
     nodes' :class:`~.rewrite.BaseFacts`, and the :class:`~.rewrite.ValueMemo` of its recording builds):
-    once per base of ``graph`` (kept beside it in :data:`_base_cache`)."""
-    cache = _base_cache.setdefault(graph, {})
+    once per base of ``graph`` (kept beside it in :data:`BASES`)."""
+    cache = graph.derived.get(BASES)
     got = cache.get(("shell", id(base)))
     if got is None or got[0] is not base:
         shell = onnx.ModelProto()
@@ -182,8 +182,8 @@ def build_qdq_model(session: QuantState, dm: DomainMap | None = None, *, quantiz
         for idx in handler_for(node.op_type).weight_inputs:
             if idx < len(node.inputs) and node.inputs[idx]:
                 w = node.inputs[idx]
-                t = graph.tensors.get(w)
-                if t is not None and t.kind == "weight" and t.elem_type == onnx.TensorProto.FLOAT \
+                wt = graph.tensors.get(w)
+                if wt is not None and wt.kind == "weight" and wt.elem_type == onnx.TensorProto.FLOAT \
                         and graph.constant_value(w) is not None:
                     weight_uses.append((node, idx, w))
     int16_used = any(dm.of.get(t) is not None and dm.domains[dm.of[t]].qparams is not None for t in int16_tensors)
@@ -255,6 +255,7 @@ def build_qdq_model(session: QuantState, dm: DomainMap | None = None, *, quantiz
             # The output keeps its name: the producer writes <t>_prequant, a DQ of its own writes t
             # and each consumer inside the graph reads another DQ (one DQ per use, Rewrite.dq_copy).
             src = rw.fresh(f"{t}_prequant")
+            assert tt.producer is not None  # (quantized_activations leaves an input passed out in float)
             rw.set_output(tt.producer, t, src)
             rw.set_input(where[-1], 0, src)
             rw.add_dq([q_out, s, z], t, rw.fresh(f"{t}_DequantizeLinear"), where)
@@ -274,7 +275,7 @@ def build_qdq_model(session: QuantState, dm: DomainMap | None = None, *, quantiz
     act_inits = [i.name for i in rw.inits]
 
     # -- weights, per output channel, and their int32 biases --------------------------------
-    biases = [] if record else None
+    biases: list[tuple[int, str, str]] | None = [] if record else None
     quantize_weights(rw, build, graph, weight_uses, per_channel, act_qp, biases)
 
     # -- constants: cloned into their domain, or to the output scale of the Concat they feed --
@@ -286,6 +287,7 @@ def build_qdq_model(session: QuantState, dm: DomainMap | None = None, *, quantiz
             qn = rw.fresh(f"{c}_quantized_d{did}")
             qp = dm.domains[did].qparams
             v = graph.constant_value(c)
+            assert qp is not None and v is not None  # (the loop below clones constants into such domains only)
             rec = clip_record(v, np.rint(np.asarray(v, dtype=np.float64) / qp.scale) + qp.zero_point,
                                qp.qmin, qp.qmax, qp.scale, qp.zero_point, tensor=c, kind="constant", domain=did)
             if rec is not None:
@@ -299,22 +301,22 @@ def build_qdq_model(session: QuantState, dm: DomainMap | None = None, *, quantiz
         return rw.dq_copy(cdone[(c, did)])  # one DQ per use (Rewrite.dq_copy)
 
     weight_slots = {(n.name, i) for n, i, _ in weight_uses}
-    for c, t in graph.tensors.items():
-        if t.kind != "weight" or t.elem_type != onnx.TensorProto.FLOAT or graph.constant_value(c) is None:
+    for c, ct in graph.tensors.items():
+        if ct.kind != "weight" or ct.elem_type != onnx.TensorProto.FLOAT or graph.constant_value(c) is None:
             continue
         own = dm.of.get(c)
         for cons in graph.consumers(c):
             for i, name in enumerate(cons.inputs):
                 if name != c or (cons.name, i) in weight_slots:
                     continue
-                did = own
+                into = own
                 # A Concat left in float has no scale to bring its constant input to.
-                if did is None and cons.op_type == "Concat" and cons.outputs[0] in dm.of \
+                if into is None and cons.op_type == "Concat" and cons.outputs[0] in dm.of \
                         and cons.outputs[0] not in float_tensors:
-                    did = dm.of[cons.outputs[0]]
-                if did is None or dm.domains[did].qparams is None:
+                    into = dm.of[cons.outputs[0]]
+                if into is None or dm.domains[into].qparams is None:
                     continue
-                rw.rewire(cons.name, c, clone(c, did), i)
+                rw.rewire(cons.name, c, clone(c, into), i)
 
     rw.assemble()
     build.made = rw.made

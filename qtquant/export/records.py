@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-__all__ = ["BiasAdjustment", "ClipRecord", "QdqBuild", "StructureKey", "ExportResult", "clip_record"]
+__all__ = ["BiasAdjustment", "ClipRecord", "Made", "QdqBuild", "StructureKey", "ExportResult", "clip_record"]
 
 
 def _num(x) -> float | None:
@@ -129,6 +129,11 @@ class StructureKey:
         self.key: bytes | None = None
 
 
+# What a recording build made (``Rewrite.made``): its nodes, each (domain, op, attributes, has a
+# subgraph, inputs, outputs); the initializers it kept, by name; and their value keys, by name.
+Made = tuple[list[tuple], dict[str, onnx.TensorProto], dict[str, bytes]]
+
+
 @dataclass
 class QdqBuild:
     model: onnx.ModelProto
@@ -147,7 +152,7 @@ class QdqBuild:
     cut: tuple[str, ...] = ()  # the graph was cut at these tensors (--cut): the file holds only that part
     # What the build made, as it made it (Rewrite.made): the nodes and initializers of ``model``
     # without reading them back (the fidelity check's walk of the model, programs.Walk.of_build).
-    made: tuple | None = field(default=None, repr=False, compare=False)
+    made: Made | None = field(default=None, repr=False, compare=False)
     # The walk's structure key, once a walk computed it: shared by a full build and the builds
     # patched from it (.rescale), whose nodes differ only in the initializers they read.
     structure: StructureKey = field(default_factory=StructureKey, repr=False, compare=False)

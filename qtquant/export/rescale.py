@@ -20,12 +20,12 @@ exporter's ``qtq_`` names.
 from __future__ import annotations
 
 import functools
-import weakref
 
 import numpy as np
 import onnx
 
-from .records import QdqBuild
+from ..model.derived import Slot
+from .records import Made, QdqBuild
 from .rewrite import RAW_TYPES, raw_value_key
 from .weights import int32_bias, memoized, quantize_weight, scaled_uses
 
@@ -33,9 +33,6 @@ __all__ = ["Basis", "patched", "patchable", "remember", "forget", "basis_of", "q
            "zero_point_name"]
 
 _OURS = ("qtq_d", "qtq_zero_point")  # the prefixes of the names a patch makes anew
-# graph -> {build key -> Basis}: one per key, so that a build of another key (an int16 edit, float
-# outputs) leaves the int8 one for the edits after its undo.
-_bases: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 KEYS = 4  # bases kept per graph, the least recently used dropped
 
 
@@ -83,8 +80,11 @@ class Basis:
         point) initializer names; ``q_of``: activation -> the int8 tensor its Q writes; ``act_inits``:
         the names of the initializers the activations made, in order; ``biases``: per weight use
         with an int32 bias, (its index among the uses, the int32 and the scale initializer names)."""
+        if build.made is None:  # (callers ask patchable() first)
+            raise ValueError("a basis is made of a recording build")
         self.key = key
         self.build = build
+        self.made: Made = build.made
         self.acts = acts
         self.names_of = names_of
         self.weight_uses = weight_uses
@@ -106,12 +106,17 @@ class Basis:
         self.act_names = frozenset(act_inits)
         by_q = {q: t for t, q in q_of.items()}
         self.act_nodes = []  # (node index, activation): every Q and DQ reading its scale and zero point
-        for k, (_, op, _, _, ins, outs) in enumerate(build.made[0]):
+        for k, (_, op, _, _, ins, outs) in enumerate(self.made[0]):
             t = by_q.get(outs[0]) if op == "QuantizeLinear" else by_q.get(ins[0]) if op == "DequantizeLinear" \
                 else None
             if t is not None:
                 self.act_nodes.append((k, t))
                 self.ok = self.ok and tuple(ins[1:3]) == names_of[t]
+
+
+# Per graph: build key -> Basis, one per key, so that a build of another key (an int16 edit, float
+# outputs) leaves the int8 one for the edits after its undo.
+BASES: Slot[dict[tuple, Basis]] = Slot("rescale bases", dict)
 
 
 def patchable(build: QdqBuild) -> bool:
@@ -128,7 +133,7 @@ def remember(graph, basis: Basis, used_names) -> None:
             or any(n.startswith(_OURS) for n in used_names if n not in basis.act_names):
         forget(graph, basis.key)
         return
-    kept = _bases.setdefault(graph, {})
+    kept = graph.derived.get(BASES)
     kept.pop(basis.key, None)
     kept[basis.key] = basis
     while len(kept) > KEYS:
@@ -137,13 +142,11 @@ def remember(graph, basis: Basis, used_names) -> None:
 
 def forget(graph, key) -> None:
     """No basis for builds of ``key`` (their next recording build is a full one)."""
-    kept = _bases.get(graph)
-    if kept is not None:
-        kept.pop(key, None)
+    graph.derived.get(BASES).pop(key, None)
 
 
 def basis_of(graph, key) -> Basis | None:
-    return _bases.get(graph, {}).get(key)
+    return graph.derived.get(BASES).get(key)
 
 
 def patched(graph, key, dm, meta_of) -> QdqBuild | None:
@@ -156,7 +159,12 @@ def patched(graph, key, dm, meta_of) -> QdqBuild | None:
     acts, _, _ = quantized_activations(graph, dm, key[0], set(graph.outputs))  # (key[0]: the float tensors)
     if len(acts) != len(basis.acts) or any(t != u for (t, _), u in zip(acts, basis.acts)):
         return None
-    inits, keys, dinit, zps, names_of, act_qp = [], {}, {}, {}, {}, {}
+    inits: list[onnx.TensorProto] = []
+    keys: dict[str, bytes] = {}
+    dinit: dict[int, tuple[str, str]] = {}  # scale domain -> (scale, zero point) initializer names
+    zps: dict[tuple, str] = {}  # zero-point key -> its initializer's name
+    names_of: dict[str, tuple[str, str]] = {}
+    act_qp = {}
     for t, did in acts:
         sdid = dm.scale_from.get(did, did)
         got = dinit.get(sdid)
@@ -196,23 +204,23 @@ def patched(graph, key, dm, meta_of) -> QdqBuild | None:
     model = onnx.ModelProto()
     model.CopyFrom(basis.shell)
     nodes = model.graph.node
-    made = list(basis.build.made[0])
+    made = list(basis.made[0])
     old = basis.names_of
-    for k, t in basis.act_nodes:
+    for at, t in basis.act_nodes:
         s, z = names_of[t]
         if (s, z) != old[t]:
-            n = nodes[k]
+            n = nodes[at]
             n.input[1], n.input[2] = s, z
-            domain, op, sa, sub, ins, outs = made[k]
-            made[k] = (domain, op, sa, sub, [ins[0], s, z, *ins[3:]], outs)
+            domain, op, sa, sub, ins, outs = made[at]
+            made[at] = (domain, op, sa, sub, [ins[0], s, z, *ins[3:]], outs)
     tail = [replaced.get(t.name, t) for t in basis.tail]
     model.graph.initializer.extend(basis.head + inits + tail)
     model.metadata_props.add(key="qtquant", value=meta_of(len(dinit)))
     b = basis.build
-    kept = {n: t for n, t in b.made[1].items() if n not in basis.act_names}
+    kept = {n: t for n, t in basis.made[1].items() if n not in basis.act_names}
     kept.update((t.name, t) for t in inits)
     kept.update(replaced)
-    old_keys = {n: k for n, k in b.made[2].items() if n not in basis.act_names}
+    old_keys = {n: k for n, k in basis.made[2].items() if n not in basis.act_names}
     old_keys.update(keys)
     out = QdqBuild(model, b.opset, activations=b.activations, domains=len(dinit), weights=b.weights,
                    biases=b.biases, constants=0, int16=0, float_kept=b.float_kept, notes=list(b.notes),

@@ -10,6 +10,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..model.nodetable import nested_nodes, node_parts
+from .records import Made
 
 __all__ = ["Rewrite", "BaseFacts", "ValueMemo", "prune", "names_in", "raw_value_key"]
 
@@ -231,7 +232,7 @@ class Rewrite:
         # initializers by name (the protos the model got copies of), and the :func:`raw_value_key` of
         # those whose value the build knows.  Set by assemble; None when unknown (not asked for, nodes
         # sharing a name, Constant nodes pruned, a model that came with initializers).
-        self.made: tuple[list[tuple], dict[str, onnx.TensorProto], dict[str, bytes]] | None = None
+        self.made: Made | None = None
         self._keys: dict[str, bytes] | None = {} if record else None  # None: not recording
         self._memo = memo if memo is not None else ValueMemo()
 
@@ -349,7 +350,10 @@ class Rewrite:
         order = list(g.node)
         del g.node[:]
         facts, made_added = self.facts, self._added
-        record = (self._keys is not None and facts.order is not None and len(order) == len(facts.order)
+        # (Empty stand-ins when not recording: `record` guards every use.)
+        names = facts.order if facts.order is not None else []
+        keys = self._keys if self._keys is not None else {}
+        record = (self._keys is not None and facts.order is not None and len(order) == len(names)
                   and not len(g.initializer))
         made: list[tuple] = []
 
@@ -371,7 +375,7 @@ class Rewrite:
         for k, n in enumerate(order):
             g.node.append(n)
             if record:
-                name = facts.order[k]
+                name = names[k]
                 domain, op, sa, sub = facts.parts[name]
                 made.append((domain, op, sa, sub, inputs.get(name, facts.inputs[name]),
                              outs.get(name, facts.outputs[name])))
@@ -383,7 +387,7 @@ class Rewrite:
         pending = self.base_inits + self.inits
         if record and all(any(o in used for o in c) for c in facts.consts):  # no Constant node pruned
             kept = {t.name: t for t in pending if t.name in used}
-            keys, base_keys = self._keys, self._memo.base
+            base_keys = self._memo.base
             for t in self.base_inits:
                 name = t.name
                 if name in kept:

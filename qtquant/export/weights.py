@@ -5,12 +5,13 @@ weight scale where its bias would not fit int32 (as onnxruntime does)."""
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import onnx
 
+from ..model.derived import Slot
 from ..model.ops import handler_for
 from .records import BiasAdjustment, ClipRecord, clip_record
 
@@ -28,8 +29,9 @@ _MAX_RESERVE = 2 ** 30
 _ADJUSTED_VERSIONS = 4  # raised-scale versions of one weight kept in the cache
 
 # Per graph: quantized weights, reused across builds (fidelity builds one model per domain map;
-# the weights do not depend on the groups).
-_weights_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# the weights do not depend on the groups): (name, axis) -> the weight at its own scale,
+# ("adjusted", name, axis) -> {scale bytes -> the weight at a raised scale}, "memo" -> memoized's.
+WEIGHTS: Slot[dict[object, Any]] = Slot("quantized weights", dict)
 
 
 def _weight_axis(node, idx: int, rank: int) -> int:
@@ -49,7 +51,7 @@ def _channel_shape(ndim: int, axis: int | None) -> list[int] | tuple:
 
 def quantize_weight(graph, name: str, axis: int | None):
     """(int8 symmetric weights in [-127, 127], scales per channel along ``axis``, ClipRecord or None)."""
-    cache = _weights_cache.setdefault(graph, {})
+    cache = graph.derived.get(WEIGHTS)
     key = (name, axis)
     if key not in cache:
         w = np.asarray(graph.constant_value(name), dtype=np.float32)
@@ -81,7 +83,7 @@ def _adjusted_weight(graph, name: str, axis: int | None, scale: np.ndarray):
     """The weight requantized at a raised ``scale``.  The raise depends on the consumer's input
     scale, which changes with the domain map, so versions are cached by their exact scale, a few
     per weight (a shared weight can need more than one in a build)."""
-    versions = _weights_cache.setdefault(graph, {}).setdefault(("adjusted", name, axis), {})
+    versions = graph.derived.get(WEIGHTS).setdefault(("adjusted", name, axis), {})
     sig = scale.tobytes()
     if sig not in versions:
         w = np.asarray(graph.constant_value(name), dtype=np.float32)
@@ -160,7 +162,7 @@ def memoized(graph, key, make):
     """``make()`` once per ``key`` (what a weight use's numbers depend on, all of it in the key):
     a build after an edit changes few input scales, and these were a fifth of each build
     (yolov8n_320).  The oldest go first past :data:`_MEMO_ENTRIES`."""
-    memo = _weights_cache.setdefault(graph, {}).setdefault("memo", {})
+    memo = graph.derived.get(WEIGHTS).setdefault("memo", {})
     got = memo.get(key)
     if got is None:
         got = memo[key] = make()

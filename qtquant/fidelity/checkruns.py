@@ -2,9 +2,9 @@
 default-level runs (fresh sessions, segments of a big export, or the incremental runner after an
 edit), the cross-check's reference run, and which activations the first float run prefetches.
 
-Results are kept per graph and calibration (:data:`run_caches`): the "before" run once per baseline
-domain map, the "after" runs of the last few maps (an equal map builds the same model, so an
-undo or redo back to a measured state runs nothing).
+Results are kept per graph and calibration (:data:`RUNS`, in the graph's derived state): the
+"before" run once per baseline domain map, the "after" runs of the last few maps (an equal map
+builds the same model, so an undo or redo back to a measured state runs nothing).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import math
 import threading
 import time
-import weakref
 
 import numpy as np
 
@@ -23,6 +22,7 @@ from ..calib.keep import keep_order, within_budget
 from ..runs.incremental import IncrementalRunner
 from ..runs.programs import moved_domains
 from ..runs.sampleruns import run_session
+from ..model.derived import Slot
 from ..model.modelcheck import FLOAT_TYPES, INTEGER_TYPES
 from ..model.runtime import make_session
 from ..runs.shipped import (REFERENCE_OFF_TEXT, layout_passes_off, reference_level, segments_of, session_text,
@@ -64,7 +64,9 @@ class RunCache:
         self.runtime: dict[int, str] = {}  # id(a shipped-model run) -> how its session ran
 
 
-run_caches: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Per graph, not per session object: the app hands a new Snapshot to every check, and the float
+# run and prefetched activations hold for the graph and calibration alike.
+RUNS: Slot[RunCache] = Slot("fidelity runs", RunCache)
 
 
 def compared_outputs(graph):

@@ -51,8 +51,8 @@ import numpy as np
 
 from ..base.errors import BadInputError
 from .report import FLOAT_MODEL, QDQ_VIEW, Fidelity, MemberFidelity, OutputFidelity
-from .checkruns import (HOST_DEFAULT, RunCache, compared_outputs, prefetchable, qdq_outputs_many, run_caches,
-                        run_outputs, runtime_text, trace)
+from .checkruns import (HOST_DEFAULT, RUNS, compared_outputs, prefetchable, qdq_outputs_many, run_outputs,
+                        runtime_text, trace)
 from ..model.int8path import EXACT_INT8_ENTRY, host_int8_path
 from .metrics import ErrorSums, cosine, signal_noise_db, sqnr_db, sums_for
 from ..quant.outputs import FloatOutput, OutputMode, float_output_tensors, output_slices
@@ -192,11 +192,7 @@ def measure_session(session: SessionState, *, cancel=None, quantize_outputs: boo
         raise BadInputError("the fidelity check needs check samples (held-back or in-sample); calibrate first")
     feeds = list(cal.holdout)
     graph = session.graph
-    # Per graph, not per session object: the app hands a new Snapshot to every check, and the
-    # float run and prefetched activations hold for the graph and calibration alike.
-    cache = run_caches.get(graph)
-    if cache is None:
-        cache = run_caches[graph] = RunCache()
+    cache = graph.derived.get(RUNS)
     if cache.calib_id is not cal:
         cache.calib_id, cache.float_out, cache.tensors, cache.runs = cal, None, {}, {}
         cache.figures, cache.member_sqnr, cache.runner, cache.runtime = {}, {}, None, {}

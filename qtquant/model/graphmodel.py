@@ -19,6 +19,7 @@ from onnx import numpy_helper
 
 from ..base.errors import ModelError
 from .graphbuild import Structure, read_structure, type_structure
+from .derived import DerivedState
 from .graphitems import Node, Tensor
 from .nodetable import NodeTable, value_type_keys
 from .ops import PASS_OPS, fused_into_producer, passes_through
@@ -90,6 +91,8 @@ class Graph:
         self.outputs: list[str] = [o.name for o in model.graph.output]
         self._init_protos = {t.name: t for t in model.graph.initializer}
         self._init_cache: dict[str, npt.NDArray[Any]] = {}
+        # what the exporter and the fidelity check work out from this graph (see .derived)
+        self.derived = DerivedState()
         self._concat_nodes: list[Node] | None = None
         self._by_op: dict[str, list[Node]] = st.by_op  # op type -> its nodes, in graph order
         self._unshaped: list[str] = []  # activations shape inference left (partly) unknown

@@ -110,7 +110,7 @@ class IncrementalRunner:
         self.times["program"] = (time.perf_counter() - t0) * 1e3
         return self._run_program(*found, names, cancel)
 
-    def _program(self, model, moved, walk, check=None):
+    def _program(self, model, moved, walk, check=None) -> tuple[Program, dict[str, onnx.TensorProto]] | None:
         """(program, its optimised model) for ``model``, or None: run it in a fresh default session."""
         key = walk.key
         p = self._programs.get(key)
@@ -151,7 +151,8 @@ class IncrementalRunner:
         pieces = _pieces(p)
         node_ins = pieces.inputs
         inits = {**p.inits, **values}
-        need, front, seen, stack = set(), {}, set(), list(names)
+        need, seen, stack = set(), set(), list(names)
+        front: dict[str, None] = {}  # the sub-model's inputs, in order (an ordered set)
         wanted = set(names)
         while stack:
             t = stack.pop()
@@ -385,7 +386,7 @@ class _Pieces:
 
 def _pieces(p: Program) -> _Pieces:
     got = p.pieces
-    if got is None or got.optimised is not p.optimised:
+    if not isinstance(got, _Pieces) or got.optimised is not p.optimised:
         got = p.pieces = _Pieces(p)
     return got
 

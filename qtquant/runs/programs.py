@@ -90,7 +90,10 @@ class Walk:
         """The walk of ``build.model`` (a :class:`~qtquant.export.QdqBuild`) from what the exporter
         recorded as it made it (:attr:`~qtquant.export.QdqBuild.made`), the same as a walk of the
         model (tests check it); without that record, of the model."""
-        return cls(build.model) if build.made is None else cls(build.model, *build.made, structure=build.structure)
+        if build.made is None:
+            return cls(build.model)
+        nodes, inits, keys = build.made
+        return cls(build.model, nodes, inits, keys, structure=build.structure)
 
 
 def _skeleton(model):
@@ -230,8 +233,13 @@ class Program:
         self.inits = {t.name: t for t in self.optimised.graph.initializer}
         self.values = {t.name: _value_key(t) for t in self.model.graph.initializer}
         self.itemsize: dict[str, int] = {}  # tensor -> bytes per element, once a run has shown it
-        self._fp = self._prod = self._slots = self._consts = None
-        self.pieces = None  # qtquant.runs.incremental's serialized nodes and initializers of `optimised`
+        self._fp: Fingerprinter | None = None
+        self._prod: dict[str, onnx.NodeProto] | None = None
+        self._slots: list[tuple[int, int, str]] | None = None
+        self._consts: frozenset[str] | None = None
+        # qtquant.runs.incremental's serialized nodes and initializers of `optimised` (its type
+        # is incremental's, which imports this module)
+        self.pieces: object = None
 
     @property
     def reusable(self) -> bool:
@@ -243,7 +251,7 @@ class Program:
             pert = _unshared(pert) if pert is not None else None
             slots = _slot_values(self.model, pert) if pert is not None and _skeleton(pert) == _skeleton(self.model) \
                 else None
-            if slots is None:
+            if pert is None or slots is None:
                 self._reusable = False
                 return False
             moved = {n for n, t in slots.items() if _value_key(t) != self.values[n]}
@@ -343,7 +351,7 @@ class Program:
         return out
 
     @property
-    def producers(self) -> dict:
+    def producers(self) -> dict[str, onnx.NodeProto]:
         """Tensor -> the program's node producing it."""
         if self._prod is None:
             self._prod = {o: n for n in self.optimised.graph.node for o in n.output if o}
@@ -359,7 +367,7 @@ class Program:
         if self._reusable is None:
             return frozenset()  # what moves is not known yet
         if self._consts is None:
-            inits, c = self.inits.keys() - self.moved, set()
+            inits, c = self.inits.keys() - self.moved, set[str]()
             for n in self.optimised.graph.node:
                 ins = [i for i in n.input if i]
                 if ins and all(i in inits or i in c for i in ins):

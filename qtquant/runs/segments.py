@@ -135,7 +135,9 @@ def _cuts(info, order, handover_type) -> tuple[list, dict]:
         for x in set(ins):
             if x in producer:
                 uses[x] = uses.get(x, 0) + 1
-    handover, types = {}, {}  # eligible live tensors; (elem, shape) of every eligible tensor seen
+    # eligible live tensors; (elem, shape) of every eligible tensor seen
+    handover: dict[str, object] = {}
+    types: dict[str, object] = {}
     live: dict[str, int] = {}  # tensor -> uses left after the point
     bad = 0  # live tensors that cannot cross a cut
     cuts = []
@@ -223,7 +225,7 @@ def iter_segments(model: onnx.ModelProto, parts: int, shape_of, *, cross: str = 
     if not cuts:
         return None
     step = len(order) / parts
-    chosen = []
+    chosen: list[int] = []
     for k in range(1, parts):
         pos, _ = min(cuts, key=lambda c: (abs(c[0] - k * step), len(c[1])))
         if (not chosen or pos > chosen[-1]) and pos < len(order):

@@ -112,7 +112,7 @@ def qdq_to_fake_quant(gm: torch.fx.GraphModule) -> dict[str, torch.fx.Node]:
         if n.op != "call_function" or op_name(n.target) not in _DEQUANT:
             continue
         src = n.args[0]
-        if not isinstance(src, torch.fx.Node) or src.op != "get_attr":
+        if not isinstance(src, torch.fx.Node) or src.op != "get_attr" or not isinstance(src.target, str):
             raise BadInputError(f"cannot export {n.name}: it dequantizes a computed tensor")
         with torch.no_grad():
             w = n.target(*[_value(gm, a) if isinstance(a, torch.fx.Node) else a for a in n.args], **n.kwargs)

@@ -140,7 +140,7 @@ class Site:
 
     label: str  # module path or FX node name, for reports
     via: str  # how the name was mapped
-    node: object = None  # torch.fx.Node for GraphModules
+    node: torch.fx.Node | None = None  # for GraphModules
     module_path: str | None = None  # eager models: the module owning activation_post_process
 
 
@@ -198,7 +198,7 @@ class Resolver:
         """Prepared (observers run in forward), not converted.  For a GraphModule the graph
         decides: convert_pt2e rewrites the prepared graph in place and leaves the observer
         modules behind as unused attributes."""
-        if self.is_fx:
+        if self.graph is not None:
             return any(self.is_observer_node(n) for n in self.graph.nodes)
         return any(is_observer(m) for m in self.modules.values())
 
@@ -357,8 +357,8 @@ class Resolver:
 
     def cats_fed_by(self, producers: set) -> list:
         """FX cat nodes all of whose inputs come from ``producers`` (a set of FX nodes)."""
-        out = []
-        if not self.is_fx:
+        out: list = []
+        if self.graph is None:
             return out
         for n in self.graph.nodes:
             if n.op != "call_function" or n.target not in CAT_TARGETS:

@@ -162,7 +162,8 @@ class UnionUpdates:
     def __init__(self, calls_per_step: int):
         self.k = max(1, int(calls_per_step))
         self.n = 0
-        self.lo = self.hi = None
+        self.lo: torch.Tensor | None = None  # this step's union of the inputs' ranges
+        self.hi: torch.Tensor | None = None
         self.paused = False
         self.fresh = False  # the step began before the instance had seen any data
 
@@ -191,7 +192,7 @@ class UnionUpdates:
         return None
 
     def flush(self, mod) -> None:
-        if self.n == 0:
+        if self.lo is None or self.hi is None:  # no data this step
             return
         obs = getattr(mod, "activation_post_process", None)
         if obs is not None and hasattr(obs, "min_val"):
@@ -506,6 +507,7 @@ def check_shared(model: torch.nn.Module, plan, *, example_inputs=None, aliases: 
                     continue
                 if pt2e:
                     s = settled(s, lambda n: _static_qparams(n) is not None)
+                assert s.node is not None  # (an FX model's sites are its nodes)
                 nodes.append(s.node)
             nodes += [c for c in res.cats_fed_by(set(nodes)) if c not in nodes]
             qp = _converted_qparams(res, nodes, example_inputs) if nodes else {}
@@ -515,7 +517,7 @@ def check_shared(model: torch.nn.Module, plan, *, example_inputs=None, aliases: 
                 else:
                     vals.append((n.target if n.op == "call_module" else n.name, n.name, qp[n]))
                 if n.target in CAT_TARGETS:  # PT2E: the dequantize feeding each cat input holds its scale
-                    ts = n.args[0] if n.args else []
+                    ts = n.args[0] if n.args and isinstance(n.args[0], (list, tuple)) else []
                     vals += [(f"{n.name} input {k}", t.name, q) for k, t in enumerate(ts)
                              if isinstance(t, torch.fx.Node) and (q := _literal_qparams(t)) is not None]
         if len(vals) >= 2:

@@ -170,7 +170,8 @@ def _drop_noops(model: onnx.ModelProto) -> None:
              (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
     etype.update({t.name: t.data_type for t in g.initializer})
     outputs = {o.name for o in g.output}
-    rename, keep = {}, []
+    rename: dict[str, str] = {}
+    keep = []
     for n in g.node:
         src = rename.get(n.input[0], n.input[0]) if n.input else None
         noop = n.op_type == "Identity" or (
@@ -273,15 +274,17 @@ def _prepare_copy(model: torch.nn.Module):
         # graph; nothing the caller can change
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
         m = copy.deepcopy(model)
-    if pt2e:
-        to_eval(m)
+    gm = m if isinstance(m, torch.fx.GraphModule) and pt2e else None  # (a PT2E model is a GraphModule)
+    if gm is not None:
+        to_eval(gm)
         if prepared:
-            split_shared_calls(m)
+            split_shared_calls(gm)
     if prepared:
         observed = _fx_observed_nodes(m)
         _freeze(m)
     else:
-        observed = {k: v for k, v in qdq_to_fake_quant(m).items() if v.op not in ("placeholder", "get_attr")}
+        assert gm is not None  # (a model neither prepared nor PT2E returned above)
+        observed = {k: v for k, v in qdq_to_fake_quant(gm).items() if v.op not in ("placeholder", "get_attr")}
     if not observed:
         return m, None
     if not pt2e:
@@ -310,9 +313,10 @@ def export_onnx(model: torch.nn.Module, example_inputs, path=None, *, opset_vers
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # TracerWarnings and the exporter's deprecation notice
-            torch.onnx.export(m, example_inputs, buf, dynamo=False, opset_version=opset_version,
-                              input_names=input_names, output_names=output_names, dynamic_axes=dynamic_axes,
-                              do_constant_folding=True)
+            # (the TorchScript exporter writes to a file object too; its stubs name paths only)
+            torch.onnx.export(m, example_inputs, buf,  # type: ignore[arg-type]
+                              dynamo=False, opset_version=opset_version, input_names=input_names,
+                              output_names=output_names, dynamic_axes=dynamic_axes, do_constant_folding=True)
     except Exception as e:  # the exporter's errors are long; keep the first line
         raise BadInputError(f"torch.onnx.export failed: {first_line(e)}") from None
     finally:

@@ -128,8 +128,8 @@ class PlanQuantizer(Quantizer):
             gr.notes.append(f"only {len(nodes)} member(s) mapped: nothing to share")
             return gr
         specs = [_output_spec(n) for n in nodes]
-        specs += [s for c in nodes if c.target in CAT_TARGETS and _annotation(c) is not None
-                  for s in _annotation(c).input_qspec_map.values()]
+        specs += [s for c in nodes if c.target in CAT_TARGETS and (ca := _annotation(c)) is not None
+                  for s in ca.input_qspec_map.values()]
         if any(isinstance(s, FixedQParamsQuantizationSpec) for s in specs):
             gr.status = "refused"
             gr.notes.append("not shared: a member has fixed qparams (sigmoid/tanh-style output): its scale is set "
@@ -153,6 +153,7 @@ class PlanQuantizer(Quantizer):
                 self._set_output(n, shared)
             if n.target in CAT_TARGETS:
                 a = _annotation(n)
+                assert a is not None  # (_set_output annotated it just above)
                 for t in _cat_inputs(n):
                     # every input edge of the cat observes with the anchor, so no requantize is inserted
                     a.input_qspec_map[t] = SharedQuantizationSpec(anchor)

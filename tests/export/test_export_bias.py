@@ -155,8 +155,8 @@ def test_a_build_after_other_builds_is_the_cold_build(tmp_path, data, shared_fc)
     assert warm[:3] == warm[3:]
     assert len(set(warm[:3])) == 3  # the maps give three different files
     for dm, got in zip(maps, warm):
-        weights_mod._weights_cache.pop(s.graph, None)
-        qdq_mod._base_cache.pop(s.graph, None)
+        s.graph.derived.drop(weights_mod.WEIGHTS)
+        s.graph.derived.drop(qdq_mod.BASES)
         assert build_qdq_model(s, dm).model.SerializeToString() == got
 
 

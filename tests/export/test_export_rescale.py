@@ -32,16 +32,19 @@ def _open(path, scheme=Scheme.SYMMETRIC_INT8):
 
 def _full(session, **kw):
     """A full recording build, leaving the kept bases as they were."""
-    kept = rescale._bases.pop(session.graph, {})
+    kept = session.graph.derived.get(rescale.BASES)
+    saved = dict(kept)
+    kept.clear()
     try:
         return qdq.build_qdq_model(session, record=True, **kw)
     finally:
-        rescale._bases[session.graph] = kept
+        kept.clear()
+        kept.update(saved)
 
 
 def _last(graph):
     """The basis kept last for ``graph`` (None if none)."""
-    kept = rescale._bases.get(graph) or {}
+    kept = graph.derived.get(rescale.BASES)
     return list(kept.values())[-1] if kept else None
 
 
@@ -59,9 +62,9 @@ def _same(a, b):
 
 def _patched(session, **kw):
     """A recording build that must come from the kept basis (not built in full)."""
-    before = dict(rescale._bases.get(session.graph) or {})
+    before = dict(session.graph.derived.get(rescale.BASES))
     b = qdq.build_qdq_model(session, record=True, **kw)
-    after = rescale._bases.get(session.graph) or {}
+    after = session.graph.derived.get(rescale.BASES)
     # a full build would have kept a basis of its own
     assert before and after.keys() == before.keys() and all(after[k] is v for k, v in before.items())
     return b
@@ -117,13 +120,13 @@ def test_what_a_patch_cannot_reproduce_is_built_in_full(yolo_path, monkeypatch):
     # other float tensors: another key, built in full (and kept as a basis of its own)
     outs = frozenset(g.outputs[:1])
     b = qdq.build_qdq_model(s, record=True, float_tensors=outs)
-    assert _last(g).build is b and _last(g) is not basis and len(rescale._bases[g]) == 2
+    assert _last(g).build is b and _last(g) is not basis and len(g.derived.get(rescale.BASES)) == 2
     # int16: built in full, no basis kept for it (a patch does not make int16 scales), the int8 one left
     st = CommandStack(s)
     st.push(SetPrecisionCommand.for_domain(s, _heads(g)[0][0], "int16"))
-    n = len(rescale._bases[g])
+    n = len(g.derived.get(rescale.BASES))
     b = qdq.build_qdq_model(s, record=True)
-    assert b.int16 and len(rescale._bases[g]) == n
+    assert b.int16 and len(g.derived.get(rescale.BASES)) == n
     _same(b, _full(s))
     st.undo()
     share(s, _heads(g)[1])  # the edit after the undo is patched from the int8 basis
@@ -144,9 +147,9 @@ def test_what_a_patch_cannot_reproduce_is_built_in_full(yolo_path, monkeypatch):
 def test_an_export_keeps_no_basis_and_does_not_use_one(yolo_path):
     s = _open(yolo_path)
     g = s.graph
-    rescale._bases.pop(g, None)
+    g.derived.drop(rescale.BASES)
     qdq.build_qdq_model(s)
-    assert not rescale._bases.get(g)
+    assert not g.derived.get(rescale.BASES)
     qdq.build_qdq_model(s, record=True)
     basis = _last(g)
     share(s, _heads(g)[0])

@@ -267,7 +267,7 @@ def test_the_runner_keeps_only_one_byte_hand_overs_and_asks_for_nothing_else(yol
 
 
 def test_a_check_no_edit_follows_runs_fresh_default_sessions_with_the_same_figures(yolo_path):
-    from qtquant.fidelity import measure as fidelity
+    from qtquant.fidelity.checkruns import RUNS
 
     figs = {}
     for follow in (False, True):
@@ -275,7 +275,7 @@ def test_a_check_no_edit_follows_runs_fresh_default_sessions_with_the_same_figur
         s.run_calibration()
         share(s, _head(s.graph))
         figs[follow] = measure_session(s, follow_edits=follow).to_dict()
-        runner = fidelity.run_caches[s.graph].runner
+        runner = s.graph.derived.get(RUNS).runner
         # qtquant analyze / fix: no runner, so no second optimisation for its reuse check
         assert (runner is not None) is follow
     assert figs[False] == figs[True]
@@ -445,7 +445,7 @@ def test_reused_weights_give_the_bytes_of_a_fresh_build_after_an_edit(yolo):
     qdq.build_qdq_model(yolo, record=True)  # fills the memo
     share(yolo, _head(yolo.graph))
     warm = qdq.build_qdq_model(yolo, record=True).model.SerializeToString()
-    qdq._base_cache.clear()  # a fresh base, shell and memo
+    yolo.graph.derived.drop(qdq.BASES)  # a fresh base, shell and memo
     cold = qdq.build_qdq_model(yolo).model.SerializeToString()
     assert warm == cold
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import onnx
 
+from ...model.runtime import OrtSession
+
 __all__ = ["GatedRunner", "Cut", "plan_cuts"]
 
 MAX_CUTS = 4  # (8 on PP-OCRv4 det: 134 s against 143 s, for 340 MB more)
@@ -166,7 +168,7 @@ class GatedRunner:
         self.session = make(full)
         self._kept: list[dict] = []  # per sample: what crosses the cuts, as the all-open run made it
         self._open_s: list[float] = []
-        self._suffixes: list[tuple[Cut, object]] | None = None
+        self._suffixes: list[tuple[Cut, OrtSession]] | None = None
         self._inputs: list[set[str]] = []  # per suffix: its input names
         self._start: dict[str, int] = {}  # gate -> index into _suffixes (absent: the whole model)
 
@@ -182,7 +184,7 @@ class GatedRunner:
                 self._kept.append(dict(zip(self.outs + self._extra, values)))
             return values[:len(self.outs)]
         if self._suffixes is None:
-            self._prepare()
+            self._suffixes = self._prepare()
         k = self._start.get(closed)
         if k is None:
             return self.session.run(self.outs, {**feed, **gates})
@@ -193,11 +195,10 @@ class GatedRunner:
                        sess.run(None, {**given, **{g: v for g, v in gates.items() if g in self._inputs[k]}})))
         return [got[o] if o in got else kept[o] for o in self.outs]
 
-    def _prepare(self) -> None:
+    def _prepare(self) -> list[tuple[Cut, OrtSession]]:
         """Sessions of the suffixes, where the runs they save are worth their cost."""
-        self._suffixes = []
         if not self.cuts or len(self._kept) != len(self.feeds):
-            return
+            return []
         first = self._scan.first_gate
         budget = VALUES_BUDGET // len(self.feeds)
         chosen = []
@@ -216,7 +217,7 @@ class GatedRunner:
         saved = min(self._open_s) * len(self.feeds) * sum(chosen[k].skips for k in start.values())
         if saved < MIN_SAVED_S:
             self._kept = []
-            return
+            return []
         types = {t: _value_info(t, self._kept[0][t]) for c in chosen for t in c.crossing if t in self._kept[0]}
         types.update({i.name: i for i in self._model.graph.input})
         from concurrent.futures import ThreadPoolExecutor
@@ -224,11 +225,11 @@ class GatedRunner:
         models = [_suffix(self._model, c, types, self.outs, self._scan.consts) for c in chosen]
         with ThreadPoolExecutor(2, thread_name_prefix="qtquant-suffix") as pool:  # (sessions build without the GIL)
             sessions = list(pool.map(self.make, models))
-        self._suffixes = list(zip(chosen, sessions))
         self._inputs = [{i.name for i in m.graph.input} for m in models]
         self._start = start
         keep = {t for c in chosen for t in (*c.crossing, *c.outputs_before)} | set(self.outs)
         self._kept = [{t: v for t, v in d.items() if t in keep} for d in self._kept]
+        return list(zip(chosen, sessions))
 
     @property
     def suffixes(self) -> int:
