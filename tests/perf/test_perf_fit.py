@@ -80,7 +80,7 @@ def test_a_fit_recovers_the_parameters_that_made_the_figures(graphs):
     truth = _with(base, {"utilization": 0.3, "ddr_gbps": 5.0, "op_overhead_us": 1.5})
     figs = [Figure(n, FigureKind.STATIC, simulate(g, truth).total_us, g) for n, g in graphs.items()]
     res = fit_with_loo(figs, base, alignments=(base.channel_align,), prior=1e-3)
-    assert set(res.fitted) <= {"utilization", "ddr_gbps", "op_overhead_us", "depthwise_efficiency",
+    assert set(res.fitted) <= {"utilization", "ddr_gbps", "weight_gbps", "op_overhead_us", "depthwise_efficiency",
                                "pool_efficiency", "lut_efficiency", "resize_efficiency", "eltwise_efficiency"}
     assert len(res.fitted) <= len(figs)  # never more parameters than figures
     for f in figs:
@@ -212,6 +212,7 @@ def test_an_exported_gelu_is_one_pass_and_a_softmax_five_on_bayes_e():
     assert set(gelu.fused) == {"div", "erf", "add", "mul"} and gelu.elems == 5 * 8 * 32 * 32
     assert gelu.op_class == "region" and gelu.efficiency == m.region_efficiency
     assert gelu.bytes == 2 * 8 * 32 * 32  # reads the conv's output once, writes its result once
+    assert gelu.overhead_us == pytest.approx(5 * m.op_overhead_us)  # its five pieces run one after another
     assert all(res.layer(n).fused_into == "gelu" and res.layer(n).total_us == 0 for n in ("div", "erf", "mul"))
     sm = res.layer("softmax")
     assert sm.elems == 5 * 8 * 32 * 32 and sm.bytes == 8 * 8 * 32 * 32  # five reads, three writes
