@@ -41,6 +41,7 @@ def test_the_reduced_layers_give_the_simulators_own_total(graphs):
             f = Figure(name, kind, 1000.0, g)
             for _ in range(3):
                 vals = {"utilization": rng.uniform(0.1, 0.9), "ddr_gbps": rng.uniform(2, 20),
+                        "weight_gbps": rng.uniform(2, 20), "copy_efficiency": rng.uniform(0.3, 3),
                         "op_overhead_us": rng.uniform(0.1, 3), "depthwise_efficiency": rng.uniform(0.3, 3),
                         "pool_efficiency": rng.uniform(0.1, 3), "lut_efficiency": rng.uniform(0.05, 3),
                         "board_call_us": rng.uniform(10, 900), "board_ns_per_element": rng.uniform(0.1, 5)}
@@ -55,7 +56,7 @@ def test_a_precision_figure_reprices_only_its_nodes_as_the_simulator_does(graphs
     pm = PrecisionMap({q[5]: Precision.INT16, q[9]: Precision.FLOAT, q[-3]: Precision.INT16})
     m = load_march("bayes-e")
     f = Figure("p", FigureKind.BOARD, 1000.0, g, precision=pm)
-    for vals in ({}, {"utilization": 0.2, "ddr_gbps": 3.0, "precision.cpu_elementwise_flops": 60.0,
+    for vals in ({}, {"utilization": 0.2, "ddr_gbps": 3.0, "weight_gbps": 9.0, "precision.cpu_elementwise_flops": 60.0,
                       "precision.int16_vector_factor": 7.0, "op_overhead_us": 2.0}):
         assert predict(f, m, vals) == pytest.approx(f.simulate(_with(m, vals)).board_us, rel=1e-9)
 
@@ -218,6 +219,10 @@ def test_an_exported_gelu_is_one_pass_and_a_softmax_five_on_bayes_e():
     assert sm.elems == 5 * 8 * 32 * 32 and sm.bytes == 8 * 8 * 32 * 32  # five reads, three writes
     import dataclasses
 
+    # The fit's reduced layers count each lowered op's overhead as the simulator does.
+    vals = {"op_overhead_us": 3.0, "region_efficiency": 0.5, "reduce_efficiency": 2.0}
+    assert predict(Figure("g", FigureKind.STATIC, 100.0, g), m, vals) == pytest.approx(
+        simulate(g, _with(m, vals)).total_us, rel=1e-9)
     plain = dataclasses.replace(m, fusion=dataclasses.replace(m.fusion, vector_regions=False, softmax_passes=1))
     res1 = simulate(g, plain)
     assert res1.layer("erf").total_us > 0 and res1.layer("softmax").bytes == 2 * 8 * 32 * 32
