@@ -111,3 +111,17 @@ def test_weights_stream_at_their_own_bandwidth():
                                             + onchip / m.sram_bytes_per_s) * 1e6)
     same = dataclasses.replace(m, weight_gbps=0.0)  # absent: as the activations
     assert same.weight_bytes_per_s == same.ddr_bytes_per_s
+
+
+def test_explain_names_the_weights_and_the_ops(tmp_path, capsys):
+    import onnx
+
+    from qtquant.cli import main
+
+    path = tmp_path / "attn.onnx"
+    onnx.save(_attention().model, str(path))
+    assert main(["perf", str(path), "--calib-count", "2", "--explain", "softmax"]) == 0
+    out = capsys.readouterr().out
+    assert "overhead = 6 ops x" in out and "DDR 2,560,000 B" in out
+    assert main(["perf", str(path), "--calib-count", "2", "--explain", "qkv"]) == 0
+    assert "weights 4,096 B /" in capsys.readouterr().out  # 64x64 int8 weights, no bias
