@@ -312,6 +312,7 @@ def _depends(figs, march, names, eps=1e-4) -> dict:
 
 
 _PARAM = {fp.name: fp for fp in FITTABLE}
+_SAME_AS = {"weight_gbps": "ddr_gbps"}  # a parameter a profile may leave out (0), then the same as another
 
 
 def _choose(figs, march, candidates, min_figures) -> tuple[list, dict, dict]:
@@ -402,6 +403,9 @@ def fit(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidat
         cand = [n for n in cand if not n.startswith("board_")]
     if not any(f.precision for f in figs):
         cand = [n for n in cand if not n.startswith("precision.")]
+    # weight_gbps absent from the profile is ddr_gbps: fitting it apart would change the model.
+    unstated = [n for n in cand if n in _SAME_AS and not getattr(march, n)]
+    cand = [n for n in cand if n not in unstated]
     best = None
     for align in alignments:
         base = dataclasses.replace(march, channel_align=align)
@@ -418,7 +422,8 @@ def fit(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidat
         values["channel_align"] = base.channel_align
     return FitResult(fitted, tuple(names), values, {n: _start(march, _PARAM[n]) for n in cand} |
                      {"channel_align": march.channel_align}, dep, list(figs),
-                     {f.name: predict(f, fitted) for f in figs}, not_fitted=why)
+                     {f.name: predict(f, fitted) for f in figs},
+                     not_fitted=why | {n: f"the profile does not state it: it is {_SAME_AS[n]}" for n in unstated})
 
 
 def fit_with_loo(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidates=None,

@@ -90,6 +90,15 @@ def test_a_fit_recovers_the_parameters_that_made_the_figures(graphs):
     assert res.loo.keys() == {f.name for f in figs}
 
 
+def test_weights_are_fitted_apart_only_where_the_profile_states_their_bandwidth(graphs):
+    base = load_march("bernoulli2")
+    assert base.weight_gbps == 0 and base.weight_bytes_per_s == base.ddr_bytes_per_s
+    figs = [Figure(n, FigureKind.STATIC, 1.3 * simulate(g, base).total_us, g) for n, g in graphs.items()]
+    res = fit(figs, base, alignments=(base.channel_align,))
+    assert "weight_gbps" not in res.fitted and "ddr_gbps" in res.fitted
+    assert res.not_fitted["weight_gbps"] == "the profile does not state it: it is ddr_gbps"
+
+
 def test_one_figure_fits_one_parameter(graphs):
     g = graphs["resnet18"]
     base = load_march("bayes-e")
