@@ -18,6 +18,7 @@ from functools import cached_property
 
 from ..model.ops import constant_operand, handler_for, identity_next
 from ..base.vocab import CostClass, TensorKind
+from .board import is_image
 from .macs import conv_dims, macs_of, numel, shape_of
 
 __all__ = ["LayerCost", "CostContext", "node_cost", "copy_cost", "rescale_cost", "alignment_efficiency",
@@ -124,7 +125,11 @@ class CostContext:
     def act_bytes(self, tensor: str) -> int:
         b = self._bytes.get(tensor)
         if b is None:
-            b = self._bytes[tensor] = numel(shape_of(self.graph, tensor)) * ACT_BYTES
+            shape = shape_of(self.graph, tensor)
+            b = numel(shape) * ACT_BYTES
+            if self.march.image_input_nv12 and tensor in self.graph.inputs and is_image(shape):
+                b //= 2  # NV12: 1.5 bytes per pixel where RGB takes 3; the conversion is the BPU's
+            self._bytes[tensor] = b
         return b
 
     def in_ddr(self, tensor: str, nbytes: int) -> bool:

@@ -158,6 +158,8 @@ class Params(FileModel):
     attention_onchip_share: Param[Fraction] | None = None
     # A Reshape that splits or merges real dimensions is a copy (perf/costs.py view_cost).  Absent: a view.
     relayout_reshape: Param[bool] | None = None
+    # An image input (4-D, 3 channels) is read as NV12, 1.5 bytes per pixel.  Absent: 3 bytes (int8 RGB).
+    image_input_nv12: Param[bool] | None = None
     # What the compiler merges into one layer (qtquant.model.ops.FusionRule).
     fusion: Param[FusionSpec] | None = None
     # Older profiles: one list of ops fused into the producer (read as a write-back list).
@@ -255,6 +257,7 @@ class MarchProfile:
     attention_onchip_share: float = 1.0
     weight_gbps: float = 0.0  # 0: as ddr_gbps
     relayout_reshape: bool = False
+    image_input_nv12: bool = False
     depthwise_efficiency: float = 1.0
     matmul_efficiency: float = 1.0
     eltwise_efficiency: float = 1.0

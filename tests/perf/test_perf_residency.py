@@ -125,3 +125,13 @@ def test_explain_names_the_weights_and_the_ops(tmp_path, capsys):
     assert "overhead = 6 ops x" in out and "DDR 2,560,000 B" in out
     assert main(["perf", str(path), "--calib-count", "2", "--explain", "qkv"]) == 0
     assert "weights 4,096 B /" in capsys.readouterr().out  # 64x64 int8 weights, no bias
+
+
+def test_an_image_input_is_read_as_nv12():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="stem", kernel_shape=[3, 3], pads=[1] * 4)]
+    g = _graph(nodes, [1, 3, 64, 64], [_w("w", (16, 3, 3, 3))])
+    m = load_march("bayes-e")
+    assert m.image_input_nv12
+    stem = simulate(g, m).layer("stem")
+    rgb = simulate(g, dataclasses.replace(m, image_input_nv12=False)).layer("stem")
+    assert rgb.ddr_bytes - stem.ddr_bytes == 3 * 64 * 64 // 2  # 1.5 bytes per pixel where RGB takes 3
