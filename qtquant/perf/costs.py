@@ -195,7 +195,11 @@ class CostContext:
             if node.op_type not in rule.producers or not node.outputs or not self.is_activation(node.outputs[0]) \
                     or handler_for(node.op_type).cost_class is not CostClass.COMPUTE:
                 continue
-            cur, used_add, chain, affine_ok = node.outputs[0], False, [], True
+            # A MatMul of two activations has no weights to fold a constant scale into: the X5 logs keep
+            # the attention's scale after it as a pass of its own (YOLO11n /model.10/m/m.0/attn/Mul,
+            # YOLO12n's /attn/Mul nodes, each with its own threshold).
+            affine_ok = not (node.op_type == "MatMul" and all(self.is_activation(i) for i in node.inputs[:2]))
+            cur, used_add, chain = node.outputs[0], False, []
             while cur not in outputs:
                 cons = self._consumers(cur)
                 c = cons[0] if len(cons) == 1 else None

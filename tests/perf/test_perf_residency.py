@@ -26,18 +26,20 @@ def _graph(nodes, x_shape, inits):
 
 
 def _attention():
-    """x[1,64,20,20] -> conv -> heads (Reshape [1,2,32,400], a relayout) -> q^T k [1,2,400,400] -> Softmax
+    """x[1,64,20,20] -> conv -> heads (Reshape [1,2,32,400], a relayout) -> q^T k [1,2,400,400] -> scale -> Softmax
     -> v·attn -> Reshape back -> y; beside it an Unsqueeze-like Reshape that only adds a dimension."""
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="qkv", kernel_shape=[1, 1]),
              helper.make_node("Reshape", ["c", "heads"], ["h"], name="to_heads"),
              helper.make_node("Transpose", ["h"], ["ht"], name="t", perm=[0, 1, 3, 2]),
-             helper.make_node("MatMul", ["ht", "h"], ["a"], name="qk"),
+             helper.make_node("MatMul", ["ht", "h"], ["a0"], name="qk"),
+             helper.make_node("Mul", ["a0", "scale"], ["a"], name="scale"),
              helper.make_node("Softmax", ["a"], ["s"], name="softmax", axis=-1),
              helper.make_node("MatMul", ["h", "s"], ["o"], name="av"),
              helper.make_node("Reshape", ["o", "back"], ["o4"], name="from_heads"),
              helper.make_node("Reshape", ["o4", "one_more"], ["o5"], name="unsqueeze_like"),
              helper.make_node("Reshape", ["o5", "back"], ["y"], name="drop_it")]
-    inits = [_w("w", (64, 64, 1, 1)), _shape("heads", [1, 2, 32, 400]), _shape("back", [1, 64, 20, 20]),
+    inits = [_w("w", (64, 64, 1, 1)), numpy_helper.from_array(np.array(0.18, np.float32), "scale"),
+             _shape("heads", [1, 2, 32, 400]), _shape("back", [1, 64, 20, 20]),
              _shape("one_more", [1, 1, 64, 20, 20])]
     return _graph(nodes, [1, 64, 20, 20], inits)
 
@@ -53,6 +55,14 @@ def test_an_attention_matrix_over_its_share_of_the_buffer_lives_in_ddr():
     assert res.layer("qk").ddr_bytes - res.layer("qk").weight_bytes == n  # the MatMul writes it there
     on_chip = simulate(g, dataclasses.replace(m, attention_onchip_share=1.0))
     assert on_chip.layer("softmax").ddr_bytes == 0 and on_chip.total_us < res.total_us
+
+
+def test_the_scale_after_an_attention_matmul_is_a_pass_of_its_own():
+    res = simulate(_attention(), load_march("bayes-e"))
+    scale = res.layer("scale")
+    assert scale.fused_into is None and scale.total_us > 0 and scale.op_class == "eltwise"
+    assert scale.ddr_bytes - scale.weight_bytes == 2 * 2 * 400 * 400  # reads and writes the matrix, in DDR
+    assert res.layer("qk").fused == ()
 
 
 def test_a_lowered_softmax_pays_one_overhead_per_op():
