@@ -44,6 +44,7 @@ from qtquant.app import Options, open_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.perf.fit import Figure, fit_with_loo, profile_doc  # noqa: E402
 from qtquant.perf.march import FigureKind, profile_from_dict  # noqa: E402
+from qtquant.perf.simulator import Simulator  # noqa: E402
 from qtquant.quant.precision import PrecisionMap, resolve_name  # noqa: E402
 from qtquant.base.vocab import Precision  # noqa: E402
 
@@ -76,6 +77,11 @@ FIGURES = [
       for p, ms in ((Precision.FLOAT, 23.3), (Precision.INT16, 8.0), (Precision.INT8, 6.7))],
 ]
 ATTENTION = ("attention",)  # families whose name starts so: the issue's 20% target
+# The DDR line of each compile log (``latency = … us, DDR = … bytes``): bytes per frame, which the residency
+# rule (stream_tiles, attention_onchip_share) is checked against.
+LOG_DDR = {"yolov8n": 12651904, "yolov9t": 10916832, "yolov8n-seg": 16796832, "yolov5nu": 11696480,
+           "yolo11n": 14326256, "yolov8n-cls": 2682784, "yolov10n": 17695424, "yolo12n": 149531184}
+SHARES = (1.0, 0.5, 0.25)  # attention_onchip_share is chosen from these by the DDR lines
 
 
 def _profile_path():
@@ -153,6 +159,33 @@ def _medians(res, figs):
         print(f"  {fam}: {med([f for f in figs if f.family == fam])}")
 
 
+def _ddr_check(figs, march) -> None:
+    """Each compile log's DDR bytes per frame against the simulated ones, with the residency rule of the
+    march and with each attention_onchip_share of SHARES (root-mean-square of the log ratios)."""
+    import dataclasses
+
+    statics = [f for f in figs if f.kind is S and f.name.split()[0] in LOG_DDR]
+    if not statics:
+        return
+    print("\nDDR per frame, simulated against each compile log's DDR line:")
+    rows = {}
+    for share in SHARES:
+        m = dataclasses.replace(march, attention_onchip_share=share)
+        rows[share] = {f.name.split()[0]: Simulator(f.graph, m).full(f.concats).ddr_bytes for f in statics}
+    plain = dataclasses.replace(march, stream_tiles=False)
+    rows["size"] = {f.name.split()[0]: Simulator(f.graph, plain).full(f.concats).ddr_bytes for f in statics}
+    own = march.attention_onchip_share
+    print(f"| model | log MB | simulated MB (share {own:g}) | error | size alone MB |")
+    print("|---|---:|---:|---:|---:|")
+    for name, got in rows[own].items():
+        print(f"| {name} | {LOG_DDR[name] / 1e6:.2f} | {got / 1e6:.2f} | {_pct(got, LOG_DDR[name]):+.0f}% | "
+              f"{rows['size'][name] / 1e6:.2f} |")
+    for key, got in rows.items():
+        rms = float(np.sqrt(np.mean([np.log(v / LOG_DDR[k]) ** 2 for k, v in got.items()])))
+        label = "size alone (no streaming)" if key == "size" else f"attention_onchip_share {key:g}"
+        print(f"  {label}: root-mean-square log error {rms:.3f}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=Path, default=Path("/tmp/perffit-models"), help="cache of built .onnx files")
@@ -179,6 +212,7 @@ def main(argv=None) -> int:
     print()
     _print_table(res, figs)
     _medians(res, figs)
+    _ddr_check(figs, res.march)
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     if args.write:
         from qtquant.base.fileio import atomic_write_text

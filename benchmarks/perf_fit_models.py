@@ -4,6 +4,10 @@
   deployments cut them (the Detect head's per-scale box/class convs, YOLOv10's one-to-one head convs, plus
   the mask-coefficient convs and the proto output of seg models); ``yolov8n-cls`` at 224, cut at its
   classifier's Gemm (the zoo's log ends there, the Softmax is not in the graph).
+- The attention blocks of YOLOv10 (PSA), YOLO11 (C2PSA) and YOLO12 (area attention) scale the product
+  q^T·k, as the zoo's graphs do (their compile logs list ``/attn/Mul`` between ``MatMul`` and
+  ``ReduceMax``, reading the MatMul's output); Ultralytics 8.4 scales q before the product instead, which
+  would leave two passes over each attention matrix out of the priced graph (``_scale_the_product``).
 - ``timm`` classifiers (``resnet18``, ``mobileone_s0``, ``repvgg_a0``, ``edgenext_small``, ...) at 224,
   re-parameterised first where the architecture has training-time branches (MobileOne, RepVGG, FastViT...:
   ``timm.utils.reparameterize_model``), as they are deployed; ``googlenet`` from torchvision.
@@ -79,6 +83,45 @@ def build_classifier(name: str, out_dir: Path, size: int = 224) -> Path:
     return dst
 
 
+def _scale_the_product() -> None:
+    """Ultralytics' Attention and AAttn as the zoo's graphs have them: softmax((q^T k) * scale), not
+    softmax((q * scale)^T k) (the same numbers; a different graph)."""
+    import torch.nn.functional as F  # noqa: F401 - the patched forwards' module namespace
+    from ultralytics.nn.modules import block
+
+    def attention(self, x):
+        B, C, H, W = x.shape
+        N = H * W
+        q, k, v = self.qkv(x).view(B, self.num_heads, self.key_dim * 2 + self.head_dim, N).split(
+            [self.key_dim, self.key_dim, self.head_dim], dim=2)
+        attn = ((q.transpose(-2, -1) @ k) * self.scale).softmax(dim=-1)
+        x = (v @ attn.transpose(-2, -1)).view(B, C, H, W) + self.pe(v.reshape(B, C, H, W))
+        return self.proj(x)
+
+    def area_attention(self, x):
+        B, _, H, W = x.shape
+        N = H * W
+        qkv = self.qkv(x).flatten(2).transpose(1, 2)
+        if self.area > 1:
+            qkv = qkv.reshape(B * self.area, N // self.area, self.all_head_dim * 3)
+            B, N, _ = qkv.shape
+        q, k, v = (qkv.view(B, N, self.num_heads, self.head_dim * 3).permute(0, 2, 3, 1)
+                   .split([self.head_dim, self.head_dim, self.head_dim], dim=2))
+        attn = ((q.transpose(-2, -1) @ k) * (self.head_dim**-0.5)).softmax(dim=-1)
+        x = (v @ attn.transpose(-2, -1)).permute(0, 3, 1, 2)
+        v = v.permute(0, 3, 1, 2)
+        if self.area > 1:
+            x = x.reshape(B // self.area, N * self.area, self.all_head_dim)
+            v = v.reshape(B // self.area, N * self.area, self.all_head_dim)
+            B, N, _ = x.shape
+        x = x.reshape(B, H, W, self.all_head_dim).permute(0, 3, 1, 2).contiguous()
+        v = v.reshape(B, H, W, self.all_head_dim).permute(0, 3, 1, 2).contiguous()
+        return self.proj(x + self.pe(v))
+
+    block.Attention.forward = attention
+    block.AAttn.forward = area_attention
+
+
 def build_ultralytics(name: str, out_dir: Path) -> Path:
     import onnx
     import onnx.utils
@@ -92,6 +135,7 @@ def build_ultralytics(name: str, out_dir: Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)  # the exporter writes next to the model file: the working directory
         try:
+            _scale_the_product()
             y = YOLO(f"{name}.yaml")  # the architecture only: random weights, nothing downloaded
             full = Path(y.export(format="onnx", imgsz=size, opset=OPSET, simplify=True, dynamic=False)).resolve()
             m = onnx.load(str(full))

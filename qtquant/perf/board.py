@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .macs import numel, shape_of
 
-__all__ = ["BoardIo", "board_io", "board_cpu_us"]
+__all__ = ["BoardIo", "board_io", "board_cpu_us", "is_image"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,8 @@ class BoardIo:
         return {"tensor": self.tensor, "elements": self.elems, "on_cpu": self.on_cpu, "what": self.what}
 
 
-def _is_image(shape) -> bool:
+def is_image(shape) -> bool:
+    """A 4-D input of 3 channels: a camera frame, which a Horizon deployment feeds as NV12."""
     return shape is not None and len(shape) == 4 and (shape[1] == 3 or shape[-1] == 3)
 
 
@@ -44,7 +45,7 @@ def board_io(graph) -> tuple[BoardIo, ...]:
     out = []
     for t in graph.inputs:
         s = shape_of(graph, t)
-        if _is_image(s):
+        if is_image(s):
             out.append(BoardIo(t, numel(s), False, "NV12 image input, converted on the BPU (in the static estimate)"))
         else:
             out.append(BoardIo(t, numel(s), True, "float32 input, quantised on the CPU"))

@@ -13,10 +13,12 @@ of its compute and memory time plus a fixed per-op overhead.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 
 from ..model.ops import constant_operand, handler_for, identity_next
 from ..base.vocab import CostClass, TensorKind
+from .board import is_image
 from .macs import conv_dims, macs_of, numel, shape_of
 
 __all__ = ["LayerCost", "CostContext", "node_cost", "copy_cost", "rescale_cost", "alignment_efficiency",
@@ -25,6 +27,7 @@ __all__ = ["LayerCost", "CostContext", "node_cost", "copy_cost", "rescale_cost",
 ACT_BYTES = 1  # int8 activations
 WEIGHT_BYTES = 1  # int8 weights
 BIAS_BYTES = 4  # int32 bias
+WEIGHTS = "weights"  # a move's place: constants streamed from DDR (truthy: DDR), at march.weight_bytes_per_s
 _RUNTIME = (TensorKind.INPUT, TensorKind.ACTIVATION)  # what the BPU reads and writes per inference
 
 
@@ -43,6 +46,7 @@ class LayerCost:
     concat: str | None = None  # for rescale layers: the Concat they feed
     ddr_bytes: int = 0
     note: str = ""
+    weight_bytes: int = 0  # of ddr_bytes: constants (weights, biases) streamed from DDR
     # What the layer is made of and how it was priced (the report, --explain, the GUI overlay).
     fused: tuple = ()  # graph nodes merged into this layer (its own node excluded)
     fused_into: str | None = None  # for a merged node: the layer that carries its cost
@@ -121,12 +125,55 @@ class CostContext:
     def act_bytes(self, tensor: str) -> int:
         b = self._bytes.get(tensor)
         if b is None:
-            b = self._bytes[tensor] = numel(shape_of(self.graph, tensor)) * ACT_BYTES
+            shape = shape_of(self.graph, tensor)
+            b = numel(shape) * ACT_BYTES
+            if self.march.image_input_nv12 and tensor in self.graph.inputs and is_image(shape):
+                b //= 2  # NV12: 1.5 bytes per pixel where RGB takes 3; the conversion is the BPU's
+            self._bytes[tensor] = b
         return b
 
     def in_ddr(self, tensor: str, nbytes: int) -> bool:
-        """Model inputs/outputs and tensors too big for the on-chip buffer go through DDR."""
-        return tensor in self._io or nbytes > self._onchip_limit
+        """Model inputs/outputs and tensors too big for the on-chip buffer go through DDR.
+
+        With ``march.stream_tiles``: a tensor whose one reader is a vector-unit pass (a lookup table,
+        an element-wise op or region) is consumed tile by tile in the order it is written, so it never
+        needs to be whole on chip and stays there whatever its size; an attention matrix (the product
+        of two activations and what the Softmax, scaling and Transpose make of it before the next
+        MatMul) cannot be: the Transpose and the second MatMul need all of it at once, with the
+        matrices the Softmax's passes make beside it, so it goes to DDR when over
+        ``march.attention_onchip_share`` of the limit (:meth:`attention_matrices`)."""
+        if tensor in self._io:
+            return True
+        if not self.march.stream_tiles:
+            return nbytes > self._onchip_limit
+        if tensor in self.attention_matrices:
+            return nbytes > self._onchip_limit * self.march.attention_onchip_share
+        return nbytes > self._onchip_limit and not self._streamed(tensor)
+
+    def _streamed(self, tensor: str) -> bool:
+        hosts = {self.fused.get(c.name, c.name) for c in self._consumers(tensor)}
+        if len(hosts) != 1:
+            return False
+        host = self.graph.nodes[next(iter(hosts))]
+        return handler_for(host.op_type).cost_class is CostClass.MEMORY and vector_class(host.op_type) != "copy"
+
+    @cached_property
+    def attention_matrices(self) -> frozenset:
+        """The outputs of MatMuls of two activations and the tensors of the same size made from
+        them (Softmax, scaling, Transpose) up to the MatMul that reads them."""
+        g, out = self.graph, set()
+        for n in g.nodes.values():
+            if n.op_type != "MatMul" or not all(self.is_activation(i) for i in n.inputs[:2]) or not n.outputs:
+                continue
+            size, todo = numel(shape_of(g, n.outputs[0])), [n.outputs[0]]
+            while todo:
+                t = todo.pop()
+                if t in out:
+                    continue
+                out.add(t)
+                todo.extend(o for c in self._consumers(t) if c.op_type != "MatMul" for o in c.outputs
+                            if o and self.is_activation(o) and numel(shape_of(g, o)) == size)
+        return frozenset(out)
 
     def _consumers(self, t):
         return [self.graph.nodes[c] for c in self.graph.tensors[t].consumers] if t in self.graph.tensors else []
@@ -148,7 +195,11 @@ class CostContext:
             if node.op_type not in rule.producers or not node.outputs or not self.is_activation(node.outputs[0]) \
                     or handler_for(node.op_type).cost_class is not CostClass.COMPUTE:
                 continue
-            cur, used_add, chain, affine_ok = node.outputs[0], False, [], True
+            # A MatMul of two activations has no weights to fold a constant scale into: the X5 logs keep
+            # the attention's scale after it as a pass of its own (YOLO11n /model.10/m/m.0/attn/Mul,
+            # YOLO12n's /attn/Mul nodes, each with its own threshold).
+            affine_ok = not (node.op_type == "MatMul" and all(self.is_activation(i) for i in node.inputs[:2]))
+            cur, used_add, chain = node.outputs[0], False, []
             while cur not in outputs:
                 cons = self._consumers(cur)
                 c = cons[0] if len(cons) == 1 else None
@@ -313,8 +364,10 @@ def _finish(name, op_type, moves, compute_us, overhead_us, ctx, macs=0, note="",
     per-op cost exceeds both its compute and its memory time is overhead-bound."""
     m = ctx.march
     ddr = sum(b for b, d in moves if d)
+    weights = sum(b for b, d in moves if d == WEIGHTS)
     onchip = sum(b for b, d in moves if not d)
-    memory_us = (ddr / m.ddr_bytes_per_s + onchip / m.sram_bytes_per_s) * 1e6
+    memory_us = ((ddr - weights) / m.ddr_bytes_per_s + weights / m.weight_bytes_per_s + onchip / m.sram_bytes_per_s) \
+        * 1e6
     total = max(compute_us, memory_us) + overhead_us
     if overhead_us > max(compute_us, memory_us):
         bound = "overhead"
@@ -323,7 +376,7 @@ def _finish(name, op_type, moves, compute_us, overhead_us, ctx, macs=0, note="",
     host = name if not is_rescale else None
     fused = ctx.chain_nodes.get(host, ()) if host else ()
     return LayerCost(name, op_type, int(macs), int(ddr + onchip), compute_us, memory_us, overhead_us, total,
-                     bound, is_rescale, concat, int(ddr), note, fused=fused,
+                     bound, is_rescale, concat, int(ddr), note, weight_bytes=int(weights), fused=fused,
                      fused_ops=ctx.chain_ops.get(host, "") if fused else "", **extra)
 
 
@@ -349,7 +402,7 @@ def _input_moves(node, ctx, *, skip_internal: bool, weight_bytes=lambda k: WEIGH
         if t.kind in _RUNTIME:
             moves.append(_act_move(ctx, i))
         elif t.kind == TensorKind.WEIGHT:
-            moves.append((numel(shape_of(g, i)) * weight_bytes(k), True))
+            moves.append((numel(shape_of(g, i)) * weight_bytes(k), WEIGHTS))
     return moves
 
 
@@ -428,10 +481,12 @@ def memory_cost(node, ctx, op_class: str | None = None) -> LayerCost:
     g, m = ctx.graph, ctx.march
     src = ctx.lut_in.get(node.name)
     region = ctx.region_in.get(node.name)
+    ops = 1  # ops the layer is scheduled as, each paying the per-op overhead
     if region is not None:  # one pass over its one input: its pieces' elements through the vector unit
         cls = "region"
         moves = [_act_move(ctx, region)] + [_act_move(ctx, o) for o in node.outputs if o and ctx.is_activation(o)]
         elems = ctx.region_elems[node.name]
+        ops = len(ctx.chain_nodes[node.name]) + 1  # its pieces run one after another, each an op of its own
         note = "element-wise region: " + ctx.chain_ops[node.name]
     elif src is not None:
         cls = "lut"
@@ -452,14 +507,26 @@ def memory_cost(node, ctx, op_class: str | None = None) -> LayerCost:
                 [(b * (passes - 2), d) for b, d in (_act_move(ctx, o) for o in node.outputs
                                                      if o and o not in ctx.internal and ctx.is_activation(o))]
             elems *= passes
-            note = f"Softmax as {passes} passes (max, subtract, exp, sum, scale)"
+            ops = passes + 1
+            note = f"Softmax as {passes} passes (max, subtract, exp, sum, scale) and the reciprocal: {ops} ops"
     eff = m.vector_efficiency(cls)
     compute_us = elems / (m.vector_elems_per_s * eff) * 1e6
-    return _finish(node.name, node.op_type, moves, compute_us, m.op_overhead_us, ctx, note=note, op_class=cls,
-                   efficiency=eff, elems=int(elems))
+    return _finish(node.name, node.op_type, moves, compute_us, m.op_overhead_us * ops, ctx, note=note,
+                   op_class=cls, efficiency=eff, elems=int(elems))
 
 
 def view_cost(node, ctx) -> LayerCost:
+    """A Reshape that only adds or drops dimensions of size 1 keeps the element order of every
+    layout: a view.  One that splits or merges real dimensions (the heads of an attention out of
+    its channels, a feature map into tokens) is a copy on a march with ``relayout_reshape``: the
+    BPU stores a feature map in its native layout, channels padded to ``channel_align``, so the
+    new shape's elements sit elsewhere (the X5 compile logs keep such Reshapes as nodes of their own)."""
+    if node.op_type in ("Reshape", "Flatten") and ctx.march.relayout_reshape and node.inputs and node.outputs \
+            and ctx.is_activation(node.inputs[0]):
+        a, b = shape_of(ctx.graph, node.inputs[0]), shape_of(ctx.graph, node.outputs[0])
+        if a is not None and b is not None and [d for d in a if d != 1] != [d for d in b if d != 1]:
+            lc = memory_cost(node, ctx, "copy")
+            return replace(lc, note="relayout: the new shape moves elements across the native layout")
     return zero_cost(node, "view: no data moved")
 
 

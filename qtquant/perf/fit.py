@@ -65,6 +65,7 @@ FITTABLE = (
     FitParam("matmul_efficiency", 0.002, 16.0),
     FitParam("op_overhead_us", 0.01, 50.0),
     FitParam("ddr_gbps", 0.5, 60.0),
+    FitParam("weight_gbps", 0.5, 60.0),
     FitParam("eltwise_efficiency", 0.01, 16.0),
     FitParam("lut_efficiency", 0.01, 16.0),
     FitParam("resize_efficiency", 0.01, 16.0),
@@ -154,9 +155,10 @@ class _Layers:
 
     work: np.ndarray  # µs of compute at rate factor 1 (MAC: at utilization 1; vector: at efficiency 1)
     cls: tuple  # op class per layer
-    ddr: np.ndarray  # DDR bytes per layer
+    ddr: np.ndarray  # DDR bytes per layer (activations)
+    weights: np.ndarray  # constants' DDR bytes per layer
     onchip: np.ndarray  # on-chip bytes per layer
-    n_overhead: int  # layers that pay the per-op overhead
+    n_overhead: float  # ops that pay the per-op overhead (a lowered Softmax is several)
     cpu_elems: int  # elements the runtime converts on the CPU (board figures)
     sram_gbps: float
     march: str = ""
@@ -165,19 +167,21 @@ class _Layers:
 
     @classmethod
     def of(cls, res, march, repriced=()) -> "_Layers":
-        work, classes, ddr, onchip, n_over = [], [], [], [], 0
+        work, classes, ddr, weights, onchip, n_over = [], [], [], [], [], 0
         for lc in res.layers:
             if lc.total_us <= 0:
                 continue
-            n_over += lc.overhead_us > 0
+            n_over += lc.overhead_us / march.op_overhead_us if march.op_overhead_us > 0 else lc.overhead_us > 0
             c = lc.op_class or "eltwise"
             factor = math.prod(getattr(march, p, 1.0) for p in _rate_params(c))
             work.append(lc.compute_us * factor)
             classes.append(c)
-            ddr.append(lc.ddr_bytes)
+            ddr.append(lc.ddr_bytes - lc.weight_bytes)
+            weights.append(lc.weight_bytes)
             onchip.append(lc.bytes - lc.ddr_bytes)
         elems = sum(io.elems for io in res.board_io if io.on_cpu)
-        return cls(np.array(work, float), tuple(classes), np.array(ddr, float), np.array(onchip, float),
+        return cls(np.array(work, float), tuple(classes), np.array(ddr, float), np.array(weights, float),
+                   np.array(onchip, float),
                    n_over, elems, march.sram_gbps, march.name, repriced)
 
     def precision_delta_us(self, fig, march, p: dict) -> float:
@@ -192,8 +196,10 @@ class _Layers:
             c = lc.op_class or "eltwise"
             compute = lc.compute_us * math.prod(getattr(march, k, 1.0) for k in _rate_params(c)) \
                 / math.prod(p[k] for k in _rate_params(c))
-            memory = lc.ddr_bytes / (p["ddr_gbps"] * 1e3) + (lc.bytes - lc.ddr_bytes) / (self.sram_gbps * 1e3)
-            over = p["op_overhead_us"] if lc.overhead_us > 0 else 0.0
+            memory = (lc.ddr_bytes - lc.weight_bytes) / (p["ddr_gbps"] * 1e3) \
+                + lc.weight_bytes / (_weight_gbps(p) * 1e3) + (lc.bytes - lc.ddr_bytes) / (self.sram_gbps * 1e3)
+            over = p["op_overhead_us"] * (lc.overhead_us / march.op_overhead_us if march.op_overhead_us > 0
+                                          else lc.overhead_us > 0)
             base[lc.name] = dataclasses.replace(lc, compute_us=compute, memory_us=memory, overhead_us=over,
                                                 total_us=max(compute, memory) + over)
         part = PerfResult(self.march, 0.0, 0, 0.0, 0, 0, 0, 0, _order=tuple(base), _base=base, _concats={})
@@ -202,8 +208,13 @@ class _Layers:
     def total_us(self, p: dict) -> float:
         rate = np.array([math.prod(p[k] for k in _rate_params(c)) for c in self.cls]) if self.cls else np.zeros(0)
         compute = self.work / rate if self.cls else self.work
-        memory = self.ddr / (p["ddr_gbps"] * 1e3) + self.onchip / (self.sram_gbps * 1e3)
+        memory = self.ddr / (p["ddr_gbps"] * 1e3) + self.weights / (_weight_gbps(p) * 1e3) \
+            + self.onchip / (self.sram_gbps * 1e3)
         return float(np.maximum(compute, memory).sum() + self.n_overhead * p["op_overhead_us"])
+
+
+def _weight_gbps(p: dict) -> float:
+    return p.get("weight_gbps") or p["ddr_gbps"]  # 0 or absent: the constants stream as the activations do
 
 
 # -- parameters <-> a march -----------------------------------------------------------------------
@@ -301,6 +312,7 @@ def _depends(figs, march, names, eps=1e-4) -> dict:
 
 
 _PARAM = {fp.name: fp for fp in FITTABLE}
+_SAME_AS = {"weight_gbps": "ddr_gbps"}  # a parameter a profile may leave out (0), then the same as another
 
 
 def _choose(figs, march, candidates, min_figures) -> tuple[list, dict, dict]:
@@ -391,6 +403,9 @@ def fit(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidat
         cand = [n for n in cand if not n.startswith("board_")]
     if not any(f.precision for f in figs):
         cand = [n for n in cand if not n.startswith("precision.")]
+    # weight_gbps absent from the profile is ddr_gbps: fitting it apart would change the model.
+    unstated = [n for n in cand if n in _SAME_AS and not getattr(march, n)]
+    cand = [n for n in cand if n not in unstated]
     best = None
     for align in alignments:
         base = dataclasses.replace(march, channel_align=align)
@@ -407,7 +422,8 @@ def fit(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidat
         values["channel_align"] = base.channel_align
     return FitResult(fitted, tuple(names), values, {n: _start(march, _PARAM[n]) for n in cand} |
                      {"channel_align": march.channel_align}, dep, list(figs),
-                     {f.name: predict(f, fitted) for f in figs}, not_fitted=why)
+                     {f.name: predict(f, fitted) for f in figs},
+                     not_fitted=why | {n: f"the profile does not state it: it is {_SAME_AS[n]}" for n in unstated})
 
 
 def fit_with_loo(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidates=None,

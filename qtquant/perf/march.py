@@ -146,9 +146,20 @@ class Params(FileModel):
     channel_align: Param[Count]  # channel multiple the MAC array is built for
     vector_elems_per_cycle: Param[Positive]  # elementwise unit throughput (int8 elements)
     ddr_gbps: Param[Positive]  # sustained DDR bandwidth available to the BPU, GB/s
+    # Constants (weights, biases) streamed from DDR in long bursts, GB/s; absent: ddr_gbps.
+    weight_gbps: Param[Positive] | None = None
     sram_gbps: Param[Positive]  # on-chip buffer bandwidth, GB/s
     sram_mb: Param[Positive]  # on-chip feature buffer, MB (1e6 bytes)
     op_overhead_us: Param[NonNegative]  # fixed cost per scheduled op
+    # Residency (perf/costs.py CostContext.in_ddr): a tensor read by one vector-unit pass streams through
+    # the buffer tile by tile; an attention matrix does not.  Absent: size alone decides.
+    stream_tiles: Param[bool] | None = None
+    # The share of that limit an attention matrix may take and stay on chip (with stream_tiles).  Absent: 1.
+    attention_onchip_share: Param[Fraction] | None = None
+    # A Reshape that splits or merges real dimensions is a copy (perf/costs.py view_cost).  Absent: a view.
+    relayout_reshape: Param[bool] | None = None
+    # An image input (4-D, 3 channels) is read as NV12, 1.5 bytes per pixel.  Absent: 3 bytes (int8 RGB).
+    image_input_nv12: Param[bool] | None = None
     # What the compiler merges into one layer (qtquant.model.ops.FusionRule).
     fusion: Param[FusionSpec] | None = None
     # Older profiles: one list of ops fused into the producer (read as a write-back list).
@@ -242,6 +253,11 @@ class MarchProfile:
     sram_mb: float
     op_overhead_us: float
     fusion: FusionRule = FusionRule()
+    stream_tiles: bool = False
+    attention_onchip_share: float = 1.0
+    weight_gbps: float = 0.0  # 0: as ddr_gbps
+    relayout_reshape: bool = False
+    image_input_nv12: bool = False
     depthwise_efficiency: float = 1.0
     matmul_efficiency: float = 1.0
     eltwise_efficiency: float = 1.0
@@ -283,6 +299,10 @@ class MarchProfile:
     @property
     def ddr_bytes_per_s(self) -> float:
         return self.ddr_gbps * 1e9
+
+    @property
+    def weight_bytes_per_s(self) -> float:
+        return (self.weight_gbps or self.ddr_gbps) * 1e9
 
     @property
     def sram_bytes_per_s(self) -> float:

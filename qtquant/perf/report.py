@@ -255,9 +255,15 @@ def explain_text(result, name: str, march) -> str:
                      f"= {lc.compute_us:.2f} µs")
     else:
         lines.append(f"  compute  = {lc.compute_us:.2f} µs")
-    lines.append(f"  memory   = DDR {lc.ddr_bytes:,} B / {march.ddr_gbps:g} GB/s + on-chip {lc.onchip_bytes:,} B / "
-                 f"{march.sram_gbps:g} GB/s = {lc.memory_us:.2f} µs")
-    lines.append(f"  overhead = {lc.overhead_us:.2f} µs per op")
+    weights = (f" + weights {lc.weight_bytes:,} B / {march.weight_bytes_per_s / 1e9:.4g} GB/s"
+               if lc.weight_bytes else "")
+    lines.append(f"  memory   = DDR {lc.ddr_bytes - lc.weight_bytes:,} B / {march.ddr_gbps:.4g} GB/s{weights} + "
+                 f"on-chip {lc.onchip_bytes:,} B / {march.sram_gbps:g} GB/s = {lc.memory_us:.2f} µs")
+    ops = lc.overhead_us / march.op_overhead_us if march.op_overhead_us > 0 else 1.0
+    if ops > 1.5 and abs(ops - round(ops)) < 1e-6:  # a lowered Softmax, an element-wise region
+        lines.append(f"  overhead = {round(ops)} ops x {march.op_overhead_us:.4g} µs = {lc.overhead_us:.2f} µs")
+    else:
+        lines.append(f"  overhead = {lc.overhead_us:.2f} µs per op")
     lines.append(f"  total    = max({lc.compute_us:.2f}, {lc.memory_us:.2f}) + {lc.overhead_us:.2f} = "
                  f"{lc.total_us:.2f} µs: {lc.bound}-bound")
     return "\n".join(lines)

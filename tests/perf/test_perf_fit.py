@@ -41,6 +41,7 @@ def test_the_reduced_layers_give_the_simulators_own_total(graphs):
             f = Figure(name, kind, 1000.0, g)
             for _ in range(3):
                 vals = {"utilization": rng.uniform(0.1, 0.9), "ddr_gbps": rng.uniform(2, 20),
+                        "weight_gbps": rng.uniform(2, 20), "copy_efficiency": rng.uniform(0.3, 3),
                         "op_overhead_us": rng.uniform(0.1, 3), "depthwise_efficiency": rng.uniform(0.3, 3),
                         "pool_efficiency": rng.uniform(0.1, 3), "lut_efficiency": rng.uniform(0.05, 3),
                         "board_call_us": rng.uniform(10, 900), "board_ns_per_element": rng.uniform(0.1, 5)}
@@ -55,7 +56,7 @@ def test_a_precision_figure_reprices_only_its_nodes_as_the_simulator_does(graphs
     pm = PrecisionMap({q[5]: Precision.INT16, q[9]: Precision.FLOAT, q[-3]: Precision.INT16})
     m = load_march("bayes-e")
     f = Figure("p", FigureKind.BOARD, 1000.0, g, precision=pm)
-    for vals in ({}, {"utilization": 0.2, "ddr_gbps": 3.0, "precision.cpu_elementwise_flops": 60.0,
+    for vals in ({}, {"utilization": 0.2, "ddr_gbps": 3.0, "weight_gbps": 9.0, "precision.cpu_elementwise_flops": 60.0,
                       "precision.int16_vector_factor": 7.0, "op_overhead_us": 2.0}):
         assert predict(f, m, vals) == pytest.approx(f.simulate(_with(m, vals)).board_us, rel=1e-9)
 
@@ -80,13 +81,22 @@ def test_a_fit_recovers_the_parameters_that_made_the_figures(graphs):
     truth = _with(base, {"utilization": 0.3, "ddr_gbps": 5.0, "op_overhead_us": 1.5})
     figs = [Figure(n, FigureKind.STATIC, simulate(g, truth).total_us, g) for n, g in graphs.items()]
     res = fit_with_loo(figs, base, alignments=(base.channel_align,), prior=1e-3)
-    assert set(res.fitted) <= {"utilization", "ddr_gbps", "op_overhead_us", "depthwise_efficiency",
+    assert set(res.fitted) <= {"utilization", "ddr_gbps", "weight_gbps", "op_overhead_us", "depthwise_efficiency",
                                "pool_efficiency", "lut_efficiency", "resize_efficiency", "eltwise_efficiency"}
     assert len(res.fitted) <= len(figs)  # never more parameters than figures
     for f in figs:
         assert res.in_sample[f.name] == pytest.approx(f.public_us, rel=0.03)
     assert "matmul_efficiency" in res.not_fitted  # no attention in these graphs
     assert res.loo.keys() == {f.name for f in figs}
+
+
+def test_weights_are_fitted_apart_only_where_the_profile_states_their_bandwidth(graphs):
+    base = load_march("bernoulli2")
+    assert base.weight_gbps == 0 and base.weight_bytes_per_s == base.ddr_bytes_per_s
+    figs = [Figure(n, FigureKind.STATIC, 1.3 * simulate(g, base).total_us, g) for n, g in graphs.items()]
+    res = fit(figs, base, alignments=(base.channel_align,))
+    assert "weight_gbps" not in res.fitted and "ddr_gbps" in res.fitted
+    assert res.not_fitted["weight_gbps"] == "the profile does not state it: it is ddr_gbps"
 
 
 def test_one_figure_fits_one_parameter(graphs):
@@ -212,11 +222,16 @@ def test_an_exported_gelu_is_one_pass_and_a_softmax_five_on_bayes_e():
     assert set(gelu.fused) == {"div", "erf", "add", "mul"} and gelu.elems == 5 * 8 * 32 * 32
     assert gelu.op_class == "region" and gelu.efficiency == m.region_efficiency
     assert gelu.bytes == 2 * 8 * 32 * 32  # reads the conv's output once, writes its result once
+    assert gelu.overhead_us == pytest.approx(5 * m.op_overhead_us)  # its five pieces run one after another
     assert all(res.layer(n).fused_into == "gelu" and res.layer(n).total_us == 0 for n in ("div", "erf", "mul"))
     sm = res.layer("softmax")
     assert sm.elems == 5 * 8 * 32 * 32 and sm.bytes == 8 * 8 * 32 * 32  # five reads, three writes
     import dataclasses
 
+    # The fit's reduced layers count each lowered op's overhead as the simulator does.
+    vals = {"op_overhead_us": 3.0, "region_efficiency": 0.5, "reduce_efficiency": 2.0}
+    assert predict(Figure("g", FigureKind.STATIC, 100.0, g), m, vals) == pytest.approx(
+        simulate(g, _with(m, vals)).total_us, rel=1e-9)
     plain = dataclasses.replace(m, fusion=dataclasses.replace(m.fusion, vector_regions=False, softmax_passes=1))
     res1 = simulate(g, plain)
     assert res1.layer("erf").total_us > 0 and res1.layer("softmax").bytes == 2 * 8 * 32 * 32
