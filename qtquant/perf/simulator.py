@@ -12,12 +12,16 @@ import threading
 import weakref
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from .board import board_cpu_us, board_io
 from .confidence import family_of
 from .costs import CostContext, LayerCost, copy_cost, node_cost, rescale_cost, zero_cost
 from .march import MarchProfile, load_march
 from .macs import shape_of
+
+if TYPE_CHECKING:
+    from ..quant.state import QuantState
 
 __all__ = ["PerfResult", "Simulator", "simulate", "simulate_session", "warm_up", "latency_delta_us", "map_delta_us",
            "SCHEMA_VERSION"]
@@ -330,7 +334,7 @@ def warm_up(session, march_file=None) -> threading.Thread:
     return t
 
 
-def simulate_session(session, march_file=None, *, baseline: bool = False) -> PerfResult:
+def simulate_session(session: QuantState, march_file=None, *, baseline: bool = False) -> PerfResult:
     """Simulate a session as edited (or, with ``baseline``, the model as opened: no user group,
     every tensor int8; :mod:`qtquant.perf.price` splits the difference by kind of edit).
 
@@ -339,7 +343,7 @@ def simulate_session(session, march_file=None, *, baseline: bool = False) -> Per
     march = _march_of(session, march_file)
     sim = _simulator_for(session.graph, march)
     res = sim.update(session.concats(baseline=baseline))
-    precision = None if baseline else getattr(session.options, "precision", None)
+    precision = None if baseline else session.options.precision
     if precision:  # int16 / float nodes re-priced (perf/precision.py)
         from .precision import apply_precision
 
@@ -348,16 +352,16 @@ def simulate_session(session, march_file=None, *, baseline: bool = False) -> Per
     return res
 
 
-def latency_delta_us(session, tensors, precision, march_file=None) -> float:
+def latency_delta_us(session: QuantState, tensors, precision, march_file=None) -> float:
     """µs the simulated latency changes by when ``tensors`` are set to ``precision`` on top of the
     session's current map (the sensitivity ranking's latency price of a candidate)."""
     from ..quant.precision import PrecisionMap
 
-    now = PrecisionMap(getattr(session.options, "precision", None) or {})
+    now = PrecisionMap(session.options.precision)
     return map_delta_us(session, now.with_(tensors, precision), march_file)
 
 
-def map_delta_us(session, precision, march_file=None) -> float:
+def map_delta_us(session: QuantState, precision, march_file=None) -> float:
     """µs the simulated latency changes by when the session's precision map is replaced by
     ``precision`` (a whole map: "reach X dB"'s price of its plan)."""
     from ..quant.precision import PrecisionMap
@@ -367,7 +371,7 @@ def map_delta_us(session, precision, march_file=None) -> float:
     sim = _simulator_for(session.graph, march)
     res = sim.update(session.concats())
     ctx = sim._state[0] if sim._state else None
-    now = PrecisionMap(getattr(session.options, "precision", None) or {})
+    now = PrecisionMap(session.options.precision)
     a = apply_precision(res, session.graph, march, now, ctx=ctx)
     b = apply_precision(res, session.graph, march, PrecisionMap(precision), ctx=ctx)
     return b.total_us - a.total_us
