@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..base.errors import BadInputError
-from ..base.vocab import DEFAULT_AUTO_SHARE_MAX_BITS_LOST, DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST
+from ..base.vocab import DEFAULT_AUTO_SHARE_MAX_BITS_LOST, DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST, ConcatScaleRule
 from ..calib import CalibConfig
 from ..model.scales import Scheme
 from ..quant.domains import DomainMap, Policy, build_domains
@@ -22,7 +22,11 @@ if TYPE_CHECKING:
     from ..model.graphmodel import Graph
     from ..model.qdq import QdqInfo
 
-__all__ = ["Options", "BITS_OPTIONS", "bits_option", "concat_rule", "domains_for"]
+__all__ = ["Options", "OptionValue", "BITS_OPTIONS", "bits_option", "concat_rule", "domains_for"]
+
+# A field's value as the CLI, the dialogs and project files give it (a Scheme or its text, a dict for
+# the precision map, ...): a different type per field, which Options.__post_init__ parses and checks.
+OptionValue: TypeAlias = Any
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class Options:
     # simulator and the export read it from here, so they describe the same file.
     output_mode: OutputMode = OutputMode.AUTO
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # Spelled as text by the CLI, the dialogs and project files: one typed value here.
         object.__setattr__(self, "scheme", Scheme.parse(self.scheme))
         if not isinstance(self.precision, PrecisionMap):
@@ -63,10 +67,10 @@ BITS_OPTIONS = {"auto_share_max_bits_lost": "auto-share threshold",
                 "float_output_max_bits_lost": "float-output threshold"}
 
 
-def bits_option(name: str, value) -> float:
+def bits_option(name: str, value: object) -> float:
     """The bits-lost option ``name`` as a float; anything but a finite number ≥ 0 is bad input (one line)."""
     try:
-        v = float(value)
+        v = float(value)  # type: ignore[arg-type]  # what float() refuses is bad input, below
     except (TypeError, ValueError):
         v = math.nan
     if isinstance(value, bool) or not (math.isfinite(v) and v >= 0):
@@ -74,7 +78,7 @@ def bits_option(name: str, value) -> float:
     return v
 
 
-def concat_rule(options: Options):
+def concat_rule(options: Options) -> ConcatScaleRule:
     """The Concat output-scale rule of the options' march (its profile states it)."""
     from ..perf import load_march  # cached per file: cheap on every rebuild
 
