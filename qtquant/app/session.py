@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 
 from ..calib import CalibrationResult, calibrate
 from ..quant.concat import analyze_concats
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from ..base.fileio.paths import StrPath
     from ..base.vocab import Precision as PrecisionLike
     from ..calib.state import SessionState
+    from ..fidelity.accuracy.report import AccuracyReport
+    from ..fidelity.report import Fidelity
+    from ..perf import PerfResult
     from ..model.graphmodel import Graph
     from ..model.qdq import QdqInfo
     from ..quant.concat import ConcatInfo
@@ -49,11 +52,14 @@ _ConcatHit: TypeAlias = "tuple[DomainMap, list[ConcatInfo], frozenset[str]]"
 _DOMAIN_FIELDS = frozenset({"scheme", "policy", "calib", "march"})
 
 
+T = TypeVar("T", covariant=True)  # a Result is read-only
+
+
 @dataclass(frozen=True)
-class Result:
+class Result(Generic[T]):
     """A background result and the session revision it was computed for."""
 
-    value: object
+    value: T
     revision: int
 
 
@@ -97,10 +103,10 @@ class Session(StateFacts):
         self.groups = GroupSet()
         self.events = SessionEvents()
         self.revision = 0  # bumps on every edit; background results carry it to detect staleness
-        self.perf: Result | None = None
-        self.perf_baseline: Result | None = None  # the same simulation without any user group
-        self.fidelity: Result | None = None
-        self.accuracy: Result | None = None  # per-tensor error and sensitivity (qtquant.fidelity.accuracy)
+        self.perf: Result[PerfResult] | None = None
+        self.perf_baseline: Result[PerfResult] | None = None  # the same simulation without any user group
+        self.fidelity: Result[Fidelity] | None = None
+        self.accuracy: Result[AccuracyReport] | None = None  # per-tensor error and sensitivity (fidelity.accuracy)
         self.histograms: dict[str, Histogram] = {}  # tensor -> (counts, edges) over the check samples
         # A compile log placed on the graph (qtquant.horizon.match.LogMatch), and whether its
         # thresholds are the scales (the compiler's calibration) or only shown beside qtquant's.
@@ -248,7 +254,7 @@ class Session(StateFacts):
             self._pending[kind] = args
 
     # -- background results ---------------------------------------------------------------
-    def set_perf(self, value: object, revision: int, baseline: object = None) -> bool:
+    def set_perf(self, value: PerfResult, revision: int, baseline: PerfResult | None = None) -> bool:
         """Install a simulation of ``revision`` (and its ungrouped baseline); one for an older
         revision is dropped (False): the session changed while it ran."""
         if revision != self.revision:
@@ -259,14 +265,14 @@ class Session(StateFacts):
         self._emit("perf", self.perf)
         return True
 
-    def set_fidelity(self, value: object, revision: int) -> bool:
+    def set_fidelity(self, value: Fidelity, revision: int) -> bool:
         if revision != self.revision:
             return False
         self.fidelity = Result(value, revision)
         self._emit("fidelity", self.fidelity)
         return True
 
-    def set_accuracy(self, value: object, revision: int) -> bool:
+    def set_accuracy(self, value: AccuracyReport, revision: int) -> bool:
         """Install an accuracy report of ``revision``; one for an older revision is dropped."""
         if revision != self.revision:
             return False
@@ -274,7 +280,7 @@ class Session(StateFacts):
         self._emit("accuracy", self.accuracy)
         return True
 
-    def is_stale(self, result: Result | None) -> bool:
+    def is_stale(self, result: Result[object] | None) -> bool:
         """True for a result of an older revision (an edit came after it); None is not stale,
         it is missing."""
         return result is not None and result.revision != self.revision
