@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..calib import CalibrationResult
     from ..model.graphmodel import Graph
     from ..model.qdq import QdqInfo
+    from ..quant.state import QuantOptions
 
 __all__ = ["Options", "OptionValue", "BITS_OPTIONS", "bits_option", "concat_rule", "domains_for"]
 
@@ -78,14 +79,14 @@ def bits_option(name: str, value: object) -> float:
     return v
 
 
-def concat_rule(options: Options) -> ConcatScaleRule:
+def concat_rule(options: QuantOptions) -> ConcatScaleRule:
     """The Concat output-scale rule of the options' march (its profile states it)."""
     from ..perf import load_march  # cached per file: cheap on every rebuild
 
     return load_march(options.march).concat_output_scale
 
 
-def domains_for(graph: Graph, calibration: CalibrationResult | None, options: Options, qdq: QdqInfo | None,
+def domains_for(graph: Graph, calibration: CalibrationResult | None, options: QuantOptions, qdq: QdqInfo | None,
                 groups: Iterable[Sequence[str]], compiler: dict[str, tuple[float, float]] | None = None) -> DomainMap:
     """The scale domains of a session state (the live session's and a snapshot's, one rule).
     ``compiler``: tensor -> range from a compile log's thresholds (:meth:`Session.set_compiler_log`),

@@ -21,7 +21,7 @@ from ..quant.groups import GroupSet
 from ..base.vocab import Precision, Scheme
 from .events import SessionEvents
 from .options import Options, OptionValue, domains_for
-from .snapshot import StateFacts
+from .snapshot import Ranges, Snapshot, StateFacts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,11 +39,9 @@ if TYPE_CHECKING:
     from ..quant.state import EditableState
     from ..horizon.match import LogMatch
     from .scene import ViewState
-    from .snapshot import Snapshot
 
 __all__ = ["Session", "Result", "Derived", "derive"]
 
-Ranges: TypeAlias = "dict[str, tuple[float, float]]"  # tensor -> (lo, hi)
 Histogram: TypeAlias = "tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]"  # (counts, edges)
 _ConcatHit: TypeAlias = "tuple[DomainMap, list[ConcatInfo], frozenset[str]]"
 
@@ -287,9 +285,14 @@ class Session(StateFacts):
 
     def snapshot(self) -> Snapshot:
         """What background work reads, fixed now: see :class:`~qtquant.app.snapshot.Snapshot`."""
-        from .snapshot import Snapshot
-
-        return Snapshot.of(self)
+        seed: dict[bool, list[ConcatInfo]] = {}  # the analyses built already: the worker makes the others
+        for baseline in (False, True):
+            hit = self.cached_concats(baseline)
+            if hit is not None:
+                seed[baseline] = hit
+        return Snapshot(self.graph, self.options, self.calibration, self.qdq,
+                        GroupSet(list(self.groups.groups), self.groups.next_id), self.revision,
+                        self.domains, self.baseline_domains, seed, self.compiler_ranges, self.compiler_log)
 
     # -- derived --------------------------------------------------------------------------
     def _build(self, groups: Iterable[Sequence[str]]) -> DomainMap:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..quant.concat import analyze_concats
 from ..quant.groups import GroupSet
@@ -21,13 +21,14 @@ if TYPE_CHECKING:
     from ..calib import CalibrationResult
     from ..quant.concat import ConcatInfo
     from ..quant.precision import PrecisionMap
-    from .session import Ranges, Session
     from ..horizon.match import LogMatch
     from ..quant.domains import DomainMap
     from ..model.graphmodel import Graph
     from ..model.qdq import QdqInfo
 
-__all__ = ["Snapshot", "StateFacts"]
+__all__ = ["Snapshot", "StateFacts", "Ranges"]
+
+Ranges: TypeAlias = "dict[str, tuple[float, float]]"  # tensor -> (lo, hi)
 
 
 class StateFacts:
@@ -80,17 +81,6 @@ class Snapshot(StateFacts):
     _concats: dict[bool, list[ConcatInfo]] = field(default_factory=dict, repr=False)
     compiler: Ranges | None = None  # the compile log's ranges, when they are the scales
     compiler_log: LogMatch | None = None  # the compile log placed on the graph (the perf report's header names it)
-
-    @classmethod
-    def of(cls, session: Session) -> Snapshot:
-        seed: dict[bool, list[ConcatInfo]] = {}
-        for baseline in (False, True):
-            hit = session.cached_concats(baseline)
-            if hit is not None:
-                seed[baseline] = hit
-        return cls(session.graph, session.options, session.calibration, session.qdq,
-                   GroupSet(list(session.groups.groups), session.groups.next_id), session.revision,
-                   session.domains, session.baseline_domains, seed, session.compiler_ranges, session.compiler_log)
 
     @property
     def compiler_ranges(self) -> Ranges | None:

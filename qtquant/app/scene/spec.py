@@ -17,7 +17,6 @@ from .layout import Layout, LayoutInput, Point, layered_layout
 
 if TYPE_CHECKING:
     from .drawn import DrawnGraph
-    from .view import SceneModel
 
 __all__ = ["NodeSpec", "EdgeSpec", "SceneSpec", "scene_spec", "layout_scene", "spread_ports", "shape_text",
            "node_size", "INPUT_PREFIX", "OUTPUT_PREFIX", "NODE_W", "NODE_H", "TERM_W", "TERM_H", "BLOCK_W", "BLOCK_H"]
@@ -58,7 +57,9 @@ class SceneSpec:
     edges: list[EdgeSpec]
     layout: Layout | None = None
     routes: list[list[Point]] | None = None  # per edge, its drawn points (ports spread), set by layout_scene
-    model: SceneModel | None = None  # the view.SceneModel this is a view of (None: a plain drawing)
+    # The view.SceneModel this is a view of (None: a plain drawing); object, not SceneModel: the view
+    # module builds on this one, and the front end that reads it knows what it set.
+    model: object = None
 
 
 def shape_text(shape: Sequence[int | None] | None) -> str:
