@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, TypeAlias
 
 from ..base.errors import BadInputError
 from ..base.vocab import DEFAULT_AUTO_SHARE_MAX_BITS_LOST, DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST, ConcatScaleRule
@@ -71,7 +71,7 @@ BITS_OPTIONS = {"auto_share_max_bits_lost": "auto-share threshold",
 def bits_option(name: str, value: object) -> float:
     """The bits-lost option ``name`` as a float; anything but a finite number ≥ 0 is bad input (one line)."""
     try:
-        v = float(value)  # type: ignore[arg-type]  # what float() refuses is bad input, below
+        v = float(value) if isinstance(value, (str, bytes, SupportsFloat, SupportsIndex)) else math.nan
     except (TypeError, ValueError):
         v = math.nan
     if isinstance(value, bool) or not (math.isfinite(v) and v >= 0):

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ..base.fileio.paths import StrPath
-    from ..base.vocab import Precision as PrecisionLike
     from ..calib.state import SessionState
     from ..fidelity.accuracy.report import AccuracyReport
     from ..fidelity.report import Fidelity
@@ -202,7 +201,7 @@ class Session(StateFacts):
         self._invalidate(domains=bool(_DOMAIN_FIELDS & changed.keys()))
         self._emit("options", changed)
 
-    def set_precision(self, tensors: Iterable[str], precision: PrecisionLike | str) -> None:
+    def set_precision(self, tensors: Iterable[str], precision: Precision | str) -> None:
         """Set ``tensors`` (tensor names, see :func:`qtquant.quant.precision.resolve_names`) to
         ``precision``; commands call this (``SetPrecisionCommand``), so it is undoable there."""
         tensors = list(tensors)
