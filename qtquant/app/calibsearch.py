@@ -27,21 +27,40 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..fidelity.accuracy.check import Bench
-from ..calib.methods import CANDIDATES, MINMAX, MethodChoice
+from ..calib.methods import CANDIDATES, MINMAX, Method, MethodChoice
 from ..calib.searchreport import MethodScore, NodeStep, SearchReport
 from ..base.errors import BadInputError, Cancelled
 from ..quant.outputs import float_output_tensors
 from ..base.vocab import DEFAULT_SEARCH_BUDGET_S as DEFAULT_BUDGET_S, Observer
 
+if TYPE_CHECKING:
+    from ..calib import CalibrationResult
+    from ..calib.state import SessionState
+    from ..fidelity.accuracy.check import Variant
+    from ..model.graphmodel import Graph
+    from ..model.qdq import QdqInfo
+    from ..quant.domains import DomainMap
+    from ..quant.groups import GroupsSnapshot
+    from .options import Options
+    from .session import Session
+
 __all__ = ["search_calibration", "run_search", "searched", "DEFAULT_BUDGET_S", "needs_search"]
+
+# (ranges, domain map, what the export leaves in float, a key equal for equal exports)
+Trial: TypeAlias = "tuple[dict[str, tuple[float, float]], DomainMap, frozenset[str], object]"
+Profile: TypeAlias = "dict[str, float]"  # slice label -> its SQNR (dB)
+Cancel: TypeAlias = "Callable[[], bool] | None"
+Progress: TypeAlias = "Callable[[str, int, int], object] | None"  # (what, done, total)
 
 _DIFFERENT = 0.02  # another method's range counts as another choice beyond this share of the span
 _GAIN_DB = 0.01  # a per-node step must raise the worst slice by more than this (the figures' noise)
 
 
-def needs_search(calibration) -> bool:
+def needs_search(calibration: CalibrationResult | None) -> bool:
     """A search observer whose search has not run on these statistics yet."""
     return calibration is not None and calibration.searched and calibration.choice is None
 
@@ -49,15 +68,18 @@ def needs_search(calibration) -> bool:
 class _Trials:
     """Measures a choice of methods: the export the session would write with its ranges."""
 
-    def __init__(self, session, cancel):
+    def __init__(self, session: SessionState, cancel: Cancel) -> None:
         from .options import domains_for as _domains_for
 
-        self.session, self.cal = session, session.calibration
+        cal = session.calibration
+        if cal is None:
+            raise BadInputError("the method search needs a calibration; calibrate first")
+        self.session, self.cal = session, cal
         self._domains_for = _domains_for
         self.bench = Bench(session, output_mode=session.options.output_mode, cancel=cancel)
         self.groups = session.groups.as_lists()
 
-    def plan(self, choice: MethodChoice) -> tuple:
+    def plan(self, choice: MethodChoice) -> Trial:
         """(ranges, domain map, what the export leaves in float, a key equal for equal exports)."""
         s = self.session
         trial = self.cal.with_choice(choice)
@@ -73,7 +95,7 @@ class _Trials:
                tuple(sorted(dm.scale_from.items())), frozenset(ft))
         return trial.ranges, dm, ft, key
 
-    def measure(self, choice: MethodChoice, planned: tuple | None = None):
+    def measure(self, choice: MethodChoice, planned: Trial | None = None) -> Variant:
         ranges, dm, ft, _ = planned if planned is not None else self.plan(choice)
         self.bench.export_float, self.bench.ranges = ft, ranges
         return self.bench.measure(dm)
@@ -83,24 +105,24 @@ def _key(db: float) -> float:
     return db if math.isfinite(db) else -math.inf
 
 
-def _profile(v) -> dict[str, float]:
+def _profile(v: Variant) -> Profile:
     """Every measured slice's SQNR (the whole output where it has no slices), by label."""
-    found = {}
+    found: Profile = {}
     for f in v.outputs.values():
         parts = [p for p in f.slices if p.measured] or ([f.whole] if f.whole.measured else [])
         found.update((p.label, _key(p.sqnr_db)) for p in parts if p.sqnr_db is not None)
     return found
 
 
-def _holds(new: dict, floor: dict) -> bool:
+def _holds(new: Mapping[str, float], floor: Mapping[str, float]) -> bool:
     """No slice of ``new`` below its ``floor`` figure by more than the noise."""
     return all(new.get(k, -math.inf) >= x - _GAIN_DB for k, x in floor.items())
 
 
-def _better(new: dict, cur: dict) -> bool:
+def _better(new_profile: Mapping[str, float], cur_profile: Mapping[str, float]) -> bool:
     """``new`` raises the worst slice by more than :data:`_GAIN_DB`; or keeps it (no lower at all)
     and raises the next worst slice that moves by more than that, before any falls by as much."""
-    new, cur = tuple(sorted(new.values())), tuple(sorted(cur.values()))
+    new, cur = sorted(new_profile.values()), sorted(cur_profile.values())
     if not new or not cur:
         return False
     if new[0] > cur[0] + _GAIN_DB:
@@ -115,11 +137,11 @@ def _better(new: dict, cur: dict) -> bool:
     return False
 
 
-def _open_tensors(cal, current: MethodChoice) -> list[tuple[str, list]]:
+def _open_tensors(cal: CalibrationResult, current: MethodChoice) -> list[tuple[str, list[Method]]]:
     """(tensor, [other methods with a range of their own]) for the tensors where the methods
     disagree, widest disagreement first."""
     scheme = cal.config.scheme
-    found = []
+    found: list[tuple[float, str, list[Method]]] = []
     for t, st in cal.stats.items():
         cur = current.of(t).ranges(st, scheme)
         if cur is None or t not in cal.ranges:
@@ -127,7 +149,9 @@ def _open_tensors(cal, current: MethodChoice) -> list[tuple[str, list]]:
         span = cur[1] - cur[0]
         if not (span > 0):
             continue
-        alts, seen, spread = [], [cur], 0.0
+        alts: list[Method] = []
+        seen = [cur]
+        spread = 0.0
         for m in CANDIDATES:
             r = m.ranges(st, scheme)
             if r is None or any(abs(r[0] - q[0]) <= _DIFFERENT * span and abs(r[1] - q[1]) <= _DIFFERENT * span
@@ -143,8 +167,8 @@ def _open_tensors(cal, current: MethodChoice) -> list[tuple[str, list]]:
     return [(t, alts) for _, t, alts in found]
 
 
-def search_calibration(session, *, per_node: bool | None = None, budget_s: float = DEFAULT_BUDGET_S, cancel=None,
-                       progress=None) -> SearchReport:
+def search_calibration(session: Session, *, per_node: bool | None = None, budget_s: float = DEFAULT_BUDGET_S,
+                       cancel: Cancel = None, progress: Progress = None) -> SearchReport:
     """Search the methods for the session's calibration and install the choice (one
     "calibrated" event).  ``per_node`` None: as the calibration's observer says.  Returns the
     report (also kept as ``session.calibration.search``)."""
@@ -157,7 +181,8 @@ def search_calibration(session, *, per_node: bool | None = None, budget_s: float
     return rep
 
 
-def searched(graph, calibration, options, groups=None, qdq=None, *, cancel=None, progress=None):
+def searched(graph: Graph, calibration: CalibrationResult, options: Options, groups: GroupsSnapshot | None = None,
+             qdq: QdqInfo | None = None, *, cancel: Cancel = None, progress: Progress = None) -> CalibrationResult:
     """``calibration`` with the choice of its search, for background work that holds no session (the
     app's Calibrate job): measured on a scratch session of ``graph`` with ``options`` and the groups
     of ``groups`` (a ``GroupSet.snapshot()``)."""
@@ -172,8 +197,8 @@ def searched(graph, calibration, options, groups=None, qdq=None, *, cancel=None,
     return calibration.with_choice(rep.choice, rep)
 
 
-def run_search(session, *, per_node: bool, budget_s: float = DEFAULT_BUDGET_S, cancel=None,
-               progress=None) -> SearchReport:
+def run_search(session: SessionState, *, per_node: bool, budget_s: float = DEFAULT_BUDGET_S, cancel: Cancel = None,
+               progress: Progress = None) -> SearchReport:
     """The search without changing the session: its report (``report.choice`` is the decision)."""
     if not (budget_s >= 0):
         raise BadInputError(f"the search budget must be 0 s or more, got {budget_s}")
@@ -182,7 +207,7 @@ def run_search(session, *, per_node: bool, budget_s: float = DEFAULT_BUDGET_S, c
     bench = trials.bench
     rep = SearchReport(per_node, bench.samples, bench.in_sample, budget_s=float(budget_s) if per_node else 0.0)
     bench.float_out()  # the float reference once, counted in the search's time
-    profiles = {}
+    profiles: dict[Method, Profile] = {}
     for k, m in enumerate(CANDIDATES):
         _check(cancel)
         t = time.perf_counter()
@@ -208,7 +233,8 @@ def run_search(session, *, per_node: bool, budget_s: float = DEFAULT_BUDGET_S, c
     return rep
 
 
-def _per_node(trials, rep: SearchReport, profile: tuple, t0: float, budget_s: float, cancel, progress) -> None:
+def _per_node(trials: _Trials, rep: SearchReport, profile: Profile, t0: float, budget_s: float, cancel: Cancel,
+              progress: Progress) -> None:
     cal = trials.cal
     current = rep.choice
     todo = _open_tensors(cal, current)
@@ -219,7 +245,7 @@ def _per_node(trials, rep: SearchReport, profile: tuple, t0: float, budget_s: fl
     for k, (t, alts) in enumerate(todo):
         if time.perf_counter() - t0 >= budget_s:
             break
-        best = None
+        best: tuple[Method, Variant, Profile] | None = None
         for m in alts:
             _check(cancel)
             choice = MethodChoice(current.model, {**per_tensor, t: m})
@@ -243,6 +269,6 @@ def _per_node(trials, rep: SearchReport, profile: tuple, t0: float, budget_s: fl
     rep.choice = MethodChoice(current.model, per_tensor)
 
 
-def _check(cancel) -> None:
+def _check(cancel: Cancel) -> None:
     if cancel is not None and cancel():
         raise Cancelled("calibration search cancelled")

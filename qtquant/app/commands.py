@@ -9,33 +9,50 @@ before ``do`` and redo by replaying the exact result, so commands stay small and
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from psygnal import Signal
 
 from ..quant.domains import Policy
 from ..base.errors import BadInputError
 from ..model.scales import Scheme
-from .options import BITS_OPTIONS, Options, bits_option
+from .options import BITS_OPTIONS, Options, OptionValue, bits_option
 
 if TYPE_CHECKING:
-    from ..files.plan import AppliedPlan
+    from ..base.vocab import Precision
+    from ..calib import CalibConfig, CalibrationResult
+    from ..fidelity.accuracy.reach import ReachPlan
+    from ..fidelity.accuracy.share import SqnrShareReport
+    from ..files.plan import AppliedPlan, Plan
+    from ..quant.autoshare import AutoShareReport
+    from ..quant.groups import GroupsSnapshot
+    from ..quant.precision import PrecisionMap
+    from .session import Session
 
 __all__ = ["Command", "ShareCommand", "UngroupCommand", "RemoveMemberCommand", "AutoShareCommand",
            "SqnrShareCommand", "GroupsAndPrecisionCommand", "ApplyPlanCommand", "SetOptionsCommand", "SetPolicyCommand",
            "SetMarchCommand", "SetPrecisionCommand", "SetPercentileCommand", "ReachCommand", "CompoundCommand",
            "CommandStack", "StackStep"]
 
+# What a groups-and-precision edit restores (the groups, the precision map), and what a percentile
+# edit does (the calibration options, the calibration result).
+_GroupsAndPrecision: TypeAlias = "tuple[GroupsSnapshot, PrecisionMap]"
+_Calibration: TypeAlias = "tuple[CalibConfig, CalibrationResult]"
+
 
 class Command:
-    text = "edit"
+    @property
+    def text(self) -> str:
+        """What the history and the Undo/Redo actions call it."""
+        return "edit"
 
-    def do(self, session) -> None:
+    def do(self, session: Session) -> None:
         raise NotImplementedError
 
-    def undo(self, session) -> None:
+    def undo(self, session: Session) -> None:
         raise NotImplementedError
 
     @property
@@ -48,30 +65,32 @@ class Command:
 class _GroupsCommand(Command):
     """Base for edits of the group set: undo restores the snapshot taken by ``do``."""
 
-    _before: tuple | None = field(default=None, init=False, repr=False)
-    _after: tuple | None = field(default=None, init=False, repr=False)
+    _before: GroupsSnapshot | None = field(default=None, init=False, repr=False)
+    _after: GroupsSnapshot | None = field(default=None, init=False, repr=False)
 
-    def do(self, session) -> None:
+    def do(self, session: Session) -> None:
         with session.batch():
             if self._after is not None:  # redo: replay the exact result
                 self._restore(session, self._after)
                 return
-            self._before = session.groups.snapshot()
+            before = self._before = session.groups.snapshot()
             try:
                 self.apply(session)
             except Exception:
-                session.groups.restore(self._before)  # a refused edit changes nothing
+                session.groups.restore(before)  # a refused edit changes nothing
                 raise
             self._after = session.groups.snapshot()
-            if self._after != self._before:
+            if self._after != before:
                 session.groups_changed()
 
-    def undo(self, session) -> None:
+    def undo(self, session: Session) -> None:
+        if self._before is None:
+            raise RuntimeError(f"{self.text}: undone before it was done")
         with session.batch():
             self._restore(session, self._before)
 
     @staticmethod
-    def _restore(session, snap) -> None:
+    def _restore(session: Session, snap: GroupsSnapshot) -> None:
         session.groups.restore(snap)
         session.groups_changed()
 
@@ -79,7 +98,7 @@ class _GroupsCommand(Command):
     def changed(self) -> bool:
         return self._after is not None and self._after != self._before
 
-    def apply(self, session) -> None:
+    def apply(self, session: Session) -> None:
         raise NotImplementedError
 
 
@@ -93,7 +112,7 @@ class ShareCommand(_GroupsCommand):
     def text(self) -> str:
         return self.label or f"Share {len(self.tensors)} tensors"
 
-    def apply(self, session) -> None:
+    def apply(self, session: Session) -> None:
         session.groups.share(session, list(self.tensors), self.name)
 
 
@@ -105,7 +124,7 @@ class UngroupCommand(_GroupsCommand):
     def text(self) -> str:
         return f"Ungroup {self.group_id}"
 
-    def apply(self, session) -> None:
+    def apply(self, session: Session) -> None:
         session.groups.unshare(self.group_id)
 
 
@@ -118,7 +137,7 @@ class RemoveMemberCommand(_GroupsCommand):
     def text(self) -> str:
         return f"Remove {self.tensor} from group {self.group_id}"
 
-    def apply(self, session) -> None:
+    def apply(self, session: Session) -> None:
         session.groups.remove_member(self.group_id, self.tensor)
 
 
@@ -127,7 +146,7 @@ class AutoShareCommand(_GroupsCommand):
     """Auto-share at ``max_bits_lost`` (None: the session's ``auto_share_max_bits_lost``)."""
 
     max_bits_lost: float | None = None
-    report: object = field(default=None, init=False, repr=False)
+    report: AutoShareReport | None = field(default=None, init=False, repr=False)
 
     @property
     def text(self) -> str:
@@ -135,7 +154,7 @@ class AutoShareCommand(_GroupsCommand):
             return f"Auto-share (≤ {self.report.max_bits_lost:g} bits)"
         return "Auto-share" if self.max_bits_lost is None else f"Auto-share (≤ {self.max_bits_lost:g} bits)"
 
-    def apply(self, session) -> None:
+    def apply(self, session: Session) -> None:
         from ..quant.autoshare import auto_share
 
         self.report = auto_share(session, self.max_bits_lost)
@@ -147,14 +166,14 @@ class SqnrShareCommand(_GroupsCommand):
     background: minutes of onnxruntime must not happen inside a command)."""
 
     max_sqnr_drop: float = 0.2
-    planned: tuple = ()  # GroupSet.snapshot() of the plan
-    report: object = field(default=None, repr=False)
+    planned: GroupsSnapshot = ((), 0)  # GroupSet.snapshot() of the plan
+    report: SqnrShareReport | None = field(default=None, repr=False)
 
     @property
     def text(self) -> str:
         return f"Auto-share by accuracy (≤ {self.max_sqnr_drop:g} dB)"
 
-    def apply(self, session) -> None:
+    def apply(self, session: Session) -> None:
         session.groups.restore(self.planned)
         if self.report is not None:  # the groups it made, as the session numbers them
             self.report.groups = [g for g in session.groups.groups if g.name.startswith("sqnr-share: ")]
@@ -165,35 +184,37 @@ class GroupsAndPrecisionCommand(Command):
     """Base for edits that set the groups and the precision map together (a plan, a project's
     groups re-mapped): undo restores both as ``do`` found them, redo replays the exact result."""
 
-    _before: tuple | None = field(default=None, init=False, repr=False)
-    _after: tuple | None = field(default=None, init=False, repr=False)
+    _before: _GroupsAndPrecision | None = field(default=None, init=False, repr=False)
+    _after: _GroupsAndPrecision | None = field(default=None, init=False, repr=False)
 
     @staticmethod
-    def _state(session) -> tuple:
+    def _state(session: Session) -> _GroupsAndPrecision:
         return session.groups.snapshot(), session.options.precision
 
     @staticmethod
-    def _restore(session, state) -> None:
+    def _restore(session: Session, state: _GroupsAndPrecision) -> None:
         groups, precision = state
         if session.groups.snapshot() != groups:
             session.groups.restore(groups)
             session.groups_changed()
         session.set_options(precision=precision)
 
-    def do(self, session) -> None:
+    def do(self, session: Session) -> None:
         with session.batch():
             if self._after is not None:
                 self._restore(session, self._after)
                 return
-            self._before = self._state(session)
+            before = self._before = self._state(session)
             try:
                 self.apply(session)
             except Exception:
-                self._restore(session, self._before)  # a refused edit changes nothing
+                self._restore(session, before)  # a refused edit changes nothing
                 raise
             self._after = self._state(session)
 
-    def undo(self, session) -> None:
+    def undo(self, session: Session) -> None:
+        if self._before is None:
+            raise RuntimeError(f"{self.text}: undone before it was done")
         with session.batch():
             self._restore(session, self._before)
 
@@ -201,7 +222,7 @@ class GroupsAndPrecisionCommand(Command):
     def changed(self) -> bool:
         return self._after is not None and self._after != self._before
 
-    def apply(self, session) -> None:
+    def apply(self, session: Session) -> None:
         raise NotImplementedError
 
 
@@ -210,17 +231,19 @@ class ApplyPlanCommand(GroupsAndPrecisionCommand):
     """A sharing plan's groups and precision (:func:`qtquant.files.plan.apply_plan`: all or nothing);
     ``applied`` holds what it did (the groups made, its warnings) after ``do``."""
 
-    plan: object = None  # qtquant.files.plan.Plan
+    plan: Plan | None = None  # None: no edit (a command needs a plan to do anything)
     replace: bool = True  # the plan's groups replace the session's (False: added to them)
     applied: AppliedPlan | None = field(default=None, init=False, repr=False)
 
     @property
     def text(self) -> str:
-        return f"Apply plan {self.plan.source or 'plan'}"
+        return f"Apply plan {self.plan.source if self.plan is not None and self.plan.source else 'plan'}"
 
-    def apply(self, session) -> None:
+    def apply(self, session: Session) -> None:
         from ..files.plan import apply_plan
 
+        if self.plan is None:
+            raise BadInputError("no plan given to apply")
         self.applied = apply_plan(session, self.plan, replace=self.replace)
 
 
@@ -229,7 +252,7 @@ _LABELS = {"scheme": "Scheme", "policy": "Policy", "march": "March",
            "calib": "Calibration", "precision": "Precision", "output_mode": "Model outputs"}
 
 
-def _shown(key: str, value) -> str:
+def _shown(key: str, value: OptionValue) -> str:
     if key in BITS_OPTIONS:
         return f"{value:g} bits"
     if key == "calib":
@@ -242,7 +265,7 @@ def _shown(key: str, value) -> str:
 class SetOptionsCommand(Command):
     """Any option change; undo puts the previous values back."""
 
-    def __init__(self, **changes):
+    def __init__(self, **changes: OptionValue) -> None:
         unknown = set(changes) - Options.field_names()
         if not changes or unknown:
             raise BadInputError(f"not an option: {', '.join(sorted(unknown)) or '(none given)'}")
@@ -255,11 +278,11 @@ class SetOptionsCommand(Command):
         except ValueError as e:
             raise BadInputError(f"unknown value {e}") from None
         self.changes = changes
-        self._old: dict | None = None
-        self._new: dict | None = None
+        self._old: dict[str, OptionValue] | None = None
+        self._new: dict[str, OptionValue] | None = None
 
     @property
-    def value(self):
+    def value(self) -> OptionValue:
         """The one new value (for a one-field change)."""
         return next(iter(self.changes.values()))
 
@@ -270,12 +293,14 @@ class SetOptionsCommand(Command):
             return f"{_LABELS[k]}: {_shown(k, v)}"
         return "Options: " + ", ".join(_LABELS[k].lower() for k in self.changes)
 
-    def do(self, session) -> None:
+    def do(self, session: Session) -> None:
         self._old = {k: getattr(session.options, k) for k in self.changes}
         session.set_options(**self.changes)
         self._new = {k: getattr(session.options, k) for k in self.changes}
 
-    def undo(self, session) -> None:
+    def undo(self, session: Session) -> None:
+        if self._old is None:
+            raise RuntimeError(f"{self.text}: undone before it was done")
         session.set_options(**self._old)
 
     @property
@@ -284,12 +309,12 @@ class SetOptionsCommand(Command):
 
 
 class SetPolicyCommand(SetOptionsCommand):
-    def __init__(self, value):
+    def __init__(self, value: Policy | str) -> None:
         super().__init__(policy=value)
 
 
 class SetMarchCommand(SetOptionsCommand):
-    def __init__(self, value):
+    def __init__(self, value: str) -> None:
         super().__init__(march=value)
 
 
@@ -299,7 +324,7 @@ class SetPrecisionCommand(Command):
     ``tensors`` are tensor names (:func:`qtquant.quant.precision.resolve_names` turns node names into
     them; :meth:`for_names` and :meth:`for_domain` build the command from other units)."""
 
-    def __init__(self, tensors, precision, label: str = ""):
+    def __init__(self, tensors: Iterable[str], precision: Precision | str, label: str = "") -> None:
         from ..base.vocab import Precision
 
         try:
@@ -310,18 +335,20 @@ class SetPrecisionCommand(Command):
         if not self.tensors:
             raise BadInputError("no tensor given to set the precision of")
         self.label = label
-        self._old = None
-        self._new = None
+        self._old: PrecisionMap | None = None
+        self._new: PrecisionMap | None = None
 
     @classmethod
-    def for_names(cls, session, names, precision, label: str = "") -> "SetPrecisionCommand":
+    def for_names(cls, session: Session, names: Iterable[str], precision: Precision | str,
+                  label: str = "") -> SetPrecisionCommand:
         """Node or tensor names, as the CLI and the GUI get them."""
         from ..quant.precision import resolve_names
 
         return cls(resolve_names(session.graph, names), precision, label)
 
     @classmethod
-    def for_domain(cls, session, tensor: str, precision, label: str = "") -> "SetPrecisionCommand":
+    def for_domain(cls, session: Session, tensor: str, precision: Precision | str,
+                   label: str = "") -> SetPrecisionCommand:
         """Every member of ``tensor``'s scale domain at once (a shared group is one unit)."""
         dm = session.domains
         did = dm.of.get(tensor)
@@ -335,12 +362,14 @@ class SetPrecisionCommand(Command):
         what = self.tensors[0] if len(self.tensors) == 1 else f"{len(self.tensors)} tensors"
         return f"Keep {what} in float" if self.precision.value == "float" else f"{what}: {self.precision.value}"
 
-    def do(self, session) -> None:
+    def do(self, session: Session) -> None:
         self._old = session.options.precision
         session.set_precision(self.tensors, self.precision)
         self._new = session.options.precision
 
-    def undo(self, session) -> None:
+    def undo(self, session: Session) -> None:
+        if self._old is None:
+            raise RuntimeError(f"{self.text}: undone before it was done")
         session.set_options(precision=self._old)
 
     @property
@@ -352,16 +381,16 @@ class SetPercentileCommand(Command):
     """The percentile observer's percentile (the export dialog's, like ``--percentile``): the same
     statistics re-derived (no model run); undo puts the previous calibration back."""
 
-    def __init__(self, percentile: float):
+    def __init__(self, percentile: float) -> None:
         self.percentile = float(percentile)
-        self._old = None  # (calibration options, calibration result) before
-        self._new = None
+        self._old: _Calibration | None = None  # before
+        self._new: _Calibration | None = None
 
     @property
     def text(self) -> str:
         return f"Percentile: {self.percentile:g}"
 
-    def do(self, session) -> None:
+    def do(self, session: Session) -> None:
         from dataclasses import replace
 
         from ..base.vocab import Observer
@@ -369,20 +398,24 @@ class SetPercentileCommand(Command):
         cal = session.calibration
         if cal is None or str(cal.config.observer) != Observer.PERCENTILE.value:
             raise BadInputError("the percentile applies to a calibration with the percentile observer")
-        self._old = (session.options.calib, cal)
-        if self._new is None:
+        old = self._old = (session.options.calib, cal)
+        new = self._new
+        if new is None:
             if abs(float(cal.config.percentile) - self.percentile) <= 1e-9:
-                self._new = self._old
+                new = old
             else:
-                self._new = (replace(session.options.calib, percentile=self.percentile),
-                             cal.recompute(percentile=self.percentile))
-        self._install(session, self._new)
+                new = (replace(session.options.calib, percentile=self.percentile),
+                       cal.recompute(percentile=self.percentile))
+            self._new = new
+        self._install(session, new)
 
-    def undo(self, session) -> None:
+    def undo(self, session: Session) -> None:
+        if self._old is None:
+            raise RuntimeError(f"{self.text}: undone before it was done")
         self._install(session, self._old)
 
     @staticmethod
-    def _install(session, state) -> None:
+    def _install(session: Session, state: _Calibration) -> None:
         calib, result = state
         with session.batch():
             session.set_options(calib=calib)
@@ -398,7 +431,7 @@ class ReachCommand(SetOptionsCommand):
     """Install the precision map a "reach X dB for the least latency" plan chose
     (:func:`qtquant.fidelity.accuracy.reach.plan_reach`, run in the background) as one undoable step."""
 
-    def __init__(self, plan):
+    def __init__(self, plan: ReachPlan) -> None:
         super().__init__(precision=plan.precision)
         self.plan = plan
 
@@ -412,12 +445,16 @@ class ReachCommand(SetOptionsCommand):
 class CompoundCommand(Command):
     """Several commands as one undo step ("Ungroup 3 groups"); all or nothing."""
 
-    def __init__(self, commands, text: str):
+    def __init__(self, commands: Iterable[Command], text: str) -> None:
         self.commands = list(commands)
-        self.text = text
+        self._text = text
 
-    def do(self, session) -> None:
-        done = []
+    @property
+    def text(self) -> str:
+        return self._text
+
+    def do(self, session: Session) -> None:
+        done: list[Command] = []
         with session.batch():
             try:
                 for c in self.commands:
@@ -428,7 +465,7 @@ class CompoundCommand(Command):
                     c.undo(session)
                 raise
 
-    def undo(self, session) -> None:
+    def undo(self, session: Session) -> None:
         with session.batch():
             for c in reversed(self.commands):
                 c.undo(session)
@@ -455,7 +492,7 @@ class CommandStack:
 
     changed = Signal()
 
-    def __init__(self, session=None):
+    def __init__(self, session: Session | None = None) -> None:
         self.session = session
         self._commands: list[Command] = []
         self._index = 0  # commands done: the next undo is _commands[_index - 1]
@@ -489,7 +526,7 @@ class CommandStack:
         self._emit(StackStep.DO)
 
     def undo(self) -> Command | None:
-        if not self.can_undo:
+        if not self.can_undo or self.session is None:
             return None
         cmd = self._commands[self._index - 1]
         with self.session.batch():
@@ -499,7 +536,7 @@ class CommandStack:
         return cmd
 
     def redo(self) -> Command | None:
-        if not self.can_redo:
+        if not self.can_redo or self.session is None:
             return None
         cmd = self._commands[self._index]
         with self.session.batch():
@@ -548,7 +585,7 @@ class CommandStack:
         self._clean = self._index
         self._emit(StackStep.NONE)
 
-    def clear(self, session=None) -> None:
+    def clear(self, session: Session | None = None) -> None:
         """Forget the history (clean again); ``session``: the stack now edits that one."""
         if session is not None:
             self.session = session

@@ -5,9 +5,13 @@ Compile Log (or a log dropped on the window) both come here."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..horizon.log import CompileLog, read_compile_log
 from ..horizon.match import LogMatch, match_compile_log
+
+if TYPE_CHECKING:
+    from .session import Session
 
 __all__ = ["place_compile_log", "open_compile_log", "LOG_SUFFIXES"]
 
@@ -15,7 +19,7 @@ LOG_SUFFIXES = (".txt", ".log")
 """What a dropped file must end with to be taken for a compile log."""
 
 
-def place_compile_log(session, log: CompileLog, *, any_shape: bool = False, scales: bool = True) -> LogMatch:
+def place_compile_log(session: Session, log: CompileLog, *, any_shape: bool = False, scales: bool = True) -> LogMatch:
     """Match ``log`` to the session's graph and install it; :class:`~qtquant.base.errors.CompileLogError`
     (nothing installed) for a log of another model or, unless ``any_shape``, another input shape."""
     match = match_compile_log(session.graph, log, any_shape=any_shape)
@@ -23,5 +27,5 @@ def place_compile_log(session, log: CompileLog, *, any_shape: bool = False, scal
     return match
 
 
-def open_compile_log(session, path: str | Path, *, any_shape: bool = False, scales: bool = True) -> LogMatch:
+def open_compile_log(session: Session, path: str | Path, *, any_shape: bool = False, scales: bool = True) -> LogMatch:
     return place_compile_log(session, read_compile_log(path), any_shape=any_shape, scales=scales)

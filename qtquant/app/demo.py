@@ -12,13 +12,23 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..base.fileio import atomic_write_bytes
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ..base.fileio.paths import StrPath
+
+# An ONNX attribute's value as onnx.helper.make_node takes it (an int, a float, a list of ints, ...).
+AttrValue: TypeAlias = "int | float | str | Sequence[int] | Sequence[float]"
 
 __all__ = ["build_attention_demo", "build_yolo_neck_demo", "demo_inputs", "write_demo", "demo_model_path",
            "DEMOS"]
@@ -29,24 +39,32 @@ OPSET = 17
 class _Builder:
     def __init__(self, seed: int):
         self.rng = np.random.default_rng(seed)
-        self.nodes: list = []
-        self.inits: list = []
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
         self._n = 0
 
     def name(self, base: str) -> str:
         self._n += 1
         return f"{base}_{self._n}"
 
-    def const(self, name: str, arr) -> str:
+    def const(self, name: str, arr: npt.ArrayLike) -> str:
         self.inits.append(numpy_helper.from_array(np.asarray(arr), name))
         return name
 
-    def node(self, op: str, inputs, name: str, n_out: int = 1, **attrs):
-        outs = [f"{name}_out{i}" if n_out > 1 else f"{name}_out" for i in range(n_out)]
-        self.nodes.append(helper.make_node(op, list(inputs), outs, name=name, **attrs))
-        return outs if n_out > 1 else outs[0]
+    def node(self, op: str, inputs: Iterable[str], name: str, **attrs: AttrValue) -> str:
+        """A node with one output; its name."""
+        return self.nodes_out(op, inputs, name, 1, **attrs)[0]
 
-    def conv(self, x, cin, cout, k, name, stride=1, gain=1.0, groups=1, bias=0.0):
+    def nodes_out(self, op: str, inputs: Iterable[str], name: str, n_out: int, **attrs: AttrValue) -> list[str]:
+        """A node with ``n_out`` outputs; their names."""
+        outs = [f"{name}_out{i}" if n_out > 1 else f"{name}_out" for i in range(n_out)]
+        node = helper.make_node(op, list(inputs), outs, name=name)
+        node.attribute.extend(helper.make_attribute(k, v) for k, v in sorted(attrs.items()))  # as make_node does
+        self.nodes.append(node)
+        return outs
+
+    def conv(self, x: str, cin: int, cout: int, k: int, name: str, stride: int = 1, gain: float = 1.0,
+             groups: int = 1, bias: float = 0.0) -> str:
         fan_in = cin // groups * k * k
         w = (self.rng.standard_normal((cout, cin // groups, k, k)) * (gain / np.sqrt(fan_in))).astype(np.float32)
         b = (self.rng.standard_normal(cout) * 0.05 + bias).astype(np.float32)
@@ -55,14 +73,15 @@ class _Builder:
         return self.node("Conv", [x, wn, bn], name, kernel_shape=[k, k], pads=[k // 2] * 4,
                          strides=[stride, stride], group=groups)
 
-    def silu(self, x, name):
+    def silu(self, x: str, name: str) -> str:
         s = self.node("Sigmoid", [x], f"{name}/act/Sigmoid")
         return self.node("Mul", [x, s], f"{name}/act/Mul")
 
-    def conv_silu(self, x, cin, cout, k, name, stride=1, gain=1.0):
+    def conv_silu(self, x: str, cin: int, cout: int, k: int, name: str, stride: int = 1, gain: float = 1.0) -> str:
         return self.silu(self.conv(x, cin, cout, k, f"{name}/conv", stride, gain), name)
 
-    def model(self, inputs, outputs, graph_name: str, doc: str) -> onnx.ModelProto:
+    def model(self, inputs: Sequence[onnx.ValueInfoProto], outputs: Sequence[onnx.ValueInfoProto], graph_name: str,
+              doc: str) -> onnx.ModelProto:
         g = helper.make_graph(self.nodes, graph_name, inputs, outputs, self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="qtquant-demo")
         m.ir_version = 8
@@ -124,10 +143,10 @@ def build_attention_demo(size: int = 64, dim: int = 32, seed: int = 7) -> onnx.M
                    "qtquant demo: multi-scale attention block (k, v from 3x3, 7x7/2 and 9x9/4 windows)")
 
 
-def _c2f(b: _Builder, x, cin, cout, name, n=1):
+def _c2f(b: _Builder, x: str, cin: int, cout: int, name: str, n: int = 1) -> str:
     y = b.conv_silu(x, cin, cout, 1, f"{name}/cv1")
-    a, c = b.node("Split", [y, b.const(f"{name}/split_sizes", np.array([cout // 2, cout // 2], np.int64))],
-                  f"{name}/Split", n_out=2, axis=1)
+    a, c = b.nodes_out("Split", [y, b.const(f"{name}/split_sizes", np.array([cout // 2, cout // 2], np.int64))],
+                       f"{name}/Split", 2, axis=1)
     parts = [a, c]
     m = c
     for i in range(n):
@@ -188,13 +207,13 @@ def build_yolo_neck_demo(size: int = 128, nc: int = 4, seed: int = 11) -> onnx.M
                    "yolo_neck", "qtquant demo: YOLO-style neck with C2f blocks, FPN and a box+score head")
 
 
-DEMOS = {
+DEMOS: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
     "attention": (build_attention_demo, "multiscale_attention.onnx"),
     "yolo_neck": (build_yolo_neck_demo, "yolo_neck.onnx"),
 }
 
 
-def demo_inputs(model: onnx.ModelProto, count: int = 16, seed: int = 0):
+def demo_inputs(model: onnx.ModelProto, count: int = 16, seed: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """Image-like calibration samples in [0, 1]: smooth gradients plus texture, deterministic."""
     rng = np.random.default_rng(seed)
     inp = model.graph.input[0]
@@ -214,18 +233,18 @@ def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
     atomic_write_bytes(path, model.SerializeToString())
 
 
-def write_demo(out_dir, count: int = 16) -> dict[str, Path]:
+def write_demo(out_dir: StrPath, count: int = 16) -> dict[str, Path]:
     """Write both demo models and a folder of ``.npz`` calibration samples for each."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written = {}
+    written: dict[str, Path] = {}
     for key, (build, fname) in DEMOS.items():
         m = build()
         _atomic_save(m, out / fname)
         cdir = out / f"{Path(fname).stem}_calib"
         cdir.mkdir(exist_ok=True)
         for i, feed in enumerate(demo_inputs(m, count)):
-            np.savez(cdir / f"sample_{i:03d}.npz", **feed)
+            np.savez(cdir / f"sample_{i:03d}.npz", allow_pickle=False, **feed)
         for old in cdir.glob("sample_*.npz"):  # an earlier, larger --count's: they would be calibrated on too
             k = old.stem[len("sample_"):]
             if k.isdigit() and int(k) >= count:

@@ -20,7 +20,13 @@ from ..base.errors import BadInputError
 from ..quant.outputs import OutputMode
 
 if TYPE_CHECKING:
+    from ..base.fileio.paths import StrPath
     from ..calib.state import SessionState
+    from ..deploy.facts import Deployed
+    from ..export.qdq import ExportResult as QdqExport
+    from ..fidelity.filecompare import FileComparison
+    from ..perf import PerfResult
+    from ..perf.march import MarchProfile
     from ..quant.outputs import FloatOutput
 
 __all__ = ["ExportRequest", "ExportResult", "export", "write_perf_report", "perf_report_meta"]
@@ -48,13 +54,14 @@ class ExportRequest:
                                                 (self.overrides, "overrides file"), (self.html, "report"),
                                                 (self.csv, "CSV file")) if p is not None]
 
-    def check(self, inputs: Iterable) -> None:
+    def check(self, inputs: Iterable[StrPath | None]) -> None:
         """Refuse an output that would overwrite an input or another output, before anything is written."""
         from ..base.fileio import check_output_path
 
+        given = list(inputs)  # read once: each output is checked against all of them
         named: list[tuple[Path, str]] = []
         for p, what in self.outputs():
-            check_output_path(p, inputs=list(inputs), what=what, outputs=named)
+            check_output_path(p, inputs=given, what=what, outputs=named)
             named.append((p, what))
 
 
@@ -68,9 +75,9 @@ class ExportResult:
     kept_float: list[FloatOutput] = field(default_factory=list)  # output Concats left in float
     float_tensors: frozenset[str] = frozenset()
     accuracy: str = ""  # the exported model's accuracy on the check samples ("" without them)
-    model: object = None  # the model export's result (export_qdq)
-    against: object = None  # the written model against the QDQ file opened
-    deployed: object = None  # the deploy target's result
+    model: QdqExport | None = None  # the model export's result (export_qdq)
+    against: FileComparison | None = None  # the written model against the QDQ file opened
+    deployed: Deployed | None = None  # the deploy target's result
 
 
 def _cancel_check(cancelled: Callable[[], bool] | None) -> None:
@@ -80,7 +87,7 @@ def _cancel_check(cancelled: Callable[[], bool] | None) -> None:
         raise Cancelled("export cancelled")
 
 
-def export(session, request: ExportRequest, *, cancelled: Callable[[], bool] | None = None,
+def export(session: SessionState, request: ExportRequest, *, cancelled: Callable[[], bool] | None = None,
            progress: Callable[[str], None] | None = None) -> ExportResult:
     """Write what ``request`` asks for.  ``session``: a Snapshot, or a session no one edits meanwhile.
     ``cancelled()`` is asked between files; ``progress(text)`` is told each step."""
@@ -91,7 +98,7 @@ def export(session, request: ExportRequest, *, cancelled: Callable[[], bool] | N
         check_output_path(p, inputs=[g.path], what=what)
     rep = ExportResult()
 
-    def step(text: str | None = None):
+    def step(text: str | None = None) -> None:
         _cancel_check(cancelled)
         if text and progress is not None:
             progress(text)
@@ -106,7 +113,8 @@ def export(session, request: ExportRequest, *, cancelled: Callable[[], bool] | N
         step("writing the QDQ model")
         rep.float_tensors, rep.kept_float = float_output_tensors(g, session.baseline_domains, request.output_mode,
                                                                  session.options.float_output_max_bits_lost)
-        res = rep.model = export_qdq(session, request.model, float_tensors=rep.float_tensors)
+        res: QdqExport = export_qdq(session, request.model, float_tensors=rep.float_tensors)
+        rep.model = res
         rep.written += [res.path] + ([res.data_path] if res.data_path else [])
         rep.warnings = res.build.warnings()
         rep.notes = list(res.build.notes)
@@ -124,8 +132,8 @@ def export(session, request: ExportRequest, *, cancelled: Callable[[], bool] | N
         if request.compare_input and session.quantized_file:  # no float original: the file written against
             from ..fidelity.filecompare import compare_with_input  # the file opened
 
-            rep.against = compare_with_input(session, res.path)
-            rep.lines += rep.against.text()
+            against = rep.against = compare_with_input(session, res.path)
+            rep.lines += against.text()
             step()
         if deploy_dir is None:
             deploy_dir = res.path.parent
@@ -175,10 +183,12 @@ def _accuracy_line(session: SessionState, mode: OutputMode) -> str:
         return ""
     from ..fidelity.measure import measure_session
 
-    return measure_session(session, output_mode=mode).exported_text()
+    text: str = measure_session(session, output_mode=mode).exported_text()
+    return text
 
 
-def perf_report_meta(session: SessionState, march, after, accuracy: str = "") -> dict:
+def perf_report_meta(session: SessionState, march: MarchProfile, after: PerfResult,
+                     accuracy: str = "") -> dict[str, str | int]:
     """The perf report's header: model, input shapes and cut, march, scales, compile log,
     precision line and (after an export) the exported model's accuracy."""
     from ..files.report import cut_text
@@ -187,7 +197,8 @@ def perf_report_meta(session: SessionState, march, after, accuracy: str = "") ->
 
     g = session.graph
     shapes = ", ".join(f"{k}={format_shape(v)}" for k, v in g.input_shapes.items())
-    meta = {"model": g.path.name if g.path else "model", "input": shapes + cut_text(g), "march": march.name,
+    meta: dict[str, str | int] = {
+            "model": g.path.name if g.path else "model", "input": shapes + cut_text(g), "march": march.name,
             "nodes": len(g.nodes), "groups": len(session.groups),
             "scales": "read from the QDQ file" if session.quantized_file else
             f"calibrated ({session.calibration.data_label()})" if session.calibration else "not calibrated"}
@@ -202,9 +213,10 @@ def perf_report_meta(session: SessionState, march, after, accuracy: str = "") ->
     return meta
 
 
-def write_perf_report(session, html: Path | str | None, csv: Path | str | None, *, march=None,
-                      march_file: str | None = None, after=None, before=None, accuracy: str = "",
-                      inputs: Iterable = ()) -> list[Path]:
+def write_perf_report(session: SessionState, html: StrPath | None, csv: StrPath | None, *,
+                      march: MarchProfile | None = None, march_file: str | None = None, after: PerfResult | None = None,
+                      before: PerfResult | None = None, accuracy: str = "",
+                      inputs: Iterable[StrPath | None] = ()) -> list[Path]:
     """Write the HTML perf report and/or its CSV layer table (atomically); returns the paths written.
     ``march``/``after``/``before``: already loaded and simulated (else done here, with ``march_file``)."""
     from ..base.fileio import atomic_write_text
@@ -216,8 +228,8 @@ def write_perf_report(session, html: Path | str | None, csv: Path | str | None, 
     mf = march.path or None
     if after is None:
         after = simulate_session(session, march_file=mf)
-    inputs = list(inputs)
-    out = []
+    given = list(inputs)
+    out: list[Path] = []
     if html is not None:
         if before is None:
             before = simulate_session(session, march_file=mf, baseline=True)
@@ -225,9 +237,9 @@ def write_perf_report(session, html: Path | str | None, csv: Path | str | None, 
         meta = perf_report_meta(session, march, after, accuracy)
         atomic_write_text(html, html_report(after, before if edited else None,
                                             title=f"qtquant perf — {meta['model']} on {march.name}", meta=meta,
-                                            march=march), inputs=inputs, what="report")
+                                            march=march), inputs=given, what="report")
         out.append(Path(html))
     if csv is not None:
-        atomic_write_text(csv, csv_text(after), inputs=inputs, what="CSV file")
+        atomic_write_text(csv, csv_text(after), inputs=given, what="CSV file")
         out.append(Path(csv))
     return out

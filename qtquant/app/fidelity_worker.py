@@ -19,44 +19,61 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
+
+import numpy as np
 
 from ..base import childproc
 from ..base.errors import BadInputError, Cancelled
 
 if TYPE_CHECKING:
+    from ..calib import CalibrationResult
+    from ..calib.state import SessionState
+    from ..fidelity.report import Fidelity
+    from ..model.graphmodel import Graph
+    from ..model.qdq import QdqInfo
+    from ..quant.domains import DomainMap
+    from ..quant.groups import GroupSet
+    from ..quant.outputs import OutputMode
+    from .gcpolicy import Collector
+    from .options import Options
     from .snapshot import Snapshot
 
 __all__ = ["FidelityWorker"]
+
+# A message off the pipe from the parent: ("load", ...) or ("measure", ...), its first item saying
+# what the rest is (unpickled from this process's own parent only).
+Request: TypeAlias = "tuple[Any, ...]"
 
 
 @dataclass
 class _Holdout:
     """What the child's measure_session reads of a CalibrationResult."""
 
-    holdout: list
+    holdout: list[Mapping[str, np.ndarray]]  # the check samples' feeds
     in_sample: bool = False
-    ranges: dict = field(default_factory=dict)  # the calibrated ranges: the no-signal rule reads them
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # the no-signal rule reads them
     config: None = None  # (the data settings: only the parent's synthetic-data hint reads them)
-    check_values: list = field(default_factory=list)  # none kept: the child runs the float model itself
+    check_values: list[object] = field(default_factory=list)  # none kept: the child runs the float model itself
 
 
 @dataclass(eq=False)  # identity: measure_session's caches are keyed by it
 class _Loaded:
     """The child's session: one object per loaded model, so measure_session's caches last."""
 
-    graph: object
+    graph: Graph
     calibration: _Holdout
-    qdq: object = None  # the QdqInfo of a quantized file (the figures' reference is its float view)
-    options: object = None
-    groups: object = None
+    qdq: QdqInfo | None = None  # a quantized file's (the figures' reference is its float view)
+    options: Options | None = None  # (None until the first request sets them)
+    groups: GroupSet | None = None
     revision: int = -1
-    domains: object = None
-    baseline_domains: object = None
+    domains: DomainMap | None = None
+    baseline_domains: DomainMap | None = None
 
 
-def _parts(dm) -> dict:
+def _parts(dm: DomainMap) -> dict[str, object]:
     return {f.name: getattr(dm, f.name) for f in fields(dm)}
 
 
@@ -71,9 +88,9 @@ class _Server:
     edit's request was unpickled (its "ipc" 29 ms; 3-6 ms without) and 19.0 ms in a Resize drop's
     build; the young collections inside a mid-network share's check were 1-2 ms more."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.loaded: _Loaded | None = None
-        self._collector = None
+        self._collector: Collector | None = None
 
     def idle(self) -> None:
         """Between requests (the reply sent): the check's re-run session destroyed, then the
@@ -84,7 +101,7 @@ class _Server:
         if self._collector is not None:
             self._collector.check()
 
-    def __call__(self, request, link):
+    def __call__(self, request: Request, link: childproc.Link) -> Fidelity | None:
         if self._collector is None:
             from .gcpolicy import Collector
 
@@ -126,7 +143,10 @@ class _Server:
         elif before is not None:
             s.baseline_domains = DomainMap(**before)
         c0 = time.process_time()
-        res = measure_session(s, cancel=link.cancelled, output_mode=OutputMode(mode), follow_edits=True)
+        # The child's state is what measure_session reads of a session (a partial SessionState: the
+        # calibration is its check samples and ranges only), not a whole one.
+        res: Fidelity = measure_session(cast("SessionState", s), cancel=link.cancelled, output_mode=OutputMode(mode),
+                              follow_edits=True)
         # CPU this process spent on the check (all its threads): against the check's wall time it
         # shows how much of that time the child waited for a core (it runs at a lower priority).
         res.trace["cpu"] = (time.process_time() - c0) * 1e3
@@ -150,12 +170,12 @@ class FidelityWorker:
             cls._shared = cls()
         return cls._shared
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._child = childproc.Child(_Server(), name="qtquant-fidelity", what="the fidelity worker process",
                                       failed="fidelity check failed: {message}")
         self._lock = threading.Lock()
-        self._loaded = None  # (graph, calibration) the child holds
-        self._sent = (None, None)  # the (after, before) domain maps the child holds
+        self._loaded: tuple[Graph, CalibrationResult] | None = None  # (graph, calibration) the child holds
+        self._sent: tuple[DomainMap | None, DomainMap | None] = (None, None)  # the (after, before) maps it holds
 
     def close(self) -> None:
         with self._lock:
@@ -166,7 +186,8 @@ class FidelityWorker:
         that exits without the result (a screenshot taken before the check finished)."""
         self._child.close(grace=0)
 
-    def measure(self, snapshot: "Snapshot", *, cancel=None, quantize_outputs: bool | None = None, output_mode=None):
+    def measure(self, snapshot: Snapshot, *, cancel: Callable[[], bool] | None = None,
+                quantize_outputs: bool | None = None, output_mode: OutputMode | None = None) -> Fidelity:
         """The Fidelity of ``snapshot``: a :class:`qtquant.app.Snapshot` taken where the session is
         edited (the GUI thread), or a session no one edits meanwhile."""
         from ..fidelity.measure import output_mode_of
@@ -196,7 +217,7 @@ class FidelityWorker:
             else:
                 send_before = "same" if before is after else _parts(before)
             t1 = time.perf_counter()
-            res = self._child.call(("measure", snapshot.options, snapshot.groups, snapshot.revision,
+            res: Fidelity = self._child.call(("measure", snapshot.options, snapshot.groups, snapshot.revision,
                                     send_after, send_before, mode), cancel=cancel)
             self._sent = (after, before)
             t2 = time.perf_counter()

@@ -49,7 +49,7 @@ def model_closing() -> None:
 class Collector:
     """Generation-threshold collection, run where and when the caller says (no Qt here)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.collections = [0, 0, 0]
         self.bulk_freezes = 0
 

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnx
+
 from ..base.errors import ModelError
 from ..base.gcpause import gc_paused
 from ..model.graph import graph_from_model, reading_model
@@ -10,11 +16,18 @@ from ..model.qdq import attach_qdq, check_quantized_form, is_qdq_model, strip_qd
 from .options import Options
 from .session import Session
 
+if TYPE_CHECKING:
+    from ..base.fileio.paths import StrPath
+    from ..model.nodetable import NodeTable
+    from ..model.shape_child import Early
+    from ..model.shapes import InputShapes
+
 __all__ = ["open_model"]
 
 
 @gc_paused
-def open_model(path, input_shapes=None, options: Options = Options(), *, cut=(), stats=None) -> Session:
+def open_model(path: StrPath, input_shapes: InputShapes = None, options: Options = Options(), *,
+               cut: str | Iterable[str] = (), stats: StrPath | None = None) -> Session:
     """``cut``: tensor names (or ``a,b`` text) the graph is cut at: the session works on the
     subgraph that ends there (:func:`qtquant.model.graph.cut_model`).  ``stats``: the statistics file the
     session is to use (``qtquant calibrate --stats-out``; the caller loads it): without
@@ -24,7 +37,8 @@ def open_model(path, input_shapes=None, options: Options = Options(), *, cut=(),
         return _open(model, p, table, early, sha, input_shapes, options, cut, stats)
 
 
-def _open(model, p, table, early, sha, input_shapes, options, cut, stats) -> Session:
+def _open(model: onnx.ModelProto, p: Path, table: NodeTable | None, early: Early | None, sha: FileDigest,
+          input_shapes: InputShapes, options: Options, cut: str | Iterable[str], stats: StrPath | None) -> Session:
     check_text(model, table)
     check_external_data(model, p.parent, table)
     check_quantized_form(model, table, p.name)

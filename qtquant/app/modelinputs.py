@@ -11,22 +11,29 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 import onnx
 
-__all__ = ["model_inputs", "recorded_shapes", "default_shape", "readable_dims", "needs_shapes"]
+if TYPE_CHECKING:
+    from ..base.fileio.paths import StrPath
+
+__all__ = ["Dim", "model_inputs", "recorded_shapes", "default_shape", "readable_dims", "needs_shapes"]
+
+Dim: TypeAlias = "int | str"  # a fixed size, or the name of a dynamic dimension ("?" when unnamed)
 
 # Names a person gave a dimension are kept; generated ones are replaced by the dimension's role.
 _GENERATED = re.compile(r"(^|\.)(DynamicDimension|dynamic_axes|unk__|Dim_?)\d*|^\d+$|^[?_]*$|^unk", re.I)
 DEFAULT_IMAGE_SIDE = 640
 
 
-def _dims(t) -> list:
+def _dims(t: onnx.ValueInfoProto) -> list[Dim]:
     return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
             for d in t.type.tensor_type.shape.dim]
 
 
-def model_inputs(model) -> list[tuple[str, list]]:
+def model_inputs(model: onnx.ModelProto | StrPath) -> list[tuple[str, list[Dim]]]:
     """(name, dims) of the real inputs of ``model`` (a ModelProto or a path); a dim is an int or
     the name of a dynamic dim.  An unreadable file has none."""
     if not isinstance(model, onnx.ModelProto):
@@ -39,14 +46,14 @@ def model_inputs(model) -> list[tuple[str, list]]:
             if i.name not in inits and i.type.HasField("tensor_type")]
 
 
-def recorded_shapes(model) -> dict[str, list[int]]:
+def recorded_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
     """Input name -> a full shape the model records for it (metadata or value_info), where its
     declared shape is dynamic."""
     inputs = model_inputs(model)
     out: dict[str, list[int]] = {}
     infos = {v.name: _dims(v) for v in model.graph.value_info if v.type.HasField("tensor_type")}
     meta = {p.key: p.value for p in model.metadata_props}
-    imgsz = None
+    imgsz: list[int] | None = None
     try:
         v = ast.literal_eval(meta.get("imgsz", "")) if meta.get("imgsz") else None
         if isinstance(v, int):
@@ -59,23 +66,22 @@ def recorded_shapes(model) -> dict[str, list[int]]:
         if all(isinstance(d, int) for d in dims):
             continue
         vi = infos.get(name)
-        if vi and len(vi) == len(dims) and all(isinstance(d, int) for d in vi):
-            out[name] = vi
+        fixed = [d for d in vi if isinstance(d, int)] if vi else []
+        if vi and len(vi) == len(dims) and len(fixed) == len(vi):
+            out[name] = fixed
         elif imgsz and len(dims) == 4:
-            full = [d if isinstance(d, int) else None for d in dims]
-            full[0] = full[0] or 1
-            full[2], full[3] = full[2] or imgsz[0], full[3] or imgsz[1]
-            if full[1] is not None:
-                out[name] = full
+            n, c, h, w = (d if isinstance(d, int) else None for d in dims)
+            if c is not None:  # the channels are what no recorded image size gives
+                out[name] = [n or 1, c, h or imgsz[0], w or imgsz[1]]
     return out
 
 
-def default_shape(dims, recorded=None) -> str:
+def default_shape(dims: Sequence[Dim], recorded: Sequence[int] | None = None) -> str:
     """The shape to offer: the recorded one, else batch 1 and other dynamic dims 640 (the
     spatial dims of a 4-D input) or 1."""
     if recorded:
         return "x".join(str(v) for v in recorded)
-    vals = []
+    vals: list[int] = []
     for k, d in enumerate(dims):
         if isinstance(d, int):
             vals.append(d)
@@ -86,7 +92,7 @@ def default_shape(dims, recorded=None) -> str:
     return "x".join(str(v) for v in vals)
 
 
-def readable_dims(dims) -> str:
+def readable_dims(dims: Sequence[Dim]) -> str:
     """``batch x 3 x height x width`` for generated dynamic-dimension names; names a person chose
     (``N``, ``seq_len``) stay."""
     roles = (["batch", "channels", "height", "width"] if len(dims) == 4 else
@@ -95,6 +101,6 @@ def readable_dims(dims) -> str:
                       for k, d in enumerate(dims))
 
 
-def needs_shapes(inputs) -> bool:
+def needs_shapes(inputs: Iterable[tuple[str, Sequence[Dim]]]) -> bool:
     """True when some non-batch dim is dynamic (the loader defaults batch to 1)."""
     return any(not isinstance(d, int) for _, dims in inputs for d in dims[1:])

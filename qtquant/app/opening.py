@@ -19,6 +19,7 @@ from .session import Session
 
 if TYPE_CHECKING:
     from ..horizon.log import CompileLog
+    from ..model.shapes import InputShapes
 
 __all__ = ["OpenRequest", "open_session"]
 
@@ -26,7 +27,7 @@ __all__ = ["OpenRequest", "open_session"]
 @dataclass(frozen=True)
 class OpenRequest:
     path: Path | str
-    input_shapes: object = None  # {name: shape} or "NAME=1x3x640x640" texts; None: the shapes it was made at
+    input_shapes: InputShapes = None  # {name: shape} or "NAME=1x3x640x640" texts; None: the shapes it was made at
     options: Options = field(default_factory=Options)
     cut: tuple[str, ...] = ()  # tensor names the graph is cut at (--cut, the open dialog's "Cut at")
     stats: Path | str | None = None  # a statistics file used instead of calibrating (qtquant calibrate --stats-out)
@@ -36,7 +37,7 @@ class OpenRequest:
     log_any_shape: bool = False  # a log compiled at another input shape is applied by name
     log_scales: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         from ..model.cut import parse_cut
 
         object.__setattr__(self, "cut", parse_cut(self.cut))  # (--cut text "a,b" or names)

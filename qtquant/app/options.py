@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, TypeAlias
 
 from ..base.errors import BadInputError
-from ..base.vocab import DEFAULT_AUTO_SHARE_MAX_BITS_LOST, DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST
+from ..base.vocab import DEFAULT_AUTO_SHARE_MAX_BITS_LOST, DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST, ConcatScaleRule
 from ..calib import CalibConfig
 from ..model.scales import Scheme
 from ..quant.domains import DomainMap, Policy, build_domains
@@ -21,8 +21,13 @@ if TYPE_CHECKING:
     from ..calib import CalibrationResult
     from ..model.graphmodel import Graph
     from ..model.qdq import QdqInfo
+    from ..quant.state import QuantOptions
 
-__all__ = ["Options", "BITS_OPTIONS", "bits_option", "concat_rule", "domains_for"]
+__all__ = ["Options", "OptionValue", "BITS_OPTIONS", "bits_option", "concat_rule", "domains_for"]
+
+# A field's value as the CLI, the dialogs and project files give it (a Scheme or its text, a dict for
+# the precision map, ...): a different type per field, which Options.__post_init__ parses and checks.
+OptionValue: TypeAlias = Any
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,7 @@ class Options:
     # simulator and the export read it from here, so they describe the same file.
     output_mode: OutputMode = OutputMode.AUTO
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # Spelled as text by the CLI, the dialogs and project files: one typed value here.
         object.__setattr__(self, "scheme", Scheme.parse(self.scheme))
         if not isinstance(self.precision, PrecisionMap):
@@ -63,10 +68,10 @@ BITS_OPTIONS = {"auto_share_max_bits_lost": "auto-share threshold",
                 "float_output_max_bits_lost": "float-output threshold"}
 
 
-def bits_option(name: str, value) -> float:
+def bits_option(name: str, value: object) -> float:
     """The bits-lost option ``name`` as a float; anything but a finite number ≥ 0 is bad input (one line)."""
     try:
-        v = float(value)
+        v = float(value) if isinstance(value, (str, bytes, SupportsFloat, SupportsIndex)) else math.nan
     except (TypeError, ValueError):
         v = math.nan
     if isinstance(value, bool) or not (math.isfinite(v) and v >= 0):
@@ -74,14 +79,14 @@ def bits_option(name: str, value) -> float:
     return v
 
 
-def concat_rule(options: Options):
+def concat_rule(options: QuantOptions) -> ConcatScaleRule:
     """The Concat output-scale rule of the options' march (its profile states it)."""
     from ..perf import load_march  # cached per file: cheap on every rebuild
 
     return load_march(options.march).concat_output_scale
 
 
-def domains_for(graph: Graph, calibration: CalibrationResult | None, options: Options, qdq: QdqInfo | None,
+def domains_for(graph: Graph, calibration: CalibrationResult | None, options: QuantOptions, qdq: QdqInfo | None,
                 groups: Iterable[Sequence[str]], compiler: dict[str, tuple[float, float]] | None = None) -> DomainMap:
     """The scale domains of a session state (the live session's and a snapshot's, one rule).
     ``compiler``: tensor -> range from a compile log's thresholds (:meth:`Session.set_compiler_log`),

@@ -9,11 +9,13 @@ project was saved they are re-mapped by tensor name as an edit, a :class:`RemapG
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..base.errors import BadInputError, PlanError, QtQuantError
-from ..base.vocab import Policy, Scheme
+from ..base.vocab import Policy, Precision, Scheme
 from ..calib.cache import load_cached
 from ..files.project import load_project
 from .commands import GroupsAndPrecisionCommand
@@ -21,7 +23,13 @@ from .loader import open_model
 from .scene import ViewState
 from .options import Options
 
+if TYPE_CHECKING:
+    from ..base.fileio.paths import StrPath
+    from .session import Session
+
 __all__ = ["OpenReport", "RemapGroupsCommand", "open_project", "remap_groups"]
+
+SavedGroup: TypeAlias = "tuple[Sequence[str], str]"  # (members, name) of a group a project saved
 
 
 @dataclass
@@ -30,15 +38,15 @@ class RemapGroupsCommand(GroupsAndPrecisionCommand):
     name (:func:`remap_groups`): what no longer exists is dropped and counted in
     ``report`` (an :class:`OpenReport`)."""
 
-    groups: tuple = ()  # (members, name) of each group the project saved
-    precision: dict = field(default_factory=dict)  # tensor -> precision the project saved
-    report: object = field(default=None, repr=False)
+    groups: tuple[SavedGroup, ...] = ()  # each group the project saved
+    precision: dict[str, Precision] = field(default_factory=dict)  # tensor -> precision the project saved
+    report: OpenReport | None = field(default=None, repr=False)
 
     @property
     def text(self) -> str:
         return f"Re-map {len(self.groups)} project group(s) onto the changed model"
 
-    def apply(self, session) -> None:
+    def apply(self, session: Session) -> None:
         remap_groups(session, self.groups, self.precision, self.report)
 
 
@@ -61,7 +69,8 @@ class OpenReport:
         return msg
 
 
-def open_project(path, *, remap: bool = True, calibrate: bool = False, model=None):
+def open_project(path: StrPath, *, remap: bool = True, calibrate: bool = False,
+                 model: StrPath | None = None) -> tuple[Session, OpenReport]:
     """Open a project: returns ``(session, OpenReport)``.
 
     When the model's hash differs, groups are re-mapped by tensor name if ``remap``
@@ -84,7 +93,7 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False, model=Non
     if proj.stats_cache and not session.quantized_file:
         cache_dir = Path(proj.stats_cache)
         if not cache_dir.is_absolute():
-            cache_dir = proj.path.parent / cache_dir
+            cache_dir = Path(path).parent / cache_dir
         try:
             res = load_cached(session.graph, opts.calib, cache_dir)
         except (QtQuantError, OSError, ValueError):
@@ -107,7 +116,8 @@ def open_project(path, *, remap: bool = True, calibrate: bool = False, model=Non
     return _searched(session), report
 
 
-def remap_groups(session, groups, precision, report: OpenReport | None = None) -> None:
+def remap_groups(session: Session, groups: Iterable[SavedGroup], precision: Mapping[str, Precision],
+                 report: OpenReport | None = None) -> None:
     """Share each of ``groups`` ((members, name) pairs) and set ``precision`` (tensor -> precision) by
     tensor name: members the model lacks are dropped (a group left with fewer than two is dropped, as is
     one the sharing rules refuse), and so are the precisions of tensors gone or no longer quantized;
@@ -133,7 +143,7 @@ def remap_groups(session, groups, precision, report: OpenReport | None = None) -
         session.set_options(precision=kept)
 
 
-def _searched(session):
+def _searched(session: Session) -> Session:
     """A project calibrated with ``--observer search``: its statistics come back, the choice is made
     again on them (measured on the export with the project's groups and precision)."""
     from .calibsearch import needs_search, search_calibration

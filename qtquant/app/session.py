@@ -8,9 +8,10 @@ background work reads a :meth:`Session.snapshot`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 
 from ..calib import CalibrationResult, calibrate
 from ..quant.concat import analyze_concats
@@ -19,28 +20,43 @@ from ..quant.domains import DomainMap
 from ..quant.groups import GroupSet
 from ..base.vocab import Precision, Scheme
 from .events import SessionEvents
-from .options import Options, domains_for
-from .snapshot import StateFacts
+from .options import Options, OptionValue, domains_for
+from .snapshot import Ranges, Snapshot, StateFacts
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from ..base.fileio.paths import StrPath
     from ..calib.state import SessionState
+    from ..fidelity.accuracy.report import AccuracyReport
+    from ..fidelity.report import Fidelity
+    from ..perf import PerfResult
+    from ..model.graphmodel import Graph
+    from ..model.qdq import QdqInfo
+    from ..quant.concat import ConcatInfo
     from ..quant.state import EditableState
     from ..horizon.match import LogMatch
     from .scene import ViewState
-    from .snapshot import Snapshot
 
 __all__ = ["Session", "Result", "Derived", "derive"]
+
+Histogram: TypeAlias = "tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]"  # (counts, edges)
+_ConcatHit: TypeAlias = "tuple[DomainMap, list[ConcatInfo], frozenset[str]]"
 
 # Options the domain maps are built from (the march: its Concat output-scale rule); the others
 # (the bits-lost thresholds, the output mode, precision) leave them valid.
 _DOMAIN_FIELDS = frozenset({"scheme", "policy", "calib", "march"})
 
 
+T = TypeVar("T", covariant=True)  # a Result is read-only
+
+
 @dataclass(frozen=True)
-class Result:
+class Result(Generic[T]):
     """A background result and the session revision it was computed for."""
 
-    value: object
+    value: T
     revision: int
 
 
@@ -51,31 +67,32 @@ class Derived:
 
     calibration: CalibrationResult
     options: Options
-    groups: tuple
+    groups: tuple[tuple[str, ...], ...]
     domains: DomainMap
     baseline: DomainMap
-    concats: list
-    baseline_concats: list
-    compiler: dict | None = None  # the compile log's ranges they were built with
+    concats: list[ConcatInfo]
+    baseline_concats: list[ConcatInfo]
+    compiler: Ranges | None = None  # the compile log's ranges they were built with
 
 
-def derive(graph, calibration, options: Options, groups, qdq=None, compiler=None) -> Derived:
+def derive(graph: Graph, calibration: CalibrationResult, options: Options, groups: Iterable[Sequence[str]],
+           qdq: QdqInfo | None = None, compiler: Ranges | None = None) -> Derived:
     """Everything :meth:`Session.set_calibration` would otherwise compute on first use.
 
     Pure: pass the session's options and ``groups.as_lists()`` read where the session is
     edited; the session installs the result only if they still hold.
     """
-    groups = tuple(tuple(g) for g in groups)
-    dm = domains_for(graph, calibration, options, qdq, groups, compiler)
-    base = domains_for(graph, calibration, options, qdq, (), compiler) if groups else dm
+    members = tuple(tuple(g) for g in groups)
+    dm = domains_for(graph, calibration, options, qdq, members, compiler)
+    base = domains_for(graph, calibration, options, qdq, (), compiler) if members else dm
     ft = export_float_of(graph, options, qdq, base)
     cs = analyze_concats(graph, dm, ft)
-    return Derived(calibration, options, groups, dm, base, cs, analyze_concats(graph, base, ft) if groups else cs,
+    return Derived(calibration, options, members, dm, base, cs, analyze_concats(graph, base, ft) if members else cs,
                    compiler)
 
 
 class Session(StateFacts):
-    def __init__(self, graph, options: Options = Options(), *, qdq=None):
+    def __init__(self, graph: Graph, options: Options = Options(), *, qdq: QdqInfo | None = None):
         self.graph = graph
         self.options = options
         self.qdq = qdq  # qtquant.model.qdq.QdqInfo when the model came quantized
@@ -83,37 +100,38 @@ class Session(StateFacts):
         self.groups = GroupSet()
         self.events = SessionEvents()
         self.revision = 0  # bumps on every edit; background results carry it to detect staleness
-        self.perf: Result | None = None
-        self.perf_baseline: Result | None = None  # the same simulation without any user group
-        self.fidelity: Result | None = None
-        self.accuracy: Result | None = None  # per-tensor error and sensitivity (qtquant.fidelity.accuracy)
-        self.histograms: dict[str, tuple] = {}  # tensor -> (counts, edges) over the check samples
+        self.perf: Result[PerfResult] | None = None
+        self.perf_baseline: Result[PerfResult] | None = None  # the same simulation without any user group
+        self.fidelity: Result[Fidelity] | None = None
+        self.accuracy: Result[AccuracyReport] | None = None  # per-tensor error and sensitivity (fidelity.accuracy)
+        self.histograms: dict[str, Histogram] = {}  # tensor -> (counts, edges) over the check samples
         # A compile log placed on the graph (qtquant.horizon.match.LogMatch), and whether its
         # thresholds are the scales (the compiler's calibration) or only shown beside qtquant's.
         self.compiler_log: LogMatch | None = None
         self.compiler_scales = False
-        self._compiler_ranges: tuple | None = None  # (the LogMatch, its ranges), made once
+        self._compiler_ranges: tuple[LogMatch, Ranges] | None = None  # (the LogMatch, its ranges), made once
         # What of the module hierarchy the canvas shows (app.scene.ViewState); None: the size rule.
         # Not an edit: saved in projects, never on the undo stack.
         self.view_state: ViewState | None = None
         self._dm: DomainMap | None = None
         self._baseline_dm: DomainMap | None = None
-        self._concat_cache: dict[bool, tuple] = {}  # baseline? -> (DomainMap, analysis)
+        self._concat_cache: dict[bool, _ConcatHit] = {}  # baseline? -> (DomainMap, analysis, export float)
         self._batch_depth = 0
-        self._pending: dict[str, tuple] = {}  # kind -> emit args, while a batch is open
+        self._pending: dict[str, tuple[object, ...]] = {}  # kind -> emit args, while a batch is open
         if qdq is not None:
             self.options = replace(self.options, scheme=qdq.scheme)
 
     # -- state ----------------------------------------------------------------------------
 
-    def run_calibration(self, progress=None, cancel=None, keep_check_values: bool = False) -> CalibrationResult:
+    def run_calibration(self, progress: Callable[[int, int], object] | None = None,
+                        cancel: Callable[[], bool] | None = None, keep_check_values: bool = False) -> CalibrationResult:
         # keep_check_values: the fidelity check will follow (qtquant analyze), see calibrate()
         res = calibrate(self.graph, self.options.calib, progress=progress, cancel=cancel,
                         keep_check_values=keep_check_values)
         self.set_calibration(res)
         return res
 
-    def load_statistics(self, path, explicit=()) -> CalibrationResult:
+    def load_statistics(self, path: StrPath, explicit: Collection[str] = ()) -> CalibrationResult:
         """Use a statistics file (``qtquant calibrate --stats-out``) instead of calibrating; the
         calibration options become the file's data settings with this session's observer,
         percentile and scheme.  ``explicit``: data settings the user chose, which must match."""
@@ -140,7 +158,7 @@ class Session(StateFacts):
         self._emit("calibrated")
 
     @property
-    def compiler_ranges(self) -> dict | None:
+    def compiler_ranges(self) -> Ranges | None:
         """Tensor -> range from the compile log's thresholds when they are the scales, else None
         (also when the scheme was changed away from symmetric int8, the grid the thresholds are on)."""
         if self.compiler_log is None or not self.compiler_scales or self.options.scheme is not Scheme.SYMMETRIC_INT8:
@@ -149,7 +167,7 @@ class Session(StateFacts):
             self._compiler_ranges = (self.compiler_log, self.compiler_log.ranges())
         return self._compiler_ranges[1]
 
-    def set_compiler_log(self, match, scales: bool = True) -> None:
+    def set_compiler_log(self, match: LogMatch | None, scales: bool = True) -> None:
         """Show a compile log (a :class:`~qtquant.horizon.match.LogMatch`, None to drop it) beside
         the model; with ``scales`` its thresholds fix the scales of the tensors it gives, as a QDQ
         file's do (the compiler's calibration); the rest keep qtquant's.  Not an undoable edit: a
@@ -163,7 +181,7 @@ class Session(StateFacts):
         self._invalidate(domains=True)
         self._emit("compiler_log", match)
 
-    def set_options(self, **changes) -> None:
+    def set_options(self, **changes: OptionValue) -> None:
         """Change option fields (commands call this; see ``SetOptionsCommand``).  Fields that
         already have the value are no change: no event, no new revision."""
         unknown = set(changes) - Options.field_names()
@@ -183,9 +201,10 @@ class Session(StateFacts):
         self._invalidate(domains=bool(_DOMAIN_FIELDS & changed.keys()))
         self._emit("options", changed)
 
-    def set_precision(self, tensors, precision) -> None:
+    def set_precision(self, tensors: Iterable[str], precision: Precision | str) -> None:
         """Set ``tensors`` (tensor names, see :func:`qtquant.quant.precision.resolve_names`) to
         ``precision``; commands call this (``SetPrecisionCommand``), so it is undoable there."""
+        tensors = list(tensors)
         unknown = [t for t in tensors if not self.graph.is_quantized(t)]
         if unknown:
             from ..base.errors import BadInputError
@@ -208,7 +227,7 @@ class Session(StateFacts):
 
     # -- events ---------------------------------------------------------------------------
     @contextmanager
-    def batch(self):
+    def batch(self) -> Iterator[Session]:
         """Hold the events of everything done inside and emit each kind once at the end: one
         edit is one event per kind, however many steps it takes (auto-share, Ungroup N)."""
         self._batch_depth += 1
@@ -221,16 +240,18 @@ class Session(StateFacts):
                 for kind, args in pending.items():
                     getattr(self.events, kind).emit(*args)
 
-    def _emit(self, kind: str, *args) -> None:
+    def _emit(self, kind: str, *args: object) -> None:
         if self._batch_depth == 0:
             getattr(self.events, kind).emit(*args)
         elif kind == "options" and kind in self._pending:
-            self._pending[kind] = ({**self._pending[kind][0], **args[0]},)
+            held, new = self._pending[kind][0], args[0]
+            assert isinstance(held, dict) and isinstance(new, dict)
+            self._pending[kind] = ({**held, **new},)
         else:
             self._pending[kind] = args
 
     # -- background results ---------------------------------------------------------------
-    def set_perf(self, value, revision: int, baseline=None) -> bool:
+    def set_perf(self, value: PerfResult, revision: int, baseline: PerfResult | None = None) -> bool:
         """Install a simulation of ``revision`` (and its ungrouped baseline); one for an older
         revision is dropped (False): the session changed while it ran."""
         if revision != self.revision:
@@ -241,14 +262,14 @@ class Session(StateFacts):
         self._emit("perf", self.perf)
         return True
 
-    def set_fidelity(self, value, revision: int) -> bool:
+    def set_fidelity(self, value: Fidelity, revision: int) -> bool:
         if revision != self.revision:
             return False
         self.fidelity = Result(value, revision)
         self._emit("fidelity", self.fidelity)
         return True
 
-    def set_accuracy(self, value, revision: int) -> bool:
+    def set_accuracy(self, value: AccuracyReport, revision: int) -> bool:
         """Install an accuracy report of ``revision``; one for an older revision is dropped."""
         if revision != self.revision:
             return False
@@ -256,22 +277,27 @@ class Session(StateFacts):
         self._emit("accuracy", self.accuracy)
         return True
 
-    def is_stale(self, result: Result | None) -> bool:
+    def is_stale(self, result: Result[object] | None) -> bool:
         """True for a result of an older revision (an edit came after it); None is not stale,
         it is missing."""
         return result is not None and result.revision != self.revision
 
-    def snapshot(self):
+    def snapshot(self) -> Snapshot:
         """What background work reads, fixed now: see :class:`~qtquant.app.snapshot.Snapshot`."""
-        from .snapshot import Snapshot
-
-        return Snapshot.of(self)
+        seed: dict[bool, list[ConcatInfo]] = {}  # the analyses built already: the worker makes the others
+        for baseline in (False, True):
+            hit = self.cached_concats(baseline)
+            if hit is not None:
+                seed[baseline] = hit
+        return Snapshot(self.graph, self.options, self.calibration, self.qdq,
+                        GroupSet(list(self.groups.groups), self.groups.next_id), self.revision,
+                        self.domains, self.baseline_domains, seed, self.compiler_ranges, self.compiler_log)
 
     # -- derived --------------------------------------------------------------------------
-    def _build(self, groups) -> DomainMap:
+    def _build(self, groups: Iterable[Sequence[str]]) -> DomainMap:
         return domains_for(self.graph, self.calibration, self.options, self.qdq, groups, self.compiler_ranges)
 
-    def domains_with(self, groups) -> DomainMap:
+    def domains_with(self, groups: Iterable[Sequence[str]]) -> DomainMap:
         """The domains if ``groups`` (lists of tensors) were the user's groups: a preview, nothing cached."""
         return self._build(groups)
 
@@ -288,7 +314,7 @@ class Session(StateFacts):
             self._baseline_dm = self._build(())
         return self._baseline_dm
 
-    def concats(self, baseline: bool = False):
+    def concats(self, baseline: bool = False) -> list[ConcatInfo]:
         dm = self.baseline_domains if baseline else self.domains
         ft = self.export_float(dm)
         hit = self._concat_cache.get(bool(baseline))
@@ -296,7 +322,7 @@ class Session(StateFacts):
             hit = self._concat_cache[bool(baseline)] = (dm, analyze_concats(self.graph, dm, ft), ft)
         return hit[1]
 
-    def cached_concats(self, baseline: bool = False):
+    def cached_concats(self, baseline: bool = False) -> list[ConcatInfo] | None:
         """The analysis if it is already built for the current domains, else None (no work)."""
         dm = self._baseline_dm if baseline else self._dm
         hit = self._concat_cache.get(bool(baseline))

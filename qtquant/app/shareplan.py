@@ -15,7 +15,9 @@ A lone Concat (Ctrl+G) and a drop onto a Concat keep their own, direct paths in 
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..quant.concat import concat_members
 from ..base.errors import QtQuantError
@@ -23,10 +25,16 @@ from ..quant.groups import GroupSet, check_member, check_ships_quantized, ships_
 from ..quant.outputs import pass_through_walk
 from ..model.scales import bits_lost
 
+if TYPE_CHECKING:
+    from ..calib.state import SessionState
+    from ..model.graphitems import Node
+    from ..model.graphmodel import Graph
+    from ..quant.domains import DomainMap
+
 __all__ = ["SharePlan", "feeders", "plan_share", "member_bits"]
 
 
-def feeders(graph, concat) -> set[str]:
+def feeders(graph: Graph, concat: Node | str) -> set[str]:
     """Tensors that reach ``concat``'s inputs directly or through a chain of pass-through ops."""
     node = graph.nodes[concat] if isinstance(concat, str) else concat
     return set(pass_through_walk(graph, [t for t in node.inputs if t and t in graph.tensors], upstream=True))
@@ -36,8 +44,8 @@ def feeders(graph, concat) -> set[str]:
 class SharePlan:
     members: tuple[str, ...]  # in graph order
     concats: tuple[str, ...]  # the Concat(s) the members feed
-    bits: dict = field(default_factory=dict)  # member -> bits it would lose (None: not calibrated)
-    now: dict = field(default_factory=dict)  # member -> bits it loses today
+    bits: dict[str, float | None] = field(default_factory=dict)  # member -> bits it would lose (None: not calibrated)
+    now: dict[str, float | None] = field(default_factory=dict)  # member -> bits it loses today
     left_out: tuple[tuple[str, str], ...] = ()  # (tensor, why): caught by the selection, feeding none
     unquantized: int = 0  # outputs in the selection that can never be shared (a Conv's raw output ...)
 
@@ -59,18 +67,18 @@ class SharePlan:
         return "\n".join(lines)
 
 
-def _order(graph, tensors) -> tuple[str, ...]:
-    def key(t):
+def _order(graph: Graph, tensors: Iterable[str]) -> tuple[str, ...]:
+    def key(t: str) -> int:
         p = graph.producer(t)
         return p.index if p is not None else -1
 
     return tuple(sorted(dict.fromkeys(tensors), key=key))
 
 
-def _outputs(graph, names) -> list[str]:
+def _outputs(graph: Graph, names: Iterable[str]) -> list[str]:
     from .scene import INPUT_PREFIX, OUTPUT_PREFIX
 
-    out = []
+    out: list[str] = []
     for n in names:
         if n.startswith((INPUT_PREFIX, OUTPUT_PREFIX)):
             t = n.split(":", 1)[1]
@@ -80,7 +88,7 @@ def _outputs(graph, names) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _shareable(session, t, floats) -> str | None:
+def _shareable(session: SessionState, t: str, floats: Collection[str]) -> str | None:
     try:
         check_member(session.graph, t)
         check_ships_quantized(session, [t], floats)
@@ -89,26 +97,27 @@ def _shareable(session, t, floats) -> str | None:
     return None
 
 
-def member_bits(session, members) -> tuple[dict, dict]:
+def member_bits(session: SessionState, members: Sequence[str]
+                ) -> tuple[dict[str, float | None], dict[str, float | None]]:
     """(bits each member would lose once ``members`` share one observer, bits it loses now);
     values are None before calibration."""
     if not session.ready:
-        return {t: None for t in members}, {t: None for t in members}
+        return dict.fromkeys(members), dict.fromkeys(members)
     trial = GroupSet(list(session.groups.groups), session.groups.next_id)
     trial.share(session.graph, members)
     dm_after, dm_now = session.domains_with(trial.as_lists()), session.domains
 
-    def of(dm, t):
+    def of(dm: DomainMap, t: str) -> float | None:
         d, r = dm.domain_of(t), dm.member_range.get(t)
         return None if d is None or r is None else bits_lost(r, (d.lo, d.hi), dm.scheme)
 
     return {t: of(dm_after, t) for t in members}, {t: of(dm_now, t) for t in members}
 
 
-def plan_share(session, names) -> SharePlan | None:
-    """The proposal for Share on the nodes ``names``; None when nothing selected feeds a Concat."""
+def plan_share(session: SessionState, selected: Iterable[str]) -> SharePlan | None:
+    """The proposal for Share on the nodes ``selected``; None when nothing selected feeds a Concat."""
     g = session.graph
-    names = [n for n in names if n]
+    names = [n for n in selected if n]
     floats = ships_float(session)  # (once: every tensor below asks)
     picked = [t for t in _outputs(g, names) if _shareable(session, t, floats) is None]
     cats = [n for n in names if n in g.nodes and g.nodes[n].op_type == "Concat"]
@@ -118,7 +127,8 @@ def plan_share(session, names) -> SharePlan | None:
         members += [t for t in picked if any(t in f for f in feed.values())]
         chosen = cats
     else:
-        best, hits = None, []
+        best: str | None = None
+        hits: list[str] = []
         for node in g.concat_nodes():
             f = feeders(g, node)
             h = [t for t in picked if t in f]

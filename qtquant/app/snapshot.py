@@ -8,8 +8,9 @@ GUI thread, at submission; the worker reads only the snapshot.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..quant.concat import analyze_concats
 from ..quant.groups import GroupSet
@@ -18,12 +19,16 @@ from .options import Options, domains_for
 
 if TYPE_CHECKING:
     from ..calib import CalibrationResult
+    from ..quant.concat import ConcatInfo
+    from ..quant.precision import PrecisionMap
     from ..horizon.match import LogMatch
     from ..quant.domains import DomainMap
     from ..model.graphmodel import Graph
     from ..model.qdq import QdqInfo
 
-__all__ = ["Snapshot", "StateFacts"]
+__all__ = ["Snapshot", "StateFacts", "Ranges"]
+
+Ranges: TypeAlias = "dict[str, tuple[float, float]]"  # tensor -> (lo, hi)
 
 
 class StateFacts:
@@ -53,7 +58,7 @@ class StateFacts:
         return export_float_of(self.graph, self.options, self.qdq, self.domains if dm is None else dm)
 
     @property
-    def precision(self):
+    def precision(self) -> PrecisionMap:
         """tensor -> int16 / float (a PrecisionMap; int8 is every other tensor)."""
         return self.options.precision
 
@@ -73,31 +78,20 @@ class Snapshot(StateFacts):
     domains: DomainMap
     baseline_domains: DomainMap  # without any user group
     # baseline? -> analysis; seeded with what the session had built, else computed by the worker.
-    _concats: dict = field(default_factory=dict, repr=False)
-    compiler: dict | None = None  # the compile log's ranges, when they are the scales
+    _concats: dict[bool, list[ConcatInfo]] = field(default_factory=dict, repr=False)
+    compiler: Ranges | None = None  # the compile log's ranges, when they are the scales
     compiler_log: LogMatch | None = None  # the compile log placed on the graph (the perf report's header names it)
 
-    @classmethod
-    def of(cls, session) -> "Snapshot":
-        seed = {}
-        for baseline in (False, True):
-            hit = session.cached_concats(baseline)
-            if hit is not None:
-                seed[baseline] = hit
-        return cls(session.graph, session.options, session.calibration, session.qdq,
-                   GroupSet(list(session.groups.groups), session.groups.next_id), session.revision,
-                   session.domains, session.baseline_domains, seed, session.compiler_ranges, session.compiler_log)
-
     @property
-    def compiler_ranges(self) -> dict | None:
+    def compiler_ranges(self) -> Ranges | None:
         """As :attr:`Session.compiler_ranges`: the compile log's ranges when they are the scales."""
         return self.compiler
 
-    def domains_with(self, groups) -> "DomainMap":
+    def domains_with(self, groups: Iterable[Sequence[str]]) -> DomainMap:
         """As :meth:`Session.domains_with`: the domains if ``groups`` were the user's groups."""
         return domains_for(self.graph, self.calibration, self.options, self.qdq, groups, self.compiler)
 
-    def concats(self, baseline: bool = False):
+    def concats(self, baseline: bool = False) -> list[ConcatInfo]:
         key = bool(baseline)
         hit = self._concats.get(key)
         if hit is None:

@@ -5,17 +5,10 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import TYPE_CHECKING, cast
-
 from .common import add_common, auto_share_from_args, open_stack, read_paths
 from .compilerlog import print_log_text
 from ..base.tables import fmt_num
 from .output_options import add_output_options, output_mode_from_args
-
-if TYPE_CHECKING:
-    from ..deploy.facts import Deployed
-    from ..export.records import ExportResult as ModelExport
-    from ..fidelity.filecompare import FileComparison
 
 NAME = "fix"
 HELP = "share scales (auto-share, a --plan, or both) and export QDQ ONNX"
@@ -210,10 +203,9 @@ def run(args) -> int:
     exported = export(session, request)
     for k in exported.kept_float:
         say(f"note: {k.text()}")
-    # (app.exporting.ExportResult holds these as `object`; `fix` always writes the model)
-    result = cast("ModelExport", exported.model)
-    against = cast("FileComparison | None", exported.against)
-    deployed = cast("Deployed | None", exported.deployed)
+    result = exported.model
+    assert result is not None  # (`fix` always writes the model: its -o is required)
+    against, deployed = exported.against, exported.deployed
     float_tensors, kept_float, written = exported.float_tensors, exported.kept_float, exported.written_lines
     if args.json:
         from ..files.report import SCHEMA_VERSION

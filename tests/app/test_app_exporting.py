@@ -25,6 +25,17 @@ def test_two_outputs_on_one_path_are_refused(tmp_path):
         req.check([])
 
 
+
+def test_every_output_is_checked_against_inputs_given_once(tmp_path):
+    """The inputs may come as a one-pass iterable: the plan (the second output) over the model
+    read is refused too, not only what the first output was checked against."""
+    read = tmp_path / "in.plan.json"
+    read.write_text("{}")
+    req = ExportRequest(model=tmp_path / "o.onnx", plan=read)
+    with pytest.raises(QtQuantError, match="refusing to overwrite the input in.plan.json"):
+        req.check(p for p in [read])
+    assert read.read_text() == "{}"
+
 def test_export_writes_what_was_asked_and_says_so(calibrated, tmp_path):
     req = ExportRequest(model=tmp_path / "o.onnx", plan=tmp_path / "o.plan.json", csv=tmp_path / "o.csv")
     res = export(calibrated, req)

@@ -149,3 +149,9 @@ def test_core_functions_read_only_what_a_snapshot_has(session, tmp_path):
     assert res.path.exists()
     fid = measure_session(snap)
     assert fid.revision == snap.revision and fid.outputs
+
+
+def test_precision_set_from_a_one_pass_iterable(session):
+    """The tensors are checked, then set: a generator of names is read once, not checked and lost."""
+    session.set_precision((t for t in ["c0_out"]), "int16")
+    assert session.options.precision.of("c0_out").value == "int16"

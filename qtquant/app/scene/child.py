@@ -9,7 +9,10 @@ Nothing here imports Qt.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
+import numpy.typing as npt
 
 from ...base import childproc
 from .layout import EdgeRoute, Layout, LayoutInput, layered_layout
@@ -17,7 +20,23 @@ from .layout import EdgeRoute, Layout, LayoutInput, layered_layout
 __all__ = ["layered_layout_isolated"]
 
 
-def _pack(lay: Layout) -> dict:
+
+class Packed(TypedDict):
+    """A :class:`Layout` as arrays and numbers, for the pipe."""
+
+    pos: npt.NDArray[np.float64]  # (n, 2)
+    layers: npt.NDArray[np.int64]
+    counts: npt.NDArray[np.int64]  # points per route
+    points: npt.NDArray[np.float64]  # every route's points, one after the other: (sum of counts, 2)
+    ends: npt.NDArray[np.int64]  # (src, dst) per route
+    width: float
+    height: float
+    crossings: int
+    seconds: float
+    timings: dict[str, float]
+
+
+def _pack(lay: Layout) -> Packed:
     """Arrays instead of 100,000 small objects: unpickling those held the parent's GIL 0.2 s."""
     counts = np.array([len(r.points) for r in lay.routes], np.int64)
     pts = np.array([p for r in lay.routes for p in r.points], np.float64).reshape(-1, 2)
@@ -27,25 +46,26 @@ def _pack(lay: Layout) -> dict:
             "crossings": lay.crossings, "seconds": lay.seconds, "timings": dict(lay.timings)}
 
 
-def _unpack(d: dict) -> Layout:
+def _unpack(d: Packed) -> Layout:
     """Rebuilt in plain Python, which hands the GIL over every few ms."""
     pts = d["points"].tolist()
-    routes, k = [], 0
+    routes: list[EdgeRoute] = []
+    k = 0
     for (src, dst), n in zip(d["ends"].tolist(), d["counts"].tolist()):
-        routes.append(EdgeRoute(src, dst, [tuple(p) for p in pts[k:k + n]]))
+        routes.append(EdgeRoute(src, dst, [(x, y) for x, y in pts[k:k + n]]))
         k += n
-    return Layout([tuple(p) for p in d["pos"].tolist()], d["layers"].tolist(), routes, d["width"], d["height"],
+    return Layout([(x, y) for x, y in d["pos"].tolist()], d["layers"].tolist(), routes, d["width"], d["height"],
                   d["crossings"], d["seconds"], d["timings"])
 
 
-def _lay_out(inp: LayoutInput, link) -> dict:
+def _lay_out(inp: LayoutInput, link: childproc.Link) -> Packed:
     return _pack(layered_layout(inp))
 
 
 def layered_layout_isolated(inp: LayoutInput) -> Layout:
     """:func:`layered_layout` run in a child process."""
     try:
-        packed = childproc.run(_lay_out, inp, name="qtquant-layout", what="the layout process",
+        packed: Packed = childproc.run(_lay_out, inp, name="qtquant-layout", what="the layout process",
                                failed="layout failed: {message}")
     except OSError:  # no child processes here: lay out in this process
         return layered_layout(inp)

@@ -20,9 +20,14 @@ are hidden while the View toggle says so.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ...base.vocab import TensorKind
+
+if TYPE_CHECKING:
+    from .drawn import DrawnGraph
 
 __all__ = ["Block", "Hierarchy", "ViewState", "build_hierarchy", "node_scopes", "folded_nodes", "constant_inputs",
            "BLOCK_PREFIX", "COLLAPSE_MIN_NODES", "SCOPE_KEYS", "block_name", "block_id"]
@@ -61,12 +66,12 @@ class ViewState:
     expanded: set[str] | None = None
     hide_shapes: bool = True
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"expanded": sorted(self.expanded) if self.expanded is not None else None,
                 "hide_shape_tensors": self.hide_shapes}
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "ViewState":
+    def from_dict(cls, d: Mapping[str, object] | None) -> ViewState:
         d = d or {}
         exp = d.get("expanded")
         return cls({b for b in exp if isinstance(b, str)} if isinstance(exp, list) else None,
@@ -83,6 +88,7 @@ class Hierarchy:
         self.top_blocks = top_blocks
         self.top_nodes = top_nodes
         self.aliases = aliases  # ids merged or dissolved -> the block that holds their nodes
+        self._members: dict[str, list[str]] = {}  # block -> every node inside it (made on first use)
 
     @property
     def flat(self) -> bool:
@@ -104,7 +110,7 @@ class Hierarchy:
             b = self.blocks[node_or_block].parent
         else:
             b = self.parent_of.get(node_or_block)
-        out = []
+        out: list[str] = []
         while b is not None:
             out.append(b)
             b = self.blocks[b].parent
@@ -113,7 +119,7 @@ class Hierarchy:
 
     def members(self, bid: str) -> list[str]:
         """Every node inside ``bid``, at any depth (cached: the hierarchy never changes; do not modify)."""
-        cache = self.__dict__.setdefault("_members", {})
+        cache = self._members
         out = cache.get(bid)
         if out is None:
             out = []
@@ -126,14 +132,15 @@ class Hierarchy:
         return out
 
     def descendants(self, bid: str) -> list[str]:
-        out, stack = [], list(self.blocks[bid].blocks)
+        out: list[str] = []
+        stack = list(self.blocks[bid].blocks)
         while stack:
             b = stack.pop()
             out.append(b)
             stack.extend(self.blocks[b].blocks)
         return out
 
-    def unit_map(self, nodes, expanded: set[str]) -> dict[str, str]:
+    def unit_map(self, nodes: Iterable[str], expanded: set[str]) -> dict[str, str]:
         """node -> what stands for it on the canvas: itself, or the outermost collapsed block around it."""
         unit_of_block: dict[str, str | None] = {}  # block -> its collapsed ancestor's canvas name, or None
 
@@ -147,7 +154,7 @@ class Hierarchy:
             unit_of_block[b] = u
             return u
 
-        out = {}
+        out: dict[str, str] = {}
         for n in nodes:
             u = unit_of(self.parent_of.get(n))
             out[n] = n if u is None else u
@@ -187,7 +194,7 @@ def _parse_scope(key: str, value: str) -> list[str]:
     return [p for p in value.split("/") if p]
 
 
-def node_scopes(graph, names) -> dict[str, tuple[str, ...]]:
+def node_scopes(graph: DrawnGraph, names: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """Per node its scope path (outermost first); () for none."""
     protos = graph.node_protos  # in the order of node.index
     out: dict[str, tuple[str, ...]] = {}
@@ -208,7 +215,7 @@ def node_scopes(graph, names) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def build_hierarchy(graph, names=None) -> Hierarchy:
+def build_hierarchy(graph: DrawnGraph, names: Iterable[str] | None = None) -> Hierarchy:
     """The hierarchy of ``names`` (default: every node), in graph order."""
     names = list(graph.nodes) if names is None else list(names)
     scopes = node_scopes(graph, names)
@@ -285,7 +292,7 @@ def build_hierarchy(graph, names=None) -> Hierarchy:
     return Hierarchy(blocks, parent_of, new_top, top_nodes, live_aliases)
 
 
-def folded_nodes(graph, hide_shapes: bool = True) -> set[str]:
+def folded_nodes(graph: DrawnGraph, hide_shapes: bool = True) -> set[str]:
     """Nodes not drawn: those computed from constants only, and (``hide_shapes``) computations on shapes
     only (``Shape``/``Size`` and what is computed from their results and constants alone).
 
@@ -324,7 +331,7 @@ def folded_nodes(graph, hide_shapes: bool = True) -> set[str]:
     return out
 
 
-def constant_inputs(graph, node: str) -> list[tuple[str, str]]:
+def constant_inputs(graph: DrawnGraph, node: str) -> list[tuple[str, str]]:
     """(tensor, where it comes from) for each constant input of ``node``: initializers and tensors
     computed by folded (undrawn) nodes.  For the inspector."""
     n = graph.nodes.get(node)

@@ -22,10 +22,16 @@ Pipeline:
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
-__all__ = ["LayoutInput", "EdgeRoute", "Layout", "layered_layout", "sink_layers", "count_crossings",
+__all__ = ["Point", "LayoutInput", "EdgeRoute", "Layout", "layered_layout", "sink_layers", "count_crossings",
            "igraph_reference"]
+
+Point: TypeAlias = "tuple[float, float]"  # (x, y) in scene units
+Adjacency: TypeAlias = "Sequence[Sequence[int]]"  # vertex -> its neighbours on one side
+Edges: TypeAlias = "Sequence[tuple[int, int]]"  # (src, dst) vertex indices
 
 
 @dataclass
@@ -57,14 +63,14 @@ class Layout:
     height: float
     crossings: int
     seconds: float
-    timings: dict = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # step -> seconds
     left: float = 0.0  # the drawing's extent starts here (expanding a block can push nodes left of 0)
     top: float = 0.0
 
 
-def _adjacency(n, edges):
-    succ = [[] for _ in range(n)]
-    pred = [[] for _ in range(n)]
+def _adjacency(n: int, edges: Edges) -> tuple[list[list[int]], list[list[int]]]:
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pred: list[list[int]] = [[] for _ in range(n)]
     for a, b in edges:
         if a != b:
             succ[a].append(b)
@@ -72,7 +78,7 @@ def _adjacency(n, edges):
     return succ, pred
 
 
-def _topo(n, succ, pred):
+def _topo(n: int, succ: Adjacency, pred: Adjacency) -> list[int]:
     indeg = [len(set(p)) for p in pred]
     order = [i for i in range(n) if indeg[i] == 0]
     k = 0
@@ -89,7 +95,7 @@ def _topo(n, succ, pred):
     return order
 
 
-def sink_layers(n: int, edges, anchored=None) -> list[int]:
+def sink_layers(n: int, edges: Edges, anchored: Sequence[bool] | None = None) -> list[int]:
     """Longest-path layers; constant-only subgraphs moved down to just above their first consumer."""
     succ, pred = _adjacency(n, edges)
     order = _topo(n, succ, pred)
@@ -112,7 +118,7 @@ def sink_layers(n: int, edges, anchored=None) -> list[int]:
     return layer
 
 
-def _pav(desired, weights, seps):
+def _pav(desired: Sequence[float], weights: Sequence[float], seps: Sequence[float]) -> list[float]:
     """Positions closest (weighted L2) to ``desired`` with p[i+1] - p[i] >= seps[i], order kept."""
     n = len(desired)
     if n == 0:
@@ -121,7 +127,9 @@ def _pav(desired, weights, seps):
     for i in range(1, n):
         c[i] = c[i - 1] + seps[i - 1]
     # Isotonic regression of y = desired - c (non-decreasing), pool adjacent violators.
-    vals, wts, cnt = [], [], []
+    vals: list[float] = []
+    wts: list[float] = []
+    cnt: list[int] = []
     for i in range(n):
         v, w, k = desired[i] - c[i], weights[i], 1
         while vals and vals[-1] > v:
@@ -132,7 +140,7 @@ def _pav(desired, weights, seps):
         vals.append(v)
         wts.append(w)
         cnt.append(k)
-    out = []
+    out: list[float] = []
     i = 0
     for v, k in zip(vals, cnt):
         for _ in range(k):
@@ -179,7 +187,7 @@ def layered_layout(inp: LayoutInput, *, layer_gap: float = 64.0, node_gap: float
     t0 = time.perf_counter()
     n = len(inp.sizes)
     edges = [(a, b) for a, b in inp.edges]
-    timings = {}
+    timings: dict[str, float] = {}
     if n == 0:
         return Layout([], [], [], 0.0, 0.0, 0, 0.0)
     layers = sink_layers(n, edges, inp.anchored)
@@ -215,8 +223,8 @@ def layered_layout(inp: LayoutInput, *, layer_gap: float = 64.0, node_gap: float
         chain.append(b)
         chains.append(chain)
     nv = len(xs)
-    up = [[] for _ in range(nv)]
-    down = [[] for _ in range(nv)]
+    up: list[list[int]] = [[] for _ in range(nv)]
+    down: list[list[int]] = [[] for _ in range(nv)]
     for chain in chains:
         for u, v in zip(chain, chain[1:]):
             if u != v:
@@ -228,7 +236,7 @@ def layered_layout(inp: LayoutInput, *, layer_gap: float = 64.0, node_gap: float
         rows[vlayer[v]].append(v)
     for r in rows:
         r.sort(key=lambda v: xs[v])
-    crossings = count_crossings(rows, down) if crossings else 0
+    n_crossings = count_crossings(rows, down) if crossings else 0
 
     # Placement with real widths.
     unit = max(vwidth[:n]) * 0.6 + node_gap
@@ -240,14 +248,14 @@ def layered_layout(inp: LayoutInput, *, layer_gap: float = 64.0, node_gap: float
                 for r in rows]
     row_w = [[weight[v] for v in r] for r in rows]
 
-    def place_row(k, neigh):
+    def place_row(k: int, neigh: Adjacency | _NoNeighbours) -> None:
         r = rows[k]
         if len(r) == 1:  # most rows of a deep net: no packing needed
             nb = neigh[r[0]]
             if nb:
                 pos[r[0]] = sum(pos[u] for u in nb) / len(nb)
             return
-        desired = []
+        desired: list[float] = []
         for v in r:
             nb = neigh[v]
             desired.append(sum(pos[u] for u in nb) / len(nb) if nb else pos[v])
@@ -280,7 +288,7 @@ def layered_layout(inp: LayoutInput, *, layer_gap: float = 64.0, node_gap: float
     minx = min(pos[v] - vwidth[v] / 2 for v in range(nv))
     pos = [p - minx for p in pos]
     centres = [(pos[v], row_y[vlayer[v]]) for v in range(n)]
-    routes = []
+    routes: list[EdgeRoute] = []
     for (a, b), chain in zip(edges, chains):
         pts = [(pos[a], row_y[vlayer[a]] + inp.sizes[a][1] / 2)]
         pts += [(pos[v], row_y[vlayer[v]]) for v in chain[1:-1]]
@@ -288,18 +296,19 @@ def layered_layout(inp: LayoutInput, *, layer_gap: float = 64.0, node_gap: float
         routes.append(EdgeRoute(a, b, pts))
     width = max(pos[v] + vwidth[v] / 2 for v in range(nv))
     height = y - layer_gap
-    return Layout(centres, layers, routes, width, height, crossings, time.perf_counter() - t0, timings)
+    return Layout(centres, layers, routes, width, height, n_crossings, time.perf_counter() - t0, timings)
 
 
 class _NoNeighbours:
-    def __getitem__(self, v):
+    def __getitem__(self, v: int) -> tuple[int, ...]:
         return ()
 
 
 _NO_NEIGH = _NoNeighbours()
 
 
-def igraph_reference(n: int, edges, layers=None, maxiter: int = 100) -> tuple[float, int]:
+def igraph_reference(n: int, edges: Edges, layers: Sequence[int] | None = None,
+                     maxiter: int = 100) -> tuple[float, int]:
     """Plain ``layout_sugiyama`` (igraph's own layering): (seconds, crossings), for benchmarks."""
     import igraph as ig
 

@@ -4,42 +4,54 @@ graph before the graph is loaded.
 Loading a 20,000-node model (shape inference, the :class:`~qtquant.model.graph.Graph` with its
 tensors and kinds) takes seconds; node names, op types and the tensors between them are in the
 file.  :class:`ProtoGraph` offers the few attributes :class:`~.view.SceneModel` reads
-(``nodes``, ``tensors``, ``inputs``, ``outputs``, ``model``), so the window can show the module
+(:class:`~.drawn.DrawnGraph`), so the window can show the module
 hierarchy while the rest loads; once the real graph is there, a view with the same boxes and
 edges keeps these positions (:meth:`~.view.SceneModel.same_view`).  Shapes are unknown here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import onnx
+
 from ...model.modelcheck import FLOAT_TYPES, toposort
 from ...model.nodetable import node_names
 from ...model.ops import handler_for
 from ...base.vocab import TensorKind
+
+if TYPE_CHECKING:
+    from ...base.fileio.paths import StrPath
+    from ...model.ops import OpHandler
+    from .spec import SceneSpec
 
 __all__ = ["ProtoGraph"]
 
 class _Node:
     __slots__ = ("name", "op_type", "inputs", "outputs", "index")
 
-    def __init__(self, name, op_type, inputs, outputs, index):
+    def __init__(self, name: str, op_type: str, inputs: list[str], outputs: list[str], index: int) -> None:
         self.name, self.op_type, self.inputs, self.outputs, self.index = name, op_type, inputs, outputs, index
 
     @property
-    def handler(self):
+    def handler(self) -> OpHandler:
         return handler_for(self.op_type)
 
 
 class _Tensor:
     __slots__ = ("name", "producer", "consumers", "kind", "shape")
 
-    def __init__(self, name, kind, producer=None):
-        self.name, self.kind, self.producer, self.consumers, self.shape = name, kind, producer, [], None
+    def __init__(self, name: str, kind: TensorKind, producer: str | None = None) -> None:
+        self.name, self.kind, self.producer = name, kind, producer
+        self.consumers: list[str] = []
+        self.shape: tuple[int | None, ...] | None = None  # unknown before shape inference
 
 
 class ProtoGraph:
     """Nodes and tensors of ``model`` (a parsed ModelProto with its local functions inlined)."""
 
-    def __init__(self, model):
+    def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
         g = model.graph
         nodes = list(g.node)
@@ -51,7 +63,7 @@ class ProtoGraph:
         tensors: dict[str, _Tensor] = {}
         for t in g.initializer:
             tensors[t.name] = _Tensor(t.name, TensorKind.WEIGHT if t.data_type in FLOAT_TYPES else TensorKind.SHAPE)
-        self.inputs = []
+        self.inputs: list[str] = []
         for i in g.input:
             if i.name in tensors:
                 continue
@@ -82,11 +94,11 @@ class ProtoGraph:
         self._order = nodes  # protobuf nodes in the order of self.nodes (metadata lookups)
 
     @property
-    def node_protos(self):
+    def node_protos(self) -> Sequence[onnx.NodeProto]:
         return self._order
 
 
-def early_structure(path, min_nodes: int):
+def early_structure(path: StrPath, min_nodes: int) -> SceneSpec | None:
     """The laid-out first view of the model at ``path`` from its file alone, or None (fewer than
     ``min_nodes`` nodes: the full load is quick anyway; a QDQ file, whose graph changes when its
     Q/DQ pairs are read; anything unreadable -- the full load reports it)."""

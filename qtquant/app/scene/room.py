@@ -12,15 +12,24 @@ every box that stays (:func:`shifts`).  Nothing here imports Qt.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
+import numpy.typing as npt
+
+from .layout import Point
 
 __all__ = ["Room", "shifts", "place", "GAP_X", "GAP_Y"]
 
 GAP_X = 12.0  # the least room left between two boxes side by side (the layout keeps 28)
 GAP_Y = 20.0  # and between two rows (the layout keeps 64)
 _EPS = 1e-6
+
+Boxes: TypeAlias = "npt.NDArray[np.float64]"  # one (x0, y0, x1, y1) row per box
+Centres: TypeAlias = "Mapping[str, Point]"  # box name -> its centre
+Sizes: TypeAlias = "Callable[[str], tuple[float, float]]"  # box name -> (width, height)
 
 
 @dataclass
@@ -45,7 +54,7 @@ class Room:
         return (x, y)
 
 
-def _boxes(pos: dict, size, names) -> np.ndarray:
+def _boxes(pos: Centres, size: Sizes, names: list[str]) -> Boxes:
     out = np.empty((len(names), 4))
     for i, u in enumerate(names):
         (x, y), (w, h) = pos[u], size(u)
@@ -53,7 +62,7 @@ def _boxes(pos: dict, size, names) -> np.ndarray:
     return out
 
 
-def _limit(moving: np.ndarray, still: np.ndarray, axis: int, sign: int, want: float, gap: float) -> float:
+def _limit(moving: Boxes, still: Boxes, axis: int, sign: int, want: float, gap: float) -> float:
     """The largest shift <= ``want`` of every ``moving`` box along ``axis`` (0: x, 1: y) in
     direction ``sign`` (-1: towards smaller coordinates) that leaves ``gap`` to each ``still`` box
     it would pass (one that overlaps it across the axis and lies ahead of it)."""
@@ -77,7 +86,7 @@ def _limit(moving: np.ndarray, still: np.ndarray, axis: int, sign: int, want: fl
     return max(best, 0.0)
 
 
-def shifts(pos: dict, size, room: Room, box: tuple[float, float, float, float] | None, gone: set,
+def shifts(pos: Centres, size: Sizes, room: Room, box: tuple[float, float, float, float] | None, gone: Collection[str],
            want_x: float, want_y: float) -> Room:
     """``room`` with its shifts set: each side by up to ``want_x``, up by up to ``want_y``.
 
@@ -105,7 +114,7 @@ def shifts(pos: dict, size, room: Room, box: tuple[float, float, float, float] |
     return room
 
 
-def place(pos: dict, size, gone: set, candidates: list[tuple[float, float]], w: float, h: float) -> tuple[float, float]:
+def place(pos: Centres, size: Sizes, gone: Collection[str], candidates: list[Point], w: float, h: float) -> Point:
     """The first of ``candidates`` (box centres) where a ``w`` x ``h`` box overlaps no box that
     stays (those not in ``gone``); the first one when none is free.  A block laid out with its
     surroundings can share its rows and columns with other boxes: the middle of its area may be

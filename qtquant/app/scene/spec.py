@@ -7,11 +7,16 @@ link becomes an edge.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...model.shapes import format_shape
 from ...base.vocab import TensorKind
-from .layout import Layout, LayoutInput, layered_layout
+from .layout import Layout, LayoutInput, Point, layered_layout
+
+if TYPE_CHECKING:
+    from .drawn import DrawnGraph
 
 __all__ = ["NodeSpec", "EdgeSpec", "SceneSpec", "scene_spec", "layout_scene", "spread_ports", "shape_text",
            "node_size", "INPUT_PREFIX", "OUTPUT_PREFIX", "NODE_W", "NODE_H", "TERM_W", "TERM_H", "BLOCK_W", "BLOCK_H"]
@@ -51,36 +56,39 @@ class SceneSpec:
     nodes: list[NodeSpec]
     edges: list[EdgeSpec]
     layout: Layout | None = None
-    routes: list | None = None  # per edge, its drawn points (ports spread), set by layout_scene
-    model: object = None  # the view.SceneModel this is a view of (None: a plain drawing)
+    routes: list[list[Point]] | None = None  # per edge, its drawn points (ports spread), set by layout_scene
+    # The view.SceneModel this is a view of (None: a plain drawing); object, not SceneModel: the view
+    # module builds on this one, and the front end that reads it knows what it set.
+    model: object = None
 
 
-def shape_text(shape) -> str:
+def shape_text(shape: Sequence[int | None] | None) -> str:
     if shape is None:
         return "?"
     return format_shape(shape).replace("x", "×")
 
 
-def scene_spec(graph, skip=frozenset()) -> SceneSpec:
+def scene_spec(graph: DrawnGraph, skip: Collection[str] = frozenset()) -> SceneSpec:
     """Every node but those in ``skip`` (folded constants, hidden shape computations) and the
     tensors between the rest."""
     nodes: list[NodeSpec] = []
     index: dict[str, int] = {}
-    for t in graph.inputs:
-        tt = graph.tensors[t]
+    for name in graph.inputs:
+        tt = graph.tensors[name]
         if not tt.consumers:
             continue
-        index[INPUT_PREFIX + t] = len(nodes)
-        nodes.append(NodeSpec(INPUT_PREFIX + t, "input", t, shape_text(tt.shape), "input"))
+        index[INPUT_PREFIX + name] = len(nodes)
+        nodes.append(NodeSpec(INPUT_PREFIX + name, "input", name, shape_text(tt.shape), "input"))
     for n in graph.nodes.values():
         if n.name in skip:
             continue
         index[n.name] = len(nodes)
         nodes.append(NodeSpec(n.name, "op", n.op_type, n.name, n.handler.category))
-    for t in graph.outputs:
-        if t in graph.tensors:
-            index[OUTPUT_PREFIX + t] = len(nodes)
-            nodes.append(NodeSpec(OUTPUT_PREFIX + t, "output", t, shape_text(graph.tensors[t].shape), "output"))
+    for name in graph.outputs:
+        if name in graph.tensors:
+            index[OUTPUT_PREFIX + name] = len(nodes)
+            shape = shape_text(graph.tensors[name].shape)
+            nodes.append(NodeSpec(OUTPUT_PREFIX + name, "output", name, shape, "output"))
     edges: list[EdgeSpec] = []
     for t in graph.tensors.values():
         if t.kind == TensorKind.WEIGHT and t.producer is None:
@@ -89,7 +97,7 @@ def scene_spec(graph, skip=frozenset()) -> SceneSpec:
         if src is None or src not in index:
             continue
         label = shape_text(t.shape)
-        seen = set()
+        seen: set[str] = set()
         for c in t.consumers:
             if c in seen or c not in index:  # one edge per consumer even when it reads the tensor twice
                 continue
@@ -100,7 +108,7 @@ def scene_spec(graph, skip=frozenset()) -> SceneSpec:
     return SceneSpec(nodes, edges)
 
 
-def layout_scene(spec: SceneSpec, graph=None, *, isolate: bool = False) -> SceneSpec:
+def layout_scene(spec: SceneSpec, graph: DrawnGraph | None = None, *, isolate: bool = False) -> SceneSpec:
     """Compute the layout for ``spec`` (in place) and return it; ``isolate``: in a child process
     (see :mod:`.child`)."""
     sizes = [node_size(n.kind) for n in spec.nodes]
@@ -126,7 +134,7 @@ def _lay_out(spec: SceneSpec, inp: LayoutInput, isolate: bool) -> SceneSpec:
     return spec
 
 
-def spread_ports(spec: SceneSpec, routes, pos) -> None:
+def spread_ports(spec: SceneSpec, routes: Sequence[list[Point]], pos: Sequence[Point]) -> None:
     """Spread edge ends along a box's top/bottom instead of one point (fewer overlaps)."""
     ins: dict[int, list[int]] = {}
     outs: dict[int, dict[str, list[int]]] = {}

@@ -17,14 +17,22 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 from .hierarchy import ViewState, block_id, block_name, build_hierarchy, folded_nodes
-from .layout import EdgeRoute, Layout, LayoutInput, layered_layout
+from .layout import EdgeRoute, Layout, LayoutInput, Point, layered_layout
 from .room import Room, place, shifts
 from ...base.vocab import TensorKind
 from .spec import INPUT_PREFIX, OUTPUT_PREFIX, EdgeSpec, NodeSpec, SceneSpec, node_size, shape_text, spread_ports
 
-__all__ = ["SceneModel", "ISOLATE_MIN_UNITS"]
+if TYPE_CHECKING:
+    from .drawn import DrawnGraph
+
+__all__ = ["SceneModel", "ISOLATE_MIN_UNITS", "ViewOp"]
+
+ViewOp: TypeAlias = "tuple[str, str] | tuple[str, str, bool]"  # (what, block or node[, deep]): see SceneModel.log
+EdgeKey: TypeAlias = "tuple[str, str, str]"  # (src unit, dst unit, tensor)
 
 ISOLATE_MIN_UNITS = 2000  # a full layout of this many boxes runs in a child process (see .child)
 _VIRTUAL = (14.0, 2.0)  # size of an expanded block's entry / exit points in its own layout
@@ -33,7 +41,14 @@ _VIRTUAL = (14.0, 2.0)  # size of an expanded block's entry / exit points in its
 class SceneModel:
     """What the canvas shows of ``graph`` and where; every change returns the new :meth:`spec`."""
 
-    def __init__(self, graph, state: ViewState | None = None):
+    # Set by _remap: what stands for each node (itself or a collapsed block), the units that show in
+    # order, and the edges between them (each -> the index of its first link: an ordered set).
+    unit_of: dict[str, str]
+    units: list[str]
+    edges: dict[EdgeKey, int]
+    log_at = 0  # a frozen copy: how much of the log it has seen
+
+    def __init__(self, graph: DrawnGraph, state: ViewState | None = None) -> None:
         self.graph = graph
         self.state = state or ViewState()
         self._build_full()
@@ -41,7 +56,7 @@ class SceneModel:
         self.expanded: set[str] = ({b for b in exp if b in self.h.blocks} if exp is not None
                                    else self.h.initial_expanded(self.shown))
         self.pos: dict[str, tuple[float, float]] = {}
-        self.routes: dict[tuple[str, str, str], list] = {}  # (src unit, dst unit, tensor) -> points
+        self.routes: dict[EdgeKey, list[Point]] = {}  # edge -> its points
         # Expanded block -> the room it was given [x0, y0, x1, y1] (kept up to date as others
         # expand), so collapsing gives back exactly that room.
         self.regions: dict[str, list[float]] = {}
@@ -49,7 +64,7 @@ class SceneModel:
         # What the user opened and closed on this view, as ("expand", block, deep), ("collapse",
         # block), ("toggle", name), ("reveal", node): the structure drawn from the file records
         # them, so the loaded graph's view does them again (:meth:`redo`).
-        self.log: list[tuple] = []
+        self.log: list[ViewOp] = []
         self._remap()
 
     def _build_full(self) -> None:
@@ -59,15 +74,15 @@ class SceneModel:
         folded = self.folded = folded_nodes(g, self.state.hide_shapes)
         tensors = g.tensors
         kinds: dict[str, str] = {}
-        for t in g.inputs:
-            if tensors[t].consumers:
-                kinds[INPUT_PREFIX + t] = "input"
+        for name in g.inputs:
+            if tensors[name].consumers:
+                kinds[INPUT_PREFIX + name] = "input"
         ops = [n for n in g.nodes if n not in folded]
         for n in ops:
             kinds[n] = "op"
-        for t in g.outputs:
-            if t in tensors:
-                kinds[OUTPUT_PREFIX + t] = "output"
+        for name in g.outputs:
+            if name in tensors:
+                kinds[OUTPUT_PREFIX + name] = "output"
         links: list[tuple[str, str, str]] = []
         weight = TensorKind.WEIGHT
         for t in tensors.values():
@@ -78,7 +93,7 @@ class SceneModel:
                 p = INPUT_PREFIX + t.name
             if p not in kinds:
                 continue
-            seen = set()
+            seen: set[str] = set()
             for c in t.consumers:
                 if c not in seen and c in kinds:
                     seen.add(c)
@@ -118,7 +133,7 @@ class SceneModel:
         fresh = self.h.unit_map(members, self.expanded)
         links, affected = self._links, sorted({i for m in members for i in self._links_of.get(m, ())})
         gone_units = {umap[m] for m in members}
-        gone_edges = set()
+        gone_edges: set[EdgeKey] = set()
         for i in affected:
             s, d, t = links[i]
             gone_edges.add((umap[s], umap[d], t))
@@ -151,7 +166,7 @@ class SceneModel:
                 seen.add(u)
                 units.append(u)
         self.units = units
-        edges: dict[tuple[str, str, str], int] = {}  # (unit, unit, tensor) -> its first link (an ordered set)
+        edges: dict[EdgeKey, int] = {}  # (unit, unit, tensor) -> its first link (an ordered set)
         for i, (s, d, t) in enumerate(self._links):
             us, ud = umap[s], umap[d]
             if us != ud:
@@ -213,7 +228,8 @@ class SceneModel:
 
     def members_shown(self, bid: str) -> list[str]:
         """The units inside block ``bid`` in the current view (itself when collapsed)."""
-        seen, out = set(), []
+        seen: set[str] = set()
+        out: list[str] = []
         for m in self.h.members(bid):
             u = self.unit_of.get(m)
             if u is not None and u not in seen:
@@ -225,10 +241,11 @@ class SceneModel:
     def spec(self) -> SceneSpec:
         nodes = [self.node_spec(u) for u in self.units]
         index = {u: i for i, u in enumerate(self.units)}
-        edges, routes = [], []
+        edges: list[EdgeSpec] = []
+        routes: list[list[Point]] = []
         for (us, ud, t) in self.edges:
             edges.append(EdgeSpec(index[us], index[ud], t, self.label(t)))
-            routes.append([tuple(p) for p in self.routes[(us, ud, t)]])
+            routes.append([(x, y) for x, y in self.routes[(us, ud, t)]])
         pos = [self.pos[u] for u in self.units]
         spec = SceneSpec(nodes, edges)
         for k, es in enumerate(edges):  # ends on the boxes' borders, then spread along them
@@ -266,7 +283,7 @@ class SceneModel:
             lay = layered_layout_isolated(inp)
         else:
             lay = layered_layout(inp)
-        self.pos = {u: tuple(p) for u, p in zip(self.units, lay.pos)}
+        self.pos = {u: (x, y) for u, (x, y) in zip(self.units, lay.pos)}
         self.routes = {k: list(r.points) for k, r in zip(keys, lay.routes)}
         self.regions = {}
         self.last_seconds = time.perf_counter() - t0
@@ -291,7 +308,7 @@ class SceneModel:
         c.log_at = len(self.log)
         return c
 
-    def redo(self, ops) -> bool:
+    def redo(self, ops: Iterable[ViewOp]) -> bool:
         """Do ``ops`` (another view's :attr:`log`) on this view; True when anything changed."""
         changed = False
         for op, *args in ops:
@@ -299,7 +316,7 @@ class SceneModel:
                 changed |= bool(getattr(self, op)(*args))
         return changed
 
-    def set_expanded(self, expanded) -> None:
+    def set_expanded(self, expanded: Iterable[str]) -> None:
         """A new expanded set; positions are stale until :meth:`layout_all`."""
         self.expanded = {b for b in expanded if b in self.h.blocks}
         self._remap()
@@ -330,15 +347,15 @@ class SceneModel:
     def expand(self, bid: str, deep: bool = False) -> bool:
         """Open block ``bid`` (and the blocks around it first; ``deep``: every block inside it
         too, laid out as one); False when there is nothing to do."""
-        bid = self.h.resolve(bid)
-        if bid is None or (bid in self.expanded and not deep):
+        found = self.h.resolve(bid)
+        if found is None or (found in self.expanded and not deep):
             return False
-        if bid in self.expanded:  # open already: deep means closing it and opening it fully
-            self.collapse(bid)
-        for outer in self.h.path(bid):
+        if found in self.expanded:  # open already: deep means closing it and opening it fully
+            self.collapse(found)
+        for outer in self.h.path(found):
             if outer not in self.expanded:
                 self.expand(outer)
-        self._expand_one(bid, deep)
+        self._expand_one(found, deep)
         return True
 
     def reveal(self, node: str) -> bool:
@@ -371,8 +388,8 @@ class SceneModel:
         inside = self.members_shown(bid)
         inset = set(inside)
         # The block's own layout: its units, an entry per outside producer, an exit per outside consumer.
-        names = list(inside)
-        idx = {u: i for i, u in enumerate(names)}
+        names: list[str | tuple[str, str]] = list(inside)  # a unit, or ("in"/"out", the unit outside)
+        idx = {u: i for i, u in enumerate(inside)}
         entries: dict[str, int] = {}
         exits: dict[str, int] = {}
         pairs: dict[tuple[int, int], int] = {}
@@ -407,21 +424,21 @@ class SceneModel:
         below = by + bh / 2
         band_lo, band_hi = oy, oy + h
 
-        def f(x, y):
+        def f(x: float, y: float) -> Point:
             if y > below:
                 return (x, y + dh)
             if band_lo <= y <= band_hi and dw:
                 return (x + dw / 2, y) if x > bx else ((x - dw / 2, y) if x < bx else (x, y))
             return (x, y)
 
-        def off(points):
+        def off(points: Sequence[Point]) -> list[Point]:
             return [(x + ox, y + oy) for x, y in points]
 
         pos = {u: f(*p) for u, p in self.pos.items() if u != B}
         for u in inside:
             x, y = lay.pos[idx[u]]
             pos[u] = (x + ox, y + oy)
-        routes = {}
+        routes: dict[EdgeKey, list[Point]] = {}
         for key in self.edges:
             us, ud, t = key
             if us in inset and ud in inset:
@@ -451,9 +468,10 @@ class SceneModel:
         one opened first (each the inverse of its expansion); then ``bid`` gives back its own, or,
         laid out with its surroundings, as much as keeps every box clear of the others
         (:mod:`.room`)."""
-        bid = self.h.resolve(bid)
-        if bid is None or bid not in self.expanded or any(b not in self.expanded for b in self.h.path(bid)):
+        found = self.h.resolve(bid)
+        if found is None or found not in self.expanded or any(b not in self.expanded for b in self.h.path(found)):
             return False
+        bid = found
         t0 = time.perf_counter()
         inner = set(self.h.descendants(bid))
         for d in [d for d in reversed(self.regions) if d in inner]:
@@ -468,9 +486,9 @@ class SceneModel:
         x1 = max(x + w / 2 for (x, _), (w, _h) in boxes)
         y0 = min(y - h / 2 for (_, y), (_w, h) in boxes)
         y1 = max(y + h / 2 for (_, y), (_w, h) in boxes)
-        room = self.regions.pop(bid, None)
-        if room is not None:  # the room it was given: everything inside it, entries and exits too
-            x0, y0, x1, y1 = min(x0, room[0]), min(y0, room[1]), max(x1, room[2]), max(y1, room[3])
+        given = self.regions.pop(bid, None)
+        if given is not None:  # the room it was given: everything inside it, entries and exits too
+            x0, y0, x1, y1 = min(x0, given[0]), min(y0, given[1]), max(x1, given[2]), max(y1, given[3])
         # else laid out with what surrounds it: the area its boxes cover, given back as far as it can be
         # (other boxes may share it: the box goes where it hits none, its top row first)
         mid = (x0 + x1) / 2
@@ -482,8 +500,8 @@ class SceneModel:
                       max(0.0, (y1 - y0) - bh))
         g = room.moves
         old_routes = self.routes
-        into: dict[tuple[str, str], list] = {}  # (outside producer, tensor) -> an old route into the block
-        out_of: dict[tuple[str, str], list] = {}
+        into: dict[tuple[str, str], list[Point]] = {}  # (outside producer, tensor) -> an old route into the block
+        out_of: dict[tuple[str, str], list[Point]] = {}
         for (us, ud, t), pts in old_routes.items():
             if ud in inset and us not in inset:
                 into.setdefault((us, t), pts)
@@ -496,7 +514,7 @@ class SceneModel:
         pos = self.pos
         pos[B] = (cx, cy)
         top, bottom = cy - bh / 2, cy + bh / 2
-        routes = {}
+        routes: dict[EdgeKey, list[Point]] = {}
         for key in self.edges:
             us, ud, t = key
             if ud == B:
@@ -511,7 +529,7 @@ class SceneModel:
         self.last_seconds = time.perf_counter() - t0
         return True
 
-    def _move_all(self, room: Room, bid: str, gone: set) -> None:
+    def _move_all(self, room: Room, bid: str, gone: Collection[str]) -> None:
         """Apply ``room``'s shifts (block ``bid`` closing) to the boxes outside ``gone`` and to the
         other blocks' rooms (those around ``bid`` shrink by them)."""
         g = room.moves

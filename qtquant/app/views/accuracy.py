@@ -4,10 +4,16 @@ sensitivity dock's rows, the inspector's two SQNR figures, the trade-off plot's 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeGuard
 
 from ...base.tables import fmt_num
 from ...base.vocab import Precision, RankedBy
+
+if TYPE_CHECKING:
+    from ...fidelity.accuracy.report import AccuracyReport
+    from ...fidelity.accuracy.share import SqnrShareReport
 
 __all__ = ["error_range", "finite", "SensitivityRow", "sensitivity_rows", "tensor_error_text",
            "status_text", "TradeoffPoint", "tradeoff_points", "ERROR_SPAN_DB", "SENSITIVITY_HEADERS",
@@ -19,7 +25,7 @@ SENSITIVITY_HEADERS = ("Node", "Precision", "Gain dB", "How", "Worst slice after
 PER_US_COLUMN = 6  # the ranking's order: the dock sorts by it, highest first
 
 
-def sensitivity_headers(report) -> tuple[str, ...]:
+def sensitivity_headers(report: AccuracyReport | None) -> tuple[str, ...]:
     """:data:`SENSITIVITY_HEADERS`, the gain's unit the report's (pp where it ranks by agreement)."""
     if report is None or report.ranked_by is RankedBy.SQNR:
         return SENSITIVITY_HEADERS
@@ -28,11 +34,11 @@ def sensitivity_headers(report) -> tuple[str, ...]:
                  for h in SENSITIVITY_HEADERS)
 
 
-def finite(x) -> bool:
+def finite(x: object) -> TypeGuard[float]:
     return x is not None and isinstance(x, float) and math.isfinite(x)
 
 
-def error_range(values) -> tuple[float, float]:
+def error_range(values: Iterable[float | None]) -> tuple[float, float]:
     """(lowest, highest) dB the ramp spans: the measured values, at least :data:`ERROR_SPAN_DB` wide."""
     vals = [v for v in values if finite(v)]
     if not vals:
@@ -47,7 +53,7 @@ def error_range(values) -> tuple[float, float]:
 class SensitivityRow:
     node: str
     cells: tuple[str, ...]  # as SENSITIVITY_HEADERS
-    keys: tuple  # per column: what the column sorts by
+    keys: tuple[str | float, ...]  # per column: what the column sorts by
     measured: bool
     precision: Precision = Precision.FLOAT
     tensors: tuple[str, ...] = ()  # what applying the row sets to ``precision``
@@ -60,18 +66,18 @@ class SensitivityRow:
         return f"{self.node}: {self.precision.value}"
 
 
-def _num_text(x, signed=False) -> str:
+def _num_text(x: float | None, signed: bool = False) -> str:
     if not finite(x):
         return "n/a"
     return fmt_num(x, signed=signed)
 
 
-def sensitivity_rows(report) -> list[SensitivityRow]:
+def sensitivity_rows(report: AccuracyReport | None) -> list[SensitivityRow]:
     """One row per candidate, in the ranking's order; the dB/µs column sorts in that order too."""
     from ...fidelity.accuracy.report import latency_text, per_us_text
 
-    rows = []
-    cands = report.sensitivity if report is not None else ()
+    rows: list[SensitivityRow] = []
+    cands = report.sensitivity if report is not None else []
     for k, s in enumerate(cands):
         gain = s.gain if finite(s.gain) else -math.inf
         after = s.after_text()
@@ -84,22 +90,23 @@ def sensitivity_rows(report) -> list[SensitivityRow]:
     return rows
 
 
-def tensor_error_text(report, tensor: str) -> str:
+def tensor_error_text(report: AccuracyReport | None, tensor: str) -> str:
     """'SQNR 12.46 dB cumulative, 29.00 dB local (7 samples in-sample …)', or '' when unmeasured."""
     t = report.tensor(tensor) if report is not None else None
-    if t is None:
+    if report is None or t is None:
         return ""
     local = "kept in float" if t.local_sqnr_db is None else f"{_num_text(t.local_sqnr_db)} dB local"
     return f"SQNR {_num_text(t.sqnr_db)} dB cumulative, {local} ({report.sample_text})"
 
 
-def status_text(report, stale: bool = False) -> str:
+def status_text(report: AccuracyReport | None, stale: bool = False) -> str:
     if report is None:
         return "No accuracy check yet: Measure runs it on the check samples (a minute on a small detector)."
     n = len({s.node for s in report.sensitivity})
     m = sum(1 for s in report.sensitivity if not s.estimate)
-    if report.ranked_by is RankedBy.AGREEMENT:  # integer outputs only: ranked by how often they agree
-        label, share = report.base.worst_agreement
+    agreement = report.base.worst_agreement  # set whenever the ranking is by agreement
+    if report.ranked_by is RankedBy.AGREEMENT and agreement is not None:  # integer outputs only
+        label, share = agreement
         worst = f"none (integer outputs); least agreeing {label} {RankedBy.AGREEMENT.value_text(share)}"
     else:
         worst = f"{report.base.worst_label or 'no slice measured'} {_num_text(report.base.worst_db)} dB"
@@ -116,5 +123,5 @@ class TradeoffPoint:
     concat: str
 
 
-def tradeoff_points(share_report) -> list[TradeoffPoint]:
+def tradeoff_points(share_report: SqnrShareReport) -> list[TradeoffPoint]:
     return [TradeoffPoint(s.removed, s.worst_db, s.accepted, s.concat) for s in share_report.steps]

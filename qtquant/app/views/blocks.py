@@ -8,14 +8,15 @@ the block's edge for the same tensor.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from ...base.vocab import Overlay
 from ..scene.hierarchy import block_id
 from .fmt import fmt_us
-from .looks import FADED_LOOK, LATENCY_BADGE, Badge, NodeLook, rescale_badge
+from .lookitems import FADED_LOOK, Badge, Looks, NodeLook
+from .looks import LATENCY_BADGE, rescale_badge
 from .palette import mismatch_band, mismatch_hex
 from .perfdata import node_us
 from .concats import concat_rows
@@ -23,6 +24,10 @@ from ...base.tables import fmt_num
 
 if TYPE_CHECKING:
     from ...fidelity.accuracy import AccuracyReport
+    from ...perf import PerfResult
+    from ...quant.concat import ConcatInfo
+    from ..scene.view import SceneModel
+    from ..session import Session
 
 __all__ = ["BlockSummary", "block_summaries", "fill_block_looks", "worst_concat", "node_sqnr", "SQNR_BADGE"]
 
@@ -32,22 +37,23 @@ SQNR_BADGE = "#4a148c"
 class BlockSummary:
     __slots__ = ("rescales", "concats", "worst", "latency_us", "sqnr_db")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.rescales = 0
         self.concats = 0
-        self.worst = None  # the ConcatInfo with the worst mismatch inside
+        self.worst: ConcatInfo | None = None  # the Concat with the worst mismatch inside
         self.latency_us = 0.0
         self.sqnr_db: float | None = None
 
 
-def _worse(a, b) -> bool:
+def _worse(a: ConcatInfo, b: ConcatInfo) -> bool:
     """Is Concat ``a`` a worse mismatch than ``b``?"""
     ka = (mismatch_band(a.ratio, a.rescales), a.rescales > 0, a.ratio if math.isfinite(a.ratio) else 1e30)
     kb = (mismatch_band(b.ratio, b.rescales), b.rescales > 0, b.ratio if math.isfinite(b.ratio) else 1e30)
     return ka > kb
 
 
-def block_summaries(model, concats=None, perf=None, sqnr: dict | None = None) -> dict[str, BlockSummary]:
+def block_summaries(model: SceneModel, concats: Iterable[ConcatInfo] | None = None, perf: PerfResult | None = None,
+                    sqnr: Mapping[str, float | None] | None = None) -> dict[str, BlockSummary]:
     """Canvas block name -> what its collapsed box aggregates, for every collapsed block shown."""
     # One pass over the figures, each charged to the block that shows its node: not a walk of
     # every block's members (20,000 nodes in 700 blocks, on the GUI thread, at every looks pass).
@@ -56,27 +62,28 @@ def block_summaries(model, concats=None, perf=None, sqnr: dict | None = None) ->
         return out
     unit_of = model.unit_of
     for c in concats or ():
-        s = out.get(unit_of.get(c.node))
+        s = out.get(unit_of.get(c.node, ""))  # ("": not shown)
         if s is not None:
             s.concats += 1
             s.rescales += c.rescales
             if s.worst is None or _worse(c, s.worst):
                 s.worst = c
-    for n, v in (node_us(perf) if perf is not None else {}).items():
-        s = out.get(unit_of.get(n))
+    for n, us in (node_us(perf) if perf is not None else {}).items():
+        s = out.get(unit_of.get(n, ""))
         if s is not None:
-            s.latency_us += v
-    for n, v in (sqnr or {}).items():
-        s = out.get(unit_of.get(n))
-        if s is not None and v is not None and (s.sqnr_db is None or v < s.sqnr_db):
-            s.sqnr_db = v
+            s.latency_us += us
+    for n, db in (sqnr or {}).items():
+        s = out.get(unit_of.get(n, ""))
+        if s is not None and db is not None and (s.sqnr_db is None or db < s.sqnr_db):
+            s.sqnr_db = db
     return out
 
 
-def fill_block_looks(looks, model, mode: str, concats=None, perf=None, sqnr: dict | None = None) -> None:
+def fill_block_looks(looks: Looks, model: SceneModel, mode: str, concats: Iterable[ConcatInfo] | None = None,
+                     perf: PerfResult | None = None, sqnr: Mapping[str, float | None] | None = None) -> None:
     """Add the collapsed blocks' looks to ``looks`` (filled for the graph's nodes already)."""
     for unit, s in block_summaries(model, concats, perf, sqnr).items():
-        badges = []
+        badges: list[Badge] = []
         if s.rescales:
             badges.append(rescale_badge(s.rescales))
         if mode == Overlay.LATENCY and s.latency_us >= 0.005:
@@ -110,9 +117,10 @@ def node_sqnr(report: AccuracyReport | None) -> dict[str, float] | None:
     return out
 
 
-def worst_concat(session) -> str | None:
+def worst_concat(session: Session | None) -> str | None:
     """The Concat to open on: the highest rescale cost (simulated), then the highest ratio."""
-    best, key = None, None
+    best: str | None = None
+    key: tuple[float, int, float] | None = None
     for r in concat_rows(session):
         if not r.rescales:
             continue

@@ -4,6 +4,7 @@ inspector show (docs/compiler-log.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from ...horizon.reconcile import ConcatReconciliation, Reconciliation, Verdict, reconcile_concats
@@ -12,6 +13,9 @@ from .palette import heat_hex
 
 if TYPE_CHECKING:
     from ...calib.state import SessionState
+    from ...horizon.match import LogMatch
+    from ...quant.concat import ConcatInfo
+    from .lookitems import Looks
 
 __all__ = ["COMPILER_EDGE", "COMPILER_AGREE_EDGE", "COMPILER_BADGE", "compiler_reconciliation", "mark_compiler",
            "cosine_looks", "log_cell", "log_tooltip", "log_inspector_lines", "COSINE_BADGES"]
@@ -24,7 +28,8 @@ COSINE_BADGES = 12
 """The lowest cosines get a badge with the figure; the rest only their colour."""
 
 
-def compiler_reconciliation(session: SessionState | None, concats=None) -> Reconciliation | None:
+def compiler_reconciliation(session: SessionState | None,
+                            concats: Sequence[ConcatInfo] | None = None) -> Reconciliation | None:
     """The log's requantize lists beside ``concats`` (default: the session's analysis), or None."""
     if session is None or session.compiler_log is None:
         return None
@@ -36,7 +41,7 @@ def compiler_reconciliation(session: SessionState | None, concats=None) -> Recon
     return reconcile_concats(match, concats)
 
 
-def mark_compiler(looks, rec: Reconciliation) -> None:
+def mark_compiler(looks: Looks, rec: Reconciliation) -> None:
     """In every overlay: the compiler's requantized Concat inputs as dashed edges (purple where
     qtquant predicts the rescale too, blue where it does not) and a "log N" badge on each Concat
     the compiler requantizes inputs of.  qtquant's own prediction keeps its solid edges."""
@@ -59,7 +64,7 @@ def mark_compiler(looks, rec: Reconciliation) -> None:
                                            base.border_width)
 
 
-def cosine_looks(looks, parts, match):
+def cosine_looks(looks: Looks, parts: Sequence[Sequence[str]], match: LogMatch | None) -> Iterator[None]:
     """The Compiler-cosine overlay (a generator, as :func:`~.looks.fill_looks`): each node the log
     names coloured by how far its cosine similarity falls below 1 (the lowest in the log darkest),
     the lowest few badged with the figure."""
@@ -73,9 +78,9 @@ def cosine_looks(looks, parts, match):
         looks.legend = Legend(Overlay.COSINE, "Compiler cosine: the log has no cosine figures")
         return
     yield
-    cos = {n: r.cosine for n, r in ranked}
+    cos = {n: r.cosine for n, r in ranked if r.cosine is not None}  # (every ranked row has one)
     badged = {n for n, _ in ranked[:COSINE_BADGES]}
-    worst = ranked[0][1].cosine
+    worst = min(cos.values())
     span = max(1.0 - worst, 1e-6)
     nodes = looks.nodes
     for part in parts:
@@ -131,5 +136,5 @@ def log_inspector_lines(c: ConcatReconciliation | None) -> list[tuple[str, str]]
     return rows
 
 
-def _thr(x) -> str:
+def _thr(x: float | None) -> str:
     return "—" if x is None else f"{x:.4g}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ from .perfdata import rescale_us_by_concat
 if TYPE_CHECKING:
     from ...horizon.reconcile import ConcatReconciliation
     from ...quant.concat import ConcatInfo
+    from ..session import Session
 
 __all__ = ["CONCAT_HEADERS", "CONCAT_TIPS", "ConcatRow", "concat_rows", "concat_status", "ModelInfoView",
            "model_info"]
@@ -97,26 +99,26 @@ _RULE_SHOWN = {
 }
 
 
-def _concats(session):
+def _concats(session: Session | None) -> list[ConcatInfo] | None:
     return session.concats() if session is not None and session.ready else None
 
 
-def concat_rows(session) -> list[ConcatRow]:
+def concat_rows(session: Session | None) -> list[ConcatRow]:
     """In the analysis' order (the table sorts); empty before calibration."""
     perf = session.perf.value if session is not None and session.perf is not None else None
     gains = rescale_us_by_concat(perf)
-    cs = _concats(session) or ()
+    cs = _concats(session) or []
     rec = compiler_reconciliation(session, cs) if cs else None
     return [ConcatRow(c.node, len(c.inputs), c.ratio, c.rescales,
                       max((m.bits_lost_if_shared for m in c.inputs if not m.constant), default=0.0),
                       gains.get(c.node), c, rec.of(c.node) if rec is not None else None) for c in cs]
 
 
-def _totals(cs) -> tuple[int, int, int]:
+def _totals(cs: Sequence[ConcatInfo]) -> tuple[int, int, int]:
     return len(cs), sum(1 for c in cs if c.rescales), sum(c.rescales for c in cs)
 
 
-def concat_status(session) -> str:
+def concat_status(session: Session | None) -> str:
     """The line under the table."""
     if session is None:
         return ""
@@ -140,7 +142,7 @@ class ModelInfoView:
     concats: str = "—"
 
 
-def model_info(session) -> ModelInfoView:
+def model_info(session: Session | None) -> ModelInfoView:
     if session is None:
         return ModelInfoView()
     g, o = session.graph, session.options
@@ -186,7 +188,7 @@ def model_info(session) -> ModelInfoView:
         nodes=f"{len(g.nodes)} ops, {len(g.tensors)} tensors, opset {g.opset}"
               + (f" (raised from {g.source_opset})" if g.source_opset is not None else ""),
         inputs=", ".join(f"{k} {format_shape(v)}" for k, v in g.input_shapes.items()) or "—",
-        quantization=("QDQ file" + (f" (invalid at opset {g.qdq_info.opset})" if invalid else "") + ", "
+        quantization=("QDQ file" + (f" (invalid at opset {g.qdq_info.opset})" if invalid and g.qdq_info else "") + ", "
                       if session.quantized_file else "float model, ")
         + f"{o.scheme.value}, policy {o.policy.value}"
         + _RULE_SHOWN.get(concat_rule(o), ""),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 __all__ = ["fmt_us", "fmt_bytes", "fmt_ratio", "fmt_scale", "fmt_bits", "scope_of", "in_scope", "distinct_parts"]
 
@@ -58,14 +59,14 @@ def in_scope(name: str, scope: str) -> str:
     return name[len(scope):] if scope and name.startswith(scope) and len(name) > len(scope) else name
 
 
-def distinct_parts(names) -> list[str]:
+def distinct_parts(items: Iterable[object]) -> list[str]:
     """The part of each name that tells it from the others in one list: the shared leading path
     ("/model.1/") and a shared tail ("_output_0") become "…", and of the rest only as many trailing
     path parts as tell the rows apart stay, so a narrow column shows "…Conv…", "…Sigmoid…", "…Mul…"
     where eliding in the middle showed "/mod…ut_0" for every row."""
     import os
 
-    names = [str(n) for n in names]
+    names = [str(n) for n in items]
     if len(set(names)) < 2:
         return names
     pre = os.path.commonprefix(names)

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...model.scales import bits_lost
 from .fmt import fmt_bits, fmt_scale, fmt_us
 from .palette import group_hex
 from .perfdata import rescale_us_by_concat
+
+if TYPE_CHECKING:
+    from ...model.graphmodel import Graph
+    from ...quant.groups import Group
+    from ..session import Session
 
 __all__ = ["GROUP_HEADERS", "GROUP_TIPS", "MemberRow", "GroupRow", "group_rows"]
 
@@ -74,7 +81,7 @@ class GroupRow:
         return "\n".join(tip + list(self.notes))
 
 
-def _concats_by_group(graph, groups) -> dict[int, list[str]]:
+def _concats_by_group(graph: Graph, groups: Iterable[Group]) -> dict[int, list[str]]:
     """Concats whose inputs or output a group holds; a Concat counts once, for the group
     holding its output if any, else the first group touching it (so savings add up)."""
     of = {t: g.id for g in groups for t in g.members}
@@ -88,7 +95,7 @@ def _concats_by_group(graph, groups) -> dict[int, list[str]]:
     return out
 
 
-def group_rows(session) -> list[GroupRow]:
+def group_rows(session: Session) -> list[GroupRow]:
     g = session.graph
     groups = list(session.groups)
     ready = session.ready
@@ -97,14 +104,17 @@ def group_rows(session) -> list[GroupRow]:
     after = rescale_us_by_concat(session.perf.value if session.perf is not None else None)
     before = rescale_us_by_concat(session.perf_baseline.value if session.perf_baseline is not None else None)
     by_group = _concats_by_group(g, groups)
-    rows = []
+    rows: list[GroupRow] = []
     for gr in groups:
-        members, worst, scale = [], None, None
+        members: list[MemberRow] = []
+        worst: float | None = None
+        scale: float | None = None
         for t in gr.members:
             p = g.tensors[t].producer if t in g.tensors else None
-            b = own = None
-            if dm is not None and t in dm.of:
-                d = dm.domain_of(t)
+            b: float | None = None
+            own: float | None = None
+            d = dm.domain_of(t) if dm is not None else None
+            if dm is not None and base is not None and d is not None:
                 scale = d.scale if scale is None else scale
                 own = base.scale_of(t)
                 r = dm.member_range.get(t)

@@ -18,7 +18,7 @@ class Badge:
     bg: str
     fg: str = ""  # "": readable on bg
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.fg:
             object.__setattr__(self, "fg", text_on(self.bg))
 
@@ -48,8 +48,8 @@ class Legend:
 
 @dataclass
 class Looks:
-    nodes: dict = field(default_factory=dict)  # name -> NodeLook
-    edges: dict = field(default_factory=dict)  # (tensor, dst) -> EdgeLook
+    nodes: dict[str, NodeLook] = field(default_factory=dict)  # node name -> its look
+    edges: dict[tuple[str, str], EdgeLook] = field(default_factory=dict)  # (tensor, dst node) -> its look
     edge_default: EdgeLook | None = None
     legend: Legend = Legend()
 

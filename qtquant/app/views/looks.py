@@ -9,6 +9,8 @@ because a look never changes.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 from ...quant.precision import RANK, chain_nodes
 from ...base.tables import fmt_num
@@ -18,6 +20,15 @@ from .fmt import fmt_us
 from .palette import BAND_EDGE_COLORS, UNCALIBRATED, heat_hex, mismatch_band, mismatch_hex
 from .lookitems import FADED_LOOK, PLAIN, Badge, EdgeLook, Legend, Looks, NodeLook
 from .perfdata import node_detail, node_us
+
+if TYPE_CHECKING:
+    from ...fidelity.accuracy.report import AccuracyReport
+    from ...horizon.match import LogMatch
+    from ...model.graphmodel import Graph
+    from ...perf import PerfResult
+    from ...quant.concat import ConcatInfo
+
+Parts: TypeAlias = "Sequence[Sequence[str]]"  # the graph's node names in runs, with a yield after each
 
 __all__ = ["Badge", "NodeLook", "EdgeLook", "Legend", "Looks", "compute_looks", "fill_looks", "node_bits",
            "rescale_badge", "precision_badge", "error_looks", "PRECISION_BADGES"]
@@ -41,7 +52,7 @@ def rescale_badge(n: int) -> Badge:
     return Badge(f"+{n} rescale", RESCALE_BADGE)
 
 
-def node_bits(graph, concats) -> dict[str, float]:
+def node_bits(graph: Graph, concats: Iterable[ConcatInfo] | None) -> dict[str, float]:
     """Per node: bits lost by its output now (after groups) or, for Concat inputs, if shared."""
     out: dict[str, float] = {}
     for c in concats or ():
@@ -59,13 +70,14 @@ def node_bits(graph, concats) -> dict[str, float]:
     return out
 
 
-def _concat_base(c) -> NodeLook:
+def _concat_base(c: ConcatInfo) -> NodeLook:
     return NodeLook(fill=mismatch_hex(c.ratio, c.rescales), border_width=2.0,
                     badges=(rescale_badge(c.rescales),) if c.rescales else ())
 
 
-def compute_looks(graph, mode: str, concats=None, perf=None, precision=None, *, accuracy=None,
-                  local: bool = False, compiler=None) -> Looks:
+def compute_looks(graph: Graph, mode: str, concats: Sequence[ConcatInfo] | None = None, perf: PerfResult | None = None,
+                  precision: Mapping[str, Precision | str] | None = None, *, accuracy: AccuracyReport | None = None,
+                  local: bool = False, compiler: LogMatch | None = None) -> Looks:
     looks = Looks()
     for _ in fill_looks(looks, graph, mode, concats, perf, precision=precision, accuracy=accuracy, local=local,
                         compiler=compiler):
@@ -76,8 +88,10 @@ def compute_looks(graph, mode: str, concats=None, perf=None, precision=None, *, 
 _STEP = 1000  # nodes between two yields of fill_looks (~3 ms of work in the latency mode)
 
 
-def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: int | None = None, *,
-               precision=None, accuracy=None, local: bool = False, compiler=None):
+def fill_looks(looks: Looks, graph: Graph, mode: str, concats: Sequence[ConcatInfo] | None = None,
+               perf: PerfResult | None = None, step: int | None = None, *,
+               precision: Mapping[str, Precision | str] | None = None, accuracy: AccuracyReport | None = None,
+               local: bool = False, compiler: LogMatch | None = None) -> Iterator[None]:
     """:func:`compute_looks` as a generator that fills ``looks`` and yields every ``step``
     nodes, so a 20,000-node graph can be re-coloured across several event-loop turns.
     ``precision`` (tensor -> int16 / float): those nodes get a precision badge in every mode.
@@ -91,7 +105,7 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
     for n in graph.concat_nodes():
         c = info.get(n.name)
         looks.nodes[n.name] = _concat_base(c) if c is not None else _UNCALIBRATED_CONCAT
-    rescaled = {}
+    rescaled: dict[tuple[str, str], EdgeLook] = {}
     for c in info.values():
         edge = EdgeLook(BAND_EDGE_COLORS[mismatch_band(c.ratio, c.rescales)], 2.6)
         for m in c.inputs:
@@ -125,17 +139,17 @@ def fill_looks(looks: Looks, graph, mode: str, concats=None, perf=None, step: in
         _precision_badges(looks, graph, precision)
 
 
-def precision_badge(p) -> Badge | None:
+def precision_badge(p: Precision | str) -> Badge | None:
     got = PRECISION_BADGES.get(Precision(p))
     return Badge(*got) if got else None
 
 
-def _precision_badges(looks, graph, precision) -> None:
+def _precision_badges(looks: Looks, graph: Graph, precision: Mapping[str, Precision | str]) -> None:
     """The nodes computing an int16 / float tensor (a fused chain's too) show it first."""
-    badges = {p: precision_badge(p) for p in PRECISION_BADGES}
+    badges = {p: Badge(*got) for p, got in PRECISION_BADGES.items()}
     of: dict[str, Precision] = {}
-    for t, p in precision.items():
-        p = Precision(p)
+    for t, given in precision.items():
+        p = Precision(given)
         if p in badges and t in graph.tensors:
             for name in chain_nodes(graph, t):
                 if RANK[p] > RANK[of.get(name, Precision.INT8)]:
@@ -146,7 +160,8 @@ def _precision_badges(looks, graph, precision) -> None:
         nodes[name] = NodeLook(base.fill, (badges[p], *base.badges), base.faded, base.border_width)
 
 
-def _mismatch(looks, parts, info, rescaled):
+def _mismatch(looks: Looks, parts: Parts, info: Mapping[str, ConcatInfo],
+              rescaled: Iterable[tuple[str, str]]) -> Iterator[None]:
     feeders = {m.producer for c in info.values() for m in c.inputs if m.needs_rescale and m.producer}
     nodes = looks.nodes
     for part in parts:
@@ -161,7 +176,7 @@ def _mismatch(looks, parts, info, rescaled):
     looks.legend = Legend(Overlay.MISMATCH, "Red edges: Concat inputs that need a rescale")
 
 
-def _latency(looks, parts, perf):
+def _latency(looks: Looks, parts: Parts, perf: PerfResult | None) -> Iterator[None]:
     us = node_us(perf) if perf is not None else {}
     if not us:
         looks.legend = Legend(Overlay.LATENCY, "Latency: not simulated yet")
@@ -192,7 +207,7 @@ def _latency(looks, parts, perf):
     looks.legend = Legend(Overlay.LATENCY, "Latency per node (√ scale)", "0", fmt_us(vmax))
 
 
-def _bits(looks, parts, info, bits):
+def _bits(looks: Looks, parts: Parts, info: Mapping[str, ConcatInfo], bits: Mapping[str, float]) -> Iterator[None]:
     yield
     nodes = looks.nodes
     for part in parts:
@@ -214,7 +229,8 @@ def _bits(looks, parts, info, bits):
                           f"≥ {BITS_MAX:.0f} bits")
 
 
-def error_looks(looks, parts, report, local: bool, graph=None):
+def error_looks(looks: Looks, parts: Parts, report: AccuracyReport | None, local: bool,
+                graph: Graph | None = None) -> Iterator[None]:
     """Fill ``looks`` for the Error overlay (a generator, as :func:`fill_looks`).  The
     nodes of a fused chain (Conv -> Sigmoid -> Mul, no Q/DQ inside) take the colour of the
     chain's quantized output; its producer carries the dB badge."""
@@ -225,7 +241,7 @@ def error_looks(looks, parts, report, local: bool, graph=None):
     yield
     figs = report.node_figures()
     val = {n: (t.local_sqnr_db if local else t.sqnr_db) for n, t in figs.items()}
-    chained = {}
+    chained: dict[str, float | None] = {}
     if graph is not None:
         for n, t in figs.items():
             for m in chain_nodes(graph, t.tensor)[1:]:
@@ -238,8 +254,8 @@ def error_looks(looks, parts, report, local: bool, graph=None):
         for name in part:
             v = val.get(name)
             base = nodes.get(name, PLAIN)
-            if v is None and finite(chained.get(name)):  # inside a fused chain: its colour, no badge
-                c = chained[name]
+            c = chained.get(name)
+            if v is None and finite(c):  # inside a fused chain: its colour, no badge
                 nodes[name] = NodeLook(heat_hex((hi - c) / (hi - lo), "error"), base.badges, base.faded,
                                        base.border_width)
                 continue
@@ -254,7 +270,6 @@ def error_looks(looks, parts, report, local: bool, graph=None):
             nodes[name] = NodeLook(heat_hex((hi - v) / (hi - lo), "error"), (b, *base.badges), base.faded,
                                    base.border_width)
         yield
-    n = report.samples
     which = "in-sample" if report.in_sample else "held out"
-    looks.legend = Legend(Overlay.ERROR, f"{what} SQNR per node, dB ({n} samples, {which})", f"≥ {hi:.0f} dB",
-                          f"≤ {lo:.0f} dB")
+    looks.legend = Legend(Overlay.ERROR, f"{what} SQNR per node, dB ({report.samples} samples, {which})",
+                          f"≥ {hi:.0f} dB", f"≤ {lo:.0f} dB")

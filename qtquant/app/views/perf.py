@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import escape
 from typing import TYPE_CHECKING
 
@@ -21,6 +21,7 @@ from ...base.vocab import Blank
 if TYPE_CHECKING:
     from ...fidelity.report import Fidelity
     from ...perf import PerfResult
+    from ..session import Session
 
 __all__ = ["Change", "Figure", "PerfSummaryView", "perf_summary", "fidelity_html", "fidelity_tip",
            "fidelity_basis", "price_html", "OPENED_NOTE"]
@@ -75,12 +76,12 @@ class PerfSummaryView:
     # rich text; "—" with nothing edited.
     price: str = "—"
     note: str = ""
-    chart: tuple = ()  # (name, op type, µs) of the slowest layers
+    chart: tuple[tuple[str, str, float], ...] = ()  # (name, op type, µs) of the slowest layers
     stale: bool = False  # the perf figures are of an older revision: a new run is on its way
 
 
-def _metric(perf: PerfResult, base: PerfResult | None, value: Callable[[PerfResult], float], fmt, lower_better,
-            dfmt) -> Figure:
+def _metric(perf: PerfResult, base: PerfResult | None, value: Callable[[PerfResult], float],
+            fmt: Callable[[float], str], lower_better: bool, dfmt: Callable[[float], str]) -> Figure:
     """``value`` of ``perf``, with its change against ``base`` (the model as opened) when it moved."""
     now = num(value(perf))
     was = num(value(base)) if base is not None else None
@@ -91,16 +92,16 @@ def _metric(perf: PerfResult, base: PerfResult | None, value: Callable[[PerfResu
     return Figure(fmt(now))
 
 
-def _ms(sure: str):
+def _ms(sure: str) -> Callable[[float], str]:
     """A latency in ms, with how sure it is ("±7%") after it."""
     return lambda x: f"{x:.3f} ms" + (f" <span style=\"color:{MUTED}\">{escape(sure)}</span>" if sure else "")
 
 
-def _signed(fmt):
+def _signed(fmt: Callable[[float], str]) -> Callable[[float], str]:
     return lambda d: ("+" if d > 0 else "−") + fmt(abs(d))
 
 
-def _rescales(session) -> Figure:
+def _rescales(session: Session) -> Figure:
     if not session.ready:
         return Figure()
     cs, bcs = session.concats(), session.concats(baseline=True)
@@ -112,32 +113,34 @@ def _rescales(session) -> Figure:
     return Figure(text)
 
 
-def perf_summary(session) -> PerfSummaryView:
+def perf_summary(session: Session | None) -> PerfSummaryView:
     """Totals for the current revision, each with its change against the model as opened."""
     if session is None:
         return PerfSummaryView()
     res, base_res = session.perf, session.perf_baseline
     perf = res.value if res is not None else None
     base = base_res.value if base_res is not None else None
-    fields = {"rescales": _rescales(session)}
+    head = PerfSummaryView(rescales=_rescales(session))
     fid = session.fidelity.value if session.fidelity is not None else None
     edited = len(session.groups) > 0 or bool(session.options.precision)
     if fid is not None and fid.after:
-        fields.update(sqnr_html=fidelity_html(fid, edited), sqnr_tip=fidelity_tip(fid), sqnr_basis=fidelity_basis(fid))
+        head = replace(head, sqnr_html=fidelity_html(fid, edited), sqnr_tip=fidelity_tip(fid),
+                       sqnr_basis=fidelity_basis(fid))
     elif session.quantized_file and session.calibration is None:
         # A QDQ file brings its scales and no float original: nothing to measure against until
         # calibration data gives check samples (its float view is then the reference; the file's scales stand).
-        fields.update(sqnr_html="<i>not measured</i> (QDQ file)",  # (the why in the tip: the row is narrow)
-                      sqnr_tip="A QDQ file has no float original. Calibrate (with representative data) to "
-                               "measure the export against the file's "
-                               "float view on check samples; the file's own scales stay. The export report "
-                               "also measures the written file against this file.",
-                      sqnr_basis="Calibrate to measure")
+        head = replace(head, sqnr_html="<i>not measured</i> (QDQ file)",  # (the why in the tip: the row is narrow)
+                       sqnr_tip="A QDQ file has no float original. Calibrate (with representative data) to "
+                                "measure the export against the file's "
+                                "float view on check samples; the file's own scales stay. The export report "
+                                "also measures the written file against this file.",
+                       sqnr_basis="Calibrate to measure")
     if perf is None:
-        return PerfSummaryView(**fields)
+        return head
     stale = session.is_stale(res)
     s_short, s_tip, b_short, b_tip = confidences(perf, session.options.march)
-    return PerfSummaryView(
+    return replace(
+        head,
         latency=_metric(perf, base, lambda p: p.total_ms, _ms(s_short), True, lambda d: f"{d:+.3f} ms"),
         board=_metric(perf, base, lambda p: p.board_ms, _ms(b_short), True, lambda d: f"{d:+.3f} ms"),
         latency_tip=s_tip, board_tip=b_tip + (f"; the runtime's CPU work adds {perf.board_cpu_us:.0f} µs"
@@ -146,7 +149,7 @@ def perf_summary(session) -> PerfSummaryView:
         ddr=_metric(perf, base, lambda p: float(p.ddr_bytes), fmt_bytes, True, _signed(fmt_bytes)),
         rescale_us=_metric(perf, base, lambda p: p.rescale_us, fmt_us, True, _signed(fmt_us)),
         chart=tuple(top_layers(perf)), stale=stale, price=price_html(perf, base) if edited else "—",
-        note="updating…" if stale else OPENED_NOTE if edited else "", **fields)
+        note="updating…" if stale else OPENED_NOTE if edited else "")
 
 
 OPENED_NOTE = "(…): change against the model as opened (no group, every tensor int8)"
@@ -159,7 +162,7 @@ def price_html(perf: PerfResult, base: PerfResult | None) -> str:
         return "—"
     parts = price.parts or (("no change", 0.0),)
 
-    def one(kind, us):
+    def one(kind: str, us: float) -> str:
         if not us:
             return kind
         c = GOOD if us < 0 else BAD
@@ -174,24 +177,25 @@ def fidelity_html(fid: Fidelity, edited: bool = False) -> str:
     """Each output's headline (its worst slice, named), the change, and the sample count.  ``edited``:
     the session differs from the model as opened, so a change under 0.005 dB still shows, muted
     ("(±0.00 dB)"): the figure was measured again and did not move."""
-    parts = []
+    parts: list[str] = []
     for o in fid.outputs:
         a, w = fid.after[o].headline, fid.before[o].headline
         # A long name (a file's output named by a JSON string) would push the figure out of the dock's
         # row; the whole name is in the tooltip's report.
         name = escape(clip_left(a.label, LABEL_CHARS), quote=False)
         if a.blank is Blank.AGREEMENT:  # an integer output: a class wrong on some sample is a finding
-            wrong = a.equal_samples < a.samples
+            wrong = a.equal_samples is not None and a.equal_samples < a.samples
             parts.append(f'{name}: <span style="color:{BAD}">{a.word}</span>' if wrong else f"{name}: {a.word}")
             continue
-        if a.no_signal:
+        now, was = a.sqnr_db, w.sqnr_db  # (None exactly where no_signal says why)
+        if a.no_signal or now is None:
             parts.append(f"{name}: <i>{a.word}</i>")
             continue
-        t = f"{name}: {fmt_num(a.sqnr_db, 1)} dB"
+        t = f"{name}: {fmt_num(now, 1)} dB"
         if a.lost:  # said in red (the tooltip says why)
-            t = f'{name}: <span style="color:{BAD}">{fmt_num(a.sqnr_db, 1)} dB</span>'
-        if not w.no_signal and math.isfinite(a.sqnr_db) and math.isfinite(w.sqnr_db):
-            d = a.sqnr_db - w.sqnr_db
+            t = f'{name}: <span style="color:{BAD}">{fmt_num(now, 1)} dB</span>'
+        if not w.no_signal and was is not None and math.isfinite(now) and math.isfinite(was):
+            d = now - was
             if abs(d) >= 0.005:
                 t += _change(f"{fmt_num(d, signed=True)} dB", d, lower_better=False).html()
             elif edited:

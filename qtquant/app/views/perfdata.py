@@ -9,12 +9,18 @@ and how sure the totals are.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from ...base.fileio.paths import StrPath
+    from ...calib.state import SessionState
+    from ...fidelity.measure import Fidelity
     from ...perf import PerfResult
     from ...perf.price import EditPrice
+    from ..fidelity_worker import FidelityWorker
+    from ..snapshot import Snapshot
 
 __all__ = ["CHART_ROWS", "simulator", "edit_price_of", "confidences", "fidelity_measure", "node_us",
            "rescale_us_by_concat", "rescale_us_for_input", "top_layers", "num", "node_detail", "BOUND_ABBR"]
@@ -22,7 +28,20 @@ __all__ = ["CHART_ROWS", "simulator", "edit_price_of", "confidences", "fidelity_
 BOUND_ABBR = {"compute": "cmp", "memory": "mem", "overhead": "ovh"}  # the latency badge's bound tag
 
 
-def simulator():
+class Simulate(Protocol):
+    """``qtquant.perf.simulate_session``: a session state's simulation (``baseline``: without its groups)."""
+
+    def __call__(self, session: SessionState, march_file: StrPath | None = None, /, *,
+                 baseline: bool = False) -> PerfResult: ...
+
+
+class Measure(Protocol):
+    """A fidelity check of a snapshot (``cancel()`` polled between samples)."""
+
+    def __call__(self, snapshot: Snapshot, /, *, cancel: Callable[[], bool] | None = None) -> Fidelity: ...
+
+
+def simulator() -> Simulate:
     """``qtquant.perf.simulate_session``."""
     from ...perf import simulate_session
 
@@ -55,7 +74,7 @@ def edit_price_of(before: PerfResult | None, after: PerfResult | None) -> EditPr
     return edit_price(before, after)
 
 
-def fidelity_measure(worker=None):
+def fidelity_measure(worker: FidelityWorker | None = None) -> Measure:
     """``qtquant.fidelity.measure.measure_session`` (following edits: one check per edit comes);
     with ``worker`` (a :class:`~qtquant.app.fidelity_worker.FidelityWorker`), the same check run in
     its child process."""
@@ -74,7 +93,7 @@ def node_us(perf: PerfResult | None) -> dict[str, float]:
     return perf.by_node() if perf is not None else {}
 
 
-_detail_memo: list = [None, {}]  # (perf, tags) of the latest perf: the perf job computes it once
+_detail_memo: tuple[PerfResult | None, dict[str, str]] = (None, {})  # (perf, tags) of the latest perf: computed once
 
 
 def node_detail(perf: PerfResult | None) -> dict[str, str]:
@@ -83,17 +102,18 @@ def node_detail(perf: PerfResult | None) -> dict[str, str]:
     say where ("in /model.0/conv/Conv").  Remembered for the latest ``perf``, as top_layers."""
     if perf is None:
         return {}
+    global _detail_memo
     if _detail_memo[0] is perf:
         return _detail_memo[1]
     out = _node_detail(perf)
-    _detail_memo[:] = [perf, out]
+    _detail_memo = (perf, out)
     return out
 
 
 def _node_detail(perf: PerfResult) -> dict[str, str]:
     from ...perf.report import short_fused
 
-    out = {}
+    out: dict[str, str] = {}
     for layer in perf.layers:
         if layer.is_rescale:
             continue
@@ -116,7 +136,7 @@ def rescale_us_for_input(perf: PerfResult | None, concat: str, index: int) -> fl
     return layer.total_us if layer is not None else None
 
 
-_top_memo: dict = {}  # n -> (perf, rows): the docks ask again on every refresh
+_top_memo: dict[int, tuple[PerfResult, list[tuple[str, str, float]]]] = {}  # n -> (perf, rows): asked on every refresh
 
 
 CHART_ROWS = 12  # layers in the perf dock's chart
