@@ -1,4 +1,4 @@
-"""Fit the global bayes-e (RDK X5) parameters of the perf model to every public X5 figure (issue 51).
+"""Fit the global bayes-e (RDK X5) parameters of the perf model to every public X5 figure.
 
 Figures (D-Robotics rdk_model_zoo, Apache-2.0; FIGURES below, each with its source):
   - the compiler's static estimates in the eight hb_mapper logs (hb_mapper 1.24.3, July 2025), against
@@ -76,7 +76,7 @@ FIGURES = [
     *[(f"yolo11n softmax {p.value}", "yolo11n", B, ms * 1000, TRIPLE.format(p.value), p)
       for p, ms in ((Precision.FLOAT, 23.3), (Precision.INT16, 8.0), (Precision.INT8, 6.7))],
 ]
-ATTENTION = ("attention",)  # families whose name starts so: the issue's 20% target
+ATTENTION = ("attention",)  # families whose name starts so: the attention models, judged apart
 # The DDR line of each compile log (``latency = … us, DDR = … bytes``): bytes per frame, which the residency
 # rule (stream_tiles, attention_onchip_share) is checked against.
 LOG_DDR = {"yolov8n": 12651904, "yolov9t": 10916832, "yolov8n-seg": 16796832, "yolov5nu": 11696480,
