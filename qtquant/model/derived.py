@@ -3,7 +3,7 @@
 
 The exporter keeps the opset-converted base model, its quantized weights and the last full
 build to patch; the fidelity check keeps its float run, kept activations and incremental
-runner.  Each is worked out from the graph and what its own keys say (the fidelity runs also
+runner; the perf simulator keeps its per-layer costs, one simulator per march.  Each is worked out from the graph and what its own keys say (the fidelity runs also
 check the calibration they were made with), and each is what makes an edit in the app fast: the
 next build or check reuses it instead of starting over.
 

@@ -9,7 +9,6 @@ rescale nodes and gives exactly the result :meth:`Simulator.full` would.
 from __future__ import annotations
 
 import threading
-import weakref
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -18,6 +17,7 @@ from .board import board_cpu_us, board_io
 from .confidence import family_of
 from .costs import CostContext, LayerCost, copy_cost, node_cost, rescale_cost, zero_cost
 from .march import MarchProfile, load_march
+from ..model.derived import Slot
 from .macs import shape_of
 
 if TYPE_CHECKING:
@@ -296,14 +296,14 @@ def simulate(graph, march, concats=()) -> PerfResult:
     return Simulator(graph, march).full(concats)
 
 
-# One cached simulator per (graph, march): the GUI re-simulates after every edit.
-_SIMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# One cached simulator per march, in the graph's derived state: the GUI re-simulates after every edit.
+SIMULATORS: Slot[dict[MarchProfile, Simulator]] = Slot("perf simulators", dict)
 _SIMS_LOCK = threading.Lock()
 
 
 def _simulator_for(graph, march: MarchProfile) -> Simulator:
     with _SIMS_LOCK:
-        per_graph = _SIMS.setdefault(graph, {})
+        per_graph = graph.derived.get(SIMULATORS)
         sim = per_graph.get(march)
         if sim is None:
             sim = per_graph[march] = Simulator(graph, march)
