@@ -27,7 +27,7 @@ SAME = "#90a4ae"
 def open_comparison(path, session, perf=None, fidelity=None, *, progress=None) -> ModelDiff:
     """Open ``path`` (a model file, or a ``.qtquant`` project) as side B against the open
     ``session`` (side A, with its latest ``perf`` and ``fidelity``) and compare them."""
-    from ..app import open_model
+    from ..app.opening import OpenRequest, open_session
     from ..perf import simulate_session
 
     p = Path(path)
@@ -36,7 +36,7 @@ def open_comparison(path, session, perf=None, fidelity=None, *, progress=None) -
 
         other, _ = open_project(p, remap=True)
     else:
-        other = open_model(p, dict(session.graph.input_shapes), session.options, cut=session.graph.cut)
+        other = open_session(OpenRequest(p, dict(session.graph.input_shapes), session.options, cut=session.graph.cut))
     # A float B is calibrated; a QDQ B only when the open model was (its data then gives B's check
     # samples and ranges to what B left unquantized, as for A), so both sides rest on the same footing.
     a_calibrated = session.calibration is not None and session.options.calib.source != SYNTHETIC

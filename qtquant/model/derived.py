@@ -3,9 +3,10 @@
 
 The exporter keeps the opset-converted base model, its quantized weights and the last full
 build to patch; the fidelity check keeps its float run, kept activations and incremental
-runner; the perf simulator keeps its per-layer costs, one simulator per march.  Each is worked out from the graph and what its own keys say (the fidelity runs also
-check the calibration they were made with), and each is what makes an edit in the app fast: the
-next build or check reuses it instead of starting over.
+runner; the perf simulator keeps its per-layer costs, one simulator per march.  Each is worked
+out from the graph and what its own keys say (the fidelity runs also check the calibration
+they were made with), and each is what makes an edit in the app fast: the next build or check
+reuses it instead of starting over.
 
 Why the store sits on the graph: the graph is the one object every holder of this state shares.
 The session owns it from load to close; the app hands a new snapshot to every check and
