@@ -151,7 +151,7 @@ class Params(FileModel):
     sram_gbps: Param[Positive]  # on-chip buffer bandwidth, GB/s
     sram_mb: Param[Positive]  # on-chip feature buffer, MB (1e6 bytes)
     op_overhead_us: Param[NonNegative]  # fixed cost per scheduled op
-    # Residency (perf/costs.py CostContext.in_ddr): a tensor read by one vector-unit pass streams through
+    # Residency (perf/context.py CostContext.in_ddr): a tensor read by one vector-unit pass streams through
     # the buffer tile by tile; an attention matrix does not.  Absent: size alone decides.
     stream_tiles: Param[bool] | None = None
     # The share of that limit an attention matrix may take and stay on chip (with stream_tiles).  Absent: 1.
@@ -166,7 +166,7 @@ class Params(FileModel):
     fused_activations: Param[list[str]] | None = None
     # Efficiency of each op class against the plain rates above (1 = the rate as stated):
     # MAC-array layers that are depthwise/grouped, or MatMuls of two activations (attention);
-    # vector-unit classes (see perf/costs.py vector_class).
+    # vector-unit classes (see perf/context.py vector_class).
     depthwise_efficiency: Param[Positive] | None = None
     matmul_efficiency: Param[Positive] | None = None
     eltwise_efficiency: Param[Positive] | None = None

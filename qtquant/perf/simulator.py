@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from .board import board_cpu_us, board_io
 from .confidence import family_of
-from .costs import CostContext, LayerCost, copy_cost, node_cost, rescale_cost, zero_cost
+from .context import CostContext
+from .costs import LayerCost, copy_cost, node_cost, rescale_cost, zero_cost
 from .march import MarchProfile, load_march
 from ..model.derived import Slot
 from .macs import shape_of
