@@ -100,6 +100,7 @@ class CanvasPresenter(QObject):
             self._build = None
             self.spec = self.model = None
             self.view.viewport().setUpdatesEnabled(True)
+            self.view.graph_scroll_bars(False)
             self.scene.reset("The model could not be opened.")
 
     def show_layout(self, spec, provisional: bool = False) -> None:
@@ -115,6 +116,7 @@ class CanvasPresenter(QObject):
         self.spec = spec
         self.model = getattr(spec, "model", None) or self.model
         self.scene.units = self.model.unit_of if self.model is not None else {}
+        self.view.graph_scroll_bars(True)
         self._build = self.scene.build_steps(spec)
         # No painting of a half-built scene between slices (each paint re-indexes the new items).
         self.view.viewport().setUpdatesEnabled(False)

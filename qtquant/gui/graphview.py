@@ -103,6 +103,14 @@ class GraphView(QGraphicsView):
         self.scale(f, f)
         self._zoom_changed()
 
+    def graph_scroll_bars(self, shown: bool) -> None:
+        """Scroll bars always shown while a graph is: one appearing when results widen the scene
+        (badges, the minimap's room) would shrink the viewport and move every node by its width.
+        As needed on the empty window's hint, which fits without them."""
+        policy = Qt.ScrollBarAlwaysOn if shown else Qt.ScrollBarAsNeeded
+        self.setHorizontalScrollBarPolicy(policy)
+        self.setVerticalScrollBarPolicy(policy)
+
     def fit(self) -> None:
         """The whole graph in view; a graph that would fit only below :data:`FIT_MIN_ZOOM` (a tall
         single column: 0-2 %, nothing legible) shows its width at a readable zoom instead, centred on
