@@ -47,6 +47,9 @@ class Options:
     # How model outputs export (--quantize-outputs / --float-outputs): the Concat table, the
     # simulator and the export read it from here, so they describe the same file.
     output_mode: OutputMode = OutputMode.AUTO
+    # Model outputs the deployed model hands over as integers with their scales (its Dequantize removed,
+    # the application dequantises them): the board estimate converts nothing on the CPU for them.
+    int_outputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Spelled as text by the CLI, the dialogs and project files: one typed value here.
@@ -57,6 +60,10 @@ class Options:
         for name in BITS_OPTIONS:
             object.__setattr__(self, name, bits_option(name, getattr(self, name)))
         object.__setattr__(self, "output_mode", OutputMode(self.output_mode))
+        ints = (self.int_outputs,) if isinstance(self.int_outputs, str) else tuple(self.int_outputs or ())
+        if not all(isinstance(t, str) and t for t in ints):
+            raise BadInputError(f"int_outputs must be output tensor names, got {self.int_outputs!r}")
+        object.__setattr__(self, "int_outputs", tuple(sorted(set(ints))))
 
     @classmethod
     def field_names(cls) -> frozenset[str]:

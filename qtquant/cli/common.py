@@ -164,7 +164,9 @@ def options_from_args(args):
                    policy=Policy(args.policy), march=march,
                    auto_share_max_bits_lost=args.auto_share_max_bits_lost,
                    float_output_max_bits_lost=args.float_output_max_bits_lost,
-                   calib=calib_config_from_args(args), output_mode=output_mode_from_args(args))
+                   calib=calib_config_from_args(args), output_mode=output_mode_from_args(args),
+                   int_outputs=tuple(t.strip() for a in (getattr(args, "int_outputs", None) or [])
+                                     for t in a.split(",") if t.strip()))
 
 
 def read_paths(args) -> list:

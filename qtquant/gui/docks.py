@@ -397,7 +397,8 @@ class PerfSummary(QWidget):
     marchChanged = Signal(str)
     nodeActivated = Signal(str)
     PERF_FIELDS = ("latency", "board", "fps", "ddr", "rescale_us")
-    PRICE_TIP = ("The latency each kind of edit adds (red) or saves (green) against the model as opened: "
+    PRICE_TIP = ("The board latency (1 thread) each kind of edit adds (red) or saves (green) against the model "
+                 "as opened: "
                  "sharing (groups) at int8, then precision (int16 on the BPU, float on the CPU) on top")
 
     def __init__(self, relay, parent=None):

@@ -110,6 +110,8 @@ class Figure:
     precision: object = None
     partner: str = ""
     family: str = ""
+    int_outputs: frozenset = frozenset()  # outputs the application dequantises (perf/board.py)
+    board_bpu_ghz: float = 0.0  # the BPU clock the board figure was measured at (0: the march's board clock)
     _layers: dict = field(default_factory=dict, repr=False)  # channel_align -> _Layers
 
     def __post_init__(self):
@@ -117,9 +119,14 @@ class Figure:
             raise BadInputError(f"figure {self.name}: latency must be a positive number, got {self.public_us!r}")
         self.family = self.family or family_of(self.graph)
 
+    def board_march(self, march):
+        """``march`` at the BPU clock this figure was measured at."""
+        return dataclasses.replace(march, board_bpu_ghz=self.board_bpu_ghz) if self.board_bpu_ghz else march
+
     def simulate(self, march, *, int8: bool = False):
         """The full simulation (with the precision map, when there is one and not ``int8``): a PerfResult."""
-        sim = Simulator(self.graph, march)
+        march = self.board_march(march)
+        sim = Simulator(self.graph, march, self.int_outputs)
         res = sim.full(self.concats)
         if self.precision and not int8:
             from .precision import apply_precision
@@ -135,7 +142,7 @@ class Figure:
         figure the int8 layers of the nodes its precision map re-prices."""
         got = self._layers.get(march.channel_align)
         if got is None:
-            sim = Simulator(self.graph, march)
+            sim = Simulator(self.graph, march, self.int_outputs)
             res = sim.full(self.concats)
             repriced = ()
             if self.precision:
@@ -202,15 +209,19 @@ class _Layers:
                                           else lc.overhead_us > 0)
             base[lc.name] = dataclasses.replace(lc, compute_us=compute, memory_us=memory, overhead_us=over,
                                                 total_us=max(compute, memory) + over)
-        part = PerfResult(self.march, 0.0, 0, 0.0, 0, 0, 0, 0, _order=tuple(base), _base=base, _concats={})
-        return apply_precision(part, fig.graph, _with(march, p), fig.precision, ctx=ctx).total_us
+        part = PerfResult(self.march, 0.0, 0, 0.0, 0, 0, 0, 0, _order=tuple(base), _base=base, _concats={},
+                          board_bpu_us=0.0)
+        got = apply_precision(part, fig.graph, _with(march, p), fig.precision, ctx=ctx)
+        return got.board_us if fig.kind is FigureKind.BOARD else got.total_us
 
-    def total_us(self, p: dict) -> float:
+    def total_us(self, p: dict, clock: float = 1.0) -> float:
+        """The BPU time at parameters ``p``; ``clock``: the BPU clock's ratio to the static estimate's
+        (the board's, :attr:`MarchProfile.board_clock_ratio`), which divides all but the DDR time."""
         rate = np.array([math.prod(p[k] for k in _rate_params(c)) for c in self.cls]) if self.cls else np.zeros(0)
-        compute = self.work / rate if self.cls else self.work
+        compute = (self.work / rate if self.cls else self.work) / clock
         memory = self.ddr / (p["ddr_gbps"] * 1e3) + self.weights / (_weight_gbps(p) * 1e3) \
-            + self.onchip / (self.sram_gbps * 1e3)
-        return float(np.maximum(compute, memory).sum() + self.n_overhead * p["op_overhead_us"])
+            + self.onchip / (self.sram_gbps * 1e3) / clock
+        return float(np.maximum(compute, memory).sum() + self.n_overhead * p["op_overhead_us"] / clock)
 
 
 def _weight_gbps(p: dict) -> float:
@@ -266,12 +277,13 @@ def predict(fig: Figure, march: MarchProfile, values: dict | None = None) -> flo
     values = values or {}
     p = {**_all_values(march), **values}
     lay = fig.layers(march)
-    static = lay.total_us(p)
+    board = fig.kind is FigureKind.BOARD
+    us = lay.total_us(p, fig.board_march(march).board_clock_ratio if board else 1.0)
     if fig.precision:
-        static += lay.precision_delta_us(fig, march, p)
-    if fig.kind is FigureKind.BOARD:
-        return static + p["board_call_us"] + p["board_ns_per_element"] * lay.cpu_elems / 1000.0
-    return static
+        us += lay.precision_delta_us(fig, fig.board_march(march), p)
+    if board:
+        return us + p["board_call_us"] + p["board_ns_per_element"] * lay.cpu_elems / 1000.0
+    return us
 
 
 # -- the fit ----------------------------------------------------------------------------------------

@@ -181,6 +181,9 @@ class Params(FileModel):
     # dequantised (each float input element quantised).  Never part of the BPU static estimate.
     board_call_us: Param[NonNegative] | None = None
     board_ns_per_element: Param[NonNegative] | None = None
+    # The BPU clock of the board figures (the board estimate's BPU part runs at it; the static estimate,
+    # what the compiler prints, at frequency_ghz).  Absent: frequency_ghz.
+    board_bpu_ghz: Param[Positive] | None = None
     # Older profiles: one CPU term per board figure (read as board_call_us).
     board_cpu_overhead_us: Param[NonNegative] | None = None
     # How the compiler picks a Concat's output scale (qtquant.concatrule); absent: its own scale.
@@ -269,6 +272,7 @@ class MarchProfile:
     region_efficiency: float = 1.0
     board_call_us: float = 0.0
     board_ns_per_element: float = 0.0
+    board_bpu_ghz: float = 0.0  # 0: frequency_ghz
     fitted_params: tuple = ()  # names the profile's "fit" lists
     fit_errors: tuple = field(default=(), compare=False)  # FitError per figure of the profile's fit
     concat_output_scale: ConcatScaleRule = ConcatScaleRule.OWN
@@ -295,6 +299,12 @@ class MarchProfile:
     @property
     def vector_elems_per_s(self) -> float:
         return self.vector_elems_per_cycle * self.frequency_ghz * 1e9
+
+    @property
+    def board_clock_ratio(self) -> float:
+        """How much faster the board's BPU clock runs than the static estimate's: the compute, vector,
+        on-chip and per-op terms of a layer shrink by it on the board; DDR time does not."""
+        return (self.board_bpu_ghz or self.frequency_ghz) / self.frequency_ghz
 
     @property
     def ddr_bytes_per_s(self) -> float:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from .board import board_cpu_us, board_io
+from .board import board_cpu_us, board_io, board_layer_us
 from .confidence import family_of
 from .context import CostContext
 from .costs import LayerCost, copy_cost, node_cost, rescale_cost, zero_cost
@@ -47,9 +47,11 @@ class _Tally:
     n_compute: int = 0
     n_memory: int = 0
     n_overhead: int = 0
+    board_us: float = 0.0  # the same layers at the board's BPU clock
 
-    def add(self, lc: LayerCost) -> None:
+    def add(self, lc: LayerCost, march) -> None:
         self.total_us += lc.total_us
+        self.board_us += board_layer_us(lc, march)
         self.ddr += lc.ddr_bytes
         self.macs += lc.macs
         if lc.total_us > 0:
@@ -80,6 +82,7 @@ class PerfResult:
     _concats: dict = field(default_factory=dict, repr=False)  # Concat node -> _ConcatCost
     precision: object = None  # perf.precision.PrecisionCost when some tensor is not int8
     board_cpu_us: float = 0.0  # what the runtime adds on the CPU per inference (perf/board.py)
+    board_bpu_us: float | None = None  # the BPU part at the board's BPU clock (None: total_us)
     board_io: tuple = ()  # board.BoardIo per model input and output
     family: str = ""  # confidence.family_of: which of the march fit's figures are nearest
 
@@ -88,7 +91,8 @@ class PerfResult:
     # runtime does on the CPU for one inference of one thread (perf/board.py).
     @property
     def board_us(self) -> float:
-        return self.total_us + self.board_cpu_us
+        bpu = self.total_us if self.board_bpu_us is None else self.board_bpu_us
+        return bpu + self.board_cpu_us
 
     @property
     def board_ms(self) -> float:
@@ -183,7 +187,7 @@ def _is_channel_concat(node, graph) -> bool:
 class Simulator:
     """``Simulator(graph, march).full(concats)`` / ``.update(concats)`` → :class:`PerfResult`."""
 
-    def __init__(self, graph, march):
+    def __init__(self, graph, march, int_outputs=frozenset()):
         self.graph = graph
         self.march: MarchProfile = load_march(march)
         self._lock = threading.Lock()
@@ -191,7 +195,7 @@ class Simulator:
         self._memo: dict = {}
         self._concat_nodes = [n.name for n in graph.nodes.values() if n.op_type == "Concat"]
         self._order = tuple(graph.nodes)
-        self._board_io = board_io(graph)
+        self._board_io = board_io(graph, frozenset(int_outputs))
         self._board_cpu_us = board_cpu_us(self._board_io, self.march)
         self._family = family_of(graph)
 
@@ -226,7 +230,7 @@ class Simulator:
         for node in self.graph.nodes.values():
             lc = base[node.name] = node_cost(node, ctx)
             if node.op_type != "Concat":  # a Concat's default (copy) cost counts only when no ConcatInfo is given
-                tally.add(lc)
+                tally.add(lc, self.march)
         return ctx, base, tally
 
     def _concat_cost(self, info, ctx) -> _ConcatCost:
@@ -279,7 +283,7 @@ class Simulator:
                     memo[key] = cc
                 ccosts[name] = cc
             for lc in (*cc.rescales, cc.layer):
-                tally.add(lc)
+                tally.add(lc, self.march)
             rescale_us += cc.attributable_us
             n_rescales += len(cc.rescales)
         concat_all = {name: ccosts.get(name) or _ConcatCost(base[name], (), 0.0) for name in self._concat_nodes}
@@ -289,6 +293,7 @@ class Simulator:
                           tally.n_compute, tally.n_memory, model=model, overhead_bound=tally.n_overhead,
                           _order=self._order, _base=base,
                           _concats=concat_all, board_cpu_us=self._board_cpu_us, board_io=self._board_io,
+                          board_bpu_us=tally.board_us,
                           family=self._family)
 
 
@@ -344,6 +349,10 @@ def simulate_session(session: QuantState, march_file=None, *, baseline: bool = F
     march = _march_of(session, march_file)
     sim = _simulator_for(session.graph, march)
     res = sim.update(session.concats(baseline=baseline))
+    ints = session.options.int_outputs
+    if ints:  # outputs the application dequantises: the runtime converts nothing for them
+        ios = board_io(session.graph, frozenset(ints))
+        res = replace(res, board_io=ios, board_cpu_us=board_cpu_us(ios, march))
     precision = None if baseline else session.options.precision
     if precision:  # int16 / float nodes re-priced (perf/precision.py)
         from .precision import apply_precision
@@ -354,7 +363,7 @@ def simulate_session(session: QuantState, march_file=None, *, baseline: bool = F
 
 
 def latency_delta_us(session: QuantState, tensors, precision, march_file=None) -> float:
-    """µs the simulated latency changes by when ``tensors`` are set to ``precision`` on top of the
+    """µs the board latency changes by when ``tensors`` are set to ``precision`` on top of the
     session's current map (the sensitivity ranking's latency price of a candidate)."""
     from ..quant.precision import PrecisionMap
 
@@ -363,8 +372,9 @@ def latency_delta_us(session: QuantState, tensors, precision, march_file=None) -
 
 
 def map_delta_us(session: QuantState, precision, march_file=None) -> float:
-    """µs the simulated latency changes by when the session's precision map is replaced by
-    ``precision`` (a whole map: "reach X dB"'s price of its plan)."""
+    """µs the board latency changes by when the session's precision map is replaced by
+    ``precision`` (a whole map: "reach X dB"'s price of its plan).  The board latency, because a node
+    kept in float leaves the BPU's static estimate for the CPU."""
     from ..quant.precision import PrecisionMap
     from .precision import apply_precision
 
@@ -375,4 +385,4 @@ def map_delta_us(session: QuantState, precision, march_file=None) -> float:
     now = PrecisionMap(session.options.precision)
     a = apply_precision(res, session.graph, march, now, ctx=ctx)
     b = apply_precision(res, session.graph, march, PrecisionMap(precision), ctx=ctx)
-    return b.total_us - a.total_us
+    return b.board_us - a.board_us  # a float node leaves the static estimate: its price is on the board

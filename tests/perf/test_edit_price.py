@@ -12,14 +12,15 @@ from qtquant.perf.price import edit_price
 
 
 def test_before_is_the_model_as_opened_whatever_the_precision(session):
-    opened = simulate_session(session).total_us
+    opened = simulate_session(session).board_us
     session.set_precision(["h"], "float")
     before = simulate_session(session, baseline=True)
     after = simulate_session(session)
-    assert before.total_us == pytest.approx(opened)
-    assert after.total_us > before.total_us
+    assert before.board_us == pytest.approx(opened)
+    # Priced on the board: the float node leaves the static estimate for the CPU.
+    assert after.board_us > before.board_us and after.total_us < before.total_us
     price = edit_price(before, after)
-    assert price.total_us == pytest.approx(after.total_us - before.total_us)
+    assert price.total_us == pytest.approx(after.board_us - before.board_us)
     assert price.precision_us == pytest.approx(price.total_us) and price.sharing_us == pytest.approx(0.0)
 
 
@@ -31,8 +32,8 @@ def test_sharing_and_precision_each_have_their_price(session):
     session.set_precision(["h"], "int16")
     both = simulate_session(session)
     price = edit_price(before, both)
-    assert price.sharing_us == pytest.approx(shared.total_us - before.total_us) and price.sharing_us < 0
-    assert price.precision_us == pytest.approx(both.total_us - shared.total_us) and price.precision_us > 0
+    assert price.sharing_us == pytest.approx(shared.board_us - before.board_us) and price.sharing_us < 0
+    assert price.precision_us == pytest.approx(both.board_us - shared.board_us) and price.precision_us > 0
     assert price.total_us == pytest.approx(price.sharing_us + price.precision_us)
     assert "sharing" in price.text() and "precision" in price.text()
 
@@ -41,8 +42,9 @@ def test_perf_cli_keep_float_shows_before_and_after(det_path, capsys):
     rc = main(["perf", det_path, "--calib-count", "2", "--keep-float", "neck", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0
-    before, after = doc["before"]["summary"]["latency_ms"], doc["after"]["summary"]["latency_ms"]
+    before, after = doc["before"]["summary"]["board_latency_ms"], doc["after"]["summary"]["board_latency_ms"]
     assert after > before
+    assert doc["after"]["summary"]["latency_ms"] < doc["before"]["summary"]["latency_ms"]  # off the BPU
     assert "precision" not in doc["before"]
     assert doc["price"]["precision_us"] == pytest.approx((after - before) * 1000)
     assert doc["price"]["sharing_us"] == pytest.approx(0.0, abs=1e-6)

@@ -249,3 +249,64 @@ def test_perf_json_and_report_carry_both_latencies_and_how_sure(tmp_path, capsys
     assert main(["perf", str(model), "--calib-count", "2", "--report", str(report)]) == 0
     html = report.read_text()
     assert "board estimate (1 thread)" in html and "static estimate (BPU)" in html and 'class="meta confidence"' in html
+
+
+def test_int_outputs_leave_the_cpu_nothing_to_convert(graphs, tmp_path, capsys):
+    """An output whose Dequantize the deployment removes (hb_model_modifier -r) is the application's to
+    dequantise: the board estimate converts nothing for it, and a name that is no output is one line."""
+    from qtquant.app import Options, open_model
+    from qtquant.base.errors import BadInputError
+    from qtquant.perf import simulate_session
+    from qtquant.perf.board import board_io
+
+    g = graphs["yolov8n"]
+    out = g.outputs[0]
+    ios = {io.tensor: io for io in board_io(g, frozenset({out}))}
+    assert not ios[out].on_cpu and ios[out].output and all(ios[t].on_cpu for t in g.outputs[1:])
+    with pytest.raises(BadInputError, match="not an output"):
+        board_io(g, frozenset({"nope"}))
+    path = save(yolov8n(size=128), tmp_path / "y.onnx")
+    s = open_model(path, None, Options())
+    s.run_calibration()
+    plain = simulate_session(s)
+    m = load_march("bayes-e")
+    s.options = Options(int_outputs=(out,))
+    raw = simulate_session(s)
+    elems = math.prod(g.tensors[out].shape)
+    assert raw.total_us == pytest.approx(plain.total_us)  # the BPU part is the same
+    assert plain.board_us - raw.board_us == pytest.approx(m.board_ns_per_element * elems / 1000)
+    rc = main(["perf", str(path), "--calib-count", "2", "--int-outputs", out, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and [io["on_cpu"] for io in doc["after"]["board_io"] if io["tensor"] == out] == [False]
+    assert main(["perf", str(path), "--calib-count", "2", "--int-outputs", out]) == 0
+    assert "1 int output(s) left to the application" in capsys.readouterr().out
+    assert main(["perf", str(path), "--calib-count", "2", "--int-outputs", "nope"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert "'nope' is not an output of the model" in err and "\n" not in err
+
+
+def test_the_board_clock_speeds_all_but_the_ddr_time(graphs):
+    """A board whose BPU runs faster than the clock of the static estimate (the zoo overclocks the X5's BPU
+    to 1.2 GHz for some tables): compute, vector, on-chip and per-op time shrink by the ratio, DDR time not;
+    the fit's reduced layers give the simulator's board estimate at that clock too."""
+    import dataclasses
+
+    from qtquant.perf.board import board_layer_us
+
+    m = load_march("bayes-e")
+    fast = dataclasses.replace(m, board_bpu_ghz=2 * m.frequency_ghz)
+    g = graphs["resnet18"]
+    res, same = simulate(g, fast), simulate(g, m)
+    assert res.total_us == pytest.approx(same.total_us)  # the static estimate keeps the nominal clock
+    bpu = res.board_us - res.board_cpu_us
+    assert bpu == pytest.approx(sum(board_layer_us(lc, fast) for lc in res.layers))
+    assert res.total_us / 2 < bpu < res.total_us
+    for lc in res.layers:
+        if lc.total_us > 0 and lc.ddr_bytes == 0:  # all on chip: exactly twice as fast
+            assert board_layer_us(lc, fast) == pytest.approx(lc.total_us / 2)
+        if lc.total_us > 0 and lc.bound == "memory" and lc.ddr_bytes == lc.bytes:  # all DDR: the same time
+            assert board_layer_us(lc, fast) >= lc.memory_us
+    f = Figure("r", FigureKind.BOARD, 1000.0, g, board_bpu_ghz=1.2, int_outputs=frozenset(g.outputs))
+    vals = {"utilization": 0.4, "ddr_gbps": 3.0, "op_overhead_us": 2.0, "board_call_us": 150.0}
+    assert predict(f, m, vals) == pytest.approx(f.simulate(_with(m, vals)).board_us, rel=1e-9)
+    assert predict(f, m, vals) < predict(Figure("r", FigureKind.BOARD, 1000.0, g), m, vals)
