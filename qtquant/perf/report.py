@@ -73,13 +73,13 @@ def confidence_lines(result, march) -> list[str]:
     cpu = sum(io.elems for io in result.board_io if io.on_cpu)
     ints = [io.tensor for io in result.board_io if io.output and not io.on_cpu]
     prec = result.precision
-    nodes = f", {prec.cpu_us:.0f} µs of it float nodes on the CPU" if prec is not None and prec.cpu_us else ""
+    nodes = f"{prec.cpu_us:.0f} µs for the nodes kept in float, " if prec is not None and prec.cpu_us else ""
     bpu = result.board_us - result.board_cpu_us
     clock = (f"; the BPU part is {bpu:.0f} µs at the board's clock ({march.board_bpu_ghz:g} GHz)"
              if march.board_clock_ratio != 1.0 else "")
     return [f"{STATIC_LABEL}: {confidence(march, result.family, FigureKind.STATIC).text}",
             f"{BOARD_LABEL}: {confidence(march, result.family, FigureKind.BOARD).text}; it adds "
-            f"{result.board_cpu_us:.0f} µs on the CPU{nodes} (the runtime's call and {cpu:,} elements converted: "
+            f"{result.board_cpu_us:.0f} µs on the CPU ({nodes}the runtime's call and {cpu:,} elements converted: "
             f"float32 outputs dequantised, non-image inputs quantised"
             + (f"; {len(ints)} int output(s) left to the application" if ints else "") + f"){clock}"]
 
