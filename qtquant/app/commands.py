@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar
 
 from psygnal import Signal
 
@@ -41,6 +41,7 @@ __all__ = ["Command", "ShareCommand", "UngroupCommand", "RemoveMemberCommand", "
 # edit does (the calibration options, the calibration result).
 _GroupsAndPrecision: TypeAlias = "tuple[GroupsSnapshot, PrecisionMap]"
 _Calibration: TypeAlias = "tuple[CalibConfig, CalibrationResult]"
+_S = TypeVar("_S")  # the snapshot a _SnapshotCommand restores
 
 
 class Command:
@@ -62,26 +63,39 @@ class Command:
 
 
 @dataclass
-class _GroupsCommand(Command):
-    """Base for edits of the group set: undo restores the snapshot taken by ``do``."""
+class _SnapshotCommand(Command, Generic[_S]):
+    """Base for edits undone by restoring a snapshot of the state they change: ``do`` takes it, applies
+    the edit and keeps the result, so undo restores the one and redo replays the other exactly."""
 
-    _before: GroupsSnapshot | None = field(default=None, init=False, repr=False)
-    _after: GroupsSnapshot | None = field(default=None, init=False, repr=False)
+    _before: _S | None = field(default=None, init=False, repr=False)
+    _after: _S | None = field(default=None, init=False, repr=False)
+
+    def _state(self, session: Session) -> _S:
+        raise NotImplementedError
+
+    def _restore(self, session: Session, state: _S) -> None:
+        raise NotImplementedError
+
+    def _refused(self, session: Session, before: _S) -> None:
+        """``apply`` raised: put back what it may have changed (a refused edit changes nothing)."""
+        self._restore(session, before)
+
+    def _applied(self, session: Session, before: _S, after: _S) -> None:
+        """``apply`` succeeded: say what changed, when ``apply`` does not."""
 
     def do(self, session: Session) -> None:
         with session.batch():
             if self._after is not None:  # redo: replay the exact result
                 self._restore(session, self._after)
                 return
-            before = self._before = session.groups.snapshot()
+            before = self._before = self._state(session)
             try:
                 self.apply(session)
             except Exception:
-                session.groups.restore(before)  # a refused edit changes nothing
+                self._refused(session, before)
                 raise
-            self._after = session.groups.snapshot()
-            if self._after != before:
-                session.groups_changed()
+            self._after = self._state(session)
+            self._applied(session, before, self._after)
 
     def undo(self, session: Session) -> None:
         if self._before is None:
@@ -89,17 +103,31 @@ class _GroupsCommand(Command):
         with session.batch():
             self._restore(session, self._before)
 
-    @staticmethod
-    def _restore(session: Session, snap: GroupsSnapshot) -> None:
-        session.groups.restore(snap)
-        session.groups_changed()
-
     @property
     def changed(self) -> bool:
         return self._after is not None and self._after != self._before
 
     def apply(self, session: Session) -> None:
         raise NotImplementedError
+
+
+@dataclass
+class _GroupsCommand(_SnapshotCommand["GroupsSnapshot"]):
+    """Base for edits of the group set."""
+
+    def _state(self, session: Session) -> GroupsSnapshot:
+        return session.groups.snapshot()
+
+    def _restore(self, session: Session, state: GroupsSnapshot) -> None:
+        session.groups.restore(state)
+        session.groups_changed()
+
+    def _refused(self, session: Session, before: GroupsSnapshot) -> None:
+        session.groups.restore(before)  # nothing was announced: put it back quietly
+
+    def _applied(self, session: Session, before: GroupsSnapshot, after: GroupsSnapshot) -> None:
+        if after != before:
+            session.groups_changed()
 
 
 @dataclass
@@ -180,50 +208,19 @@ class SqnrShareCommand(_GroupsCommand):
 
 
 @dataclass
-class GroupsAndPrecisionCommand(Command):
+class GroupsAndPrecisionCommand(_SnapshotCommand[_GroupsAndPrecision]):
     """Base for edits that set the groups and the precision map together (a plan, a project's
     groups re-mapped): undo restores both as ``do`` found them, redo replays the exact result."""
 
-    _before: _GroupsAndPrecision | None = field(default=None, init=False, repr=False)
-    _after: _GroupsAndPrecision | None = field(default=None, init=False, repr=False)
-
-    @staticmethod
-    def _state(session: Session) -> _GroupsAndPrecision:
+    def _state(self, session: Session) -> _GroupsAndPrecision:
         return session.groups.snapshot(), session.options.precision
 
-    @staticmethod
-    def _restore(session: Session, state: _GroupsAndPrecision) -> None:
+    def _restore(self, session: Session, state: _GroupsAndPrecision) -> None:
         groups, precision = state
         if session.groups.snapshot() != groups:
             session.groups.restore(groups)
             session.groups_changed()
         session.set_options(precision=precision)
-
-    def do(self, session: Session) -> None:
-        with session.batch():
-            if self._after is not None:
-                self._restore(session, self._after)
-                return
-            before = self._before = self._state(session)
-            try:
-                self.apply(session)
-            except Exception:
-                self._restore(session, before)  # a refused edit changes nothing
-                raise
-            self._after = self._state(session)
-
-    def undo(self, session: Session) -> None:
-        if self._before is None:
-            raise RuntimeError(f"{self.text}: undone before it was done")
-        with session.batch():
-            self._restore(session, self._before)
-
-    @property
-    def changed(self) -> bool:
-        return self._after is not None and self._after != self._before
-
-    def apply(self, session: Session) -> None:
-        raise NotImplementedError
 
 
 @dataclass

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, SupportsFloat, SupportsIndex, TypeAlias
 
 from ..base.errors import BadInputError
-from ..base.vocab import DEFAULT_AUTO_SHARE_MAX_BITS_LOST, DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST, ConcatScaleRule
+from ..base.vocab import (DEFAULT_AUTO_SHARE_MAX_BITS_LOST, DEFAULT_FLOAT_OUTPUT_MAX_BITS_LOST, DEFAULT_MARCH,
+                          DEFAULT_POLICY, DEFAULT_SCHEME, ConcatScaleRule)
 from ..calib import CalibConfig
 from ..model.scales import Scheme
 from ..quant.domains import DomainMap, Policy, build_domains
@@ -32,9 +33,9 @@ OptionValue: TypeAlias = Any
 
 @dataclass(frozen=True)
 class Options:
-    scheme: Scheme = Scheme.SYMMETRIC_INT8
-    policy: Policy = Policy.UNION
-    march: str = "bayes-e"
+    scheme: Scheme = DEFAULT_SCHEME
+    policy: Policy = DEFAULT_POLICY
+    march: str = DEFAULT_MARCH
     # Auto-share shares a Concat when no member would lose more than this many bits (qtquant.quant.autoshare).
     auto_share_max_bits_lost: float = DEFAULT_AUTO_SHARE_MAX_BITS_LOST
     # Under the AUTO output mode, a model-output Concat whose members would lose more than this many

@@ -47,14 +47,15 @@ TARGETS: dict[Target, TargetSpec] = {
 
 
 def output_dir(path) -> Path:
-    """``path`` as the folder the files go to: made if missing (its parent must exist)."""
+    """``path`` as the folder the files go to: made, with its missing parents, if it does not exist."""
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise BadInputError(f"deploy output {p} is a file; give a folder")
     if not p.exists():
-        if not p.parent.exists() and str(p.parent) not in ("", "."):
-            raise BadInputError(f"the folder for deploy output {p} does not exist")
-        p.mkdir()
+        try:
+            p.mkdir(parents=True)
+        except OSError as e:  # a parent that is a file, no permission, a read-only disk
+            raise BadInputError(f"cannot make the deploy output folder {p}: {e.strerror or e}") from None
     return p
 
 

@@ -221,3 +221,15 @@ def test_x5_ptq_from_a_qdq_file_writes_the_yaml_and_says_why_no_load_model(model
     out = capsys.readouterr().out
     assert "this is a QDQ file" in out and (tmp_path / "d" / "q.x5_ptq.yaml").exists()
     assert not list((tmp_path / "d").glob("*.onnx"))
+
+
+def test_the_output_folder_is_made_with_its_parents_or_refused_in_one_line(model_path, tmp_path, capsys):
+    nested = tmp_path / "out" / "x5" / "v1"
+    assert main(["deploy", model_path, "--target", "ort", "-o", str(nested), "--calib-count", "2"]) == 0
+    assert nested.is_dir() and any(nested.iterdir())
+    (tmp_path / "afile").write_text("x")
+    capsys.readouterr()
+    assert main(["deploy", model_path, "--target", "ort", "-o", str(tmp_path / "afile" / "sub"),
+                 "--calib-count", "2"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert "cannot make the deploy output folder" in err and len(err.splitlines()) == 1
