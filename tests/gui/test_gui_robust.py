@@ -466,7 +466,7 @@ def test_garbage_cycles_are_collected_on_the_gui_thread(qtbot, make_win):
     import gc
     import weakref
 
-    from qtquant.gui.window.collector import install_collector
+    from qtquant.gui.collector import install_collector
 
     make_win()
     col = install_collector()
@@ -491,7 +491,7 @@ def test_a_bulk_of_new_objects_is_frozen_not_walked(qtbot, make_win):
     the collector freezes them (free) instead of walking them (10-40 ms of held GIL)."""
     import gc
 
-    from qtquant.gui.window import collector
+    from qtquant.gui import collector
 
     make_win()
     col = collector.install_collector()

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QMenu
 from shiboken6 import isValid
 
 from ...app.scene.hierarchy import block_id
-from ..window.editing import node_outputs
+from ...app.scene import node_outputs
 from .precisionmenu import add_precision_entries
 from ..dialogs.share import ShareConfirmDialog
 

@@ -22,7 +22,7 @@ ENTRY_TEXT = {Precision.FLOAT: "Keep in float (CPU)", Precision.INT16: "int16", 
 
 def precision_targets(session, names) -> list[str]:
     """The quantized tensors the nodes ``names`` stand for (names with none are left out)."""
-    from ..window.editing import node_outputs
+    from ...app.scene import node_outputs
 
     out: list[str] = []
     g = session.graph

@@ -19,7 +19,7 @@ from ...app.scene.view import ISOLATE_MIN_UNITS
 from ...app.views.blocks import fill_block_looks, node_sqnr, worst_concat
 from ...app.views.looks import Looks, fill_looks
 from ...base.vocab import OVERLAYS, Overlay
-from ..window import collector
+from .. import collector
 
 __all__ = ["CanvasPresenter", "BUILD_SLICE_MS"]
 

@@ -20,7 +20,7 @@ from ...app.views.concats import CONCAT_HEADERS, CONCAT_TIPS, concat_rows, conca
 from ...app.views.perf import perf_summary
 from ...app.views.perfdata import CHART_ROWS, rescale_us_by_concat
 from ...perf import MARCHES
-from ..window.actions import bits_box
+from ..widgets import bits_box
 from .groups import GroupsPanel
 from ..style import fmt_us, paint_ended, qcolor
 

@@ -11,13 +11,14 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLabel
+from PySide6.QtWidgets import QComboBox, QLabel
 
 from ...quant.domains import Policy
+from ..widgets import bits_box
 from ...perf import MARCHES
 from ...base.vocab import Overlay
 
-__all__ = ["WindowActions", "OptionWidgets", "bits_box", "redo_keys", "key_conflicts"]
+__all__ = ["WindowActions", "OptionWidgets", "redo_keys", "key_conflicts"]
 
 # name -> (text, shortcut, tip); the slot comes from the window.
 SPECS: dict[str, tuple[str, object, str]] = {
@@ -126,18 +127,6 @@ class OptionWidgets(QObject):
 
     def show_overlay(self, mode: str) -> None:
         _quietly(self.overlay, lambda: self.overlay.setCurrentIndex(max(0, self.overlay.findData(str(mode)))))
-
-
-def bits_box(prefix: str = "") -> QDoubleSpinBox:
-    """A spin box for a threshold in bits lost (the options' ``*_max_bits_lost``)."""
-    box = QDoubleSpinBox()
-    box.setRange(0.0, 16.0)
-    box.setSingleStep(0.25)
-    box.setDecimals(2)
-    box.setPrefix(prefix)
-    box.setSuffix(" bits")
-    box.setKeyboardTracking(False)  # typed "2.5" is one change (one undo step), not "2" then "2.5"
-    return box
 
 
 def _quietly(widget, fn) -> None:

@@ -27,7 +27,7 @@ from ...calib import CalibConfig, calibrate
 from ...app.fidelity_worker import FidelityWorker
 from ...model.shapes import parse_input_shapes
 from ...base.vocab import JobStatus
-from . import collector
+from .. import collector
 from ..jobs import Job, JobManager
 from ..relay import SessionRelay
 

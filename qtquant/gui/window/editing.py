@@ -22,7 +22,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Signal
 
 from ...app.commands import CompoundCommand, RemoveMemberCommand, SetOptionsCommand, ShareCommand, UngroupCommand
-from ...app.scene import INPUT_PREFIX, OUTPUT_PREFIX
+from ...app.scene import node_outputs
 from ...app.sharing import auto_share
 from ...app.shareplan import plan_share
 from ...quant.concat import concat_members
@@ -31,18 +31,7 @@ from ...base.errors import QtQuantError
 from ...quant.groups import check_member
 from ...base.tables import plural
 
-__all__ = ["Editor", "node_outputs", "split_shareable"]
-
-
-def node_outputs(graph, name: str) -> list[str]:
-    """The tensors a canvas node stands for: an op's outputs, a terminal's tensor."""
-    if name.startswith((INPUT_PREFIX, OUTPUT_PREFIX)):
-        t = name.split(":", 1)[1]
-        return [t] if t in graph.tensors else []
-    node = graph.nodes.get(name)
-    if node is None:
-        return []
-    return [t for t in node.outputs if t and t in graph.tensors]
+__all__ = ["Editor", "split_shareable"]
 
 
 def split_shareable(graph, tensors) -> tuple[list[str], list[tuple[str, str]]]:

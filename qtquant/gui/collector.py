@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QCoreApplication, QObject, QTimer
 
-from ...app.gcpolicy import BULK_OBJECTS, INTERVAL_MS, Collector, long_lived, model_closing
+from ..app.gcpolicy import BULK_OBJECTS, INTERVAL_MS, Collector, long_lived, model_closing
 
 __all__ = ["install_collector", "long_lived", "model_closing", "BULK_OBJECTS"]
 
