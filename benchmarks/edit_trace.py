@@ -55,7 +55,7 @@ def main() -> int:
     from qtquant.app.demo import write_demo
 
     assert str(Path(qtquant.__file__).resolve()).startswith(pkg), qtquant.__file__
-    from qtquant.gui.mainwindow import MainWindow
+    from qtquant.gui.window.mainwindow import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv)
     tmp = Path(tempfile.mkdtemp(prefix="qtquant-trace-"))

@@ -60,8 +60,8 @@ def main() -> int:
     from PySide6.QtCore import QSettings
 
     from qtquant.app.scene.layout import LayoutInput, layered_layout
-    from qtquant.gui.app import make_app
-    from qtquant.gui.mainwindow import MainWindow
+    from qtquant.gui.window.app import make_app
+    from qtquant.gui.window.mainwindow import MainWindow
 
     app = make_app([])
     with tempfile.TemporaryDirectory(prefix="qtquant-expand-") as d:

@@ -131,7 +131,7 @@ def run_model(app, path: Path, shapes, label: str, calib_count: int = 4) -> dict
 
     from qtquant.calib import CalibConfig
     from qtquant.app.scene.layout import igraph_reference
-    from qtquant.gui.mainwindow import MainWindow
+    from qtquant.gui.window.mainwindow import MainWindow
 
     marks = {}
 
@@ -247,9 +247,14 @@ def first_window_child(t0: float) -> int:
     """One start of the app as ``qtquant`` with no model starts it (its own settings file, no
     recovery prompt): prints, as JSON, the seconds from ``t0`` (the parent's clock just before it
     started this process) to each of :data:`FIRST_WINDOW_MARKS`."""
+    import importlib
+
     import qtquant
-    from qtquant.gui.app import make_app
-    from qtquant.gui.mainwindow import MainWindow
+
+    # --before may name a checkout from before gui/ had subpackages (gui/app.py, gui/mainwindow.py).
+    window = "qtquant.gui.window" if (Path(qtquant.__file__).parent / "gui" / "window").is_dir() else "qtquant.gui"
+    make_app = importlib.import_module(f"{window}.app").make_app
+    MainWindow = importlib.import_module(f"{window}.mainwindow").MainWindow
 
     marks = {"imports": time.time() - t0}
     from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
@@ -366,7 +371,7 @@ def main() -> int:
     if args.before is not None or args.first_window:
         return first_windows(args.before, args.runs)
     from qtquant.app.demo import build_attention_demo
-    from qtquant.gui.app import make_app
+    from qtquant.gui.window.app import make_app
 
     app = make_app()
     tmp = Path(tempfile.mkdtemp(prefix="qtquant-bench-"))

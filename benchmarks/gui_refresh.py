@@ -101,8 +101,8 @@ def run(model, shapes, calib, rounds: int, overlay: str):
     from PySide6.QtCore import QSettings
 
     from qtquant.calib import CalibConfig
-    from qtquant.gui.app import make_app
-    from qtquant.gui.mainwindow import MainWindow
+    from qtquant.gui.window.app import make_app
+    from qtquant.gui.window.mainwindow import MainWindow
 
     app = make_app()
     tmp = tempfile.TemporaryDirectory(prefix="qtquant-bench-")
@@ -280,7 +280,7 @@ def _steps(g):
     """The headless edits of :func:`new_states`: the three head shares, then a Resize dropped on a
     mid-network Concat."""
     from qtquant.quant.concat import concat_members
-    from qtquant.gui.editing import node_outputs
+    from qtquant.gui.window.editing import node_outputs
 
     heads = [("/model.22/cv2.0/cv2.0.2/Conv", "/model.22/cv3.0/cv3.0.2/Conv"),
              ("/model.22/cv2.1/cv2.1.2/Conv", "/model.22/cv3.1/cv3.1.2/Conv"),

@@ -187,7 +187,7 @@ def measure(app, path: Path | None, period_ms: int, calib_count: int, idle_s: fl
     from PySide6.QtCore import QSettings
 
     from qtquant.calib import CalibConfig
-    from qtquant.gui.mainwindow import MainWindow
+    from qtquant.gui.window.mainwindow import MainWindow
 
     tmp = tempfile.mkdtemp(prefix="qtquant-stalls-")
     win = MainWindow(QSettings(str(Path(tmp) / "s.ini"), QSettings.IniFormat))
@@ -232,7 +232,7 @@ def main() -> int:
     ap.add_argument("--calib-count", type=int, default=4)
     args = ap.parse_args()
 
-    from qtquant.gui.app import make_app
+    from qtquant.gui.window.app import make_app
 
     app = make_app([])
     with tempfile.TemporaryDirectory(prefix="qtquant-stalls-") as d:

@@ -104,7 +104,7 @@ def _open_gui(argv) -> int:
         sys.stderr.write(f"qtquant: error: {e}\n")
         return e.exit_code
     try:
-        from ..gui.app import run_app
+        from ..gui.window.app import run_app
     except ImportError as e:
         sys.stderr.write(f"qtquant: error: the desktop app is not available ({e}); "
                          f"use a subcommand: {', '.join(COMMANDS)}\n")

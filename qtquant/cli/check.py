@@ -45,7 +45,7 @@ def _canvas(args) -> tuple[bytes | None, str]:
         return None, "The canvas picture is not drawn for a project; `qtquant screenshot` renders its model."
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     try:
-        from ..gui.shot import take_screenshot
+        from ..gui.window.shot import take_screenshot
     except ImportError as e:
         return None, f"The canvas picture is unavailable: the desktop app is not installed ({e})."
     from .common import options_from_args

@@ -64,7 +64,7 @@ def run(args) -> int:
     options = options_from_args(args)
     log = read_log_from_args(args)
     try:
-        from ..gui.shot import take_screenshot
+        from ..gui.window.shot import take_screenshot
     except ImportError as e:
         raise BadInputError(f"the desktop app is not available ({e})") from None
     out = take_screenshot(args.model, args.output, input_shapes=log_input_shapes(args, log) or args.input_shape,

@@ -1,7 +1,7 @@
 """The desktop app (PySide6).  The only package in qtquant that imports Qt.
 
-Entry points: :func:`qtquant.gui.app.run_app` (``qtquant [MODEL]``) and
-:func:`qtquant.gui.shot.take_screenshot` (``qtquant screenshot``).
+Entry points: :func:`qtquant.gui.window.app.run_app` (``qtquant [MODEL]``) and
+:func:`qtquant.gui.window.shot.take_screenshot` (``qtquant screenshot``).
 """
 
 import sys

@@ -24,7 +24,7 @@ from .inference import infer_here
 __all__ = ["infer_in_child", "submit_file", "Early", "warm", "close", "MIN_NODES", "APP_MIN_NODES", "MAX_BYTES",
            "EARLY_MAX_BYTES"]
 
-# The app turns this on (see qtquant.gui.controller); the CLI runs inference in-process.
+# The app turns this on (see qtquant.gui.window.controller); the CLI runs inference in-process.
 MIN_NODES: int | None = None
 # What the app sets MIN_NODES to (and where it moves calibration and the layout to children too):
 # below this size, starting a child costs more than the freeze it avoids.

@@ -112,7 +112,7 @@ def _budget(tmp_path, text, name="budget.toml"):
 
 def test_check_passes_and_fails_with_junit_json_and_report(pair, tmp_path, capsys, monkeypatch):
     _, qt, ort, data, _ = pair
-    monkeypatch.setitem(sys.modules, "qtquant.gui.shot", None)  # as without PySide6: no picture
+    monkeypatch.setitem(sys.modules, "qtquant.gui.window.shot", None)  # as without PySide6: no picture
     a = _json(capsys, ["analyze", qt, "--calib", data, "--json"])["summary"]
     ok = _budget(tmp_path, f"max_rescales = {a['rescales']}\nmax_latency_ms = {a['latency_ms'] + 0.001}\n"
                            f'min_sqnr_db = 1.0\nbaseline = "{ort}"\nno_worse_than_baseline = false\n')

@@ -53,7 +53,7 @@ def make_win(qtbot, tmp_path, prompts):
 
     from builders import RESCALING_MARCH
 
-    from qtquant.gui.mainwindow import MainWindow
+    from qtquant.gui.window.mainwindow import MainWindow
 
     made = []
 

@@ -16,8 +16,8 @@ from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
 from qtquant.calib import CalibConfig  # noqa: E402
-from qtquant.gui.app import make_app  # noqa: E402
-from qtquant.gui.mainwindow import MainWindow  # noqa: E402
+from qtquant.gui.window.app import make_app  # noqa: E402
+from qtquant.gui.window.mainwindow import MainWindow  # noqa: E402
 
 
 

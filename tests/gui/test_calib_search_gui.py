@@ -11,7 +11,7 @@ from builders import outlier_case_saturating as _saturating  # noqa: E402
 
 from qtquant.app.views.concats import model_info  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
-from qtquant.gui.dialogs import OpenDialog, calib_config  # noqa: E402
+from qtquant.gui.dialogs.modeldialog import OpenDialog, calib_config  # noqa: E402
 
 
 def test_the_dialog_offers_the_searches(qtbot, tmp_path):

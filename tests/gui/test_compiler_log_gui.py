@@ -43,7 +43,8 @@ def test_file_menu_opens_a_log_and_everything_shows_it(qtbot, win, files, monkey
     assert action.isEnabled() and action in win.menuBar().actions()[0].menu().actions()
     log_col = win.concat_list.model.HEADERS.index("Log")
     assert win.concat_list.table.isColumnHidden(log_col)  # no log: no Log column
-    monkeypatch.setattr("qtquant.gui.compilerlogs.pick_open_file", lambda *a: str(files / "hb_mapper_makertbin.txt"))
+    monkeypatch.setattr("qtquant.gui.window.compilerlogs.pick_open_file",
+                        lambda *a: str(files / "hb_mapper_makertbin.txt"))
     events = []
     win.session.events.compiler_log.connect(events.append)
     action.trigger()

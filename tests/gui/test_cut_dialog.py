@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 
 from builders import branchy_concat_model, detector_model, save  # noqa: E402
-from qtquant.gui.dialogs import OpenDialog  # noqa: E402
+from qtquant.gui.dialogs.modeldialog import OpenDialog  # noqa: E402
 from qtquant.gui.style import fmt_ratio  # noqa: E402
 
 

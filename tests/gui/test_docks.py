@@ -26,9 +26,9 @@ from qtquant.app.views.perf import OPENED_NOTE  # noqa: E402
 from qtquant.app.views.perfdata import fidelity_measure, simulator  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.quant.concat import concat_members  # noqa: E402
-from qtquant.gui.actions import OptionWidgets  # noqa: E402
-from qtquant.gui.docks import ConcatList, GroupsPanel, PerfSummary  # noqa: E402
-from qtquant.gui.editing import Editor  # noqa: E402
+from qtquant.gui.window.actions import OptionWidgets  # noqa: E402
+from qtquant.gui.docks.panels import ConcatList, GroupsPanel, PerfSummary  # noqa: E402
+from qtquant.gui.window.editing import Editor  # noqa: E402
 from qtquant.model.graph import graph_from_model  # noqa: E402
 from qtquant.gui.relay import SessionRelay  # noqa: E402
 

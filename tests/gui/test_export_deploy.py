@@ -9,7 +9,7 @@ pytest.importorskip("pytestqt")
 from builders import detector_model, save  # noqa: E402
 from qtquant.app import Options, open_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
-from qtquant.gui.exporting import ExportDialog, export_files  # noqa: E402
+from qtquant.gui.window.exporting import ExportDialog, export_files  # noqa: E402
 
 
 def test_dialog_offers_each_target_and_export_writes_its_files(qtbot, tmp_path):

@@ -12,7 +12,7 @@ from builders import branchy_concat_model, save  # noqa: E402
 from qtquant.app import Options, open_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.cli import main  # noqa: E402
-from qtquant.gui.exporting import ExportDialog, export_files  # noqa: E402
+from qtquant.gui.window.exporting import ExportDialog, export_files  # noqa: E402
 from qtquant.quant.precision import assignments_from_names  # noqa: E402
 
 CUT = "conv0_out,cat_out"

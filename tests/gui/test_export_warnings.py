@@ -10,8 +10,8 @@ from PySide6.QtCore import QSettings  # noqa: E402
 
 from builders import dead_relu_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
-from qtquant.gui.exporting import WARNING_COLUMNS, ExportDialog, ExportOptions, export_files  # noqa: E402
-from qtquant.gui.mainwindow import MainWindow  # noqa: E402
+from qtquant.gui.window.exporting import WARNING_COLUMNS, ExportDialog, ExportOptions, export_files  # noqa: E402
+from qtquant.gui.window.mainwindow import MainWindow  # noqa: E402
 from qtquant.app import open_model  # noqa: E402
 from qtquant.app import Options  # noqa: E402
 

@@ -20,8 +20,8 @@ from builders import RESCALING_MARCH, BAND_CATS as CATS  # noqa: E402
 from builders import band_model  # noqa: E402
 from qtquant.base.vocab import DEFAULT_MARCH  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
-from qtquant.gui.dialogs import ErrorDialog, ModelSettings, OpenDialog, calib_config  # noqa: E402
-from qtquant.gui.mainwindow import MainWindow  # noqa: E402
+from qtquant.gui.dialogs.modeldialog import ErrorDialog, ModelSettings, OpenDialog, calib_config  # noqa: E402
+from qtquant.gui.window.mainwindow import MainWindow  # noqa: E402
 from qtquant.app.views.looks import node_bits  # noqa: E402
 from qtquant.app.views.perfdata import node_us, simulator  # noqa: E402
 from qtquant.gui.style import MISMATCH_BANDS, fmt_us, heat_color, mismatch_band, mismatch_color  # noqa: E402
@@ -357,7 +357,7 @@ def test_a_narrow_window_keeps_room_for_the_canvas_and_a_wide_one_keeps_its_dock
     canvas ~120 px, under the minimap.  A narrow window gives the canvas at least CANVAS_SHARE of
     its width, the inspector giving way first; the Concat table keeps every column in view.
     Widened again, the docks get their widths back, except one the user resized meanwhile."""
-    from qtquant.gui.mainwindow import CANVAS_SHARE
+    from qtquant.gui.window.mainwindow import CANVAS_SHARE
 
     w = MainWindow(settings)
     qtbot.addWidget(w)
@@ -591,7 +591,7 @@ def test_qtquant_command_opens_model_and_demo(qtbot, tmp_path, monkeypatch, mode
 
     from PySide6.QtWidgets import QApplication
 
-    import qtquant.gui.app as appmod
+    import qtquant.gui.window.app as appmod
     from qtquant.cli import main
 
     QSettings.setPath(QSettings.NativeFormat, QSettings.UserScope, str(tmp_path / "config"))
@@ -669,7 +669,7 @@ def test_drag_pans_and_shift_drag_selects(qtbot, win, model):
 
 def test_minimap_drawn_in_slices_equals_one_pass(qtbot, win, model, monkeypatch):
     """Big graphs draw the minimap base over several event-loop turns; the picture is the same."""
-    from qtquant.gui import minimap
+    from qtquant.gui.canvas import overlays as minimap
 
     open_and_settle(qtbot, win, model)
     mm = win.view.minimap
@@ -690,7 +690,7 @@ def test_minimap_drawn_in_slices_equals_one_pass(qtbot, win, model, monkeypatch)
 
 def test_looks_applied_in_slices_end_as_in_one_pass(qtbot, win, model, monkeypatch):
     """Big graphs restyle over several event-loop turns; the end state is the same."""
-    from qtquant.gui import canvas
+    from qtquant.gui.canvas import scene as canvas
 
     open_and_settle(qtbot, win, model)
     win.set_overlay("mismatch")
@@ -716,7 +716,7 @@ def test_minimap_moves_off_a_mismatched_concat_and_fits_a_small_canvas(qtbot, wi
     Concats, badge and all, in the first view.  It now takes the bottom-left corner while the right
     one would hide a node with badges and the left hides less, comes back once the right hides none,
     and is smaller on a small canvas."""
-    from qtquant.gui.graphview import BADGE_WEIGHT
+    from qtquant.gui.canvas.view import BADGE_WEIGHT
 
     open_and_settle(qtbot, win, model)
     v, mm, sc = win.view, win.view.minimap, win.scene

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 from builders import RESCALING_MARCH, edit_model  # noqa: E402
 from qtquant.base.vocab import DEFAULT_MARCH  # noqa: E402
 from guikit import open_settled, settle  # noqa: E402
-from qtquant.gui.mainwindow import MainWindow  # noqa: E402
+from qtquant.gui.window.mainwindow import MainWindow  # noqa: E402
 from qtquant.app.views.perfdata import simulator  # noqa: E402
 from qtquant.gui.style import MISMATCH_BANDS  # noqa: E402
 
@@ -370,7 +370,7 @@ def test_export_writes_files_onnx_checker_accepts(qtbot, win, model, tmp_path, m
     import onnxruntime as ort
     from PIL import Image
 
-    from qtquant.gui.exporting import ExportDialog
+    from qtquant.gui.window.exporting import ExportDialog
 
     open_settled(qtbot, win, model)
     drag_node(win, "br_c", "cat1")
@@ -553,7 +553,7 @@ def test_escape_cancels_a_drag_and_the_dock_menu_ungroups(qtbot, win, model):
 def test_hull_shape_is_one_region_around_its_members():
     from PySide6.QtCore import QRectF
 
-    from qtquant.gui.hulls import hull_shape
+    from qtquant.gui.canvas.hulls import hull_shape
 
     # side by side in one layer: one box, no seam; far apart: bridged into one region
     near = {"a": QRectF(0, 0, 172, 42), "b": QRectF(200, 0, 172, 42)}
@@ -571,7 +571,7 @@ def test_broken_project_is_a_one_line_error_and_the_entry_point_opens_projects(q
                                                                                 monkeypatch):
     import sys
 
-    import qtquant.gui.app as appmod
+    import qtquant.gui.window.app as appmod
     from qtquant.cli import main
 
     bad = tmp_path / "bad.qtquant"

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from qtquant.app.scene.hierarchy import block_name
-from qtquant.gui.items import BlockItem
+from qtquant.gui.canvas.items import BlockItem
 from qtquant.calib import CalibConfig
 from tests.gui.guikit import big_blocks, double_click_node as _dclick, open_settled, settle
 from tests.gui.test_gui_edit import drag_node, press_keys
@@ -86,7 +86,7 @@ def test_expand_all_and_collapse_all_from_the_view_menu(qtbot, make_win, big_mod
     qtbot.waitUntil(lambda: win.scene.spec is win.canvas.spec and not win.canvas.busy, timeout=20000)
     assert block_name("/model.7") in win.scene.nodes
     # The collapsed view is one tall column (4 % to fit whole): Fit shows its width at a readable zoom
-    from qtquant.gui.graphview import FIT_MIN_ZOOM
+    from qtquant.gui.canvas.view import FIT_MIN_ZOOM
 
     win.view.fit()
     vis = win.view.mapToScene(win.view.viewport().rect()).boundingRect()
@@ -223,7 +223,7 @@ def test_opens_on_the_worst_concat_when_scales_come_before_the_scene(qtbot, make
     from qtquant.app.views.blocks import worst_concat
     from qtquant.calib import calibrate
     from qtquant.calib.statsfile import write_stats
-    from qtquant.gui.canvasview import CanvasPresenter
+    from qtquant.gui.canvas.showing import CanvasPresenter
 
     graph = open_model(big_model).graph
     stats = write_stats(tmp_path / "big.stats", graph, calibrate(graph, CalibConfig(count=4, holdout=0)))

@@ -146,7 +146,7 @@ def test_blocks_open_on_the_structure_drawn_before_the_model_has_loaded(qtbot, m
 
 
 def test_shape_labels_follow_the_edges_as_blocks_open_and_close(qtbot, make_win, big_model):
-    from qtquant.gui.items import LABEL_DX, LABEL_DY, LOD_EDGE_LABEL
+    from qtquant.gui.canvas.items import LABEL_DX, LABEL_DY, LOD_EDGE_LABEL
 
     win = make_win(auto_calibrate=False)
     _open(qtbot, win, big_model)

@@ -14,8 +14,9 @@ from PySide6.QtGui import QAction, QKeySequence  # noqa: E402
 from builders import edit_model  # noqa: E402
 from guikit import open_settled  # noqa: E402
 from qtquant.app.views.perfdata import fidelity_measure, simulator  # noqa: E402
-from qtquant.gui import canvasview, docks, inspector  # noqa: E402
-from qtquant.gui.actions import key_conflicts, redo_keys  # noqa: E402
+from qtquant.gui.canvas import showing as canvasview  # noqa: E402
+from qtquant.gui.docks import inspector, panels as docks  # noqa: E402
+from qtquant.gui.window.actions import key_conflicts, redo_keys  # noqa: E402
 
 CAT1 = ("br_a_out", "br_b_out", "br_c_out", "cat1_out")
 

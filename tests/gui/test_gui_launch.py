@@ -12,8 +12,8 @@ from guikit import settle  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.cli import main  # noqa: E402
 from qtquant.quant.domains import Policy  # noqa: E402
-from qtquant.gui import app as gui_app  # noqa: E402
-from qtquant.gui.dialogs import OpenDialog  # noqa: E402
+from qtquant.gui.window import app as gui_app  # noqa: E402
+from qtquant.gui.dialogs.modeldialog import OpenDialog  # noqa: E402
 from qtquant.model.scales import Scheme  # noqa: E402
 
 

@@ -19,8 +19,8 @@ from PySide6.QtWidgets import QLabel, QMessageBox  # noqa: E402
 
 from builders import other_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
-from qtquant.gui import recovery as recovery_mod  # noqa: E402
-from qtquant.gui.mainwindow import MainWindow  # noqa: E402
+from qtquant.gui.window import recovery as recovery_mod  # noqa: E402
+from qtquant.gui.window.mainwindow import MainWindow  # noqa: E402
 import guikit  # noqa: E402
 from guikit import settle  # noqa: E402
 
@@ -193,7 +193,7 @@ def ort_fault(monkeypatch, fail_at: int):
 
 def gated_calibrate(monkeypatch, stop_at: int):
     """Calibration pauses after batch ``stop_at`` until released (the test acts meanwhile)."""
-    import qtquant.gui.controller as ctl
+    import qtquant.gui.window.controller as ctl
 
     real = ctl.calibrate
     reached, release, calls = threading.Event(), threading.Event(), []
@@ -299,7 +299,7 @@ def test_cancel_calibration_at_several_points(qtbot, make_win, model, monkeypatc
 
 @pytest.mark.parametrize("kind", ["perf", "fidelity"])
 def test_edit_while_a_job_runs_applies_only_the_newest(qtbot, make_win, model, monkeypatch, kind):
-    import qtquant.gui.controller as ctl
+    import qtquant.gui.window.controller as ctl
 
     w = make_win()
     w.open_model(model, calib=CalibConfig(count=4))
@@ -399,8 +399,8 @@ def test_bad_project_gives_the_error_dialog(qtbot, make_win, model, tmp_path, co
 # -- the scene is built in slices ---------------------------------------------------------------------
 def test_scene_builds_in_slices_and_a_newer_model_drops_a_half_built_one(qtbot, make_win, model, monkeypatch,
                                                                           tmp_path):
-    import qtquant.gui.canvasview as mw
-    from qtquant.gui.canvas import GraphScene
+    import qtquant.gui.canvas.showing as mw
+    from qtquant.gui.canvas.scene import GraphScene
 
     real = GraphScene.build_steps
     monkeypatch.setattr(mw, "BUILD_SLICE_MS", 0)  # one chunk per event-loop turn

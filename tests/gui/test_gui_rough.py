@@ -64,7 +64,7 @@ def test_status_messages_expire_or_are_replaced(qtbot, win, model, monkeypatch):
 
 
 def test_a_text_file_named_onnx_is_an_error_before_any_prompt(qtbot, win, model, tmp_path, prompts, monkeypatch):
-    from qtquant.gui.dialogs import OpenDialog
+    from qtquant.gui.dialogs.modeldialog import OpenDialog
 
     monkeypatch.setattr(OpenDialog, "exec", lambda self: pytest.fail("no calibration dialog for a text file"))
     open_settled(qtbot, win, model)
@@ -83,7 +83,7 @@ def test_open_dialog_offers_the_recorded_shape_with_readable_dims(qtbot, tmp_pat
     import onnx
     from PySide6.QtWidgets import QLabel
 
-    from qtquant.gui.dialogs import OpenDialog
+    from qtquant.gui.dialogs.modeldialog import OpenDialog
     from builders import dynamic_model
 
     p = tmp_path / "yolo320.onnx"
@@ -170,7 +170,7 @@ def test_export_makes_a_folder_that_does_not_exist_yet(qtbot, tmp_path):
     from qtquant.app import Options, open_model
     from qtquant.calib import CalibConfig
     from qtquant.base.errors import BadInputError
-    from qtquant.gui.exporting import ExportOptions, export_files
+    from qtquant.gui.window.exporting import ExportOptions, export_files
 
     s = open_model(edit_model(tmp_path / "edit.onnx"), options=Options(calib=CalibConfig(count=4)))
     s.run_calibration()
@@ -303,7 +303,7 @@ def test_calibrate_can_change_the_input_shape(qtbot, win, tmp_path, monkeypatch)
     from guikit import settle
     from qtquant.calib import CalibConfig
     from builders import branchy_concat_model
-    from qtquant.gui.dialogs import OpenDialog
+    from qtquant.gui.dialogs.modeldialog import OpenDialog
 
     p = tmp_path / "dyn.onnx"
     onnx.save(branchy_concat_model(dynamic=True), str(p))
@@ -332,7 +332,7 @@ def test_export_dialog_sets_the_scheme_and_the_percentile_like_the_cli(qtbot, wi
 
     from guikit import settle
     from qtquant.calib import CalibConfig
-    from qtquant.gui.exporting import ExportDialog
+    from qtquant.gui.window.exporting import ExportDialog
     from qtquant.base.vocab import Scheme
 
     win.open_model(edit_model(tmp_path / "edit.onnx"), calib=CalibConfig(count=4, observer="percentile"))

@@ -74,7 +74,7 @@ def test_collapse_keeps_the_block_selected_so_shift_e_walks_up(qtbot, make_win, 
 
 
 def test_fit_to_view_on_a_tall_graph_is_readable(qtbot, make_win, tmp_path):
-    from qtquant.gui.graphview import FIT_MIN_ZOOM
+    from qtquant.gui.canvas.view import FIT_MIN_ZOOM
 
     win = make_win()
     open_settled(qtbot, win, save(synthetic_model(400), tmp_path / "tall.onnx"))
@@ -125,9 +125,9 @@ def test_a_drop_that_links_three_groups_merges_them(qtbot, make_win, tmp_path):
 
 
 def test_a_cancelled_calibration_is_not_remembered(qtbot, make_win, tmp_path, monkeypatch):
-    import qtquant.gui.controller as ctl
+    import qtquant.gui.window.controller as ctl
     from qtquant.base.errors import Cancelled
-    from qtquant.gui.opening import _calib_values
+    from qtquant.gui.window.opening import _calib_values
 
     path = edit_model(tmp_path / "edit.onnx")
     win = make_win(show_dialogs=False)
@@ -152,7 +152,7 @@ def test_a_cancelled_calibration_is_not_remembered(qtbot, make_win, tmp_path, mo
 
 def test_export_report_and_html_give_the_exported_models_accuracy(qtbot, make_win, tmp_path):
     from builders import detector_model
-    from qtquant.gui.exporting import ExportOptions, export_files
+    from qtquant.gui.window.exporting import ExportOptions, export_files
 
     win = make_win()
     open_settled(qtbot, win, save(detector_model(), tmp_path / "det.onnx"))
@@ -213,7 +213,7 @@ def test_inspector_names_show_what_tells_them_apart(qtbot, make_win, tmp_path):
 
 
 def test_the_minimap_keeps_off_a_concat_turned_green_by_sharing(qtbot, make_win, tmp_path):
-    from qtquant.gui.graphview import BADGE_WEIGHT
+    from qtquant.gui.canvas.view import BADGE_WEIGHT
 
     win = make_win()
     open_settled(qtbot, win, edit_model(tmp_path / "edit.onnx"))
@@ -247,7 +247,7 @@ def test_the_canvas_does_not_jump_when_the_overlay_changes(qtbot, make_win, tmp_
 
 
 def test_export_and_project_dialogs_start_in_this_models_folder(qtbot, make_win, tmp_path, monkeypatch):
-    from qtquant.gui.exporting import ExportDialog
+    from qtquant.gui.window.exporting import ExportDialog
 
     seen = []
     monkeypatch.setattr(ExportDialog, "exec", lambda self: seen.append(self.folder.text()) or ExportDialog.Rejected)
@@ -269,14 +269,14 @@ def test_export_and_project_dialogs_start_in_this_models_folder(qtbot, make_win,
 
     assert seen[-1] == str(Path.home())  # not a hidden cache folder
     starts = []
-    monkeypatch.setattr("qtquant.gui.projects.QFileDialog.getSaveFileName",
+    monkeypatch.setattr("qtquant.gui.window.projects.QFileDialog.getSaveFileName",
                         lambda parent, title, start, filt: starts.append(start) or ("", ""))
     win.projects.save_as()
     assert starts[-1] == str(Path.home() / "demo.qtquant")
 
 
 def test_expand_all_keeps_the_view_and_says_how_far_the_drawing_is(qtbot, make_win, big_model, monkeypatch):
-    import qtquant.gui.canvasview as cv
+    import qtquant.gui.canvas.showing as cv
 
     win = make_win()
     open_settled(qtbot, win, big_model)

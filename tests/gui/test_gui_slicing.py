@@ -11,7 +11,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest  # noqa: E402
 
 from qtquant.app.views import looks as overlays  # noqa: E402
-from qtquant.gui import canvas  # noqa: E402
+from qtquant.gui.canvas import scene as canvas  # noqa: E402
 from qtquant.app.views.looks import Looks, compute_looks, fill_looks  # noqa: E402
 from qtquant.gui.style import RAMPS, heat_color  # noqa: E402
 from PySide6.QtGui import QColor  # noqa: E402

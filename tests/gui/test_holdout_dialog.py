@@ -8,7 +8,7 @@ from builders import mul_relu_model
 pytest.importorskip("pytestqt")
 
 from qtquant.calib.holdout import CalibConfigError  # noqa: E402
-from qtquant.gui.dialogs import OpenDialog, calib_config  # noqa: E402
+from qtquant.gui.dialogs.modeldialog import OpenDialog, calib_config  # noqa: E402
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from qtquant.app import Options, open_model  # noqa: E402
 from qtquant.app.commands import SetPrecisionCommand, ShareCommand  # noqa: E402
 from qtquant.app.histograms import clip_range, tensor_histogram  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
-from qtquant.gui.inspector import Inspector  # noqa: E402
+from qtquant.gui.docks.inspector import Inspector  # noqa: E402
 from qtquant.gui.relay import SessionRelay  # noqa: E402
 
 

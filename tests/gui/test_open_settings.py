@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 
 from builders import branchy_concat_model, save  # noqa: E402
-from qtquant.gui.dialogs import OpenDialog, given_shapes  # noqa: E402
+from qtquant.gui.dialogs.modeldialog import OpenDialog, given_shapes  # noqa: E402
 
 
 def _fill_and_ok(qtbot, monkeypatch, seen, folder=None, **fields):
@@ -83,7 +83,7 @@ def test_settings_that_fail_the_load_are_not_remembered(qtbot, make_win, model_p
     win.opener.model_settings.save(model_path, {"shapes": {"x": "1x3x16x16"}, "calib": {"count": 5}})
     seen = []
     _fill_and_ok(qtbot, monkeypatch, seen, cut_edit="conv0_out")
-    monkeypatch.setattr("qtquant.gui.controller.early_structure", lambda *a: None)
+    monkeypatch.setattr("qtquant.gui.window.controller.early_structure", lambda *a: None)
 
     def fail(*a, **k):
         from qtquant.base.errors import ShapeError

@@ -25,7 +25,9 @@ SCRIPT = Path(__file__).with_name("recovery_instance.py")
 
 
 def start(role, rec, model, report):
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    # This checkout's qtquant, not the one the interpreter has installed (its folder is not the child's path[0]).
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
     env.pop("QTQUANT_RECOVERY_DIR", None)
     return subprocess.Popen([sys.executable, str(SCRIPT), role, str(rec), str(model), str(report)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

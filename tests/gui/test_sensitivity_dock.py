@@ -14,9 +14,9 @@ from builders import RESCALING_MARCH, branchy_concat_model, save  # noqa: E402
 from qtquant.app import Options, open_model  # noqa: E402
 from qtquant.calib import CalibConfig  # noqa: E402
 from qtquant.gui.jobs import JobManager  # noqa: E402
-from qtquant.gui.messages import Messages  # noqa: E402
+from qtquant.gui.dialogs.messages import Messages  # noqa: E402
 from qtquant.gui.relay import SessionRelay  # noqa: E402
-from qtquant.gui.sensitivitydock import AccuracyJobs, SensitivityDock  # noqa: E402
+from qtquant.gui.docks.sensitivity import AccuracyJobs, SensitivityDock  # noqa: E402
 
 
 class _Log:

@@ -12,7 +12,7 @@ from builders import band_model, edit_model  # noqa: E402
 from qtquant.app import open_model  # noqa: E402
 from qtquant.calib import CalibConfig, calibrate  # noqa: E402
 from qtquant.calib.statsfile import write_stats  # noqa: E402
-from qtquant.gui.dialogs import OpenDialog  # noqa: E402
+from qtquant.gui.dialogs.modeldialog import OpenDialog  # noqa: E402
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from .drawn import DrawnGraph
 
 __all__ = ["NodeSpec", "EdgeSpec", "SceneSpec", "scene_spec", "layout_scene", "spread_ports", "shape_text",
-           "node_size", "INPUT_PREFIX", "OUTPUT_PREFIX", "NODE_W", "NODE_H", "TERM_W", "TERM_H", "BLOCK_W", "BLOCK_H"]
+           "node_size", "node_outputs", "INPUT_PREFIX", "OUTPUT_PREFIX", "NODE_W", "NODE_H", "TERM_W", "TERM_H",
+           "BLOCK_W", "BLOCK_H"]
 
 INPUT_PREFIX = "input:"
 OUTPUT_PREFIX = "output:"
@@ -27,6 +28,17 @@ NODE_W, NODE_H = 172.0, 42.0  # op boxes (scene units)
 TERM_W, TERM_H = 150.0, 34.0  # graph input / output terminals
 BLOCK_W, BLOCK_H = 196.0, 50.0  # collapsed blocks of the module hierarchy
 _SIZES = {"op": (NODE_W, NODE_H), "block": (BLOCK_W, BLOCK_H)}
+
+
+def node_outputs(graph: DrawnGraph, name: str) -> list[str]:
+    """The tensors a canvas node stands for: an op's outputs, a terminal's tensor."""
+    if name.startswith((INPUT_PREFIX, OUTPUT_PREFIX)):
+        t = name.split(":", 1)[1]
+        return [t] if t in graph.tensors else []
+    node = graph.nodes.get(name)
+    if node is None:
+        return []
+    return [t for t in node.outputs if t and t in graph.tensors]
 
 
 def node_size(kind: str) -> tuple[float, float]:

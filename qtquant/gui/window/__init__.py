@@ -1,0 +1,1 @@
+"""The main window and its controllers: actions, opening, editing, projects, export, comparison, recovery, start-up."""
