@@ -57,16 +57,18 @@ class OpenReport:
     dropped_groups: int = 0
     stats_from_cache: bool = False
     remap: RemapGroupsCommand | None = None  # the re-map onto a changed model, done (record it on a stack)
+    log_problem: str = ""  # why the compile log the project names was not placed ("": placed, or none)
 
     def message(self) -> str:
-        if not self.model_changed:
-            return ""
-        msg = "the model changed since the project was saved"
-        if self.missing:
-            msg += f"; {len(self.missing)} grouped tensor(s) no longer exist: {', '.join(self.missing[:5])}"
-            if len(self.missing) > 5:
-                msg += ", ..."
-        return msg
+        parts = [self.log_problem] if self.log_problem else []
+        if self.model_changed:
+            msg = "the model changed since the project was saved"
+            if self.missing:
+                msg += f"; {len(self.missing)} grouped tensor(s) no longer exist: {', '.join(self.missing[:5])}"
+                if len(self.missing) > 5:
+                    msg += ", ..."
+            parts.insert(0, msg)
+        return "; ".join(parts)
 
 
 def open_project(path: StrPath, *, remap: bool = True, calibrate: bool = False,
@@ -90,6 +92,14 @@ def open_project(path: StrPath, *, remap: bool = True, calibrate: bool = False,
     report = OpenReport(model_changed=bool(proj.model_sha256) and proj.model_sha256 != session.graph.sha256)
     if proj.view:
         session.view_state = ViewState.from_dict(proj.view)
+    log = proj.compiler_log_path()
+    if log is not None:  # before calibration: its thresholds may be the scales
+        from .compilerlog import open_compile_log
+
+        try:
+            open_compile_log(session, log, any_shape=proj.compiler_log_any_shape, scales=proj.compiler_log_scales)
+        except QtQuantError as e:  # the project still opens; the caller says what became of the log
+            report.log_problem = f"its compile log was not placed ({e})"
     if proj.stats_cache and not session.quantized_file:
         cache_dir = Path(proj.stats_cache)
         if not cache_dir.is_absolute():

@@ -30,7 +30,7 @@ __all__ = ["PROJECT_FORMAT", "PROJECT_VERSION", "Project", "ProjectGroup", "proj
 PROJECT_FORMAT = "qtquant-project"
 # 4: the auto-share and float-output thresholds apart (3 had one max_bits_lost for both); 3: per-tensor
 # precision and the --cut; 2: calibration holdout is auto/N/fraction (1: 2 samples)
-PROJECT_VERSION = 4
+PROJECT_VERSION = 5
 
 
 class ProjectGroup(FileModel):
@@ -65,6 +65,11 @@ class Project(FileModel):
     # tensor -> int16 / float (every other tensor is int8)
     precision: dict[str, Annotated[Precision, Field(strict=False)]] = Field(default_factory=dict)
     stats_cache: str | None = None
+    # The hb_mapper compile log placed on the model (relative to the project file when possible), whether
+    # its thresholds are the scales, and whether it was accepted at another input shape.
+    compiler_log: str | None = None
+    compiler_log_scales: bool = True
+    compiler_log_any_shape: bool = False
     view: dict = Field(default_factory=dict)  # the canvas's module hierarchy: app.scene.ViewState.to_dict()
     path: Path | None = Field(None, exclude=True)
     reader_fields = ("path",)
@@ -97,7 +102,14 @@ class Project(FileModel):
         return data
 
     def model_path(self) -> Path:
-        p = Path(self.model)
+        return self._beside(self.model)
+
+    def compiler_log_path(self) -> Path | None:
+        return self._beside(self.compiler_log) if self.compiler_log else None
+
+    def _beside(self, name: str) -> Path:
+        """A path the file names, relative to the project file's folder unless absolute."""
+        p = Path(name)
         if not p.is_absolute() and self.path is not None:
             p = self.path.parent / p
         return p
@@ -145,6 +157,7 @@ def project_from_session(session: ProjectSession, path, stats_cache=None) -> Pro
     path = Path(path)
     g = session.graph
     o = session.options
+    log = session.compiler_log
     if g.path is None:
         raise PlanError("a project refers to its model file: this model was not opened from a file")
     calib = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(o.calib).items()}
@@ -159,6 +172,9 @@ def project_from_session(session: ProjectSession, path, stats_cache=None) -> Pro
         cut=list(g.cut),
         precision=dict(o.precision),
         stats_cache=_rel(Path(stats_cache), path.parent) if stats_cache else None,
+        compiler_log=_rel(Path(log.log.path), path.parent) if log is not None and log.log.path else None,
+        compiler_log_scales=session.compiler_ranges is not None or log is None,
+        compiler_log_any_shape=log is not None and log.shape_differs,
         view=session.view_state.to_dict() if session.view_state is not None else {},
     )
 

@@ -155,3 +155,48 @@ def test_a_bad_threshold_in_a_project_is_one_line_naming_the_file(session, tmp_p
     pp.write_text(json.dumps({**doc, key: value}))
     with pytest.raises(PlanError, match=r"^proj\.qtquant: \w+_max_bits_lost \(the [a-z-]+ threshold\) must be"):
         open_project(pp)
+
+
+def test_the_compile_log_is_saved_and_placed_again(session, tmp_path, capsys):
+    """A project remembers the compile log placed on its model (and whether its thresholds are the scales):
+    reopened, the log is back; one that went missing leaves the project opening with a one-line warning."""
+    from hblogs import LogSpec, render_compile_log
+    from qtquant.app.compilerlog import open_compile_log
+    from qtquant.cli import main
+
+    log = tmp_path / "logs" / "hb_mapper.log"
+    log.parent.mkdir()
+    log.write_text(render_compile_log(branchy_concat_model(gains=(1.0, 3.0, 8.0)),
+                                      LogSpec(requantize=("conv1_out",))))
+    open_compile_log(session, log, scales=False)
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    doc = json.loads(pp.read_text())
+    assert doc["version"] == PROJECT_VERSION == 5
+    assert (doc["compiler_log"], doc["compiler_log_scales"], doc["compiler_log_any_shape"]) == \
+        ("logs/hb_mapper.log", False, False)
+    s2, rep = open_project(pp)
+    assert rep.message() == "" and s2.compiler_log is not None and s2.compiler_ranges is None
+    assert s2.compiler_log.requantized == session.compiler_log.requantized == ("conv1_out",)
+    assert s2.groups.as_lists() == session.groups.as_lists()
+    # With its thresholds as the scales, they come back as the scales.
+    open_compile_log(session, log, scales=True)
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    s3, _ = open_project(pp)
+    assert s3.compiler_ranges == session.compiler_ranges and s3.compiler_ranges
+    # The log moved away: the project opens without it and says so in one line.
+    log.rename(tmp_path / "gone.log")
+    s4, rep = open_project(pp)
+    assert s4.compiler_log is None and "compile log was not placed" in rep.message()
+    assert s4.groups.as_lists() == session.groups.as_lists()
+    other = tmp_path / "other.onnx"
+    save(branchy_concat_model(gains=(1.0, 3.0, 8.0)), other)
+    assert main(["diff", str(pp), str(other), "--calib-count", "2"]) in (0, 1)
+    err = capsys.readouterr().err
+    assert "compile log was not placed" in err and len([ln for ln in err.splitlines() if "compile log" in ln]) == 1
+    # A project of an older version has no log: it opens as before.
+    doc = json.loads(pp.read_text())
+    for k in ("compiler_log", "compiler_log_scales", "compiler_log_any_shape"):
+        del doc[k]
+    pp.write_text(json.dumps({**doc, "version": 4}))
+    s5, rep = open_project(pp)
+    assert s5.compiler_log is None and rep.message() == ""
