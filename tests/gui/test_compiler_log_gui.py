@@ -131,3 +131,30 @@ def test_screenshot_with_a_compile_log(qtbot, files, capsys):
     assert main(["screenshot", str(files / "m.onnx"), "--compiler-log", str(files / "other_shape.log"),
                  "-o", str(out), "--calib-count", "2"]) == 3
     assert "1x3x32x32 in the log" in capsys.readouterr().err
+
+
+def test_a_project_keeps_its_compile_log(qtbot, make_win, files, monkeypatch):
+    """Saved with a compile log placed, a project reopens with it (the Concat list's Log column shows it);
+    a log that went missing leaves the project opening without it, and the job log says why."""
+    w = make_win()
+    open_settled(qtbot, w, files / "m.onnx")
+    monkeypatch.setattr("qtquant.gui.window.compilerlogs.pick_open_file",
+                        lambda *a: str(files / "hb_mapper_makertbin.txt"))
+    w.window_actions.by_name["open_compiler_log"].trigger()
+    assert w.session.compiler_log is not None
+    pp = files / "p.qtquant"
+    assert w.projects.save_to(pp)
+    qtbot.waitUntil(lambda: not w.jobs.active("statistics"), timeout=20000)
+    again = make_win()
+    assert again.open_project(pp, ask=False) is not None
+    settle(qtbot, again)
+    s = again.session
+    assert s.compiler_log is not None and s.compiler_log.requantized == ("conv1_out",) and s.compiler_scales
+    log_col = again.concat_list.model.HEADERS.index("Log")
+    assert not again.concat_list.table.isColumnHidden(log_col)
+    (files / "hb_mapper_makertbin.txt").rename(files / "moved.txt")
+    third = make_win()
+    assert third.open_project(pp, ask=False) is not None
+    settle(qtbot, third)
+    assert third.session.compiler_log is None and third.concat_list.table.isColumnHidden(log_col)
+    assert any("compile log was not placed" in e for e in third.job_log.entries)

@@ -222,6 +222,8 @@ class ProjectController(QObject):
                 report.dropped_all = True
             self.messages.log(f"project: {report.message()}; groups "
                               + ("re-mapped by tensor name" if keep else "dropped"))
+        if report.log_problem and not report.model_changed:  # (a changed model's message above carries it)
+            self.messages.log(f"project: {report.log_problem}")
         if report.stats_from_cache:
             self.messages.log("project: calibration statistics read from the project's cache")
         return True
