@@ -36,6 +36,8 @@ def test_a_precision_edit_shows_its_price(qtbot, make_win, tmp_path, precision):
     assert "precision" in vals["price"].text() and "sharing" not in vals["price"].text()
     assert " dB <span" in vals["sqnr"].full_text()  # the SQNR says what the edit changed
     assert "as opened" in win.perf_summary.note.text()
+    # The chart of the slowest layers marks a node kept in float as the CPU's.
+    assert any(cpu for name, _, _, cpu in win.perf_summary.chart.rows if name == "br_b") == (precision == "float")
 
 
 def test_sharing_and_precision_are_priced_apart(qtbot, make_win, tmp_path):

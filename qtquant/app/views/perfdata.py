@@ -142,8 +142,9 @@ _top_memo: dict[int, tuple[PerfResult, list[tuple[str, str, float]]]] = {}  # n 
 CHART_ROWS = 12  # layers in the perf dock's chart
 
 
-def top_layers(perf: PerfResult | None, n: int = CHART_ROWS) -> list[tuple[str, str, float]]:
-    """(name, op type, µs) of the n slowest layers, rescales included.
+def top_layers(perf: PerfResult | None, n: int = CHART_ROWS) -> list[tuple[str, str, float, bool]]:
+    """(name, op type, µs, on the CPU) of the n slowest layers, rescales included; a node kept in float
+    runs on the CPU (its µs are on the board estimate, not the static one).
 
     Remembered for the latest ``perf``: 20,000 layers take ~0.1 s, which the perf job spends
     (it calls this once) rather than the GUI thread."""
@@ -152,6 +153,8 @@ def top_layers(perf: PerfResult | None, n: int = CHART_ROWS) -> list[tuple[str, 
     hit = _top_memo.get(n)
     if hit is not None and hit[0] is perf:
         return list(hit[1])
-    rows = sorted(((lc.name, lc.op_type, lc.total_us) for lc in perf.layers), key=lambda r: -r[2])[:n]
+    prec = perf.precision
+    cpu = {p.node for p in prec.nodes if p.device == "cpu"} if prec is not None else set()
+    rows = sorted(((lc.name, lc.op_type, lc.total_us, lc.name in cpu) for lc in perf.layers), key=lambda r: -r[2])[:n]
     _top_memo[n] = (perf, rows)
     return list(rows)

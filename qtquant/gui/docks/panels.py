@@ -370,19 +370,20 @@ class BarChart(QWidget):
         # Text gets the font's whole height, centred on the bar: a box as tall as the bar clipped
         # the underscores of every other row ("attn/k proj" for attn/k_proj).
         text_h = max(bar_h, fm.height() + 1)
-        for i, (name, op, us) in enumerate(self.rows):
+        for i, (name, op, us, on_cpu) in enumerate(self.rows):
             y = 20 + i * pitch
             ty = y + (bar_h - text_h) / 2
             label = fm.elidedText(name, Qt.ElideMiddle, int(lw - 10))
             p.setPen(QColor("#333"))
             p.drawText(QRectF(4, ty, lw - 8, text_h), Qt.AlignRight | Qt.AlignVCenter, label)
-            bw = (self.width() - lw - 80) * us / vmax
-            col = QColor("#e53935") if "rescale" in name.lower() else QColor("#5b8cc0")
+            bw = (self.width() - lw - 104) * us / vmax
+            col = QColor("#e53935") if "rescale" in name.lower() else QColor("#8d6e63") if on_cpu else QColor("#5b8cc0")
             p.setPen(Qt.NoPen)
             p.setBrush(col)
             p.drawRoundedRect(QRectF(lw, y + 2, max(bw, 1.0), bar_h - 4), 3, 3)
             p.setPen(QColor("#333"))
-            p.drawText(QRectF(lw + bw + 4, ty, 76, text_h), Qt.AlignLeft | Qt.AlignVCenter, fmt_us(us))
+            p.drawText(QRectF(lw + bw + 4, ty, 100, text_h), Qt.AlignLeft | Qt.AlignVCenter,
+                       fmt_us(us) + (" CPU" if on_cpu else ""))
 
     def mousePressEvent(self, ev):
         i = int((ev.position().y() - 20) // self._pitch)
