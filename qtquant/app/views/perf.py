@@ -76,7 +76,7 @@ class PerfSummaryView:
     # rich text; "—" with nothing edited.
     price: str = "—"
     note: str = ""
-    chart: tuple[tuple[str, str, float], ...] = ()  # (name, op type, µs) of the slowest layers
+    chart: tuple[tuple[str, str, float, bool], ...] = ()  # (name, op type, µs, on the CPU) of the slowest layers
     stale: bool = False  # the perf figures are of an older revision: a new run is on its way
 
 

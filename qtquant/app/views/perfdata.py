@@ -136,13 +136,14 @@ def rescale_us_for_input(perf: PerfResult | None, concat: str, index: int) -> fl
     return layer.total_us if layer is not None else None
 
 
-_top_memo: dict[int, tuple[PerfResult, list[tuple[str, str, float]]]] = {}  # n -> (perf, rows): asked on every refresh
+ChartRow = tuple[str, str, float, bool]  # (name, op type, µs, on the CPU)
+_top_memo: dict[int, tuple[PerfResult, list[ChartRow]]] = {}  # n -> (perf, rows): asked on every refresh
 
 
 CHART_ROWS = 12  # layers in the perf dock's chart
 
 
-def top_layers(perf: PerfResult | None, n: int = CHART_ROWS) -> list[tuple[str, str, float, bool]]:
+def top_layers(perf: PerfResult | None, n: int = CHART_ROWS) -> list[ChartRow]:
     """(name, op type, µs, on the CPU) of the n slowest layers, rescales included; a node kept in float
     runs on the CPU (its µs are on the board estimate, not the static one).
 
@@ -153,8 +154,10 @@ def top_layers(perf: PerfResult | None, n: int = CHART_ROWS) -> list[tuple[str, 
     hit = _top_memo.get(n)
     if hit is not None and hit[0] is perf:
         return list(hit[1])
+    from ...perf.precision import PrecisionCost
+
     prec = perf.precision
-    cpu = {p.node for p in prec.nodes if p.device == "cpu"} if prec is not None else set()
+    cpu = {p.node for p in prec.nodes if p.device == "cpu"} if isinstance(prec, PrecisionCost) else set()
     rows = sorted(((lc.name, lc.op_type, lc.total_us, lc.name in cpu) for lc in perf.layers), key=lambda r: -r[2])[:n]
     _top_memo[n] = (perf, rows)
     return list(rows)
