@@ -77,6 +77,7 @@ FITTABLE = (
     FitParam("board_ns_per_element", 0.01, 100.0),
     FitParam("precision.int16_vector_factor", 1.0, 1e5),
     FitParam("precision.cpu_elementwise_flops", 0.1, 1e5),
+    FitParam("precision.cpu_softmax_flops", 0.1, 1e5),
 )
 _START = {"board_call_us": 100.0, "board_ns_per_element": 1.0, "precision.int16_vector_factor": 4.0}
 """Where a parameter the profile lacks starts (and what the prior pulls towards)."""

@@ -9,11 +9,13 @@ the session's precision map (:mod:`qtquant.quant.precision`) changes:
   activations x int8 weights: the 8-bit MAC array takes two passes; an estimate, see the profile).
   Writing int16 from int8 inputs costs only the bytes: the accumulator is 32-bit either way.
 - **float** (a node whose output is kept in float, and the fused chain ending in it): the node
-  runs on the board's CPU.  Its cost is the CPU time (2 FLOP per MAC, or ``cpu_elementwise_flops``
-  per output element for the other ops, at the documented per-core FP32 rate x threads x an
-  efficiency), or, when larger, moving its inputs and outputs through DDR (float32 out, inputs at
-  the width they arrive in), plus ``handoff_us`` per BPU<->CPU boundary: each input produced on the
-  BPU and each output read by a BPU node.  Its BPU cost is removed.
+  runs on the board's CPU.  Its cost is the CPU time (2 FLOP per MAC, ``cpu_softmax_flops`` per
+  element of a Softmax, ``cpu_elementwise_flops`` per output element of the other ops, at the
+  documented per-core FP32 rate x threads x an efficiency, plus each element crossing the BPU<->CPU
+  boundary (de)quantised at the runtime's ``board_ns_per_element``), or, when larger, moving its
+  inputs and outputs through DDR (float32 out, inputs at the width they arrive in), plus
+  ``handoff_us`` per BPU<->CPU boundary: each input produced on the BPU and each output read by a BPU
+  node.  Its BPU cost leaves the static estimate; its CPU time is on the board estimate.
 
 The numbers come from the march profile's optional ``"precision"`` section (each with its source
 or marked as an estimate, like every profile number); a profile without one uses
@@ -52,7 +54,9 @@ class PrecisionParams(FileModel):
     cpu_threads: Param[Count]  # cores one CPU op runs on
     cpu_fp32_flops_per_cycle: Param[Positive]  # per core, peak
     cpu_efficiency: Param[Fraction]  # share of the peak a real conv/elementwise kernel reaches
-    cpu_elementwise_flops: Param[Positive]  # FLOP per output element of a non-MAC op
+    cpu_elementwise_flops: Param[Positive]  # FLOP per output element of a non-MAC op (Softmax: below)
+    # FLOP per element of a Softmax on the CPU (max, subtract, exp, sum, divide; absent: cpu_elementwise_flops)
+    cpu_softmax_flops: Param[Positive] | None = None
     handoff_us: Param[NonNegative]  # one BPU<->CPU boundary: sync, cache maintenance, (de)quantize
     # Vector-unit time (no MACs) of a BPU node reading or writing int16, x int8's (absent: 1).
     int16_vector_factor: Param[Positive] | None = None
@@ -77,7 +81,10 @@ DEFAULTS = {
         "XNNPACK's Cortex-A55 f32 GEMM kernels run MobileNetV2 (0.30 GMAC) in 140 ms on one core "
         "(XNNPACK commit 'GEMM microkernels for Cortex A55'): ~2.1 GMAC/s, about 0.3 of the peak")},
     "cpu_elementwise_flops": {"value": 4, "estimate": (
-        "a dequantize, the op and a quantize per element; Sigmoid/exp-like ops cost more, Relu less")},
+        "the op per element; Sigmoid/exp-like ops cost more, Relu less (the (de)quantisation of what crosses "
+        "the BPU<->CPU boundary is priced apart, at board_ns_per_element)")},
+    "cpu_softmax_flops": {"value": 40, "estimate": (
+        "a max, a subtract, an exp (about 20 FLOP as a polynomial), a sum and a divide per element")},
     "handoff_us": {"value": 50.0, "estimate": (
         "one BPU<->CPU boundary: finishing a BPU function call, cache flush/invalidate of the tensor, and "
         "the CPU thread's wake-up; D-Robotics publishes no figure")},
@@ -92,6 +99,7 @@ class _Rates:
     int16_vector_factor: float
     cpu_flops_per_s: float
     cpu_elementwise_flops: float
+    cpu_softmax_flops: float
     handoff_us: float
     provenance: dict
     fallback: bool  # the profile had no precision section: DEFAULTS used
@@ -117,7 +125,8 @@ def precision_params(march) -> _Rates:
             cpu_flops_per_s=v["cpu_ghz"] * 1e9 * v["cpu_fp32_flops_per_cycle"] * min(v["cpu_threads"],
                                                                                    v["cpu_cores"])
             * v["cpu_efficiency"],
-            cpu_elementwise_flops=v["cpu_elementwise_flops"], handoff_us=v["handoff_us"],
+            cpu_elementwise_flops=v["cpu_elementwise_flops"],
+            cpu_softmax_flops=v.get("cpu_softmax_flops", v["cpu_elementwise_flops"]), handoff_us=v["handoff_us"],
             provenance={k: getattr(p, k).provenance for k in PARAMS if getattr(p, k) is not None},
             fallback=fallback)
     return _CACHE[key]
@@ -235,9 +244,10 @@ def _cpu_price(node, lc, graph, prec, cpu, march, rates):
     macs = macs_of(node, graph) if lc.macs or node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") else 0
     outs = [t for t in node.outputs if _is_act(graph, t)]
     out_elems = sum(_elems(graph, t) for t in outs)
-    flops = 2 * macs if macs else rates.cpu_elementwise_flops * out_elems
+    per_elem = rates.cpu_softmax_flops if node.op_type == "Softmax" else rates.cpu_elementwise_flops
+    flops = 2 * macs if macs else per_elem * out_elems
     compute_us = flops / rates.cpu_flops_per_s * 1e6
-    moved, handoffs = 0, 0
+    moved, handoffs, converted = 0, 0, 0
     for t in node.inputs:
         if not t:
             continue
@@ -250,6 +260,7 @@ def _cpu_price(node, lc, graph, prec, cpu, march, rates):
             if on_bpu:
                 handoffs += 1
                 moved += _elems(graph, t) * (2 if prec.get(t) is Precision.INT16 else 1)
+                converted += _elems(graph, t)  # dequantised from the BPU's layout
             else:
                 moved += _elems(graph, t) * FLOAT_BYTES
         elif tt.kind == TensorKind.WEIGHT:
@@ -258,11 +269,16 @@ def _cpu_price(node, lc, graph, prec, cpu, march, rates):
         moved += _elems(graph, t) * FLOAT_BYTES
         if any(c.name not in cpu for c in graph.consumers(t)):
             handoffs += 1
+            converted += _elems(graph, t)  # quantised into the BPU's layout
+    # The runtime's conversions at a boundary run on the same core, at the rate it converts a model's
+    # outputs (the board estimate's board_ns_per_element), before and after the op itself.
+    compute_us += converted * march.board_ns_per_element / 1000.0
     memory_us = moved / march.ddr_bytes_per_s * 1e6
     overhead = handoffs * rates.handoff_us
     total = max(compute_us, memory_us) + overhead
     src = " (X5 defaults: this profile has no precision section)" if rates.fallback else ""
     note = (f"float on the CPU: {flops / 1e6:.1f} MFLOP at {rates.cpu_flops_per_s / 1e9:.1f} GFLOP/s, "
+            f"{converted} elements (de)quantised at {march.board_ns_per_element:g} ns, "
             f"{moved} bytes through DDR, {handoffs} BPU<->CPU hand-off(s) x {rates.handoff_us:g} µs{src}")
     new = replace(lc, macs=int(macs), bytes=int(moved), ddr_bytes=int(moved), compute_us=compute_us,
                   memory_us=memory_us, overhead_us=overhead, total_us=total,

@@ -57,7 +57,7 @@ def test_a_precision_figure_reprices_only_its_nodes_as_the_simulator_does(graphs
     m = load_march("bayes-e")
     f = Figure("p", FigureKind.BOARD, 1000.0, g, precision=pm)
     for vals in ({}, {"utilization": 0.2, "ddr_gbps": 3.0, "weight_gbps": 9.0, "precision.cpu_elementwise_flops": 60.0,
-                      "precision.int16_vector_factor": 7.0, "op_overhead_us": 2.0}):
+                      "board_ns_per_element": 3.5, "precision.int16_vector_factor": 7.0, "op_overhead_us": 2.0}):
         assert predict(f, m, vals) == pytest.approx(f.simulate(_with(m, vals)).board_us, rel=1e-9)
 
 

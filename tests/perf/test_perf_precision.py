@@ -118,3 +118,34 @@ def test_latency_delta_of_a_candidate(session):
     session.set_precision(["h"], "float")
     assert simulate_session(session).board_us - base == pytest.approx(d) and d > 0
     assert latency_delta_us(session, ["h"], "int8") == pytest.approx(-d)
+
+
+def test_a_softmax_on_the_cpu_pays_its_own_flops_and_the_runtime_conversions(tmp_path):
+    """bayes-e prices a float Softmax at cpu_softmax_flops per element and every element crossing the
+    BPU<->CPU boundary at the runtime's board_ns_per_element; another op gets cpu_elementwise_flops."""
+    from builders import save, yolov8n
+    from qtquant.app import Options, open_model
+
+    s = open_model(save(yolov8n(size=64), tmp_path / "y.onnx"), None, Options(march="bayes-e"))
+    s.run_calibration()
+    g = s.graph
+    sm = next(n for n in g.nodes.values() if n.op_type == "Softmax")
+    from qtquant.quant.precision import resolve_name
+
+    s.set_precision(resolve_name(g, sm.name), "float")
+    res = simulate_session(s)
+    lc = res.layer(sm.name)
+    m = load_march("bayes-e")
+    r = precision_params(m)
+    assert r.cpu_softmax_flops != r.cpu_elementwise_flops and m.board_ns_per_element > 0
+    elems = numel(shape_of(g, sm.outputs[0]))
+    crossing = numel(shape_of(g, sm.inputs[0])) + elems  # in from the BPU, out to the dfl conv on the BPU
+    assert lc.compute_us == pytest.approx(r.cpu_softmax_flops * elems / r.cpu_flops_per_s * 1e6
+                                          + crossing * m.board_ns_per_element / 1000)
+    assert "(de)quantised" in lc.note
+    sig = next(n for n in g.nodes.values() if n.op_type == "Sigmoid")
+    s.set_precision(resolve_name(g, sig.name), "float")
+    lc = simulate_session(s).layer(sig.name)
+    out = numel(shape_of(g, sig.outputs[0]))
+    assert lc.compute_us >= r.cpu_elementwise_flops * out / r.cpu_flops_per_s * 1e6
+    assert lc.compute_us < r.cpu_softmax_flops * out / r.cpu_flops_per_s * 1e6
