@@ -246,7 +246,8 @@ class ApplyPlanCommand(GroupsAndPrecisionCommand):
 
 _LABELS = {"scheme": "Scheme", "policy": "Policy", "march": "March",
            **{k: what.capitalize() for k, what in BITS_OPTIONS.items()},
-           "calib": "Calibration", "precision": "Precision", "output_mode": "Model outputs"}
+           "calib": "Calibration", "precision": "Precision", "output_mode": "Model outputs",
+           "int_outputs": "Outputs the application dequantises"}
 
 
 def _shown(key: str, value: OptionValue) -> str:
@@ -256,6 +257,8 @@ def _shown(key: str, value: OptionValue) -> str:
         return f"{value.observer} on {value.count} samples ({value.source})"
     if key == "precision":
         return f"{len(value)} tensor(s) not int8"
+    if key == "int_outputs":
+        return ", ".join(value) if value else "none"
     return str(getattr(value, "value", value))
 
 

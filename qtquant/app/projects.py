@@ -92,6 +92,9 @@ def open_project(path: StrPath, *, remap: bool = True, calibrate: bool = False,
     report = OpenReport(model_changed=bool(proj.model_sha256) and proj.model_sha256 != session.graph.sha256)
     if proj.view:
         session.view_state = ViewState.from_dict(proj.view)
+    ints = tuple(t for t in proj.int_outputs if t in session.graph.outputs)  # (a changed model may lack some)
+    if ints:
+        session.set_options(int_outputs=ints)
     log = proj.compiler_log_path()
     if log is not None:  # before calibration: its thresholds may be the scales
         from .compilerlog import open_compile_log

@@ -70,6 +70,8 @@ class Project(FileModel):
     compiler_log: str | None = None
     compiler_log_scales: bool = True
     compiler_log_any_shape: bool = False
+    # Outputs the deployment hands over as integers, dequantised by the application (perf/board.py).
+    int_outputs: tuple[str, ...] = Field((), strict=False)
     view: dict = Field(default_factory=dict)  # the canvas's module hierarchy: app.scene.ViewState.to_dict()
     path: Path | None = Field(None, exclude=True)
     reader_fields = ("path",)
@@ -175,6 +177,7 @@ def project_from_session(session: ProjectSession, path, stats_cache=None) -> Pro
         compiler_log=_rel(Path(log.log.path), path.parent) if log is not None and log.log.path else None,
         compiler_log_scales=session.compiler_ranges is not None or log is None,
         compiler_log_any_shape=log is not None and log.shape_differs,
+        int_outputs=list(o.int_outputs),
         view=session.view_state.to_dict() if session.view_state is not None else {},
     )
 

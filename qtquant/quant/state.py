@@ -62,6 +62,9 @@ class QuantOptions(Protocol):
     @property
     def output_mode(self) -> OutputMode: ...
 
+    @property
+    def int_outputs(self) -> tuple[str, ...]: ...  # outputs the application dequantises (perf/board.py)
+
 
 class Ranges(Protocol):
     """A calibration as the rules read it (:class:`qtquant.calib.CalibrationResult`)."""

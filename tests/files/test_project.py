@@ -200,3 +200,20 @@ def test_the_compile_log_is_saved_and_placed_again(session, tmp_path, capsys):
     pp.write_text(json.dumps({**doc, "version": 4}))
     s5, rep = open_project(pp)
     assert s5.compiler_log is None and rep.message() == ""
+
+
+def test_outputs_the_application_dequantises_are_saved(session, tmp_path):
+    """``int_outputs`` (perf/board.py) round-trips; one the model no longer has is dropped on open."""
+    from qtquant.perf import simulate_session
+
+    out = session.graph.outputs[0]
+    plain = simulate_session(session).board_us
+    session.set_options(int_outputs=(out,))
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    assert json.loads(pp.read_text())["int_outputs"] == [out]
+    s2, _ = open_project(pp)
+    assert s2.options.int_outputs == (out,)
+    assert simulate_session(s2).board_us < plain
+    doc = json.loads(pp.read_text())
+    pp.write_text(json.dumps({**doc, "int_outputs": [out, "gone"]}))
+    assert open_project(pp)[0].options.int_outputs == (out,)

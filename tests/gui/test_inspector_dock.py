@@ -68,3 +68,30 @@ def test_a_tensor_without_a_stored_histogram_is_asked_for_once(qtbot, inspector,
     assert np.array_equal(w.hist.counts, session.histograms["conv2_out"][0])
     w.show_node("conv2")  # remembered: not computed again
     assert wanted == ["conv2_out"] and w.hist.has_data
+
+
+def test_a_graph_output_can_be_left_to_the_application(qtbot, inspector, session, tmp_path):
+    """A graph output's checkbox: the deployment hands it over as integers, so the board estimate converts
+    nothing for it; one undoable option edit, and the box follows undo."""
+    from PySide6.QtCore import QPoint, Qt
+
+    from qtquant.perf import simulate_session
+
+    relay, w = inspector
+    w.show_node("conv1")
+    assert not w.int_output.isVisibleTo(w)  # an op: no such choice
+    out = session.graph.outputs[0]
+    w.show_node(f"output:{out}")
+    box = w.int_output
+    assert box.isVisibleTo(w) and not box.isChecked()
+    def on_cpu():
+        return [io.on_cpu for io in simulate_session(session).board_io if io.tensor == out]
+
+    assert on_cpu() == [True]
+    qtbot.mouseClick(box, Qt.LeftButton, pos=QPoint(8, box.height() // 2))
+    assert box.isChecked() and session.options.int_outputs == (out,)
+    assert on_cpu() == [False]
+    assert relay.stack.undo_text == f"Outputs the application dequantises: {out}"
+    w.grab().save(str(tmp_path / "inspector_output.png"))
+    relay.stack.undo()
+    assert session.options.int_outputs == () and not box.isChecked() and on_cpu() == [True]

@@ -7,11 +7,12 @@ import math
 import numpy as np
 from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPen
-from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QScrollArea, QSizePolicy, QTableWidget,
-                               QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QHeaderView, QLabel, QScrollArea, QSizePolicy,
+                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ...quant.concat import rescale_node_names
 from ...model.shapes import format_shape
+from ...app.commands import SetOptionsCommand
 from ...app.histograms import clip_range, export_qparams, stored_histogram
 from ...app.views.fmt import distinct_parts, in_scope, scope_of
 from ...app.views.perfdata import rescale_us_by_concat, rescale_us_for_input
@@ -229,6 +230,13 @@ class Inspector(QScrollArea):
         self.name_label.setWordWrap(True)
         self.summary = QLabel("")
         self.summary.setWordWrap(True)
+        # A model output the deployment hands over as integers (perf/board.py): an option of the session.
+        self.int_output = QCheckBox("Dequantised by the application")
+        self.int_output.setToolTip(
+            "The deployed model hands this output over as int32 with its scales (its Dequantize removed from the "
+            ".bin, as with hb_model_modifier -r), and the application dequantises it: the board estimate converts "
+            "nothing on the CPU for it. Undoable; saved in the project.")
+        self.int_output.toggled.connect(self._int_output_toggled)
         self.attrs = _table(["attribute", "value"], stretch=(1,))
         self.tensors = _table(["", "tensor", "shape", "range", "scale", "zp"], stretch=(1,))
         self.tensors.itemSelectionChanged.connect(self._tensor_row_selected)
@@ -250,6 +258,7 @@ class Inspector(QScrollArea):
         self.notes.setStyleSheet("color: #8a4b00")
         self._sections = {}
         for key, w in (("title", self.title), ("name", self.name_label), ("summary", self.summary),
+                       ("int_output", self.int_output),
                        ("attrs_label", QLabel("<b>Attributes</b>")), ("attrs", self.attrs),
                        ("tensors_label", QLabel("<b>Tensors</b>")), ("tensors", self.tensors),
                        ("hist", self.hist), ("error", self.error_label),
@@ -267,6 +276,7 @@ class Inspector(QScrollArea):
         relay.sessionReplaced.connect(self._session_replaced)
 
     def _show_node_sections(self, on: bool, concat: bool = False) -> None:
+        self.int_output.setVisible(False)  # a graph output's own (show_node)
         for key in ("attrs_label", "attrs", "tensors_label", "tensors", "hist"):
             self._sections[key].setVisible(on)
         if not on:
@@ -274,6 +284,16 @@ class Inspector(QScrollArea):
             self.compiler_label.setVisible(False)
         self.concat_title.setVisible(on and concat)
         self.concat.setVisible(on and concat)
+
+    def _int_output_toggled(self, on: bool) -> None:
+        s = self.relay.session
+        name = self.node or ""
+        if s is None or not name.startswith(OUTPUT_PREFIX):
+            return
+        t = name.split(":", 1)[1]
+        now = set(s.options.int_outputs)
+        if (t in now) != on:
+            self.relay.stack.push(SetOptionsCommand(int_outputs=tuple(sorted(now ^ {t}))))
 
     def _session_replaced(self) -> None:
         self.show_node(None)
@@ -321,6 +341,11 @@ class Inspector(QScrollArea):
             self.attrs.setVisible(False)
             self._fill_tensors([("in" if kind == "Graph input" else "out", t)])
             self.notes.setText("")
+            if kind == "Graph output" and t in g.outputs:
+                blocked = self.int_output.blockSignals(True)
+                self.int_output.setChecked(t in s.options.int_outputs)
+                self.int_output.blockSignals(blocked)
+                self.int_output.setVisible(True)
             return
         block = self.describe_block(name) if name not in g.nodes else None
         if block is not None:
