@@ -36,7 +36,7 @@ import numpy as np
 from ..base.errors import BadInputError
 from .march import FigureKind, FitError, MarchProfile
 from .confidence import family_of
-from .simulator import Simulator
+from .simulator import Simulator, with_int_outputs
 
 __all__ = ["Figure", "FitParam", "FITTABLE", "FitResult", "fit", "fit_with_loo", "predict", "profile_doc",
            "ALIGNMENTS"]
@@ -127,8 +127,8 @@ class Figure:
     def simulate(self, march, *, int8: bool = False):
         """The full simulation (with the precision map, when there is one and not ``int8``): a PerfResult."""
         march = self.board_march(march)
-        sim = Simulator(self.graph, march, self.int_outputs)
-        res = sim.full(self.concats)
+        sim = Simulator(self.graph, march)
+        res = with_int_outputs(sim.full(self.concats), self.graph, march, self.int_outputs)
         if self.precision and not int8:
             from .precision import apply_precision
 
@@ -143,8 +143,8 @@ class Figure:
         figure the int8 layers of the nodes its precision map re-prices."""
         got = self._layers.get(march.channel_align)
         if got is None:
-            sim = Simulator(self.graph, march, self.int_outputs)
-            res = sim.full(self.concats)
+            sim = Simulator(self.graph, march)
+            res = with_int_outputs(sim.full(self.concats), self.graph, march, self.int_outputs)
             repriced = ()
             if self.precision:
                 from .precision import apply_precision

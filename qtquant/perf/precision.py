@@ -163,17 +163,12 @@ class PrecisionCost:
     int16_tensors: int = 0
     float_tensors: int = 0
     assumptions: str = ""
-    board_delta_us: float | None = None  # what the map adds to the board latency (None: delta_us)
+    board_us: float = 0.0  # what the map adds to the board latency (its BPU nodes at the board's clock)
 
     @property
     def delta_us(self) -> float:
         """µs the re-priced nodes add, each at its own device's clock (the static estimate's for the BPU)."""
         return sum(n.delta_us for n in self.nodes)
-
-    @property
-    def board_us(self) -> float:
-        """µs the map adds to the board latency (its BPU nodes at the board's clock)."""
-        return self.delta_us if self.board_delta_us is None else self.board_delta_us
 
     @property
     def cpu_us(self) -> float:
@@ -343,7 +338,7 @@ def apply_precision(result, graph, march, precision, ctx=None):
             concats[name] = replace(cc, layer=reprice(name, cc.layer))
     cost = PrecisionCost(prices, sum(p is Precision.INT16 for p in prec.values()),
                          sum(p is Precision.FLOAT for p in prec.values()), _assumptions(rates),
-                         board_delta_us=d_board + d_cpu)
+                         board_us=d_board + d_cpu)
     board_bpu = result.total_us if result.board_bpu_us is None else result.board_bpu_us
     return replace(result, total_us=result.total_us + d_total, ddr_bytes=int(result.ddr_bytes + d_ddr),
                    board_bpu_us=board_bpu + d_board, board_cpu_us=result.board_cpu_us + d_cpu,

@@ -51,7 +51,7 @@ class EditPrice:
 def edit_price(before, after) -> EditPrice:
     """The price of the edits between ``before`` (the model as opened) and ``after`` (as edited),
     both :class:`~qtquant.perf.PerfResult`."""
-    cost = getattr(after, "precision", None)
+    cost = after.precision
     precision_us = float(cost.board_us) if cost is not None else 0.0
     # On the board: a node kept in float leaves the BPU's static estimate and runs on the CPU.
     total = float(after.board_us - before.board_us)

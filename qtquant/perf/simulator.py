@@ -23,9 +23,10 @@ from .macs import shape_of
 
 if TYPE_CHECKING:
     from ..quant.state import QuantState
+    from .precision import PrecisionCost
 
-__all__ = ["PerfResult", "Simulator", "simulate", "simulate_session", "warm_up", "latency_delta_us", "map_delta_us",
-           "SCHEMA_VERSION"]
+__all__ = ["PerfResult", "Simulator", "simulate", "simulate_session", "with_int_outputs", "warm_up",
+           "latency_delta_us", "map_delta_us", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -80,7 +81,7 @@ class PerfResult:
     _order: tuple = field(default=(), repr=False)  # node names in topological order
     _base: dict = field(default_factory=dict, repr=False)  # node -> LayerCost (non-Concat nodes)
     _concats: dict = field(default_factory=dict, repr=False)  # Concat node -> _ConcatCost
-    precision: object = None  # perf.precision.PrecisionCost when some tensor is not int8
+    precision: PrecisionCost | None = None  # when some tensor is not int8
     board_cpu_us: float = 0.0  # what the runtime adds on the CPU per inference (perf/board.py)
     board_bpu_us: float | None = None  # the BPU part at the board's BPU clock (None: total_us)
     board_io: tuple = ()  # board.BoardIo per model input and output
@@ -187,7 +188,7 @@ def _is_channel_concat(node, graph) -> bool:
 class Simulator:
     """``Simulator(graph, march).full(concats)`` / ``.update(concats)`` → :class:`PerfResult`."""
 
-    def __init__(self, graph, march, int_outputs=frozenset()):
+    def __init__(self, graph, march):
         self.graph = graph
         self.march: MarchProfile = load_march(march)
         self._lock = threading.Lock()
@@ -195,7 +196,7 @@ class Simulator:
         self._memo: dict = {}
         self._concat_nodes = [n.name for n in graph.nodes.values() if n.op_type == "Concat"]
         self._order = tuple(graph.nodes)
-        self._board_io = board_io(graph, frozenset(int_outputs))
+        self._board_io = board_io(graph)
         self._board_cpu_us = board_cpu_us(self._board_io, self.march)
         self._family = family_of(graph)
 
@@ -297,6 +298,15 @@ class Simulator:
                           family=self._family)
 
 
+def with_int_outputs(res: PerfResult, graph, march: MarchProfile, int_outputs) -> PerfResult:
+    """``res`` with ``int_outputs`` left to the application (perf/board.py): the runtime converts nothing
+    for them on the board.  The BPU part does not change, so the simulation is not run again."""
+    if not int_outputs:
+        return res
+    ios = board_io(graph, frozenset(int_outputs))
+    return replace(res, board_io=ios, board_cpu_us=board_cpu_us(ios, march))
+
+
 def simulate(graph, march, concats=()) -> PerfResult:
     """One-shot full simulation."""
     return Simulator(graph, march).full(concats)
@@ -349,10 +359,7 @@ def simulate_session(session: QuantState, march_file=None, *, baseline: bool = F
     march = _march_of(session, march_file)
     sim = _simulator_for(session.graph, march)
     res = sim.update(session.concats(baseline=baseline))
-    ints = session.options.int_outputs
-    if ints:  # outputs the application dequantises: the runtime converts nothing for them
-        ios = board_io(session.graph, frozenset(ints))
-        res = replace(res, board_io=ios, board_cpu_us=board_cpu_us(ios, march))
+    res = with_int_outputs(res, session.graph, march, session.options.int_outputs)
     precision = None if baseline else session.options.precision
     if precision:  # int16 / float nodes re-priced (perf/precision.py)
         from .precision import apply_precision

@@ -154,10 +154,8 @@ def top_layers(perf: PerfResult | None, n: int = CHART_ROWS) -> list[ChartRow]:
     hit = _top_memo.get(n)
     if hit is not None and hit[0] is perf:
         return list(hit[1])
-    from ...perf.precision import PrecisionCost
-
     prec = perf.precision
-    cpu = {p.node for p in prec.nodes if p.device == "cpu"} if isinstance(prec, PrecisionCost) else set()
+    cpu = {p.node for p in prec.nodes if p.device == "cpu"} if prec is not None else set()
     rows = sorted(((lc.name, lc.op_type, lc.total_us, lc.name in cpu) for lc in perf.layers), key=lambda r: -r[2])[:n]
     _top_memo[n] = (perf, rows)
     return list(rows)
