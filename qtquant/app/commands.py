@@ -19,7 +19,7 @@ from psygnal import Signal
 from ..quant.domains import Policy
 from ..base.errors import BadInputError
 from ..model.scales import Scheme
-from .options import BITS_OPTIONS, Options, OptionValue, bits_option
+from .options import BITS_OPTIONS, Options, OptionValue, bits_option, board_clock
 
 if TYPE_CHECKING:
     from ..base.vocab import Precision
@@ -247,7 +247,7 @@ class ApplyPlanCommand(GroupsAndPrecisionCommand):
 _LABELS = {"scheme": "Scheme", "policy": "Policy", "march": "March",
            **{k: what.capitalize() for k, what in BITS_OPTIONS.items()},
            "calib": "Calibration", "precision": "Precision", "output_mode": "Model outputs",
-           "int_outputs": "Outputs the application dequantises"}
+           "int_outputs": "Outputs the application dequantises", "board_bpu_ghz": "Board BPU clock"}
 
 
 def _shown(key: str, value: OptionValue) -> str:
@@ -259,6 +259,8 @@ def _shown(key: str, value: OptionValue) -> str:
         return f"{len(value)} tensor(s) not int8"
     if key == "int_outputs":
         return ", ".join(value) if value else "none"
+    if key == "board_bpu_ghz":
+        return f"{value:g} GHz" if value else "the march's"
     return str(getattr(value, "value", value))
 
 
@@ -275,6 +277,8 @@ class SetOptionsCommand(Command):
             if "scheme" in changes:
                 changes["scheme"] = Scheme.parse(changes["scheme"])
             changes.update({k: bits_option(k, v) for k, v in changes.items() if k in BITS_OPTIONS})
+            if "board_bpu_ghz" in changes:
+                changes["board_bpu_ghz"] = board_clock(changes["board_bpu_ghz"])
         except ValueError as e:
             raise BadInputError(f"unknown value {e}") from None
         self.changes = changes

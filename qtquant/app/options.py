@@ -51,6 +51,9 @@ class Options:
     # Model outputs the deployed model hands over as integers with their scales (its Dequantize removed,
     # the application dequantises them): the board estimate converts nothing on the CPU for them.
     int_outputs: tuple[str, ...] = ()
+    # The board's BPU clock in GHz when it differs from the march's (the model zoo overclocks the X5's BPU
+    # to 1.2 GHz for some tables): the board estimate's BPU part runs at it (perf/board.py); 0: the march's.
+    board_bpu_ghz: float = 0.0
 
     def __post_init__(self) -> None:
         # Spelled as text by the CLI, the dialogs and project files: one typed value here.
@@ -65,6 +68,7 @@ class Options:
         if not all(isinstance(t, str) and t for t in ints):
             raise BadInputError(f"int_outputs must be output tensor names, got {self.int_outputs!r}")
         object.__setattr__(self, "int_outputs", tuple(sorted(set(ints))))
+        object.__setattr__(self, "board_bpu_ghz", board_clock(self.board_bpu_ghz))
 
     @classmethod
     def field_names(cls) -> frozenset[str]:
@@ -74,6 +78,17 @@ class Options:
 # The options counted in bits lost, and what each one is (for messages and labels).
 BITS_OPTIONS = {"auto_share_max_bits_lost": "auto-share threshold",
                 "float_output_max_bits_lost": "float-output threshold"}
+
+
+def board_clock(value: object) -> float:
+    """The board's BPU clock option in GHz: a finite number ≥ 0 (0: the march's own clock), else bad input."""
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and v >= 0):
+        raise BadInputError(f"the board's BPU clock must be a number of GHz, 0 or more (0: the march's), got {value!r}")
+    return v
 
 
 def bits_option(name: str, value: object) -> float:

@@ -84,7 +84,8 @@ def open_project(path: StrPath, *, remap: bool = True, calibrate: bool = False,
     try:
         opts = Options(scheme=Scheme(proj.scheme), policy=Policy(proj.policy), march=proj.march,
                        auto_share_max_bits_lost=proj.auto_share_max_bits_lost,
-                       float_output_max_bits_lost=proj.float_output_max_bits_lost, calib=calib)
+                       float_output_max_bits_lost=proj.float_output_max_bits_lost, calib=calib,
+                       board_bpu_ghz=proj.board_bpu_ghz)
     except BadInputError as e:  # a value Options refuses: the file is named, as for its schema's errors
         raise PlanError(f"{Path(path).name}: {e}") from None
     session = open_model(Path(model) if model else proj.model_path(),

@@ -166,7 +166,8 @@ def options_from_args(args):
                    float_output_max_bits_lost=args.float_output_max_bits_lost,
                    calib=calib_config_from_args(args), output_mode=output_mode_from_args(args),
                    int_outputs=tuple(t.strip() for a in (getattr(args, "int_outputs", None) or [])
-                                     for t in a.split(",") if t.strip()))
+                                     for t in a.split(",") if t.strip()),
+                   board_bpu_ghz=getattr(args, "board_bpu_ghz", None) or 0.0)
 
 
 def read_paths(args) -> list:

@@ -30,7 +30,7 @@ __all__ = ["PROJECT_FORMAT", "PROJECT_VERSION", "Project", "ProjectGroup", "proj
 PROJECT_FORMAT = "qtquant-project"
 # 4: the auto-share and float-output thresholds apart (3 had one max_bits_lost for both); 3: per-tensor
 # precision and the --cut; 2: calibration holdout is auto/N/fraction (1: 2 samples)
-PROJECT_VERSION = 5
+PROJECT_VERSION = 6
 
 
 class ProjectGroup(FileModel):
@@ -72,6 +72,7 @@ class Project(FileModel):
     compiler_log_any_shape: bool = False
     # Outputs the deployment hands over as integers, dequantised by the application (perf/board.py).
     int_outputs: tuple[str, ...] = Field((), strict=False)
+    board_bpu_ghz: float = 0.0  # the board's BPU clock (0: the march's; perf/board.py)
     view: dict = Field(default_factory=dict)  # the canvas's module hierarchy: app.scene.ViewState.to_dict()
     path: Path | None = Field(None, exclude=True)
     reader_fields = ("path",)
@@ -178,6 +179,7 @@ def project_from_session(session: ProjectSession, path, stats_cache=None) -> Pro
         compiler_log_scales=session.compiler_ranges is not None or log is None,
         compiler_log_any_shape=log is not None and log.shape_differs,
         int_outputs=list(o.int_outputs),
+        board_bpu_ghz=o.board_bpu_ghz,
         view=session.view_state.to_dict() if session.view_state is not None else {},
     )
 

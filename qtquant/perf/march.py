@@ -301,10 +301,15 @@ class MarchProfile:
         return self.vector_elems_per_cycle * self.frequency_ghz * 1e9
 
     @property
+    def board_ghz(self) -> float:
+        """The board's BPU clock: ``board_bpu_ghz``, absent the static estimate's ``frequency_ghz``."""
+        return self.board_bpu_ghz or self.frequency_ghz
+
+    @property
     def board_clock_ratio(self) -> float:
         """How much faster the board's BPU clock runs than the static estimate's: the compute, vector,
         on-chip and per-op terms of a layer shrink by it on the board; DDR time does not."""
-        return (self.board_bpu_ghz or self.frequency_ghz) / self.frequency_ghz
+        return self.board_ghz / self.frequency_ghz
 
     @property
     def ddr_bytes_per_s(self) -> float:

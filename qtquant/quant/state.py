@@ -65,6 +65,9 @@ class QuantOptions(Protocol):
     @property
     def int_outputs(self) -> tuple[str, ...]: ...  # outputs the application dequantises (perf/board.py)
 
+    @property
+    def board_bpu_ghz(self) -> float: ...  # the board's BPU clock (0: the march's; perf/board.py)
+
 
 class Ranges(Protocol):
     """A calibration as the rules read it (:class:`qtquant.calib.CalibrationResult`)."""

@@ -166,3 +166,25 @@ def test_scheme_change_recomputes_ranges_without_a_model_run(session):
     assert any(asym[t] != sym[t] for t in sym)
     (c,) = session.concats()
     assert c.output.scale != c0.output.scale and session.domains.scheme is Scheme.ASYMMETRIC_UINT8
+
+
+def test_the_board_clock_is_an_undoable_option_of_the_board_estimate(session):
+    """The board's BPU clock (0: the march's) re-prices the board estimate's BPU part, not the static
+    estimate; undo puts the march's clock back; a clock that is no number of GHz is refused in one line."""
+    from qtquant.perf import simulate_session
+
+    stack = CommandStack(session)
+    plain = simulate_session(session)
+    stack.push(SetOptionsCommand(board_bpu_ghz=2.0))
+    assert session.options.board_bpu_ghz == 2.0 and stack.undo_text == "Board BPU clock: 2 GHz"
+    fast = simulate_session(session)
+    assert fast.total_us == pytest.approx(plain.total_us)  # the static estimate keeps the march's clock
+    assert fast.board_us < plain.board_us
+    stack.undo()
+    assert session.options.board_bpu_ghz == 0.0 and simulate_session(session).board_us == pytest.approx(plain.board_us)
+    for bad in (-1, float("nan"), "fast"):
+        with pytest.raises(QtQuantError, match="BPU clock") as e:
+            SetOptionsCommand(board_bpu_ghz=bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(QtQuantError, match="BPU clock"):
+        Options(board_bpu_ghz=float("inf"))

@@ -98,7 +98,7 @@ def test_unreadable_plan_text_is_one_line(tmp_path, data, words):
     ({**PROJECT, "groups": [{"name": 3, "members": []}]}, ["groups[0].name must be str, not int"]),
     ({**PROJECT, "stats_cache": 5}, ["stats_cache must be str, not int"]),
     ({**PROJECT, "format": "qtquant-plan"}, ["is not a qtquant project (format is 'qtquant-plan'"]),
-    ({**PROJECT, "version": 6}, ["newer qtquant (project version 6"]),
+    ({**PROJECT, "version": 7}, ["newer qtquant (project version 7"]),
 ])
 def test_bad_project_is_one_line(tmp_path, doc, words):
     from qtquant.files.project import load_project

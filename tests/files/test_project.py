@@ -171,7 +171,7 @@ def test_the_compile_log_is_saved_and_placed_again(session, tmp_path, capsys):
     open_compile_log(session, log, scales=False)
     pp = save_project(session, tmp_path / "proj.qtquant")
     doc = json.loads(pp.read_text())
-    assert doc["version"] == PROJECT_VERSION == 5
+    assert doc["version"] == PROJECT_VERSION == 6
     assert (doc["compiler_log"], doc["compiler_log_scales"], doc["compiler_log_any_shape"]) == \
         ("logs/hb_mapper.log", False, False)
     s2, rep = open_project(pp)
@@ -217,3 +217,23 @@ def test_outputs_the_application_dequantises_are_saved(session, tmp_path):
     doc = json.loads(pp.read_text())
     pp.write_text(json.dumps({**doc, "int_outputs": [out, "gone"]}))
     assert open_project(pp)[0].options.int_outputs == (out,)
+
+
+def test_the_board_clock_is_saved(session, tmp_path):
+    """The board's BPU clock round-trips; one that is no clock is a one-line error naming the file."""
+    from qtquant.base.errors import QtQuantError
+    from qtquant.perf import simulate_session
+
+    session.set_options(board_bpu_ghz=1.2)
+    pp = save_project(session, tmp_path / "proj.qtquant")
+    assert json.loads(pp.read_text())["board_bpu_ghz"] == 1.2
+    s2, _ = open_project(pp)
+    assert s2.options.board_bpu_ghz == 1.2
+    fast = simulate_session(s2).board_us
+    s2.set_options(board_bpu_ghz=0)
+    assert fast < simulate_session(s2).board_us
+    doc = json.loads(pp.read_text())
+    pp.write_text(json.dumps({**doc, "board_bpu_ghz": -3}))
+    with pytest.raises(QtQuantError) as e:
+        open_project(pp)
+    assert "proj.qtquant" in str(e.value) and "BPU clock" in str(e.value) and "\n" not in str(e.value)

@@ -322,6 +322,32 @@ def test_perf_dock_and_march_resimulates(qtbot, win, model):
     win.stack.set_clean()  # ...which closing the window would otherwise ask to save
 
 
+def test_board_clock_typed_in_the_perf_dock_reprices_the_board_line(qtbot, win, model):
+    """The board's BPU clock, typed into the Performance dock: the board estimate drops, the static one
+    stays; it is one undoable edit, and undo shows the march's clock again."""
+    open_and_settle(qtbot, win, model)
+    qtbot.waitUntil(lambda: win.relay.perf() is not None, timeout=20000)
+    ps = win.perf_summary
+    box = ps.board_clock
+    assert box.value() == 0 and box.text() == "march's (1 GHz)"
+    before = win.relay.perf()
+    box.setFocus()
+    box.lineEdit().selectAll()
+    with qtbot.waitSignal(win.controller.perfFinished, timeout=20000):
+        qtbot.keyClicks(box.lineEdit(), "2")
+        qtbot.keyClick(box.lineEdit(), Qt.Key_Return)
+    assert win.session.options.board_bpu_ghz == 2.0 and win.stack.count == 1
+    after = win.relay.perf()
+    assert after.total_us == pytest.approx(before.total_us) and after.board_us < before.board_us
+    assert "at the board's clock (2 GHz)" in ps.values["board"].toolTip()
+    assert win.stack.undo_text == "Board BPU clock: 2 GHz"
+    with qtbot.waitSignal(win.controller.perfFinished, timeout=20000):
+        win.stack.undo()
+    assert win.session.options.board_bpu_ghz == 0 and box.value() == 0 and box.text() == "march's (1 GHz)"
+    assert win.relay.perf().board_us == pytest.approx(before.board_us)
+    win.stack.set_clean()
+
+
 
 def test_empty_window_shows_the_options_a_model_opens_with_and_the_whole_hint(qtbot, settings):
     """Before any model: the toolbar and the Performance dock show the march the next model opens

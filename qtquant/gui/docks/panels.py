@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QTextDocument
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
-                               QPlainTextEdit, QSizePolicy, QTableView, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QHeaderView,
+                               QLabel, QPlainTextEdit, QSizePolicy, QTableView, QVBoxLayout, QWidget)
 
 from ...app.views.concats import CONCAT_HEADERS, CONCAT_TIPS, concat_rows, concat_status, model_info
 from ...app.views.perf import perf_summary
@@ -396,6 +396,7 @@ class PerfSummary(QWidget):
     :class:`~qtquant.app.views.perf.PerfSummaryView`)."""
 
     marchChanged = Signal(str)
+    boardClockChanged = Signal(float)  # GHz; 0: the march's own
     nodeActivated = Signal(str)
     PERF_FIELDS = ("latency", "board", "fps", "ddr", "rescale_us")
     PRICE_TIP = ("The board latency (1 thread) each kind of edit adds (red) or saves (green) against the model "
@@ -412,6 +413,21 @@ class PerfSummary(QWidget):
         self.march.addItems(MARCHES)
         self.march.currentTextChanged.connect(self.marchChanged)
         form.addRow("March:", self.march)
+        # The board's BPU clock, when it differs from the march's (the zoo overclocks the X5's BPU to 1.2 GHz
+        # for some tables): it prices the board estimate's BPU part; 0 reads as the march's own.
+        self.board_clock = QDoubleSpinBox()
+        self.board_clock.setRange(0.0, 5.0)
+        self.board_clock.setDecimals(2)
+        self.board_clock.setSingleStep(0.1)
+        self.board_clock.setSuffix(" GHz")
+        self.board_clock.setKeyboardTracking(False)  # one edit per value typed, not per keystroke
+        self.board_clock.setToolTip("The BPU clock of your board, when it runs the BPU faster or slower than the "
+                                    "march (the model zoo overclocks the X5's to 1.2 GHz for some tables): the "
+                                    "board estimate's compute, vector, on-chip and per-op time scale with it, its "
+                                    "DDR time does not; the static estimate keeps the march's clock. Undoable; "
+                                    "saved in the project.")
+        self.board_clock.valueChanged.connect(self._board_clock_edited)
+        form.addRow("Board BPU clock:", self.board_clock)
         self.values = {}
         for key, label in (("latency", "Static (BPU):"), ("board", "Board, 1 thread:"), ("fps", "FPS (static):"),
                            ("ddr", "DDR / frame:"), ("rescales", "Rescales:"), ("rescale_us", "Rescale cost:"),
@@ -446,6 +462,15 @@ class PerfSummary(QWidget):
     def _bar(self, name: str) -> None:
         base = name.split("_rescale_")[0]
         self.nodeActivated.emit(base)
+
+    def _board_clock_edited(self, ghz: float) -> None:
+        self.boardClockChanged.emit(0.0 if ghz <= 0 else float(ghz))
+
+    def set_board_clock(self, ghz: float, march_ghz: float) -> None:
+        """Show the options' board clock (0: the march's, ``march_ghz``) without emitting an edit."""
+        with QSignalBlocker(self.board_clock):
+            self.board_clock.setSpecialValueText(f"march's ({march_ghz:g} GHz)" if march_ghz else "march's")
+            self.board_clock.setValue(ghz)
 
     def set_march(self, march: str) -> None:
         self.march.blockSignals(True)

@@ -442,6 +442,11 @@ class Controller(QObject):
         if self.session is None:
             self._initial = replace(self._initial, march=march)
 
+    def set_board_clock(self, ghz: float) -> None:
+        """With no model open: the board clock the next one opens with."""
+        if self.session is None:
+            self._initial = replace(self._initial, board_bpu_ghz=ghz)
+
     def shutdown(self) -> None:
         self._stop_timers()
         self.jobs.shutdown()

@@ -257,6 +257,7 @@ class MainWindow(QMainWindow):
             w.nodeActivated.connect(self.jump_to)
         self.sensitivity.localToggled.connect(self.canvas.set_error_local)
         self.perf_summary.marchChanged.connect(self.set_march)
+        self.perf_summary.boardClockChanged.connect(self.set_board_clock)
         self.inspector.histogramWanted.connect(lambda t: c.histogram(t, self._histogram_ready))
         # "Zoom", not a bare "100%": beside the job's progress bar it read as the job's progress
         self.view.zoomChanged.connect(lambda z: self.zoom_label.setText(f"Zoom {z * 100:.0f}%"))
@@ -395,6 +396,7 @@ class MainWindow(QMainWindow):
         self.window_actions.options.show_options(options)
         self.concat_list.show_options(options)
         self.perf_summary.set_march(options.march)
+        self.perf_summary.set_board_clock(options.board_bpu_ghz, _march_board_ghz(options.march))
 
     def update_title(self, *_) -> None:
         s = self.relay.session
@@ -419,6 +421,13 @@ class MainWindow(QMainWindow):
             self.controller.set_march(march)
         else:
             self.editor.set_march(march)
+
+    def set_board_clock(self, ghz: float) -> None:
+        """Performance dock: the board's BPU clock, an undoable edit once a model is open."""
+        if self.relay.session is None:
+            self.controller.set_board_clock(ghz)
+        else:
+            self.editor.set_option("board_bpu_ghz", ghz)
 
     # -- selection and navigation --------------------------------------------------------------
     def _on_selection(self) -> None:
@@ -494,3 +503,15 @@ class MainWindow(QMainWindow):
         self.recovery.release()  # this instance's slot and lock go; other instances' stay
         self.messages.close_dialogs()
         super().closeEvent(ev)
+
+
+def _march_board_ghz(march: str) -> float:
+    """The board clock of ``march`` (a name or a profile file), 0 when it cannot be read: the error is
+    reported where the march is priced, not here."""
+    from ...base.errors import QtQuantError
+    from ...perf import load_march
+
+    try:
+        return load_march(march).board_ghz
+    except (QtQuantError, OSError, ValueError):
+        return 0.0
