@@ -95,3 +95,10 @@ def test_a_graph_output_can_be_left_to_the_application(qtbot, inspector, session
     w.grab().save(str(tmp_path / "inspector_output.png"))
     relay.stack.undo()
     assert session.options.int_outputs == () and not box.isChecked() and on_cpu() == [True]
+    # Its node kept in float: the output is float32 from the CPU, nothing to dequantise, so no choice.
+    from qtquant.app.commands import SetPrecisionCommand
+
+    relay.stack.push(SetPrecisionCommand([out], "float"))
+    assert not box.isEnabled() and "kept in float" in box.toolTip() and on_cpu() == [False]
+    relay.stack.undo()
+    assert box.isEnabled() and "hb_model_modifier" in box.toolTip() and on_cpu() == [True]

@@ -149,3 +149,28 @@ def test_a_softmax_on_the_cpu_pays_its_own_flops_and_the_runtime_conversions(tmp
     out = numel(shape_of(g, sig.outputs[0]))
     assert lc.compute_us >= r.cpu_elementwise_flops * out / r.cpu_flops_per_s * 1e6
     assert lc.compute_us < r.cpu_softmax_flops * out / r.cpu_flops_per_s * 1e6
+
+
+def test_a_model_output_computed_in_float_is_not_dequantised_again(session):
+    """A graph output whose node is kept in float leaves the CPU as float32: the board estimate converts
+    nothing for it, where the int8 model's runtime dequantises every element of it."""
+    from qtquant.perf.precision import FLOAT_OUTPUT
+
+    g = session.graph
+    out = next(t for t in g.outputs if g.producer(t) is not None and g.is_quantized(t))
+    elems = numel(shape_of(g, out))
+    session.set_options(march="bayes-e")  # a march with a board model: the runtime's conversions cost time
+    march = load_march("bayes-e")
+    base = simulate_session(session)
+    assert [io.on_cpu for io in base.board_io if io.tensor == out] == [True]
+    session.set_precision([out], "float")
+    res = simulate_session(session)
+    (io,) = [io for io in res.board_io if io.tensor == out]
+    assert not io.on_cpu and io.what == FLOAT_OUTPUT and io.elems == elems
+    # Every output of the node kept in float (a Split writes two of the model's outputs) leaves as float32.
+    floats = [x for x in res.board_io if x.what == FLOAT_OUTPUT]
+    assert {x.tensor for x in floats} == {t for t in g.outputs if g.producer(t).name == g.producer(out).name}
+    saved = sum(x.elems for x in floats) * march.board_ns_per_element / 1000.0
+    assert saved > 0
+    assert res.board_cpu_us == pytest.approx(base.board_cpu_us + res.precision.cpu_us - saved)
+    assert res.board_us == pytest.approx(base.board_us + res.precision.board_us)

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QHeaderView, QLabel
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ...quant.concat import rescale_node_names
+from ...quant.precision import float_nodes
 from ...model.shapes import format_shape
 from ...app.commands import SetOptionsCommand
 from ...app.histograms import clip_range, export_qparams, stored_histogram
@@ -20,6 +21,12 @@ from ...app.scene import INPUT_PREFIX, OUTPUT_PREFIX, constant_inputs, shape_tex
 from ..style import fmt_ratio, fmt_scale, fmt_us, mismatch_color, paint_ended
 
 __all__ = ["HistogramWidget", "Inspector"]
+
+INT_OUTPUT_TIP = ("The deployed model hands this output over as int32 with its scales (its Dequantize removed from "
+                  "the .bin, as with hb_model_modifier -r), and the application dequantises it: the board estimate "
+                  "converts nothing on the CPU for it. Undoable; saved in the project.")
+FLOAT_OUTPUT_TIP = ("Its node is kept in float: it runs on the CPU and writes this output as float32, so there is "
+                    "nothing to dequantise (the board estimate converts nothing for it).")
 
 
 def _fmt_range(r) -> str:
@@ -232,10 +239,7 @@ class Inspector(QScrollArea):
         self.summary.setWordWrap(True)
         # A model output the deployment hands over as integers (perf/board.py): an option of the session.
         self.int_output = QCheckBox("Dequantised by the application")
-        self.int_output.setToolTip(
-            "The deployed model hands this output over as int32 with its scales (its Dequantize removed from the "
-            ".bin, as with hb_model_modifier -r), and the application dequantises it: the board estimate converts "
-            "nothing on the CPU for it. Undoable; saved in the project.")
+        self.int_output.setToolTip(INT_OUTPUT_TIP)
         self.int_output.toggled.connect(self._int_output_toggled)
         self.attrs = _table(["attribute", "value"], stretch=(1,))
         self.tensors = _table(["", "tensor", "shape", "range", "scale", "zp"], stretch=(1,))
@@ -345,6 +349,11 @@ class Inspector(QScrollArea):
                 blocked = self.int_output.blockSignals(True)
                 self.int_output.setChecked(t in s.options.int_outputs)
                 self.int_output.blockSignals(blocked)
+                # An output a node kept in float computes is float32 on the CPU: nothing to dequantise.
+                producer = g.producer(t)
+                floated = producer is not None and producer.name in float_nodes(g, s.options.precision)
+                self.int_output.setEnabled(not floated)
+                self.int_output.setToolTip(FLOAT_OUTPUT_TIP if floated else INT_OUTPUT_TIP)
                 self.int_output.setVisible(True)
             return
         block = self.describe_block(name) if name not in g.nodes else None
