@@ -154,6 +154,31 @@ def calib_config_from_args(args) -> CalibConfig:
         raise UsageError(str(e)) from None
 
 
+def add_board_args(p) -> None:
+    """The board estimate's deployment facts (perf/board.py): outputs left to the application, the BPU clock."""
+    board = p.add_argument_group("board estimate")
+    board.add_argument("--int-outputs", action="append", default=[], metavar="T1,T2,...",
+                       help="model outputs the deployed model hands over as int32 with their scales (its Dequantize "
+                            "removed, e.g. with hb_model_modifier -r) and the application dequantises: the board "
+                            "estimate converts nothing on the CPU for them (repeatable)")
+    board.add_argument("--board-bpu-ghz", type=float, default=None, metavar="GHZ",
+                       help="the board's BPU clock, when it differs from the march's (the model zoo overclocks the "
+                            "X5's BPU to 1.2 GHz for some of its tables): the board estimate's compute, vector and "
+                            "per-op time scale with it, DDR time does not")
+
+
+def board_clock_from_args(args) -> float:
+    """``--board-bpu-ghz`` (0 when not given); a clock that is no positive number is a usage error."""
+    import math
+
+    ghz = getattr(args, "board_bpu_ghz", None)
+    if ghz is None:
+        return 0.0
+    if not (math.isfinite(ghz) and ghz > 0):
+        raise UsageError(f"--board-bpu-ghz must be a clock in GHz above 0, got {ghz:g}")
+    return float(ghz)
+
+
 def options_from_args(args):
     from ..app import Options
     from .output_options import output_mode_from_args
@@ -167,7 +192,7 @@ def options_from_args(args):
                    calib=calib_config_from_args(args), output_mode=output_mode_from_args(args),
                    int_outputs=tuple(t.strip() for a in (getattr(args, "int_outputs", None) or [])
                                      for t in a.split(",") if t.strip()),
-                   board_bpu_ghz=getattr(args, "board_bpu_ghz", None) or 0.0)
+                   board_bpu_ghz=board_clock_from_args(args))
 
 
 def read_paths(args) -> list:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from .common import add_common, auto_share_from_args, open_stack, read_paths
+from .common import add_board_args, add_common, auto_share_from_args, open_stack, read_paths
 from .compilerlog import print_log_text
 from ..base.tables import fmt_num
 from .output_options import add_output_options, output_mode_from_args
@@ -19,6 +19,7 @@ def add_arguments(p) -> None:
 
     add_common(p)
     add_compiler_log_args(p)
+    add_board_args(p)
     o = p.add_argument_group("fix")
     o.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the QDQ model")
     o.add_argument("--auto-share", action="store_true",

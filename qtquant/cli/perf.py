@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import add_common, open_session, read_paths
+from .common import add_board_args, add_common, board_clock_from_args, open_session, read_paths
 from .compilerlog import print_log_text
 
 NAME = "perf"
@@ -20,15 +20,7 @@ def add_arguments(p) -> None:
                    help="ONNX model (float or QDQ-quantized); not with --fit")
     add_common(p, model=False)
     add_compiler_log_args(p)
-    board = p.add_argument_group("board estimate")
-    board.add_argument("--int-outputs", action="append", default=[], metavar="T1,T2,...",
-                       help="model outputs the deployed model hands over as int32 with their scales (its Dequantize "
-                            "removed, e.g. with hb_model_modifier -r) and the application dequantises: the board "
-                            "estimate converts nothing on the CPU for them (repeatable)")
-    board.add_argument("--board-bpu-ghz", type=float, default=None, metavar="GHZ",
-                       help="the board's BPU clock, when it differs from the march's (the model zoo overclocks the "
-                            "X5's BPU to 1.2 GHz for some of its tables): the board estimate's compute, vector and "
-                            "per-op time scale with it, DDR time does not")
+    add_board_args(p)
     fit = p.add_argument_group("fit the march to your own compile logs")
     fit.add_argument("--fit", action="append", default=[], metavar="MODEL=LOG",
                      help="a model and its hb_mapper compile log (repeatable): fit the march's global parameters "
@@ -62,13 +54,10 @@ def run(args) -> int:
         raise UsageError("--top must be at least 1")
     # Check the march and output paths before the (slow) calibration so a typo fails fast.
     march = load_march(args.march_file if args.march_file else args.march)
-    if args.board_bpu_ghz is not None:
+    if board_clock_from_args(args):
         import dataclasses
-        import math
 
-        if not (math.isfinite(args.board_bpu_ghz) and args.board_bpu_ghz > 0):
-            raise UsageError(f"--board-bpu-ghz must be a clock in GHz above 0, got {args.board_bpu_ghz:g}")
-        march = dataclasses.replace(march, board_bpu_ghz=args.board_bpu_ghz)
+        march = dataclasses.replace(march, board_bpu_ghz=board_clock_from_args(args))
     if args.fit:
         from .perffit import run_fit
 

@@ -64,3 +64,23 @@ def test_sqnr_before_is_the_model_as_opened(session):
         assert edited.before[o].headline.sqnr_db == pytest.approx(opened.after[o].headline.sqnr_db)
     assert any(abs(edited.after[o].headline.sqnr_db - edited.before[o].headline.sqnr_db) > 0.01
                for o in edited.outputs)
+
+
+def test_fix_prices_the_board_as_deployed(det_path, tmp_path, capsys):
+    """``fix`` takes the board estimate's deployment facts as ``perf`` does: a faster BPU clock lowers the
+    board latency and leaves the static estimate; an output left to the application converts nothing."""
+    def numbers(*extra):
+        out = tmp_path / "fixed.onnx"
+        assert main(["fix", det_path, "--calib-count", "2", "-o", str(out), "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)["summary"]["after"]
+
+    plain = numbers()
+    fast = numbers("--board-bpu-ghz", "2")
+    assert fast["latency_ms"] == pytest.approx(plain["latency_ms"])
+    assert fast["board_latency_ms"] < plain["board_latency_ms"]
+    ints = numbers("--int-outputs", "boxes")
+    assert ints["latency_ms"] == pytest.approx(plain["latency_ms"])
+    assert ints["board_latency_ms"] < plain["board_latency_ms"]
+    assert main(["fix", det_path, "--calib-count", "2", "-o", str(tmp_path / "x.onnx"), "--board-bpu-ghz", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--board-bpu-ghz must be a clock in GHz above 0" in err and "\n" not in err
