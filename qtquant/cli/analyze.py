@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import add_common, open_stack
+from .common import add_board_args, add_common, open_stack
 from .compilerlog import print_log_text
 from .output_options import add_output_options, output_mode_from_args
 
@@ -18,6 +18,7 @@ def add_arguments(p) -> None:
 
     add_common(p)
     add_compiler_log_args(p)
+    add_board_args(p)
     p.add_argument("--json", action="store_true", help="print the stable JSON form")
     p.add_argument("--no-perf", action="store_true", help="skip the perf simulation")
     p.add_argument("--no-fidelity", action="store_true", help="skip the SQNR check")

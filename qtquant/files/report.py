@@ -83,7 +83,8 @@ def analysis_dict(session, concats=None, perf=None, fidelity=None, extra=None) -
         "concats": len(concats),
         "mismatched_concats": sum(1 for c in concats if c.rescales),
         "rescales": sum(c.rescales for c in concats),
-        "latency_ms": _num(perf.total_ms) if perf is not None else None,
+        "latency_ms": _num(perf.total_ms) if perf is not None else None,  # the static estimate (BPU)
+        "board_latency_ms": _num(perf.board_ms) if perf is not None else None,  # the board estimate, 1 thread
         "fps": _num(perf.fps) if perf is not None and perf.total_us > 0 else None,  # none: nothing priced
         "ddr_bytes": perf.ddr_bytes if perf is not None else None,
         "rescale_cost_us": _num(perf.rescale_us) if perf is not None else None,
@@ -256,7 +257,8 @@ def concat_table_text(session, concats=None, perf=None) -> str:
         lines.append(f"latency: nothing for the simulator to price on {session.options.march} (no layer of the "
                      "main graph runs on the BPU)")
     elif perf is not None:
-        lines.append(f"latency {perf.total_ms:.3f} ms ({perf.fps:.1f} FPS) on {session.options.march}, "
+        lines.append(f"static estimate {perf.total_ms:.3f} ms (BPU, {perf.fps:.1f} FPS), board estimate "
+                     f"{perf.board_ms:.3f} ms (1 thread) on {session.options.march}, "
                      f"rescales cost {perf.rescale_us:.1f} µs, DDR {perf.ddr_bytes / 1e6:.2f} MB/frame")
     shapes = ", ".join(f"{k}={format_shape(v) or 'scalar'}" for k, v in g.input_shapes.items())
     lines.append(f"model {g.path.name if g.path else '?'} ({len(g.nodes)} nodes, {shapes}{cut_text(g)}); "

@@ -194,3 +194,23 @@ def test_input_shapes_separated_by_commas_in_one_flag(tmp_path, capsys):
     assert "a=1x3x8x8, b=1x2x8x8" in out
     rc, out, err = _run(capsys, "analyze", p, "--input-shape", "a=1x3x8x8,b", "--calib-count", "2")
     assert rc == 3 and err.strip().count("\n") == 0 and "bad input shape 'a=1x3x8x8,b'" in err
+
+
+def test_analyze_names_both_latencies_and_takes_the_board_flags(tmp_path, capsys):
+    """analyze says which latency is which (the BPU's static estimate, the board's for one thread) in text
+    and JSON, and prices the board as deployed with perf's flags."""
+    import json
+
+    p = save(branchy_concat_model(), tmp_path / "m.onnx")
+    rc, out, _ = _run(capsys, "analyze", p, "--calib-count", "2")
+    assert rc == 0
+    line = next(ln for ln in out.splitlines() if ln.startswith("static estimate "))
+    assert "(BPU, " in line and "board estimate " in line and "(1 thread) on bayes-e" in line
+    docs = []
+    for extra in ((), ("--board-bpu-ghz", "2")):
+        rc, out, _ = _run(capsys, "analyze", p, "--calib-count", "2", "--json", *extra)
+        assert rc == 0
+        docs.append(json.loads(out)["summary"])
+    plain, fast = docs
+    assert plain["board_latency_ms"] > plain["latency_ms"] > 0
+    assert fast["latency_ms"] == plain["latency_ms"] and fast["board_latency_ms"] < plain["board_latency_ms"]
