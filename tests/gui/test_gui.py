@@ -341,10 +341,19 @@ def test_board_clock_typed_in_the_perf_dock_reprices_the_board_line(qtbot, win, 
     assert after.total_us == pytest.approx(before.total_us) and after.board_us < before.board_us
     assert "at the board's clock (2 GHz)" in ps.values["board"].toolTip()
     assert win.stack.undo_text == "Board BPU clock: 2 GHz"
+    # Ctrl+Z with the focus still in the box undoes the edit (not the box's own text history)...
+    assert box.hasFocus()
     with qtbot.waitSignal(win.controller.perfFinished, timeout=20000):
-        win.stack.undo()
+        qtbot.keyClick(box, Qt.Key_Z, Qt.ControlModifier)
     assert win.session.options.board_bpu_ghz == 0 and box.value() == 0 and box.text() == "march's (1 GHz)"
     assert win.relay.perf().board_us == pytest.approx(before.board_us)
+    # ...and Ctrl+Shift+Z redoes it; while a value is being typed, Ctrl+Z is the text's.
+    qtbot.keyClick(box, Qt.Key_Z, Qt.ControlModifier | Qt.ShiftModifier)
+    assert win.session.options.board_bpu_ghz == 2.0 and box.value() == 2.0
+    box.lineEdit().selectAll()
+    qtbot.keyClicks(box.lineEdit(), "3")
+    qtbot.keyClick(box, Qt.Key_Z, Qt.ControlModifier)
+    assert win.session.options.board_bpu_ghz == 2.0 and win.stack.undo_text == "Board BPU clock: 2 GHz"
     win.stack.set_clean()
 
 

@@ -13,14 +13,14 @@ from dataclasses import replace
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QTextDocument
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QHeaderView,
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView,
                                QLabel, QPlainTextEdit, QSizePolicy, QTableView, QVBoxLayout, QWidget)
 
 from ...app.views.concats import CONCAT_HEADERS, CONCAT_TIPS, concat_rows, concat_status, model_info
 from ...app.views.perf import perf_summary
 from ...app.views.perfdata import CHART_ROWS, rescale_us_by_concat
 from ...perf import MARCHES
-from ..widgets import bits_box
+from ..widgets import OptionSpinBox, bits_box
 from .groups import GroupsPanel
 from ..style import fmt_us, paint_ended, qcolor
 
@@ -415,12 +415,11 @@ class PerfSummary(QWidget):
         form.addRow("March:", self.march)
         # The board's BPU clock, when it differs from the march's (the zoo overclocks the X5's BPU to 1.2 GHz
         # for some tables): it prices the board estimate's BPU part; 0 reads as the march's own.
-        self.board_clock = QDoubleSpinBox()
+        self.board_clock = OptionSpinBox()
         self.board_clock.setRange(0.0, 5.0)
         self.board_clock.setDecimals(2)
         self.board_clock.setSingleStep(0.1)
         self.board_clock.setSuffix(" GHz")
-        self.board_clock.setKeyboardTracking(False)  # one edit per value typed, not per keystroke
         self.board_clock.setToolTip("The BPU clock of your board, when it runs the BPU faster or slower than the "
                                     "march (the model zoo overclocks the X5's to 1.2 GHz for some tables): the "
                                     "board estimate's compute, vector, on-chip and per-op time scale with it, its "
