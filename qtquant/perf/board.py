@@ -40,6 +40,7 @@ class BoardIo:
     on_cpu: bool  # converted by the CPU (False: an NV12 image the BPU converts)
     what: str
     output: bool = False  # a model output (else an input)
+    app_dequantises: bool = False  # an int32 output the application dequantises (int_outputs)
 
     def to_dict(self) -> dict:
         return {"tensor": self.tensor, "elements": self.elems, "on_cpu": self.on_cpu, "what": self.what,
@@ -69,7 +70,7 @@ def board_io(graph, int_outputs=frozenset()) -> tuple[BoardIo, ...]:
         if t in int_outputs:
             out.append(BoardIo(t, numel(shape_of(graph, t)), False,
                                "int32 output with its scales (Dequantize removed), dequantised by the application",
-                               output=True))
+                               output=True, app_dequantises=True))
         else:
             out.append(BoardIo(t, numel(shape_of(graph, t)), True, "output dequantised to float32 on the CPU",
                                output=True))

@@ -336,24 +336,20 @@ def apply_precision(result, graph, march, precision, ctx=None):
         elif name in concats:
             cc = concats[name]
             concats[name] = replace(cc, layer=reprice(name, cc.layer))
+    # A model output a float node computes is float32 on the CPU already: the runtime has nothing to
+    # dequantise for it (its float32 write is in the node's price).
+    ios = tuple(replace(io, on_cpu=False, app_dequantises=False, what=FLOAT_OUTPUT)
+                if io.output and (p := graph.producer(io.tensor)) is not None and p.name in cpu else io
+                for io in result.board_io)
+    d_cpu -= sum(a.elems for a, b in zip(result.board_io, ios) if a.on_cpu and not b.on_cpu) \
+        * march.board_ns_per_element / 1000.0
     cost = PrecisionCost(prices, sum(p is Precision.INT16 for p in prec.values()),
                          sum(p is Precision.FLOAT for p in prec.values()), _assumptions(rates),
                          board_us=d_board + d_cpu)
-    # A model output a float node computes is float32 on the CPU already: the runtime has nothing to
-    # dequantise for it (its float32 write is in the node's price).
-    ios, saved = [], 0
-    for io in result.board_io:
-        p = graph.producer(io.tensor) if io.output else None
-        if p is not None and p.name in cpu:
-            saved += io.elems if io.on_cpu else 0
-            io = replace(io, on_cpu=False, what=FLOAT_OUTPUT)
-        ios.append(io)
-    d_cpu -= saved * march.board_ns_per_element / 1000.0
-    cost = replace(cost, board_us=cost.board_us - saved * march.board_ns_per_element / 1000.0)
     board_bpu = result.total_us if result.board_bpu_us is None else result.board_bpu_us
     return replace(result, total_us=result.total_us + d_total, ddr_bytes=int(result.ddr_bytes + d_ddr),
                    board_bpu_us=board_bpu + d_board, board_cpu_us=result.board_cpu_us + d_cpu,
-                   board_io=tuple(ios), _base=base, _concats=concats, precision=cost)
+                   board_io=ios, _base=base, _concats=concats, precision=cost)
 
 
 FLOAT_OUTPUT = "float32 output of a node kept in float, computed on the CPU: nothing to dequantise"

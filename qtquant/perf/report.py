@@ -71,7 +71,7 @@ def confidence_lines(result, march) -> list[str]:
     from .march import FigureKind
 
     cpu = sum(io.elems for io in result.board_io if io.on_cpu)
-    ints = [io.tensor for io in result.board_io if io.output and not io.on_cpu]
+    ints = [io.tensor for io in result.board_io if io.app_dequantises]
     prec = result.precision
     nodes = f"{prec.cpu_us:.0f} µs for the nodes kept in float, " if prec is not None and prec.cpu_us else ""
     bpu = result.board_us - result.board_cpu_us

@@ -174,3 +174,18 @@ def test_a_model_output_computed_in_float_is_not_dequantised_again(session):
     assert saved > 0
     assert res.board_cpu_us == pytest.approx(base.board_cpu_us + res.precision.cpu_us - saved)
     assert res.board_us == pytest.approx(base.board_us + res.precision.board_us)
+
+
+def test_an_output_kept_in_float_is_not_called_an_int_output(session):
+    """The board line counts the outputs left to the application, not those a float node computes."""
+    from qtquant.perf.report import confidence_lines
+
+    g = session.graph
+    out = next(t for t in g.outputs if g.producer(t) is not None and g.is_quantized(t))
+    session.set_options(march="bayes-e")
+    session.set_precision([out], "float")
+    res = simulate_session(session)
+    assert not any(io.app_dequantises for io in res.board_io)
+    assert "int output(s)" not in confidence_lines(res, load_march("bayes-e"))[1]
+    session.set_options(int_outputs=(out,))
+    assert "int output(s)" not in confidence_lines(simulate_session(session), load_march("bayes-e"))[1]
