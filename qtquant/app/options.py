@@ -80,24 +80,27 @@ BITS_OPTIONS = {"auto_share_max_bits_lost": "auto-share threshold",
                 "float_output_max_bits_lost": "float-output threshold"}
 
 
-def board_clock(value: object) -> float:
-    """The board's BPU clock option in GHz: a finite number ≥ 0 (0: the march's own clock), else bad input."""
+def _nonnegative(value: object) -> float:
+    """``value`` as a float when it is a finite number ≥ 0 (no bool), else NaN."""
     try:
-        v = float(value)  # type: ignore[arg-type]
+        v = float(value) if isinstance(value, (str, bytes, SupportsFloat, SupportsIndex)) else math.nan
     except (TypeError, ValueError):
         v = math.nan
-    if not (math.isfinite(v) and v >= 0):
+    return v if not isinstance(value, bool) and math.isfinite(v) and v >= 0 else math.nan
+
+
+def board_clock(value: object) -> float:
+    """The board's BPU clock option in GHz: a finite number ≥ 0 (0: the march's own clock), else bad input."""
+    v = _nonnegative(value)
+    if math.isnan(v):
         raise BadInputError(f"the board's BPU clock must be a number of GHz, 0 or more (0: the march's), got {value!r}")
     return v
 
 
 def bits_option(name: str, value: object) -> float:
     """The bits-lost option ``name`` as a float; anything but a finite number ≥ 0 is bad input (one line)."""
-    try:
-        v = float(value) if isinstance(value, (str, bytes, SupportsFloat, SupportsIndex)) else math.nan
-    except (TypeError, ValueError):
-        v = math.nan
-    if isinstance(value, bool) or not (math.isfinite(v) and v >= 0):
+    v = _nonnegative(value)
+    if math.isnan(v):
         raise BadInputError(f"{name} (the {BITS_OPTIONS[name]}) must be a number of bits, 0 or more, got {value!r}")
     return v
 

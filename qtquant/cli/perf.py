@@ -54,10 +54,10 @@ def run(args) -> int:
         raise UsageError("--top must be at least 1")
     # Check the march and output paths before the (slow) calibration so a typo fails fast.
     march = load_march(args.march_file if args.march_file else args.march)
-    if board_clock_from_args(args):
+    if ghz := board_clock_from_args(args):
         import dataclasses
 
-        march = dataclasses.replace(march, board_bpu_ghz=board_clock_from_args(args))
+        march = dataclasses.replace(march, board_bpu_ghz=ghz)
     if args.fit:
         from .perffit import run_fit
 

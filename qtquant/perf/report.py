@@ -64,6 +64,11 @@ def comparison_rows(after, before=None) -> list[tuple[str, str, str, str]]:
     ]
 
 
+def board_clock_note(result, ghz: float) -> str:
+    """What the board estimate's BPU part comes to at the board's clock ``ghz``."""
+    return f"the BPU part is {result.board_us - result.board_cpu_us:.0f} µs at the board's clock ({ghz:g} GHz)"
+
+
 def confidence_lines(result, march) -> list[str]:
     """How sure each of the two latencies is: the march fit's leave-one-out error on the nearest
     figures (perf/confidence.py), and what the board estimate adds on the CPU."""
@@ -74,9 +79,7 @@ def confidence_lines(result, march) -> list[str]:
     ints = [io.tensor for io in result.board_io if io.app_dequantises]
     prec = result.precision
     nodes = f"{prec.cpu_us:.0f} µs for the nodes kept in float, " if prec is not None and prec.cpu_us else ""
-    bpu = result.board_us - result.board_cpu_us
-    clock = (f"; the BPU part is {bpu:.0f} µs at the board's clock ({march.board_bpu_ghz:g} GHz)"
-             if march.board_clock_ratio != 1.0 else "")
+    clock = f"; {board_clock_note(result, march.board_bpu_ghz)}" if march.board_clock_ratio != 1.0 else ""
     return [f"{STATIC_LABEL}: {confidence(march, result.family, FigureKind.STATIC).text}",
             f"{BOARD_LABEL}: {confidence(march, result.family, FigureKind.BOARD).text}; it adds "
             f"{result.board_cpu_us:.0f} µs on the CPU ({nodes}the runtime's call and {cpu:,} elements converted: "

@@ -330,7 +330,7 @@ def _march_of(session, march_file=None) -> MarchProfile:
     """The march a session is priced on: ``march_file`` when given, else ``session.options.march``; at the
     board's BPU clock of the session's options when they state one."""
     march = load_march(march_file if march_file else session.options.march)
-    ghz = getattr(session.options, "board_bpu_ghz", 0.0)
+    ghz = session.options.board_bpu_ghz
     return replace(march, board_bpu_ghz=ghz) if ghz and ghz != march.board_bpu_ghz else march
 
 

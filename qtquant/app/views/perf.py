@@ -139,14 +139,16 @@ def perf_summary(session: Session | None) -> PerfSummaryView:
         return head
     stale = session.is_stale(res)
     s_short, s_tip, b_short, b_tip = confidences(perf, session.options.march)
+    from ...perf.report import board_clock_note
+
     return replace(
         head,
         latency=_metric(perf, base, lambda p: p.total_ms, _ms(s_short), True, lambda d: f"{d:+.3f} ms"),
         board=_metric(perf, base, lambda p: p.board_ms, _ms(b_short), True, lambda d: f"{d:+.3f} ms"),
         latency_tip=s_tip, board_tip=b_tip + (f"; the runtime's CPU work adds {perf.board_cpu_us:.0f} µs"
                                               if b_tip and num(perf.board_cpu_us) else "")
-        + (f"; the BPU part is {perf.board_us - perf.board_cpu_us:.0f} µs at the board's clock "
-           f"({session.options.board_bpu_ghz:g} GHz)" if b_tip and session.options.board_bpu_ghz else ""),
+        + (f"; {board_clock_note(perf, session.options.board_bpu_ghz)}"
+           if b_tip and session.options.board_bpu_ghz else ""),
         fps=_metric(perf, base, lambda p: p.fps, lambda x: f"{x:.1f}", False, lambda d: f"{d:+.1f}"),
         ddr=_metric(perf, base, lambda p: float(p.ddr_bytes), fmt_bytes, True, _signed(fmt_bytes)),
         rescale_us=_metric(perf, base, lambda p: p.rescale_us, fmt_us, True, _signed(fmt_us)),
