@@ -408,7 +408,8 @@ class PerfSummary(QWidget):
         self.relay = relay
         left = QWidget()
         form = QFormLayout(left)
-        form.setContentsMargins(8, 6, 8, 6)
+        form.setContentsMargins(8, 4, 8, 4)
+        form.setVerticalSpacing(2)  # the totals, the note and both choices fit the dock's default height
         self.march = QComboBox()
         self.march.addItems(MARCHES)
         self.march.currentTextChanged.connect(self.marchChanged)
