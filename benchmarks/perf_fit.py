@@ -132,7 +132,10 @@ def _load(models: Path, venv_python: str, march, only=frozenset()) -> list[Figur
             s.run_calibration()
         pm = None
         if prec is not None and prec is not Precision.INT8:
-            pm = PrecisionMap({t: prec for t in resolve_name(s.graph, SOFTMAX)})
+            tensors = resolve_name(s.graph, SOFTMAX)
+            if prec is Precision.INT16:  # the demo's node_info: 'InputType': 'int16', 'OutputType': 'int16'
+                tensors += [t for t in s.graph.nodes[SOFTMAX].inputs if s.graph.is_quantized(t)]
+            pm = PrecisionMap({t: prec for t in tensors})
         partner = "yolo11n softmax int8" if pm else ""
         # The triple's demo removes the Dequantize of its three box heads from the compiled model
         # (hb_model_modifier -r): those outputs leave as int32, the application dequantises them.

@@ -20,7 +20,8 @@ from ..model.ops import handler_for
 from .context import ACT_BYTES, vector_class
 from .macs import conv_dims, macs_of, numel, shape_of
 
-__all__ = ["LayerCost", "node_cost", "copy_cost", "rescale_cost", "zero_cost", "alignment_efficiency"]
+__all__ = ["LayerCost", "node_cost", "copy_cost", "rescale_cost", "zero_cost", "alignment_efficiency",
+           "tensor_passes"]
 
 WEIGHT_BYTES = 1  # int8 weights
 BIAS_BYTES = 4  # int32 bias
@@ -185,6 +186,18 @@ def _mac_efficiency(node, ctx) -> tuple[float, str, str]:
     return 1.0, "matmul", ""
 
 
+def tensor_passes(node, rule) -> tuple[int, int, int]:
+    """(reads, writes, reads of the input itself) of the layer the compiler makes of ``node``: one of
+    each, but for a Softmax lowered in ``rule.softmax_passes`` passes (as the X5 compiler does:
+    ReduceMax, Sub, Exp, ReduceSum, Mul by the reciprocal), each of which streams a tensor of the
+    input's size: the two reductions only read, the other three also write.  Only the first two passes
+    read the input itself; the others read what an earlier pass wrote, at the layer's own precision."""
+    passes = rule.softmax_passes
+    if node.op_type == "Softmax" and passes > 1:
+        return passes, passes - 2, min(2, passes)
+    return 1, 1, 1
+
+
 def memory_cost(node, ctx, op_class: str | None = None) -> LayerCost:
     """Elementwise, activation, pooling, resize and copy ops: bytes moved vs vector throughput.
 
@@ -211,13 +224,12 @@ def memory_cost(node, ctx, op_class: str | None = None) -> LayerCost:
         elems = max([numel(shape_of(g, t)) for t in (*node.inputs, *node.outputs) if t and ctx.is_activation(t)],
                     default=0)
         note = ""
-        passes = ctx.rule.softmax_passes
-        if node.op_type == "Softmax" and passes > 1:
-            # As the X5 compiler lowers it (ReduceMax, Sub, Exp, ReduceSum, Mul by the reciprocal): each
-            # pass streams the whole input; the two reductions read it, the other three also write it.
-            moves = [(b * passes, d) for b, d in _input_moves(node, ctx, skip_internal=True)] + \
-                [(b * (passes - 2), d) for b, d in (_act_move(ctx, o) for o in node.outputs
-                                                     if o and o not in ctx.internal and ctx.is_activation(o))]
+        reads, writes, _ = tensor_passes(node, ctx.rule)
+        if reads > 1:
+            passes = ctx.rule.softmax_passes
+            moves = [(b * reads, d) for b, d in _input_moves(node, ctx, skip_internal=True)] + \
+                [(b * writes, d) for b, d in (_act_move(ctx, o) for o in node.outputs
+                                              if o and o not in ctx.internal and ctx.is_activation(o))]
             elems *= passes
             ops = passes + 1
             note = f"Softmax as {passes} passes (max, subtract, exp, sum, scale) and the reciprocal: {ops} ops"

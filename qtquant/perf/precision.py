@@ -4,7 +4,9 @@ The simulator prices every node as int8 on the BPU; :func:`apply_precision` re-p
 the session's precision map (:mod:`qtquant.quant.precision`) changes:
 
 - **int16** (a node on the BPU that reads or writes an int16 tensor): every int16 tensor it moves
-  is 2 bytes per element instead of 1 (its memory time and DDR traffic grow by those bytes), and a
+  is 2 bytes per element instead of 1, each time it moves it (a Softmax lowered in passes reads its
+  input in the first two and moves intermediates at its output's precision in the others; its memory
+  time and DDR traffic grow by those bytes), and a
   node that *reads* an int16 activation runs its MACs ``int16_compute_factor`` times (int16
   activations x int8 weights: the 8-bit MAC array takes two passes; an estimate, see the profile).
   Writing int16 from int8 inputs costs only the bytes: the accumulator is 32-bit either way.
@@ -35,6 +37,7 @@ from ..base.fileio.schema import FileModel, one_line
 from ..quant.precision import RANK, float_nodes
 from ..base.vocab import Precision, TensorKind
 from .board import board_layer_us
+from .costs import tensor_passes
 from .macs import macs_of, numel, shape_of
 from .march import Count, Fraction, NonNegative, Param, Positive
 
@@ -199,7 +202,7 @@ def _elems(graph, t) -> int:
     return numel(shape_of(graph, t))
 
 
-def _int16_price(node, lc, graph, prec, chain_io, rates):
+def _int16_price(node, lc, graph, prec, chain_io, rates, rule):
     """(new LayerCost, note) for a BPU node touching int16 tensors, or None when it touches none."""
     ins = [t for t in node.inputs if _is_act(graph, t)]
     outs = [t for t in node.outputs if _is_act(graph, t)]
@@ -210,7 +213,11 @@ def _int16_price(node, lc, graph, prec, chain_io, rates):
     wide_out = [t for t in outs if prec.get(t) is Precision.INT16]
     if not (wide_in or wide_out) or lc.total_us <= 0:
         return None
-    extra = sum(_elems(graph, t) for t in (*wide_in, *wide_out))  # one more byte per element
+    # One more byte per element each time the layer moves it.  A lowered Softmax reads its input in
+    # its first passes; its later passes move intermediates at the node's own precision, its outputs'.
+    reads, writes, input_reads = tensor_passes(node, rule)
+    extra = input_reads * sum(_elems(graph, t) for t in wide_in) \
+        + (reads - input_reads + writes) * sum(_elems(graph, t) for t in wide_out)
     scale = (lc.bytes + extra) / lc.bytes if lc.bytes else 1.0
     memory_us = lc.memory_us * scale
     ddr = int(lc.ddr_bytes * scale)
@@ -320,7 +327,7 @@ def apply_precision(result, graph, march, precision, ctx=None):
         elif name in fused:
             return lc  # its traffic is the host's
         else:
-            got = _int16_price(node, lc, graph, prec, chain_io, rates)
+            got = _int16_price(node, lc, graph, prec, chain_io, rates, march.fusion)
             if got is None:
                 return lc
             (new, note), handoffs, p, device = got, 0, Precision.INT16, "bpu"

@@ -145,3 +145,24 @@ def test_an_image_input_is_read_as_nv12():
     stem = simulate(g, m).layer("stem")
     rgb = simulate(g, dataclasses.replace(m, image_input_nv12=False)).layer("stem")
     assert rgb.ddr_bytes - stem.ddr_bytes == 3 * 64 * 64 // 2  # 1.5 bytes per pixel where RGB takes 3
+
+
+def test_an_int16_softmax_pays_two_bytes_in_every_pass_that_moves_int16():
+    """A lowered Softmax reads its input in its first two passes (max, subtract) and moves intermediates at
+    its own precision, its output's, in the other six moves (subtract's write, exp's read and write, sum's
+    read, the scaling's read and write): int16 there doubles those bytes, not just one read and one write."""
+    from qtquant.perf.precision import apply_precision
+    from qtquant.base.vocab import Precision
+
+    g = _attention()
+    m = load_march("bayes-e")
+    base = simulate(g, m)
+    n = 2 * 400 * 400
+    assert g.is_quantized("s") and g.is_quantized("a")
+    out16 = apply_precision(base, g, m, {"s": Precision.INT16})
+    both = apply_precision(base, g, m, {"s": Precision.INT16, "a": Precision.INT16})
+    sm0 = base.layer("softmax")
+    assert out16.layer("softmax").ddr_bytes == sm0.ddr_bytes + 6 * n
+    assert both.layer("softmax").ddr_bytes == sm0.ddr_bytes + 8 * n  # every move of the matrix at 2 bytes
+    assert both.layer("scale").ddr_bytes == base.layer("scale").ddr_bytes + n  # it writes the int16 input
+    assert both.total_us > out16.total_us > base.total_us
