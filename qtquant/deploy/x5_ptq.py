@@ -7,6 +7,7 @@ The YAML holds only documented keys and values (:data:`NODE_KEYS`, :data:`NODE_V
       node_info:
         NODE: {ON: BPU, OutputType: int16}     # the producer of an int16 tensor (and its fused chain)
         READER: {ON: BPU, InputType1: int16}   # a node reading it, on that input
+        SOFTMAX: {ON: BPU}                     # a Softmax priced on the BPU (X5 runs it on the CPU by default)
     calibration_parameters:
       run_on_cpu: 'n1;n2'                      # the nodes of float choices
 
@@ -39,8 +40,22 @@ def notes(facts: DeployFacts) -> list[Note]:
     return []  # int16 and float both have a documented form; the groups go in the load model
 
 
-def yaml_fragment(facts: DeployFacts) -> dict:
-    info: dict[str, dict[str, str]] = {}
+def softmax_on_bpu(graph, facts: DeployFacts) -> list[str]:
+    """The Softmax nodes qtquant prices on the X5's BPU (perf/placement.py: a 4-D input over its last
+    axis, not kept in float), which hb_mapper runs on the CPU unless node_info puts them on the BPU."""
+    from ..perf import load_march
+    from ..perf.placement import cpu_placed
+
+    placed = cpu_placed(graph, load_march("bayes-e"))
+    cpu = {n for c in facts.of(Precision.FLOAT) for n in c.nodes}
+    return sorted(n.name for n in graph.nodes.values()
+                  if n.op_type == "Softmax" and n.name not in placed and n.name not in cpu
+                  and any(graph.is_quantized(o) for o in n.outputs if o))
+
+
+def yaml_fragment(facts: DeployFacts, bpu_softmax=()) -> dict:
+    """``bpu_softmax``: the nodes of :func:`softmax_on_bpu`."""
+    info: dict[str, dict[str, str]] = {n: {"ON": "BPU"} for n in bpu_softmax}
     cpu = {n for c in facts.of(Precision.FLOAT) for n in c.nodes}
     for c in sorted(facts.of(Precision.INT16), key=lambda c: RANK[c.precision]):
         for n in c.nodes:
@@ -79,7 +94,7 @@ def check_fragment(doc) -> None:
 
 def write(session, facts: DeployFacts, out, notes: list[Note]) -> Deployed:
     res = Deployed("x5-ptq", notes=list(notes))
-    doc = yaml_fragment(facts)
+    doc = yaml_fragment(facts, softmax_on_bpu(session.graph, facts))
     load_name = f"{facts.stem}.x5_load_qdq.onnx"
     model = None
     if session.quantized_file:  # (the load model is built from a float model: a QDQ file has its own pairs)
@@ -96,6 +111,8 @@ def write(session, facts: DeployFacts, out, notes: list[Note]) -> Deployed:
         title="hb_mapper YAML fragment for RDK X5 PTQ (+ experimental QDQ model for calibration_type: load)",
         does=["model_parameters.node_info: each int16 tensor's producer (and fused chain) outputs int16, "
               "each node reading it takes it as int16 on that input (InputType<n>, n its input index)",
+              "model_parameters.node_info: each Softmax that qtquant prices on the BPU (a 4-D input over its "
+              "last axis) is put there (ON: BPU): hb_mapper runs Softmax on the CPU unless told",
               "calibration_parameters.run_on_cpu: the nodes of float choices",
               f"{load_name} (experimental): the float model at opset 11 with a Q/DQ pair per quantized "
               "activation, one scalar scale per tensor, zero point 0; a group's members read one scale"],
@@ -111,7 +128,7 @@ def write(session, facts: DeployFacts, out, notes: list[Note]) -> Deployed:
                 "float and its int16 tensors have no Q/DQ (int16 QuantizeLinear needs opset 21)"],
         checked=checks, notes=res.notes)
     body = yaml.safe_dump(doc, sort_keys=True, default_flow_style=False) if doc else \
-        "# (no int16 or float choices: nothing to set)\n"
+        "# (no int16 or float choices and no Softmax to put on the BPU: nothing to set)\n"
     back = yaml.safe_load(body) or {}
     check_fragment(back)
     if back != doc:

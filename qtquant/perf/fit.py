@@ -127,13 +127,19 @@ class Figure:
     def simulate(self, march, *, int8: bool = False):
         """The full simulation (with the precision map, when there is one and not ``int8``): a PerfResult."""
         march = self.board_march(march)
+        from .precision import apply_precision
+
         sim = Simulator(self.graph, march)
         res = with_int_outputs(sim.full(self.concats), self.graph, march, self.int_outputs)
-        if self.precision and not int8:
-            from .precision import apply_precision
+        # the nodes the march runs on its CPU are priced in the int8 twin too (perf/placement.py)
+        return apply_precision(res, self.graph, march, None if int8 else self.precision, ctx=sim.base_state()[0])
 
-            res = apply_precision(res, self.graph, march, self.precision, ctx=sim.base_state()[0])
-        return res
+    def reprices(self, march) -> bool:
+        """Whether perf/precision.py re-prices some node of this figure: a precision map, or a node the
+        march runs on its CPU."""
+        from .placement import cpu_placed
+
+        return bool(self.precision) or bool(cpu_placed(self.graph, march))
 
     def predicted_us(self, res) -> float:
         return res.board_us if self.kind is FigureKind.BOARD else res.total_us
@@ -146,7 +152,7 @@ class Figure:
             sim = Simulator(self.graph, march)
             res = with_int_outputs(sim.full(self.concats), self.graph, march, self.int_outputs)
             repriced = ()
-            if self.precision:
+            if self.reprices(march):
                 from .precision import apply_precision
 
                 ctx = sim.base_state()[0]
@@ -280,7 +286,7 @@ def predict(fig: Figure, march: MarchProfile, values: dict | None = None) -> flo
     lay = fig.layers(march)
     board = fig.kind is FigureKind.BOARD
     us = lay.total_us(p, fig.board_march(march).board_clock_ratio if board else 1.0)
-    if fig.precision:
+    if lay.repriced:
         us += lay.precision_delta_us(fig, fig.board_march(march), p)
     if board:
         return us + p["board_call_us"] + p["board_ns_per_element"] * lay.cpu_elems / 1000.0
@@ -414,7 +420,7 @@ def fit(figs: list[Figure], march: MarchProfile, *, prior: float = 0.1, candidat
     cand = [fp.name for fp in FITTABLE] if candidates is None else list(candidates)
     if not any(f.kind is FigureKind.BOARD for f in figs):
         cand = [n for n in cand if not n.startswith("board_")]
-    if not any(f.precision for f in figs):
+    if not any(f.reprices(march) for f in figs):
         cand = [n for n in cand if not n.startswith("precision.")]
     # weight_gbps absent from the profile is ddr_gbps: fitting it apart would change the model.
     unstated = [n for n in cand if n in _SAME_AS and not getattr(march, n)]

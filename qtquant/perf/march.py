@@ -188,6 +188,10 @@ class Params(FileModel):
     board_cpu_overhead_us: Param[NonNegative] | None = None
     # How the compiler picks a Concat's output scale (qtquant.concatrule); absent: its own scale.
     concat_output_scale: Param[Annotated[ConcatScaleRule, BeforeValidator(_rule)]] | None = None
+    # Placement (perf/placement.py): ONNX op types the compiler runs on the board's CPU, and the one input
+    # rank at which it runs a Softmax on the BPU (reduced over its last axis; 0: any).  Absent: all on the BPU.
+    cpu_ops: Param[_OPS] | None = None
+    softmax_bpu_rank: Param[Annotated[int, Field(ge=0, le=8)]] | None = None
 
 
 PARAMS = tuple(Params.model_fields)
@@ -276,6 +280,8 @@ class MarchProfile:
     fitted_params: tuple = ()  # names the profile's "fit" lists
     fit_errors: tuple = field(default=(), compare=False)  # FitError per figure of the profile's fit
     concat_output_scale: ConcatScaleRule = ConcatScaleRule.OWN
+    cpu_ops: frozenset = frozenset()  # ONNX op types run on the CPU (perf/placement.py)
+    softmax_bpu_rank: int = 0  # a Softmax runs on the BPU only at this input rank, over its last axis (0: any)
     path: str = ""
     provenance: dict = field(default_factory=dict, compare=False)  # param -> ("source"|"estimate"|"fitted", text)
     # The file's "precision" section as read (None: absent): perf/precision.py reads it from here,
@@ -422,6 +428,8 @@ def profile_from_dict(doc, *, where: str = "march profile", path: str = "") -> M
         params["fusion"] = params.pop("fused_activations")
     else:
         params.pop("fused_activations", None)
+    if "cpu_ops" in values:
+        values["cpu_ops"] = frozenset(values["cpu_ops"])  # the profile is hashed (one simulator per march)
     old = params.pop("board_cpu_overhead_us", None)
     values.pop("board_cpu_overhead_us", None)
     if old is not None and "board_call_us" not in params:  # an older profile's one CPU term

@@ -12,7 +12,8 @@ the session's precision map (:mod:`qtquant.quant.precision`) changes:
   Writing int16 from int8 inputs costs only the bytes: the accumulator is 32-bit either way.
 - **float** (a node whose output is kept in float, and the fused chain ending in it): the node
   runs on the board's CPU.  Its cost is the CPU time (2 FLOP per MAC, ``cpu_softmax_flops`` per
-  element of a Softmax, ``cpu_elementwise_flops`` per output element of the other ops, at the
+  element of a Softmax, ``cpu_elementwise_flops`` per element of the other ops (of their largest
+  activation: a reduction works on every element it reads), at the
   documented per-core FP32 rate x threads x an efficiency, plus each element crossing the BPU<->CPU
   boundary (de)quantised at the runtime's ``board_ns_per_element``), or, when larger, moving its
   inputs and outputs through DDR (float32 out, inputs at the width they arrive in), plus
@@ -38,6 +39,7 @@ from ..quant.precision import RANK, float_nodes
 from ..base.vocab import Precision, TensorKind
 from .board import board_layer_us
 from .costs import tensor_passes
+from .placement import cpu_placed, placement_map
 from .macs import macs_of, numel, shape_of
 from .march import Count, Fraction, NonNegative, Param, Positive
 
@@ -57,7 +59,7 @@ class PrecisionParams(FileModel):
     cpu_threads: Param[Count]  # cores one CPU op runs on
     cpu_fp32_flops_per_cycle: Param[Positive]  # per core, peak
     cpu_efficiency: Param[Fraction]  # share of the peak a real conv/elementwise kernel reaches
-    cpu_elementwise_flops: Param[Positive]  # FLOP per output element of a non-MAC op (Softmax: below)
+    cpu_elementwise_flops: Param[Positive]  # FLOP per element (largest activation) of a non-MAC op (Softmax: below)
     # FLOP per element of a Softmax on the CPU (max, subtract, exp, sum, divide; absent: cpu_elementwise_flops)
     cpu_softmax_flops: Param[Positive] | None = None
     handoff_us: Param[NonNegative]  # one BPU<->CPU boundary: sync, cache maintenance, (de)quantize
@@ -147,6 +149,7 @@ class NodePrice:
     total_us: float  # now
     handoffs: int = 0
     note: str = ""
+    placed: str = ""  # why the compiler runs it on the CPU whatever the map (perf/placement.py); "": a choice
 
     @property
     def delta_us(self) -> float:
@@ -155,7 +158,7 @@ class NodePrice:
     def to_dict(self) -> dict:
         return {"node": self.node, "op_type": self.op_type, "precision": self.precision.value, "device": self.device,
                 "int8_us": self.int8_us, "total_us": self.total_us, "delta_us": self.delta_us,
-                "handoffs": self.handoffs, "note": self.note}
+                "handoffs": self.handoffs, "note": self.note, "placed": self.placed}
 
 
 @dataclass
@@ -167,6 +170,7 @@ class PrecisionCost:
     float_tensors: int = 0
     assumptions: str = ""
     board_us: float = 0.0  # what the map adds to the board latency (its BPU nodes at the board's clock)
+    placed: int = 0  # of the nodes, those the compiler runs on the CPU whatever the map (perf/placement.py)
 
     @property
     def delta_us(self) -> float:
@@ -185,7 +189,7 @@ class PrecisionCost:
         return {n.node: n for n in self.nodes}
 
     def to_dict(self) -> dict:
-        return {"int16_tensors": self.int16_tensors, "float_tensors": self.float_tensors,
+        return {"int16_tensors": self.int16_tensors, "float_tensors": self.float_tensors, "placed_nodes": self.placed,
                 "delta_us": self.delta_us, "board_delta_us": self.board_us, "cpu_us": self.cpu_us,
                 "handoffs": self.handoffs,
                 "assumptions": self.assumptions, "nodes": [n.to_dict() for n in self.nodes]}
@@ -245,9 +249,10 @@ def _cpu_price(node, lc, graph, prec, cpu, march, rates):
     """(new LayerCost, handoffs, note) for a node run on the CPU in float."""
     macs = macs_of(node, graph) if lc.macs or node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") else 0
     outs = [t for t in node.outputs if _is_act(graph, t)]
-    out_elems = sum(_elems(graph, t) for t in outs)
+    # per element of its largest activation: a reduction (ReduceL2) works on every element it reads
+    elems = max([_elems(graph, t) for t in (*node.inputs, *outs) if _is_act(graph, t)], default=0)
     per_elem = rates.cpu_softmax_flops if node.op_type == "Softmax" else rates.cpu_elementwise_flops
-    flops = 2 * macs if macs else per_elem * out_elems
+    flops = 2 * macs if macs else per_elem * elems
     compute_us = flops / rates.cpu_flops_per_s * 1e6
     moved, handoffs, converted = 0, 0, 0
     for t in node.inputs:
@@ -298,8 +303,13 @@ def _chain_io(graph, ctx):
 def apply_precision(result, graph, march, precision, ctx=None):
     """``result`` (a PerfResult, int8 everywhere) re-priced for ``precision`` (tensor -> Precision):
     a new PerfResult whose layers, totals and ``precision`` (:class:`PrecisionCost`) say what it costs.
-    ``ctx``: the simulator's CostContext (fused chains), when the caller has it."""
-    prec = {t: Precision(getattr(p, "value", p)) for t, p in dict(precision or {}).items()}
+    The nodes the march's compiler runs on its CPU (perf/placement.py) are priced in float whatever
+    ``precision`` says of them.  ``ctx``: the simulator's CostContext (fused chains), when the caller
+    has it."""
+    placed = cpu_placed(graph, march)
+    placed_tensors = placement_map(graph, march, placed)
+    chosen = {t: Precision(getattr(p, "value", p)) for t, p in dict(precision or {}).items()}
+    prec = {**chosen, **placed_tensors}  # a node the BPU does not run is on the CPU whatever its choice
     prec = {t: p for t, p in prec.items() if p is not Precision.INT8 and graph.is_quantized(t)}
     if not prec:
         return result
@@ -319,6 +329,8 @@ def apply_precision(result, graph, march, precision, ctx=None):
             new, handoffs, note = _cpu_price(node, lc, graph, prec, cpu, march, rates)
             p = Precision.FLOAT
             device = "cpu"
+            if name in placed:  # not the user's choice: the compiler's (perf/placement.py)
+                note = f"placed on the CPU by the compiler: {placed[name]}; {note}"
             # Off the BPU: out of the static estimate (what the compiler prints is the BPU part), into
             # the board's CPU time.
             d_total -= lc.total_us
@@ -334,7 +346,8 @@ def apply_precision(result, graph, march, precision, ctx=None):
             d_total += new.total_us - lc.total_us
             d_board += board_layer_us(new, march) - board_layer_us(lc, march)
         d_ddr += new.ddr_bytes - lc.ddr_bytes
-        prices.append(NodePrice(name, node.op_type, p, device, lc.total_us, new.total_us, handoffs, note))
+        prices.append(NodePrice(name, node.op_type, p, device, lc.total_us, new.total_us, handoffs, note,
+                                placed=placed.get(name, "")))
         return new
 
     for name in result._order:
@@ -350,9 +363,10 @@ def apply_precision(result, graph, march, precision, ctx=None):
                 for io in result.board_io)
     d_cpu -= sum(a.elems for a, b in zip(result.board_io, ios) if a.on_cpu and not b.on_cpu) \
         * march.board_ns_per_element / 1000.0
-    cost = PrecisionCost(prices, sum(p is Precision.INT16 for p in prec.values()),
-                         sum(p is Precision.FLOAT for p in prec.values()), _assumptions(rates),
-                         board_us=d_board + d_cpu)
+    cost = PrecisionCost(prices, sum(p is Precision.INT16 for t, p in prec.items() if t not in placed_tensors),
+                         sum(p is Precision.FLOAT for t, p in prec.items() if t not in placed_tensors),
+                         _assumptions(rates), board_us=d_board + d_cpu,
+                         placed=sum(bool(n.placed) for n in prices))
     board_bpu = result.total_us if result.board_bpu_us is None else result.board_bpu_us
     return replace(result, total_us=result.total_us + d_total, ddr_bytes=int(result.ddr_bytes + d_ddr),
                    board_bpu_us=board_bpu + d_board, board_cpu_us=result.board_cpu_us + d_cpu,
@@ -384,17 +398,44 @@ def precision_rows(result) -> list[tuple[str, str, str, str, str, str]]:
 
 
 def precision_table_text(result) -> str:
-    """The precision section of ``qtquant perf`` / ``analyze``: "" when everything is int8."""
+    """The precision section of ``qtquant perf`` / ``analyze``: "" when everything is int8 on the BPU.  The
+    nodes the compiler runs on the CPU of itself are one line each when there is no choice to show."""
     cost = getattr(result, "precision", None)
     if cost is None or not cost.nodes:
         return ""
     from ..base.tables import text_table
 
-    head = (f"mixed precision: {cost.int16_tensors} int16 tensor(s), {cost.float_tensors} kept in float; "
-            f"{cost.delta_us:+.1f} µs over int8 ({cost.cpu_us:.1f} µs on the CPU, {cost.handoffs} hand-off(s))")
+    parts = []
+    if cost.int16_tensors or cost.float_tensors:
+        parts.append(f"mixed precision: {cost.int16_tensors} int16 tensor(s), {cost.float_tensors} kept in float")
+    if cost.placed:
+        parts.append(f"{cost.placed} node(s) the compiler runs on the CPU (not BPU ops on {result.march})")
+    head = "; ".join(parts) + (f"; {cost.delta_us:+.1f} µs over int8 ({cost.cpu_us:.1f} µs on the CPU, "
+                               f"{cost.handoffs} hand-off(s))")
+    if len(parts) == 1 and cost.placed:
+        return "\n".join([head, *_placed_lines(cost)])
     table = text_table(precision_rows(result), ("node", "op", "precision", "runs on", "int8 µs", "now µs"),
                        "llllrr", rule=True, max_width=60)
     return "\n".join([head, table, f"assumptions: {cost.assumptions}"])
+
+
+def _placed_lines(cost) -> list[str]:
+    """One line per reason the compiler gives (nodes of one op placed for one reason together), the
+    costliest first."""
+    by: dict[tuple[str, str], list] = {}
+    for n in cost.nodes:
+        if n.placed:
+            by.setdefault((n.op_type, n.placed), []).append(n)
+    lines = []
+    for (op, why), nodes in sorted(by.items(), key=lambda kv: -sum(n.delta_us for n in kv[1])):
+        d = sum(n.delta_us for n in nodes)
+        if len(nodes) == 1:
+            lines.append(f"  {nodes[0].node} ({op}): {why}; {d:+.1f} µs")
+        else:
+            first = max(nodes, key=lambda n: n.delta_us).node
+            lines.append(f"  {len(nodes)} {op} ({first}, …): {why.replace('this one is', 'each is')}; "
+                         f"{d:+.1f} µs in all")
+    return lines
 
 
 def report_text(graph, precision, result=None) -> str:

@@ -78,7 +78,7 @@ def confidence_lines(result, march) -> list[str]:
     cpu = sum(io.elems for io in result.board_io if io.on_cpu)
     ints = [io.tensor for io in result.board_io if io.app_dequantises]
     prec = result.precision
-    nodes = f"{prec.cpu_us:.0f} µs for the nodes kept in float, " if prec is not None and prec.cpu_us else ""
+    nodes = f"{prec.cpu_us:.0f} µs for the nodes run on the CPU, " if prec is not None and prec.cpu_us else ""
     clock = f"; {board_clock_note(result, march.board_bpu_ghz)}" if march.board_clock_ratio != 1.0 else ""
     return [f"{STATIC_LABEL}: {confidence(march, result.family, FigureKind.STATIC).text}",
             f"{BOARD_LABEL}: {confidence(march, result.family, FigureKind.BOARD).text}; it adds "

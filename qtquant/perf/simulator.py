@@ -308,8 +308,12 @@ def with_int_outputs(res: PerfResult, graph, march: MarchProfile, int_outputs) -
 
 
 def simulate(graph, march, concats=()) -> PerfResult:
-    """One-shot full simulation."""
-    return Simulator(graph, march).full(concats)
+    """One-shot full simulation, the nodes the march runs on its CPU priced there (perf/placement.py)."""
+    from .precision import apply_precision
+
+    sim = Simulator(graph, march)
+    res = sim.full(concats)
+    return apply_precision(res, graph, sim.march, None, ctx=sim.base_state()[0])
 
 
 # One cached simulator per march, in the graph's derived state: the GUI re-simulates after every edit.
@@ -363,13 +367,13 @@ def simulate_session(session: QuantState, march_file=None, *, baseline: bool = F
     sim = _simulator_for(session.graph, march)
     res = sim.update(session.concats(baseline=baseline))
     res = with_int_outputs(res, session.graph, march, session.options.int_outputs)
-    precision = None if baseline else session.options.precision
-    if precision:  # int16 / float nodes re-priced (perf/precision.py)
-        from .precision import apply_precision
+    # int16 / float nodes re-priced (perf/precision.py), and the nodes the march runs on its CPU, which
+    # the model as opened has too (perf/placement.py)
+    from .precision import apply_precision
 
-        state = sim._state
-        res = apply_precision(res, session.graph, march, precision, ctx=state[0] if state else None)
-    return res
+    state = sim._state
+    return apply_precision(res, session.graph, march, None if baseline else session.options.precision,
+                           ctx=state[0] if state else None)
 
 
 def latency_delta_us(session: QuantState, tensors, precision, march_file=None) -> float:

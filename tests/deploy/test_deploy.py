@@ -72,6 +72,9 @@ def test_x5_ptq_yaml_uses_documented_keys_and_states_both_choices(deployed):
     assert info[INT16] == {"ON": "BPU", "OutputType": "int16"}
     assert info[INT16.replace("mul", "sigmoid").replace("_9", "_8")]["OutputType"] == "int16"  # its fused chain
     assert info["split_10"] == {"ON": "BPU", "InputType0": "int16"}  # the reader takes it as int16
+    # the DFL Softmax (4-D, one axis) is priced on the BPU; hb_mapper would run it on the CPU unless told
+    assert info["softmax_220"] == {"ON": "BPU"}
+    assert "each Softmax that qtquant prices on the BPU" in text
     # the float choice's fused chain, and the output Concat the export leaves float (qtquant's output rule)
     assert set(doc["calibration_parameters"]["run_on_cpu"].split(";")) == {"mul_6", "sigmoid_5", "concat_224"}
     with pytest.raises(BadInputError, match="undocumented key 'Precision'"):

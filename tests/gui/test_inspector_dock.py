@@ -102,3 +102,27 @@ def test_a_graph_output_can_be_left_to_the_application(qtbot, inspector, session
     assert not box.isEnabled() and "kept in float" in box.toolTip() and on_cpu() == [False]
     relay.stack.undo()
     assert box.isEnabled() and "hb_model_modifier" in box.toolTip() and on_cpu() == [True]
+
+
+def test_a_node_the_x5_runs_on_the_cpu_says_why(qtbot, tmp_path):
+    """The demo's attention Softmax reads a 3-D tensor: the X5 runs it on the CPU (perf/placement.py), and
+    the inspector says so once a simulation has priced it; a BPU node says nothing of the kind."""
+    from qtquant.app.demo import build_attention_demo
+    from qtquant.perf import simulate_session
+
+    s = open_model(save(build_attention_demo(), tmp_path / "a.onnx"),
+                   options=Options(march="bayes-e", calib=CalibConfig(count=2)))
+    s.run_calibration()
+    relay = SessionRelay(s)
+    w = Inspector(relay)
+    qtbot.addWidget(w)
+    w.show()
+    w.show_node("attn/softmax")
+    assert "Runs on the CPU" not in w.notes.text()  # nothing priced yet
+    s.set_perf(simulate_session(s), s.revision)
+    w.show_node("attn/softmax")
+    assert w.notes.isVisibleTo(w)
+    text = w.notes.text()
+    assert text.startswith("Runs on the CPU (") and "only on a 4-D input" in text and "3-D over axis 2" in text
+    w.show_node("attn/qk")
+    assert "Runs on the CPU" not in w.notes.text()

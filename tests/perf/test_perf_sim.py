@@ -228,8 +228,9 @@ def test_session_groups_and_simulate_session():
     assert after.total_ms < before.total_ms
     # The march comes from the session's options; a march file overrides it.
     s.set_options(march="nash-e")
-    assert simulate_session(s).march == "nash-e"
-    assert simulate_session(s).total_us < after.total_us
+    on_nash = simulate_session(s)
+    assert on_nash.march == "nash-e" and on_nash.total_us != pytest.approx(after.total_us)
+    assert on_nash.total_us == pytest.approx(simulate(g, load_march("nash-e"), s.concats()).total_us)
 
 
 def test_warm_up_computes_the_costs_simulate_session_reuses():
@@ -285,7 +286,8 @@ def test_bundled_marches_state_every_source():
         assert set(m.provenance) >= set(PARAMS) - {"fused_activations", "board_cpu_overhead_us", "board_call_us",
                                                    "region_efficiency", "board_ns_per_element",
                                                    "weight_gbps", "stream_tiles", "relayout_reshape",
-                                                   "attention_onchip_share", "image_input_nv12", "board_bpu_ghz"}
+                                                   "attention_onchip_share", "image_input_nv12", "board_bpu_ghz",
+                                                   "cpu_ops", "softmax_bpu_rank"}
         assert all(kind in ("source", "estimate", "fitted") and text for kind, text in m.provenance.values())
     # The public facts of DESIGN §4 are sourced, the unknown bandwidths are estimates.
     assert load_march("bayes-e").provenance["peak_tops"][0] == "source"

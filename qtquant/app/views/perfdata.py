@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..fidelity_worker import FidelityWorker
     from ..snapshot import Snapshot
 
-__all__ = ["CHART_ROWS", "simulator", "edit_price_of", "confidences", "fidelity_measure", "node_us",
+__all__ = ["CHART_ROWS", "simulator", "edit_price_of", "confidences", "fidelity_measure", "node_us", "placed_on_cpu",
            "rescale_us_by_concat", "rescale_us_for_input", "top_layers", "num", "node_detail", "BOUND_ABBR"]
 
 BOUND_ABBR = {"compute": "cmp", "memory": "mem", "overhead": "ovh"}  # the latency badge's bound tag
@@ -91,6 +91,13 @@ def num(x: float | None) -> float | None:
 def node_us(perf: PerfResult | None) -> dict[str, float]:
     """Latency per graph node in µs (a Concat carries its rescales' cost)."""
     return perf.by_node() if perf is not None else {}
+
+
+def placed_on_cpu(perf: PerfResult | None) -> dict[str, tuple[str, float]]:
+    """Node -> (why, µs on the CPU) for the nodes the march's compiler runs on its CPU whatever their
+    precision (perf/placement.py), as the simulation priced them."""
+    cost = getattr(perf, "precision", None)
+    return {n.node: (n.placed, n.total_us) for n in cost.nodes if n.placed} if cost is not None else {}
 
 
 _detail_memo: tuple[PerfResult | None, dict[str, str]] = (None, {})  # (perf, tags) of the latest perf: computed once

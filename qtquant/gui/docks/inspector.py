@@ -16,7 +16,7 @@ from ...model.shapes import format_shape
 from ...app.commands import SetOptionsCommand
 from ...app.histograms import clip_range, export_qparams, stored_histogram
 from ...app.views.fmt import distinct_parts, in_scope, scope_of
-from ...app.views.perfdata import rescale_us_by_concat, rescale_us_for_input
+from ...app.views.perfdata import placed_on_cpu, rescale_us_by_concat, rescale_us_for_input
 from ...app.scene import INPUT_PREFIX, OUTPUT_PREFIX, constant_inputs, shape_text
 from ..style import fmt_ratio, fmt_scale, fmt_us, mismatch_color
 from .histogram import HistogramWidget
@@ -309,6 +309,10 @@ class Inspector(QScrollArea):
                 sc = s.domains.scale_of(t) if s.ready else None
                 notes.append(f"{t} is in group {gr.id} with {len(gr.members) - 1} other tensor(s)"
                              + (f": shared scale {fmt_scale(sc)}" if sc else ""))
+        placed = placed_on_cpu(self.relay.perf()).get(name)
+        if placed is not None:
+            notes.append(f"Runs on the CPU ({fmt_us(placed[1])}): {placed[0]}. The compiler places it there "
+                         "whatever its precision, and the latency prices it so.")
         consts = constant_inputs(g, name)  # not drawn on the canvas: listed here
         if consts:
             notes.append("Constant inputs (not drawn): " + ", ".join(f"{t} ({src})" for t, src in consts))
