@@ -123,3 +123,21 @@ def test_the_inspector_shows_the_scale_the_export_gives(qtbot, make_win, tmp_pat
     assert out_row()[4] == "float" and out_row()[5] == ""
     ins.show_tensor("br_b_out")
     assert ins.hist.clip is None
+
+
+def test_a_node_the_x5_runs_on_the_cpu_wears_a_cpu_badge(qtbot, make_win, tmp_path):
+    """The demo's 3-D attention Softmax runs on the X5's CPU (perf/placement.py): its node wears a "CPU"
+    badge once priced, in every overlay; on a march that runs it on the BPU the badge goes."""
+    from builders import save
+    from qtquant.app.demo import build_attention_demo
+
+    win = make_win()
+    win.set_march("bayes-e")
+    open_settled(qtbot, win, save(build_attention_demo(), tmp_path / "a.onnx"))
+    qtbot.waitUntil(lambda: win.relay.perf() is not None, timeout=20000)
+    qtbot.waitUntil(lambda: "CPU" in badges(win, "attn/softmax"), timeout=20000)
+    assert "CPU" not in badges(win, "attn/qk") and "float·CPU" not in badges(win, "attn/softmax")
+    with qtbot.waitSignal(win.controller.perfFinished, timeout=20000):
+        win.perf_summary.march.setCurrentText("nash-e")
+    qtbot.waitUntil(lambda: "CPU" not in badges(win, "attn/softmax"), timeout=20000)
+    win.stack.set_clean()

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 Parts: TypeAlias = "Sequence[Sequence[str]]"  # the graph's node names in runs, with a yield after each
 
 __all__ = ["Badge", "NodeLook", "EdgeLook", "Legend", "Looks", "compute_looks", "fill_looks", "node_bits",
-           "rescale_badge", "precision_badge", "error_looks", "PRECISION_BADGES"]
+           "rescale_badge", "precision_badge", "error_looks", "PRECISION_BADGES", "PLACED_BADGE", "placed_nodes"]
 
 RESCALE_BADGE = "#c62828"
 LATENCY_BADGE = "#023858"
@@ -39,6 +39,8 @@ BITS_BADGE = "#7a0177"
 ERROR_BADGE = "#800026"
 # Mixed precision: every overlay shows a node's precision when it is not int8.
 PRECISION_BADGES = {Precision.INT16: ("int16", "#e65100"), Precision.FLOAT: ("float·CPU", "#1b5e20")}
+# A node the march's compiler runs on its CPU whatever the plan (perf/placement.py): no choice of the user's.
+PLACED_BADGE = ("CPU", "#5d4037")
 FADED_EDGE = "#d5dbe1"
 RESCALE_EDGE = "#d32f2f"
 BITS_MAX = 8.0  # the bits ramp saturates here
@@ -137,6 +139,21 @@ def fill_looks(looks: Looks, graph: Graph, mode: str, concats: Sequence[ConcatIn
         mark_compiler(looks, reconcile_concats(compiler, concats))
     if precision:
         _precision_badges(looks, graph, precision)
+    _placed_badges(looks, perf)
+
+
+def placed_nodes(perf: PerfResult | None) -> frozenset[str]:
+    """The nodes ``perf`` priced on the CPU because the march's compiler puts them there."""
+    cost = getattr(perf, "precision", None)
+    return frozenset(n.node for n in cost.nodes if n.placed) if cost is not None else frozenset()
+
+
+def _placed_badges(looks: Looks, perf: PerfResult | None) -> None:
+    badge = Badge(*PLACED_BADGE)
+    nodes = looks.nodes
+    for name in placed_nodes(perf):
+        base = nodes.get(name, PLAIN)
+        nodes[name] = NodeLook(base.fill, (badge, *base.badges), base.faded, base.border_width)
 
 
 def precision_badge(p: Precision | str) -> Badge | None:

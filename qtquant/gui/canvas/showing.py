@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from ...app.scene.view import ISOLATE_MIN_UNITS
 from ...app.views.blocks import fill_block_looks, node_sqnr, worst_concat
-from ...app.views.looks import Looks, fill_looks
+from ...app.views.looks import Looks, fill_looks, placed_nodes
 from ...base.vocab import OVERLAYS, Overlay
 from .. import collector
 
@@ -39,6 +39,7 @@ class CanvasPresenter(QObject):
         self.error_local = False  # the Error overlay: local SQNR instead of cumulative (a toggle)
         self.comparison = None  # a ModelDiff (File › Compare With…): its looks replace the overlay's
         self.group_focus: int | None = None  # the group selected in the Groups dock
+        self._placed: frozenset[str] = frozenset()  # the nodes last shown with the compiler's CPU badge
         self.spec = None  # the layout shown (or being built)
         # True while the structure drawn from the file shows (the model still loads): no looks,
         # no hulls; blocks open and close on it, and the loaded graph's view does the same again.
@@ -199,7 +200,9 @@ class CanvasPresenter(QObject):
                                             local=self.error_local, compiler=s.compiler_log), finish)
 
     def _perf_changed(self) -> None:
-        if self.overlay == Overlay.LATENCY:
+        placed = placed_nodes(self.relay.perf())  # their CPU badge shows in every overlay
+        if self.overlay == Overlay.LATENCY or placed != self._placed:
+            self._placed = placed
             self.apply_looks()
         self._open_on_worst()
 
