@@ -13,8 +13,6 @@ changed by it; only the price is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ..base.errors import BadInputError
 from ..base.vocab import Precision
 from ..model.derived import Slot
@@ -48,18 +46,29 @@ def _softmax_off_bpu(node, graph, rank: int) -> str:
 _PLACED: Slot[dict] = Slot("perf placement", dict)
 
 
-def cpu_placed(graph, march) -> dict[str, str]:
-    """node -> why, for every node of ``graph`` that ``march``'s compiler runs on its CPU (nodes that
-    only compute shapes or fold to constants are not run at all, so they are not listed)."""
+def _placement(graph, march) -> tuple[dict[str, str], dict[str, Precision]]:
+    """(node -> why, its quantized outputs -> float), computed once per graph and rule."""
     ops, rank = march.cpu_ops, march.softmax_bpu_rank
     if not ops and not rank:
-        return {}
+        return {}, {}
     cache = graph.derived.get(_PLACED) if hasattr(graph, "derived") else {}
     key = (ops, rank, march.name)
     got = cache.get(key)
     if got is None:
-        got = cache[key] = _placed(graph, ops, rank, march.name)
+        nodes = _placed(graph, ops, rank, march.name)
+        got = cache[key] = (nodes, _as_float(graph, nodes))
     return got
+
+
+def cpu_placed(graph, march) -> dict[str, str]:
+    """node -> why, for every node of ``graph`` that ``march``'s compiler runs on its CPU (nodes that
+    only compute shapes or fold to constants are not run at all, so they are not listed)."""
+    return _placement(graph, march)[0]
+
+
+def placement_map(graph, march) -> dict[str, Precision]:
+    """The outputs of :func:`cpu_placed`'s nodes as float: the precision map that prices them."""
+    return _placement(graph, march)[1]
 
 
 def _placed(graph, ops, rank, march_name) -> dict[str, str]:
@@ -76,15 +85,13 @@ def _placed(graph, ops, rank, march_name) -> dict[str, str]:
     return out
 
 
-def placement_map(graph, march, placed: Mapping[str, str] | None = None) -> dict[str, Precision]:
-    """The outputs of :func:`cpu_placed`'s nodes (or of ``placed``) as float: the map that prices them."""
+def _as_float(graph, nodes) -> dict[str, Precision]:
     from ..quant.precision import resolve_name
 
     tensors: dict[str, Precision] = {}
-    for name in (cpu_placed(graph, march) if placed is None else placed):
+    for name in nodes:
         try:
             tensors.update((t, Precision.FLOAT) for t in resolve_name(graph, name))
         except BadInputError:
             continue  # nothing quantized to price
     return tensors
-

@@ -170,12 +170,20 @@ class PrecisionCost:
     float_tensors: int = 0
     assumptions: str = ""
     board_us: float = 0.0  # what the map adds to the board latency (its BPU nodes at the board's clock)
-    placed: int = 0  # of the nodes, those the compiler runs on the CPU whatever the map (perf/placement.py)
 
     @property
     def delta_us(self) -> float:
         """µs the re-priced nodes add, each at its own device's clock (the static estimate's for the BPU)."""
         return sum(n.delta_us for n in self.nodes)
+
+    @property
+    def placed_nodes(self) -> dict[str, NodePrice]:
+        """The nodes the compiler runs on the CPU whatever the map (perf/placement.py), by name."""
+        return {n.node: n for n in self.nodes if n.placed}
+
+    @property
+    def placed(self) -> int:
+        return len(self.placed_nodes)
 
     @property
     def cpu_us(self) -> float:
@@ -307,7 +315,7 @@ def apply_precision(result, graph, march, precision, ctx=None):
     ``precision`` says of them.  ``ctx``: the simulator's CostContext (fused chains), when the caller
     has it."""
     placed = cpu_placed(graph, march)
-    placed_tensors = placement_map(graph, march, placed)
+    placed_tensors = placement_map(graph, march)
     chosen = {t: Precision(getattr(p, "value", p)) for t, p in dict(precision or {}).items()}
     prec = {**chosen, **placed_tensors}  # a node the BPU does not run is on the CPU whatever its choice
     prec = {t: p for t, p in prec.items() if p is not Precision.INT8 and graph.is_quantized(t)}
@@ -365,8 +373,7 @@ def apply_precision(result, graph, march, precision, ctx=None):
         * march.board_ns_per_element / 1000.0
     cost = PrecisionCost(prices, sum(p is Precision.INT16 for t, p in prec.items() if t not in placed_tensors),
                          sum(p is Precision.FLOAT for t, p in prec.items() if t not in placed_tensors),
-                         _assumptions(rates), board_us=d_board + d_cpu,
-                         placed=sum(bool(n.placed) for n in prices))
+                         _assumptions(rates), board_us=d_board + d_cpu)
     board_bpu = result.total_us if result.board_bpu_us is None else result.board_bpu_us
     return replace(result, total_us=result.total_us + d_total, ddr_bytes=int(result.ddr_bytes + d_ddr),
                    board_bpu_us=board_bpu + d_board, board_cpu_us=result.board_cpu_us + d_cpu,
@@ -423,9 +430,8 @@ def _placed_lines(cost) -> list[str]:
     """One line per reason the compiler gives (nodes of one op placed for one reason together), the
     costliest first."""
     by: dict[tuple[str, str], list] = {}
-    for n in cost.nodes:
-        if n.placed:
-            by.setdefault((n.op_type, n.placed), []).append(n)
+    for n in cost.placed_nodes.values():
+        by.setdefault((n.op_type, n.placed), []).append(n)
     lines = []
     for (op, why), nodes in sorted(by.items(), key=lambda kv: -sum(n.delta_us for n in kv[1])):
         d = sum(n.delta_us for n in nodes)

@@ -109,7 +109,7 @@ def test_nodes_placed_for_one_reason_are_one_line():
     nodes = [NodePrice(f"sm{i}", "Softmax", Precision.FLOAT, "cpu", 1.0, 1.0 + d, 2, placed=why)
              for i, d in enumerate((100.0, 300.0, 200.0))]
     nodes.append(NodePrice("n", "ReduceL2", Precision.FLOAT, "cpu", 1.0, 51.0, 2, placed="ReduceL2 is not a BPU op"))
-    lines = _placed_lines(PrecisionCost(nodes, placed=4))
+    lines = _placed_lines(PrecisionCost(nodes))
     assert lines == ["  3 Softmax (sm1, …): a Softmax runs on the BPU only on a 4-D input over its last axis "
                      "(opset 11); each is 3-D over axis 2; +600.0 µs in all",
                      "  n (ReduceL2): ReduceL2 is not a BPU op; +50.0 µs"]

@@ -17,6 +17,7 @@ from ...base.tables import fmt_num
 from ...base.vocab import Overlay, Precision
 from .accuracy import error_range, finite
 from .fmt import fmt_us
+from .perfdata import placed_on_cpu
 from .palette import BAND_EDGE_COLORS, UNCALIBRATED, heat_hex, mismatch_band, mismatch_hex
 from .lookitems import FADED_LOOK, PLAIN, Badge, EdgeLook, Legend, Looks, NodeLook
 from .perfdata import node_detail, node_us
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 Parts: TypeAlias = "Sequence[Sequence[str]]"  # the graph's node names in runs, with a yield after each
 
 __all__ = ["Badge", "NodeLook", "EdgeLook", "Legend", "Looks", "compute_looks", "fill_looks", "node_bits",
-           "rescale_badge", "precision_badge", "error_looks", "PRECISION_BADGES", "PLACED_BADGE", "placed_nodes"]
+           "rescale_badge", "precision_badge", "error_looks", "PRECISION_BADGES", "PLACED_BADGE"]
 
 RESCALE_BADGE = "#c62828"
 LATENCY_BADGE = "#023858"
@@ -142,16 +143,10 @@ def fill_looks(looks: Looks, graph: Graph, mode: str, concats: Sequence[ConcatIn
     _placed_badges(looks, perf)
 
 
-def placed_nodes(perf: PerfResult | None) -> frozenset[str]:
-    """The nodes ``perf`` priced on the CPU because the march's compiler puts them there."""
-    cost = getattr(perf, "precision", None)
-    return frozenset(n.node for n in cost.nodes if n.placed) if cost is not None else frozenset()
-
-
 def _placed_badges(looks: Looks, perf: PerfResult | None) -> None:
     badge = Badge(*PLACED_BADGE)
     nodes = looks.nodes
-    for name in placed_nodes(perf):
+    for name in placed_on_cpu(perf):
         base = nodes.get(name, PLAIN)
         nodes[name] = NodeLook(base.fill, (badge, *base.badges), base.faded, base.border_width)
 

@@ -97,7 +97,7 @@ def placed_on_cpu(perf: PerfResult | None) -> dict[str, tuple[str, float]]:
     """Node -> (why, µs on the CPU) for the nodes the march's compiler runs on its CPU whatever their
     precision (perf/placement.py), as the simulation priced them."""
     cost = getattr(perf, "precision", None)
-    return {n.node: (n.placed, n.total_us) for n in cost.nodes if n.placed} if cost is not None else {}
+    return {k: (n.placed, n.total_us) for k, n in cost.placed_nodes.items()} if cost is not None else {}
 
 
 _detail_memo: tuple[PerfResult | None, dict[str, str]] = (None, {})  # (perf, tags) of the latest perf: computed once

@@ -17,7 +17,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from ...app.scene.view import ISOLATE_MIN_UNITS
 from ...app.views.blocks import fill_block_looks, node_sqnr, worst_concat
-from ...app.views.looks import Looks, fill_looks, placed_nodes
+from ...app.views.looks import Looks, fill_looks
+from ...app.views.perfdata import placed_on_cpu
 from ...base.vocab import OVERLAYS, Overlay
 from .. import collector
 
@@ -200,7 +201,7 @@ class CanvasPresenter(QObject):
                                             local=self.error_local, compiler=s.compiler_log), finish)
 
     def _perf_changed(self) -> None:
-        placed = placed_nodes(self.relay.perf())  # their CPU badge shows in every overlay
+        placed = frozenset(placed_on_cpu(self.relay.perf()))  # their CPU badge shows in every overlay
         if self.overlay == Overlay.LATENCY or placed != self._placed:
             self._placed = placed
             self.apply_looks()
