@@ -11,7 +11,7 @@ from functools import cached_property
 from ..model.ops import constant_operand, handler_for, identity_next
 from ..base.vocab import CostClass, TensorKind
 from .board import is_image
-from .macs import numel, shape_of
+from .macs import conv_dims, numel, shape_of
 
 __all__ = ["CostContext", "ACT_BYTES", "vector_class"]
 
@@ -84,8 +84,11 @@ class CostContext:
         """Model inputs/outputs and tensors too big for the on-chip buffer go through DDR.
 
         With ``march.stream_tiles``: a tensor whose one reader is a vector-unit pass (a lookup table,
-        an element-wise op or region) is consumed tile by tile in the order it is written, so it never
-        needs to be whole on chip and stays there whatever its size; an attention matrix (the product
+        an element-wise op or region) or a pointwise layer (a 1x1 stride-1 Conv, a MatMul by
+        constant weights: each output position needs only the same position of its input) is consumed
+        tile by tile in the order it is written, so it never needs to be whole on chip and stays there
+        whatever its size, unless a Concat writes it (its parts arrive from several layers, one after
+        another, not in one order of tiles); an attention matrix (the product
         of two activations and what the Softmax, scaling and Transpose make of it before the next
         MatMul) cannot be: the Transpose and the second MatMul need all of it at once, with the
         matrices the Softmax's passes make beside it, so it goes to DDR when over
@@ -100,10 +103,29 @@ class CostContext:
 
     def _streamed(self, tensor: str) -> bool:
         hosts = {self.fused.get(c.name, c.name) for c in self._consumers(tensor)}
-        if len(hosts) != 1:
+        if len(hosts) != 1 or self._written_by_concat(tensor):
             return False
         host = self.graph.nodes[next(iter(hosts))]
-        return handler_for(host.op_type).cost_class is CostClass.MEMORY and vector_class(host.op_type) != "copy"
+        if handler_for(host.op_type).cost_class is CostClass.MEMORY:
+            return vector_class(host.op_type) != "copy"
+        return self._pointwise(host)
+
+    def _pointwise(self, node) -> bool:
+        """A MAC-array layer whose output at a position needs its input at that position only."""
+        if node.op_type == "Conv":
+            d = conv_dims(node, self.graph)
+            strides = node.attrs.get("strides") or ()
+            pads = node.attrs.get("pads") or ()
+            return d is not None and all(k == 1 for k in d[4]) and all(s == 1 for s in strides) \
+                and not any(pads)
+        if node.op_type == "MatMul" and len(node.inputs) == 2:
+            return not self.is_activation(node.inputs[1])
+        return False
+
+    def _written_by_concat(self, tensor: str) -> bool:
+        t = self.graph.tensors.get(tensor)
+        producer = self.graph.nodes.get(t.producer) if t is not None and t.producer else None
+        return producer is not None and producer.op_type == "Concat"
 
     @cached_property
     def attention_matrices(self) -> frozenset:

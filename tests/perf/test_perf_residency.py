@@ -86,12 +86,12 @@ def test_a_reshape_that_moves_elements_is_a_copy_and_one_that_adds_a_dimension_i
     assert views.layer("to_heads").total_us == 0 and views.total_us < res.total_us
 
 
-def _conv_then(act: str, hw=160):
-    """x[1,64,hw,hw] -> conv 3x3 -> act -> conv 1x1 -> y: the first conv's output is 1.6 MB at 160."""
+def _conv_then(act: str, hw=160, k=3):
+    """x[1,64,hw,hw] -> conv 3x3 -> act -> conv kxk -> y: the first conv's output is 1.6 MB at 160."""
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1] * 4),
              helper.make_node(act, ["c"], ["a"], name="act"),
-             helper.make_node("Conv", ["a", "w2"], ["y"], name="conv2", kernel_shape=[1, 1])]
-    return _graph(nodes, [1, 64, hw, hw], [_w("w1", (64, 64, 3, 3)), _w("w2", (8, 64, 1, 1))])
+             helper.make_node("Conv", ["a", "w2"], ["y"], name="conv2", kernel_shape=[k, k], pads=[k // 2] * 4)]
+    return _graph(nodes, [1, 64, hw, hw], [_w("w1", (64, 64, 3, 3)), _w("w2", (8, 64, k, k))])
 
 
 def test_a_tensor_one_vector_pass_reads_streams_through_the_buffer():
@@ -103,9 +103,31 @@ def test_a_tensor_one_vector_pass_reads_streams_through_the_buffer():
     conv, act = res.layer("conv"), res.layer("act")
     # The conv writes its output tile by tile into the lookup table's pass: no DDR but the input and weights.
     assert conv.ddr_bytes == n + conv.weight_bytes
-    assert act.ddr_bytes == n  # its own output goes to DDR: a conv reads it, not a vector pass
+    assert act.ddr_bytes == n  # its own output goes to DDR: a 3x3 conv reads it, rows above and below each tile
     by_size = simulate(g, dataclasses.replace(m, stream_tiles=False))
     assert by_size.layer("conv").ddr_bytes == 2 * n + conv.weight_bytes and by_size.total_us > res.total_us
+
+
+def test_a_tensor_one_pointwise_layer_reads_streams_unless_a_concat_writes_it():
+    m = load_march("bayes-e")
+    n = 64 * 160 * 160
+    # A 1x1 conv needs each position of its input only where it writes: it takes the tiles as they come.
+    res = simulate(_conv_then("Sigmoid", k=1), m)
+    assert res.layer("act").ddr_bytes == 0
+    assert res.layer("conv2").ddr_bytes == res.layer("conv2").weight_bytes + 8 * 160 * 160  # its output: y
+    # The same 1x1 conv after a Concat: the halves arrive from two layers one after the other, so DDR.
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv_a", kernel_shape=[1, 1]),
+             helper.make_node("Conv", ["x", "w1"], ["c2"], name="conv_b", kernel_shape=[1, 1]),
+             helper.make_node("Concat", ["c1", "c2"], ["cat"], name="cat", axis=1),
+             helper.make_node("Conv", ["cat", "w2"], ["y"], name="conv2", kernel_shape=[1, 1])]
+    g = _graph(nodes, [1, 64, 160, 160], [_w("w1", (32, 64, 1, 1)), _w("w2", (8, 64, 1, 1))])
+    cat = simulate(g, m)
+    assert cat.layer("conv2").ddr_bytes == n + cat.layer("conv2").weight_bytes + 8 * 160 * 160
+    # A MatMul by constant weights is pointwise over the tokens too.
+    nodes = [helper.make_node("Sigmoid", ["x"], ["a"], name="act"),
+             helper.make_node("MatMul", ["a", "w"], ["y"], name="fc")]
+    tok = simulate(_graph(nodes, [1, 160 * 160, 64], [_w("w", (64, 8))]), m)
+    assert tok.layer("act").ddr_bytes == n  # reads x, the model's input; writes on chip
 
 
 def test_weights_stream_at_their_own_bandwidth():
