@@ -151,8 +151,9 @@ class Params(FileModel):
     sram_gbps: Param[Positive]  # on-chip buffer bandwidth, GB/s
     sram_mb: Param[Positive]  # on-chip feature buffer, MB (1e6 bytes)
     op_overhead_us: Param[NonNegative]  # fixed cost per scheduled op
-    # Residency (perf/context.py CostContext.in_ddr): a tensor read by one vector-unit pass streams through
-    # the buffer tile by tile; an attention matrix does not.  Absent: size alone decides.
+    # Residency (perf/context.py CostContext.in_ddr): a tensor one vector-unit pass or one pointwise layer
+    # reads streams through the buffer tile by tile (unless a Concat writes it); an attention matrix does
+    # not.  Absent: size alone decides.
     stream_tiles: Param[bool] | None = None
     # The share of that limit an attention matrix may take and stay on chip (with stream_tiles).  Absent: 1.
     attention_onchip_share: Param[Fraction] | None = None
