@@ -16,7 +16,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from ..base.errors import MarchError
 from ..model.ops import FusionRule, fusion_rule_from
@@ -85,6 +86,14 @@ class Param(FileModel, Generic[V]):
 
 
 _OPS = Annotated[list[str], Field(max_length=200)]
+
+
+def _limit_set(name: str) -> str:
+    from .bpu_limits import LIMIT_SETS
+
+    if name not in LIMIT_SETS:
+        raise ValueError(f"is not a known set of BPU limits (known: {', '.join(sorted(LIMIT_SETS))})")
+    return name
 
 
 class FusionSpec(FileModel):
@@ -193,6 +202,8 @@ class Params(FileModel):
     # rank at which it runs a Softmax on the BPU (reduced over its last axis; 0: any).  Absent: all on the BPU.
     cpu_ops: Param[_OPS] | None = None
     softmax_bpu_rank: Param[Annotated[int, Field(ge=0, le=8)]] | None = None
+    # The limits within which its BPU runs the ops it supports (perf/bpu_limits.py: a set's name).
+    bpu_limits: Param[Annotated[str, AfterValidator(_limit_set)]] | None = None
 
 
 PARAMS = tuple(Params.model_fields)
@@ -283,6 +294,7 @@ class MarchProfile:
     concat_output_scale: ConcatScaleRule = ConcatScaleRule.OWN
     cpu_ops: frozenset = frozenset()  # ONNX op types run on the CPU (perf/placement.py)
     softmax_bpu_rank: int = 0  # a Softmax runs on the BPU only at this input rank, over its last axis (0: any)
+    bpu_limits: str = ""  # the set of shape and attribute limits of its BPU ops (perf/bpu_limits.py; "": none)
     path: str = ""
     provenance: dict = field(default_factory=dict, compare=False)  # param -> ("source"|"estimate"|"fitted", text)
     # The file's "precision" section as read (None: absent): perf/precision.py reads it from here,

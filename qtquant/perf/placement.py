@@ -4,8 +4,10 @@ hb_mapper places a node whose op its BPU does not run on the CPU by itself, in f
 on each side (D-Robotics' X5 operator list marks such ops "CPU计算").  qtquant prices such a node as it
 prices a node the user keeps in float (perf/precision.py) and says why, so the estimate is the one of
 the model the compiler will build.  A profile states the rule: ``cpu_ops``, the op types its BPU does
-not run, and ``softmax_bpu_rank``, the one input rank at which it runs a Softmax on the BPU (the X5
-list: "for onnx::softmax, when its input is 4-D and axis=3; for pytorch::softmax, axis=1, 2 or 3").
+not run; ``softmax_bpu_rank``, the one input rank at which it runs a Softmax on the BPU (the X5
+list: "for onnx::softmax, when its input is 4-D and axis=3; for pytorch::softmax, axis=1, 2 or 3");
+and ``bpu_limits``, the set of shape and attribute limits of the ops it does run (perf/bpu_limits.py:
+a Conv's kernel at most 31×31, a ReduceMean over one axis or H and W, a nearest Resize by powers of 2, ...).
 
 A placed node is no choice of the user's: the precision map (quant/precision.py) and the export are not
 changed by it; only the price is.
@@ -16,6 +18,7 @@ from __future__ import annotations
 from ..base.errors import BadInputError
 from ..base.vocab import Precision
 from ..model.derived import Slot
+from .bpu_limits import off_bpu
 from .macs import shape_of
 
 __all__ = ["cpu_placed", "placement_map"]
@@ -42,20 +45,20 @@ def _softmax_off_bpu(node, graph, rank: int) -> str:
            f"{len(x)}-D over axis {axis}"
 
 
-# Per graph, by (cpu_ops, softmax_bpu_rank, march name): the GUI re-prices after every edit.
+# Per graph, by (cpu_ops, softmax_bpu_rank, bpu_limits, march name): the GUI re-prices after every edit.
 _PLACED: Slot[dict] = Slot("perf placement", dict)
 
 
 def _placement(graph, march) -> tuple[dict[str, str], dict[str, Precision]]:
     """(node -> why, its quantized outputs -> float), computed once per graph and rule."""
-    ops, rank = march.cpu_ops, march.softmax_bpu_rank
-    if not ops and not rank:
+    ops, rank, limits = march.cpu_ops, march.softmax_bpu_rank, march.bpu_limits
+    if not ops and not rank and not limits:
         return {}, {}
     cache = graph.derived.get(_PLACED) if hasattr(graph, "derived") else {}
-    key = (ops, rank, march.name)
+    key = (ops, rank, limits, march.name)
     got = cache.get(key)
     if got is None:
-        nodes = _placed(graph, ops, rank, march.name)
+        nodes = _placed(graph, ops, rank, limits, march.name)
         got = cache[key] = (nodes, _as_float(graph, nodes))
     return got
 
@@ -71,13 +74,15 @@ def placement_map(graph, march) -> dict[str, Precision]:
     return _placement(graph, march)[1]
 
 
-def _placed(graph, ops, rank, march_name) -> dict[str, str]:
+def _placed(graph, ops, rank, limits, march_name) -> dict[str, str]:
     out: dict[str, str] = {}
     for node in graph.nodes.values():
         if node.op_type in ops:
             why = f"{node.op_type} is not a BPU op on {march_name}"
         elif node.op_type == "Softmax" and rank:
             why = _softmax_off_bpu(node, graph, rank)
+        elif limits:
+            why = off_bpu(node, graph, limits)
         else:
             continue
         if why and any(graph.is_quantized(o) for o in node.outputs if o):

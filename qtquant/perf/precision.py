@@ -416,7 +416,7 @@ def precision_table_text(result) -> str:
     if cost.int16_tensors or cost.float_tensors:
         parts.append(f"mixed precision: {cost.int16_tensors} int16 tensor(s), {cost.float_tensors} kept in float")
     if cost.placed:
-        parts.append(f"{cost.placed} node(s) the compiler runs on the CPU (not BPU ops on {result.march})")
+        parts.append(f"{cost.placed} node(s) the compiler runs on the CPU (by {result.march}'s operator list)")
     head = "; ".join(parts) + (f"; {cost.delta_us:+.1f} µs over int8 ({cost.cpu_us:.1f} µs on the CPU, "
                                f"{cost.handoffs} hand-off(s))")
     if len(parts) == 1 and cost.placed:

@@ -287,7 +287,7 @@ def test_bundled_marches_state_every_source():
                                                    "region_efficiency", "board_ns_per_element",
                                                    "weight_gbps", "stream_tiles", "relayout_reshape",
                                                    "attention_onchip_share", "image_input_nv12", "board_bpu_ghz",
-                                                   "cpu_ops", "softmax_bpu_rank"}
+                                                   "cpu_ops", "softmax_bpu_rank", "bpu_limits"}
         assert all(kind in ("source", "estimate", "fitted") and text for kind, text in m.provenance.values())
     # The public facts of DESIGN §4 are sourced, the unknown bandwidths are estimates.
     assert load_march("bayes-e").provenance["peak_tops"][0] == "source"
