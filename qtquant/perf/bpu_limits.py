@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from .context import is_activation
 from .macs import conv_dims, numel, shape_of
 
 __all__ = ["LIMIT_SETS", "off_bpu"]
@@ -37,10 +38,6 @@ def _x5(*ops: str):
 def _ints(node, name: str) -> list[int]:
     v = node.attrs.get(name)
     return [int(x) for x in v] if isinstance(v, (list, tuple, np.ndarray)) else []
-
-
-def _constant(graph, tensor: str):
-    return graph.constant_value(tensor) if hasattr(graph, "constant_value") else None
 
 
 def _axis(node, rank: int, default: int = 0) -> int:
@@ -105,7 +102,7 @@ def _reduce_axes(node, graph, rank: int) -> list[int] | None:
     None when they are given by a tensor the graph does not fix."""
     axes = _ints(node, "axes")
     if not axes and len(node.inputs) > 1 and node.inputs[1]:
-        v = _constant(graph, node.inputs[1])
+        v = graph.constant_value(node.inputs[1])
         if v is None:
             return None
         axes = [int(a) for a in np.asarray(v).ravel()]
@@ -153,7 +150,7 @@ def _not_batch(node, graph) -> str:
 
 def _batch(graph) -> int | None:
     """The model's batch: the first dimension of its first input with a static shape."""
-    for t in getattr(graph, "inputs", ()):
+    for t in graph.inputs:
         s = shape_of(graph, t)
         if s:
             return s[0]
@@ -168,7 +165,6 @@ def _resize(node, graph) -> str:
     if len(x) != 4 or tuple(x[:2]) != tuple(y[:2]):
         return f"a {node.op_type} on the BPU scales the H and W of a 4-D input only"
     mode = node.attrs.get("mode", "nearest")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
     if mode not in ("nearest", "linear", "bilinear"):
         return f"a {node.op_type} on the BPU is nearest or linear; this one is {mode}"
     if mode == "nearest" and y[2] >= x[2] and y[3] >= x[3]:
@@ -215,7 +211,6 @@ def _prelu(node, graph) -> str:
 @_x5("Pad")
 def _pad(node, graph) -> str:
     mode = node.attrs.get("mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
     return f"a Pad on the BPU pads with a constant; this one is {mode}" if mode != "constant" else ""
 
 
@@ -227,7 +222,7 @@ def _topk(node, graph) -> str:
 @_x5("MatMul")
 def _matmul(node, graph) -> str:
     a, b = (shape_of(graph, t) for t in node.inputs[:2])
-    if a is None or b is None or _constant(graph, node.inputs[1]) is not None:
+    if a is None or b is None or not is_activation(graph, node.inputs[1]):
         return ""  # by constant weights: the compiler makes it a convolution
     if len(a) != len(b):
         return f"a MatMul of two activations on the BPU takes inputs of one rank; these are {len(a)}-D and {len(b)}-D"

@@ -13,7 +13,7 @@ from ..base.vocab import CostClass, TensorKind
 from .board import is_image
 from .macs import conv_dims, numel, shape_of
 
-__all__ = ["CostContext", "ACT_BYTES", "vector_class"]
+__all__ = ["CostContext", "ACT_BYTES", "vector_class", "is_activation"]
 
 ACT_BYTES = 1  # int8 activations
 _RUNTIME = (TensorKind.INPUT, TensorKind.ACTIVATION)  # what the BPU reads and writes per inference
@@ -23,6 +23,13 @@ _RUNTIME = (TensorKind.INPUT, TensorKind.ACTIVATION)  # what the BPU reads and w
 _POOL = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool"})
 _PLAIN_ELTWISE = frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "Abs", "Neg", "Floor", "Ceil", "Round", "Sign"})
 _REDUCE = frozenset({"Softmax", "LogSoftmax"})
+
+
+def is_activation(graph, tensor: str) -> bool:
+    """Whether the BPU reads or writes ``tensor`` per inference (a model input or an activation), not a
+    constant or shape arithmetic."""
+    t = graph.tensors.get(tensor) if tensor else None
+    return t is not None and t.kind in _RUNTIME
 
 
 def vector_class(op_type: str) -> str:
@@ -67,8 +74,7 @@ class CostContext:
 
     # -- tensors ----------------------------------------------------------------------------
     def is_activation(self, tensor: str) -> bool:
-        t = self.graph.tensors.get(tensor) if tensor else None
-        return t is not None and t.kind in _RUNTIME
+        return is_activation(self.graph, tensor)
 
     def act_bytes(self, tensor: str) -> int:
         b = self._bytes.get(tensor)
@@ -123,8 +129,7 @@ class CostContext:
         return False
 
     def _written_by_concat(self, tensor: str) -> bool:
-        t = self.graph.tensors.get(tensor)
-        producer = self.graph.nodes.get(t.producer) if t is not None and t.producer else None
+        producer = self.graph.producer(tensor)
         return producer is not None and producer.op_type == "Concat"
 
     @cached_property

@@ -224,10 +224,9 @@ def memory_cost(node, ctx, op_class: str | None = None) -> LayerCost:
         elems = max([numel(shape_of(g, t)) for t in (*node.inputs, *node.outputs) if t and ctx.is_activation(t)],
                     default=0)
         note = ""
-        reads, writes, _ = tensor_passes(node, ctx.rule)
-        if reads > 1:
-            passes = ctx.rule.softmax_passes
-            moves = [(b * reads, d) for b, d in _input_moves(node, ctx, skip_internal=True)] + \
+        passes, writes, _ = tensor_passes(node, ctx.rule)  # a lowered Softmax reads once per pass
+        if passes > 1:
+            moves = [(b * passes, d) for b, d in _input_moves(node, ctx, skip_internal=True)] + \
                 [(b * writes, d) for b, d in (_act_move(ctx, o) for o in node.outputs
                                               if o and o not in ctx.internal and ctx.is_activation(o))]
             elems *= passes
